@@ -1,0 +1,365 @@
+"""Build llama-bench and llama-server from a pinned llama.cpp source taken from a package registry.
+
+The llama-cpp-python sdist vendors the whole llama.cpp tree (tools included), so the ordinary
+``pip download`` gives a reproducible, hash-checked source on any machine that reaches PyPI.
+Machines with no registry access pass ``--source`` (the sdist file or an unpacked tree).
+
+Cache layout (under :func:`xover.paths.cache_root`)::
+
+    downloads/llama_cpp_python-<ver>.tar.gz
+    src/llama.cpp-<commit7>/               unpacked tree (docs/models/media/benches left out)
+    builds/<commit7>-<backend>-<hash8>/    build/ (cmake tree, binaries in build/bin), manifest.json
+
+A build is keyed by source commit + backend + cmake arguments; a second call with the same key
+returns the manifest at once.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import fcntl
+import hashlib
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tarfile
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from xover.errors import BuildError
+from xover.paths import cache_root
+
+
+@dataclasses.dataclass(frozen=True)
+class PinnedSource:
+    package: str
+    version: str
+    sha256: str
+    commit: str
+    build_number: int
+
+    @property
+    def filename(self) -> str:
+        return f"{self.package.replace('-', '_')}-{self.version}.tar.gz"
+
+
+# llama-cpp-python 0.3.36 vendors ggml-org/llama.cpp@0c1e57098 (its CHANGELOG and the submodule HEAD
+# in the sdist agree). The sdist's submodule clone is shallow, so the upstream build number cannot be
+# derived offline: it is stamped as 0 and the commit carries the identity.
+PINNED = PinnedSource(
+    package="llama-cpp-python",
+    version="0.3.36",
+    sha256="832db0699007f1be95a7e41ef12e88926b02ba836461e36a36372db2760c1a2e",
+    commit="0c1e57098bba43ac29e6e3b677cdceebdd22334f",
+    build_number=0,
+)
+
+BACKENDS: dict[str, list[str]] = {
+    "cpu": [],
+    "cuda": ["-DGGML_CUDA=ON"],
+    "hip": ["-DGGML_HIP=ON"],
+    "vulkan": ["-DGGML_VULKAN=ON"],
+    "metal": ["-DGGML_METAL=ON"],
+}
+
+TARGETS = ("llama-bench", "llama-server")
+
+# Parts of the tree the two targets never need (about 115 MB of the 176 MB).
+_SKIP_DIRS = ("docs", "models", "media", "benches", ".devops", ".github")
+
+
+@dataclasses.dataclass(frozen=True)
+class SourceTree:
+    root: Path
+    commit: str  # full or short hash, or "unknown"
+    build_number: int
+    origin: str  # human description: "llama-cpp-python 0.3.36 (PyPI sdist)", a path, ...
+
+
+@dataclasses.dataclass(frozen=True)
+class BuildManifest:
+    key: str
+    backend: str
+    commit: str
+    build_number: int
+    origin: str
+    cmake_args: tuple[str, ...]
+    bin_dir: str
+    built_at: str
+    build_seconds: float
+
+    def to_json(self) -> str:
+        return json.dumps(dataclasses.asdict(self), indent=2)
+
+    @classmethod
+    def from_json(cls, text: str) -> BuildManifest:
+        data = json.loads(text)
+        data["cmake_args"] = tuple(data["cmake_args"])
+        return cls(**data)
+
+
+def cmake_args_for(backend: str, extra: tuple[str, ...], commit: str, build_number: int) -> tuple[str, ...]:
+    """Every cmake -D argument of a build, in a stable order (they form part of the cache key)."""
+    if backend not in BACKENDS:
+        raise BuildError(f"unknown backend {backend!r}: choose one of {', '.join(BACKENDS)}")
+    base = [
+        "-DCMAKE_BUILD_TYPE=Release",
+        "-DLLAMA_USE_PREBUILT_UI=OFF",  # otherwise the server build downloads its web UI
+        "-DLLAMA_BUILD_TESTS=OFF",
+        "-DLLAMA_BUILD_EXAMPLES=OFF",
+        "-DLLAMA_OPENSSL=OFF",
+        f"-DLLAMA_BUILD_COMMIT={commit[:7] if commit != 'unknown' else 'unknown'}",
+        f"-DLLAMA_BUILD_NUMBER={build_number}",
+    ]
+    return tuple(base + BACKENDS[backend] + list(extra))
+
+
+def build_key(commit: str, backend: str, args: tuple[str, ...]) -> str:
+    digest = hashlib.sha256("\n".join(args).encode()).hexdigest()[:8]
+    return f"{commit[:7]}-{backend}-{digest}"
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with path.open("rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+@contextmanager
+def _locked(path: Path) -> Iterator[None]:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def download_pinned(root: Path, log: Callable[[str], None]) -> Path:
+    """The pinned sdist, fetched with pip from the configured index and checked against its hash."""
+    target = root / "downloads" / PINNED.filename
+    if target.exists() and _sha256(target) == PINNED.sha256:
+        return target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    log(f"downloading {PINNED.package}=={PINNED.version} (sdist, vendors llama.cpp) with pip")
+    cmd = [
+        sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--no-binary", ":all:",
+        f"{PINNED.package}=={PINNED.version}", "-d", str(target.parent),
+    ]
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    if proc.returncode != 0 or not target.exists():
+        tail = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or ["(no output)"]
+        raise BuildError(
+            f"could not download {PINNED.package}=={PINNED.version} from the package index ({tail[0]}); "
+            "on a machine without registry access pass --source PATH (the sdist or an unpacked llama.cpp tree)"
+        )
+    got = _sha256(target)
+    if got != PINNED.sha256:
+        target.unlink()
+        raise BuildError(f"{PINNED.filename} has sha256 {got}, expected {PINNED.sha256}: refusing to build it")
+    return target
+
+
+def _sdist_commit(tar: tarfile.TarFile, prefix: str) -> str:
+    try:
+        member = tar.extractfile(f"{prefix}.git/modules/vendor/llama.cpp/HEAD")
+    except KeyError:
+        return "unknown"
+    if member is None:
+        return "unknown"
+    head = member.read().decode().strip()
+    return head if re.fullmatch(r"[0-9a-f]{40}", head) else "unknown"
+
+
+def unpack_sdist(sdist: Path, root: Path) -> SourceTree:
+    """Unpack the vendored llama.cpp tree of an sdist into the cache (once per commit)."""
+    try:
+        tar = tarfile.open(sdist, "r:gz")
+    except (OSError, tarfile.TarError) as e:
+        raise BuildError(f"{sdist} is not a readable .tar.gz sdist ({e})") from None
+    with tar:
+        names = tar.getnames()
+        top = names[0].split("/")[0] + "/" if names else ""
+        vendor = f"{top}vendor/llama.cpp/"
+        if f"{vendor}CMakeLists.txt" not in names:
+            raise BuildError(f"{sdist} does not vendor llama.cpp (no vendor/llama.cpp/CMakeLists.txt)")
+        commit = _sdist_commit(tar, top)
+        if commit == PINNED.commit:
+            build_number = PINNED.build_number
+        else:
+            build_number = 0
+        dest = root / "src" / f"llama.cpp-{commit[:7] if commit != 'unknown' else _sha256(sdist)[:7]}"
+        with _locked(root / "src" / ".lock"):
+            if not (dest / ".complete").exists():
+                shutil.rmtree(dest, ignore_errors=True)
+                tmp = dest.with_name(dest.name + ".tmp")
+                shutil.rmtree(tmp, ignore_errors=True)
+                members = []
+                for m in tar.getmembers():
+                    if not m.name.startswith(vendor):
+                        continue
+                    rel = m.name[len(vendor):]
+                    if not rel or rel.split("/")[0] in _SKIP_DIRS or rel == ".git":
+                        continue
+                    m.name = rel
+                    members.append(m)
+                kwargs = {"filter": "data"} if hasattr(tarfile, "data_filter") else {}
+                tar.extractall(tmp, members=members, **kwargs)  # noqa: S202 - filtered above
+                tmp.rename(dest)
+                (dest / ".complete").write_text(commit + "\n")
+    origin = f"{sdist.name}"
+    return SourceTree(root=dest, commit=commit, build_number=build_number, origin=origin)
+
+
+def _git_commit(tree: Path) -> str:
+    try:
+        proc = subprocess.run(["git", "-C", str(tree), "rev-parse", "HEAD"], capture_output=True, text=True)
+    except OSError:
+        return "unknown"
+    out = proc.stdout.strip()
+    return out if proc.returncode == 0 and re.fullmatch(r"[0-9a-f]{40}", out) else "unknown"
+
+
+def resolve_source(source: Path | None, root: Path, log: Callable[[str], None]) -> SourceTree:
+    """The llama.cpp tree to build: the pinned registry sdist, or what ``--source`` names."""
+    if source is None:
+        tree = unpack_sdist(download_pinned(root, log), root)
+        return dataclasses.replace(tree, origin=f"{PINNED.package} {PINNED.version} sdist (package registry)")
+    source = source.expanduser()
+    if not source.exists():
+        raise BuildError(f"--source {source} does not exist: pass an sdist .tar.gz or an unpacked llama.cpp tree")
+    if source.is_file():
+        return unpack_sdist(source.resolve(), root)
+    for candidate in (source, source / "vendor" / "llama.cpp"):
+        if (candidate / "CMakeLists.txt").exists() and (candidate / "tools" / "server").is_dir():
+            commit = _git_commit(candidate)
+            stamp = candidate / "XOVER_COMMIT"  # written by whoever copied a tree without .git
+            if commit == "unknown" and stamp.exists():
+                commit = stamp.read_text().strip() or "unknown"
+            number = PINNED.build_number if commit == PINNED.commit else 0
+            return SourceTree(root=candidate.resolve(), commit=commit, build_number=number, origin=str(candidate))
+    raise BuildError(f"--source {source} is not a llama.cpp tree (no CMakeLists.txt and tools/server)")
+
+
+def _ninja() -> str | None:
+    beside = Path(sys.executable).parent / "ninja"
+    if beside.exists():
+        return str(beside)
+    return shutil.which("ninja")
+
+
+def find_manifest(key: str, root: Path | None = None) -> BuildManifest | None:
+    path = (root or cache_root()) / "builds" / key / "manifest.json"
+    if not path.exists():
+        return None
+    manifest = BuildManifest.from_json(path.read_text())
+    if all((Path(manifest.bin_dir) / t).exists() for t in TARGETS):
+        return manifest
+    return None
+
+
+def cached_builds(root: Path | None = None) -> list[BuildManifest]:
+    """Every complete cached build, newest first."""
+    builds = (root or cache_root()) / "builds"
+    found = []
+    for path in sorted(builds.glob("*/manifest.json")) if builds.exists() else []:
+        m = find_manifest(path.parent.name, root)
+        if m is not None:
+            found.append(m)
+    return sorted(found, key=lambda m: m.built_at, reverse=True)
+
+
+def build(
+    backend: str = "cpu",
+    extra_cmake_args: tuple[str, ...] = (),
+    source: Path | None = None,
+    jobs: int | None = None,
+    log: Callable[[str], None] = lambda s: None,
+    on_progress: Callable[[int, int], None] | None = None,
+) -> BuildManifest:
+    """Build (or find in the cache) llama-bench and llama-server for a backend."""
+    if shutil.which("cmake") is None:
+        raise BuildError("cmake is not on PATH: install it (apt-get install cmake) and retry")
+    root = cache_root()
+    # Fast path: the pinned source with these arguments is already built.
+    if source is None:
+        args = cmake_args_for(backend, extra_cmake_args, PINNED.commit, PINNED.build_number)
+        hit = find_manifest(build_key(PINNED.commit, backend, args), root)
+        if hit is not None:
+            return hit
+    tree = resolve_source(source, root, log)
+    args = cmake_args_for(backend, extra_cmake_args, tree.commit, tree.build_number)
+    commit_for_key = tree.commit if tree.commit != "unknown" else hashlib.sha256(str(tree.root).encode()).hexdigest()
+    key = build_key(commit_for_key, backend, args)
+    workdir = root / "builds" / key
+    with _locked(workdir / ".lock"):
+        hit = find_manifest(key, root)
+        if hit is not None:
+            return hit
+        build_dir = workdir / "build"
+        log_path = workdir / "build.log"
+        generator = ["-G", "Ninja", f"-DCMAKE_MAKE_PROGRAM={_ninja()}"] if _ninja() else ["-G", "Unix Makefiles"]
+        configure = ["cmake", "-S", str(tree.root), "-B", str(build_dir), *generator, *args]
+        compile_ = ["cmake", "--build", str(build_dir), "--target", *TARGETS, "-j", str(jobs or os.cpu_count() or 2)]
+        start = time.monotonic()
+        log(f"building {', '.join(TARGETS)} ({backend}) from {tree.origin}; log: {log_path}")
+        with log_path.open("w") as logf:
+            for cmd in (configure, compile_):
+                logf.write("$ " + " ".join(cmd) + "\n")
+                logf.flush()
+                _run_logged(cmd, logf, on_progress)
+        bin_dir = build_dir / "bin"
+        missing = [t for t in TARGETS if not (bin_dir / t).exists()]
+        if missing:
+            raise BuildError(f"build finished without {', '.join(missing)}; see {log_path}")
+        manifest = BuildManifest(
+            key=key,
+            backend=backend,
+            commit=tree.commit,
+            build_number=tree.build_number,
+            origin=tree.origin,
+            cmake_args=args,
+            bin_dir=str(bin_dir),
+            built_at=time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+            build_seconds=round(time.monotonic() - start, 1),
+        )
+        (workdir / "manifest.json").write_text(manifest.to_json())
+        return manifest
+
+
+_NINJA_STEP = re.compile(r"^\[(\d+)/(\d+)\]")
+_MAKE_PCT = re.compile(r"^\[\s*(\d+)%\]")
+
+
+def _run_logged(cmd: list[str], logf, on_progress: Callable[[int, int], None] | None) -> None:
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1)
+    tail: list[str] = []
+    try:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            logf.write(line)
+            tail = (tail + [line.rstrip()])[-15:]
+            if on_progress is not None:
+                m = _NINJA_STEP.match(line)
+                if m:
+                    on_progress(int(m.group(1)), int(m.group(2)))
+                else:
+                    m = _MAKE_PCT.match(line)
+                    if m:
+                        on_progress(int(m.group(1)), 100)
+        rc = proc.wait()
+    except BaseException:
+        proc.kill()
+        proc.wait()
+        raise
+    if rc != 0:
+        errors = [t for t in tail if "error" in t.lower()] or tail[-1:]
+        raise BuildError(f"{cmd[0]} {cmd[1]} failed (exit {rc}): {errors[-1] if errors else ''}; full log: {logf.name}")

@@ -1,0 +1,101 @@
+"""Child processes that never outlive xover.
+
+Each llama process starts in its own session (its own process group), so a terminal's Ctrl-C
+reaches xover only and xover decides how to stop the child: SIGTERM to the group, then SIGKILL
+after a bound. Every live child is tracked; :func:`stop_all` runs at interpreter exit and on
+SIGTERM, so no llama process is ever left behind, whatever path the program leaves by.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import signal
+import subprocess
+import threading
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import IO, Any
+
+_live: dict[int, subprocess.Popen[Any]] = {}
+_lock = threading.Lock()
+
+
+def spawn(
+    argv: Sequence[str],
+    *,
+    env: Mapping[str, str] | None = None,
+    stdout: IO[Any] | int | None = None,
+    stderr: IO[Any] | int | None = None,
+    cwd: Path | None = None,
+    text: bool = True,
+) -> subprocess.Popen[Any]:
+    """Start ``argv`` (a list: never a shell string) in a new session and track it."""
+    full_env = dict(os.environ)
+    if env:
+        full_env.update(env)
+    proc = subprocess.Popen(
+        list(argv), env=full_env, stdout=stdout, stderr=stderr, stdin=subprocess.DEVNULL, cwd=cwd,
+        start_new_session=True, text=text, bufsize=1 if text else -1,
+    )
+    with _lock:
+        _live[proc.pid] = proc
+    return proc
+
+
+def stop(proc: subprocess.Popen[Any], timeout_s: float = 5.0) -> int | None:
+    """SIGTERM the child's process group, SIGKILL it after ``timeout_s``; reap it; return its code."""
+    try:
+        if proc.poll() is None:
+            _signal_group(proc, signal.SIGTERM)
+            try:
+                proc.wait(timeout=timeout_s)
+            except subprocess.TimeoutExpired:
+                _signal_group(proc, signal.SIGKILL)
+                proc.wait(timeout=timeout_s)
+        else:
+            # The leader exited; make sure nothing it started lingers in its group.
+            _signal_group(proc, signal.SIGKILL)
+    finally:
+        with _lock:
+            _live.pop(proc.pid, None)
+    return proc.returncode
+
+
+def forget(proc: subprocess.Popen[Any]) -> None:
+    """Stop tracking a child that has exited and been reaped."""
+    with _lock:
+        _live.pop(proc.pid, None)
+
+
+def _signal_group(proc: subprocess.Popen[Any], sig: int) -> None:
+    try:
+        os.killpg(proc.pid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def live_pids() -> list[int]:
+    with _lock:
+        return [pid for pid, p in _live.items() if p.poll() is None]
+
+
+def stop_all() -> None:
+    with _lock:
+        procs = list(_live.values())
+    for p in procs:
+        stop(p, timeout_s=3.0)
+
+
+def _on_sigterm(signum: int, frame: object) -> None:
+    # Turn SIGTERM into the same path as Ctrl-C: unwind, let context managers stop children.
+    raise KeyboardInterrupt
+
+
+def install_signal_handlers() -> None:
+    """Make SIGTERM unwind like Ctrl-C (call from the main thread of the CLI)."""
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, _on_sigterm)
+
+
+atexit.register(stop_all)

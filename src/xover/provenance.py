@@ -1,0 +1,87 @@
+"""Collect the provenance attached to every run: machine, llama.cpp build, model identity."""
+
+from __future__ import annotations
+
+import hashlib
+import platform
+import shutil
+import socket
+import subprocess
+from importlib import metadata
+from pathlib import Path
+
+from xover.llamacpp.binaries import Binaries
+from xover.records import ModelId, Provenance
+
+# Enough to cover any realistic GGUF header (metadata + tensor table); a hash of this prefix
+# identifies the model's shape, types and tokenizer without reading gigabytes of weights.
+_HEADER_HASH_MAX = 64 << 20
+
+
+def cpu_info() -> str | None:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or None
+
+
+def gpu_info() -> str | None:
+    """GPU names from nvidia-smi or rocm-smi when present; None on CPU-only machines."""
+    for cmd in (["nvidia-smi", "--query-gpu=name,memory.total", "--format=csv,noheader"], ["rocm-smi", "--showproductname"]):
+        if shutil.which(cmd[0]) is None:
+            continue
+        try:
+            out = subprocess.run(cmd, capture_output=True, text=True, timeout=10).stdout.strip()
+        except (OSError, subprocess.SubprocessError):
+            continue
+        if out:
+            return "; ".join(line.strip() for line in out.splitlines() if line.strip())
+    return None
+
+
+def model_id(path: Path) -> ModelId:
+    size = path.stat().st_size
+    h = hashlib.sha256()
+    with path.open("rb") as f:
+        remaining = min(size, _HEADER_HASH_MAX)
+        while remaining > 0:
+            chunk = f.read(min(remaining, 1 << 20))
+            if not chunk:
+                break
+            h.update(chunk)
+            remaining -= len(chunk)
+    return ModelId(path=str(path.resolve()), name=path.name, size_bytes=size, header_sha256=h.hexdigest())
+
+
+def xover_version() -> str:
+    try:
+        return metadata.version("xover")
+    except metadata.PackageNotFoundError:
+        return "unknown"
+
+
+def collect(binaries: Binaries | None, model: Path | None, build_info: dict[str, object] | None = None) -> Provenance:
+    """Provenance for a run. ``build_info`` comes from the binaries themselves (llama-bench's JSON
+    record or llama-server's /props) and overrides what the build manifest says."""
+    manifest = binaries.manifest if binaries else None
+    info = build_info or {}
+    commit = info.get("build_commit") or (manifest.commit[:7] if manifest else None)
+    number = info.get("build_number")
+    if number is None and manifest is not None:
+        number = manifest.build_number
+    return Provenance(
+        llama_build_commit=str(commit) if commit else None,
+        llama_build_number=int(number) if number is not None else None,  # type: ignore[arg-type]
+        llama_backend=str(info.get("backends") or (manifest.backend if manifest else "")) or None,
+        llama_bin_dir=str(binaries.bin_dir) if binaries else None,
+        llama_bin_source=binaries.source if binaries else None,
+        cpu_info=cpu_info(),
+        gpu_info=gpu_info(),
+        hostname=socket.gethostname(),
+        os=f"{platform.system()} {platform.release()} {platform.machine()}",
+        xover_version=xover_version(),
+        model=model_id(model) if model else None,
+    )

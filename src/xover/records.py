@@ -1,0 +1,152 @@
+"""Typed, immutable records: what was measured, under which configuration, on which machine.
+
+No computation and no I/O here; :mod:`xover.store` is the only codec to and from storage.
+Times are integer nanoseconds (``_ns``) unless a name says otherwise; missing is ``None``, never 0.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+from typing import Any
+
+
+def _digest(obj: Any) -> str:
+    return hashlib.sha256(json.dumps(obj, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelId:
+    """A model file as identified in results: name, size and a hash of its GGUF header."""
+
+    path: str
+    name: str
+    size_bytes: int
+    header_sha256: str
+
+    @property
+    def key(self) -> str:
+        return f"{self.name}:{self.size_bytes}:{self.header_sha256[:16]}"
+
+
+@dataclasses.dataclass(frozen=True)
+class Provenance:
+    """Where and with what a number was produced. Attached to every run."""
+
+    llama_build_commit: str | None
+    llama_build_number: int | None
+    llama_backend: str | None
+    llama_bin_dir: str | None
+    llama_bin_source: str | None  # how the binaries were chosen: flag, env, cache, PATH
+    cpu_info: str | None
+    gpu_info: str | None
+    hostname: str
+    os: str
+    xover_version: str
+    model: ModelId | None
+    extra: tuple[tuple[str, str], ...] = ()
+
+
+@dataclasses.dataclass(frozen=True)
+class BenchConfig:
+    """One llama-bench configuration: every flag that defines it, in llama-bench's own names.
+
+    ``fields`` holds llama-bench option -> value (``"-ncmoe": "12"``, ``"-ub": "512"``...);
+    ``env`` holds environment variables (``GGML_OP_OFFLOAD_MIN_BATCH``).
+    """
+
+    label: str
+    fields: tuple[tuple[str, str], ...]
+    env: tuple[tuple[str, str], ...] = ()
+    extra_args: tuple[str, ...] = ()
+
+    @property
+    def key(self) -> str:
+        return _digest({"fields": self.fields, "env": self.env, "extra": self.extra_args})
+
+
+@dataclasses.dataclass(frozen=True)
+class BenchResult:
+    """One llama-bench test (e.g. ``pp512 @ d4000``) with every repetition kept."""
+
+    config_key: str
+    n_prompt: int
+    n_gen: int
+    n_depth: int
+    samples_ns: tuple[int, ...]
+    samples_ts: tuple[float, ...]
+    avg_ts: float
+    stddev_ts: float
+    record: dict[str, Any]  # llama-bench's JSONL object, untouched
+
+    @property
+    def test_name(self) -> str:
+        """llama-bench's name for the test: ``pp512``, ``tg128``, ``pp512+tg128``, with `` @ dN``."""
+        if self.n_prompt and self.n_gen:
+            name = f"pp{self.n_prompt}+tg{self.n_gen}"
+        elif self.n_prompt:
+            name = f"pp{self.n_prompt}"
+        else:
+            name = f"tg{self.n_gen}"
+        return f"{name} @ d{self.n_depth}" if self.n_depth else name
+
+
+@dataclasses.dataclass(frozen=True)
+class ServerConfig:
+    """One llama-server configuration: its flags in llama-server's own names, plus environment."""
+
+    label: str
+    args: tuple[str, ...]
+    env: tuple[tuple[str, str], ...] = ()
+
+    @property
+    def key(self) -> str:
+        return _digest({"args": self.args, "env": self.env})
+
+
+@dataclasses.dataclass(frozen=True)
+class ServerTimings:
+    """llama-server's own ``timings`` object from the final streamed event."""
+
+    cache_n: int | None
+    prompt_n: int | None
+    prompt_ms: float | None
+    prompt_per_second: float | None
+    predicted_n: int | None
+    predicted_ms: float | None
+    predicted_per_second: float | None
+
+
+@dataclasses.dataclass(frozen=True)
+class TtftSample:
+    """One streamed request: the client's clocks and the server's timings side by side.
+
+    Client times are ``perf_counter_ns`` offsets from the moment the request was sent.
+    """
+
+    config_key: str
+    mode: str  # "cold" or "warm"
+    length: int  # prompt tokens intended
+    rep: int  # repetition index; warm-up requests are not stored as samples
+    prompt_id: str  # identifies the exact prompt (seed), so uniqueness can be audited
+    sent_at_unix_ns: int
+    first_byte_ns: int | None
+    first_token_ns: int | None
+    end_ns: int | None
+    token_times_ns: tuple[int, ...]
+    n_tokens_received: int
+    timings: ServerTimings | None
+    cache_ok: bool  # the declared cache state held (cold: cache_n == 0 and prompt_n == length)
+    error: str | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class Failure:
+    """A configuration or point that could not be measured, kept as data."""
+
+    config_key: str
+    stage: str  # "bench", "ttft", "server-start", ...
+    point: str  # human description of what was being measured
+    reason: str
+    stderr_tail: str = ""

@@ -1,0 +1,374 @@
+"""The results store of a study directory: one SQLite file, versioned schema, the only codec.
+
+Every record is committed as soon as it is measured, so a crash or Ctrl-C loses nothing that had
+finished. Everything a report shows is rebuilt from this file alone.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import sqlite3
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from xover.errors import XoverError
+from xover.records import (
+    BenchConfig,
+    BenchResult,
+    Failure,
+    ModelId,
+    Provenance,
+    ServerConfig,
+    ServerTimings,
+    TtftSample,
+)
+
+SCHEMA_VERSION = 1
+STORE_NAME = "results.sqlite"
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS runs (
+    id INTEGER PRIMARY KEY,
+    kind TEXT NOT NULL,              -- bench, ttft, cache, study...
+    command TEXT NOT NULL,           -- the argv that started it (JSON list)
+    started_at TEXT NOT NULL,
+    finished_at TEXT,
+    status TEXT NOT NULL DEFAULT 'running',  -- running, done, interrupted, failed
+    provenance TEXT NOT NULL         -- JSON of records.Provenance
+);
+CREATE TABLE IF NOT EXISTS configs (
+    key TEXT PRIMARY KEY,
+    kind TEXT NOT NULL,              -- bench or server
+    label TEXT NOT NULL,
+    spec TEXT NOT NULL               -- JSON of the config record
+);
+CREATE TABLE IF NOT EXISTS bench_results (
+    id INTEGER PRIMARY KEY,
+    run_id INTEGER NOT NULL REFERENCES runs(id),
+    config_key TEXT NOT NULL REFERENCES configs(key),
+    model_key TEXT NOT NULL,
+    test TEXT NOT NULL,
+    n_prompt INTEGER NOT NULL,
+    n_gen INTEGER NOT NULL,
+    n_depth INTEGER NOT NULL,
+    avg_ts REAL NOT NULL,
+    stddev_ts REAL NOT NULL,
+    samples_ns TEXT NOT NULL,
+    samples_ts TEXT NOT NULL,
+    record TEXT NOT NULL,
+    created_at TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS bench_point ON bench_results(config_key, model_key, n_prompt, n_gen, n_depth);
+CREATE TABLE IF NOT EXISTS ttft_samples (
+    id INTEGER PRIMARY KEY,
+    run_id INTEGER NOT NULL REFERENCES runs(id),
+    config_key TEXT NOT NULL REFERENCES configs(key),
+    model_key TEXT NOT NULL,
+    mode TEXT NOT NULL,
+    length INTEGER NOT NULL,
+    rep INTEGER NOT NULL,
+    prompt_id TEXT NOT NULL,
+    sent_at_unix_ns INTEGER NOT NULL,
+    first_byte_ns INTEGER,
+    first_token_ns INTEGER,
+    end_ns INTEGER,
+    token_times_ns TEXT NOT NULL,
+    n_tokens_received INTEGER NOT NULL,
+    cache_n INTEGER,
+    prompt_n INTEGER,
+    prompt_ms REAL,
+    prompt_per_second REAL,
+    predicted_n INTEGER,
+    predicted_ms REAL,
+    predicted_per_second REAL,
+    cache_ok INTEGER NOT NULL,
+    error TEXT,
+    created_at TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS ttft_point ON ttft_samples(config_key, model_key, mode, length);
+CREATE TABLE IF NOT EXISTS failures (
+    id INTEGER PRIMARY KEY,
+    run_id INTEGER NOT NULL REFERENCES runs(id),
+    config_key TEXT NOT NULL,
+    stage TEXT NOT NULL,
+    point TEXT NOT NULL,
+    reason TEXT NOT NULL,
+    stderr_tail TEXT NOT NULL,
+    created_at TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS artifacts (
+    id INTEGER PRIMARY KEY,
+    run_id INTEGER REFERENCES runs(id),
+    name TEXT NOT NULL,              -- e.g. server props, theory output
+    body TEXT NOT NULL,              -- JSON
+    created_at TEXT NOT NULL
+);
+"""
+
+
+def now_iso() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%S%z")
+
+
+def _json(obj: Any) -> str:
+    return json.dumps(obj, sort_keys=True, default=str)
+
+
+# ---- codec: records <-> JSON-able dicts -------------------------------------------------------
+
+
+def provenance_to_dict(p: Provenance) -> dict[str, Any]:
+    return dataclasses.asdict(p)
+
+
+def provenance_from_dict(d: dict[str, Any]) -> Provenance:
+    d = dict(d)
+    model = d.get("model")
+    d["model"] = ModelId(**model) if model else None
+    d["extra"] = tuple(tuple(x) for x in d.get("extra", ()))
+    return Provenance(**d)
+
+
+def _config_spec(config: BenchConfig | ServerConfig) -> tuple[str, dict[str, Any]]:
+    if isinstance(config, BenchConfig):
+        return "bench", dataclasses.asdict(config)
+    return "server", dataclasses.asdict(config)
+
+
+def bench_config_from_dict(d: dict[str, Any]) -> BenchConfig:
+    return BenchConfig(
+        label=d["label"],
+        fields=tuple(tuple(x) for x in d["fields"]),  # type: ignore[misc]
+        env=tuple(tuple(x) for x in d.get("env", ())),  # type: ignore[misc]
+        extra_args=tuple(d.get("extra_args", ())),
+    )
+
+
+def server_config_from_dict(d: dict[str, Any]) -> ServerConfig:
+    return ServerConfig(
+        label=d["label"], args=tuple(d["args"]), env=tuple(tuple(x) for x in d.get("env", ()))  # type: ignore[misc]
+    )
+
+
+class Store:
+    """The SQLite results store of one study directory. Not shared across threads."""
+
+    def __init__(self, study_dir: Path | str) -> None:
+        self.dir = Path(study_dir)
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.path = self.dir / STORE_NAME
+        try:
+            self.db = sqlite3.connect(self.path, isolation_level=None, timeout=30)
+            self.db.row_factory = sqlite3.Row
+            self.db.execute("PRAGMA journal_mode=WAL")
+            self.db.execute("PRAGMA synchronous=NORMAL")
+            self.db.execute("PRAGMA foreign_keys=ON")
+        except sqlite3.DatabaseError as e:
+            raise XoverError(f"{self.path} is not a usable results store ({e}); move it aside or pick another -o") from None
+        self._migrate()
+
+    def close(self) -> None:
+        self.db.close()
+
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _migrate(self) -> None:
+        row = None
+        try:
+            row = self.db.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
+        except sqlite3.OperationalError:
+            pass
+        if row is not None and int(row[0]) > SCHEMA_VERSION:
+            raise XoverError(
+                f"{self.path} has schema version {row[0]}, newer than this xover understands ({SCHEMA_VERSION}): upgrade xover"
+            )
+        self.db.executescript(_SCHEMA)
+        self.db.execute(
+            "INSERT INTO meta(key, value) VALUES('schema_version', ?) ON CONFLICT(key) DO UPDATE SET value=excluded.value",
+            (str(SCHEMA_VERSION),),
+        )
+
+    def transaction(self) -> _Tx:
+        return _Tx(self.db)
+
+    # ---- runs ---------------------------------------------------------------------------------
+
+    def begin_run(self, kind: str, command: list[str], provenance: Provenance) -> int:
+        cur = self.db.execute(
+            "INSERT INTO runs(kind, command, started_at, provenance) VALUES(?,?,?,?)",
+            (kind, _json(command), now_iso(), _json(provenance_to_dict(provenance))),
+        )
+        return int(cur.lastrowid or 0)
+
+    def end_run(self, run_id: int, status: str) -> None:
+        self.db.execute("UPDATE runs SET finished_at=?, status=? WHERE id=?", (now_iso(), status, run_id))
+
+    def runs(self) -> list[dict[str, Any]]:
+        out = []
+        for r in self.db.execute("SELECT * FROM runs ORDER BY id"):
+            d = dict(r)
+            d["command"] = json.loads(d["command"])
+            d["provenance"] = provenance_from_dict(json.loads(d["provenance"]))
+            out.append(d)
+        return out
+
+    def provenance(self, run_id: int) -> Provenance:
+        row = self.db.execute("SELECT provenance FROM runs WHERE id=?", (run_id,)).fetchone()
+        if row is None:
+            raise KeyError(run_id)
+        return provenance_from_dict(json.loads(row[0]))
+
+    # ---- configs ------------------------------------------------------------------------------
+
+    def put_config(self, config: BenchConfig | ServerConfig) -> str:
+        kind, spec = _config_spec(config)
+        self.db.execute(
+            "INSERT INTO configs(key, kind, label, spec) VALUES(?,?,?,?) ON CONFLICT(key) DO UPDATE SET label=excluded.label",
+            (config.key, kind, config.label, _json(spec)),
+        )
+        return config.key
+
+    def configs(self, kind: str | None = None) -> list[BenchConfig | ServerConfig]:
+        q = "SELECT kind, spec FROM configs" + (" WHERE kind=?" if kind else "") + " ORDER BY rowid"
+        out: list[BenchConfig | ServerConfig] = []
+        for k, spec in self.db.execute(q, (kind,) if kind else ()):
+            d = json.loads(spec)
+            out.append(bench_config_from_dict(d) if k == "bench" else server_config_from_dict(d))
+        return out
+
+    # ---- llama-bench results ------------------------------------------------------------------
+
+    def add_bench_result(self, run_id: int, model_key: str, r: BenchResult) -> int:
+        cur = self.db.execute(
+            "INSERT INTO bench_results(run_id, config_key, model_key, test, n_prompt, n_gen, n_depth, avg_ts, stddev_ts,"
+            " samples_ns, samples_ts, record, created_at) VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?)",
+            (
+                run_id, r.config_key, model_key, r.test_name, r.n_prompt, r.n_gen, r.n_depth, r.avg_ts, r.stddev_ts,
+                _json(list(r.samples_ns)), _json(list(r.samples_ts)), _json(r.record), now_iso(),
+            ),
+        )
+        return int(cur.lastrowid or 0)
+
+    def bench_results(self, config_key: str | None = None) -> list[tuple[int, int, str, BenchResult]]:
+        """(row id, run id, model key, result), oldest first."""
+        q = "SELECT * FROM bench_results" + (" WHERE config_key=?" if config_key else "") + " ORDER BY id"
+        out = []
+        for r in self.db.execute(q, (config_key,) if config_key else ()):
+            out.append((r["id"], r["run_id"], r["model_key"], _bench_from_row(r)))
+        return out
+
+    def has_bench_point(self, config_key: str, model_key: str, n_prompt: int, n_gen: int, n_depth: int) -> bool:
+        row = self.db.execute(
+            "SELECT 1 FROM bench_results WHERE config_key=? AND model_key=? AND n_prompt=? AND n_gen=? AND n_depth=? LIMIT 1",
+            (config_key, model_key, n_prompt, n_gen, n_depth),
+        ).fetchone()
+        return row is not None
+
+    # ---- TTFT samples -------------------------------------------------------------------------
+
+    def add_ttft_sample(self, run_id: int, model_key: str, s: TtftSample) -> int:
+        t = s.timings
+        cur = self.db.execute(
+            "INSERT INTO ttft_samples(run_id, config_key, model_key, mode, length, rep, prompt_id, sent_at_unix_ns,"
+            " first_byte_ns, first_token_ns, end_ns, token_times_ns, n_tokens_received, cache_n, prompt_n, prompt_ms,"
+            " prompt_per_second, predicted_n, predicted_ms, predicted_per_second, cache_ok, error, created_at)"
+            " VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+            (
+                run_id, s.config_key, model_key, s.mode, s.length, s.rep, s.prompt_id, s.sent_at_unix_ns,
+                s.first_byte_ns, s.first_token_ns, s.end_ns, _json(list(s.token_times_ns)), s.n_tokens_received,
+                t.cache_n if t else None, t.prompt_n if t else None, t.prompt_ms if t else None,
+                t.prompt_per_second if t else None, t.predicted_n if t else None, t.predicted_ms if t else None,
+                t.predicted_per_second if t else None, int(s.cache_ok), s.error, now_iso(),
+            ),
+        )
+        return int(cur.lastrowid or 0)
+
+    def ttft_samples(self, config_key: str | None = None) -> list[tuple[int, int, str, TtftSample]]:
+        """(row id, run id, model key, sample), oldest first."""
+        q = "SELECT * FROM ttft_samples" + (" WHERE config_key=?" if config_key else "") + " ORDER BY id"
+        return [(r["id"], r["run_id"], r["model_key"], _ttft_from_row(r)) for r in self.db.execute(q, (config_key,) if config_key else ())]
+
+    # ---- failures and artifacts ---------------------------------------------------------------
+
+    def add_failure(self, run_id: int, f: Failure) -> int:
+        cur = self.db.execute(
+            "INSERT INTO failures(run_id, config_key, stage, point, reason, stderr_tail, created_at) VALUES(?,?,?,?,?,?,?)",
+            (run_id, f.config_key, f.stage, f.point, f.reason, f.stderr_tail, now_iso()),
+        )
+        return int(cur.lastrowid or 0)
+
+    def failures(self) -> list[tuple[int, Failure]]:
+        return [
+            (r["run_id"], Failure(r["config_key"], r["stage"], r["point"], r["reason"], r["stderr_tail"]))
+            for r in self.db.execute("SELECT * FROM failures ORDER BY id")
+        ]
+
+    def add_artifact(self, run_id: int | None, name: str, body: Any) -> None:
+        self.db.execute(
+            "INSERT INTO artifacts(run_id, name, body, created_at) VALUES(?,?,?,?)", (run_id, name, _json(body), now_iso())
+        )
+
+    def artifacts(self, name: str | None = None) -> list[tuple[int | None, str, Any]]:
+        q = "SELECT run_id, name, body FROM artifacts" + (" WHERE name=?" if name else "") + " ORDER BY id"
+        return [(r[0], r[1], json.loads(r[2])) for r in self.db.execute(q, (name,) if name else ())]
+
+    def integrity_ok(self) -> bool:
+        return self.db.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+
+
+class _Tx:
+    def __init__(self, db: sqlite3.Connection) -> None:
+        self.db = db
+
+    def __enter__(self) -> sqlite3.Connection:
+        self.db.execute("BEGIN")
+        return self.db
+
+    def __exit__(self, exc_type: object, *rest: object) -> None:
+        self.db.execute("ROLLBACK" if exc_type else "COMMIT")
+
+
+def _bench_from_row(r: sqlite3.Row) -> BenchResult:
+    return BenchResult(
+        config_key=r["config_key"],
+        n_prompt=r["n_prompt"],
+        n_gen=r["n_gen"],
+        n_depth=r["n_depth"],
+        samples_ns=tuple(json.loads(r["samples_ns"])),
+        samples_ts=tuple(json.loads(r["samples_ts"])),
+        avg_ts=r["avg_ts"],
+        stddev_ts=r["stddev_ts"],
+        record=json.loads(r["record"]),
+    )
+
+
+def _ttft_from_row(r: sqlite3.Row) -> TtftSample:
+    timings = None
+    if any(r[k] is not None for k in ("cache_n", "prompt_n", "prompt_ms", "predicted_n")):
+        timings = ServerTimings(
+            cache_n=r["cache_n"], prompt_n=r["prompt_n"], prompt_ms=r["prompt_ms"],
+            prompt_per_second=r["prompt_per_second"], predicted_n=r["predicted_n"],
+            predicted_ms=r["predicted_ms"], predicted_per_second=r["predicted_per_second"],
+        )
+    return TtftSample(
+        config_key=r["config_key"], mode=r["mode"], length=r["length"], rep=r["rep"], prompt_id=r["prompt_id"],
+        sent_at_unix_ns=r["sent_at_unix_ns"], first_byte_ns=r["first_byte_ns"], first_token_ns=r["first_token_ns"],
+        end_ns=r["end_ns"], token_times_ns=tuple(json.loads(r["token_times_ns"])),
+        n_tokens_received=r["n_tokens_received"], timings=timings, cache_ok=bool(r["cache_ok"]), error=r["error"],
+    )
+
+
+def iter_rows(store: Store, table: str) -> Iterator[dict[str, Any]]:
+    """Raw rows of a table, for exporters (JSONL/CSV). Table names are fixed, never user input."""
+    if table not in {"runs", "configs", "bench_results", "ttft_samples", "failures", "artifacts"}:
+        raise ValueError(table)
+    for r in store.db.execute(f"SELECT * FROM {table} ORDER BY rowid"):  # noqa: S608 - whitelisted
+        yield dict(r)
