@@ -311,7 +311,7 @@ def build(
         compile_ = ["cmake", "--build", str(build_dir), "--target", *TARGETS, "-j", str(jobs or os.cpu_count() or 2)]
         start = time.monotonic()
         log(f"building {', '.join(TARGETS)} ({backend}) from {tree.origin}; log: {log_path}")
-        with log_path.open("w") as logf:
+        with log_path.open("w", buffering=1) as logf:
             for cmd in (configure, compile_):
                 logf.write("$ " + " ".join(cmd) + "\n")
                 logf.flush()

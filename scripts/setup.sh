@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# Set xover up from a fresh clone, then run the main job or the tests.
+#
+#   bash scripts/setup.sh run  [xover study args]   # venv + package + llama.cpp build, then `xover study`
+#   bash scripts/setup.sh test [pytest args]        # venv + package + llama.cpp build, then the test suite
+#
+# Needs only Python >= 3.10, cmake and a C++ compiler. The llama.cpp build is cached per user
+# (~/.cache/xover), so only the first run pays for it (about 5-9 minutes on 2 cores).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+mode=${1:-}
+case "$mode" in
+  run|test) shift ;;
+  *) echo "usage: bash scripts/setup.sh run|test [args...]" >&2; exit 2 ;;
+esac
+
+PY=${PYTHON:-python3}
+venv=.venv
+if [ ! -x "$venv/bin/python" ] || ! "$venv/bin/python" -c 'import sys' 2>/dev/null; then
+  rm -rf "$venv"
+  if ! "$PY" -m venv "$venv" 2>/dev/null; then
+    # Debian ships venv support separately (python3.X-venv).
+    rm -rf "$venv"
+    if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+      pyver=$("$PY" -c 'import sys; print(f"{sys.version_info[0]}.{sys.version_info[1]}")')
+      echo "setup: installing python${pyver}-venv with apt-get" >&2
+      apt-get update -qq && (apt-get install -y -qq "python${pyver}-venv" || apt-get install -y -qq python3-venv)
+      "$PY" -m venv "$venv"
+    else
+      echo "setup: '$PY -m venv' failed; install your distribution's python3-venv package and retry" >&2
+      exit 1
+    fi
+  fi
+fi
+
+extras="build"
+[ "$mode" = test ] && extras="build,test"
+"$venv/bin/python" -m pip install --quiet --disable-pip-version-check -e ".[$extras]"
+
+# Build (or find in the cache) llama-bench and llama-server for the CPU backend.
+"$venv/bin/xover" llama build
+
+if [ "$mode" = run ]; then
+  exec "$venv/bin/xover" study "$@"
+fi
+
+set +e
+"$venv/bin/python" -m pytest "$@"
+rc=$?
+if [ "$rc" = 5 ]; then
+  echo "setup: pytest collected no tests; that is a failure here" >&2
+  exit 1
+fi
+exit "$rc"

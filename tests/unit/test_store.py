@@ -1,0 +1,79 @@
+"""The results store round-trips every record type and survives reopening."""
+
+import sqlite3
+
+import pytest
+
+from xover.errors import XoverError
+from xover.records import BenchConfig, BenchResult, Failure, ModelId, Provenance, ServerConfig, ServerTimings, TtftSample
+from xover.store import SCHEMA_VERSION, Store, iter_rows
+
+
+def _prov() -> Provenance:
+    return Provenance(
+        llama_build_commit="0c1e570", llama_build_number=0, llama_backend="CPU", llama_bin_dir="/x", llama_bin_source="cache",
+        cpu_info="cpu", gpu_info=None, hostname="h", os="Linux", xover_version="0.1.0",
+        model=ModelId(path="/m.gguf", name="m.gguf", size_bytes=10, header_sha256="ab" * 32),
+    )
+
+
+def test_round_trip(tmp_path):
+    cfg = BenchConfig(label="ncmoe=12", fields=(("-ncmoe", "12"), ("-ub", "512")), env=(("GGML_OP_OFFLOAD_MIN_BATCH", "32"),))
+    res = BenchResult(cfg.key, 512, 0, 4000, (1_000_000, 1_100_000), (512.0, 465.45), 488.7, 33.2, {"avg_ts": 488.7})
+    scfg = ServerConfig(label="ncmoe=12", args=("--n-cpu-moe", "12", "-np", "1"))
+    t = ServerTimings(cache_n=0, prompt_n=1024, prompt_ms=50.5, prompt_per_second=20277.0, predicted_n=16, predicted_ms=8.0,
+                      predicted_per_second=2000.0)
+    sample = TtftSample(scfg.key, "cold", 1024, 0, "p0", 1, 100, 51_000_000, 60_000_000, (51_000_000, 51_500_000), 16, t, True)
+    with Store(tmp_path) as st:
+        run = st.begin_run("bench", ["xover", "bench"], _prov())
+        st.put_config(cfg)
+        st.put_config(scfg)
+        st.add_bench_result(run, "mk", res)
+        st.add_ttft_sample(run, "mk", sample)
+        st.add_failure(run, Failure(cfg.key, "bench", "pp512 @ d4000", "exit 1", "oom"))
+        st.add_artifact(run, "server-props", {"n_ctx": 4096})
+        st.end_run(run, "done")
+    with Store(tmp_path) as st:  # reopen: everything is still there
+        assert st.bench_results()[0][3] == res
+        assert st.has_bench_point(cfg.key, "mk", 512, 0, 4000)
+        assert not st.has_bench_point(cfg.key, "other-model", 512, 0, 4000)
+        assert st.ttft_samples()[0][3] == sample
+        assert st.configs("bench") == [cfg] and st.configs("server") == [scfg]
+        assert st.failures()[0][1].stderr_tail == "oom"
+        assert st.artifacts("server-props")[0][2] == {"n_ctx": 4096}
+        (r,) = st.runs()
+        assert r["status"] == "done" and r["provenance"] == _prov()
+        assert st.integrity_ok()
+        assert [row["test"] for row in iter_rows(st, "bench_results")] == ["pp512 @ d4000"]
+        with pytest.raises(ValueError):
+            list(iter_rows(st, "sqlite_master"))
+
+
+def test_config_key_is_content_addressed():
+    a = BenchConfig(label="a", fields=(("-ncmoe", "12"),))
+    b = BenchConfig(label="renamed", fields=(("-ncmoe", "12"),))
+    c = BenchConfig(label="a", fields=(("-ncmoe", "18"),))
+    assert a.key == b.key != c.key
+
+
+def test_test_names_follow_llama_bench():
+    mk = lambda p, n, d: BenchResult("k", p, n, d, (), (), 0.0, 0.0, {}).test_name  # noqa: E731
+    assert mk(512, 0, 0) == "pp512"
+    assert mk(0, 128, 4000) == "tg128 @ d4000"
+    assert mk(512, 128, 0) == "pp512+tg128"
+
+
+def test_newer_schema_is_refused(tmp_path):
+    Store(tmp_path).close()
+    db = sqlite3.connect(tmp_path / "results.sqlite")
+    db.execute("UPDATE meta SET value=? WHERE key='schema_version'", (str(SCHEMA_VERSION + 1),))
+    db.commit()
+    db.close()
+    with pytest.raises(XoverError, match="upgrade xover"):
+        Store(tmp_path)
+
+
+def test_garbage_file_is_one_line_error(tmp_path):
+    (tmp_path / "results.sqlite").write_bytes(b"this is not sqlite" * 100)
+    with pytest.raises(XoverError, match="not a usable results store"):
+        Store(tmp_path)
