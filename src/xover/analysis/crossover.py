@@ -1,0 +1,259 @@
+"""Total time per turn and where two configurations' curves cross. Pure: no I/O.
+
+For a prompt of L tokens and a response of R tokens::
+
+    total(L) = TTFT(L) + R / decode_tok_s(L)
+
+Two ways to find the crossover of two configurations A and B (``D(L) = total_A(L) - total_B(L)``):
+
+* **interpolation** between measured lengths: a sign change of D between neighbours, located by
+  linear interpolation of D in L;
+* a **fitted cost model** per configuration, ``TTFT(L) = a + b L + c L^2`` and decode time per
+  token linear in depth ``t(d) = p + q d`` (least squares on the raw samples). The R response
+  tokens are decoded at depths L .. L+R-1, so their time is ``R p + q (R L + R(R-1)/2)``, and D(L)
+  is a quadratic whose positive roots are the crossovers. A bootstrap over the raw samples gives
+  a confidence interval.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+
+# Measurements of one configuration: raw TTFT samples (seconds) per prompt length, and raw decode
+# speeds (tokens/s) per context depth.
+Samples = Mapping[int, Sequence[float]]
+
+
+@dataclasses.dataclass(frozen=True)
+class ConfigData:
+    label: str
+    ttft_s: Samples  # prompt length -> TTFT samples in seconds
+    decode_tps: Samples  # depth -> decode speed samples in tokens/s
+
+
+@dataclasses.dataclass(frozen=True)
+class CostModel:
+    """TTFT(L) = a + b L + c L^2 (seconds); decode seconds/token t(d) = p + q d."""
+
+    a: float
+    b: float
+    c: float
+    p: float
+    q: float
+
+    def ttft(self, length: float) -> float:
+        return self.a + self.b * length + self.c * length * length
+
+    def decode_s(self, length: float, response: int) -> float:
+        """Seconds to decode ``response`` tokens after a prompt of ``length`` tokens."""
+        return response * self.p + self.q * (response * length + response * (response - 1) / 2)
+
+    def total(self, length: float, response: int) -> float:
+        return self.ttft(length) + self.decode_s(length, response)
+
+    def quadratic_share(self, length: float) -> float:
+        """Fraction of TTFT(L) carried by the L^2 term: how much of the cost is attention."""
+        t = self.ttft(length)
+        return self.c * length * length / t if t > 0 else math.nan
+
+
+@dataclasses.dataclass(frozen=True)
+class Crossing:
+    length: float
+    kind: str  # "cross" (sign change) or "touch" (equal at a point, no sign change)
+    extrapolated: bool  # outside the measured lengths
+
+
+@dataclasses.dataclass(frozen=True)
+class PairResult:
+    a: str
+    b: str
+    response: int
+    lengths: tuple[int, ...]
+    total_a: tuple[float, ...]  # median-based totals at the measured lengths (s)
+    total_b: tuple[float, ...]
+    interpolated: tuple[Crossing, ...]
+    fitted: tuple[Crossing, ...]
+    ci: tuple[float, float] | None  # bootstrap 95% interval of the first fitted crossing
+    ci_no_crossing_fraction: float | None  # share of bootstrap replicates with no crossing in (0, max_len]
+
+    def faster_at(self, length_index: int) -> str:
+        return self.a if self.total_a[length_index] < self.total_b[length_index] else self.b
+
+
+def _median(xs: Sequence[float]) -> float:
+    return float(np.median(np.asarray(xs, dtype=float)))
+
+
+def _decode_tps_at(data: ConfigData, depth: int) -> float:
+    """Decode speed at a depth: measured there, else linearly interpolated in time/token."""
+    if depth in data.decode_tps:
+        return _median(data.decode_tps[depth])
+    depths = sorted(data.decode_tps)
+    if not depths:
+        raise ValueError(f"{data.label}: no decode measurements")
+    spt = [1.0 / _median(data.decode_tps[d]) for d in depths]
+    return 1.0 / float(np.interp(depth, depths, spt))
+
+
+def measured_totals(data: ConfigData, response: int) -> dict[int, float]:
+    """total(L) at each measured prompt length, from medians (seconds)."""
+    return {L: _median(s) + response / _decode_tps_at(data, L) for L, s in sorted(data.ttft_s.items())}
+
+
+def interpolate_crossings(lengths: Sequence[float], diff: Sequence[float]) -> list[Crossing]:
+    """Where ``diff`` (A - B at each length) changes sign, by linear interpolation; zeros are touches."""
+    out: list[Crossing] = []
+    for i, (x, d) in enumerate(zip(lengths, diff)):
+        if d == 0:
+            before = diff[i - 1] if i > 0 else None
+            after = diff[i + 1] if i + 1 < len(diff) else None
+            crosses = before is not None and after is not None and before * after < 0
+            out.append(Crossing(float(x), "cross" if crosses else "touch", False))
+    for (x0, d0), (x1, d1) in zip(zip(lengths, diff), zip(lengths[1:], diff[1:])):
+        if d0 * d1 < 0:
+            out.append(Crossing(x0 + (x1 - x0) * d0 / (d0 - d1), "cross", False))
+    return sorted(out, key=lambda c: c.length)
+
+
+def fit_cost_model(data: ConfigData) -> CostModel:
+    """Least squares on the raw samples: TTFT quadratic in L, decode s/token linear in depth.
+
+    With fewer than three distinct lengths the quadratic term is dropped (c = 0); with one
+    decode depth the slope q is 0.
+    """
+    xs, ys = [], []
+    for L, samples in data.ttft_s.items():
+        for s in samples:
+            xs.append(float(L))
+            ys.append(float(s))
+    if not xs:
+        raise ValueError(f"{data.label}: no TTFT samples")
+    x = np.asarray(xs)
+    y = np.asarray(ys)
+    scale = max(x.max(), 1.0)  # fit in units of the longest length for conditioning
+    u = x / scale
+    if len(set(xs)) >= 3:
+        design = np.column_stack([np.ones_like(u), u, u * u])
+        (a, b, c), *_ = np.linalg.lstsq(design, y, rcond=None)
+    elif len(set(xs)) == 2:
+        design = np.column_stack([np.ones_like(u), u])
+        (a, b), *_ = np.linalg.lstsq(design, y, rcond=None)
+        c = 0.0
+    else:
+        a, b, c = float(y.mean()), 0.0, 0.0
+    ds, ts = [], []
+    for d, samples in data.decode_tps.items():
+        for tps in samples:
+            ds.append(float(d))
+            ts.append(1.0 / float(tps))
+    if not ds:
+        raise ValueError(f"{data.label}: no decode samples")
+    if len(set(ds)) >= 2:
+        design = np.column_stack([np.ones(len(ds)), np.asarray(ds)])
+        (p, q), *_ = np.linalg.lstsq(design, np.asarray(ts), rcond=None)
+    else:
+        p, q = float(np.mean(ts)), 0.0
+    return CostModel(a=float(a), b=float(b) / scale, c=float(c) / scale**2, p=float(p), q=float(q))
+
+
+def model_crossings(ma: CostModel, mb: CostModel, response: int, lo: float, hi: float) -> list[Crossing]:
+    """Positive roots of total_A(L) - total_B(L) (a quadratic in L), marked extrapolated outside [lo, hi]."""
+    R = response
+    c2 = ma.c - mb.c
+    c1 = (ma.b - mb.b) + R * (ma.q - mb.q)
+    c0 = (ma.a - mb.a) + R * (ma.p - mb.p) + (ma.q - mb.q) * R * (R - 1) / 2
+    roots: list[tuple[float, str]] = []
+    scale = max(abs(c0), abs(c1) * hi, abs(c2) * hi * hi, 1e-300)
+    if abs(c2) * hi * hi <= 1e-12 * scale:
+        if abs(c1) * hi > 1e-12 * scale:
+            roots.append((-c0 / c1, "cross"))
+    else:
+        disc = c1 * c1 - 4 * c2 * c0
+        if abs(disc) <= 1e-12 * (c1 * c1 + abs(4 * c2 * c0)):
+            roots.append((-c1 / (2 * c2), "touch"))
+        elif disc > 0:
+            sq = math.sqrt(disc)
+            # numerically stable quadratic roots
+            qv = -0.5 * (c1 + math.copysign(sq, c1))
+            roots.extend([(qv / c2, "cross"), (c0 / qv if qv != 0 else -c1 / c2, "cross")])
+    out = [Crossing(r, kind, not (lo <= r <= hi)) for r, kind in roots if r > 0]
+    return sorted(out, key=lambda c: c.length)
+
+
+def _resample(samples: Samples, rng: np.random.Generator) -> dict[int, list[float]]:
+    return {k: list(rng.choice(np.asarray(v, dtype=float), size=len(v), replace=True)) for k, v in samples.items()}
+
+
+def bootstrap_crossing(
+    a: ConfigData, b: ConfigData, response: int, lo: float, hi: float, n_boot: int = 1000, seed: int = 0
+) -> tuple[tuple[float, float] | None, float]:
+    """95% percentile interval of the first fitted crossing in (0, hi*4], and the share of
+    replicates with no crossing there. Resamples raw samples within each (config, length)."""
+    rng = np.random.default_rng(seed)
+    found: list[float] = []
+    none = 0
+    for _ in range(n_boot):
+        ra = ConfigData(a.label, _resample(a.ttft_s, rng), _resample(a.decode_tps, rng))
+        rb = ConfigData(b.label, _resample(b.ttft_s, rng), _resample(b.decode_tps, rng))
+        xs = [c.length for c in model_crossings(fit_cost_model(ra), fit_cost_model(rb), response, lo, hi)
+              if c.kind == "cross" and c.length <= hi * 4]
+        if xs:
+            found.append(xs[0])
+        else:
+            none += 1
+    if len(found) < max(20, n_boot // 10):
+        return None, none / n_boot
+    lo_ci, hi_ci = np.percentile(found, [2.5, 97.5])
+    return (float(lo_ci), float(hi_ci)), none / n_boot
+
+
+def compare_pair(a: ConfigData, b: ConfigData, response: int, n_boot: int = 1000, seed: int = 0) -> PairResult:
+    ta, tb = measured_totals(a, response), measured_totals(b, response)
+    lengths = tuple(sorted(set(ta) & set(tb)))
+    if not lengths:
+        raise ValueError(f"{a.label} and {b.label} share no measured prompt length")
+    da = [ta[L] for L in lengths]
+    db = [tb[L] for L in lengths]
+    interp = interpolate_crossings(lengths, [x - y for x, y in zip(da, db)])
+    lo, hi = float(lengths[0]), float(lengths[-1])
+    fitted = tuple(model_crossings(fit_cost_model(a), fit_cost_model(b), response, lo, hi))
+    ci, none_frac = (None, None)
+    if n_boot > 0:
+        ci, none_frac = bootstrap_crossing(a, b, response, lo, hi, n_boot=n_boot, seed=seed)
+    return PairResult(a.label, b.label, response, lengths, tuple(da), tuple(db), tuple(interp), fitted, ci, none_frac)
+
+
+def _k(n: float) -> str:
+    return f"{n / 1000:.1f}K" if n >= 1000 else f"{n:.0f}"
+
+
+def verdict(pair: PairResult, band: tuple[int, int] = (10_000, 40_000)) -> str:
+    """One sentence: who wins where, the crossover, and where the agentic band falls."""
+    crosses = [c for c in pair.interpolated if c.kind == "cross"]
+    lo_b, hi_b = band
+    if not crosses:
+        fitted = [c for c in pair.fitted if c.kind == "cross"]
+        winner = pair.faster_at(0)
+        sentence = (f"{winner} is faster at every measured length ({_k(pair.lengths[0])}-{_k(pair.lengths[-1])} tokens, "
+                    f"{pair.response}-token responses)")
+        if fitted:
+            ext = fitted[0]
+            tag = "extrapolated" if ext.extrapolated else "fitted"
+            sentence += f"; the fitted cost model puts a crossover at ~{_k(ext.length)} tokens ({tag})"
+        return sentence + f", so agentic turns of {_k(lo_b)}-{_k(hi_b)} tokens are best served by {winner}."
+    x = crosses[0].length
+    short, long_ = pair.faster_at(0), pair.faster_at(len(pair.lengths) - 1)
+    ci = f" (95% CI {_k(pair.ci[0])}-{_k(pair.ci[1])})" if pair.ci else ""
+    if hi_b <= x:
+        where = f"the whole agentic band ({_k(lo_b)}-{_k(hi_b)}) lies below it, so {short} wins agentic turns"
+    elif lo_b >= x:
+        where = f"the whole agentic band ({_k(lo_b)}-{_k(hi_b)}) lies above it, so {long_} wins agentic turns"
+    else:
+        where = (f"it falls inside the agentic band ({_k(lo_b)}-{_k(hi_b)}): {short} wins turns below it, "
+                 f"{long_} above")
+    return f"{short} is faster below ~{_k(x)} tokens and {long_} above{ci}; {where}."

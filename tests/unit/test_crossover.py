@@ -1,0 +1,113 @@
+"""Known-answer tests of the crossover maths on constructed data."""
+
+import numpy as np
+import pytest
+
+from xover.analysis.crossover import (
+    ConfigData,
+    compare_pair,
+    fit_cost_model,
+    interpolate_crossings,
+    measured_totals,
+    model_crossings,
+    verdict,
+)
+
+LENGTHS = (1000, 4000, 16000, 32000)
+
+
+def make(label, ttft, decode_tps, noise=0.0, reps=5, seed=0, depths=LENGTHS):
+    rng = np.random.default_rng(seed)
+    t = {L: [ttft(L) * (1 + noise * rng.standard_normal()) for _ in range(reps)] for L in LENGTHS}
+    d = {D: [decode_tps(D) * (1 + noise * rng.standard_normal()) for _ in range(reps)] for D in depths}
+    return ConfigData(label, t, d)
+
+
+def test_total_time_formula():
+    a = make("A", lambda L: 0.1 + L / 2000, lambda d: 100.0)
+    totals = measured_totals(a, 200)
+    assert totals[4000] == pytest.approx(0.1 + 2.0 + 2.0)
+
+
+def test_crossing_inside_range():
+    # A prefills at 2000 t/s, decodes at 100 t/s; B prefills at 4000 t/s, decodes at 50 t/s.
+    # D(L) = L/2000 + 2 - (L/4000 + 4) = L/4000 - 2 -> crossing at exactly 8000 tokens.
+    a = make("A", lambda L: 0.1 + L / 2000, lambda d: 100.0)
+    b = make("B", lambda L: 0.1 + L / 4000, lambda d: 50.0)
+    r = compare_pair(a, b, 200, n_boot=0)
+    (ic,) = r.interpolated
+    assert ic.kind == "cross" and ic.length == pytest.approx(8000) and not ic.extrapolated
+    (fc,) = r.fitted
+    assert fc.length == pytest.approx(8000, rel=1e-6) and not fc.extrapolated
+    assert r.faster_at(0) == "A" and r.faster_at(3) == "B"
+    assert "A is faster below ~8.0K tokens and B above" in verdict(r)
+    assert "inside the agentic band" not in verdict(r)  # 8K < 10K: the band lies above it
+    assert "lies above it, so B wins agentic turns" in verdict(r)
+
+
+def test_crossing_interval_from_noisy_samples_covers_truth():
+    a = make("A", lambda L: 0.1 + L / 2000, lambda d: 100.0, noise=0.02, seed=1)
+    b = make("B", lambda L: 0.1 + L / 4000, lambda d: 50.0, noise=0.02, seed=2)
+    r = compare_pair(a, b, 200, n_boot=300, seed=3)
+    assert r.ci is not None
+    lo, hi = r.ci
+    assert lo < 8000 < hi
+    assert hi - lo < 4000
+    assert r.ci_no_crossing_fraction == 0.0
+
+
+def test_crossing_outside_range_is_marked_extrapolated():
+    # B decodes at 95 t/s: D(L) = L/4000 - 200*(1/95 - 1/100) -> crossing at ~421 tokens, below 1K.
+    a = make("A", lambda L: 0.1 + L / 2000, lambda d: 100.0)
+    b = make("B", lambda L: 0.1 + L / 4000, lambda d: 95.0)
+    r = compare_pair(a, b, 200, n_boot=0)
+    assert r.interpolated == ()
+    (fc,) = r.fitted
+    assert fc.length == pytest.approx(4000 * 200 * (1 / 95 - 1 / 100), rel=1e-6)
+    assert fc.extrapolated
+    v = verdict(r)
+    assert v.startswith("B is faster at every measured length")
+    assert "(extrapolated)" in v
+
+
+def test_no_crossing():
+    a = make("A", lambda L: 0.1 + L / 2000, lambda d: 100.0)
+    b = make("B", lambda L: 0.2 + L / 1000, lambda d: 50.0)  # worse at both
+    r = compare_pair(a, b, 200, n_boot=0)
+    assert r.interpolated == () and r.fitted == ()
+    assert verdict(r).startswith("A is faster at every measured length (1.0K-32.0K tokens")
+
+
+def test_curves_that_touch():
+    # Same decode; B's TTFT = A's + k (L - 16000)^2: equal at 16000, B slower everywhere else.
+    k = 1e-9
+    a = make("A", lambda L: 0.1 + L / 2000, lambda d: 100.0)
+    b = make("B", lambda L: 0.1 + L / 2000 + k * (L - 16000) ** 2, lambda d: 100.0)
+    r = compare_pair(a, b, 200, n_boot=0)
+    (ic,) = r.interpolated
+    assert ic.kind == "touch" and ic.length == 16000
+    assert [c.kind for c in r.fitted] == ["touch"]
+    assert r.fitted[0].length == pytest.approx(16000, rel=1e-4)
+
+
+def test_interpolation_exact_zero_between_opposite_signs_is_a_cross():
+    (c,) = interpolate_crossings([1, 2, 3], [-1.0, 0.0, 1.0])
+    assert c.kind == "cross" and c.length == 2
+
+
+def test_fit_recovers_quadratic_and_decode_slope():
+    # TTFT = 0.05 + 2e-4 L + 3e-9 L^2; decode s/token = 0.01 + 1e-7 d
+    a = make("A", lambda L: 0.05 + 2e-4 * L + 3e-9 * L * L, lambda d: 1 / (0.01 + 1e-7 * d))
+    m = fit_cost_model(a)
+    assert (m.a, m.b, m.c) == pytest.approx((0.05, 2e-4, 3e-9), rel=1e-6)
+    assert (m.p, m.q) == pytest.approx((0.01, 1e-7), rel=1e-6)
+    # attention share at 32K: 3e-9*32000^2 / TTFT(32000)
+    t = 0.05 + 2e-4 * 32000 + 3e-9 * 32000**2
+    assert m.quadratic_share(32000) == pytest.approx(3e-9 * 32000**2 / t)
+    # the decode of R tokens happens at depths L..L+R-1
+    assert m.decode_s(1000, 3) == pytest.approx(sum(0.01 + 1e-7 * d for d in (1000, 1001, 1002)))
+
+
+def test_model_crossings_of_identical_models_is_empty():
+    m = fit_cost_model(make("A", lambda L: 0.1 + L / 2000, lambda d: 100.0))
+    assert model_crossings(m, m, 200, 1000, 32000) == []
