@@ -38,6 +38,7 @@ COMMANDS = {
     "bench": "xover.cli.bench:bench",
     "ttft": "xover.cli.ttft:ttft",
     "study": "xover.cli.study:study",
+    "report": "xover.cli.report:report",
 }
 
 

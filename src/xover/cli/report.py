@@ -1,0 +1,54 @@
+"""`xover report STUDY_DIR`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from xover.console import console, out
+
+
+def _ints(value: str) -> tuple[int, ...]:
+    from xover.errors import XoverError
+
+    try:
+        vals = tuple(int(v) for v in value.split(","))
+    except ValueError:
+        raise XoverError(f"--response-tokens {value!r}: give integers, e.g. 200 or 100,200,500") from None
+    if any(v <= 0 for v in vals):
+        raise XoverError(f"--response-tokens {value!r}: response lengths must be positive")
+    return vals
+
+
+@click.command()
+@click.argument("study_dir", type=click.Path(path_type=Path))
+@click.option("--response-tokens", "-R", default="200", show_default=True,
+              help="Response length(s) R for total(L) = TTFT(L) + R / decode_tok_s(L); comma list allowed.")
+@click.option("--band", default="10000,40000", show_default=True, help="Agentic-turn band LO,HI in prompt tokens.")
+@click.option("--bootstrap", default=500, show_default=True, type=click.IntRange(min=0),
+              help="Bootstrap resamples for the crossover interval (0 to skip).")
+def report(study_dir: Path, response_tokens: str, band: str, bootstrap: int) -> None:
+    """Rebuild the HTML and markdown report of a study directory from its results store alone.
+
+    Works offline on any machine: copy the study directory and run this. Writes report.html
+    (plots embedded), report.md and the plots as PNG into STUDY_DIR. With several response
+    lengths the first one drives the plots; each gets its own verdict lines.
+    """
+    from xover.errors import XoverError
+    from xover.report.data import load
+    from xover.report.html import build_report, write_report
+
+    lo_hi = _ints(band)
+    if len(lo_hi) != 2 or lo_hi[0] >= lo_hi[1]:
+        raise XoverError(f"--band {band!r}: give LO,HI with LO < HI, e.g. 10000,40000")
+    data = load(study_dir)
+    first = None
+    for r in _ints(response_tokens):
+        rep = build_report(data, response=r, band=(lo_hi[0], lo_hi[1]), n_boot=bootstrap)
+        first = first or rep
+        for v in rep.verdicts:
+            out.print(f"[R={r}] {v}")
+    assert first is not None
+    html_path, md_path = write_report(first, study_dir)
+    console.print(f"wrote {html_path} and {md_path}")

@@ -1,0 +1,426 @@
+"""Inspect any GGUF model file: hyperparameters, parameters, bytes, KV cache and the ``--n-cpu-moe`` table.
+
+Only the header (metadata and tensor table) is read; tensor data is never loaded. The header parser
+here is bounded: every count and length is checked against the file size before it is used, so a
+truncated or hostile file fails at once with :class:`GGUFError` and one line saying why. (``gguf``'s
+``GGUFReader`` would loop for as long as an array claims to be, e.g. 2**60 iterations, and parses
+vocabulary arrays element by element; the tests check this parser against it on real files.)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import mmap
+import struct
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Union
+
+from gguf import GGML_QUANT_SIZES, GGUF_DEFAULT_ALIGNMENT, GGMLQuantizationType, GGUFValueType, LlamaFileType
+
+from xover.errors import GGUFError
+from xover.gguf.shapes import Footprint, Hyperparams, TensorInfo, TensorTable, footprint
+
+_MAGIC = b"GGUF"
+_VERSIONS = (2, 3)
+_PREAMBLE = 24  # magic, version, tensor count, kv count
+_MIN_TENSOR_INFO = 8 + 4 + 4 + 8  # name length, n_dims, type, offset
+_MIN_KV = 8 + 4 + 1  # key length, value type, smallest value
+_MAX_DIMS = 4  # GGML_MAX_DIMS
+_MAX_STRING = 16 << 20  # no honest GGUF string (chat templates included) comes close
+_MAX_ELEMENTS = 1 << 60
+_KEEP_ARRAY = 4096  # numeric arrays up to this length are kept (per-layer values); longer ones summarized
+
+_SCALAR_FORMATS: dict[GGUFValueType, str] = {
+    GGUFValueType.UINT8: "B",
+    GGUFValueType.INT8: "b",
+    GGUFValueType.UINT16: "H",
+    GGUFValueType.INT16: "h",
+    GGUFValueType.UINT32: "I",
+    GGUFValueType.INT32: "i",
+    GGUFValueType.FLOAT32: "f",
+    GGUFValueType.BOOL: "?",
+    GGUFValueType.UINT64: "Q",
+    GGUFValueType.INT64: "q",
+    GGUFValueType.FLOAT64: "d",
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class ArrayInfo:
+    """A metadata array too long (or of strings) to keep: its item type and length."""
+
+    item_type: str
+    length: int
+
+
+Value = Union[int, float, bool, str, tuple[Any, ...], ArrayInfo]
+
+
+@dataclasses.dataclass(frozen=True)
+class GGUFHeader:
+    """What a GGUF says before its tensor data."""
+
+    version: int
+    metadata: Mapping[str, Value]
+    tensors: tuple[TensorInfo, ...]
+    data_offset: int  # where tensor data starts
+    file_bytes: int
+
+
+# --------------------------------------------------------------------------------------------------
+# bounded header parser
+
+
+class _Cursor:
+    """Reads a GGUF header from a buffer, refusing to step past its end."""
+
+    def __init__(self, buf: mmap.mmap | bytes, order: str, name: str) -> None:
+        self.buf, self.order, self.name, self.pos = buf, order, name, 0
+
+    def fail(self, why: str) -> GGUFError:
+        return GGUFError(f"{self.name}: {why}")
+
+    def take(self, n: int, what: str) -> bytes:
+        end = self.pos + n
+        if n < 0 or end > len(self.buf):
+            raise self.fail(
+                f"truncated or corrupt GGUF: {what} at byte {self.pos} needs {n} bytes, the file has {len(self.buf)}"
+            )
+        data = self.buf[self.pos : end]
+        self.pos = end
+        return data
+
+    def scalar(self, fmt: str, what: str) -> Any:
+        return struct.unpack(self.order + fmt, self.take(struct.calcsize(fmt), what))[0]
+
+    def string(self, what: str) -> str:
+        n = self.scalar("Q", f"length of {what}")
+        if n > _MAX_STRING:
+            raise self.fail(f"corrupt GGUF: {what} at byte {self.pos} claims {n} bytes")
+        return self.take(n, what).decode("utf-8", errors="replace")
+
+    def value(self, vtype: int, what: str) -> Value:
+        try:
+            gtype = GGUFValueType(vtype)
+        except ValueError:
+            raise self.fail(f"corrupt GGUF: {what} has unknown value type {vtype}") from None
+        if gtype == GGUFValueType.STRING:
+            return self.string(what)
+        if gtype in _SCALAR_FORMATS:
+            return self.scalar(_SCALAR_FORMATS[gtype], what)
+        return self.array(what)
+
+    def skip_string(self, what: str) -> None:
+        n = self.scalar("Q", f"length of {what}")
+        if n > len(self.buf) - self.pos:
+            raise self.fail(f"truncated or corrupt GGUF: {what} at byte {self.pos} claims {n} bytes")
+        self.pos += n
+
+    def array(self, what: str) -> Value:
+        raw = self.scalar("I", f"item type of {what}")
+        length = self.scalar("Q", f"length of {what}")
+        try:
+            item = GGUFValueType(raw)
+        except ValueError:
+            raise self.fail(f"corrupt GGUF: {what} has unknown item type {raw}") from None
+        fmt = _SCALAR_FORMATS.get(item)
+        min_item = struct.calcsize(fmt) if fmt else 8  # strings and arrays start with an 8-byte length
+        if length * min_item > len(self.buf) - self.pos:
+            raise self.fail(f"truncated or corrupt GGUF: {what} claims {length} items, more than the file holds")
+        if fmt and length <= _KEEP_ARRAY:
+            return struct.unpack(f"{self.order}{length}{fmt}", self.take(length * min_item, what))
+        if fmt:
+            self.pos += length * min_item  # bounds checked above
+        elif item == GGUFValueType.STRING:
+            for _ in range(length):
+                self.skip_string(what)
+        else:
+            raise self.fail(f"corrupt GGUF: {what} nests arrays")
+        return ArrayInfo(item_type=item.name, length=length)
+
+
+def _tensor_info(cur: _Cursor) -> tuple[TensorInfo, int]:
+    """One tensor table entry and its data offset (relative to the data section)."""
+    name = cur.string("tensor name")
+    n_dims = cur.scalar("I", f"dimension count of {name}")
+    if not 1 <= n_dims <= _MAX_DIMS:
+        raise cur.fail(f"corrupt GGUF: tensor {name} has {n_dims} dimensions")
+    ne = tuple(cur.scalar("Q", f"shape of {name}") for _ in range(n_dims))
+    raw_type = cur.scalar("I", f"type of {name}")
+    offset = cur.scalar("Q", f"offset of {name}")
+    if math.prod(ne) > _MAX_ELEMENTS:
+        raise cur.fail(f"corrupt GGUF: tensor {name} claims shape {list(ne)}")
+    try:
+        qtype = GGMLQuantizationType(raw_type)
+    except ValueError:
+        raise cur.fail(f"tensor {name} has ggml type {raw_type}, unknown to the installed gguf package") from None
+    block, size = GGML_QUANT_SIZES[qtype]
+    if ne[0] % block:
+        raise cur.fail(f"corrupt GGUF: tensor {name} rows of {ne[0]} are not whole {qtype.name} blocks")
+    info = TensorInfo(name=name, ne=ne, ggml_type=qtype.name, nbytes=math.prod(ne) // block * size)
+    return info, offset
+
+
+def _byte_order(buf: mmap.mmap | bytes, name: str) -> tuple[str, int]:
+    """``("<" or ">", version)``; a version whose low half is zero means a big-endian file."""
+    if len(buf) < 4 or buf[:4] != _MAGIC:
+        raise GGUFError(f"{name}: not a GGUF file (starts with {bytes(buf[:4])!r}, expected {_MAGIC!r})")
+    if len(buf) < _PREAMBLE:
+        raise GGUFError(f"{name}: truncated GGUF: {len(buf)} bytes, shorter than the {_PREAMBLE}-byte preamble")
+    version = struct.unpack_from("<I", buf, 4)[0]
+    order = "<"
+    if version & 0xFFFF == 0:
+        order, version = ">", struct.unpack_from(">I", buf, 4)[0]
+    if version not in _VERSIONS:
+        raise GGUFError(f"{name}: GGUF version {version} is not supported (only 2 and 3)")
+    return order, version
+
+
+def parse_header(buf: mmap.mmap | bytes, name: str = "GGUF") -> GGUFHeader:
+    """Parse and check a GGUF header held in ``buf`` (the whole file, or a memory map of it)."""
+    order, version = _byte_order(buf, name)
+    cur = _Cursor(buf, order, name)
+    cur.pos = 8
+    n_tensors, n_kv = cur.scalar("Q", "tensor count"), cur.scalar("Q", "metadata count")
+    room = len(buf) - _PREAMBLE
+    if n_tensors * _MIN_TENSOR_INFO + n_kv * _MIN_KV > room:
+        raise cur.fail(
+            f"truncated or corrupt GGUF: claims {n_tensors} tensors and {n_kv} metadata keys, "
+            f"more than its {len(buf)} bytes can describe"
+        )
+    metadata: dict[str, Value] = {}
+    for _ in range(n_kv):
+        key = cur.string("metadata key")
+        if key in metadata:
+            raise cur.fail(f"corrupt GGUF: metadata key {key} appears twice")
+        metadata[key] = cur.value(cur.scalar("I", f"type of {key}"), key)
+    entries = [_tensor_info(cur) for _ in range(n_tensors)]
+    alignment = metadata.get("general.alignment", GGUF_DEFAULT_ALIGNMENT)
+    if not isinstance(alignment, int) or alignment <= 0 or alignment & (alignment - 1):
+        raise cur.fail(f"corrupt GGUF: general.alignment {alignment!r} is not a power of two")
+    data_offset = cur.pos + (-cur.pos % alignment)
+    seen: set[str] = set()
+    for info, offset in entries:
+        if info.name in seen:
+            raise cur.fail(f"corrupt GGUF: tensor {info.name} appears twice")
+        seen.add(info.name)
+        end = data_offset + offset + info.nbytes
+        if offset % alignment or end > len(buf):
+            raise cur.fail(
+                f"truncated GGUF: tensor {info.name} ends at byte {end}, the file has {len(buf)} bytes"
+                if end > len(buf)
+                else f"corrupt GGUF: tensor {info.name} offset {offset} is not {alignment}-byte aligned"
+            )
+    return GGUFHeader(
+        version=version,
+        metadata=metadata,
+        tensors=tuple(info for info, _ in entries),
+        data_offset=data_offset,
+        file_bytes=len(buf),
+    )
+
+
+def read_header(path: Path | str) -> GGUFHeader:
+    """The header of the GGUF at ``path``, memory-mapped (tensor data stays on disk)."""
+    path = Path(path)
+    try:
+        with path.open("rb") as f:
+            size = path.stat().st_size
+            if size < _PREAMBLE:
+                return parse_header(f.read(), str(path))
+            with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as buf:
+                return parse_header(buf, str(path))
+    except FileNotFoundError:
+        raise GGUFError(f"{path}: no such file") from None
+    except IsADirectoryError:
+        raise GGUFError(f"{path}: is a directory, not a GGUF file") from None
+    except OSError as e:
+        raise GGUFError(f"{path}: cannot read ({e.strerror or e})") from None
+
+
+# --------------------------------------------------------------------------------------------------
+# report
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelReport:
+    """A GGUF's model as xover sees it: header facts plus the derived :class:`Footprint`."""
+
+    path: str
+    file_bytes: int
+    name: str | None
+    file_type: str | None  # LlamaFileType name, e.g. MOSTLY_Q4_K_M
+    synthetic_preset: str | None  # set for files written by xover.gguf.synth
+    n_tensors: int
+    bytes_by_type: tuple[tuple[str, int], ...]  # ggml type -> tensor bytes, largest first
+    hparams: Hyperparams
+    footprint: Footprint
+    notes: tuple[str, ...]  # approximations made, in words
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-serialisable form."""
+        data = dataclasses.asdict(self)
+        data["bytes_by_type"] = dict(self.bytes_by_type)
+        return data
+
+
+def _int(meta: Mapping[str, Value], key: str, notes: list[str], default: int | None = None) -> int | None:
+    """An integer hyperparameter; a per-layer array gives its maximum (and a note)."""
+    value = meta.get(key, default)
+    if isinstance(value, tuple) and value and all(isinstance(v, int) for v in value):
+        if len(set(value)) > 1:
+            notes.append(f"{key} varies per layer ({min(value)}..{max(value)}); the figures use the maximum")
+        return max(value)
+    if isinstance(value, bool) or not isinstance(value, (int, type(None))):
+        raise GGUFError(f"metadata {key} is {value!r}, expected an integer: not a GGUF xover understands")
+    return value
+
+
+def hyperparams(header: GGUFHeader, name: str = "GGUF") -> tuple[Hyperparams, tuple[str, ...]]:
+    """The hyperparameters the arithmetic needs, with notes on any approximation."""
+    meta, notes = header.metadata, []
+    arch = meta.get("general.architecture")
+    if not isinstance(arch, str):
+        raise GGUFError(f"{name}: no general.architecture in the metadata: not a model GGUF")
+
+    def need(suffix: str) -> int:
+        value = _int(meta, f"{arch}.{suffix}", notes)
+        if value is None:
+            raise GGUFError(f"{name}: no {arch}.{suffix} in the metadata: not a language-model GGUF")
+        return value
+
+    n_embd, n_layer = need("embedding_length"), need("block_count")
+    n_head = _int(meta, f"{arch}.attention.head_count", notes, 0) or 0
+    n_head_kv = _int(meta, f"{arch}.attention.head_count_kv", notes, n_head) or 0
+    default_head_dim = n_embd // n_head if n_head else 0
+    tokens = meta.get("tokenizer.ggml.tokens")
+    embd = next((t for t in header.tensors if t.name == "token_embd.weight"), None)
+    n_vocab = tokens.length if isinstance(tokens, ArrayInfo) else embd.ne[1] if embd and len(embd.ne) > 1 else 0
+    hp = Hyperparams(
+        arch=arch,
+        n_layer=n_layer,
+        n_embd=n_embd,
+        n_head=n_head,
+        n_head_kv=n_head_kv,
+        head_dim_k=_int(meta, f"{arch}.attention.key_length", notes, default_head_dim) or 0,
+        head_dim_v=_int(meta, f"{arch}.attention.value_length", notes, default_head_dim) or 0,
+        n_expert=_int(meta, f"{arch}.expert_count", notes, 0) or 0,
+        n_expert_used=_int(meta, f"{arch}.expert_used_count", notes, 0) or 0,
+        n_vocab=n_vocab,
+        n_ctx_train=_int(meta, f"{arch}.context_length", notes, 0) or 0,
+    )
+    return hp, tuple(notes)
+
+
+def _file_type_name(value: Value | None) -> str | None:
+    if not isinstance(value, int):
+        return None
+    try:
+        return LlamaFileType(value).name
+    except ValueError:
+        return None
+
+
+def build_report(header: GGUFHeader, path: str) -> ModelReport:
+    """Pure: the report of a parsed header."""
+    hp, notes = hyperparams(header, path)
+    table = TensorTable(hparams=hp, tensors=header.tensors)
+    fp = footprint(table)
+    extra = []
+    if fp.expert_bytes and not hp.n_expert:
+        extra.append("expert tensors but no expert_count: active figures count every expert")
+    if fp.tied_embeddings:
+        extra.append("no output.weight: token_embd doubles as the output matrix and is read whole per token")
+    by_type: dict[str, int] = {}
+    for t in header.tensors:
+        by_type[t.ggml_type] = by_type.get(t.ggml_type, 0) + t.nbytes
+    meta = header.metadata
+    preset = meta.get("xover.preset") if meta.get("xover.synthetic") is True else None
+    name = meta.get("general.name")
+    return ModelReport(
+        path=path,
+        file_bytes=header.file_bytes,
+        name=name if isinstance(name, str) else None,
+        file_type=_file_type_name(meta.get("general.file_type")),
+        synthetic_preset=preset if isinstance(preset, str) else None,
+        n_tensors=len(header.tensors),
+        bytes_by_type=tuple(sorted(by_type.items(), key=lambda kv: -kv[1])),
+        hparams=hp,
+        footprint=fp,
+        notes=notes + tuple(extra),
+    )
+
+
+def inspect_gguf(path: Path | str) -> ModelReport:
+    """Read a GGUF's header and derive its :class:`ModelReport`; raises :class:`GGUFError` on bad files."""
+    return build_report(read_header(path), str(path))
+
+
+# --------------------------------------------------------------------------------------------------
+# text rendering
+
+
+def format_bytes(n: float) -> str:
+    """Binary units: ``96.0 KiB``, ``17.28 GiB``."""
+    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if abs(n) >= scale:
+            return f"{n / scale:.2f} {unit}" if unit == "GiB" else f"{n / scale:.1f} {unit}"
+    return f"{n:.0f} B"
+
+
+def format_params(n: float) -> str:
+    """``30.53B``, ``7.6M``, ``2.0K``."""
+    for unit, scale in (("B", 1e9), ("M", 1e6), ("K", 1e3)):
+        if abs(n) >= scale:
+            return f"{n / scale:.2f}{unit}" if unit == "B" else f"{n / scale:.1f}{unit}"
+    return f"{n:.0f}"
+
+
+_NICE_STEPS = (1, 2, 4, 5, 8, 10, 16, 20, 25, 32, 50, 64, 100)
+
+
+def ncmoe_selection(n_layer: int, max_rows: int = 13) -> list[int]:
+    """The ``--n-cpu-moe`` values worth a row: multiples of a round step, plus 0 and ``n_layer``."""
+    step = next((s for s in _NICE_STEPS if n_layer / s <= max_rows - 1), math.ceil(n_layer / (max_rows - 1)))
+    return sorted({*range(0, n_layer + 1, step), n_layer})
+
+
+def render_text(report: ModelReport) -> str:
+    """A human-readable summary of a report."""
+    hp, fp = report.hparams, report.footprint
+    title = report.name or Path(report.path).name
+    lines = [
+        f"{title}  ({report.path})",
+        f"  file        {format_bytes(report.file_bytes)}, {report.n_tensors} tensors"
+        + (f", {report.file_type}" if report.file_type else ""),
+        f"  model       {hp.arch}: {hp.n_layer} layers, n_embd {hp.n_embd}, "
+        f"{hp.n_head} heads / {hp.n_head_kv} KV heads x {hp.head_dim_k}, vocab {hp.n_vocab}, context {hp.n_ctx_train}",
+    ]
+    if hp.n_expert:
+        lines.append(f"  experts     {hp.n_expert_used} of {hp.n_expert} per token")
+    lines += [
+        f"  params      {format_params(fp.total_params)} total, {format_params(fp.active_params)} active per token "
+        f"({format_params(fp.active_params_full_embd)} counting the whole embedding matrix, "
+        f"{format_params(fp.active_params_no_embd)} without it)",
+        f"  weights     {format_bytes(fp.total_bytes)}: "
+        + ", ".join(f"{t} {format_bytes(b)}" for t, b in report.bytes_by_type),
+    ]
+    if fp.expert_bytes:
+        per_layer = max(fp.expert_bytes_per_layer)
+        lines.append(f"  experts     {format_bytes(fp.expert_bytes)} (up to {format_bytes(per_layer)} per layer)")
+    lines.append(f"  per token   {format_bytes(fp.bytes_per_token)} of weights read per decoded token")
+    kv = [f"{format_bytes(b)} {t}" for t, b in (("f16", fp.kv_bytes_per_token_f16), ("q8_0", fp.kv_bytes_per_token_q8_0)) if b]
+    if kv:
+        lines.append(f"  KV cache    {', '.join(kv)} per token of context")
+    if fp.expert_bytes:
+        lines.append("  --n-cpu-moe N (every layer offloaded; token_embd stays in host memory):")
+        lines.append(f"    {'N':>4}  {'experts on CPU':>14}  {'weights on GPU':>14}")
+        for n in ncmoe_selection(hp.n_layer):
+            row = fp.ncmoe[n]
+            lines.append(f"    {n:>4}  {format_bytes(row.cpu_expert_bytes):>14}  {format_bytes(row.gpu_bytes):>14}")
+    else:
+        lines.append("  no expert tensors: --n-cpu-moe moves nothing")
+    lines += [f"  note        {note}" for note in report.notes]
+    return "\n".join(lines)

@@ -1,0 +1,309 @@
+"""llama-bench as a library: argument lists from typed configuration, a streaming runner, pure parsers.
+
+One :class:`BenchJob` is one llama-bench process: a configuration (:class:`xover.records.BenchConfig`)
+and the tests to measure with it (``pp{n_prompt} @ dN`` and ``tg{n_gen} @ dN`` at each depth N).
+:func:`run` starts it with ``-o jsonl -oe md --progress`` and yields events as lines arrive:
+
+* stdout carries one JSON object per finished test (flushed by llama-bench) -> :class:`RecordLine`;
+* stderr carries ``llama-bench: benchmark i/N: <phase>`` lines -> :class:`ProgressLine`, llama-bench's
+  own markdown table (``-oe md``, kept so xover's rendering can be checked against it), and errors;
+* the end of the process -> :class:`Exited` (exit code, timeout, stderr tail).
+
+The I/O loop only reads and timestamps raw lines; :func:`classify` turns a line into an event and is
+tested on lines recorded from the real binary.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import json
+import os
+import re
+import selectors
+import subprocess
+import time
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+from xover.errors import XoverError
+from xover.llamacpp import process
+from xover.records import BenchConfig, BenchResult
+
+# A test point: (n_prompt, n_gen, n_depth), exactly as llama-bench reports it.
+Point = tuple[int, int, int]
+
+# llama-bench flags that xover sets itself, and the xover option to use instead.
+RESERVED_FLAGS: dict[str, str] = {
+    "-m": "-m/--model", "--model": "-m/--model",
+    "-p": "--pp", "--n-prompt": "--pp",
+    "-n": "--tg", "--n-gen": "--tg",
+    "-d": "--depth", "--n-depth": "--depth",
+    "-r": "-r/--repetitions", "--repetitions": "-r/--repetitions",
+    "-ncmoe": "--ncmoe", "--n-cpu-moe": "--ncmoe",
+    "-ub": "--ubatch", "--ubatch-size": "--ubatch",
+    "-fa": "--flash-attn", "--flash-attn": "--flash-attn",
+    "-nopo": "--no-op-offload", "--no-op-offload": "--no-op-offload",
+    "-t": "--threads", "--threads": "--threads",
+    "-pg": "--pp and --tg (xover measures prefill and decode as separate tests at each depth)",
+    "-o": "nothing: xover reads llama-bench's JSONL itself", "--output": "nothing: xover reads llama-bench's JSONL itself",
+    "-oe": "nothing: xover keeps llama-bench's markdown itself", "--output-err": "nothing: xover keeps llama-bench's markdown itself",
+    "--progress": "nothing: xover always follows llama-bench's progress",
+    "-h": "`xover bench --help`", "--help": "`xover bench --help`",
+    "--version": "`xover llama which`", "--list-devices": "llama-bench --list-devices directly",
+}
+
+# Swept xover knobs whose value llama-bench echoes in each JSONL record, to check every record
+# against the configuration it is stored under.
+_RECORD_FIELD = {"-ncmoe": "n_cpu_moe", "-ub": "n_ubatch", "-t": "n_threads", "-nopo": "no_op_offload", "-fa": "flash_attn"}
+_FLASH_ATTN = {"on": 1, "off": 0, "auto": -1}
+
+_PROGRESS = re.compile(r"^llama-bench: benchmark (\d+)/(\d+): (.+?)\s*$")
+_PHASE = re.compile(r"^(depth|prompt|generation) run (\d+)/(\d+)( \(cached\))?$")
+_REQUIRED = ("n_prompt", "n_gen", "n_depth", "samples_ns", "avg_ts", "stddev_ts")
+
+
+def check_extra_args(args: Sequence[str]) -> None:
+    """Refuse passthrough arguments that would collide with what xover sets or sweeps itself."""
+    for arg in args:
+        # llama-bench treats `--n_prompt` as `--n-prompt`.
+        flag = "--" + arg[2:].replace("_", "-") if arg.startswith("--") else arg
+        if flag in RESERVED_FLAGS:
+            raise XoverError(f"{arg} after `--` is set by xover: use {RESERVED_FLAGS[flag]} instead")
+
+
+@dataclasses.dataclass(frozen=True)
+class BenchJob:
+    """One llama-bench process: a configuration and the tests to run with it.
+
+    ``n_prompt == 0`` leaves out the prefill tests, ``n_gen == 0`` the decode tests; every depth gets
+    both kinds, as llama-bench's cartesian product does.
+    """
+
+    config: BenchConfig
+    n_prompt: int
+    n_gen: int
+    depths: tuple[int, ...]
+    repetitions: int
+
+    def points(self) -> list[Point]:
+        """The tests in llama-bench's own order: by depth, prefill before decode."""
+        out: list[Point] = []
+        for d in self.depths:
+            if self.n_prompt:
+                out.append((self.n_prompt, 0, d))
+            if self.n_gen:
+                out.append((0, self.n_gen, d))
+        return out
+
+    def to_argv(self, bench: Path, model: Path) -> list[str]:
+        argv = [
+            str(bench), "-m", str(model),
+            "-p", str(self.n_prompt), "-n", str(self.n_gen),
+            "-d", ",".join(str(d) for d in self.depths),
+            "-r", str(self.repetitions),
+        ]
+        for flag, value in self.config.fields:
+            argv += [flag, value]
+        argv += list(self.config.extra_args)
+        return argv + ["-o", "jsonl", "-oe", "md", "--progress"]
+
+
+# ---- events ---------------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class ProgressLine:
+    """``llama-bench: benchmark 3/8: prompt run 2/5``: test 3 of 8, phase ``prompt``, repetition 2 of 5."""
+
+    test_index: int  # 1-based
+    test_count: int
+    phase: str  # starting, warmup prompt, warmup generation, depth, prompt, generation
+    rep: int | None = None
+    reps: int | None = None
+    cached: bool = False  # depth run restored from the saved KV state, not recomputed
+
+
+@dataclasses.dataclass(frozen=True)
+class RecordLine:
+    """One finished test: llama-bench's JSONL object, untouched."""
+
+    record: dict[str, Any]
+
+
+@dataclasses.dataclass(frozen=True)
+class MarkdownLine:
+    """A line of llama-bench's own markdown table (``-oe md``)."""
+
+    text: str
+
+
+@dataclasses.dataclass(frozen=True)
+class OtherLine:
+    """Anything else: log or error output."""
+
+    stream: str
+    text: str
+
+
+@dataclasses.dataclass(frozen=True)
+class Exited:
+    """The process is gone. ``returncode`` < 0 means killed by that signal (a crash, the OOM killer)."""
+
+    returncode: int | None
+    timed_out: bool
+    duration_ns: int
+    stderr_tail: str
+    markdown: str  # llama-bench's own table for this process, as it printed it
+
+
+Line = ProgressLine | RecordLine | MarkdownLine | OtherLine
+BenchEvent = ProgressLine | RecordLine | Exited
+
+
+# ---- pure parsing ---------------------------------------------------------------------------------
+
+
+def parse_progress(text: str) -> ProgressLine | None:
+    m = _PROGRESS.match(text)
+    if m is None:
+        return None
+    index, count, phase = int(m.group(1)), int(m.group(2)), m.group(3)
+    p = _PHASE.match(phase)
+    if p is None:
+        # "starting", "warmup prompt run", "warmup generation run"
+        return ProgressLine(index, count, phase.removesuffix(" run"))
+    return ProgressLine(index, count, p.group(1), int(p.group(2)), int(p.group(3)), cached=bool(p.group(4)))
+
+
+def parse_record(text: str) -> dict[str, Any] | None:
+    """A JSONL test record, or None when the line is not one (usage text, a truncated line)."""
+    if not text.startswith("{"):
+        return None
+    try:
+        obj = json.loads(text)
+    except json.JSONDecodeError:
+        return None
+    if not isinstance(obj, dict) or any(k not in obj for k in _REQUIRED) or not isinstance(obj["samples_ns"], list):
+        return None
+    return obj
+
+
+def classify(stream: str, text: str) -> Line:
+    if stream == "stdout":
+        record = parse_record(text)
+        return RecordLine(record) if record is not None else OtherLine(stream, text)
+    progress = parse_progress(text)
+    if progress is not None:
+        return progress
+    if text.startswith("|") or text.startswith("build: "):
+        return MarkdownLine(text)
+    return OtherLine(stream, text)
+
+
+def result_from_record(config_key: str, record: dict[str, Any]) -> BenchResult:
+    """A stored result from a JSONL record.
+
+    ``samples_ts`` is recomputed from the integer ``samples_ns`` exactly as llama-bench does
+    (tokens * 1e9 / ns): its printed ``samples_ts`` keeps only six significant digits.
+    """
+    n_prompt, n_gen, n_depth = int(record["n_prompt"]), int(record["n_gen"]), int(record["n_depth"])
+    samples_ns = tuple(int(x) for x in record["samples_ns"])
+    n_tokens = n_prompt + n_gen
+    return BenchResult(
+        config_key=config_key,
+        n_prompt=n_prompt,
+        n_gen=n_gen,
+        n_depth=n_depth,
+        samples_ns=samples_ns,
+        samples_ts=tuple(1e9 * n_tokens / ns for ns in samples_ns),
+        avg_ts=float(record["avg_ts"]),
+        stddev_ts=float(record["stddev_ts"]),
+        record=record,
+    )
+
+
+def record_mismatch(config: BenchConfig, record: dict[str, Any]) -> str | None:
+    """Why a record cannot belong to ``config`` (a swept value differs), or None when it matches."""
+    for flag, value in config.fields:
+        key = _RECORD_FIELD.get(flag)
+        if key is None or key not in record:
+            continue
+        expected = _FLASH_ATTN[value] if flag == "-fa" else int(value)
+        if int(record[key]) != expected:
+            return f"llama-bench reported {key}={record[key]} for a configuration with {flag} {value}"
+    return None
+
+
+# ---- the process ----------------------------------------------------------------------------------
+
+
+def _raw_lines(proc: subprocess.Popen[bytes], deadline_ns: int | None) -> Iterator[tuple[str, str]]:
+    """(stream, line) as each full line arrives on stdout or stderr, until both close.
+
+    Raises TimeoutError when ``deadline_ns`` (a perf_counter_ns value) passes first.
+    """
+    assert proc.stdout is not None and proc.stderr is not None
+    sel = selectors.DefaultSelector()
+    sel.register(proc.stdout, selectors.EVENT_READ, "stdout")
+    sel.register(proc.stderr, selectors.EVENT_READ, "stderr")
+    buffers = {"stdout": b"", "stderr": b""}
+    try:
+        while sel.get_map():
+            timeout = None if deadline_ns is None else (deadline_ns - time.perf_counter_ns()) / 1e9
+            if timeout is not None and timeout <= 0:
+                raise TimeoutError
+            ready = sel.select(timeout)
+            for key, _ in ready:
+                stream = key.data
+                chunk = os.read(key.fd, 1 << 16)
+                if not chunk:
+                    sel.unregister(key.fileobj)
+                    if buffers[stream]:
+                        yield stream, buffers[stream].decode(errors="replace").rstrip("\r")
+                    continue
+                buffers[stream] += chunk
+                *complete, buffers[stream] = buffers[stream].split(b"\n")
+                for raw in complete:
+                    yield stream, raw.decode(errors="replace").rstrip("\r")
+    finally:
+        sel.close()
+
+
+def run(job: BenchJob, bench: Path, model: Path, timeout_s: float | None = None) -> Iterator[BenchEvent]:
+    """Run one llama-bench process and yield its progress and records as they arrive, then :class:`Exited`.
+
+    The child runs in its own session; closing the generator (or an exception, Ctrl-C included)
+    stops it with SIGTERM then SIGKILL before the generator returns.
+    """
+    start = time.perf_counter_ns()
+    deadline = None if timeout_s is None else start + int(timeout_s * 1e9)
+    proc = process.spawn(
+        job.to_argv(bench, model), env=dict(job.config.env),
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=False,
+    )
+    tail: collections.deque[str] = collections.deque(maxlen=30)
+    markdown: list[str] = []
+    timed_out = False
+    try:
+        try:
+            for stream, text in _raw_lines(proc, deadline):
+                line = classify(stream, text)
+                if isinstance(line, (ProgressLine, RecordLine)):
+                    yield line
+                elif isinstance(line, MarkdownLine):
+                    markdown.append(line.text)
+                elif stream == "stderr" and text.strip():
+                    tail.append(text)
+            proc.wait(timeout=10)  # both pipes closed: the process is exiting; collect its real code
+        except TimeoutError:
+            timed_out = True
+        except subprocess.TimeoutExpired:
+            pass  # closed its output but lingers: stop() below ends it
+    finally:
+        code = process.stop(proc)
+    yield Exited(
+        returncode=code, timed_out=timed_out, duration_ns=time.perf_counter_ns() - start,
+        stderr_tail="\n".join(tail), markdown="\n".join(markdown),
+    )

@@ -1,0 +1,215 @@
+"""The study report: a self-contained HTML page (plots embedded) and a markdown summary.
+
+Pure renderers: ``build_report(data) -> Report`` analyses, ``render_html``/``render_markdown``
+return strings. Every piece of text that came from outside (model names, flags, server output)
+is escaped. :func:`write_report` is the one place that writes files.
+"""
+
+from __future__ import annotations
+
+import base64
+import dataclasses
+import html
+import itertools
+from collections import defaultdict
+from pathlib import Path
+
+from xover.analysis.crossover import ConfigData, PairResult, compare_pair, fit_cost_model, verdict
+from xover.analysis.stats import summarize
+from xover.report import plots
+from xover.report.data import StudyData, crossover_inputs
+
+AGENTIC_BAND = (10_000, 40_000)
+
+
+@dataclasses.dataclass(frozen=True)
+class Report:
+    data: StudyData
+    response: int
+    band: tuple[int, int]
+    configs: tuple[ConfigData, ...]
+    pairs: tuple[PairResult, ...]
+    verdicts: tuple[str, ...]
+    images: tuple[tuple[str, str, bytes], ...]  # (id, caption, png)
+
+
+def build_report(data: StudyData, response: int = 200, band: tuple[int, int] = AGENTIC_BAND, n_boot: int = 500) -> Report:
+    configs = tuple(crossover_inputs(data))
+    pairs = tuple(compare_pair(a, b, response, n_boot=n_boot) for a, b in itertools.combinations(configs, 2))
+    verdicts = tuple(verdict(p, band) for p in pairs)
+    images: list[tuple[str, str, bytes]] = []
+    if configs:
+        images.append(("total", "Total time per turn vs prompt length", plots.total_time_plot(configs, pairs, response, band)))
+        images.append(("ttft", "Cold time to first token vs prompt length", plots.ttft_plot(configs)))
+    depth = plots.depth_plot(data.bench)
+    if depth is not None:
+        images.append(("depth", "llama-bench prefill and decode vs depth", depth))
+    return Report(data, response, band, configs, pairs, verdicts, tuple(images))
+
+
+def _e(x: object) -> str:
+    return html.escape(str(x), quote=True)
+
+
+def _fmt_k(n: int) -> str:
+    return f"{n // 1000}K" if n % 1000 == 0 and n >= 1000 else f"{n / 1000:.1f}K" if n >= 1000 else str(n)
+
+
+def point_table(report: Report) -> tuple[list[str], list[list[str]]]:
+    """The seed's table: per config and length, llama-bench prefill t/s (avg ± sd at depth L) and cold TTFT."""
+    data = report.data
+    pp: dict[tuple[str, int], tuple[float, float]] = {}
+    for label, r in data.bench:
+        if r.n_prompt and not r.n_gen:
+            pp[(label, r.n_depth)] = (r.avg_ts, r.stddev_ts)
+    ttft: dict[tuple[str, int], list[float]] = defaultdict(list)
+    for label, s in data.cold_samples():
+        ttft[(label, s.length)].append(s.first_token_ns / 1e6)  # type: ignore[operator]
+    lengths = sorted({L for _, L in ttft} | {d for _, d in pp})
+    header = ["config", "prompt / depth", "llama-bench pp t/s (avg ± sd)", "cold TTFT ms (median [min-max], n)",
+              "prefill t/s from TTFT"]
+    rows = []
+    for label in data.config_labels():
+        for L in lengths:
+            b = pp.get((label, L))
+            t = ttft.get((label, L))
+            if b is None and not t:
+                continue
+            tcell, rate = "—", "—"
+            if t:
+                s = summarize(t)
+                tcell = f"{s.median:.1f} [{s.minimum:.1f}-{s.maximum:.1f}], n={s.n}"
+                rate = f"{L / (s.median / 1000):.0f}"
+            rows.append([label, _fmt_k(L), f"{b[0]:.2f} ± {b[1]:.2f}" if b else "—", tcell, rate])
+    return header, rows
+
+
+def cold_check_table(data: StudyData) -> tuple[list[str], list[list[str]]]:
+    groups: dict[tuple[str, str, int], list[bool]] = defaultdict(list)
+    for label, s in data.ttft:
+        groups[(label, s.mode, s.length)].append(s.cache_ok and s.error is None)
+    header = ["config", "mode", "length", "passed / stored", "re-runs (failed check or error)"]
+    rows = [[lb, mode, _fmt_k(L), f"{sum(v)} / {len(v)}", str(len(v) - sum(v))] for (lb, mode, L), v in groups.items()]
+    return header, rows
+
+
+def gap_table(data: StudyData) -> tuple[list[str], list[list[str]]]:
+    """Client TTFT minus the server's prompt_ms: HTTP, tokenization, slot selection, state saving."""
+    gaps: dict[tuple[str, str, int], list[float]] = defaultdict(list)
+    for label, s in data.ttft:
+        if s.first_token_ns is not None and s.timings is not None and s.timings.prompt_ms is not None:
+            gaps[(label, s.mode, s.length)].append(s.first_token_ns / 1e6 - s.timings.prompt_ms)
+    header = ["config", "mode", "length", "gap ms (median)", "gap ms (max)"]
+    rows = []
+    for (lb, mode, L), v in gaps.items():
+        s = summarize(v)
+        rows.append([lb, mode, _fmt_k(L), f"{s.median:.2f}", f"{s.maximum:.2f}"])
+    return header, rows
+
+
+def attention_table(report: Report) -> tuple[list[str], list[list[str]]]:
+    header = ["config", *[_fmt_k(L) for L in sorted({L for c in report.configs for L in c.ttft_s})]]
+    rows = []
+    for c in report.configs:
+        m = fit_cost_model(c)
+        rows.append([c.label, *[f"{100 * m.quadratic_share(L):.1f}%" for L in sorted(c.ttft_s)]])
+    return header, rows
+
+
+def provenance_rows(data: StudyData) -> list[list[str]]:
+    rows = []
+    for r in data.runs:
+        p = r["provenance"]
+        model = p.model
+        rows.append([
+            str(r["id"]), r["kind"], r["started_at"], r["status"],
+            f"{p.llama_build_commit} (build {p.llama_build_number}), {p.llama_backend}",
+            f"{p.cpu_info or '?'}; GPU: {p.gpu_info or 'none'}; host {p.hostname}",
+            f"{model.name}, {model.size_bytes / 1e9:.3f} GB, header sha256 {model.header_sha256[:12]}" if model else "—",
+            " ".join(r["command"]),
+        ])
+    return rows
+
+
+def _table(header: list[str], rows: list[list[str]]) -> str:
+    if not rows:
+        return "<p class='muted'>No data.</p>"
+    head = "".join(f"<th>{_e(h)}</th>" for h in header)
+    body = "".join("<tr>" + "".join(f"<td>{_e(c)}</td>" for c in row) + "</tr>" for row in rows)
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+
+
+_CSS = """
+body{font-family:system-ui,-apple-system,Segoe UI,sans-serif;max-width:1100px;margin:2em auto;padding:0 1em;color:#222}
+h1{font-size:1.6em}h2{border-bottom:1px solid #ddd;padding-bottom:.2em;margin-top:1.6em}
+table{border-collapse:collapse;font-size:.9em;margin:.6em 0}td,th{border:1px solid #ccc;padding:.25em .6em;text-align:left}
+th{background:#f4f4f4}.verdict{background:#eef6ee;border-left:4px solid #3a3;padding:.5em 1em;margin:.4em 0}
+img{max-width:100%;border:1px solid #eee}.muted{color:#777}code{background:#f4f4f4;padding:0 .2em}
+"""
+
+
+def render_html(report: Report) -> str:
+    d = report.data
+    parts = [f"<!doctype html><html lang='en'><head><meta charset='utf-8'><title>xover report: {_e(Path(d.study_dir).name)}</title>",
+             f"<style>{_CSS}</style></head><body>",
+             f"<h1>xover report <span class='muted'>{_e(Path(d.study_dir).name)}</span></h1>"]
+    parts.append("<h2>Verdict</h2>")
+    if report.verdicts:
+        parts += [f"<p class='verdict'>{_e(v)}</p>" for v in report.verdicts]
+    else:
+        parts.append("<p class='muted'>Fewer than two configurations with cold TTFT and decode data: no crossover to compute.</p>")
+    for p in report.pairs:
+        fitted = ", ".join(f"{c.length:.0f} ({c.kind}{', extrapolated' if c.extrapolated else ''})" for c in p.fitted) or "none"
+        ci = f"{p.ci[0]:.0f}-{p.ci[1]:.0f} tokens" if p.ci else "not defined"
+        parts.append(f"<p>{_e(p.a)} vs {_e(p.b)}: interpolated crossover "
+                     f"{_e(', '.join(f'{c.length:.0f} ({c.kind})' for c in p.interpolated) or 'none in range')}; "
+                     f"fitted {_e(fitted)}; bootstrap 95% interval {_e(ci)}"
+                     f"{_e(f' ({100 * p.ci_no_crossing_fraction:.0f}% of resamples had no crossing)') if p.ci_no_crossing_fraction else ''}.</p>")
+    for img_id, caption, png in report.images:
+        b64 = base64.b64encode(png).decode()
+        parts.append(f"<h2>{_e(caption)}</h2><img id='plot-{_e(img_id)}' alt='{_e(caption)}' src='data:image/png;base64,{b64}'>")
+    parts.append(f"<h2>Prefill and TTFT per configuration and length</h2>{_table(*point_table(report))}")
+    parts.append("<p class='muted'>llama-bench's pp @ dN is the speed of the new tokens on top of an untimed, cached "
+                 "depth prefill; TTFT is the cold wall-clock wait for the first streamed token through llama-server.</p>")
+    if report.configs:
+        parts.append(f"<h2>Attention's share of TTFT (quadratic term of the fitted model)</h2>{_table(*attention_table(report))}")
+    parts.append(f"<h2>Cold check</h2><p>Every sample labelled cold must show <code>cache_n == 0</code> and "
+                 f"<code>prompt_n == L</code>; failures are re-run and never averaged.</p>{_table(*cold_check_table(d))}")
+    parts.append(f"<h2>Client-server gap</h2><p>Client TTFT minus the server's <code>prompt_ms</code>.</p>{_table(*gap_table(d))}")
+    if d.failures:
+        rows = [[lb, f.stage, f.point, f.reason, f.stderr_tail[-300:]] for lb, f in d.failures]
+        parts.append(f"<h2>Failures (kept as data)</h2>{_table(['config', 'stage', 'point', 'reason', 'stderr tail'], rows)}")
+    parts.append("<h2>Provenance</h2>" + _table(["run", "kind", "started", "status", "llama.cpp", "hardware", "model", "command"],
+                                                provenance_rows(d)))
+    parts.append("</body></html>")
+    return "\n".join(parts)
+
+
+def _md_table(header: list[str], rows: list[list[str]]) -> str:
+    if not rows:
+        return "_no data_\n"
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
+    lines += ["| " + " | ".join(c.replace("|", "\\|") for c in row) + " |" for row in rows]
+    return "\n".join(lines) + "\n"
+
+
+def render_markdown(report: Report) -> str:
+    d = report.data
+    out = [f"# xover report: {Path(d.study_dir).name}\n", "## Verdict\n"]
+    out += [f"- {v}" for v in report.verdicts] or ["- no pair of configurations with cold TTFT and decode data"]
+    out += ["", "## Prefill and TTFT\n", _md_table(*point_table(report)), "## Cold check\n", _md_table(*cold_check_table(d)),
+            "## Client-server gap\n", _md_table(*gap_table(d))]
+    out += ["## Provenance\n", _md_table(["run", "kind", "started", "status", "llama.cpp", "hardware", "model", "command"],
+                                          provenance_rows(d))]
+    return "\n".join(out)
+
+
+def write_report(report: Report, out_dir: Path) -> tuple[Path, Path]:
+    """The one place that writes report files: report.html, report.md and the plots as PNG."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    html_path, md_path = out_dir / "report.html", out_dir / "report.md"
+    html_path.write_text(render_html(report), encoding="utf-8")
+    md_path.write_text(render_markdown(report), encoding="utf-8")
+    for img_id, _, png in report.images:
+        (out_dir / f"plot-{img_id}.png").write_bytes(png)
+    return html_path, md_path

@@ -1,0 +1,137 @@
+"""Plots as PNG bytes. Renderers only: they take analysed data and return bytes, never write files.
+
+matplotlib is imported here and nowhere else, lazily, with the non-interactive Agg backend.
+"""
+
+from __future__ import annotations
+
+import io
+from collections import defaultdict
+from collections.abc import Sequence
+from typing import Any
+
+from xover.analysis.crossover import ConfigData, PairResult, fit_cost_model, measured_totals
+from xover.analysis.stats import summarize
+from xover.records import BenchResult
+
+AGENTIC_COLOR = "#f2c14e"
+
+
+def _plt() -> Any:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _png(fig: Any) -> bytes:
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=110, bbox_inches="tight")
+    _plt().close(fig)
+    return buf.getvalue()
+
+
+def _k_formatter() -> Any:
+    from matplotlib.ticker import FuncFormatter
+
+    return FuncFormatter(lambda x, _: f"{x / 1000:g}K" if x >= 1000 else f"{x:g}")
+
+
+def _plain_log_y(ax: Any) -> None:
+    from matplotlib.ticker import FuncFormatter
+
+    ax.yaxis.set_major_formatter(FuncFormatter(lambda y, _: f"{y:g}"))
+    ax.yaxis.set_minor_formatter(FuncFormatter(lambda y, _: ""))
+
+
+def total_time_plot(
+    configs: Sequence[ConfigData], pairs: Sequence[PairResult], response: int, band: tuple[int, int]
+) -> bytes:
+    """Total time per turn vs prompt length, one line per configuration, crossovers marked,
+    the agentic band shaded. Measured medians as markers, the fitted cost model as a line."""
+    plt = _plt()
+    import numpy as np
+
+    fig, ax = plt.subplots(figsize=(8, 4.8))
+    ax.axvspan(band[0], band[1], color=AGENTIC_COLOR, alpha=0.25, label=f"agentic turns ({band[0] // 1000}-{band[1] // 1000}K)")
+    all_lengths = sorted({L for c in configs for L in c.ttft_s})
+    lo, hi = all_lengths[0], all_lengths[-1]
+    xs = np.geomspace(max(lo / 1.5, 1), hi * 1.5, 200)
+    for c in configs:
+        totals = measured_totals(c, response)
+        line = ax.plot(list(totals), list(totals.values()), "o", label=f"{c.label} (measured)")[0]
+        model = fit_cost_model(c)
+        ax.plot(xs, [model.total(x, response) for x in xs], "-", color=line.get_color(), alpha=0.6,
+                label=f"{c.label} (fitted)")
+    for p in pairs:
+        for cr in p.interpolated:
+            if cr.kind == "cross":
+                ax.axvline(cr.length, color="black", ls="--", lw=1)
+                ax.annotate(f"{p.a} = {p.b}\n@ {cr.length / 1000:.1f}K", (cr.length, ax.get_ylim()[1]),
+                            xytext=(4, -28), textcoords="offset points", fontsize=8)
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    _plain_log_y(ax)
+    ax.xaxis.set_major_formatter(_k_formatter())
+    ax.set_xlabel("prompt length (tokens, log scale)")
+    ax.set_ylabel(f"total time per turn (s): TTFT + {response} tokens decode")
+    ax.set_title("Total time per turn vs prompt length")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=8, loc="upper left")
+    return _png(fig)
+
+
+def ttft_plot(configs: Sequence[ConfigData]) -> bytes:
+    """Cold TTFT vs prompt length (median with min-max whiskers), log-log."""
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(8, 4.5))
+    for c in configs:
+        lengths = sorted(c.ttft_s)
+        sums = [summarize(c.ttft_s[L]) for L in lengths]
+        med = [s.median for s in sums]
+        yerr = [[m - s.minimum for m, s in zip(med, sums)], [s.maximum - m for m, s in zip(med, sums)]]
+        ax.errorbar(lengths, med, yerr=yerr, marker="o", capsize=3, label=c.label)
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    _plain_log_y(ax)
+    ax.xaxis.set_major_formatter(_k_formatter())
+    ax.set_xlabel("prompt length (tokens, log scale)")
+    ax.set_ylabel("time to first token (s, log scale)")
+    ax.set_title("Cold TTFT (median, whiskers min-max)")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=8)
+    return _png(fig)
+
+
+def depth_plot(bench: Sequence[tuple[str, BenchResult]]) -> bytes | None:
+    """llama-bench prefill (pp) and decode (tg) tok/s vs depth, mean ± sd, one line per config."""
+    series: dict[tuple[str, str], list[tuple[int, float, float]]] = defaultdict(list)
+    for label, r in bench:
+        kind = "pp" if r.n_prompt and not r.n_gen else "tg" if r.n_gen and not r.n_prompt else None
+        if kind:
+            series[(kind, label)].append((r.n_depth, r.avg_ts, r.stddev_ts))
+    if not series:
+        return None
+    plt = _plt()
+    fig, axes = plt.subplots(1, 2, figsize=(10, 4))
+    for ax, kind, title in ((axes[0], "pp", "prefill (pp) t/s"), (axes[1], "tg", "decode (tg) t/s")):
+        for (k, label), pts in series.items():
+            if k != kind:
+                continue
+            pts.sort()
+            ax.errorbar([p[0] for p in pts], [p[1] for p in pts], yerr=[p[2] for p in pts], marker="o", capsize=3,
+                        label=label)
+        ax.set_xscale("symlog", linthresh=256)
+        ax.xaxis.set_major_formatter(_k_formatter())
+        ax.set_xlabel("context depth before the test (tokens)")
+        ax.set_ylabel(f"{title} (tokens/s)")
+        ax.set_title(f"llama-bench {title} vs depth")
+        ax.grid(True, which="both", alpha=0.3)
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize=8)
+        else:
+            ax.text(0.5, 0.5, "not measured", transform=ax.transAxes, ha="center", color="gray")
+    fig.tight_layout()
+    return _png(fig)

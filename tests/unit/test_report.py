@@ -1,0 +1,65 @@
+"""The report is rebuilt from a store alone; text from outside is escaped."""
+
+from xover.records import BenchConfig, BenchResult, ModelId, Provenance, ServerConfig, ServerTimings, TtftSample
+from xover.report.data import crossover_inputs, load
+from xover.report.html import build_report, render_html, render_markdown, write_report
+from xover.store import Store
+
+LENGTHS = (1000, 4000, 16000, 32000)
+
+
+def _prov(name: str) -> Provenance:
+    return Provenance(
+        llama_build_commit="0c1e570", llama_build_number=0, llama_backend="CPU", llama_bin_dir="/x", llama_bin_source="cache",
+        cpu_info="cpu", gpu_info=None, hostname="h", os="Linux", xover_version="0.1.0",
+        model=ModelId(path="/m.gguf", name=name, size_bytes=10, header_sha256="ab" * 32),
+    )
+
+
+def _fill(study, model_name="m.gguf"):
+    """Two configs with known rates: A prefills 2000 t/s and decodes 100 t/s, B 4000 t/s and 50 t/s.
+    With R = 200, their totals cross at exactly 8000 tokens."""
+    with Store(study) as st:
+        run = st.begin_run("ttft", ["xover", "ttft"], _prov(model_name))
+        for label, prefill, decode in (("A", 2000.0, 100.0), ("B", 4000.0, 50.0)):
+            cfg = ServerConfig(label=label, args=("--label", label))
+            st.put_config(cfg)
+            bcfg = BenchConfig(label=label, fields=(("-t", label),))
+            st.put_config(bcfg)
+            for L in LENGTHS:
+                for rep in range(3):
+                    ttft_ns = int((0.1 + L / prefill) * 1e9)
+                    t = ServerTimings(0, L, ttft_ns / 1e6 - 1.0, prefill, 200, 200 / decode * 1000, decode)
+                    st.add_ttft_sample(run, "mk", TtftSample(cfg.key, "cold", L, rep, f"{label}{L}{rep}", 0, ttft_ns - 10,
+                                                            ttft_ns, ttft_ns + 2 * 10**9, (ttft_ns,), 200, t, True))
+                st.add_bench_result(run, "mk", BenchResult(bcfg.key, 512, 0, L, (1, 2), (prefill, prefill), prefill, 1.5, {}))
+            # one polluted sample: stored, never averaged
+            st.add_ttft_sample(run, "mk", TtftSample(cfg.key, "cold", 1000, 9, "bad", 0, 1, 2, 3, (2,), 1,
+                                                    ServerTimings(999, 1, 0.1, 1.0, 1, 1.0, 1.0), False))
+        st.end_run(run, "done")
+
+
+def test_report_finds_the_known_crossover(tmp_path):
+    _fill(tmp_path)
+    data = load(tmp_path)
+    configs = crossover_inputs(data)
+    assert [c.label for c in configs] == ["A", "B"]
+    assert all(len(v) == 3 for v in configs[0].ttft_s.values())  # the polluted sample is excluded
+    rep = build_report(data, response=200, n_boot=50)
+    (pair,) = rep.pairs
+    assert abs(pair.interpolated[0].length - 8000) < 1
+    assert "A is faster below ~8.0K tokens and B above" in rep.verdicts[0]
+    html_text = render_html(rep)
+    assert html_text.count("<img id='plot-") == 3
+    assert "1 / 4" in html_text or "3 / 4" in html_text  # cold-check row shows the failed sample
+    md = render_markdown(rep)
+    assert "| A | 4K | 2000.00 ± 1.50 |" in md
+    html_path, md_path = write_report(rep, tmp_path)
+    assert html_path.read_text() == html_text and (tmp_path / "plot-total.png").stat().st_size > 1000
+
+
+def test_hostile_text_is_escaped(tmp_path):
+    _fill(tmp_path, model_name="<script>alert(1)</script>.gguf")
+    html_text = render_html(build_report(load(tmp_path), n_boot=0))
+    assert "<script>" not in html_text
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;.gguf" in html_text
