@@ -9,8 +9,8 @@ console = Console(stderr=True, highlight=False)
 out = Console(highlight=False, soft_wrap=True)
 
 
-def progress_bar(description: str = "") -> Progress:
-    """A progress bar with count and ETA, drawn on stderr; transient lines when not a terminal."""
+def progress_bar(description: str = "", transient: bool = False) -> Progress:
+    """A progress bar with count and ETA, drawn on stderr."""
     return Progress(
         TextColumn("[bold]{task.description}"),
         BarColumn(),
@@ -20,5 +20,5 @@ def progress_bar(description: str = "") -> Progress:
         TextColumn("ETA"),
         TimeRemainingColumn(),
         console=console,
-        transient=False,
+        transient=transient,
     )

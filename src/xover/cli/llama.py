@@ -31,7 +31,7 @@ def build(backend: str, cmake_args: tuple[str, ...], source: Path | None, jobs: 
     """
     from xover.llamacpp import build as b
 
-    with progress_bar("compiling") as bar:
+    with progress_bar("compiling", transient=True) as bar:
         task = bar.add_task("llama.cpp", total=None)
         manifest = b.build(
             backend=backend, extra_cmake_args=cmake_args, source=source, jobs=jobs,

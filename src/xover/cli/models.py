@@ -11,13 +11,31 @@ from xover.console import console, out, progress_bar
 from xover.errors import XoverError
 
 
-def _parse_overrides(items: tuple[str, ...]) -> dict[str, str]:
-    overrides = {}
+def _parse_overrides(items: tuple[str, ...]) -> dict[str, object]:
+    """``KEY=VALUE`` strings -> typed shape overrides (ints, floats, names; ``types.ROLE=Q8_0`` retypes a role)."""
+    import dataclasses
+
+    from xover.gguf.shapes import ModelShape
+
+    kinds = {f.name: str(f.type) for f in dataclasses.fields(ModelShape)}
+    overrides: dict[str, object] = {}
+    types: dict[str, str] = {}
     for item in items:
-        key, sep, value = item.partition("=")
-        if not sep or not key:
-            raise XoverError(f"--set {item!r} is not KEY=VALUE (e.g. --set n_layer=8)")
-        overrides[key.strip()] = value.strip()
+        key, sep, value = (x.strip() for x in item.partition("="))
+        if not sep or not key or not value:
+            raise XoverError(f"--set {item!r} is not KEY=VALUE (e.g. --set n_layer=8 or --set types.attn_v=Q8_0)")
+        if key.startswith("types."):
+            types[key[len("types."):]] = value
+            continue
+        kind = kinds.get(key)
+        if kind is None:
+            raise XoverError(f"--set {key}: unknown shape field; choose from {', '.join(k for k in kinds if k != 'types')}")
+        try:
+            overrides[key] = int(value) if kind == "int" else float(value) if kind == "float" else value
+        except ValueError:
+            raise XoverError(f"--set {item!r}: {key} takes a{'n integer' if kind == 'int' else ' number'}") from None
+    if types:
+        overrides["types"] = types
     return overrides
 
 
@@ -40,8 +58,15 @@ def synth(preset: str, overrides: tuple[str, ...], output: Path | None, seed: in
     from xover.gguf.synth import write_model
 
     if list_presets:
+        from xover.gguf.inspect import format_bytes, format_params
+        from xover.gguf.shapes import expert_params, tensor_table, total_bytes, total_params
+
         for name, shape in p.PRESETS.items():
-            out.print(f"{name:16s} {p.describe(shape)}")
+            table = tensor_table(shape)
+            kind = f"{shape.n_expert} experts ({shape.n_expert_used} used)" if shape.is_moe else "dense"
+            out.print(f"{name:16s} {shape.arch:9s} {shape.n_layer:3d} layers, n_embd {shape.n_embd}, {kind}; "
+                      f"{format_params(total_params(table))} params ({format_params(expert_params(table))} in experts), "
+                      f"{format_bytes(total_bytes(table))}")
         return
     shape = p.make_shape(preset, **_parse_overrides(overrides))
     path = output or Path(f"{preset}.gguf")
