@@ -73,8 +73,10 @@ def synth(preset: str, overrides: tuple[str, ...], output: Path | None, seed: in
     with progress_bar() as bar:
         task = bar.add_task(f"writing {path.name}", total=None)
         result = write_model(shape, path, seed=seed, progress=lambda done, total: bar.update(task, completed=done, total=total))
-    gb = result.bytes / 1e9
-    console.print(f"wrote {result.path} ({gb:.2f} GB) in {result.seconds:.1f} s, {gb / max(result.seconds, 1e-9):.2f} GB/s")
+    from xover.gguf.inspect import format_bytes
+
+    rate = result.bytes / 1e9 / max(result.seconds, 1e-9)
+    console.print(f"wrote {result.path} ({format_bytes(result.bytes)}) in {result.seconds:.1f} s, {rate:.2f} GB/s")
 
 
 @click.command("inspect")

@@ -28,7 +28,7 @@ import itertools
 import math
 import re
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Literal
+from typing import Any, Literal
 
 from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
 
@@ -430,7 +430,7 @@ def _shape_problems(shape: ModelShape) -> Iterable[str]:
     if shape.arch not in ARCHITECTURES:
         yield f"arch {shape.arch!r} is not supported: choose one of {', '.join(ARCHITECTURES)}"
         return
-    ints = ("n_layer", "n_embd", "n_head", "n_head_kv", "head_dim", "n_vocab", "n_ctx_train")
+    ints: tuple[str, ...] = ("n_layer", "n_embd", "n_head", "n_head_kv", "head_dim", "n_vocab", "n_ctx_train")
     ints += ("n_expert", "n_expert_used", "n_ff_exp") if shape.is_moe else ("n_ff",)
     for name in ints:
         value = getattr(shape, name)
@@ -460,16 +460,16 @@ def _type_problems(shape: ModelShape) -> Iterable[str]:
         if name is not None and name not in GGMLQuantizationType.__members__:
             yield f"types.{field.name} = {name!r} is not a ggml type: use e.g. Q4_K, Q6_K, Q8_0, F16 or F32"
             return
-    roles = [("token_embd", (shape.n_embd,)), ("output", (shape.n_embd,))] + _layer_roles(shape)
+    roles = [("token_embd", (shape.n_embd,)), ("output", (shape.n_embd,)), *_layer_roles(shape)]
     for role, ne in roles:
         used = sorted({mix.for_role(role, layer, shape.n_layer) for layer in range(shape.n_layer)})
         for ggml_type in used:
             block = type_sizes(ggml_type)[0]
             if ne[0] % block:
-                field = _ROW_FIELDS.get(role, "n_embd")
+                dim = _ROW_FIELDS.get(role, "n_embd")
                 yield (
-                    f"{role} rows have {ne[0]} elements ({field}), not a multiple of {block} as {ggml_type} needs: "
-                    f"make {field} a multiple of {block} or give {role} a type with smaller blocks (Q8_0, F16)"
+                    f"{role} rows have {ne[0]} elements ({dim}), not a multiple of {block} as {ggml_type} needs: "
+                    f"make {dim} a multiple of {block} or give {role} a type with smaller blocks (Q8_0, F16)"
                 )
 
 
@@ -480,7 +480,7 @@ def validate(shape: ModelShape) -> None:
         raise XoverError(problem)
 
 
-def type_mix_overrides(base: TypeMix, overrides: Mapping[str, str | None]) -> TypeMix:
+def type_mix_overrides(base: TypeMix, overrides: Mapping[str, Any]) -> TypeMix:
     """``base`` with some roles retyped; unknown role names raise :class:`XoverError`."""
     roles = [f.name for f in dataclasses.fields(TypeMix)]
     unknown = sorted(set(overrides) - set(roles))

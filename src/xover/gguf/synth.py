@@ -2,7 +2,10 @@
 
 The weights are random but valid: quantized blocks carry small finite f16 scales, so no NaN or Inf
 reaches attention or expert routing, and norms are ones. The speed of a model in llama.cpp depends on
-its shapes and types, not on the values, so these files benchmark like the real models.
+its shapes and types, not on the values, so these files benchmark like the real models, with one
+difference: a random router spreads tokens evenly over the experts, where trained routers are skewed.
+Generation samples the end-of-text token now and then, as any model may: clients that need a fixed
+number of tokens send ``ignore_eos``.
 
 Writing streams at disk speed with little memory: a pool of a few MB of valid blocks is generated once
 per ggml type, and each tensor is written as a rotated run of its pool. The header (metadata and tensor
@@ -77,6 +80,10 @@ SYNTH_TYPES = _FLOAT_TYPES + tuple(_QUANT_LAYOUTS)
 """ggml types :func:`write_model` can fill with valid random data."""
 
 
+def _unsupported(ggml_type: str) -> XoverError:
+    return XoverError(f"cannot synthesize {ggml_type} data: use one of {', '.join(SYNTH_TYPES)}")
+
+
 @dataclasses.dataclass(frozen=True)
 class SynthResult:
     path: Path
@@ -98,9 +105,9 @@ def gpt2_byte_tokens() -> list[str]:
 
 @dataclasses.dataclass(frozen=True)
 class Vocab:
-    tokens: list[str]
-    types: list[int]
-    merges: list[str]
+    tokens: tuple[str, ...]
+    types: tuple[int, ...]
+    merges: tuple[str, ...]
     eos_id: int
 
 
@@ -113,9 +120,9 @@ def synthetic_vocab(n_vocab: int) -> Vocab:
     byte_tokens = gpt2_byte_tokens()
     space, t = byte_tokens[ord(" ")], byte_tokens[ord("t")]
     padding = [f"<xover_pad_{i}>" for i in range(n_vocab - 258)]
-    tokens = [*byte_tokens, space + t, *padding, EOS_TOKEN]
-    types = [int(TokenType.NORMAL)] * (n_vocab - 1) + [int(TokenType.CONTROL)]
-    return Vocab(tokens=tokens, types=types, merges=[f"{space} {t}"], eos_id=n_vocab - 1)
+    tokens = (*byte_tokens, space + t, *padding, EOS_TOKEN)
+    types = (int(TokenType.NORMAL),) * (n_vocab - 1) + (int(TokenType.CONTROL),)
+    return Vocab(tokens=tokens, types=types, merges=(f"{space} {t}",), eos_id=n_vocab - 1)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -139,7 +146,7 @@ def block_pool(ggml_type: str, rng: np.random.Generator, pool_bytes: int = POOL_
         return _float_values(ggml_type, rng.normal(0.0, 0.02, n_blocks * block))
     layout = _QUANT_LAYOUTS.get(ggml_type)
     if layout is None:
-        raise XoverError(f"cannot synthesize {ggml_type} data: use one of {', '.join(SYNTH_TYPES)}")
+        raise _unsupported(ggml_type)
     pool = rng.integers(0, 256, size=(n_blocks, size), dtype=np.uint8)
     for offsets, value in ((layout.scale_offsets, layout.scale), (layout.min_offsets, layout.min_value)):
         for off in offsets:
@@ -287,7 +294,7 @@ def write_model(
     tensors = tensor_infos(shape)  # validates
     unsupported = sorted({t.ggml_type for t in tensors} - set(SYNTH_TYPES))
     if unsupported:
-        raise XoverError(f"cannot synthesize {unsupported[0]} data: use one of {', '.join(SYNTH_TYPES)}")
+        raise _unsupported(unsupported[0])
     data_total = sum(t.nbytes for t in tensors)
     path.parent.mkdir(parents=True, exist_ok=True)
     _check_free_space(path.parent, data_total + (64 << 20))

@@ -286,8 +286,6 @@ def build(
     on_progress: Callable[[int, int], None] | None = None,
 ) -> BuildManifest:
     """Build (or find in the cache) llama-bench and llama-server for a backend."""
-    if shutil.which("cmake") is None:
-        raise BuildError("cmake is not on PATH: install it (apt-get install cmake) and retry")
     root = cache_root()
     # Fast path: the pinned source with these arguments is already built.
     if source is None:
@@ -295,6 +293,8 @@ def build(
         hit = find_manifest(build_key(PINNED.commit, backend, args), root)
         if hit is not None:
             return hit
+    if shutil.which("cmake") is None:
+        raise BuildError("cmake is not on PATH: install it (apt-get install cmake) and retry")
     tree = resolve_source(source, root, log)
     args = cmake_args_for(backend, extra_cmake_args, tree.commit, tree.build_number)
     commit_for_key = tree.commit if tree.commit != "unknown" else hashlib.sha256(str(tree.root).encode()).hexdigest()
