@@ -38,6 +38,17 @@ extras="build"
 [ "$mode" = test ] && extras="build,test"
 "$venv/bin/python" -m pip install --quiet --disable-pip-version-check -e ".[$extras]"
 
+# The report tests render the HTML report in a real browser: Debian's Chromium, driven by Playwright.
+if [ "$mode" = test ] && ! command -v chromium >/dev/null && ! command -v chromium-browser >/dev/null; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    echo "setup: installing chromium with apt-get (for the report rendering test)" >&2
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium >/dev/null
+  else
+    echo "setup: the tests need Chromium: install your distribution's chromium package and retry" >&2
+    exit 1
+  fi
+fi
+
 # Build (or find in the cache) llama-bench and llama-server for the CPU backend.
 "$venv/bin/xover" llama build
 
