@@ -283,7 +283,8 @@ def run_sweep(
         the_plan = plan(spec, configs, measured)
         on_event(SweepPlanned(the_plan, study_dir))
         run = _LazyRun(store, binaries, spec.model, command)
-        stored, failures, done_tests = 0, [], 0
+        stored, done_tests = 0, 0
+        failures: list[Failure] = []
         try:
             for index, job in enumerate(the_plan.jobs):
                 on_event(ConfigStarted(job, index, len(the_plan.jobs)))

@@ -36,6 +36,7 @@ COMMANDS = {
     "synth": "xover.cli.models:synth",
     "inspect": "xover.cli.models:inspect_cmd",
     "bench": "xover.cli.bench:bench",
+    "export": "xover.cli.export:export",
     "ttft": "xover.cli.ttft:ttft",
     "study": "xover.cli.study:study",
     "report": "xover.cli.report:report",
@@ -67,7 +68,9 @@ def main(argv: list[str] | None = None) -> None:
 
     install_signal_handlers()
     try:
-        cli.main(args=argv, prog_name="xover", standalone_mode=False)
+        rc = cli.main(args=argv, prog_name="xover", standalone_mode=False)
+        if isinstance(rc, int) and rc != 0:
+            sys.exit(rc)
     except XoverError as e:
         click.echo(f"xover: error: {e}", err=True)
         sys.exit(e.exit_code)

@@ -1,13 +1,159 @@
-"""`xover bench` (being built)."""
+"""`xover bench`: llama-bench prefill and decode at depth, swept across offload configurations."""
 
 from __future__ import annotations
 
-import click
+import sys
+import time
+from pathlib import Path
 
+import click
+from rich.progress import Progress, TaskID
+
+from xover.console import console, progress_bar
 from xover.errors import XoverError
 
 
-@click.command(context_settings={"ignore_unknown_options": True})
-def bench() -> None:
-    """(not available yet)"""
-    raise XoverError("`xover bench` is not available in this version yet")
+class ConfigurationsFailed(XoverError):
+    """Some configurations could not be measured; everything else was stored."""
+
+    exit_code = 1
+
+
+class _ProgressView:
+    """Draws sweep events: one bar over all tests (only when something runs), a line per stored
+    test or failed configuration."""
+
+    def __init__(self) -> None:
+        self.bar: Progress | None = None
+        self.task: TaskID | None = None
+
+    def __enter__(self) -> _ProgressView:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.bar is not None:
+            self.bar.stop()
+
+    def __call__(self, event: object) -> None:
+        from xover import benchrun as b
+
+        if isinstance(event, b.SweepPlanned):
+            for config in event.plan.skipped:
+                console.print(f"[dim]skip {config.label}: every test already in {event.study_dir} (--fresh to remeasure)[/]")
+            if event.plan.jobs:
+                self.bar = progress_bar()
+                self.bar.start()
+                self.task = self.bar.add_task("llama-bench", total=event.plan.total_tests)
+        elif self.bar is None or self.task is None:
+            return
+        elif isinstance(event, b.ConfigStarted):
+            self.bar.update(self.task, description=f"{event.job.config.label} ({event.index + 1}/{event.count})")
+        elif isinstance(event, b.Progressed):
+            self.bar.update(self.task, completed=event.completed)
+        elif isinstance(event, b.ResultStored):
+            r = event.result
+            console.print(f"  {event.config.label:<24} {r.test_name:<18} {r.avg_ts:>10.2f} ± {r.stddev_ts:.2f} t/s")
+        elif isinstance(event, b.ConfigFailed):
+            console.print(f"[red]  {event.config.label} failed: {event.failure.reason}[/]")
+
+
+def _joined(values: tuple[str, ...]) -> str:
+    """Repeated options join like llama-bench's: `--ncmoe 12 --ncmoe 18` == `--ncmoe 12,18`."""
+    return ",".join(values)
+
+
+@click.command(context_settings={"show_default": True})
+@click.option("-m", "--model", type=click.Path(path_type=Path), required=True, help="The GGUF model to benchmark.")
+@click.option("--ncmoe", multiple=True, metavar="N,...", help="--n-cpu-moe values to sweep: experts of the first N layers stay in host memory.")
+@click.option("--depth", default="1000,4000,16000,32000", metavar="N,...", help="Context depths: tokens already in the KV cache before each test.")
+@click.option("--pp", "n_prompt", type=int, default=512, help="Prefill test size in tokens (0: no prefill tests).")
+@click.option("--tg", "n_gen", type=int, default=128, help="Decode test size in tokens (0: no decode tests).")
+@click.option("-t", "--threads", multiple=True, metavar="N,...", help="CPU threads (llama-bench -t) to sweep [default: llama-bench's].")
+@click.option("--ubatch", multiple=True, metavar="N,...", help="Micro-batch sizes (-ub) to sweep: tokens per expert copy when op offload runs prefill on the GPU.")
+@click.option("--flash-attn", multiple=True, metavar="on,off,auto", help="Flash attention (-fa) values to sweep.")
+@click.option("--no-op-offload", multiple=True, metavar="0,1", help="-nopo values to sweep: 1 keeps large batches of CPU-resident experts on the CPU.")
+@click.option("--env", "env", multiple=True, metavar="NAME=V[,V...]",
+              help="Environment variable to sweep, repeatable, e.g. --env GGML_OP_OFFLOAD_MIN_BATCH=32,4096.")
+@click.option("-r", "--repetitions", type=int, default=5, help="Repetitions per test (llama-bench -r).")
+@click.option("-o", "--output", "study_dir", type=click.Path(path_type=Path), default=None,
+              help="Study directory holding results.sqlite [default: studies/bench-<timestamp>]. Reuse it to resume.")
+@click.option("--fresh", is_flag=True, help="Measure every test again, even those already in the study.")
+@click.option("--timeout", "timeout_s", type=float, default=None, help="Seconds one configuration may run before it is stopped and stored as failed.")
+@click.option("--llama-bin-dir", type=click.Path(path_type=Path), default=None, help="Use llama-bench from this folder.")
+@click.argument("extra", nargs=-1, type=click.UNPROCESSED, metavar="[-- LLAMA_BENCH_ARGS...]")
+def bench(
+    model: Path, ncmoe: tuple[str, ...], depth: str, n_prompt: int, n_gen: int, threads: tuple[str, ...],
+    ubatch: tuple[str, ...], flash_attn: tuple[str, ...], no_op_offload: tuple[str, ...], env: tuple[str, ...],
+    repetitions: int, study_dir: Path | None, fresh: bool, timeout_s: float | None, llama_bin_dir: Path | None,
+    extra: tuple[str, ...],
+) -> None:
+    """Prefill and decode speed at depth (llama-bench), swept across offload configurations.
+
+    \b
+    At every depth N two tests are measured:
+      pp512 @ dN  the speed of 512 NEW prompt tokens on top of N tokens already in the
+                  KV cache. The depth prefill itself is not timed: llama-bench computes it
+                  once, saves the KV state and restores it for later repetitions. This is
+                  an agent's next turn on top of its conversation history.
+      tg128 @ dN  decode speed (one token at a time) with N tokens in the cache. Decode
+                  reads the whole KV cache for every token, so it slows with depth too;
+                  measuring it at each depth is what lets prefill loss be weighed against
+                  decode gain at the context lengths you actually use.
+
+    \b
+    A configuration is one combination of the swept values (--ncmoe x --ubatch x
+    --flash-attn x --no-op-offload x --threads x each --env); each runs as its own
+    llama-bench process, so one that does not fit, crashes or times out is stored as
+    failed and the sweep goes on. Every test is stored the moment it finishes. Rerun
+    the same command with the same -o to resume: measured tests are skipped, failed
+    configurations retried. Ctrl-C keeps everything already measured.
+
+    \b
+    Knobs worth sweeping with --ncmoe:
+      --no-op-offload 0,1   with op offload (0, default) the GPU runs prefill batches of
+                            CPU-resident experts, copying them over PCIe each ubatch
+      --ubatch 512,2048     more tokens per copy amortise that transfer
+      --env GGML_OP_OFFLOAD_MIN_BATCH=32,4096
+                            smallest batch the GPU takes over (CUDA; default 32)
+    Anything after `--` goes to llama-bench unchanged (e.g. -- -ngl 99 -lm none).
+
+    \b
+    Example (module 6.3):
+      xover bench -m qwen3-30b-a3b.gguf --ncmoe 12,18 --depth 1000,4000,16000,32000 -t 8
+    """
+    from xover import benchrun, export
+    from xover.llamacpp.binaries import resolve
+
+    def ints(option: str, values: tuple[str, ...], minimum: int = 0) -> tuple[int, ...]:
+        return benchrun.parse_int_list(option, _joined(values), minimum) if values else ()
+
+    spec = benchrun.SweepSpec(
+        model=model,
+        depths=benchrun.parse_int_list("--depth", depth),
+        n_prompt=n_prompt,
+        n_gen=n_gen,
+        repetitions=repetitions,
+        ncmoe=ints("--ncmoe", ncmoe),
+        ubatch=ints("--ubatch", ubatch, minimum=1),
+        flash_attn=benchrun.parse_choice_list("--flash-attn", _joined(flash_attn), benchrun.FLASH_ATTN_CHOICES) if flash_attn else (),
+        no_op_offload=ints("--no-op-offload", no_op_offload),
+        threads=ints("--threads", threads, minimum=1),
+        env=tuple(benchrun.parse_env(e) for e in env),
+        extra_args=extra,
+        timeout_s=timeout_s,
+    )
+    study_dir = study_dir or Path("studies") / time.strftime("bench-%Y%m%d-%H%M%S")
+    binaries = resolve(llama_bin_dir)
+    with _ProgressView() as view:
+        outcome = benchrun.run_sweep(spec, binaries, study_dir, fresh=fresh, command=sys.argv, on_event=view)
+    click.echo(export.render_markdown(export.load(study_dir, {c.key for c in outcome.configs})), nl=False)
+    console.print(
+        f"{outcome.stored} tests stored in {outcome.store_path}"
+        + (f"; {len(outcome.skipped)} configurations already measured" if outcome.skipped else "")
+        + f"\nexport: xover export {study_dir} --format md|csv|jsonl"
+    )
+    if outcome.failures:
+        raise ConfigurationsFailed(
+            f"{len(outcome.failures)} of {len(outcome.configs) - len(outcome.skipped)} configurations failed "
+            "(stored with their stderr; rerun the same command to retry them)"
+        )

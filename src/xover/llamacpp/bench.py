@@ -9,8 +9,8 @@ and the tests to measure with it (``pp{n_prompt} @ dN`` and ``tg{n_gen} @ dN`` a
   own markdown table (``-oe md``, kept so xover's rendering can be checked against it), and errors;
 * the end of the process -> :class:`Exited` (exit code, timeout, stderr tail).
 
-The I/O loop only reads and timestamps raw lines; :func:`classify` turns a line into an event and is
-tested on lines recorded from the real binary.
+The I/O loop only splits the two pipes into lines; :func:`classify` turns a line into an event and
+is tested on lines recorded from the real binary.
 """
 
 from __future__ import annotations
@@ -70,7 +70,7 @@ def check_extra_args(args: Sequence[str]) -> None:
         # llama-bench treats `--n_prompt` as `--n-prompt`.
         flag = "--" + arg[2:].replace("_", "-") if arg.startswith("--") else arg
         if flag in RESERVED_FLAGS:
-            raise XoverError(f"{arg} after `--` is set by xover: use {RESERVED_FLAGS[flag]} instead")
+            raise XoverError(f"{arg} after `--` conflicts with what xover passes llama-bench: use {RESERVED_FLAGS[flag]} instead")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -279,10 +279,13 @@ def run(job: BenchJob, bench: Path, model: Path, timeout_s: float | None = None)
     """
     start = time.perf_counter_ns()
     deadline = None if timeout_s is None else start + int(timeout_s * 1e9)
-    proc = process.spawn(
-        job.to_argv(bench, model), env=dict(job.config.env),
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=False,
-    )
+    try:
+        proc = process.spawn(
+            job.to_argv(bench, model), env=dict(job.config.env),
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=False,
+        )
+    except OSError as e:
+        raise XoverError(f"cannot start {bench} ({e.strerror}): point --llama-bin-dir at a working llama.cpp build") from None
     tail: collections.deque[str] = collections.deque(maxlen=30)
     markdown: list[str] = []
     timed_out = False

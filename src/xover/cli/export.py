@@ -1,0 +1,25 @@
+"""`xover export`: a study's llama-bench results as markdown, CSV or JSONL, from the store alone."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from xover.console import console
+
+
+@click.command("export")
+@click.argument("study_dir", type=click.Path(path_type=Path))
+@click.option("-f", "--format", "fmt", type=click.Choice(["md", "csv", "jsonl"]), default="md", show_default=True,
+              help="md: llama-bench-style table per model; csv: one row per test; jsonl: every test with raw samples, and failures.")
+@click.option("-o", "--output", type=click.Path(path_type=Path), default=None,
+              help="File to write [default: STUDY_DIR/bench.FORMAT]; `-` prints to stdout.")
+def export(study_dir: Path, fmt: str, output: Path | None) -> None:
+    """Re-render a study's results without measuring anything."""
+    from xover import export as ex
+
+    if output == Path("-"):
+        click.echo(ex.render(ex.load(study_dir), fmt), nl=False)
+        return
+    console.print(f"wrote {ex.write(study_dir, fmt, output)}")

@@ -1,0 +1,190 @@
+"""Export a study's llama-bench results as markdown, CSV or JSONL, re-rendered from the store alone.
+
+:func:`load` reads the store; the ``render_*`` functions are pure (data in, text out);
+:func:`write` is the one place that writes an export file.
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import io
+import json
+from collections.abc import Collection
+from pathlib import Path
+from typing import Any
+
+from xover.errors import XoverError
+from xover.records import BenchConfig, BenchResult, Failure
+from xover.report.tables import render_bench_table, short_labels
+from xover.store import STORE_NAME, Store
+
+FORMATS = ("md", "csv", "jsonl")
+
+# Settings llama-bench reports in every record: the values it actually used, defaults included.
+_RECORD_COLUMNS = (
+    "n_cpu_moe", "n_gpu_layers", "n_batch", "n_ubatch", "n_threads", "flash_attn", "no_op_offload",
+    "type_k", "type_v", "build_commit", "build_number", "backends", "test_time",
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class StoredResult:
+    run_id: int
+    model_key: str
+    result: BenchResult
+
+
+@dataclasses.dataclass(frozen=True)
+class StoredFailure:
+    run_id: int
+    model_key: str | None  # the model of the run that recorded it
+    failure: Failure
+
+
+@dataclasses.dataclass(frozen=True)
+class StudyData:
+    """A study's llama-bench results as stored, oldest first."""
+
+    configs: tuple[BenchConfig, ...]
+    results: tuple[StoredResult, ...]
+    failures: tuple[StoredFailure, ...]
+    model_names: dict[str, str]  # model key -> file name
+
+
+def load(study_dir: Path, config_keys: Collection[str] | None = None) -> StudyData:
+    """Everything llama-bench-related in a study's store, optionally limited to some configurations."""
+    if not (study_dir / STORE_NAME).is_file():
+        raise XoverError(f"{study_dir} holds no {STORE_NAME}: pass the -o directory of a `xover bench` run")
+
+    def wanted(key: str) -> bool:
+        return config_keys is None or key in config_keys
+
+    with Store(study_dir) as store:
+        run_models: dict[int, str | None] = {}
+        names: dict[str, str] = {}
+        for run in store.runs():
+            model = run["provenance"].model
+            run_models[run["id"]] = model.key if model else None
+            if model:
+                names[model.key] = model.name
+        configs = tuple(c for c in store.configs("bench") if isinstance(c, BenchConfig) and wanted(c.key))
+        results = tuple(
+            StoredResult(run_id, model_key, r) for _, run_id, model_key, r in store.bench_results() if wanted(r.config_key)
+        )
+        failures = tuple(
+            StoredFailure(run_id, run_models.get(run_id), f)
+            for run_id, f in store.failures()
+            if f.stage == "bench" and wanted(f.config_key)
+        )
+    return StudyData(configs=configs, results=results, failures=failures, model_names=names)
+
+
+# ---- renderers (pure) -----------------------------------------------------------------------------
+
+
+def standing_failures(data: StudyData) -> list[StoredFailure]:
+    """Failures no later run repaired: a configuration that failed in run k and was measured with the
+    same model by a run after k counts as repaired."""
+    last_measured: dict[tuple[str, str], int] = {}
+    for s in data.results:
+        key = (s.result.config_key, s.model_key)
+        last_measured[key] = max(last_measured.get(key, 0), s.run_id)
+    return [f for f in data.failures if f.run_id >= last_measured.get((f.failure.config_key, f.model_key or ""), 0)]
+
+
+
+def render_markdown(data: StudyData) -> str:
+    """One table per model, columns for the configurations measured (or failed) with it."""
+    models = list(dict.fromkeys([s.model_key for s in data.results] + [f.model_key for f in data.failures if f.model_key]))
+    tables = []
+    for model in models:
+        results = [s.result for s in data.results if s.model_key == model]
+        failures = [f.failure for f in standing_failures(data) if f.model_key == model]
+        used = {r.config_key for r in results} | {f.config_key for f in failures}
+        configs = [c for c in data.configs if c.key in used]
+        tables.append(render_bench_table(configs, results, failures, data.model_names.get(model)))
+    return "\n".join(tables) if tables else "(no llama-bench results in this study)\n"
+
+
+def _config_dict(config: BenchConfig | None, label: str) -> dict[str, Any]:
+    if config is None:
+        return {"label": label}
+    return {
+        "key": config.key, "label": label, "fields": [list(f) for f in config.fields],
+        "env": [list(e) for e in config.env], "extra_args": list(config.extra_args),
+    }
+
+
+def _labels(data: StudyData) -> dict[str, str]:
+    return dict(zip((c.key for c in data.configs), short_labels(data.configs)))
+
+
+def render_jsonl(data: StudyData) -> str:
+    """One object per stored test (``"type": "bench_result"``, raw samples and llama-bench's record)
+    and per failure (``"type": "failure"``)."""
+    configs = {c.key: c for c in data.configs}
+    labels = _labels(data)
+    lines = []
+    for s in data.results:
+        r = s.result
+        lines.append({
+            "type": "bench_result", "run_id": s.run_id, "model_key": s.model_key,
+            "model": data.model_names.get(s.model_key),
+            "config": _config_dict(configs.get(r.config_key), labels.get(r.config_key, r.config_key)),
+            "test": r.test_name, "n_prompt": r.n_prompt, "n_gen": r.n_gen, "n_depth": r.n_depth,
+            "avg_ts": r.avg_ts, "stddev_ts": r.stddev_ts, "samples_ns": list(r.samples_ns),
+            "samples_ts": list(r.samples_ts), "record": r.record,
+        })
+    for f in data.failures:
+        lines.append({
+            "type": "failure", "run_id": f.run_id, "model_key": f.model_key,
+            "config": _config_dict(configs.get(f.failure.config_key), labels.get(f.failure.config_key, f.failure.config_key)),
+            "stage": f.failure.stage, "point": f.failure.point, "reason": f.failure.reason,
+            "stderr_tail": f.failure.stderr_tail,
+        })
+    return "".join(json.dumps(line, sort_keys=True) + "\n" for line in lines)
+
+
+def render_csv(data: StudyData) -> str:
+    """One row per stored test; samples space-separated; the settings llama-bench reports as columns."""
+    labels = _labels(data)
+    columns = [
+        "run_id", "model", "model_key", "config", "config_key", "test", "n_prompt", "n_gen", "n_depth",
+        "repetitions", "avg_ts", "stddev_ts", *_RECORD_COLUMNS, "samples_ts", "samples_ns",
+    ]
+    buf = io.StringIO()
+    writer = csv.DictWriter(buf, fieldnames=columns, lineterminator="\n")
+    writer.writeheader()
+    for s in data.results:
+        r = s.result
+        row: dict[str, Any] = {
+            "run_id": s.run_id, "model": data.model_names.get(s.model_key, ""), "model_key": s.model_key,
+            "config": labels.get(r.config_key, ""), "config_key": r.config_key, "test": r.test_name,
+            "n_prompt": r.n_prompt, "n_gen": r.n_gen, "n_depth": r.n_depth, "repetitions": len(r.samples_ns),
+            "avg_ts": r.avg_ts, "stddev_ts": r.stddev_ts,
+            "samples_ts": " ".join(repr(x) for x in r.samples_ts), "samples_ns": " ".join(str(x) for x in r.samples_ns),
+        }
+        row.update({k: r.record.get(k, "") for k in _RECORD_COLUMNS})
+        writer.writerow(row)
+    return buf.getvalue()
+
+
+RENDERERS = {"md": render_markdown, "csv": render_csv, "jsonl": render_jsonl}
+
+
+def render(data: StudyData, fmt: str) -> str:
+    if fmt not in RENDERERS:
+        raise XoverError(f"unknown export format {fmt!r}: choose one of {', '.join(FORMATS)}")
+    return RENDERERS[fmt](data)
+
+
+def write(study_dir: Path, fmt: str, dest: Path | None = None) -> Path:
+    """Render a study and write it to ``dest`` (default ``STUDY_DIR/bench.<fmt>``); return the path."""
+    text = render(load(study_dir), fmt)
+    path = dest or study_dir / f"bench.{fmt}"
+    try:
+        path.write_text(text)
+    except OSError as e:
+        raise XoverError(f"cannot write {path} ({e.strerror}): pick another --output") from None
+    return path

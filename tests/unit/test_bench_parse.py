@@ -1,0 +1,249 @@
+"""llama-bench output parsing, argv building, sweep planning and failure classification.
+
+The lines below were captured once from the real CPU llama-bench (llama.cpp 0c1e570) running
+``-m tiny-moe.gguf -p 64 -n 16 -d 0,256 -r 2 -t 1 -o jsonl -oe md --progress``.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from xover import benchrun
+from xover.errors import XoverError
+from xover.llamacpp import bench, process
+from xover.llamacpp.bench import BenchJob, Exited, MarkdownLine, OtherLine, ProgressLine, RecordLine
+from xover.records import BenchConfig
+
+# stdout: one JSON object per test (the 3rd test of the run: pp64 @ d256)
+PP_D256 = (
+    '{"build_commit": "0c1e570", "build_number": 0, "cpu_info": "AMD EPYC", "gpu_info": "", "backends": "CPU", '
+    '"model_filename": "tiny-moe.gguf", "model_type": "qwen3moe ?B Q4_K - Medium", "model_size": 4675072, '
+    '"model_n_params": 7613184, "n_batch": 2048, "n_ubatch": 512, "n_threads": 1, "cpu_mask": "0x0", '
+    '"cpu_strict": false, "poll": 50, "type_k": "f16", "type_v": "f16", "n_gpu_layers": -1, "n_cpu_moe": 0, '
+    '"split_mode": "layer", "main_gpu": 0, "no_kv_offload": false, "flash_attn": -1, "devices": "auto", '
+    '"tensor_split": "0.00", "tensor_buft_overrides": "none", "load_mode": "auto", "lazy_mode": "auto", '
+    '"embeddings": false, "no_op_offload": 0, "no_host": false, "repack": true, "fit_target": 0, "fit_min_ctx": 0, '
+    '"n_prompt": 64, "n_gen": 0, "n_depth": 256, "test_time": "2026-11-30T17:17:48Z", "avg_ns": 14083715, '
+    '"stddev_ns": 361911, "avg_ts": 4545.755943, "stddev_ts": 116.800434, '
+    '"samples_ns": [ 14339598, 13827833 ],"samples_ts": [ 4463.17, 4628.35 ]}'
+)
+TG_D256 = PP_D256.replace('"n_prompt": 64, "n_gen": 0', '"n_prompt": 0, "n_gen": 16').replace(
+    '"avg_ns": 14083715, "stddev_ns": 361911, "avg_ts": 4545.755943, "stddev_ts": 116.800434, '
+    '"samples_ns": [ 14339598, 13827833 ],"samples_ts": [ 4463.17, 4628.35 ]',
+    '"avg_ns": 8278592, "stddev_ns": 183613, "avg_ts": 1933.170936, "stddev_ts": 42.865886, '
+    '"samples_ns": [ 8408395, 8148790 ],"samples_ts": [ 1902.86, 1963.48 ]',
+)
+
+# stderr of the same run (progress and -oe md interleaved), for tests 3 and 4
+STDERR = """\
+| model                          |       size |     params | backend    | threads |            test |                  t/s |
+| ------------------------------ | ---------: | ---------: | ---------- | ------: | --------------: | -------------------: |
+llama-bench: benchmark 3/4: starting
+llama-bench: benchmark 3/4: warmup prompt run
+llama-bench: benchmark 3/4: depth run 1/2
+llama-bench: benchmark 3/4: prompt run 1/2
+llama-bench: benchmark 3/4: depth run 2/2 (cached)
+llama-bench: benchmark 3/4: prompt run 2/2
+| qwen3moe ?B Q4_K - Medium      |   4.46 MiB |     7.61 M | CPU        |       1 |     pp64 @ d256 |     4545.76 ± 116.80 |
+llama-bench: benchmark 4/4: starting
+llama-bench: benchmark 4/4: warmup generation run
+llama-bench: benchmark 4/4: depth run 1/2 (cached)
+llama-bench: benchmark 4/4: generation run 1/2
+
+build: 0c1e570 (0)"""
+
+# stderr of failures seen on the real binary
+BAD_ARG_STDERR = "error: invalid parameter for argument: --bogus"
+GOMP_STDERR = "llama-bench: benchmark 1/2: starting\nllama-bench: benchmark 1/2: warmup prompt run\n\nlibgomp: Thread creation failed: Resource temporarily unavailable"
+NO_MODEL_STDERR = "llama_bench: error: failed to load model '/nonexist.gguf'"
+
+
+# ---- line parsing ---------------------------------------------------------------------------------
+
+
+def test_progress_lines_parse_into_phases() -> None:
+    lines = [bench.parse_progress(ln) for ln in STDERR.splitlines()]
+    got = [ln for ln in lines if ln is not None]
+    assert got[0] == ProgressLine(3, 4, "starting")
+    assert got[1] == ProgressLine(3, 4, "warmup prompt")
+    assert got[2] == ProgressLine(3, 4, "depth", 1, 2, cached=False)
+    assert got[3] == ProgressLine(3, 4, "prompt", 1, 2)
+    assert got[4] == ProgressLine(3, 4, "depth", 2, 2, cached=True)
+    assert got[7] == ProgressLine(4, 4, "warmup generation")
+    assert got[-1] == ProgressLine(4, 4, "generation", 1, 2)
+    assert len(got) == 10
+
+
+def test_classify_separates_records_progress_markdown_and_errors() -> None:
+    assert isinstance(bench.classify("stdout", PP_D256), RecordLine)
+    assert bench.classify("stdout", "usage: llama-bench [options]") == OtherLine("stdout", "usage: llama-bench [options]")
+    assert bench.classify("stdout", PP_D256[:200]) == OtherLine("stdout", PP_D256[:200])  # truncated by a crash
+    assert bench.classify("stdout", '{"n_prompt": 1}') == OtherLine("stdout", '{"n_prompt": 1}')  # not a test record
+    kinds = [type(bench.classify("stderr", ln)) for ln in STDERR.splitlines()]
+    assert kinds.count(MarkdownLine) == 4  # header, rule, one row, build footer
+    assert kinds.count(ProgressLine) == 10
+    assert isinstance(bench.classify("stderr", BAD_ARG_STDERR), OtherLine)
+
+
+def test_result_keeps_raw_samples_and_llama_bench_summary() -> None:
+    record = bench.parse_record(PP_D256)
+    assert record is not None
+    r = bench.result_from_record("cfg", record)
+    assert r.test_name == "pp64 @ d256"
+    assert r.samples_ns == (14339598, 13827833)
+    assert (r.avg_ts, r.stddev_ts) == (4545.755943, 116.800434)
+    # samples_ts is recomputed from the integer nanoseconds: 64 tokens / time
+    assert r.samples_ts == (64e9 / 14339598, 64e9 / 13827833)
+    # ... and agrees with llama-bench's printed (six significant digits) samples and its mean/sd
+    assert [round(x, 2) for x in r.samples_ts] == [4463.17, 4628.35]
+    mean = sum(r.samples_ts) / 2
+    sd = math.sqrt(sum((x - mean) ** 2 for x in r.samples_ts))
+    assert mean == pytest.approx(r.avg_ts, abs=1e-6) and sd == pytest.approx(r.stddev_ts, abs=1e-6)
+    tg = bench.result_from_record("cfg", bench.parse_record(TG_D256) or {})
+    assert tg.test_name == "tg16 @ d256" and tg.samples_ts[0] == 16e9 / 8408395
+
+
+def test_record_must_match_its_configuration() -> None:
+    record = bench.parse_record(PP_D256) or {}
+    assert bench.record_mismatch(BenchConfig("t=1", (("-t", "1"), ("-ncmoe", "0"))), record) is None
+    assert bench.record_mismatch(BenchConfig("fa", (("-fa", "auto"),)), record) is None
+    assert "n_threads=1" in (bench.record_mismatch(BenchConfig("t=2", (("-t", "2"),)), record) or "")
+    assert "flash_attn=-1" in (bench.record_mismatch(BenchConfig("fa", (("-fa", "on"),)), record) or "")
+
+
+# ---- argv -----------------------------------------------------------------------------------------
+
+
+def test_job_argv_and_points_follow_llama_bench_order() -> None:
+    config = BenchConfig("ncmoe=12", (("-ncmoe", "12"), ("-t", "8")), env=(("GGML_OP_OFFLOAD_MIN_BATCH", "64"),), extra_args=("-ngl", "99"))
+    job = BenchJob(config, n_prompt=512, n_gen=128, depths=(1000, 4000), repetitions=5)
+    assert job.points() == [(512, 0, 1000), (0, 128, 1000), (512, 0, 4000), (0, 128, 4000)]
+    assert job.to_argv(Path("/b/llama-bench"), Path("m.gguf")) == [
+        "/b/llama-bench", "-m", "m.gguf", "-p", "512", "-n", "128", "-d", "1000,4000", "-r", "5",
+        "-ncmoe", "12", "-t", "8", "-ngl", "99", "-o", "jsonl", "-oe", "md", "--progress",
+    ]
+    assert BenchJob(config, 0, 128, (0,), 1).points() == [(0, 128, 0)]
+
+
+@pytest.mark.parametrize("arg, hint", [("-t", "--threads"), ("--n_prompt", "--pp"), ("-ncmoe", "--ncmoe"), ("-o", "JSONL")])
+def test_extra_args_that_collide_with_xover_are_refused(arg: str, hint: str) -> None:
+    with pytest.raises(XoverError, match=hint):
+        bench.check_extra_args(["-ngl", "99", arg, "4"])
+
+
+def test_harmless_extra_args_pass() -> None:
+    bench.check_extra_args(["-ngl", "99", "-lm", "none", "-b", "4096"])
+
+
+# ---- options and planning -------------------------------------------------------------------------
+
+
+def test_option_parsing_says_what_to_change() -> None:
+    assert benchrun.parse_int_list("--ncmoe", "12,18,12") == (12, 18)
+    with pytest.raises(XoverError, match=r"--ncmoe '12,x' is not a comma-separated list of integers"):
+        benchrun.parse_int_list("--ncmoe", "12,x")
+    with pytest.raises(XoverError, match="at least 1"):
+        benchrun.parse_int_list("--threads", "0", minimum=1)
+    assert benchrun.parse_env("GGML_OP_OFFLOAD_MIN_BATCH=32,4096") == ("GGML_OP_OFFLOAD_MIN_BATCH", ("32", "4096"))
+    with pytest.raises(XoverError, match="NAME=VALUE"):
+        benchrun.parse_env("GGML_OP_OFFLOAD_MIN_BATCH")
+    with pytest.raises(XoverError, match="'yes' is not one of on, off, auto"):
+        benchrun.parse_choice_list("--flash-attn", "on,yes", benchrun.FLASH_ATTN_CHOICES)
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"depths": ()}, "--depth"),
+    ({"n_prompt": 0, "n_gen": 0}, "not both 0"),
+    ({"no_op_offload": (2,)}, "--no-op-offload"),
+    ({"repetitions": 0}, "-r"),
+    ({"extra_args": ("-d", "5")}, "--depth"),
+    ({"env": (("A", ("1",)), ("A", ("2",)))}, "twice"),
+])
+def test_spec_validation(kwargs: dict, message: str) -> None:
+    base = {"model": Path("m.gguf"), "depths": (0,)}
+    with pytest.raises(XoverError, match=message):
+        benchrun.SweepSpec(**{**base, **kwargs})
+
+
+def test_expand_is_the_cartesian_product_with_short_labels() -> None:
+    spec = benchrun.SweepSpec(
+        model=Path("m.gguf"), depths=(0,), ncmoe=(12, 18), threads=(8,), env=(("GGML_OP_OFFLOAD_MIN_BATCH", ("32", "4096")),),
+    )
+    configs = benchrun.expand(spec)
+    assert [c.label for c in configs] == [
+        "ncmoe=12 GGML_OP_OFFLOAD_MIN_BATCH=32", "ncmoe=12 GGML_OP_OFFLOAD_MIN_BATCH=4096",
+        "ncmoe=18 GGML_OP_OFFLOAD_MIN_BATCH=32", "ncmoe=18 GGML_OP_OFFLOAD_MIN_BATCH=4096",
+    ]
+    assert configs[0].fields == (("-ncmoe", "12"), ("-t", "8"))
+    assert configs[0].env == (("GGML_OP_OFFLOAD_MIN_BATCH", "32"),)
+    assert len({c.key for c in configs}) == 4
+    assert [c.label for c in benchrun.expand(benchrun.SweepSpec(model=Path("m"), depths=(0,)))] == ["default"]
+
+
+def test_plan_skips_measured_configs_and_reruns_only_missing_depths() -> None:
+    spec = benchrun.SweepSpec(model=Path("m.gguf"), depths=(1000, 4000, 16000), n_prompt=512, n_gen=128, ncmoe=(12, 18, 24))
+    c12, c18, c24 = benchrun.expand(spec)
+    done = {
+        (c12.key, p) for p in BenchJob(c12, 512, 128, (1000, 4000, 16000), 5).points()
+    } | {(c18.key, (512, 0, 1000)), (c18.key, (0, 128, 1000)), (c18.key, (512, 0, 4000))}
+    plan = benchrun.plan(spec, [c12, c18, c24], lambda c, p: (c.key, p) in done)
+    assert plan.skipped == (c12,)
+    j18, j24 = plan.jobs
+    assert (j18.config, j18.depths, j18.n_prompt, j18.n_gen) == (c18, (4000, 16000), 512, 128)
+    assert (j24.depths, j24.repetitions) == ((1000, 4000, 16000), 5)
+    assert plan.total_tests == 4 + 6
+    # only decode missing: the prefill tests are left out of the rerun
+    only_tg = benchrun.plan(spec, [c18], lambda c, p: p[1] == 0)
+    assert (only_tg.jobs[0].n_prompt, only_tg.jobs[0].n_gen) == (0, 128)
+
+
+def _exited(code: int | None, tail: str = "", timed_out: bool = False) -> Exited:
+    return Exited(returncode=code, timed_out=timed_out, duration_ns=1, stderr_tail=tail, markdown="")
+
+
+def test_exit_problems_name_the_cause() -> None:
+    assert benchrun.exit_problem(_exited(0), 4, 4, None) is None
+    assert benchrun.exit_problem(_exited(1, BAD_ARG_STDERR), 0, 4, None) == (
+        "llama-bench exited with code 1 after 0 of 4 tests: error: invalid parameter for argument: --bogus"
+    )
+    assert benchrun.exit_problem(_exited(1, GOMP_STDERR), 0, 2, None) == (
+        "llama-bench exited with code 1 after 0 of 2 tests: libgomp: Thread creation failed: Resource temporarily unavailable"
+    )
+    assert "failed to load model" in (benchrun.exit_problem(_exited(1, NO_MODEL_STDERR), 0, 2, None) or "")
+    assert benchrun.exit_problem(_exited(-9), 1, 4, None) == "llama-bench was killed by SIGKILL after 1 of 4 tests"
+    assert benchrun.exit_problem(_exited(-15, timed_out=True), 2, 4, 30.0) == (
+        "timed out after 2 of 4 tests (--timeout 30 s; raise it for long depths)"
+    )
+    assert benchrun.exit_problem(_exited(0), 3, 4, None) == "llama-bench exited normally after 3 of 4 tests"
+
+
+# ---- the runner, on a stand-in process ------------------------------------------------------------
+
+
+def test_runner_streams_records_and_enforces_the_timeout(tmp_path: Path) -> None:
+    """A stand-in llama-bench prints a progress line and a record, then hangs: the record arrives
+    before the timeout, and the timeout stops the process and reports it."""
+    fake = tmp_path / "llama-bench"
+    fake.write_text(textwrap.dedent(f"""\
+        #!{sys.executable}
+        import sys, time
+        sys.stderr.write("llama-bench: benchmark 1/2: prompt run 1/1\\n"); sys.stderr.flush()
+        sys.stdout.write({PP_D256!r} + "\\n"); sys.stdout.flush()
+        sys.stderr.write("error: something hangs\\n"); sys.stderr.flush()
+        time.sleep(60)
+    """))
+    fake.chmod(0o755)
+    job = BenchJob(BenchConfig("t=1", (("-t", "1"),)), 64, 16, (256,), 2)
+    events = list(bench.run(job, fake, tmp_path / "m.gguf", timeout_s=1.5))
+    assert events[0] == ProgressLine(1, 2, "prompt", 1, 1)
+    assert isinstance(events[1], RecordLine) and events[1].record["n_depth"] == 256
+    end = events[-1]
+    assert isinstance(end, Exited) and end.timed_out and end.stderr_tail == "error: something hangs"
+    assert 1.5e9 <= end.duration_ns < 10e9
+    assert end.returncode is not None  # reaped, not left running
+    assert process.live_pids() == []
