@@ -265,17 +265,19 @@ def run_sweep(
     fresh: bool = False,
     command: Sequence[str] = (),
     on_event: Callable[[SweepEvent], None] = lambda e: None,
+    configs: Sequence[BenchConfig] | None = None,
 ) -> SweepOutcome:
     """Measure every configuration of ``spec`` not yet in ``study_dir``'s store (all with ``fresh``).
 
     Each test is stored the moment llama-bench prints its record. A configuration that fails is
     stored as a failure and the sweep moves on; Ctrl-C stops llama-bench, marks the run
-    interrupted and re-raises :class:`KeyboardInterrupt`.
+    interrupted and re-raises :class:`KeyboardInterrupt`. ``configs`` replaces the cartesian
+    expansion of the spec's knob lists with named configurations (a study's).
     """
     if not spec.model.is_file():
         raise XoverError(f"model {spec.model} does not exist: pass -m PATH to a .gguf file")
     model_key = model_id(spec.model).key
-    configs = expand(spec)
+    configs = list(configs) if configs is not None else expand(spec)
     with Store(study_dir) as store:
         def measured(config: BenchConfig, p: Point) -> bool:
             return not fresh and store.has_bench_point(config.key, model_key, *p)

@@ -1,0 +1,248 @@
+"""Study configuration: named sets of llama.cpp flags, and the study spec (TOML). Pure: no I/O
+except :func:`load_spec`, which reads one file.
+
+A configuration is written once, in llama.cpp's own option names, and translated to both
+``llama-bench`` and ``llama-server`` argument lists (:meth:`LlamaConfig.bench_config`,
+:meth:`LlamaConfig.server_args`). The two binaries share short flags for everything xover
+sweeps except op offload (``-nopo 1`` vs ``--no-op-offload``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from xover.errors import XoverError
+from xover.records import BenchConfig
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+# TOML key (llama.cpp long option name) -> the short flag both llama-bench and llama-server accept.
+SHARED_FLAGS: dict[str, str] = {
+    "n-cpu-moe": "-ncmoe",
+    "threads": "-t",
+    "batch-size": "-b",
+    "ubatch-size": "-ub",
+    "flash-attn": "-fa",
+    "cache-type-k": "-ctk",
+    "cache-type-v": "-ctv",
+    "n-gpu-layers": "-ngl",
+    "load-mode": "-lm",
+}
+_INT_KEYS = {"n-cpu-moe", "threads", "batch-size", "ubatch-size", "n-gpu-layers"}
+_CHOICES = {
+    "flash-attn": ("on", "off", "auto"),
+    "load-mode": ("auto", "none", "mmap", "mlock", "mmap+mlock", "dio"),
+}
+STAGES = ("theory", "bench", "ttft", "cache", "report")
+
+
+@dataclasses.dataclass(frozen=True)
+class LlamaConfig:
+    """One named configuration: flags shared by llama-bench and llama-server, plus op offload and env."""
+
+    name: str
+    flags: tuple[tuple[str, str], ...] = ()  # (short flag, value), e.g. ("-ncmoe", "12")
+    no_op_offload: bool = False
+    env: tuple[tuple[str, str], ...] = ()  # e.g. (("GGML_OP_OFFLOAD_MIN_BATCH", "64"),)
+    bench_args: tuple[str, ...] = ()  # extra llama-bench arguments
+    server_args: tuple[str, ...] = ()  # extra llama-server arguments
+
+    def flag(self, short: str) -> str | None:
+        return dict(self.flags).get(short)
+
+    def bench_config(self) -> BenchConfig:
+        fields = self.flags + ((("-nopo", "1"),) if self.no_op_offload else ())
+        return BenchConfig(label=self.name, fields=fields, env=self.env, extra_args=self.bench_args)
+
+    def server_args_list(self) -> tuple[str, ...]:
+        args: list[str] = []
+        for flag, value in self.flags:
+            args += [flag, value]
+        if self.no_op_offload:
+            args.append("--no-op-offload")
+        return tuple(args) + self.server_args
+
+    def llama_server_command(self) -> str:
+        """The flags to paste into a llama-server command line."""
+        return " ".join(self.server_args_list())
+
+
+@dataclasses.dataclass(frozen=True)
+class StudySpec:
+    """Everything a study measures. Lengths are prompt tokens; llama-bench measures at the same depths."""
+
+    configs: tuple[LlamaConfig, ...]
+    model_path: Path | None = None
+    model_preset: str | None = None
+    lengths: tuple[int, ...] = (1024, 4096, 16384, 32768)
+    response_tokens: tuple[int, ...] = (200,)
+    repetitions: int = 3
+    bench_repetitions: int = 5
+    pp: int = 512
+    tg: int = 128
+    band: tuple[int, int] = (10_000, 40_000)
+    cache_length: int | None = None  # cache-lab prompt length (default: the longest length)
+    skip: frozenset[str] = frozenset()
+    timeout_s: float | None = None  # per llama-bench configuration / per server request
+
+    def __post_init__(self) -> None:
+        validate_spec(self)
+
+
+def _k(text: str | int, what: str) -> int:
+    """``1k``/``4K``/``32768`` -> tokens (1k = 1024)."""
+    if isinstance(text, int) and not isinstance(text, bool):
+        return text
+    m = re.fullmatch(r"\s*(\d+)\s*([kK]?)\s*", str(text))
+    if not m:
+        raise XoverError(f"{what}: {text!r} is not a token count (use e.g. 4096 or 4k)")
+    return int(m.group(1)) * (1024 if m.group(2) else 1)
+
+
+def parse_lengths(text: str | list[Any], what: str = "--lengths") -> tuple[int, ...]:
+    items = text.split(",") if isinstance(text, str) else list(text)
+    values = tuple(_k(x, what) for x in items if str(x).strip())
+    if not values:
+        raise XoverError(f"{what}: give at least one length, e.g. 1k,4k,16k,32k")
+    if any(v <= 0 for v in values):
+        raise XoverError(f"{what}: lengths must be positive, got {', '.join(map(str, values))}")
+    return tuple(sorted(set(values)))
+
+
+def validate_spec(spec: StudySpec) -> None:
+    if not spec.configs:
+        raise XoverError("a study needs at least one configuration ([[config]] in the spec)")
+    names = [c.name for c in spec.configs]
+    dup = {n for n in names if names.count(n) > 1}
+    if dup:
+        raise XoverError(f"configuration names must be unique; {sorted(dup)[0]!r} appears twice")
+    if (spec.model_path is None) == (spec.model_preset is None):
+        raise XoverError("give the model as exactly one of [model] path = '...gguf' or preset = 'tiny-moe'")
+    if any(v <= 0 for v in spec.lengths) or not spec.lengths:
+        raise XoverError("lengths must be positive token counts")
+    if any(r <= 0 for r in spec.response_tokens) or not spec.response_tokens:
+        raise XoverError("response-tokens must be positive")
+    if spec.repetitions < 1 or spec.bench_repetitions < 1:
+        raise XoverError("repetitions must be at least 1")
+    if spec.pp < 1 or spec.tg < 1:
+        raise XoverError("pp and tg must be at least 1 token")
+    if not spec.band[0] < spec.band[1]:
+        raise XoverError(f"band {spec.band}: give [LO, HI] with LO < HI")
+    unknown = spec.skip - set(STAGES)
+    if unknown:
+        raise XoverError(f"skip: unknown stage {sorted(unknown)[0]!r}; stages are {', '.join(STAGES)}")
+    if spec.timeout_s is not None and spec.timeout_s <= 0:
+        raise XoverError("timeout must be a positive number of seconds")
+
+
+def config_from_table(table: Mapping[str, Any], index: int) -> LlamaConfig:
+    """One ``[[config]]`` table -> :class:`LlamaConfig`, with one-line errors naming the key."""
+    where = f"[[config]] #{index + 1}"
+    name = table.get("name")
+    if not isinstance(name, str) or not name.strip():
+        raise XoverError(f"{where}: give it a name = '...' (used as the column label)")
+    where = f"[[config]] {name!r}"
+    flags: list[tuple[str, str]] = []
+    known = set(SHARED_FLAGS) | {"name", "no-op-offload", "env", "bench-args", "server-args"}
+    for key, value in table.items():
+        if key not in known:
+            raise XoverError(f"{where}: unknown key {key!r}; use one of {', '.join(sorted(known))}")
+        if key not in SHARED_FLAGS:
+            continue
+        if key in _INT_KEYS:
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise XoverError(f"{where}: {key} must be a non-negative integer, got {value!r}")
+        elif key in _CHOICES:
+            if value not in _CHOICES[key]:
+                raise XoverError(f"{where}: {key} must be one of {', '.join(_CHOICES[key])}, got {value!r}")
+        elif not isinstance(value, str):
+            raise XoverError(f"{where}: {key} must be a string, got {value!r}")
+        flags.append((SHARED_FLAGS[key], str(value)))
+    nopo = table.get("no-op-offload", False)
+    if not isinstance(nopo, bool):
+        raise XoverError(f"{where}: no-op-offload must be true or false")
+    env = table.get("env", {})
+    if not isinstance(env, dict) or not all(isinstance(v, (str, int)) for v in env.values()):
+        raise XoverError(f"{where}: env must be a table of NAME = 'value'")
+    lists = {}
+    for key in ("bench-args", "server-args"):
+        v = table.get(key, [])
+        if not isinstance(v, list) or not all(isinstance(x, str) for x in v):
+            raise XoverError(f"{where}: {key} must be a list of strings, e.g. ['--mlock']")
+        lists[key] = tuple(v)
+    return LlamaConfig(
+        name=name.strip(), flags=tuple(flags), no_op_offload=nopo,
+        env=tuple(sorted((k, str(v)) for k, v in env.items())),
+        bench_args=lists["bench-args"], server_args=lists["server-args"],
+    )
+
+
+def spec_from_dict(doc: Mapping[str, Any], base_dir: Path | None = None) -> StudySpec:
+    """A parsed TOML document -> :class:`StudySpec`. Relative model paths resolve against ``base_dir``."""
+    known_top = {"model", "study", "config"}
+    unknown = set(doc) - known_top
+    if unknown:
+        raise XoverError(f"unknown section {sorted(unknown)[0]!r}; the spec has [model], [study] and [[config]]")
+    model = doc.get("model", {})
+    path = model.get("path")
+    preset = model.get("preset")
+    model_path = None
+    if path is not None:
+        model_path = Path(str(path)).expanduser()
+        if base_dir is not None and not model_path.is_absolute():
+            model_path = base_dir / model_path
+    study = dict(doc.get("study", {}))
+    known_study = {"lengths", "response-tokens", "repetitions", "bench-repetitions", "pp", "tg", "band",
+                   "cache-length", "skip", "timeout"}
+    bad = set(study) - known_study
+    if bad:
+        raise XoverError(f"[study]: unknown key {sorted(bad)[0]!r}; use one of {', '.join(sorted(known_study))}")
+    tables = doc.get("config", [])
+    if not isinstance(tables, list):
+        raise XoverError("configurations are an array of tables: write each as [[config]]")
+    kwargs: dict[str, Any] = {}
+    if "lengths" in study:
+        kwargs["lengths"] = parse_lengths(study["lengths"], "[study] lengths")
+    if "response-tokens" in study:
+        rt = study["response-tokens"]
+        kwargs["response_tokens"] = tuple(rt) if isinstance(rt, list) else (rt,)
+    for key, attr in (("repetitions", "repetitions"), ("bench-repetitions", "bench_repetitions"), ("pp", "pp"), ("tg", "tg")):
+        if key in study:
+            if not isinstance(study[key], int) or isinstance(study[key], bool):
+                raise XoverError(f"[study] {key} must be an integer")
+            kwargs[attr] = study[key]
+    if "band" in study:
+        band = study["band"]
+        if not (isinstance(band, list) and len(band) == 2):
+            raise XoverError("[study] band must be [LO, HI], e.g. [10000, 40000]")
+        kwargs["band"] = (_k(band[0], "band"), _k(band[1], "band"))
+    if "cache-length" in study:
+        kwargs["cache_length"] = _k(study["cache-length"], "[study] cache-length")
+    if "skip" in study:
+        kwargs["skip"] = frozenset(study["skip"])
+    if "timeout" in study:
+        kwargs["timeout_s"] = float(study["timeout"])
+    return StudySpec(
+        configs=tuple(config_from_table(t, i) for i, t in enumerate(tables)),
+        model_path=model_path, model_preset=preset, **kwargs,
+    )
+
+
+def load_spec(path: Path) -> StudySpec:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as e:
+        raise XoverError(f"cannot read study spec {path}: {e.strerror or e}") from None
+    try:
+        doc = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as e:
+        raise XoverError(f"{path} is not valid TOML ({e}); see examples/*.toml") from None
+    return spec_from_dict(doc, base_dir=path.parent)

@@ -1,0 +1,67 @@
+"""Study specs: the shipped example parses, configs translate to both binaries, bad specs say what to fix."""
+
+from pathlib import Path
+
+import pytest
+
+from xover.config import LlamaConfig, load_spec, parse_lengths, spec_from_dict
+from xover.errors import XoverError
+
+EXAMPLE = Path(__file__).parents[2] / "examples" / "seed-qwen3-coder-30b.toml"
+
+
+def test_shipped_example_reproduces_the_seed():
+    spec = load_spec(EXAMPLE)
+    assert spec.model_preset == "qwen3-30b-a3b"
+    assert spec.lengths == (1024, 4096, 16384, 32768)
+    assert spec.response_tokens == (200,)
+    assert [c.name for c in spec.configs] == ["ncmoe=12", "ncmoe=18"]
+    assert spec.configs[1].flag("-ncmoe") == "18"
+
+
+def test_config_translates_to_both_binaries():
+    c = LlamaConfig(name="x", flags=(("-ncmoe", "18"), ("-ub", "2048"), ("-fa", "on")), no_op_offload=True,
+                    env=(("GGML_OP_OFFLOAD_MIN_BATCH", "64"),), server_args=("--mlock",))
+    b = c.bench_config()
+    assert b.fields == (("-ncmoe", "18"), ("-ub", "2048"), ("-fa", "on"), ("-nopo", "1"))
+    assert b.env == (("GGML_OP_OFFLOAD_MIN_BATCH", "64"),) and b.label == "x"
+    assert c.server_args_list() == ("-ncmoe", "18", "-ub", "2048", "-fa", "on", "--no-op-offload", "--mlock")
+    assert c.llama_server_command() == "-ncmoe 18 -ub 2048 -fa on --no-op-offload --mlock"
+
+
+def test_lengths_accept_k_suffix():
+    assert parse_lengths("32k,1k,4096") == (1024, 4096, 32768)
+    with pytest.raises(XoverError, match="positive"):
+        parse_lengths("0,1k")
+    with pytest.raises(XoverError, match="not a token count"):
+        parse_lengths("-5")
+
+
+@pytest.mark.parametrize(
+    "doc, message",
+    [
+        ({"model": {"preset": "tiny-moe"}}, "at least one configuration"),
+        ({"model": {"preset": "tiny-moe"}, "config": [{"name": "a"}, {"name": "a"}]}, "appears twice"),
+        ({"config": [{"name": "a"}]}, "exactly one of"),
+        ({"model": {"preset": "tiny-moe"}, "config": [{"name": "a", "n-cpu-moe": -1}]}, "non-negative integer"),
+        ({"model": {"preset": "tiny-moe"}, "config": [{"name": "a", "flash-attn": "yes"}]}, "one of on, off, auto"),
+        ({"model": {"preset": "tiny-moe"}, "config": [{"name": "a", "ncmoe": 3}]}, "unknown key 'ncmoe'"),
+        ({"model": {"preset": "tiny-moe"}, "config": [{"name": "a"}], "study": {"lengths": [0]}}, "positive"),
+        ({"model": {"preset": "tiny-moe"}, "config": [{"name": "a"}], "study": {"skip": ["nap"]}}, "unknown stage"),
+        ({"model": {"preset": "tiny-moe"}, "config": [{"name": "a"}], "studdy": {}}, "unknown section"),
+        ({"model": {"preset": "tiny-moe"}, "config": [{}]}, "give it a name"),
+    ],
+)
+def test_bad_specs_are_one_line_errors(doc, message):
+    with pytest.raises(XoverError, match=message) as e:
+        spec_from_dict(doc)
+    assert "\n" not in str(e.value)
+
+
+def test_malformed_toml(tmp_path):
+    p = tmp_path / "s.toml"
+    p.write_text("[model\npreset = 1")
+    with pytest.raises(XoverError, match="not valid TOML"):
+        load_spec(p)
+    with pytest.raises(XoverError, match="cannot read"):
+        load_spec(tmp_path / "missing.toml")
