@@ -40,6 +40,8 @@ COMMANDS = {
     "ttft": "xover.cli.ttft:ttft",
     "study": "xover.cli.study:study",
     "report": "xover.cli.report:report",
+    "theory": "xover.cli.theory:theory",
+    "predict": "xover.cli.theory:predict",
 }
 
 

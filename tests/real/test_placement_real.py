@@ -1,0 +1,67 @@
+"""The memory estimate behind the placement planner, against the buffer sizes the real llama.cpp logs.
+
+llama-bench -v on the tiny-moe model (CPU build) logs ``CPU model buffer size``, ``CPU KV buffer size``
+and ``CPU compute buffer size``; the model and KV estimates must agree within a few percent, the
+compute buffer estimate (documented as rough) within 25 %. Weights are loaded without mmap and
+without repacking (``-lm none --repack 0``) so that one plain CPU buffer holds them all.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from xover.analysis.theory import memory_estimate, model_terms
+from xover.gguf.presets import PRESETS
+from xover.gguf.shapes import tensor_table
+from xover.llamacpp.process import spawn, stop
+
+pytestmark = pytest.mark.real
+
+_BUFFER = re.compile(r"(?P<dev>\S+)\s+(?P<kind>model|KV|compute) buffer size =\s+(?P<mib>[\d.]+) MiB")
+
+
+def parse_buffer_sizes(log: str) -> dict[str, float]:
+    """``{"model": MiB, "KV": MiB, "compute": MiB}`` summed over devices, from llama.cpp's load log."""
+    sizes: dict[str, float] = {}
+    for m in _BUFFER.finditer(log):
+        sizes[m["kind"]] = sizes.get(m["kind"], 0.0) + float(m["mib"])
+    return sizes
+
+
+def test_parse_buffer_sizes() -> None:
+    log = ("load_tensors:          CPU model buffer size =     4.46 MiB\n"
+           "llama_kv_cache:        CPU KV buffer size =     1.00 MiB\n"
+           "sched_reserve:      CUDA0 compute buffer size =   342.01 MiB\n"
+           "sched_reserve:  CUDA_Host compute buffer size =     8.51 MiB\n"
+           "~llama_context:        CPU compute buffer size is   5.5137 MiB, matches expectation of   5.5137 MiB\n")
+    assert parse_buffer_sizes(log) == {"model": 4.46, "KV": 1.0, "compute": pytest.approx(350.52)}
+
+
+def _bench_log(llama_bins, model: Path, n_ctx: int, ubatch: int, flash_attn: bool, log_path: Path) -> str:
+    """Run llama-bench so that its context is exactly ``n_ctx`` (pp512 on top of n_ctx - 512) and return its log."""
+    argv = [str(llama_bins.bench), "-m", str(model), "-p", "512", "-n", "0", "-d", str(n_ctx - 512), "-r", "1",
+            "-t", "2", "-ub", str(ubatch), "-fa", "1" if flash_attn else "0", "-lm", "none", "--repack", "0", "-v"]
+    with log_path.open("w") as log:
+        proc = spawn(argv, stdout=subprocess.DEVNULL, stderr=log)
+        try:
+            code = proc.wait(timeout=120)
+        finally:
+            stop(proc)
+    text = log_path.read_text()
+    assert code == 0, text[-2000:]
+    return text
+
+
+@pytest.mark.parametrize("n_ctx,ubatch,flash_attn", [(512, 512, True), (4096, 256, True), (4608, 512, False)])
+def test_buffers_match_the_estimate(llama_bins, tiny_model: Path, tmp_path: Path, n_ctx: int, ubatch: int,
+                                    flash_attn: bool) -> None:
+    logged = parse_buffer_sizes(_bench_log(llama_bins, tiny_model, n_ctx, ubatch, flash_attn, tmp_path / "bench.log"))
+    est = memory_estimate(model_terms(tensor_table(PRESETS["tiny-moe"])), 0, n_ctx, ubatch, flash_attn, device="cpu")
+    mib = 1 << 20
+    assert logged["model"] == pytest.approx(est.model_bytes / mib, rel=0.03)
+    assert logged["KV"] == pytest.approx(est.kv_bytes / mib, rel=0.03)
+    assert logged["compute"] == pytest.approx(est.compute_bytes / mib, rel=0.25)
