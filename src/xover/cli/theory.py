@@ -80,7 +80,7 @@ def _inputs(model: str | None, preset: str | None, hw_spec: str | None, measure:
 
 def _load_model(model: str | None, preset: str | None) -> tuple[Any, dict[str, Any]]:
     from xover.gguf.presets import preset as get_preset
-    from xover.gguf.shapes import TensorTable, tensor_table, total_bytes
+    from xover.gguf.shapes import tensor_table, total_bytes
 
     if model and preset:
         raise XoverError("give either -m or --preset, not both")
@@ -90,14 +90,10 @@ def _load_model(model: str | None, preset: str | None) -> tuple[Any, dict[str, A
         return table, {"name": name, "source": f"preset:{name}", "total_bytes": total_bytes(table)}
     if not model:
         raise XoverError("no model: give -m FILE.gguf or -m preset:qwen3-30b-a3b")
-    from xover.gguf.inspect import hyperparams, read_header
+    from xover.gguf.inspect import model_table
 
-    header = read_header(model)
-    hp, _ = hyperparams(header, model)
-    table = TensorTable(hparams=hp, tensors=header.tensors)
-    name_value = header.metadata.get("general.name")
-    return table, {"name": name_value if isinstance(name_value, str) else Path(model).name, "source": model,
-                   "total_bytes": total_bytes(table)}
+    table, name = model_table(model)
+    return table, {"name": name, "source": model, "total_bytes": total_bytes(table)}
 
 
 def _now() -> tuple[str, int]:

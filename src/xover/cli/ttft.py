@@ -1,13 +1,233 @@
-"""`xover ttft` (being built)."""
+"""`xover ttft`: time-to-first-token through llama-server, every cold sample proven cold."""
 
 from __future__ import annotations
+
+import os
+import sys
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
 from xover.errors import XoverError
 
+if TYPE_CHECKING:
+    from rich.table import Table
 
-@click.command(context_settings={"ignore_unknown_options": True})
-def ttft() -> None:
-    """(not available yet)"""
-    raise XoverError("`xover ttft` is not available in this version yet")
+    from xover.analysis.stats import Summary
+    from xover.llamacpp.server import ServerSpec
+    from xover.ttftrun import PointSummary, TtftPlan
+
+API_KEY_ENV = "XOVER_API_KEY"
+
+
+def _ints(text: str | None, what: str) -> tuple[int, ...]:
+    if text is None:
+        return ()
+    try:
+        values = tuple(int(v) for v in text.split(",") if v.strip())
+    except ValueError:
+        raise XoverError(f"{what} {text!r} is not a comma-separated list of integers, e.g. 12,18") from None
+    if any(v < 0 for v in values):
+        raise XoverError(f"{what} values must be >= 0")
+    return values
+
+
+@click.command(context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("-m", "--model", type=click.Path(path_type=Path, dir_okay=False), default=None,
+              help="GGUF model to serve (with --url: optional, only used to pick prompt token ids and identify results).")
+@click.option("--ncmoe", default=None, metavar="N,N,...", help="--n-cpu-moe values, one server configuration each, e.g. 12,18.")
+@click.option("--lengths", default="1k,4k,16k,32k", show_default=True, metavar="L,L,...",
+              help="Prompt lengths in tokens: 1k = 1024, 4096, 32K.")
+@click.option("--response-tokens", type=click.IntRange(min=1), default=200, show_default=True,
+              help="Tokens generated per request (exactly: ignore_eos).")
+@click.option("-r", "--reps", type=click.IntRange(min=1), default=3, show_default=True, help="Repetitions per length.")
+@click.option("-o", "--out", "study_dir", type=click.Path(path_type=Path, file_okay=False), default=Path("xover-study"),
+              show_default=True, help="Study directory: results.sqlite and logs/.")
+@click.option("--threads", type=click.IntRange(min=1), default=None, help="llama-server -t.")
+@click.option("--flash-attn", type=click.Choice(["on", "off"]), default=None, help="llama-server -fa [default: server's auto].")
+@click.option("--mode", type=click.Choice(["cold", "warm"]), default="cold", show_default=True,
+              help="cold: unique prompts, cache_prompt false, -np 1 --cache-ram 0, checked cache_n == 0 and prompt_n == L. "
+                   "warm: each prompt sent twice with cache_prompt true, the second checked cache_n == L-1 and prompt_n == 1.")
+@click.option("--text", is_flag=True, help="Text prompts counted with the server's /tokenize instead of token-id prompts.")
+@click.option("--url", default=None, help="Measure the llama-server already running here (no lifecycle; same checks). "
+                                          f"An API key is read from ${API_KEY_ENV} and sent only to this URL.")
+@click.option("--llama-bin-dir", type=click.Path(path_type=Path, file_okay=False), default=None,
+              help="Folder with llama-server [default: see `xover llama which`].")
+@click.option("--server-timeout", type=click.FloatRange(min=1), default=600.0, show_default=True,
+              help="Seconds to wait for /health to answer 200.")
+@click.option("--retries", type=click.IntRange(min=0), default=2, show_default=True,
+              help="Re-runs of a sample that fails its cache check (it is stored, never averaged).")
+@click.option("--seed", type=int, default=None, help="Prompt seed [default: from the clock, so runs never share prompts].")
+@click.argument("extra_args", nargs=-1, type=click.UNPROCESSED, metavar="[-- LLAMA-SERVER ARGS]")
+def ttft(
+    model: Path | None, ncmoe: str | None, lengths: str, response_tokens: int, reps: int, study_dir: Path,
+    threads: int | None, flash_attn: str | None, mode: str, text: bool, url: str | None, llama_bin_dir: Path | None,
+    server_timeout: float, retries: int, seed: int | None, extra_args: tuple[str, ...],
+) -> None:
+    """Time-to-first-token, prefill and decode speed through llama-server, per --n-cpu-moe and prompt length.
+
+    Each configuration's server starts once (-c sized to the longest prompt, -ngl 99, -fit off,
+    -np 1 --cache-ram 0), answers one discarded warm-up request, then every length x repetition.
+    Every sample is checked against the server's cache_n/prompt_n; one that fails is stored, never
+    averaged, and re-run. Samples go to the study's results.sqlite as they arrive.
+
+    \b
+    xover ttft -m model.gguf --ncmoe 12,18 --lengths 1k,4k,16k,32k -r 3
+    xover ttft -m model.gguf --ncmoe 18 -- -ub 1024 --no-mmap
+    xover ttft --url http://127.0.0.1:8080 --lengths 4k
+    """
+    import asyncio
+
+    from rich.markup import escape
+
+    from xover.console import console, out, progress_bar
+    from xover.prompts import parse_lengths
+    from xover.store import Store
+    from xover.ttftrun import (
+        ConfigFailed,
+        Note,
+        Rerun,
+        RunEvent,
+        SampleDone,
+        ServerUp,
+        TtftPlan,
+        TtftRun,
+        expand,
+        gap_note,
+        summarize_points,
+    )
+
+    plan = TtftPlan(
+        lengths=parse_lengths(lengths), reps=reps, response_tokens=response_tokens, mode=mode, text=text,
+        seed=seed if seed is not None else time.time_ns() % 1_000_000_007, max_retries=retries,
+    )
+    n_configs = 1
+    binaries = None
+    if url is not None:
+        given = [name for name, v in (("--ncmoe", ncmoe), ("--threads", threads), ("--flash-attn", flash_attn),
+                                      ("--llama-bin-dir", llama_bin_dir), ("llama-server args", extra_args)) if v]
+        if given:
+            raise XoverError(f"{given[0]} does not apply with --url: that server's flags are already set; drop it")
+        if model is not None and not model.is_file():
+            raise XoverError(f"model {model} does not exist: fix -m or leave it out with --url")
+    else:
+        if model is None:
+            raise XoverError("no model: pass -m MODEL.gguf (or --url URL to measure a running server)")
+        if not model.is_file():
+            raise XoverError(f"model {model} does not exist: fix -m")
+        from xover.llamacpp.binaries import resolve
+        from xover.llamacpp.server import has_flag
+
+        binaries = resolve(llama_bin_dir)
+        specs = _specs(model, _ints(ncmoe, "--ncmoe"), plan, threads, flash_attn, extra_args, has_flag(binaries.server, "-fit"))
+        n_configs = len(specs)
+
+    total = len(expand(plan)) * n_configs
+    with Store(study_dir) as store, progress_bar() as bar:
+        task = bar.add_task("ttft requests", total=total)
+
+        def on_event(ev: RunEvent) -> None:
+            nonlocal total
+            if isinstance(ev, SampleDone):
+                bar.update(task, advance=1)
+                s = ev.sample
+                if s.error is not None:
+                    console.print(f"[red]{escape(f'{ev.label} L={s.length} rep {s.rep + 1}: {s.error}')}[/]")
+                elif ev.check is not None:
+                    console.print(f"[yellow]{escape(f'{ev.label} L={s.length} rep {s.rep + 1}: {ev.check}')}; "
+                                  "stored, not averaged[/]")
+            elif isinstance(ev, Rerun):
+                total += 1
+                bar.update(task, total=total)
+                console.print(f"[dim]{escape(ev.label)} L={ev.length} rep {ev.rep + 1}: re-running with a fresh prompt[/]")
+            elif isinstance(ev, ServerUp):
+                where = f", log {ev.log_path}" if ev.log_path else ""
+                line = f"llama-server {ev.label} ready at {ev.url} (build {ev.build_info or 'unknown'}){where}"
+                console.print(f"[dim]{escape(line)}[/]")
+            elif isinstance(ev, ConfigFailed):
+                bar.update(task, advance=ev.skipped)
+                console.print(f"[red]{escape(f'{ev.label}: {ev.reason}')}[/]")
+            elif isinstance(ev, Note):
+                console.print(f"[yellow]{escape(ev.text)}[/]")
+
+        run = TtftRun(store, plan, ["xover", *sys.argv[1:]], binaries=binaries, model=model, on_event=on_event)
+        if url is not None:
+            outcome = asyncio.run(run.run_url(url, api_key=os.environ.get(API_KEY_ENV) or None, startup_timeout_s=server_timeout))
+        else:
+            outcome = asyncio.run(run.run_managed(specs, study_dir / "logs", startup_timeout_s=server_timeout))
+
+    summaries = summarize_points(outcome.samples)
+    if summaries:
+        # a terminal wraps the table to its width; a pipe or file gets it whole
+        from rich.console import Console
+
+        target = out if out.is_terminal else Console(file=sys.stdout, width=160, highlight=False)
+        target.print(render_table(summaries, outcome.labels, plan.mode))
+    for p in summaries:
+        label = outcome.labels.get(p.config_key, p.config_key)
+        note = gap_note(p, label, outcome.cold_cache.get(p.config_key))
+        if note:
+            console.print(f"[yellow]warning: {escape(note)}[/]")
+        if p.n_first_two_together:
+            console.print(f"[yellow]warning: {escape(label)} L={p.length}: in {p.n_first_two_together} of {p.n_ok} "
+                          "samples the first two tokens arrived together (the server held the first one back inside a "
+                          "UTF-8 character, or the client read late): their TTFT includes a decode step[/]")
+        if p.n_ok < p.n_reps:
+            errored = f" ({p.n_errors} failed with an error)" if p.n_errors else ""
+            console.print(f"[yellow]warning: {escape(label)} L={p.length}: only {p.n_ok} of {p.n_reps} repetitions passed the "
+                          f"{p.mode} check{errored}[/]")
+    console.print(f"[dim]run {outcome.run_id}: {len(outcome.samples)} samples in {store.path}[/]")
+    if outcome.failures:
+        raise XoverError(f"{len(outcome.failures)} configuration(s) failed, first: {outcome.failures[0].reason}")
+
+
+def _specs(
+    model: Path, ncmoe: Sequence[int], plan: TtftPlan, threads: int | None, flash_attn: str | None,
+    extra_args: Sequence[str], fit_off: bool,
+) -> list[ServerSpec]:
+    """One server configuration per --ncmoe value (one without the flag when none is given)."""
+    from xover.llamacpp.server import ServerSpec, context_size
+
+    ctx = context_size(max(plan.lengths), plan.response_tokens)
+    return [
+        ServerSpec(model=model.resolve(), label=f"ncmoe={n}" if n is not None else "default", ctx_size=ctx, n_cpu_moe=n,
+                   threads=threads, flash_attn=flash_attn, fit_off=fit_off, extra_args=tuple(extra_args))
+        for n in (tuple(ncmoe) or (None,))
+    ]
+
+
+def _ms(ns: float) -> str:
+    ms = ns / 1e6
+    return f"{ms:.1f}" if ms < 100 else f"{ms:,.0f}"
+
+
+def _tps(s: Summary | None) -> str:
+    return "-" if s is None else f"{s.median:,.0f}"
+
+
+def render_table(summaries: Sequence[PointSummary], labels: Mapping[str, str], mode: str) -> Table:
+    """One row per configuration and length: medians over samples that passed the cache check."""
+    from rich import box
+    from rich.markup import escape
+    from rich.table import Table
+
+    t = Table(title=f"time to first token, {mode} (medians over samples that passed the {mode} check)",
+              box=box.SIMPLE_HEAD, title_justify="left")
+    t.add_column("config")
+    for name in ("L", "TTFT ms", "q1-q3 ms", "prefill tok/s\nL/TTFT | server", "decode tok/s\nclient | server",
+                 f"{mode} check\npassed/total", "re-runs", "gap ms\nTTFT-prompt_ms"):
+        t.add_column(name, justify="right")
+    for p in summaries:
+        ttft, gap = p.ttft_ns, p.gap_ns
+        gap_text = "-" if gap is None else _ms(gap.median)
+        t.add_row(
+            escape(labels.get(p.config_key, p.config_key)), f"{p.length:,}",
+            _ms(ttft.median) if ttft else "-", f"{_ms(ttft.q1)}-{_ms(ttft.q3)}" if ttft else "-",
+            f"{_tps(p.prefill_tps_client)} | {_tps(p.prefill_tps_server)}",
+            f"{_tps(p.decode_tps_client)} | {_tps(p.decode_tps_server)}",
+            f"{p.n_ok}/{p.n_samples}", str(p.n_reruns), f"[yellow]{gap_text}[/]" if p.gap_is_large else gap_text,
+        )
+    return t

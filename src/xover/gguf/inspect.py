@@ -427,3 +427,11 @@ def render_text(report: ModelReport) -> str:
         lines.append("  no expert tensors: --n-cpu-moe moves nothing")
     lines += [f"  note        {note}" for note in report.notes]
     return "\n".join(lines)
+
+
+def model_table(path: Path | str) -> tuple[TensorTable, str]:
+    """A GGUF's tensor table and model name (``general.name``, else the file name), header only."""
+    header = read_header(path)
+    hp, _ = hyperparams(header, str(path))
+    name = header.metadata.get("general.name")
+    return TensorTable(hparams=hp, tensors=header.tensors), name if isinstance(name, str) else Path(path).name

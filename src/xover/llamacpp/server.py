@@ -1,0 +1,226 @@
+"""llama-server lifecycle: one configuration, one process, never left behind.
+
+:class:`LlamaServer` is an async context manager. Entering starts ``llama-server`` in its own
+session (:func:`xover.llamacpp.process.spawn`) on 127.0.0.1 and a free port, logs to a file in
+the study directory, waits for ``/health`` to answer 200 (503 while loading) while watching for
+an early exit, and reads ``/props`` and ``/v1/models``. Leaving stops it (SIGTERM to its group,
+then SIGKILL) whatever the way out: success, error, cancellation or Ctrl-C.
+
+Controlled runs pass every option that matters explicitly: ``-c`` sized to the longest prompt plus
+the response plus a margin, ``-ngl``, and ``-fit off`` where the binary has ``-fit`` (it would
+otherwise change unset options to fit free memory). Cold measurements also need ``-np 1
+--cache-ram 0``: with several slots or the host-memory prompt cache, a prompt seen before can come
+back from a cache even with ``cache_prompt: false`` elsewhere, and saving the previous slot to
+host memory is counted in the next request's TTFT.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import re
+import socket
+import subprocess
+from pathlib import Path
+from typing import Any
+
+from xover.client import LlamaClient, wait_healthy
+from xover.errors import XoverError
+from xover.llamacpp import process
+from xover.records import ServerConfig
+
+HOST = "127.0.0.1"
+CONTEXT_MARGIN = 256  # tokens beyond prompt + response (BOS, warm-up), and the rounding unit of -c
+_BIND_ATTEMPTS = 3
+
+
+def context_size(max_prompt_tokens: int, response_tokens: int, margin: int = CONTEXT_MARGIN) -> int:
+    """``-c`` for prompts up to ``max_prompt_tokens`` with ``response_tokens`` back, rounded up to ``margin``."""
+    need = max_prompt_tokens + response_tokens + margin
+    return -(-need // margin) * margin
+
+
+@dataclasses.dataclass(frozen=True)
+class ServerSpec:
+    """Everything that defines one llama-server configuration, in typed form.
+
+    ``cold_cache`` adds ``-np 1 --cache-ram 0`` (one slot, no host-memory prompt cache): what a
+    proven-cold measurement needs. ``False`` leaves llama-server's defaults (several slots, 8 GiB
+    prompt cache), which exists to show that those defaults leak warm caches. ``extra_args`` come
+    after xover's own flags, so they override them (llama.cpp takes the last value), except the
+    host and port, which come last.
+    """
+
+    model: Path
+    label: str
+    ctx_size: int
+    n_cpu_moe: int | None = None
+    threads: int | None = None
+    flash_attn: str | None = None  # "on" / "off"; None leaves llama-server's default (auto)
+    n_gpu_layers: int = 99
+    cold_cache: bool = True
+    fit_off: bool = True  # pass "-fit off"; set False for builds that have no -fit
+    extra_args: tuple[str, ...] = ()
+
+    def args(self) -> tuple[str, ...]:
+        """The flags that define the configuration (no binary, host, port)."""
+        a = ["-m", str(self.model), "-c", str(self.ctx_size), "-ngl", str(self.n_gpu_layers)]
+        if self.n_cpu_moe is not None:
+            a += ["--n-cpu-moe", str(self.n_cpu_moe)]
+        if self.threads is not None:
+            a += ["-t", str(self.threads)]
+        if self.flash_attn is not None:
+            a += ["-fa", self.flash_attn]
+        if self.cold_cache:
+            a += ["-np", "1", "--cache-ram", "0"]
+        if self.fit_off:
+            a += ["-fit", "off"]
+        return (*a, *self.extra_args)
+
+    def to_argv(self, binary: Path, port: int) -> list[str]:
+        return [str(binary), *self.args(), "--host", HOST, "--port", str(port)]
+
+    def config(self) -> ServerConfig:
+        """The record stored with every sample of this configuration."""
+        return ServerConfig(label=self.label, args=self.args())
+
+
+@functools.lru_cache(maxsize=16)
+def help_text(binary: Path) -> str:
+    try:
+        out = subprocess.run([str(binary), "--help"], capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.SubprocessError) as e:
+        raise XoverError(f"cannot run {binary} --help ({e}): check --llama-bin-dir") from None
+    return out.stdout + out.stderr
+
+
+def has_flag(binary: Path, flag: str) -> bool:
+    """Whether ``binary --help`` lists ``flag`` (e.g. ``-fit``), so options are only passed where they exist."""
+    return re.search(rf"(^|[\s,]){re.escape(flag)}([\s,=]|$)", help_text(binary), re.M) is not None
+
+
+def parse_build_info(build_info: object) -> dict[str, object]:
+    """``/props`` ``build_info`` (``b<number>-<commit>``) as provenance's ``build_number``/``build_commit``."""
+    m = re.fullmatch(r"b(\d+)-(\S+)", str(build_info or ""))
+    if not m:
+        return {}
+    return {"build_number": int(m.group(1)), "build_commit": m.group(2)}
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((HOST, 0))
+        return int(s.getsockname()[1])
+
+
+def _slug(label: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.=-]+", "_", label).strip("_") or "server"
+
+
+def log_path_for(log_dir: Path, label: str) -> Path:
+    """``logs/server-<label>-<n>.log``: the first n not taken, so every start keeps its own log."""
+    n = 1
+    while (path := log_dir / f"server-{_slug(label)}-{n}.log").exists():
+        n += 1
+    return path
+
+
+def log_tail(path: Path, lines: int = 3, max_chars: int = 400) -> str:
+    """The last non-empty lines of a log, on one line."""
+    try:
+        text = path.read_text(errors="replace")
+    except OSError:
+        return "(no log)"
+    tail = [line.strip() for line in text.splitlines() if line.strip()][-lines:]
+    return (" | ".join(tail) or "(empty log)")[-max_chars:]
+
+
+class LlamaServer:
+    """A running llama-server for one :class:`ServerSpec`: ``async with LlamaServer(...) as srv``.
+
+    Inside: ``srv.url``, ``srv.client`` (a :class:`LlamaClient`), ``srv.props`` (``/props``),
+    ``srv.model_meta`` (``/v1/models`` ``meta``: ``n_vocab``, ``n_ctx_train``...), ``srv.pid``,
+    ``srv.log_path``.
+    """
+
+    def __init__(self, binary: Path, spec: ServerSpec, log_dir: Path, *, startup_timeout_s: float = 600.0) -> None:
+        self.binary = binary
+        self.spec = spec
+        self.log_dir = log_dir
+        self.startup_timeout_s = startup_timeout_s
+        self.proc: subprocess.Popen[Any] | None = None
+        self.client: LlamaClient | None = None
+        self.log_path: Path | None = None
+        self.url = ""
+        self.props: dict[str, Any] = {}
+        self.model_meta: dict[str, Any] = {}
+        self._running = False
+
+    @property
+    def pid(self) -> int | None:
+        return self.proc.pid if self.proc else None
+
+    async def __aenter__(self) -> LlamaServer:
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        try:
+            for attempt in range(1, _BIND_ATTEMPTS + 1):
+                client = self._start(free_port())
+                try:
+                    await wait_healthy(client, self.startup_timeout_s, check_alive=self._check_alive)
+                    break
+                except _PortTakenError:
+                    await self._stop()
+                    if attempt == _BIND_ATTEMPTS:
+                        raise XoverError(f"could not bind a free port on {HOST} in {_BIND_ATTEMPTS} tries") from None
+            assert self.client is not None
+            self.props = await self.client.get_json("/props")
+            models = await self.client.get_json("/v1/models")
+            data = models.get("data") if isinstance(models, dict) else None
+            self.model_meta = dict(data[0].get("meta") or {}) if isinstance(data, list) and data else {}
+        except XoverError as e:
+            await self._stop()
+            where = f"log tail: {log_tail(self.log_path)} ({self.log_path})" if self.log_path else "no log"
+            raise XoverError(f"llama-server ({self.spec.label}) {e}; {where}") from None
+        except BaseException:
+            await self._stop()
+            raise
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self._stop()
+
+    def _start(self, port: int) -> LlamaClient:
+        argv = self.spec.to_argv(self.binary, port)
+        self.log_path = log_path_for(self.log_dir, self.spec.label)
+        with self.log_path.open("wb") as log:  # the child keeps its own descriptor
+            log.write(("$ " + " ".join(argv) + "\n").encode())
+            log.flush()
+            self.proc = process.spawn(argv, stdout=log, stderr=subprocess.STDOUT, text=False)
+        self._running = True
+        self.url = f"http://{HOST}:{port}"
+        self.client = LlamaClient(self.url)
+        return self.client
+
+    def _check_alive(self) -> None:
+        assert self.proc is not None and self.log_path is not None
+        code = self.proc.poll()
+        if code is None:
+            return
+        if "couldn't bind" in log_tail(self.log_path):
+            raise _PortTakenError
+        raise XoverError(f"exited with code {code} while starting")
+
+    async def _stop(self) -> None:
+        """Close the client and stop the process, once; ``proc`` stays for inspection (pid, return code)."""
+        client, self.client = self.client, None
+        try:
+            if client is not None:
+                await client.aclose()
+        finally:
+            if self.proc is not None and self._running:
+                self._running = False
+                process.stop(self.proc)
+
+
+class _PortTakenError(Exception):
+    """The free port was taken between choosing it and the server binding it."""

@@ -1,0 +1,156 @@
+"""Prompts of an exact length, unique per sample. Pure (text fitting takes the counter as a function).
+
+**What L means.** A prompt of length L is one the server evaluates as exactly L tokens on a cold
+request, so a cold sample must report ``prompt_n == L`` and ``cache_n == 0``:
+
+* token-id prompts (the default) are lists of exactly L ids. llama-server adds BOS only to a
+  prompt that is a string or starts with one, never to a list of ids, so L ids are L tokens
+  (checked on the real server by the real-tier tests);
+* text prompts (``--text``) are cut so that the server's ``/tokenize`` with ``add_special`` (what
+  ``/completion`` applies to text) returns L tokens: BOS, where the model adds one, is one of them.
+
+**Unique.** Prompt ``index`` of a run starts with a token chosen by ``index`` from a per-seed
+permutation of the pool, so the first token already differs between any two prompts of a run (up
+to the pool's size; beyond it the first two tokens differ). The rest is drawn from a generator
+seeded by ``(seed, index)``. A different seed per run keeps runs apart on a long-lived server.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import random
+import re
+from collections.abc import Awaitable, Callable, Sequence
+
+from xover.errors import XoverError
+
+NORMAL_TOKEN = 1  # GGUF tokenizer.ggml.token_type for an ordinary token (gguf.TokenType.NORMAL)
+
+_LENGTH = re.compile(r"^\s*(\d+)\s*([kK]?)\s*$")
+
+
+def parse_length(text: str) -> int:
+    """``1k`` / ``32K`` (K = 1024 tokens, as context sizes are counted) or a plain ``4096``."""
+    m = _LENGTH.match(text)
+    if not m:
+        raise XoverError(f"prompt length {text!r} is not a number of tokens: write e.g. 1k, 4096 or 32K")
+    n = int(m.group(1)) * (1024 if m.group(2) else 1)
+    if n < 1:
+        raise XoverError(f"prompt length {text!r} must be at least 1 token")
+    return n
+
+
+def parse_lengths(text: str) -> tuple[int, ...]:
+    """Comma-separated lengths, in the order given; duplicates rejected."""
+    lengths = tuple(parse_length(part) for part in text.split(",") if part.strip())
+    if not lengths:
+        raise XoverError("no prompt lengths given: write e.g. --lengths 1k,4k,16k,32k")
+    if len(set(lengths)) != len(lengths):
+        raise XoverError(f"prompt lengths {text!r} repeat a value: give each length once")
+    return lengths
+
+
+def token_pool(token_types: Sequence[int]) -> tuple[int, ...]:
+    """Ids of the ordinary tokens of a vocabulary (GGUF token types): no control, unused or user-defined ones."""
+    return tuple(i for i, t in enumerate(token_types) if t == NORMAL_TOKEN)
+
+
+@dataclasses.dataclass(frozen=True)
+class Prompt:
+    prompt: tuple[int, ...] | str  # token ids, or text
+    length: int  # L as defined above
+    prompt_id: str  # seed, index and a hash of the content: equal ids mean equal prompts
+
+
+def _content_hash(content: tuple[int, ...] | str) -> str:
+    raw = content.encode() if isinstance(content, str) else ",".join(map(str, content)).encode()
+    return hashlib.sha256(raw).hexdigest()[:12]
+
+
+class TokenPrompts:
+    """Token-id prompts drawn from ``pool`` (ordinary token ids of the model) under ``seed``."""
+
+    def __init__(self, pool: Sequence[int], seed: int) -> None:
+        ids = sorted(set(pool))
+        if len(ids) < 2:
+            raise XoverError("the model's vocabulary has fewer than 2 ordinary tokens to build prompts from")
+        self.seed = seed
+        self.pool = tuple(ids)
+        self._lead = tuple(random.Random(f"lead:{seed}").sample(ids, len(ids)))
+
+    def make(self, index: int, length: int) -> Prompt:
+        if length < 1:
+            raise ValueError(f"length must be >= 1, got {length}")
+        n = len(self._lead)
+        lead = [self._lead[index % n], self._lead[(index // n) % n]][:length]
+        rest = random.Random(f"body:{self.seed}:{index}").choices(self.pool, k=length - len(lead))
+        ids = tuple(lead + rest)
+        return Prompt(prompt=ids, length=length, prompt_id=f"ids:s{self.seed}:i{index}:{_content_hash(ids)}")
+
+
+# Plain words: every tokenizer splits them into ordinary tokens, and their order is drawn at random,
+# so no two prompts share more than a few tokens by chance.
+WORDS = tuple(
+    """time year people way day man thing woman life child world school state family student group
+    country problem hand part place case week company system program question work government number
+    night point home water room mother area money story fact month lot right study book eye job word
+    business issue side kind head house service friend father power hour game line end member law car
+    city community name president team minute idea kid body information back parent face others level
+    office door health person art war history party result change morning reason research girl guy
+    moment air teacher force education river stone light green bright quick slow open close early late
+    small large young old strong simple clear common local final whole full free real sure ready""".split()
+)
+
+
+class TextPrompts:
+    """Text prompts of plain words; each starts with a word chosen by ``index`` (see module docstring)."""
+
+    def __init__(self, seed: int) -> None:
+        self.seed = seed
+        self._lead = tuple(random.Random(f"lead:{seed}").sample(WORDS, len(WORDS)))
+
+    def draft(self, index: int, n_words: int) -> str:
+        """About ``n_words`` words; the first two encode ``index``."""
+        n = len(self._lead)
+        rng = random.Random(f"body:{self.seed}:{index}")
+        words = [self._lead[index % n].capitalize(), self._lead[(index // n) % n]]
+        words += rng.choices(WORDS, k=max(0, n_words - 2))
+        return " ".join(words) + "."
+
+    async def make(self, index: int, length: int, count: Callable[[str], Awaitable[int]]) -> Prompt:
+        """A text that ``count`` (the server's token count, BOS included) says is exactly ``length`` tokens."""
+        text = await fit_text(lambda n_words: self.draft(index, n_words), length, count)
+        return Prompt(prompt=text, length=length, prompt_id=f"text:s{self.seed}:i{index}:{_content_hash(text)}")
+
+
+async def fit_text(draft: Callable[[int], str], length: int, count: Callable[[str], Awaitable[int]]) -> str:
+    """The longest prefix of a draft that counts as ``length`` tokens.
+
+    Grows the draft until it is long enough, then binary-searches the cut (in characters) for the
+    largest prefix of at most ``length`` tokens; if that prefix is one token short because a token
+    boundary cannot fall there, nearby cuts are tried. Raises if no prefix counts exactly.
+    """
+    n_words = max(8, length)
+    text = draft(n_words)
+    for _ in range(12):
+        if await count(text) >= length:
+            break
+        n_words *= 2
+        text = draft(n_words)
+    else:
+        raise XoverError(f"could not draft a text of {length} tokens: use token-id prompts (drop --text)")
+    lo, hi = 0, len(text)  # count(text[:lo]) <= length < ... ; find the largest cut with count <= length
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if await count(text[:mid]) <= length:
+            lo = mid
+        else:
+            hi = mid - 1
+    for cut in range(lo, max(0, lo - 16), -1):
+        candidate = text[:cut].rstrip()
+        if candidate and await count(candidate) == length:
+            return candidate
+    raise XoverError(
+        f"no prefix of the drafted text is exactly {length} tokens for this tokenizer: use token-id prompts (drop --text)"
+    )

@@ -1,0 +1,486 @@
+"""Time-to-first-token through llama-server: plan, run, check, summarise.
+
+* **Plan** (pure): lengths x repetitions, for each server configuration, rep-major so that slow
+  drift spreads over all lengths instead of piling onto one.
+* **Run**: one server per configuration (started once, or the one at ``--url``), one discarded
+  warm-up request, then every point; each sample is written to the store the moment it is
+  measured, so a fault or Ctrl-C keeps everything before it. Progress is a stream of events.
+* **Check** (pure): cold samples must show ``cache_n == 0`` and ``prompt_n == L``; warm samples
+  ``cache_n == L - 1`` and ``prompt_n == 1``. A sample that fails is stored with
+  ``cache_ok=False``, never averaged, and re-run with a fresh prompt a bounded number of times.
+* **Summarise** (pure): per configuration and length, from stored samples alone.
+
+Client clocks (offsets from the send, integer ns): first body byte, first event with generated
+content (TTFT), final event. Server clocks: the ``timings`` of the final event. The client-server
+gap is client TTFT minus the server's ``prompt_ms``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import itertools
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from xover.analysis.stats import Summary, summarize
+from xover.client import LlamaClient, StreamRecord, completion_body, wait_healthy
+from xover.errors import XoverError
+from xover.llamacpp.binaries import Binaries
+from xover.llamacpp.server import LlamaServer, ServerSpec, parse_build_info
+from xover.prompts import WORDS, Prompt, TextPrompts, TokenPrompts, token_pool
+from xover.provenance import collect
+from xover.records import Failure, ServerConfig, ServerTimings, TtftSample
+from xover.store import Store
+
+MODES = ("cold", "warm")
+WARMUP_LENGTH = 8  # tokens in the discarded warm-up prompt
+WARMUP_RESPONSE = 4
+# A client-server gap is worth a warning above this many ms, or above this share of TTFT (and 1 ms).
+GAP_WARN_MS = 5.0
+GAP_WARN_SHARE = 0.05
+
+
+# ---- plan (pure) ------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class TtftPoint:
+    length: int
+    rep: int
+
+
+@dataclasses.dataclass(frozen=True)
+class TtftPlan:
+    """What each server measures: every length ``reps`` times, or exactly ``points`` when given
+    (a resumed study asks only for the samples it still lacks)."""
+
+    lengths: tuple[int, ...]
+    reps: int
+    response_tokens: int
+    mode: str = "cold"
+    text: bool = False
+    seed: int = 0  # prompts are unique within a run; a different seed keeps runs apart too
+    max_retries: int = 2  # re-runs of a sample that fails its cache check
+    points: tuple[TtftPoint, ...] | None = None
+
+    def __post_init__(self) -> None:
+        if self.mode not in MODES:
+            raise XoverError(f"mode {self.mode!r} is not one of {', '.join(MODES)}")
+        if not self.lengths or min(self.lengths) < 1:
+            raise XoverError("prompt lengths must be at least 1 token")
+        if self.mode == "warm" and min(self.lengths) < 2:
+            raise XoverError("warm mode needs prompts of at least 2 tokens (one cached, one evaluated)")
+        if self.reps < 1:
+            raise XoverError("repetitions (-r) must be at least 1")
+        if self.response_tokens < 1:
+            raise XoverError("--response-tokens must be at least 1")
+        if self.max_retries < 0:
+            raise XoverError("retries must be >= 0")
+        if self.points is not None and not {p.length for p in self.points} <= set(self.lengths):
+            raise XoverError("every planned point's length must be one of the plan's lengths")
+
+
+def expand(plan: TtftPlan) -> tuple[TtftPoint, ...]:
+    """The points one server measures, in order: every length once per repetition, rep-major."""
+    if plan.points is not None:
+        return plan.points
+    return tuple(TtftPoint(length=L, rep=r) for r in range(plan.reps) for L in plan.lengths)
+
+
+# ---- checks and per-sample metrics (pure) -----------------------------------------------------
+
+
+def check_cache(mode: str, length: int, timings: ServerTimings | None) -> str | None:
+    """None when the declared cache state held, else why not (one line)."""
+    if timings is None or timings.cache_n is None or timings.prompt_n is None:
+        return "no cache_n/prompt_n in the server's timings"
+    want = (0, length) if mode == "cold" else (length - 1, 1)
+    if (timings.cache_n, timings.prompt_n) == want:
+        return None
+    return (f"{mode} check failed: cache_n={timings.cache_n} prompt_n={timings.prompt_n}, "
+            f"expected cache_n={want[0]} prompt_n={want[1]}")
+
+
+@dataclasses.dataclass(frozen=True)
+class SampleMetrics:
+    """Numbers derived from one stored sample; None where an input is missing."""
+
+    ttft_ns: int | None
+    gap_ns: int | None  # client TTFT - server prompt_ms
+    prefill_tps_client: float | None  # L / client TTFT (cold samples; a warm one evaluates a single token)
+    prefill_tps_server: float | None  # server prompt_per_second
+    decode_tps_client: float | None  # tokens after the first / time from first to last
+    decode_tps_server: float | None  # server predicted_per_second
+    first_two_together: bool  # tokens 1 and 2 became visible at once: TTFT includes a decode step
+
+
+def sample_metrics(s: TtftSample) -> SampleMetrics:
+    t = s.timings
+    ttft = s.first_token_ns
+    gap = ttft - round(t.prompt_ms * 1e6) if ttft is not None and t is not None and t.prompt_ms is not None else None
+    times = s.token_times_ns
+    span = times[-1] - times[0] if len(times) >= 2 else 0
+    return SampleMetrics(
+        ttft_ns=ttft,
+        gap_ns=gap,
+        prefill_tps_client=s.length / (ttft / 1e9) if ttft and s.mode == "cold" else None,
+        prefill_tps_server=t.prompt_per_second if t else None,
+        decode_tps_client=(len(times) - 1) / (span / 1e9) if span > 0 else None,
+        decode_tps_server=t.predicted_per_second if t else None,
+        first_two_together=len(times) >= 2 and times[0] == times[1],
+    )
+
+
+# ---- summaries (pure) -------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class PointSummary:
+    """One configuration at one length: cache-checked samples summarised, every sample counted."""
+
+    config_key: str
+    mode: str
+    length: int
+    n_samples: int  # every stored sample, failed checks and errors included
+    n_ok: int  # samples that passed the cache check (the only ones summarised)
+    n_reps: int  # repetitions attempted
+    n_reruns: int  # extra attempts after failed checks
+    n_errors: int
+    n_first_two_together: int
+    ttft_ns: Summary | None
+    prefill_tps_client: Summary | None
+    prefill_tps_server: Summary | None
+    decode_tps_client: Summary | None
+    decode_tps_server: Summary | None
+    gap_ns: Summary | None
+
+    @property
+    def gap_is_large(self) -> bool:
+        if self.gap_ns is None or self.ttft_ns is None:
+            return False
+        gap_ms = self.gap_ns.median / 1e6
+        return gap_ms > GAP_WARN_MS or (gap_ms > 1.0 and gap_ms > GAP_WARN_SHARE * self.ttft_ns.median / 1e6)
+
+
+def _summary(values: Sequence[float | int | None]) -> Summary | None:
+    present = [float(v) for v in values if v is not None]
+    return summarize(present) if present else None
+
+
+def summarize_points(samples: Sequence[TtftSample]) -> list[PointSummary]:
+    """Per (configuration, mode, length), in first-seen order."""
+    groups: dict[tuple[str, str, int], list[TtftSample]] = {}
+    for s in samples:
+        groups.setdefault((s.config_key, s.mode, s.length), []).append(s)
+    out = []
+    for (key, mode, length), group in groups.items():
+        ok = [sample_metrics(s) for s in group if s.cache_ok and s.error is None]
+        reps = {s.rep for s in group}
+        out.append(PointSummary(
+            config_key=key, mode=mode, length=length, n_samples=len(group), n_ok=len(ok), n_reps=len(reps),
+            n_reruns=len(group) - len(reps), n_errors=sum(1 for s in group if s.error is not None),
+            n_first_two_together=sum(1 for m in ok if m.first_two_together),
+            ttft_ns=_summary([m.ttft_ns for m in ok]),
+            prefill_tps_client=_summary([m.prefill_tps_client for m in ok]),
+            prefill_tps_server=_summary([m.prefill_tps_server for m in ok]),
+            decode_tps_client=_summary([m.decode_tps_client for m in ok]),
+            decode_tps_server=_summary([m.decode_tps_server for m in ok]),
+            gap_ns=_summary([m.gap_ns for m in ok]),
+        ))
+    return out
+
+
+def gap_note(p: PointSummary, label: str, cold_cache: bool | None) -> str | None:
+    """A warning that names the likely cause when the median client-server gap is large.
+
+    ``cold_cache``: whether the server ran with ``-np 1 --cache-ram 0`` (None: unknown, ``--url``).
+    """
+    if not p.gap_is_large or p.gap_ns is None:
+        return None
+    head = f"{label} L={p.length}: client TTFT exceeds the server's prompt_ms by {p.gap_ns.median / 1e6:.1f} ms (median)"
+    if cold_cache:
+        return (f"{head}; the server has one slot and no prompt cache, so the time is spent outside prefill: "
+                "HTTP and tokenization, a busy CPU, or a first token held back by the server")
+    return (f"{head}; likely the server saving the previous slot's state to host memory before the new prompt "
+            "(--cache-ram, on by default, and several slots): start it with -np 1 --cache-ram 0")
+
+
+# ---- run --------------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class ServerUp:
+    label: str
+    url: str
+    log_path: Path | None
+    build_info: str | None
+
+
+@dataclasses.dataclass(frozen=True)
+class SampleDone:
+    label: str
+    sample: TtftSample
+    attempt: int  # 1 for the first try of a point
+    check: str | None  # None: the cache check passed
+
+
+@dataclasses.dataclass(frozen=True)
+class Rerun:
+    label: str
+    length: int
+    rep: int
+    reason: str
+
+
+@dataclasses.dataclass(frozen=True)
+class ConfigFailed:
+    label: str
+    reason: str
+    skipped: int  # planned requests of this configuration that will not run
+
+
+@dataclasses.dataclass(frozen=True)
+class Note:
+    text: str
+
+
+RunEvent = ServerUp | SampleDone | Rerun | ConfigFailed | Note
+
+
+@dataclasses.dataclass(frozen=True)
+class RunOutcome:
+    run_id: int
+    samples: tuple[TtftSample, ...]
+    failures: tuple[Failure, ...]
+    labels: Mapping[str, str]  # config key -> label
+    cold_cache: Mapping[str, bool | None]  # config key -> started with -np 1 --cache-ram 0 (None: unknown)
+
+
+class _PointFailedError(Exception):
+    """A request failed: the configuration's remaining points are skipped.
+
+    ``counted``: the failed request was stored as a sample (so progress already counted it).
+    """
+
+    def __init__(self, message: str, counted: bool) -> None:
+        super().__init__(message)
+        self.counted = counted
+
+
+def gguf_token_types(model: Path) -> list[int]:
+    """``tokenizer.ggml.token_type`` of a GGUF (empty when the file has none)."""
+    import gguf
+
+    try:
+        field = gguf.GGUFReader(str(model)).get_field("tokenizer.ggml.token_type")
+    except (OSError, ValueError) as e:
+        raise XoverError(f"{model}: cannot read its vocabulary ({e}); check -m") from None
+    return [int(t) for t in field.contents()] if field is not None else []
+
+
+class TtftRun:
+    """One ``xover ttft`` run writing into ``store``: a run record, samples, failures, server props."""
+
+    def __init__(
+        self,
+        store: Store,
+        plan: TtftPlan,
+        command: Sequence[str],
+        *,
+        binaries: Binaries | None = None,
+        model: Path | None = None,
+        on_event: Callable[[RunEvent], None] = lambda ev: None,
+    ) -> None:
+        self.store = store
+        self.plan = plan
+        self.command = list(command)
+        self.binaries = binaries
+        self.model = model
+        self.on_event = on_event
+        self.run_id: int | None = None
+        self.model_key = ""
+        self.samples: list[TtftSample] = []
+        self.failures: list[Failure] = []
+        self.labels: dict[str, str] = {}
+        self.cold_cache: dict[str, bool | None] = {}
+        self._index = itertools.count()  # prompt index: every request of the run gets its own prompt
+        self._token_prompts: TokenPrompts | None = None
+        self._text_prompts = TextPrompts(plan.seed)
+
+    # -- the two ways to run ------------------------------------------------------------------
+
+    async def run_managed(self, specs: Sequence[ServerSpec], log_dir: Path, startup_timeout_s: float = 600.0) -> RunOutcome:
+        """Start each configuration's server once, measure its points, stop it."""
+        assert self.binaries is not None
+        return await self._guard(self._managed(specs, log_dir, startup_timeout_s))
+
+    async def run_url(self, url: str, *, api_key: str | None = None, startup_timeout_s: float = 60.0) -> RunOutcome:
+        """Measure the server already running at ``url`` (same checks; no lifecycle)."""
+        return await self._guard(self._url(url, api_key, startup_timeout_s))
+
+    async def _guard(self, body: Awaitable[None]) -> RunOutcome:
+        try:
+            await body
+        except BaseException:  # Ctrl-C, cancellation or a bug: what was stored stays; the run says so
+            if self.run_id is not None:
+                self.store.end_run(self.run_id, "interrupted")
+            raise
+        run_id = self._ensure_run(None)
+        self.store.end_run(run_id, "failed" if self.failures else "done")
+        return RunOutcome(run_id, tuple(self.samples), tuple(self.failures), dict(self.labels), dict(self.cold_cache))
+
+    async def _managed(self, specs: Sequence[ServerSpec], log_dir: Path, startup_timeout_s: float) -> None:
+        assert self.binaries is not None
+        points = expand(self.plan)
+        for spec in specs:
+            config = spec.config()
+            self.labels[config.key] = spec.label
+            self.cold_cache[config.key] = spec.cold_cache
+            try:
+                async with LlamaServer(self.binaries.server, spec, log_dir, startup_timeout_s=startup_timeout_s) as srv:
+                    assert srv.client is not None
+                    extra = {"log": str(srv.log_path), "pid": srv.pid}
+                    await self._measure(srv.client, config, srv.props, srv.model_meta, points, extra)
+            except XoverError as e:
+                self._fail(config, "server-start", "llama-server start", str(e), len(points))
+
+    async def _url(self, url: str, api_key: str | None, startup_timeout_s: float) -> None:
+        config = ServerConfig(label=url, args=("--url", url))
+        self.labels[config.key] = url
+        self.cold_cache[config.key] = None
+        points = expand(self.plan)
+        async with LlamaClient(url, api_key=api_key) as client:
+            try:
+                await wait_healthy(client, startup_timeout_s)
+                props = await client.get_json("/props")
+                models = await client.get_json("/v1/models")
+            except XoverError as e:
+                self._fail(config, "server-start", f"llama-server at {url}", str(e), len(points))
+                return
+            data = models.get("data") if isinstance(models, dict) else None
+            meta = dict(data[0].get("meta") or {}) if isinstance(data, list) and data else {}
+            await self._measure(client, config, props, meta, points, {"url": url})
+
+    # -- one server -----------------------------------------------------------------------------
+
+    def _ensure_run(self, props: Mapping[str, Any] | None) -> int:
+        if self.run_id is None:
+            build_info = parse_build_info(props.get("build_info")) if props else None
+            prov = collect(self.binaries, self.model, build_info=build_info)
+            if prov.model is not None:
+                self.model_key = prov.model.key
+            elif props:
+                self.model_key = f"{Path(str(props.get('model_path') or 'unknown')).name}:server"
+            self.run_id = self.store.begin_run("ttft", self.command, prov)
+        return self.run_id
+
+    def _fail(self, config: ServerConfig, stage: str, point: str, reason: str, skipped: int) -> None:
+        run_id = self._ensure_run(None)
+        self.store.put_config(config)
+        f = Failure(config_key=config.key, stage=stage, point=point, reason=reason)
+        self.store.add_failure(run_id, f)
+        self.failures.append(f)
+        self.on_event(ConfigFailed(label=config.label, reason=reason, skipped=skipped))
+
+    async def _measure(
+        self,
+        client: LlamaClient,
+        config: ServerConfig,
+        props: Mapping[str, Any],
+        model_meta: Mapping[str, Any],
+        points: Sequence[TtftPoint],
+        extra: Mapping[str, Any],
+    ) -> None:
+        run_id = self._ensure_run(props)
+        slots = props.get("total_slots")
+        if isinstance(slots, int) and slots > 1:  # e.g. -np in extra arguments, or a --url server
+            self.cold_cache[config.key] = False
+        self.store.put_config(config)
+        self.store.add_artifact(run_id, "server-props", {
+            "config_key": config.key, "label": config.label, **extra, "props": dict(props), "model_meta": dict(model_meta),
+        })
+        self.on_event(ServerUp(label=config.label, url=client.base_url, log_path=Path(extra["log"]) if "log" in extra else None,
+                               build_info=str(props.get("build_info")) if props.get("build_info") else None))
+        done, where = 0, "warm-up"
+        try:
+            warmup = await self._prompt(client, model_meta, WARMUP_LENGTH)
+            rec = await client.stream_completion(completion_body(warmup.prompt, WARMUP_RESPONSE, cache_prompt=False))
+            if rec.result.error is not None:
+                raise _PointFailedError(f"warm-up request failed: {rec.result.error}", counted=False)
+            for point in points:
+                where = f"L={point.length} rep {point.rep + 1}"
+                await self._point(client, config, model_meta, point, run_id)
+                done += 1
+        except _PointFailedError as e:
+            self._fail(config, "ttft", where, str(e), len(points) - done - int(e.counted))
+        except XoverError as e:  # a request outside the measured stream failed (/tokenize, /props...)
+            self._fail(config, "ttft", where, str(e), len(points) - done)
+
+    async def _point(
+        self, client: LlamaClient, config: ServerConfig, model_meta: Mapping[str, Any], point: TtftPoint, run_id: int
+    ) -> None:
+        plan = self.plan
+        for attempt in range(1, plan.max_retries + 2):
+            prompt = await self._prompt(client, model_meta, point.length)
+            if plan.mode == "warm":
+                prime = await client.stream_completion(completion_body(prompt.prompt, 1, cache_prompt=True))
+                if prime.result.error is not None:
+                    raise _PointFailedError(f"L={point.length}: priming request for the warm sample failed: "
+                                       f"{prime.result.error}", counted=False)
+            rec = await client.stream_completion(
+                completion_body(prompt.prompt, plan.response_tokens, cache_prompt=plan.mode == "warm")
+            )
+            check = None if rec.result.error else check_cache(plan.mode, point.length, rec.result.timings)
+            sample = build_sample(config.key, plan.mode, point, prompt, rec, check)
+            self.store.add_ttft_sample(run_id, self.model_key, sample)
+            self.samples.append(sample)
+            self.on_event(SampleDone(label=config.label, sample=sample, attempt=attempt, check=check))
+            if rec.result.error is not None:
+                raise _PointFailedError(f"L={point.length} rep {point.rep + 1}: {rec.result.error}", counted=True)
+            if check is None:
+                return
+            if attempt <= plan.max_retries:
+                self.on_event(Rerun(label=config.label, length=point.length, rep=point.rep, reason=check))
+        self.on_event(Note(f"{config.label} L={point.length} rep {point.rep + 1}: no sample passed the {plan.mode} "
+                           f"check in {plan.max_retries + 1} attempts; it is left out of the summary"))
+
+    async def _prompt(self, client: LlamaClient, model_meta: Mapping[str, Any], length: int) -> Prompt:
+        index = next(self._index)
+        if self.plan.text:
+            async def count(text: str) -> int:
+                return len(await client.tokenize(text, add_special=True))
+            return await self._text_prompts.make(index, length, count)
+        if self._token_prompts is None:
+            self._token_prompts = TokenPrompts(await self._pool(client, model_meta), self.plan.seed)
+        return self._token_prompts.make(index, length)
+
+    async def _pool(self, client: LlamaClient, model_meta: Mapping[str, Any]) -> tuple[int, ...]:
+        """Ordinary token ids: from the GGUF's token types when the model file is here, else the
+        tokens the server itself makes of plain words (ordinary by construction)."""
+        types = await asyncio.to_thread(gguf_token_types, self.model) if self.model is not None else []
+        if types:
+            pool = token_pool(types)
+        else:
+            words = " ".join(WORDS) + " " + " ".join(w.upper() for w in WORDS)
+            pool = tuple(sorted(set(await client.tokenize(words, add_special=False))))
+        n_vocab = model_meta.get("n_vocab")
+        if isinstance(n_vocab, int):
+            pool = tuple(i for i in pool if i < n_vocab)
+        if len(pool) < 2:
+            raise XoverError("found fewer than 2 ordinary token ids for this model: try --text")
+        return pool
+
+
+def build_sample(
+    config_key: str, mode: str, point: TtftPoint, prompt: Prompt, rec: StreamRecord, check: str | None
+) -> TtftSample:
+    """The stored record of one request; ``check`` is :func:`check_cache`'s verdict (None: passed)."""
+    r = rec.result
+    return TtftSample(
+        config_key=config_key, mode=mode, length=point.length, rep=point.rep, prompt_id=prompt.prompt_id,
+        sent_at_unix_ns=rec.sent_at_unix_ns, first_byte_ns=r.first_byte_ns, first_token_ns=r.first_token_ns,
+        end_ns=r.end_ns, token_times_ns=r.token_times_ns, n_tokens_received=len(r.token_times_ns), timings=r.timings,
+        cache_ok=r.error is None and check is None, error=r.error,
+    )

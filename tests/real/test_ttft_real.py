@@ -1,0 +1,167 @@
+"""TTFT through the real llama-server (CPU build) on the tiny-moe model: the cold check is exact.
+
+What these establish about the pinned llama-server (0c1e570):
+* a prompt of L token ids is evaluated as exactly L tokens, even for a model that adds BOS (it
+  is added to text prompts only, and ``/tokenize`` with ``add_special`` counts it);
+* with ``-np 1 --cache-ram 0`` and ``cache_prompt: false`` every sample is ``cache_n == 0``;
+* resending a prompt with ``cache_prompt: true`` gives ``cache_n == L - 1, prompt_n == 1``;
+* with default settings (several slots, host-memory prompt cache) a naive client that resends an
+  earlier prompt after a different one gets it from a cache, and the cold check catches it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from xover.cli import main
+from xover.client import completion_body
+from xover.llamacpp import process
+from xover.llamacpp.binaries import Binaries
+from xover.llamacpp.server import LlamaServer, ServerSpec, context_size
+from xover.prompts import TokenPrompts, token_pool
+from xover.store import Store
+from xover.ttftrun import TtftPlan, TtftRun, check_cache, gguf_token_types, summarize_points
+
+pytestmark = pytest.mark.real
+
+THREADS = 2  # the test machine has 2 cores
+
+
+def _gone(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    return False
+
+
+@pytest.fixture(autouse=True)
+def no_server_left() -> Iterator[None]:
+    yield
+    assert process.live_pids() == [], "a llama-server started by a test is still running"
+
+
+@pytest.fixture(scope="module")
+def bos_model(tiny_model: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """tiny-moe with ``tokenizer.ggml.add_bos_token`` flipped to true (the preset says false)."""
+    import gguf
+
+    path = tmp_path_factory.mktemp("bos") / "tiny-moe-bos.gguf"
+    shutil.copy(tiny_model, path)
+    field = gguf.GGUFReader(path, "r+").get_field("tokenizer.ggml.add_bos_token")
+    assert field is not None
+    field.parts[field.data[0]][0] = True
+    return path
+
+
+def _spec(model: Path, label: str = "tiny", max_len: int = 1024, **kw: object) -> ServerSpec:
+    return ServerSpec(model=model, label=label, ctx_size=context_size(max_len, 16), threads=THREADS, **kw)  # type: ignore[arg-type]
+
+
+def _run(tmp_path: Path, bins: Binaries, model: Path, plan: TtftPlan, specs: list[ServerSpec]):  # type: ignore[no-untyped-def]
+    with Store(tmp_path) as store:
+        out = asyncio.run(TtftRun(store, plan, ["test"], binaries=bins, model=model).run_managed(specs, tmp_path / "logs"))
+        pids = [body["pid"] for _, _, body in store.artifacts("server-props")]
+        prov = store.runs()[-1]["provenance"]
+    return out, pids, prov
+
+
+def test_cold_samples_pass_the_cold_check_at_several_lengths(tmp_path: Path, llama_bins: Binaries, tiny_model: Path) -> None:
+    plan = TtftPlan(lengths=(64, 256, 1024), reps=2, response_tokens=8, seed=1)
+    out, pids, prov = _run(tmp_path, llama_bins, tiny_model, plan, [_spec(tiny_model)])
+    assert out.failures == ()
+    assert len(out.samples) == 6
+    for s in out.samples:
+        assert s.error is None and s.cache_ok
+        assert s.timings is not None and (s.timings.cache_n, s.timings.prompt_n) == (0, s.length)  # no BOS on id prompts
+        assert s.timings.predicted_n == 8 and s.n_tokens_received == 8  # ignore_eos: exactly n_predict
+        assert s.first_byte_ns is not None and s.first_token_ns is not None and s.end_ns is not None
+        assert s.first_byte_ns <= s.first_token_ns <= s.end_ns
+        assert s.first_token_ns > s.timings.prompt_ms * 1e6  # client TTFT contains the server's prefill
+    assert len({s.prompt_id for s in out.samples}) == 6
+    assert prov.llama_build_commit == "0c1e570"
+    assert all(_gone(p) for p in pids)
+    for p in summarize_points(out.samples):
+        assert p.n_ok == 2 and p.ttft_ns is not None and p.gap_ns is not None
+
+
+def test_warm_resend_is_served_from_the_slot(tmp_path: Path, llama_bins: Binaries, tiny_model: Path) -> None:
+    plan = TtftPlan(lengths=(64, 512), reps=2, response_tokens=8, mode="warm", seed=2)
+    out, _, _ = _run(tmp_path, llama_bins, tiny_model, plan, [_spec(tiny_model)])
+    assert out.failures == () and len(out.samples) == 4
+    for s in out.samples:
+        assert s.cache_ok and s.timings is not None
+        assert (s.timings.cache_n, s.timings.prompt_n) == (s.length - 1, 1)
+
+
+@pytest.mark.parametrize("text", [False, True], ids=["ids", "text"])
+def test_length_is_exact_on_a_model_that_adds_bos(tmp_path: Path, llama_bins: Binaries, bos_model: Path, text: bool) -> None:
+    plan = TtftPlan(lengths=(64, 300), reps=1, response_tokens=8, text=text, seed=3)
+    out, _, _ = _run(tmp_path, llama_bins, bos_model, plan, [_spec(bos_model)])
+    assert out.failures == ()
+    assert [(s.length, s.timings.prompt_n if s.timings else None, s.cache_ok) for s in out.samples] == [
+        (64, 64, True), (300, 300, True)]
+    assert all(s.prompt_id.startswith("text:" if text else "ids:") for s in out.samples)
+
+
+async def _a_b_a(srv: LlamaServer, cache_prompt: bool, length: int) -> list[str | None]:
+    """Send prompt A, then B, then A again; the cold check of each response."""
+    assert srv.client is not None
+    maker = TokenPrompts(token_pool(gguf_token_types(srv.spec.model)), seed=4)
+    a, b = maker.make(0, length).prompt, maker.make(1, length).prompt
+    checks = []
+    for prompt in (a, b, a):
+        rec = await srv.client.stream_completion(completion_body(prompt, 8, cache_prompt=cache_prompt))
+        assert rec.result.error is None
+        checks.append(check_cache("cold", length, rec.result.timings))
+    return checks
+
+
+def test_default_cache_settings_are_detected_as_cache_assisted(
+    tmp_path: Path, llama_bins: Binaries, tiny_model: Path
+) -> None:
+    async def go(spec: ServerSpec, cache_prompt: bool) -> list[str | None]:
+        async with LlamaServer(llama_bins.server, spec, tmp_path) as srv:
+            return await _a_b_a(srv, cache_prompt, 256)
+
+    naive = asyncio.run(go(_spec(tiny_model, "defaults", cold_cache=False), cache_prompt=True))
+    assert naive[:2] == [None, None]
+    assert naive[2] is not None and naive[2].startswith("cold check failed: cache_n=255 prompt_n=1")
+    controlled = asyncio.run(go(_spec(tiny_model, "controlled"), cache_prompt=False))
+    assert controlled == [None, None, None]
+
+
+def test_server_is_gone_after_the_context_even_on_error(tmp_path: Path, llama_bins: Binaries, tiny_model: Path) -> None:
+    pids: list[int] = []
+
+    async def go() -> None:
+        async with LlamaServer(llama_bins.server, _spec(tiny_model), tmp_path) as srv:
+            assert srv.pid is not None and srv.props["total_slots"] == 1 and srv.model_meta["n_vocab"] == 1024
+            pids.append(srv.pid)
+            raise RuntimeError("boom")
+
+    with pytest.raises(RuntimeError):
+        asyncio.run(go())
+    assert len(pids) == 1 and _gone(pids[0])
+
+
+def test_cli_end_to_end(tmp_path: Path, tiny_model: Path, llama_bins: Binaries, capsys: pytest.CaptureFixture[str]) -> None:
+    try:
+        main(["ttft", "-m", str(tiny_model), "--ncmoe", "0,2", "--lengths", "64,256", "-r", "1", "--response-tokens", "8",
+              "--threads", str(THREADS), "-o", str(tmp_path), "--llama-bin-dir", str(llama_bins.bin_dir)])
+    except SystemExit as e:
+        assert e.code in (0, None)
+    out = capsys.readouterr().out
+    assert "ncmoe=0" in out and "ncmoe=2" in out and "1/1" in out
+    with Store(tmp_path) as store:
+        samples = [s for _, _, _, s in store.ttft_samples()]
+        configs = store.configs("server")
+    assert len(samples) == 4 and all(s.cache_ok for s in samples)
+    assert all({"-np", "--cache-ram", "-fit"} <= set(c.args) for c in configs)
+    assert sorted(p.name for p in (tmp_path / "logs").iterdir()) == ["server-ncmoe=0-1.log", "server-ncmoe=2-1.log"]
