@@ -80,7 +80,9 @@ def test_cold_samples_pass_the_cold_check_at_several_lengths(tmp_path: Path, lla
     for s in out.samples:
         assert s.error is None and s.cache_ok
         assert s.timings is not None and (s.timings.cache_n, s.timings.prompt_n) == (0, s.length)  # no BOS on id prompts
-        assert s.timings.predicted_n == 8 and s.n_tokens_received == 8  # ignore_eos: exactly n_predict
+        assert s.timings.predicted_n == 8  # ignore_eos: exactly n_predict
+        # random weights emit raw bytes; a last token that ends inside a UTF-8 character is never streamed
+        assert s.n_tokens_received in (7, 8)
         assert s.first_byte_ns is not None and s.first_token_ns is not None and s.end_ns is not None
         assert s.first_byte_ns <= s.first_token_ns <= s.end_ns
         assert s.first_token_ns > s.timings.prompt_ms * 1e6  # client TTFT contains the server's prefill
