@@ -246,3 +246,27 @@ def load_spec(path: Path) -> StudySpec:
     except tomllib.TOMLDecodeError as e:
         raise XoverError(f"{path} is not valid TOML ({e}); see examples/*.toml") from None
     return spec_from_dict(doc, base_dir=path.parent)
+
+
+def default_spec() -> StudySpec:
+    """The embedded default study: the tiny-moe model on this machine's CPU build, a few minutes on 2 cores.
+
+    On a CPU-only machine ``--n-cpu-moe`` moves nothing, so the default compares two configurations
+    that really differ there: one thread and two threads. With a small model, one thread avoids the
+    synchronisation cost of every decode step, two threads share the compute-bound prefill; which
+    wins a turn then depends on prompt length, the same shape of question as expert offload on a GPU.
+    """
+    return StudySpec(
+        configs=(
+            LlamaConfig(name="t=1", flags=(("-t", "1"),)),
+            LlamaConfig(name="t=2", flags=(("-t", "2"),)),
+        ),
+        model_preset="tiny-moe",
+        lengths=(1024, 2048, 4096, 8192),
+        response_tokens=(200,),
+        repetitions=3,
+        bench_repetitions=3,
+        pp=512,
+        tg=128,
+        band=(10_000, 40_000),
+    )

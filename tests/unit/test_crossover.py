@@ -40,7 +40,7 @@ def test_crossing_inside_range():
     (fc,) = r.fitted
     assert fc.length == pytest.approx(8000, rel=1e-6) and not fc.extrapolated
     assert r.faster_at(0) == "A" and r.faster_at(3) == "B"
-    assert "A is faster below ~8.0K tokens and B above" in verdict(r)
+    assert "A is faster below ~8,000 tokens and B above" in verdict(r)
     assert "inside the agentic band" not in verdict(r)  # 8K < 10K: the band lies above it
     assert "lies above it, so B wins agentic turns" in verdict(r)
 
@@ -75,7 +75,7 @@ def test_no_crossing():
     b = make("B", lambda L: 0.2 + L / 1000, lambda d: 50.0)  # worse at both
     r = compare_pair(a, b, 200, n_boot=0)
     assert r.interpolated == () and r.fitted == ()
-    assert verdict(r).startswith("A is faster at every measured length (1.0K-32.0K tokens")
+    assert verdict(r).startswith("A is faster at every measured length (1,000-32,000 tokens")
 
 
 def test_curves_that_touch():
@@ -111,3 +111,10 @@ def test_fit_recovers_quadratic_and_decode_slope():
 def test_model_crossings_of_identical_models_is_empty():
     m = fit_cost_model(make("A", lambda L: 0.1 + L / 2000, lambda d: 100.0))
     assert model_crossings(m, m, 200, 1000, 32000) == []
+
+
+def test_token_formatting_follows_llama_cpp_usage():
+    from xover.analysis.crossover import format_tokens
+
+    assert format_tokens(32768) == "32K" and format_tokens(1024) == "1K"
+    assert format_tokens(8000) == "8,000" and format_tokens(911.4) == "911"

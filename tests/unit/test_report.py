@@ -48,12 +48,12 @@ def test_report_finds_the_known_crossover(tmp_path):
     rep = build_report(data, response=200, n_boot=50)
     (pair,) = rep.pairs
     assert abs(pair.interpolated[0].length - 8000) < 1
-    assert "A is faster below ~8.0K tokens and B above" in rep.verdicts[0]
+    assert "A is faster below ~8,000 tokens and B above" in rep.verdicts[0]
     html_text = render_html(rep)
     assert html_text.count("<img id='plot-") == 3
     assert "1 / 4" in html_text or "3 / 4" in html_text  # cold-check row shows the failed sample
     md = render_markdown(rep)
-    assert "| A | 4K | 2000.00 ± 1.50 |" in md
+    assert "| A | 4,000 | 2000.00 ± 1.50 |" in md
     html_path, md_path = write_report(rep, tmp_path)
     assert html_path.read_text() == html_text and (tmp_path / "plot-total.png").stat().st_size > 1000
 

@@ -228,8 +228,15 @@ def compare_pair(a: ConfigData, b: ConfigData, response: int, n_boot: int = 1000
     return PairResult(a.label, b.label, response, lengths, tuple(da), tuple(db), tuple(interp), fitted, ci, none_frac)
 
 
-def _k(n: float) -> str:
-    return f"{n / 1000:.1f}K" if n >= 1000 else f"{n:.0f}"
+def format_tokens(n: float) -> str:
+    """Token counts as llama.cpp users write them: 32768 -> ``32K`` (K = 1024); others in full, ``8,000``."""
+    r = round(n)
+    if r >= 1024 and r % 1024 == 0:
+        return f"{r // 1024}K"
+    return f"{r:,}"
+
+
+_k = format_tokens
 
 
 def verdict(pair: PairResult, band: tuple[int, int] = (10_000, 40_000)) -> str:

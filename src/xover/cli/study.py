@@ -1,13 +1,106 @@
-"""`xover study` (being built)."""
+"""`xover study`: the whole investigation in one resumable command."""
 
 from __future__ import annotations
 
+import json
+import sys
+import time
+from pathlib import Path
+from typing import IO
+
 import click
 
-from xover.errors import XoverError
+
+@click.command()
+@click.argument("spec_file", required=False, type=click.Path(path_type=Path, dir_okay=False))
+@click.option("-o", "--out", "study_dir", type=click.Path(path_type=Path, file_okay=False), default=None,
+              help="Study directory [default: studies/<spec name>, or studies/default].")
+@click.option("--fresh", is_flag=True, help="Measure everything again instead of skipping what the store already holds.")
+@click.option("--llama-bin-dir", type=click.Path(path_type=Path, file_okay=False), default=None,
+              help="Folder with llama-bench and llama-server [default: see `xover llama which`].")
+@click.option("-q", "--quiet", is_flag=True, help="No progress bars; only the verdict and errors (for CI).")
+@click.option("--progress-jsonl", type=click.File("w"), default=None, metavar="FILE",
+              help="Write progress events as JSON lines to FILE ('-' for stdout), for other programs.")
+def study(spec_file: Path | None, study_dir: Path | None, fresh: bool, llama_bin_dir: Path | None, quiet: bool,
+          progress_jsonl: IO[str] | None) -> None:
+    """Run the whole investigation: theory and a stored prediction, llama-bench prefill/decode
+    sweeps at depth, cold TTFT per configuration and prompt length, then the report and a verdict.
+
+    SPEC_FILE is a TOML study spec (see examples/seed-qwen3-coder-30b.toml). Without one, the
+    embedded default runs: the synthetic tiny-moe model on this machine's llama.cpp build, done in
+    a few minutes on 2 CPU cores. Rerunning a study skips every point already measured (--fresh
+    redoes them); an interrupted study continues where it stopped.
+    """
+    from xover.config import default_spec, load_spec
+    from xover.llamacpp.binaries import resolve
+    from xover.study import run_study
+
+    spec = load_spec(spec_file) if spec_file else default_spec()
+    out_dir = study_dir or Path("studies") / (spec_file.stem if spec_file else "default")
+    binaries = resolve(llama_bin_dir)
+    emit, close = _progress(quiet, progress_jsonl)
+    if spec_file is None and not quiet:
+        from xover.console import console
+
+        console.print("[bold]Default study[/]: tiny-moe on this machine's CPU. Without a GPU, --n-cpu-moe moves "
+                      "nothing, so it compares 1 vs 2 threads: the same question (does the faster decoder lose once "
+                      "prompts get long?) on hardware you have. For the offload question, run a spec with "
+                      "--n-cpu-moe configurations on a GPU machine (examples/seed-qwen3-coder-30b.toml).")
+    try:
+        outcome = run_study(spec, out_dir, binaries, fresh=fresh, command=["xover", *sys.argv[1:]], emit=emit)
+    finally:
+        close()
+    from xover.console import out
+
+    out.print(f"\n[bold]Verdict[/] ({out_dir}):")
+    for v in outcome.verdicts or ("no pair of configurations could be compared; see the report",):
+        out.print(f"  - {v}")
+    if outcome.report_html:
+        out.print(f"report: {outcome.report_html}")
+    if outcome.failures:
+        out.print(f"[yellow]{outcome.failures} configuration(s) or point(s) failed; they are recorded in the store "
+                  "and listed in the report[/]")
 
 
-@click.command(context_settings={"ignore_unknown_options": True})
-def study() -> None:
-    """(not available yet)"""
-    raise XoverError("`xover study` is not available in this version yet")
+def _progress(quiet: bool, jsonl: IO[str] | None):  # type: ignore[no-untyped-def]
+    """An emit function for study events: rich bars (overall + stage), JSON lines, or nothing."""
+    from xover.console import console, progress_bar
+    from xover.study import STAGE_ORDER, StageEvent
+
+    bar = None if quiet else progress_bar()
+    overall = stage_task = None
+    if bar is not None:
+        bar.start()
+        overall = bar.add_task("study", total=len(STAGE_ORDER))
+        stage_task = bar.add_task("", total=None)
+
+    def emit(ev: StageEvent) -> None:
+        if jsonl is not None:
+            jsonl.write(json.dumps({"t": time.time(), **ev.__dict__}) + "\n")
+            jsonl.flush()
+        if bar is None:
+            if ev.status == "fail":
+                console.print(f"[red]{ev.stage}: {ev.detail}[/]")
+            return
+        if ev.status == "start":
+            bar.reset(stage_task, total=1, completed=0, description=ev.stage)
+        elif ev.status == "progress":
+            kw = {}
+            if ev.total is not None:
+                kw = {"completed": ev.completed, "total": ev.total}
+            bar.update(stage_task, description=f"{ev.stage} {ev.detail}".strip(), **kw)
+        elif ev.status in ("done", "skip"):
+            if ev.status == "skip":
+                console.print(f"[dim]{ev.stage}: {ev.detail}[/]")
+            bar.update(stage_task, completed=1, total=1)
+            bar.advance(overall, 1)
+        elif ev.status == "info":
+            console.print(f"[dim]{ev.stage}: {ev.detail}[/]")
+        elif ev.status == "fail":
+            console.print(f"[red]{ev.stage}: {ev.detail}[/]")
+
+    def close() -> None:
+        if bar is not None:
+            bar.stop()
+
+    return emit, close

@@ -14,7 +14,7 @@ import itertools
 from collections import defaultdict
 from pathlib import Path
 
-from xover.analysis.crossover import ConfigData, PairResult, compare_pair, fit_cost_model, verdict
+from xover.analysis.crossover import ConfigData, PairResult, compare_pair, fit_cost_model, format_tokens, verdict
 from xover.analysis.stats import summarize
 from xover.report import plots
 from xover.report.data import StudyData, crossover_inputs
@@ -51,10 +51,6 @@ def _e(x: object) -> str:
     return html.escape(str(x), quote=True)
 
 
-def _fmt_k(n: int) -> str:
-    return f"{n // 1000}K" if n % 1000 == 0 and n >= 1000 else f"{n / 1000:.1f}K" if n >= 1000 else str(n)
-
-
 def point_table(report: Report) -> tuple[list[str], list[list[str]]]:
     """The seed's table: per config and length, llama-bench prefill t/s (avg ± sd at depth L) and cold TTFT."""
     data = report.data
@@ -80,7 +76,7 @@ def point_table(report: Report) -> tuple[list[str], list[list[str]]]:
                 s = summarize(t)
                 tcell = f"{s.median:.1f} [{s.minimum:.1f}-{s.maximum:.1f}], n={s.n}"
                 rate = f"{L / (s.median / 1000):.0f}"
-            rows.append([label, _fmt_k(L), f"{b[0]:.2f} ± {b[1]:.2f}" if b else "—", tcell, rate])
+            rows.append([label, format_tokens(L), f"{b[0]:.2f} ± {b[1]:.2f}" if b else "—", tcell, rate])
     return header, rows
 
 
@@ -89,7 +85,7 @@ def cold_check_table(data: StudyData) -> tuple[list[str], list[list[str]]]:
     for label, s in data.ttft:
         groups[(label, s.mode, s.length)].append(s.cache_ok and s.error is None)
     header = ["config", "mode", "length", "passed / stored", "re-runs (failed check or error)"]
-    rows = [[lb, mode, _fmt_k(L), f"{sum(v)} / {len(v)}", str(len(v) - sum(v))] for (lb, mode, L), v in groups.items()]
+    rows = [[lb, mode, format_tokens(L), f"{sum(v)} / {len(v)}", str(len(v) - sum(v))] for (lb, mode, L), v in groups.items()]
     return header, rows
 
 
@@ -103,12 +99,12 @@ def gap_table(data: StudyData) -> tuple[list[str], list[list[str]]]:
     rows = []
     for (lb, mode, L), v in gaps.items():
         s = summarize(v)
-        rows.append([lb, mode, _fmt_k(L), f"{s.median:.2f}", f"{s.maximum:.2f}"])
+        rows.append([lb, mode, format_tokens(L), f"{s.median:.2f}", f"{s.maximum:.2f}"])
     return header, rows
 
 
 def attention_table(report: Report) -> tuple[list[str], list[list[str]]]:
-    header = ["config", *[_fmt_k(L) for L in sorted({L for c in report.configs for L in c.ttft_s})]]
+    header = ["config", *[format_tokens(L) for L in sorted({L for c in report.configs for L in c.ttft_s})]]
     rows = []
     for c in report.configs:
         m = fit_cost_model(c)

@@ -10,7 +10,7 @@ from collections import defaultdict
 from collections.abc import Sequence
 from typing import Any
 
-from xover.analysis.crossover import ConfigData, PairResult, fit_cost_model, measured_totals
+from xover.analysis.crossover import ConfigData, PairResult, fit_cost_model, format_tokens, measured_totals
 from xover.analysis.stats import summarize
 from xover.records import BenchResult
 
@@ -36,7 +36,7 @@ def _png(fig: Any) -> bytes:
 def _k_formatter() -> Any:
     from matplotlib.ticker import FuncFormatter
 
-    return FuncFormatter(lambda x, _: f"{x / 1000:g}K" if x >= 1000 else f"{x:g}")
+    return FuncFormatter(lambda x, _: f"{x / 1024:g}K" if x >= 1024 and x % 1024 == 0 else f"{x:g}")
 
 
 def _plain_log_y(ax: Any) -> None:
@@ -69,7 +69,7 @@ def total_time_plot(
         for cr in p.interpolated:
             if cr.kind == "cross":
                 ax.axvline(cr.length, color="black", ls="--", lw=1)
-                ax.annotate(f"{p.a} = {p.b}\n@ {cr.length / 1000:.1f}K", (cr.length, ax.get_ylim()[1]),
+                ax.annotate(f"{p.a} = {p.b}\n@ {format_tokens(cr.length)}", (cr.length, ax.get_ylim()[1]),
                             xytext=(4, -28), textcoords="offset points", fontsize=8)
     ax.set_xscale("log")
     ax.set_yscale("log")

@@ -1,0 +1,231 @@
+"""`xover study`: the whole investigation, resumable, in stages.
+
+    model -> theory + stored prediction -> llama-bench sweep over depth -> cold TTFT per config
+    and length -> report (+ verdict)
+
+Every stage writes into the study directory's one results store as it measures; rerunning a study
+skips every point already measured and valid (``fresh`` redoes them), so an interrupted study
+continues where it stopped. Stage wall time is stored beside the compute time the binaries report,
+so the study's own overhead is visible (``benchmarks/study_efficiency.py``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import time
+from collections import Counter
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from xover.config import LlamaConfig, StudySpec
+from xover.errors import XoverError
+from xover.llamacpp.binaries import Binaries
+from xover.provenance import model_id
+from xover.store import Store
+
+STAGE_ORDER = ("model", "theory", "bench", "ttft", "report")
+
+
+@dataclasses.dataclass(frozen=True)
+class StageEvent:
+    stage: str
+    status: str  # "start"/"done" (stage boundaries), "progress", "info", "skip", "fail"
+    detail: str = ""
+    completed: float | None = None
+    total: float | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class StudyOutcome:
+    study_dir: Path
+    model: Path
+    verdicts: tuple[str, ...]
+    report_html: Path | None
+    stage_seconds: dict[str, float]
+    failures: int
+
+
+Emit = Callable[[StageEvent], None]
+
+
+def resolve_model(spec: StudySpec, study_dir: Path, emit: Emit) -> Path:
+    """The model file: the spec's path, or the preset synthesized once into ``study_dir/models``."""
+    if spec.model_path is not None:
+        if not spec.model_path.is_file():
+            raise XoverError(f"model {spec.model_path} does not exist: fix [model] path in the spec")
+        return spec.model_path
+    from xover.gguf.presets import preset
+    from xover.gguf.synth import write_model
+
+    shape = preset(str(spec.model_preset))
+    path = study_dir / "models" / f"{spec.model_preset}.gguf"
+    if path.is_file():
+        emit(StageEvent("model", "info", f"{path.name} already synthesized"))
+        return path
+    emit(StageEvent("model", "info", f"synthesizing {spec.model_preset}"))
+    write_model(shape, path, seed=0, progress=lambda d, t: emit(StageEvent("model", "progress", "", d, t)))
+    return path
+
+
+def _offload_configs(configs: Sequence[LlamaConfig]) -> list[Any]:
+    from xover.analysis.theory import config_from_flags
+
+    return [config_from_flags(c.bench_config().fields, c.env, c.server_args) for c in configs]
+
+
+def stage_theory(spec: StudySpec, model: Path, store: Store, emit: Emit) -> None:
+    """Theory and a prediction, stored before any measurement (skipped if one is stored already)."""
+    if store.artifacts("prediction"):
+        emit(StageEvent("theory", "info", "prediction already stored"))
+        return
+    from xover.analysis.theory import build_prediction, model_terms
+    from xover.gguf.inspect import inspect_gguf, model_table
+    from xover.gguf.shapes import total_bytes
+    from xover.hardware import resolve as resolve_hw
+
+    store.add_artifact(None, "inspect", inspect_gguf(model).to_dict())
+    table, name = model_table(model)
+    hw, _ = resolve_hw(None, False)
+    now = time.time_ns()
+    prediction = build_prediction(
+        model_terms(table), hw, _offload_configs(spec.configs), list(spec.lengths),
+        model={"name": name, "source": str(model), "total_bytes": total_bytes(table)}, created_at=time.strftime("%Y-%m-%dT%H:%M:%S%z"), created_unix_ns=now,
+        response=spec.response_tokens[0], pp_tokens=spec.pp,
+    )
+    # The study's own labels, so the report can match predictions to measured configurations.
+    for entry, config in zip(prediction.get("configs", []), spec.configs):
+        entry["study_label"] = config.name
+    store.add_artifact(None, "prediction", prediction)
+    emit(StageEvent("theory", "info", f"prediction stored for {len(spec.configs)} configurations"))
+
+
+def stage_bench(spec: StudySpec, model: Path, binaries: Binaries, study_dir: Path, fresh: bool, command: Sequence[str],
+                emit: Emit) -> int:
+    from xover import benchrun
+
+    sweep = benchrun.SweepSpec(
+        model=model, depths=tuple(spec.lengths), n_prompt=spec.pp, n_gen=spec.tg, repetitions=spec.bench_repetitions,
+        timeout_s=spec.timeout_s,
+    )
+
+    def on_event(ev: object) -> None:
+        if isinstance(ev, benchrun.Progressed):
+            emit(StageEvent("bench", "progress", "", ev.completed, ev.total))
+        elif isinstance(ev, benchrun.ConfigStarted):
+            emit(StageEvent("bench", "progress", f"llama-bench {ev.job.config.label}"))
+        elif isinstance(ev, benchrun.ConfigFailed):
+            emit(StageEvent("bench", "fail", f"{ev.config.label}: {ev.failure.reason}"))
+
+    outcome = benchrun.run_sweep(sweep, binaries, study_dir, fresh=fresh, command=command, on_event=on_event,
+                                 configs=[c.bench_config() for c in spec.configs])
+    return len(outcome.failures)
+
+
+def missing_ttft(store: Store, spec: StudySpec, model_key: str, config_key: str, fresh: bool) -> dict[int, int]:
+    """Prompt length -> cold samples still needed (passing the cold check) for one configuration."""
+    have: Counter[int] = Counter()
+    if not fresh:
+        for _, _, mk, s in store.ttft_samples(config_key):
+            if mk == model_key and s.mode == "cold" and s.cache_ok and s.error is None:
+                have[s.length] += 1
+    return {L: spec.repetitions - have[L] for L in spec.lengths if have[L] < spec.repetitions}
+
+
+def stage_ttft(spec: StudySpec, model: Path, binaries: Binaries, study_dir: Path, fresh: bool, command: Sequence[str],
+               emit: Emit) -> int:
+    from xover import ttftrun
+    from xover.llamacpp.server import ServerSpec, context_size
+
+    ctx = context_size(max(spec.lengths), max(spec.response_tokens))
+    mk = model_id(model).key
+    failures = 0
+    with Store(study_dir) as store:
+        todo = []
+        for c in spec.configs:
+            sspec = ServerSpec(model=model, label=c.name, ctx_size=ctx, extra_args=c.server_args_list())
+            missing = missing_ttft(store, spec, mk, sspec.config().key, fresh)
+            if missing:
+                todo.append((c, sspec, missing))
+            else:
+                emit(StageEvent("ttft", "info", f"{c.name}: every length already has {spec.repetitions} cold samples"))
+        total = sum(sum(m.values()) for _, _, m in todo)
+        done = 0
+        for c, sspec, missing in todo:
+            # One server per configuration; the repetitions still missing at each length.
+            reps = max(missing.values())
+            lengths = tuple(sorted(missing))
+            plan = ttftrun.TtftPlan(lengths=lengths, reps=reps, response_tokens=max(spec.response_tokens),
+                                    mode="cold", seed=time.time_ns() % 2**31, points=tuple(
+                                        ttftrun.TtftPoint(L, r) for r in range(reps) for L in lengths if r < missing[L]))
+
+            def on_event(ev: object, label: str = c.name) -> None:
+                nonlocal done
+                if isinstance(ev, ttftrun.SampleDone) and ev.check is None and ev.sample.error is None:
+                    done += 1
+                    emit(StageEvent("ttft", "progress", f"{label} L={ev.sample.length}", done, total))
+                elif isinstance(ev, ttftrun.ConfigFailed):
+                    emit(StageEvent("ttft", "fail", f"{label}: {ev.reason}"))
+                elif isinstance(ev, ttftrun.Rerun):
+                    emit(StageEvent("ttft", "progress", f"{label} L={ev.length}: re-run ({ev.reason})"))
+
+            run = ttftrun.TtftRun(store, plan, command, binaries=binaries, model=model, on_event=on_event)
+            outcome = asyncio.run(run.run_managed([sspec], study_dir / "logs"))
+            failures += len(outcome.failures)
+    return failures
+
+
+def stage_report(spec: StudySpec, study_dir: Path, emit: Emit) -> tuple[tuple[str, ...], Path]:
+    from xover.report.data import load
+    from xover.report.html import build_report, write_report
+
+    data = load(study_dir)
+    verdicts: list[str] = []
+    first = None
+    for r in spec.response_tokens:
+        rep = build_report(data, response=r, band=spec.band)
+        first = first or rep
+        verdicts += [f"[R={r}] {v}" if len(spec.response_tokens) > 1 else v for v in rep.verdicts]
+    assert first is not None
+    html_path, _ = write_report(first, study_dir)
+    return tuple(verdicts), html_path
+
+
+def run_study(
+    spec: StudySpec,
+    study_dir: Path,
+    binaries: Binaries,
+    *,
+    fresh: bool = False,
+    command: Sequence[str] = (),
+    emit: Emit = lambda e: None,
+) -> StudyOutcome:
+    study_dir.mkdir(parents=True, exist_ok=True)
+    seconds: dict[str, float] = {}
+    failures = 0
+
+    def timed(stage: str, fn: Callable[[], Any]) -> Any:
+        if stage in spec.skip:
+            emit(StageEvent(stage, "skip", "skipped by the spec"))
+            return None
+        emit(StageEvent(stage, "start"))
+        t0 = time.perf_counter()
+        result = fn()
+        seconds[stage] = time.perf_counter() - t0
+        emit(StageEvent(stage, "done", f"{seconds[stage]:.1f} s"))
+        return result
+
+    model = timed("model", lambda: resolve_model(spec, study_dir, emit))
+    with Store(study_dir) as store:
+        timed("theory", lambda: stage_theory(spec, model, store, emit))
+    failures += timed("bench", lambda: stage_bench(spec, model, binaries, study_dir, fresh, command, emit)) or 0
+    failures += timed("ttft", lambda: stage_ttft(spec, model, binaries, study_dir, fresh, command, emit)) or 0
+    with Store(study_dir) as store:
+        store.add_artifact(None, "stage-seconds", seconds)
+    verdicts: tuple[str, ...] = ()
+    html: Path | None = None
+    res = timed("report", lambda: stage_report(spec, study_dir, emit))
+    if res is not None:
+        verdicts, html = res
+    return StudyOutcome(study_dir, model, verdicts, html, seconds, failures)
