@@ -26,7 +26,7 @@ from xover.records import (
     TtftSample,
 )
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # v2: runs.started_unix_ns
 STORE_NAME = "results.sqlite"
 
 _SCHEMA = """
@@ -36,6 +36,7 @@ CREATE TABLE IF NOT EXISTS runs (
     kind TEXT NOT NULL,              -- bench, ttft, cache, study...
     command TEXT NOT NULL,           -- the argv that started it (JSON list)
     started_at TEXT NOT NULL,
+    started_unix_ns INTEGER,         -- the same instant, precise (v2)
     finished_at TEXT,
     status TEXT NOT NULL DEFAULT 'running',  -- running, done, interrupted, failed
     provenance TEXT NOT NULL         -- JSON of records.Provenance
@@ -191,6 +192,9 @@ class Store:
                 f"{self.path} has schema version {row[0]}, newer than this xover understands ({SCHEMA_VERSION}): upgrade xover"
             )
         self.db.executescript(_SCHEMA)
+        columns = {r[1] for r in self.db.execute("PRAGMA table_info(runs)")}
+        if "started_unix_ns" not in columns:  # a v1 store
+            self.db.execute("ALTER TABLE runs ADD COLUMN started_unix_ns INTEGER")
         self.db.execute(
             "INSERT INTO meta(key, value) VALUES('schema_version', ?) ON CONFLICT(key) DO UPDATE SET value=excluded.value",
             (str(SCHEMA_VERSION),),
@@ -203,8 +207,8 @@ class Store:
 
     def begin_run(self, kind: str, command: list[str], provenance: Provenance) -> int:
         cur = self.db.execute(
-            "INSERT INTO runs(kind, command, started_at, provenance) VALUES(?,?,?,?)",
-            (kind, _json(command), now_iso(), _json(provenance_to_dict(provenance))),
+            "INSERT INTO runs(kind, command, started_at, started_unix_ns, provenance) VALUES(?,?,?,?,?)",
+            (kind, _json(command), now_iso(), time.time_ns(), _json(provenance_to_dict(provenance))),
         )
         return int(cur.lastrowid or 0)
 

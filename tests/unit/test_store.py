@@ -77,3 +77,19 @@ def test_garbage_file_is_one_line_error(tmp_path):
     (tmp_path / "results.sqlite").write_bytes(b"this is not sqlite" * 100)
     with pytest.raises(XoverError, match="not a usable results store"):
         Store(tmp_path)
+
+
+def test_v1_store_is_migrated(tmp_path):
+    db = sqlite3.connect(tmp_path / "results.sqlite")
+    db.executescript(
+        "CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);"
+        "INSERT INTO meta VALUES('schema_version', '1');"
+        "CREATE TABLE runs (id INTEGER PRIMARY KEY, kind TEXT NOT NULL, command TEXT NOT NULL, started_at TEXT NOT NULL,"
+        " finished_at TEXT, status TEXT NOT NULL DEFAULT 'running', provenance TEXT NOT NULL);"
+    )
+    db.close()
+    with Store(tmp_path) as st:
+        run = st.begin_run("bench", ["x"], _prov())
+        (r,) = st.runs()
+        assert r["id"] == run and r["started_unix_ns"] > 0
+        assert st.db.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()[0] == str(SCHEMA_VERSION)

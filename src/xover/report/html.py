@@ -112,6 +112,87 @@ def attention_table(report: Report) -> tuple[list[str], list[list[str]]]:
     return header, rows
 
 
+def stored_prediction(data: StudyData) -> dict[str, object] | None:
+    """The first prediction stored in the study (made before any measurement), if any."""
+    found = [body for _, name, body in data.artifacts if name == "prediction"]
+    return found[0] if found else None
+
+
+def prediction_timing(data: StudyData) -> str | None:
+    """When the prediction was stored against the first measurement, in words, from the stored clocks."""
+    pred = stored_prediction(data)
+    if pred is None:
+        return None
+    made = int(pred.get("created_unix_ns") or 0)  # type: ignore[call-overload]
+    starts = [_run_start_ns(r) for r in data.runs if r["kind"] != "predict"]
+    first = min(starts) if starts else None
+    if first is None:
+        return f"prediction stored at {pred.get('created_at')}; nothing measured yet"
+    order = "before" if made < first else "AFTER"
+    return (f"prediction stored at {pred.get('created_at')}, {abs(first - made) / 1e9:.2f} s {order} the first "
+            "measurement started" + ("" if made < first else " (it cannot count as a blind prediction)"))
+
+
+def _run_start_ns(run: dict[str, object]) -> int:
+    """A run's start in unix ns: the precise column (schema v2), else its second-resolution timestamp."""
+    if run.get("started_unix_ns"):
+        return int(run["started_unix_ns"])  # type: ignore[call-overload]
+    import datetime
+
+    return int(datetime.datetime.strptime(str(run["started_at"]), "%Y-%m-%dT%H:%M:%S%z").timestamp() * 1e9)
+
+
+def _relabelled(pred: dict[str, object]) -> dict[str, object]:
+    """The prediction with each configuration under the study's own label (when the study stored one)."""
+    configs = [dict(c, label=c.get("study_label", c["label"])) for c in pred["configs"]]  # type: ignore[attr-defined]
+    return dict(pred, configs=configs)
+
+
+def prediction_table(report: Report) -> tuple[list[str], list[list[str]]]:
+    """Every measured point beside its prediction and its roofline limit (percent of the limit)."""
+    from xover.analysis.theory import predicted_value
+
+    pred = stored_prediction(report.data)
+    header = ["config", "L", "TTFT ms measured / predicted (error)", "pp t/s @ dL measured / limit (% of limit)",
+              "tg t/s @ dL measured / limit (% of limit)"]
+    if pred is None:
+        return header, []
+    pred = _relabelled(pred)
+    pp: dict[tuple[str, int], float] = {}
+    tg: dict[tuple[str, int], float] = {}
+    for label, r in report.data.bench:
+        if r.n_prompt and not r.n_gen:
+            pp[(label, r.n_depth)] = r.avg_ts
+        elif r.n_gen and not r.n_prompt:
+            tg[(label, r.n_depth)] = r.avg_ts
+
+    def cell(measured: float | None, predicted: float | None, as_limit: bool, fmt: str) -> str:
+        if measured is None:
+            return "—"
+        if predicted is None or predicted <= 0:
+            return f"{measured:{fmt}} / —"
+        if as_limit:
+            return f"{measured:{fmt}} / {predicted:{fmt}} ({100 * measured / predicted:.0f}%)"
+        return f"{measured:{fmt}} / {predicted:{fmt}} ({100 * (measured - predicted) / predicted:+.0f}%)"
+
+    rows = []
+    ttft: dict[tuple[str, int], list[float]] = defaultdict(list)
+    for label, s in report.data.cold_samples():
+        ttft[(label, s.length)].append(s.first_token_ns / 1e6)  # type: ignore[operator]
+    keys = sorted(set(ttft) | set(pp) | set(tg), key=lambda k: (report.data.config_labels().index(k[0])
+                                                                if k[0] in report.data.config_labels() else 99, k[1]))
+    for label, L in keys:
+        t = summarize(ttft[(label, L)]).median if ttft.get((label, L)) else None
+        pt = predicted_value(pred, label, L, "ttft_s")
+        rows.append([
+            label, format_tokens(L),
+            cell(t, pt * 1000 if pt is not None else None, False, ".1f"),
+            cell(pp.get((label, L)), predicted_value(pred, label, L, "limit_pp_tps"), True, ".0f"),
+            cell(tg.get((label, L)), predicted_value(pred, label, L, "limit_decode_tps"), True, ".0f"),
+        ])
+    return header, rows
+
+
 def provenance_rows(data: StudyData) -> list[list[str]]:
     rows = []
     for r in data.runs:
@@ -169,6 +250,12 @@ def render_html(report: Report) -> str:
                  "depth prefill; TTFT is the cold wall-clock wait for the first streamed token through llama-server.</p>")
     if report.configs:
         parts.append(f"<h2>Attention's share of TTFT (quadratic term of the fitted model)</h2>{_table(*attention_table(report))}")
+    timing = prediction_timing(d)
+    if timing is not None:
+        pred = stored_prediction(d) or {}
+        assumptions = "".join(f"<li>{_e(a)}</li>" for a in pred.get("assumptions", []))  # type: ignore[union-attr]
+        parts.append(f"<h2>Predicted vs measured</h2><p>{_e(timing)}.</p>{_table(*prediction_table(report))}"
+                     f"<details><summary>Assumptions of the prediction</summary><ul>{assumptions}</ul></details>")
     parts.append(f"<h2>Cold check</h2><p>Every sample labelled cold must show <code>cache_n == 0</code> and "
                  f"<code>prompt_n == L</code>; failures are re-run and never averaged.</p>{_table(*cold_check_table(d))}")
     parts.append(f"<h2>Client-server gap</h2><p>Client TTFT minus the server's <code>prompt_ms</code>.</p>{_table(*gap_table(d))}")
@@ -195,6 +282,9 @@ def render_markdown(report: Report) -> str:
     out += [f"- {v}" for v in report.verdicts] or ["- no pair of configurations with cold TTFT and decode data"]
     out += ["", "## Prefill and TTFT\n", _md_table(*point_table(report)), "## Cold check\n", _md_table(*cold_check_table(d)),
             "## Client-server gap\n", _md_table(*gap_table(d))]
+    timing = prediction_timing(d)
+    if timing is not None:
+        out += ["## Predicted vs measured\n", timing + ".\n", _md_table(*prediction_table(report))]
     out += ["## Provenance\n", _md_table(["run", "kind", "started", "status", "llama.cpp", "hardware", "model", "command"],
                                           provenance_rows(d))]
     return "\n".join(out)
