@@ -1,0 +1,170 @@
+"""`xover study` end to end on the real CPU binaries: interrupted, resumed without re-measuring,
+then the report rendered in a real browser (Debian's Chromium driven by Playwright)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.real
+
+SPEC = """
+[model]
+path = "{model}"
+
+[study]
+lengths = [256, 1024]
+response-tokens = [16]
+repetitions = 2
+bench-repetitions = 2
+pp = 64
+tg = 16
+
+[[config]]
+name = "t=1"
+threads = 1
+
+[[config]]
+name = "t=2"
+threads = 2
+"""
+
+
+def _xover(*args: str) -> list[str]:
+    return [sys.executable, "-m", "xover", *args]
+
+
+def _ids(db: Path) -> tuple[set[int], set[int]]:
+    if not db.exists():
+        return set(), set()
+    con = sqlite3.connect(db)
+    try:
+        bench = {r[0] for r in con.execute("SELECT id FROM bench_results")}
+        ttft = {r[0] for r in con.execute("SELECT id FROM ttft_samples")}
+    except sqlite3.OperationalError:
+        return set(), set()
+    finally:
+        con.close()
+    return bench, ttft
+
+
+def _children(pid: int) -> set[int]:
+    found = set()
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:
+                continue
+            if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
+                found.add(int(entry.name))
+    return found
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+@pytest.fixture(scope="module")
+def study_dir(tmp_path_factory, tiny_model: Path, llama_bins) -> Path:
+    """A small study, interrupted with SIGINT once TTFT samples exist, then resumed to completion."""
+    root = tmp_path_factory.mktemp("study")
+    spec = root / "spec.toml"
+    spec.write_text(SPEC.format(model=tiny_model))
+    out = root / "out"
+    env = dict(os.environ, XOVER_LLAMA_BIN_DIR=str(llama_bins.bin_dir))
+    proc = subprocess.Popen(_xover("study", str(spec), "-o", str(out), "-q"), env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    llama_pids: set[int] = set()
+    deadline = time.monotonic() + 240
+    while time.monotonic() < deadline and proc.poll() is None:
+        llama_pids |= _children(proc.pid)
+        if len(_ids(out / "results.sqlite")[1]) >= 2:
+            break
+        time.sleep(0.05)
+    assert proc.poll() is None, f"the study finished before it could be interrupted: {proc.communicate()}"
+    llama_pids |= _children(proc.pid)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    assert "interrupted" in err
+    assert llama_pids and not any(_alive(p) for p in llama_pids), "a llama process outlived the interrupted study"
+    before = _ids(out / "results.sqlite")
+    assert before[0] and before[1]
+    con = sqlite3.connect(out / "results.sqlite")
+    assert con.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+    con.close()
+
+    done = subprocess.run(_xover("study", str(spec), "-o", str(out), "-q"), env=env, capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr
+    after = _ids(out / "results.sqlite")
+    # nothing measured before the interruption was lost or measured again
+    assert before[0] <= after[0] and before[1] <= after[1]
+    root.joinpath("verdict.txt").write_text(done.stdout)
+    return out
+
+
+def test_resumed_study_measured_each_point_once(study_dir: Path) -> None:
+    con = sqlite3.connect(study_dir / "results.sqlite")
+    labels = dict(con.execute("SELECT key, label FROM configs"))
+    ok = Counter((labels[k], L) for k, L in con.execute(
+        "SELECT config_key, length FROM ttft_samples WHERE mode='cold' AND cache_ok=1 AND error IS NULL"))
+    bench = Counter((labels[k], t) for k, t in con.execute("SELECT config_key, test FROM bench_results"))
+    con.close()
+    assert ok == {(c, L): 2 for c in ("t=1", "t=2") for L in (256, 1024)}
+    assert set(bench.values()) == {1}  # every llama-bench test stored exactly once
+    assert len(bench) == 2 * 2 * 2  # 2 configs x 2 depths x (pp, tg)
+    assert "Verdict" in (study_dir.parent / "verdict.txt").read_text()
+
+
+def test_report_rebuilds_offline_and_renders_in_chromium(study_dir: Path, tmp_path: Path) -> None:
+    playwright = pytest.importorskip("playwright.sync_api", reason="the test extra installs playwright")
+    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
+    assert chromium, "Chromium is needed: scripts/setup.sh test installs Debian's chromium package"
+    copy = tmp_path / "copied-study"
+    shutil.copytree(study_dir, copy, ignore=shutil.ignore_patterns("models", "report.*", "plot-*.png"))
+    r = subprocess.run(_xover("report", str(copy)), capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    html = copy / "report.html"
+    assert "http://" not in html.read_text() and "https://" not in html.read_text()  # nothing to fetch
+    with playwright.sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=chromium, args=[
+            "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
+            "--disable-sync", "--no-first-run"])
+        try:
+            page = browser.new_page()
+            errors: list[str] = []
+            page.on("pageerror", lambda e: errors.append(str(e)))
+            page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+            page.on("requestfailed", lambda req: errors.append(f"request failed: {req.url}"))
+            page.goto(html.as_uri())
+            images = page.evaluate("""() => Array.from(document.images).map(img => {
+                const c = document.createElement('canvas'); c.width = img.naturalWidth; c.height = img.naturalHeight;
+                const ctx = c.getContext('2d'); ctx.drawImage(img, 0, 0);
+                const d = ctx.getImageData(0, 0, c.width, c.height).data; let ink = 0;
+                for (let i = 0; i < d.length; i += 4) if (d[i] < 240 || d[i + 1] < 240 || d[i + 2] < 240) ink++;
+                return {id: img.id, ok: img.complete && img.naturalWidth > 0, ink: ink / (d.length / 4)}; })""")
+            title = page.title()
+        finally:
+            browser.close()
+    assert errors == []
+    assert "xover report" in title
+    ids = {i["id"] for i in images}
+    assert {"plot-total", "plot-ttft", "plot-depth"} <= ids
+    for img in images:
+        assert img["ok"], img
+        assert 0.02 < img["ink"] < 0.9, img  # drawn on, not blank (and not a solid block)
