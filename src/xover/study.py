@@ -135,6 +135,8 @@ def missing_ttft(store: Store, spec: StudySpec, model_key: str, config_key: str,
 
 def stage_ttft(spec: StudySpec, model: Path, binaries: Binaries, study_dir: Path, fresh: bool, command: Sequence[str],
                emit: Emit) -> int:
+    """Cold TTFT for every configuration and length still missing; stores per-server efficiency
+    (wall time, load time until /health answered, and the requests' own durations) as an artifact."""
     from xover import ttftrun
     from xover.llamacpp.server import ServerSpec, context_size
 
@@ -160,8 +162,16 @@ def stage_ttft(spec: StudySpec, model: Path, binaries: Binaries, study_dir: Path
                                     mode="cold", seed=time.time_ns() % 2**31, points=tuple(
                                         ttftrun.TtftPoint(L, r) for r in range(reps) for L in lengths if r < missing[L]))
 
+            t_start = time.perf_counter()
+            t_up: list[float] = []
+            busy_ns: list[int] = []
+
             def on_event(ev: object, label: str = c.name) -> None:
                 nonlocal done
+                if isinstance(ev, ttftrun.ServerUp):
+                    t_up.append(time.perf_counter())
+                if isinstance(ev, ttftrun.SampleDone) and ev.sample.end_ns is not None:
+                    busy_ns.append(ev.sample.end_ns)
                 if isinstance(ev, ttftrun.SampleDone) and ev.check is None and ev.sample.error is None:
                     done += 1
                     emit(StageEvent("ttft", "progress", f"{label} L={ev.sample.length}", done, total))
@@ -173,6 +183,11 @@ def stage_ttft(spec: StudySpec, model: Path, binaries: Binaries, study_dir: Path
             run = ttftrun.TtftRun(store, plan, command, binaries=binaries, model=model, on_event=on_event)
             outcome = asyncio.run(run.run_managed([sspec], study_dir / "logs"))
             failures += len(outcome.failures)
+            wall = time.perf_counter() - t_start
+            store.add_artifact(outcome.run_id, "ttft-efficiency", {
+                "label": c.name, "wall_s": wall, "load_s": (t_up[0] - t_start) if t_up else None,
+                "requests_s": sum(busy_ns) / 1e9, "samples": len(busy_ns),
+            })
     return failures
 
 
