@@ -66,11 +66,18 @@ def total_time_plot(
         ax.plot(xs, [model.total(x, response) for x in xs], "-", color=line.get_color(), alpha=0.6,
                 label=f"{c.label} (fitted)")
     for p in pairs:
-        for cr in p.interpolated:
-            if cr.kind == "cross":
-                ax.axvline(cr.length, color="black", ls="--", lw=1)
-                ax.annotate(f"{p.a} = {p.b}\n@ {format_tokens(cr.length)}", (cr.length, ax.get_ylim()[1]),
-                            xytext=(4, -28), textcoords="offset points", fontsize=8)
+        measured = [c for c in p.interpolated if c.kind == "cross"]
+        for cr in measured:
+            ax.axvline(cr.length, color="black", ls="--", lw=1)
+            ax.annotate(f"{p.a} = {p.b}\n@ {format_tokens(cr.length)}", (cr.length, ax.get_ylim()[1]),
+                        xytext=(4, -28), textcoords="offset points", fontsize=8)
+        if not measured:  # only the fitted model crosses: mark it as such, if it lies on the plot
+            for cr in p.fitted:
+                if cr.kind == "cross" and xs[0] <= cr.length <= xs[-1]:
+                    ax.axvline(cr.length, color="gray", ls=":", lw=1)
+                    ax.annotate(f"fitted {p.a} = {p.b}\n@ {format_tokens(cr.length)}"
+                                f"{' (extrapolated)' if cr.extrapolated else ''}", (cr.length, ax.get_ylim()[1]),
+                                xytext=(4, -28), textcoords="offset points", fontsize=8, color="gray")
     ax.set_xscale("log")
     ax.set_yscale("log")
     _plain_log_y(ax)
@@ -79,7 +86,7 @@ def total_time_plot(
     ax.set_ylabel(f"total time per turn (s): TTFT + {response} tokens decode")
     ax.set_title("Total time per turn vs prompt length")
     ax.grid(True, which="both", alpha=0.3)
-    ax.legend(fontsize=8, loc="upper left")
+    ax.legend(fontsize=8, loc="lower right")
     return _png(fig)
 
 
