@@ -131,6 +131,17 @@ def test_resumed_study_measured_each_point_once(study_dir: Path) -> None:
     assert "Verdict" in (study_dir.parent / "verdict.txt").read_text()
 
 
+def test_report_shows_the_blind_prediction_beside_every_point(study_dir: Path) -> None:
+    md = (study_dir / "report.md").read_text()
+    section = md.split("## Predicted vs measured", 1)[1].split("## ", 1)[0]
+    assert "before the first measurement started" in section
+    rows = [ln for ln in section.splitlines() if ln.startswith("| t=")]
+    assert len(rows) == 4  # 2 configs x 2 lengths
+    for row in rows:
+        ttft, pp, tg = row.split("|")[3:6]
+        assert "/" in ttft and "%" in ttft and "%" in pp and "%" in tg, row
+
+
 def test_report_rebuilds_offline_and_renders_in_chromium(study_dir: Path, tmp_path: Path) -> None:
     playwright = pytest.importorskip("playwright.sync_api", reason="the test extra installs playwright")
     chromium = shutil.which("chromium") or shutil.which("chromium-browser")

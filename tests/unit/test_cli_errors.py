@@ -1,0 +1,56 @@
+"""Bad input gets one line on stderr that says what to change, a non-zero exit, and no traceback."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+
+def _run(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "xover", *args], capture_output=True, text=True, timeout=60, cwd=cwd)
+
+
+def _one_line_error(r: subprocess.CompletedProcess[str], needle: str) -> None:
+    assert r.returncode != 0
+    assert "Traceback" not in r.stderr
+    lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1, r.stderr
+    assert needle in lines[0], lines[0]
+
+
+def test_inspect_bad_files(tmp_path: Path) -> None:
+    _one_line_error(_run("inspect", str(tmp_path / "missing.gguf")), "no such file")
+    text = tmp_path / "notes.txt"
+    text.write_text("hello, not a model\n")
+    _one_line_error(_run("inspect", str(text)), "not a GGUF file")
+    from xover.gguf.presets import PRESETS
+    from xover.gguf.synth import write_model
+
+    model = write_model(PRESETS["tiny-moe"], tmp_path / "tiny.gguf").path
+    cut = tmp_path / "cut.gguf"
+    cut.write_bytes(model.read_bytes()[: 64 * 1024])
+    _one_line_error(_run("inspect", str(cut)), "truncated")
+
+
+@pytest.mark.parametrize(
+    "args, needle",
+    [
+        (("synth", "--preset", "nope"), "unknown model preset"),
+        (("synth", "--set", "n_layer=x"), "n_layer takes an integer"),
+        (("report", "/nonexistent/study"), "holds no results.sqlite"),
+        (("study", "/nonexistent/spec.toml"), "cannot read study spec"),
+        (("llama", "build", "--source", "/nonexistent/src"), "does not exist"),
+    ],
+)
+def test_invalid_options(args: tuple[str, ...], needle: str) -> None:
+    _one_line_error(_run(*args), needle)
+
+
+def test_malformed_spec(tmp_path: Path) -> None:
+    spec = tmp_path / "bad.toml"
+    spec.write_text('[model]\npreset = "tiny-moe"\n[[config]]\nname = "a"\nn-cpu-moe = -3\n')
+    _one_line_error(_run("study", str(spec), "-o", str(tmp_path / "out")), "n-cpu-moe must be a non-negative integer")
+    assert not (tmp_path / "out").exists()  # failed before anything expensive started
