@@ -1,10 +1,12 @@
 """Plan and run a llama-bench sweep across offload configurations, storing every test as it finishes.
 
-A configuration is one combination of the swept knobs (``--ncmoe`` x ``--ubatch`` x ``--flash-attn``
-x ``--no-op-offload`` x ``--threads`` x each ``--env``), kept in llama-bench's own flag names. Each
-configuration is one llama-bench process measuring ``pp{P} @ dN`` and ``tg{G} @ dN`` at every depth,
-so a configuration that fails (does not fit, crashes, times out) is isolated and stored as a failure
-while the sweep goes on, and resuming works per configuration.
+A configuration is one combination of the swept knobs (``--ncmoe`` x ``--load-mode`` x ``--batch`` x
+``--ubatch`` x ``--flash-attn`` x ``--no-op-offload`` x ``--threads`` x each ``--env``), kept in
+llama-bench's own flag names. Each configuration is one llama-bench process measuring ``pp{P} @ dN``
+and ``tg{G} @ dN`` at every depth, so a configuration that fails (does not fit, crashes, times out)
+is isolated and stored as a failure while the sweep goes on, and resuming works per configuration.
+Each process runs with ``-v`` so that its peak memory (the buffers llama.cpp logs, and VmHWM) is
+stored beside its results (artifact ``memory``, :func:`memory_by_config`).
 
 :func:`expand` and :func:`plan` are pure; :func:`run_sweep` does the I/O and reports progress as a
 stream of events for the terminal UI.
@@ -21,8 +23,9 @@ from contextlib import closing
 from pathlib import Path
 from typing import Any
 
+from xover.config import LOAD_MODES
 from xover.errors import XoverError
-from xover.llamacpp import bench
+from xover.llamacpp import bench, memory
 from xover.llamacpp.bench import BenchJob, Exited, Point, ProgressLine, RecordLine
 from xover.llamacpp.binaries import Binaries
 from xover.provenance import collect, model_id
@@ -84,6 +87,8 @@ class SweepSpec:
     n_gen: int = 128
     repetitions: int = 5
     ncmoe: tuple[int, ...] = ()
+    load_mode: tuple[str, ...] = ()
+    batch: tuple[int, ...] = ()
     ubatch: tuple[int, ...] = ()
     flash_attn: tuple[str, ...] = ()
     no_op_offload: tuple[int, ...] = ()
@@ -99,8 +104,10 @@ class SweepSpec:
             raise XoverError("--pp and --tg must be >= 0 and not both 0 (e.g. --pp 512 --tg 128)")
         if self.repetitions < 1:
             raise XoverError("-r must be at least 1 (llama-bench's default is 5)")
-        if any(v < 0 for v in self.ncmoe) or any(v < 1 for v in self.ubatch + self.threads):
-            raise XoverError("--ncmoe must be >= 0, --ubatch and --threads >= 1")
+        if any(v < 0 for v in self.ncmoe) or any(v < 1 for v in self.ubatch + self.batch + self.threads):
+            raise XoverError("--ncmoe must be >= 0, --batch, --ubatch and --threads >= 1")
+        if any(v not in LOAD_MODES for v in self.load_mode):
+            raise XoverError(f"--load-mode takes {', '.join(LOAD_MODES)} (e.g. --load-mode none,mmap)")
         if any(v not in (0, 1) for v in self.no_op_offload):
             raise XoverError("--no-op-offload takes 0 and/or 1 (e.g. --no-op-offload 0,1)")
         if any(v not in FLASH_ATTN_CHOICES for v in self.flash_attn):
@@ -115,18 +122,31 @@ class SweepSpec:
 
 def expand(spec: SweepSpec) -> list[BenchConfig]:
     """Every configuration of the sweep, in a stable order (ncmoe slowest, env fastest)."""
+    return combinations(
+        ncmoe=spec.ncmoe, load_mode=spec.load_mode, batch=spec.batch, ubatch=spec.ubatch, flash_attn=spec.flash_attn,
+        no_op_offload=spec.no_op_offload, threads=spec.threads, env=spec.env, extra_args=spec.extra_args,
+    )
+
+
+def combinations(
+    *, ncmoe: Sequence[int] = (), load_mode: Sequence[str] = (), batch: Sequence[int] = (), ubatch: Sequence[int] = (),
+    flash_attn: Sequence[str] = (), no_op_offload: Sequence[int] = (), threads: Sequence[int] = (),
+    env: Sequence[tuple[str, Sequence[str]]] = (), extra_args: tuple[str, ...] = (),
+) -> list[BenchConfig]:
+    """The cartesian product of knob values as llama-bench configurations labelled by what differs
+    (``xover bench`` and ``xover ttft`` name their configurations alike). An empty knob is left out."""
     dims: list[list[tuple[str, str]]] = []
     for flag, values in (
-        ("-ncmoe", spec.ncmoe), ("-ub", spec.ubatch), ("-fa", spec.flash_attn),
-        ("-nopo", spec.no_op_offload), ("-t", spec.threads),
+        ("-ncmoe", ncmoe), ("-lm", load_mode), ("-b", batch), ("-ub", ubatch),
+        ("-fa", flash_attn), ("-nopo", no_op_offload), ("-t", threads),
     ):
         if values:
             dims.append([(flag, str(v)) for v in values])
-    env_dims = [[(name, v) for v in values] for name, values in spec.env]
+    env_dims = [[(name, v) for v in values] for name, values in env]
     n_fields = len(dims)
     configs = []
     for combo in itertools.product(*dims, *env_dims):
-        configs.append(BenchConfig(label="", fields=tuple(combo[:n_fields]), env=tuple(combo[n_fields:]), extra_args=spec.extra_args))
+        configs.append(BenchConfig(label="", fields=tuple(combo[:n_fields]), env=tuple(combo[n_fields:]), extra_args=extra_args))
     return [dataclasses.replace(c, label=label) for c, label in zip(configs, short_labels(configs))]
 
 
@@ -145,7 +165,7 @@ def plan(spec: SweepSpec, configs: Sequence[BenchConfig], measured: Callable[[Be
     depths (both test kinds there: llama-bench runs the cartesian product)."""
     jobs, skipped = [], []
     for config in configs:
-        full = BenchJob(config, spec.n_prompt, spec.n_gen, spec.depths, spec.repetitions)
+        full = BenchJob(config, spec.n_prompt, spec.n_gen, spec.depths, spec.repetitions, verbose=True)
         missing = [p for p in full.points() if not measured(config, p)]
         if not missing:
             skipped.append(config)
@@ -153,7 +173,7 @@ def plan(spec: SweepSpec, configs: Sequence[BenchConfig], measured: Callable[[Be
         depths = tuple(d for d in spec.depths if any(p[2] == d for p in missing))
         n_prompt = spec.n_prompt if any(p[0] for p in missing) else 0
         n_gen = spec.n_gen if any(p[1] for p in missing) else 0
-        jobs.append(BenchJob(config, n_prompt, n_gen, depths, spec.repetitions))
+        jobs.append(BenchJob(config, n_prompt, n_gen, depths, spec.repetitions, verbose=True))
     return Plan(tuple(jobs), tuple(skipped))
 
 
@@ -161,7 +181,8 @@ def exit_problem(exited: Exited, measured: int, expected: int, timeout_s: float 
     """Why a llama-bench process counts as failed, or None when it measured everything."""
     done = f"after {measured} of {expected} tests"
     lines = exited.stderr_tail.splitlines()
-    errors = [ln for ln in lines if re.search(r"error|fail|abort|assert|out of memory|unknown argument", ln, re.I)]
+    errors = [ln for ln in lines if re.search(r"error|fail|abort|assert|out of memory|unknown argument", ln, re.I)
+              and "set_abort_callback" not in ln]  # a -v log line, not an error
     detail = f": {(errors or lines)[-1].strip()}" if lines else ""
     if exited.timed_out:
         return f"timed out {done} (--timeout {timeout_s:g} s; raise it for long depths)"
@@ -344,8 +365,31 @@ def _run_job(
     if exited is not None:
         if seen and exited.markdown:
             store.add_artifact(run.ensure(None), MD_ARTIFACT, {"config_key": job.config.key, "markdown": exited.markdown})
+        use = memory.MemoryUse(exited.peak_rss_bytes, memory.parse_buffer_lines(exited.buffer_lines))
+        if seen and (use.peak_rss_bytes is not None or use.buffers):
+            store.add_artifact(run.ensure(None), memory.ARTIFACT,
+                               {"config_key": job.config.key, "label": job.config.label, "source": "llama-bench", **use.to_dict()})
         problem = problem or exit_problem(exited, len(seen), len(expected), spec.timeout_s)
     if problem is None:
         return len(seen), None
     tail = exited.stderr_tail if exited is not None else ""
     return len(seen), Failure(config_key=job.config.key, stage="bench", point=describe_job(job), reason=problem, stderr_tail=tail)
+
+
+def memory_by_config(store: Store, source: str = "llama-bench") -> dict[str, memory.MemoryUse]:
+    """The latest peak memory stored for each configuration key by ``source`` (llama-bench or llama-server)."""
+    return {
+        body["config_key"]: memory.MemoryUse.from_dict(body)
+        for _, _, body in store.artifacts(memory.ARTIFACT) if body.get("source") == source
+    }
+
+
+def describe_memory(use: memory.MemoryUse) -> str:
+    """``peak RSS 812 MiB; buffers: CUDA0 model 9.1 GiB, CUDA0 compute 342 MiB, ...`` in one line."""
+    def size(n: int) -> str:
+        return f"{n / (1 << 30):.1f} GiB" if n >= 1 << 30 else f"{n / (1 << 20):.1f} MiB"
+
+    parts = [f"peak RSS {size(use.peak_rss_bytes)}" if use.peak_rss_bytes is not None else "peak RSS unknown"]
+    if use.buffers:
+        parts.append("buffers: " + ", ".join(f"{dev} {kind} {size(b)}" for dev, kind, b in use.buffers if b))
+    return "; ".join(parts)

@@ -150,3 +150,37 @@ class Failure:
     point: str  # human description of what was being measured
     reason: str
     stderr_tail: str = ""
+
+
+@dataclasses.dataclass(frozen=True)
+class SessionTurn:
+    """One turn of a replayed agentic session (:mod:`xover.sessionrun`): client clocks, the
+    server's usage and timings, and the reply that was fed back into the conversation.
+
+    Client times are ``perf_counter_ns`` offsets from the send: ``first_token_ns`` is TTFT,
+    ``end_ns`` (the ``[DONE]`` event) is the turn time. ``prompt_tokens`` is the server's count
+    (``usage.prompt_tokens``, equal to ``cache_n + prompt_n``); ``prefix_tokens`` is the longest
+    common prefix, in the server's tokens, of this turn's prompt and the previous turn's (None on
+    turn 0): what a prefix cache can serve at best, short of the previous reply.
+    """
+
+    config_key: str
+    mode: str  # cache mode: "default", "off" or "reuse"
+    session_id: str  # the workload file's content hash
+    feed: str  # "generated" (the server's replies fed back) or "recorded" (the file's replies)
+    turn: int
+    rewrite: bool  # the turn changed earlier messages in place
+    sent_at_unix_ns: int
+    prompt_tokens: int | None
+    prefix_tokens: int | None
+    cached_tokens: int | None  # usage.prompt_tokens_details.cached_tokens
+    completion_tokens: int | None
+    first_byte_ns: int | None
+    first_token_ns: int | None
+    last_token_ns: int | None  # the last event carrying reply text
+    end_ns: int | None
+    n_content_events: int
+    reply: str  # the generated reply text
+    reply_tokens: int | None  # the server's token count of the reply as fed back (generated feed only)
+    timings: ServerTimings | None
+    error: str | None = None

@@ -23,6 +23,7 @@ from xover.records import (
     Provenance,
     ServerConfig,
     ServerTimings,
+    SessionTurn,
     TtftSample,
 )
 
@@ -108,6 +109,39 @@ CREATE TABLE IF NOT EXISTS artifacts (
     body TEXT NOT NULL,              -- JSON
     created_at TEXT NOT NULL
 );
+CREATE TABLE IF NOT EXISTS session_turns (
+    id INTEGER PRIMARY KEY,
+    run_id INTEGER NOT NULL REFERENCES runs(id),
+    config_key TEXT NOT NULL REFERENCES configs(key),
+    model_key TEXT NOT NULL,
+    mode TEXT NOT NULL,              -- cache mode: default, off, reuse
+    session_id TEXT NOT NULL,        -- the workload file's content hash
+    feed TEXT NOT NULL,              -- generated or recorded replies
+    turn INTEGER NOT NULL,
+    rewrite INTEGER NOT NULL,
+    sent_at_unix_ns INTEGER NOT NULL,
+    prompt_tokens INTEGER,
+    prefix_tokens INTEGER,
+    cached_tokens INTEGER,
+    completion_tokens INTEGER,
+    first_byte_ns INTEGER,
+    first_token_ns INTEGER,
+    last_token_ns INTEGER,
+    end_ns INTEGER,
+    n_content_events INTEGER NOT NULL,
+    reply TEXT NOT NULL,
+    reply_tokens INTEGER,
+    cache_n INTEGER,
+    prompt_n INTEGER,
+    prompt_ms REAL,
+    prompt_per_second REAL,
+    predicted_n INTEGER,
+    predicted_ms REAL,
+    predicted_per_second REAL,
+    error TEXT,
+    created_at TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS session_turn_point ON session_turns(config_key, mode, session_id, turn);
 """
 
 
@@ -300,6 +334,33 @@ class Store:
         q = "SELECT * FROM ttft_samples" + (" WHERE config_key=?" if config_key else "") + " ORDER BY id"
         return [(r["id"], r["run_id"], r["model_key"], _ttft_from_row(r)) for r in self.db.execute(q, (config_key,) if config_key else ())]
 
+    # ---- agentic session turns ----------------------------------------------------------------
+
+    def add_session_turn(self, run_id: int, model_key: str, t: SessionTurn) -> int:
+        tm = t.timings
+        cur = self.db.execute(
+            "INSERT INTO session_turns(run_id, config_key, model_key, mode, session_id, feed, turn, rewrite,"
+            " sent_at_unix_ns, prompt_tokens, prefix_tokens, cached_tokens, completion_tokens, first_byte_ns,"
+            " first_token_ns, last_token_ns, end_ns, n_content_events, reply, reply_tokens, cache_n, prompt_n, prompt_ms,"
+            " prompt_per_second, predicted_n, predicted_ms, predicted_per_second, error, created_at)"
+            " VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+            (
+                run_id, t.config_key, model_key, t.mode, t.session_id, t.feed, t.turn, int(t.rewrite), t.sent_at_unix_ns,
+                t.prompt_tokens, t.prefix_tokens, t.cached_tokens, t.completion_tokens, t.first_byte_ns,
+                t.first_token_ns, t.last_token_ns, t.end_ns, t.n_content_events, t.reply, t.reply_tokens,
+                tm.cache_n if tm else None, tm.prompt_n if tm else None, tm.prompt_ms if tm else None,
+                tm.prompt_per_second if tm else None, tm.predicted_n if tm else None, tm.predicted_ms if tm else None,
+                tm.predicted_per_second if tm else None, t.error, now_iso(),
+            ),
+        )
+        return int(cur.lastrowid or 0)
+
+    def session_turns(self, config_key: str | None = None) -> list[tuple[int, int, str, SessionTurn]]:
+        """(row id, run id, model key, turn), oldest first."""
+        q = "SELECT * FROM session_turns" + (" WHERE config_key=?" if config_key else "") + " ORDER BY id"
+        return [(r["id"], r["run_id"], r["model_key"], _session_turn_from_row(r))
+                for r in self.db.execute(q, (config_key,) if config_key else ())]
+
     # ---- failures and artifacts ---------------------------------------------------------------
 
     def add_failure(self, run_id: int, f: Failure) -> int:
@@ -367,6 +428,24 @@ def _ttft_from_row(r: sqlite3.Row) -> TtftSample:
         sent_at_unix_ns=r["sent_at_unix_ns"], first_byte_ns=r["first_byte_ns"], first_token_ns=r["first_token_ns"],
         end_ns=r["end_ns"], token_times_ns=tuple(json.loads(r["token_times_ns"])),
         n_tokens_received=r["n_tokens_received"], timings=timings, cache_ok=bool(r["cache_ok"]), error=r["error"],
+    )
+
+
+def _session_turn_from_row(r: sqlite3.Row) -> SessionTurn:
+    timings = None
+    if any(r[k] is not None for k in ("cache_n", "prompt_n", "prompt_ms", "predicted_n")):
+        timings = ServerTimings(
+            cache_n=r["cache_n"], prompt_n=r["prompt_n"], prompt_ms=r["prompt_ms"],
+            prompt_per_second=r["prompt_per_second"], predicted_n=r["predicted_n"],
+            predicted_ms=r["predicted_ms"], predicted_per_second=r["predicted_per_second"],
+        )
+    return SessionTurn(
+        config_key=r["config_key"], mode=r["mode"], session_id=r["session_id"], feed=r["feed"], turn=r["turn"],
+        rewrite=bool(r["rewrite"]), sent_at_unix_ns=r["sent_at_unix_ns"], prompt_tokens=r["prompt_tokens"],
+        prefix_tokens=r["prefix_tokens"], cached_tokens=r["cached_tokens"], completion_tokens=r["completion_tokens"],
+        first_byte_ns=r["first_byte_ns"], first_token_ns=r["first_token_ns"], last_token_ns=r["last_token_ns"],
+        end_ns=r["end_ns"], n_content_events=r["n_content_events"], reply=r["reply"], reply_tokens=r["reply_tokens"],
+        timings=timings, error=r["error"],
     )
 
 

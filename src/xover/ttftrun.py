@@ -27,6 +27,7 @@ from typing import Any
 from xover.analysis.stats import Summary, summarize
 from xover.client import LlamaClient, StreamRecord, completion_body, wait_healthy
 from xover.errors import XoverError
+from xover.llamacpp import memory
 from xover.llamacpp.binaries import Binaries
 from xover.llamacpp.server import LlamaServer, ServerSpec, parse_build_info
 from xover.prompts import WORDS, Prompt, TextPrompts, TokenPrompts, token_pool
@@ -343,6 +344,7 @@ class TtftRun:
                     assert srv.client is not None
                     extra = {"log": str(srv.log_path), "pid": srv.pid}
                     await self._measure(srv.client, config, srv.props, srv.model_meta, points, extra)
+                    self._record_memory(config, srv)
             except XoverError as e:
                 self._fail(config, "server-start", "llama-server start", str(e), len(points))
 
@@ -375,6 +377,14 @@ class TtftRun:
                 self.model_key = f"{Path(str(props.get('model_path') or 'unknown')).name}:server"
             self.run_id = self.store.begin_run("ttft", self.command, prov)
         return self.run_id
+
+    def _record_memory(self, config: ServerConfig, srv: LlamaServer) -> None:
+        """The server's peak memory, read before it stops: VmHWM, and the buffers its log reports."""
+        if srv.pid is None or srv.log_path is None:
+            return
+        use = memory.MemoryUse(memory.peak_rss_bytes(srv.pid), memory.parse_buffer_lines(memory.buffer_lines_in(srv.log_path)))
+        self.store.add_artifact(self._ensure_run(None), memory.ARTIFACT,
+                                {"config_key": config.key, "label": config.label, "source": "llama-server", **use.to_dict()})
 
     def _fail(self, config: ServerConfig, stage: str, point: str, reason: str, skipped: int) -> None:
         run_id = self._ensure_run(None)

@@ -65,3 +65,18 @@ def test_malformed_toml(tmp_path):
         load_spec(p)
     with pytest.raises(XoverError, match="cannot read"):
         load_spec(tmp_path / "missing.toml")
+
+
+def test_gpu_default_uses_the_placement_planner():
+    from xover.config import gpu_default_spec
+
+    # a 24 GiB card: 8K fits with fewer experts on the CPU than 32K forces
+    spec = gpu_default_spec(24 << 30)
+    n = [int(c.flag("-ncmoe")) for c in spec.configs]
+    assert spec.model_preset == "qwen3-30b-a3b" and n[0] <= n[1]
+    # a card that holds everything: 0 against what a 24 GiB card needs at 32K
+    big = gpu_default_spec(140 << 30)
+    nb = [int(c.flag("-ncmoe")) for c in big.configs]
+    assert nb[0] == 0 and nb[1] == n[1] > 0
+    with pytest.raises(XoverError, match="does not fit"):
+        gpu_default_spec(1 << 30)

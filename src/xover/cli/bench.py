@@ -69,6 +69,9 @@ def _joined(values: tuple[str, ...]) -> str:
 @click.option("--pp", "n_prompt", type=int, default=512, help="Prefill test size in tokens (0: no prefill tests).")
 @click.option("--tg", "n_gen", type=int, default=128, help="Decode test size in tokens (0: no decode tests).")
 @click.option("-t", "--threads", multiple=True, metavar="N,...", help="CPU threads (llama-bench -t) to sweep [default: llama-bench's].")
+@click.option("--load-mode", multiple=True, metavar="none,mmap,...",
+              help="Model load modes (-lm) to sweep: none keeps weights in (pinned, on GPU builds) host buffers, mmap maps the file.")
+@click.option("--batch", multiple=True, metavar="N,...", help="Logical batch sizes (-b) to sweep; llama.cpp caps the ubatch at the batch.")
 @click.option("--ubatch", multiple=True, metavar="N,...", help="Micro-batch sizes (-ub) to sweep: tokens per expert copy when op offload runs prefill on the GPU.")
 @click.option("--flash-attn", multiple=True, metavar="on,off,auto", help="Flash attention (-fa) values to sweep.")
 @click.option("--no-op-offload", multiple=True, metavar="0,1", help="-nopo values to sweep: 1 keeps large batches of CPU-resident experts on the CPU.")
@@ -83,7 +86,7 @@ def _joined(values: tuple[str, ...]) -> str:
 @click.argument("extra", nargs=-1, type=click.UNPROCESSED, metavar="[-- LLAMA_BENCH_ARGS...]")
 def bench(
     model: Path, ncmoe: tuple[str, ...], depth: str, n_prompt: int, n_gen: int, threads: tuple[str, ...],
-    ubatch: tuple[str, ...], flash_attn: tuple[str, ...], no_op_offload: tuple[str, ...], env: tuple[str, ...],
+    load_mode: tuple[str, ...], batch: tuple[str, ...], ubatch: tuple[str, ...], flash_attn: tuple[str, ...], no_op_offload: tuple[str, ...], env: tuple[str, ...],
     repetitions: int, study_dir: Path | None, fresh: bool, timeout_s: float | None, llama_bin_dir: Path | None,
     extra: tuple[str, ...],
 ) -> None:
@@ -101,28 +104,33 @@ def bench(
                   decode gain at the context lengths you actually use.
 
     \b
-    A configuration is one combination of the swept values (--ncmoe x --ubatch x
-    --flash-attn x --no-op-offload x --threads x each --env); each runs as its own
-    llama-bench process, so one that does not fit, crashes or times out is stored as
-    failed and the sweep goes on. Every test is stored the moment it finishes. Rerun
-    the same command with the same -o to resume: measured tests are skipped, failed
-    configurations retried. Ctrl-C keeps everything already measured.
+    A configuration is one combination of the swept values (--ncmoe x --load-mode x
+    --batch x --ubatch x --flash-attn x --no-op-offload x --threads x each --env); each
+    runs as its own llama-bench process, so one that does not fit, crashes or times out
+    is stored as failed and the sweep goes on. Every test is stored the moment it
+    finishes, and each configuration's peak memory (VmHWM and the buffers llama.cpp
+    logs) beside it. Rerun the same command with the same -o to resume: measured tests
+    are skipped, failed configurations retried. Ctrl-C keeps everything already measured.
 
     \b
     Knobs worth sweeping with --ncmoe:
       --no-op-offload 0,1   with op offload (0, default) the GPU runs prefill batches of
                             CPU-resident experts, copying them over PCIe each ubatch
       --ubatch 512,2048     more tokens per copy amortise that transfer
+      --load-mode none,mmap none: weights in pinned host memory, copied faster than
+                            mmapped (pageable) pages
       --env GGML_OP_OFFLOAD_MIN_BATCH=32,4096
                             smallest batch the GPU takes over (CUDA; default 32)
-    Anything after `--` goes to llama-bench unchanged (e.g. -- -ngl 99 -lm none).
+    Anything after `--` goes to llama-bench unchanged (e.g. -- -ngl 99).
 
     \b
     Example (module 6.3):
       xover bench -m qwen3-30b-a3b.gguf --ncmoe 12,18 --depth 1000,4000,16000,32000 -t 8
     """
     from xover import benchrun, export
+    from xover.config import LOAD_MODES
     from xover.llamacpp.binaries import resolve
+    from xover.store import Store
 
     def ints(option: str, values: tuple[str, ...], minimum: int = 0) -> tuple[int, ...]:
         return benchrun.parse_int_list(option, _joined(values), minimum) if values else ()
@@ -134,6 +142,8 @@ def bench(
         n_gen=n_gen,
         repetitions=repetitions,
         ncmoe=ints("--ncmoe", ncmoe),
+        load_mode=benchrun.parse_choice_list("--load-mode", _joined(load_mode), LOAD_MODES) if load_mode else (),
+        batch=ints("--batch", batch, minimum=1),
         ubatch=ints("--ubatch", ubatch, minimum=1),
         flash_attn=benchrun.parse_choice_list("--flash-attn", _joined(flash_attn), benchrun.FLASH_ATTN_CHOICES) if flash_attn else (),
         no_op_offload=ints("--no-op-offload", no_op_offload),
@@ -147,6 +157,11 @@ def bench(
     with _ProgressView() as view:
         outcome = benchrun.run_sweep(spec, binaries, study_dir, fresh=fresh, command=sys.argv, on_event=view)
     click.echo(export.render_markdown(export.load(study_dir, {c.key for c in outcome.configs})), nl=False)
+    with Store(study_dir) as store:
+        peaks = benchrun.memory_by_config(store)
+    for config in outcome.configs:
+        if config.key in peaks:
+            click.echo(f"memory {config.label}: {benchrun.describe_memory(peaks[config.key])}")
     console.print(
         f"{outcome.stored} tests stored in {outcome.store_path}"
         + (f"; {len(outcome.skipped)} configurations already measured" if outcome.skipped else "")

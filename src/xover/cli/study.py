@@ -31,21 +31,21 @@ def study(spec_file: Path | None, study_dir: Path | None, fresh: bool, llama_bin
     a few minutes on 2 CPU cores. Rerunning a study skips every point already measured (--fresh
     redoes them); an interrupted study continues where it stopped.
     """
-    from xover.config import default_spec, load_spec
+    from xover.config import load_spec
     from xover.llamacpp.binaries import resolve
     from xover.study import run_study
 
-    spec = load_spec(spec_file) if spec_file else default_spec()
-    out_dir = study_dir or Path("studies") / (spec_file.stem if spec_file else "default")
-    binaries = resolve(llama_bin_dir)
-    emit, close = _progress(quiet, progress_jsonl)
-    if spec_file is None and not quiet:
-        from xover.console import console
+    from xover.console import console
 
-        console.print("[bold]Default study[/]: tiny-moe on this machine's CPU. Without a GPU, --n-cpu-moe moves "
-                      "nothing, so it compares 1 vs 2 threads: the same question (does the faster decoder lose once "
-                      "prompts get long?) on hardware you have. For the offload question, run a spec with "
-                      "--n-cpu-moe configurations on a GPU machine (examples/seed-qwen3-coder-30b.toml).")
+    binaries = resolve(llama_bin_dir)
+    if spec_file is not None:
+        spec, intro = load_spec(spec_file), None
+    else:
+        spec, intro = _default_for_this_machine(binaries)
+    out_dir = study_dir or Path("studies") / (spec_file.stem if spec_file else "default")
+    emit, close = _progress(quiet, progress_jsonl)
+    if intro and not quiet:
+        console.print(intro)
     try:
         outcome = run_study(spec, out_dir, binaries, fresh=fresh, command=["xover", *sys.argv[1:]], emit=emit)
     finally:
@@ -60,6 +60,27 @@ def study(spec_file: Path | None, study_dir: Path | None, fresh: bool, llama_bin
     if outcome.failures:
         out.print(f"[yellow]{outcome.failures} configuration(s) or point(s) failed; they are recorded in the store "
                   "and listed in the report[/]")
+
+
+def _default_for_this_machine(binaries: object) -> tuple[object, str]:
+    """The embedded default: offload levels from the placement planner when a GPU and a GPU build are
+    present, else the CPU comparison on tiny-moe."""
+    from xover.config import default_spec, gpu_default_spec
+    from xover.hardware import detect_gpu
+
+    manifest = getattr(binaries, "manifest", None)
+    gpu = detect_gpu()
+    free = (gpu.free_bytes or gpu.total_bytes) if gpu else None
+    if gpu is not None and free and (manifest is None or manifest.backend != "cpu"):
+        spec = gpu_default_spec(free)
+        names = " vs ".join(c.name for c in spec.configs)
+        return spec, (f"[bold]Default study[/] on {gpu.name} ({free / 2**30:.0f} GiB free): the synthetic "
+                      f"qwen3-30b-a3b shape, {names} (the placement planner's minimum offload for an 8K context vs "
+                      "the offload a 32K context forces), prompts of 1K-32K tokens.")
+    return default_spec(), ("[bold]Default study[/]: tiny-moe on this machine's CPU. Without a GPU, --n-cpu-moe moves "
+                            "nothing, so it compares 1 vs 2 threads: the same question (does the configuration that "
+                            "wins short turns lose long ones?) on hardware you have. For the offload question, run a "
+                            "spec with --n-cpu-moe configurations on a GPU machine (examples/seed-qwen3-coder-30b.toml).")
 
 
 def _progress(quiet: bool, jsonl: IO[str] | None):  # type: ignore[no-untyped-def]

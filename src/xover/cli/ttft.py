@@ -18,27 +18,21 @@ if TYPE_CHECKING:
 
     from xover.analysis.stats import Summary
     from xover.llamacpp.server import ServerSpec
+    from xover.records import BenchConfig
     from xover.ttftrun import PointSummary, TtftPlan
 
 API_KEY_ENV = "XOVER_API_KEY"
 
 
-def _ints(text: str | None, what: str) -> tuple[int, ...]:
-    if text is None:
-        return ()
-    try:
-        values = tuple(int(v) for v in text.split(",") if v.strip())
-    except ValueError:
-        raise XoverError(f"{what} {text!r} is not a comma-separated list of integers, e.g. 12,18") from None
-    if any(v < 0 for v in values):
-        raise XoverError(f"{what} values must be >= 0")
-    return values
+def _joined(values: tuple[str, ...]) -> str:
+    """Repeated options join like llama-bench's: `--ubatch 512 --ubatch 2048` == `--ubatch 512,2048`."""
+    return ",".join(values)
 
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})
 @click.option("-m", "--model", type=click.Path(path_type=Path, dir_okay=False), default=None,
               help="GGUF model to serve (with --url: optional, only used to pick prompt token ids and identify results).")
-@click.option("--ncmoe", default=None, metavar="N,N,...", help="--n-cpu-moe values, one server configuration each, e.g. 12,18.")
+@click.option("--ncmoe", multiple=True, metavar="N,...", help="--n-cpu-moe values, e.g. 12,18.")
 @click.option("--lengths", default="1k,4k,16k,32k", show_default=True, metavar="L,L,...",
               help="Prompt lengths in tokens: 1k = 1024, 4096, 32K.")
 @click.option("--response-tokens", type=click.IntRange(min=1), default=200, show_default=True,
@@ -46,8 +40,14 @@ def _ints(text: str | None, what: str) -> tuple[int, ...]:
 @click.option("-r", "--reps", type=click.IntRange(min=1), default=3, show_default=True, help="Repetitions per length.")
 @click.option("-o", "--out", "study_dir", type=click.Path(path_type=Path, file_okay=False), default=Path("xover-study"),
               show_default=True, help="Study directory: results.sqlite and logs/.")
-@click.option("--threads", type=click.IntRange(min=1), default=None, help="llama-server -t.")
-@click.option("--flash-attn", type=click.Choice(["on", "off"]), default=None, help="llama-server -fa [default: server's auto].")
+@click.option("-t", "--threads", multiple=True, metavar="N,...", help="llama-server -t values [default: the server's].")
+@click.option("--flash-attn", multiple=True, metavar="on,off,auto", help="llama-server -fa values [default: the server's auto].")
+@click.option("--load-mode", multiple=True, metavar="none,mmap,...", help="-lm values: none keeps weights in (pinned, on GPU builds) host buffers.")
+@click.option("--batch", multiple=True, metavar="N,...", help="-b values (logical batch; llama.cpp caps the ubatch at it).")
+@click.option("--ubatch", multiple=True, metavar="N,...", help="-ub values: tokens per expert copy when op offload runs prefill on the GPU.")
+@click.option("--no-op-offload", multiple=True, metavar="0,1", help="1: --no-op-offload (CPU-resident experts computed on the CPU), 0: --op-offload.")
+@click.option("--env", "env", multiple=True, metavar="NAME=V[,V...]",
+              help="Environment variable for the server, swept, repeatable: e.g. --env GGML_OP_OFFLOAD_MIN_BATCH=32,4096.")
 @click.option("--mode", type=click.Choice(["cold", "warm"]), default="cold", show_default=True,
               help="cold: unique prompts, cache_prompt false, -np 1 --cache-ram 0, checked cache_n == 0 and prompt_n == L. "
                    "warm: each prompt sent twice with cache_prompt true, the second checked cache_n == L-1 and prompt_n == 1.")
@@ -63,26 +63,34 @@ def _ints(text: str | None, what: str) -> tuple[int, ...]:
 @click.option("--seed", type=int, default=None, help="Prompt seed [default: from the clock, so runs never share prompts].")
 @click.argument("extra_args", nargs=-1, type=click.UNPROCESSED, metavar="[-- LLAMA-SERVER ARGS]")
 def ttft(
-    model: Path | None, ncmoe: str | None, lengths: str, response_tokens: int, reps: int, study_dir: Path,
-    threads: int | None, flash_attn: str | None, mode: str, text: bool, url: str | None, llama_bin_dir: Path | None,
-    server_timeout: float, retries: int, seed: int | None, extra_args: tuple[str, ...],
+    model: Path | None, ncmoe: tuple[str, ...], lengths: str, response_tokens: int, reps: int, study_dir: Path,
+    threads: tuple[str, ...], flash_attn: tuple[str, ...], load_mode: tuple[str, ...], batch: tuple[str, ...],
+    ubatch: tuple[str, ...], no_op_offload: tuple[str, ...], env: tuple[str, ...], mode: str, text: bool,
+    url: str | None, llama_bin_dir: Path | None, server_timeout: float, retries: int, seed: int | None,
+    extra_args: tuple[str, ...],
 ) -> None:
-    """Time-to-first-token, prefill and decode speed through llama-server, per --n-cpu-moe and prompt length.
+    """Time-to-first-token, prefill and decode speed through llama-server, per configuration and prompt length.
 
+    A configuration is one combination of the knob values given (--ncmoe x --load-mode x --batch x
+    --ubatch x --flash-attn x --no-op-offload x --threads x each --env), labelled like `xover bench`'s.
     Each configuration's server starts once (-c sized to the longest prompt, -ngl 99, -fit off,
-    -np 1 --cache-ram 0), answers one discarded warm-up request, then every length x repetition.
-    Every sample is checked against the server's cache_n/prompt_n; one that fails is stored, never
-    averaged, and re-run. Samples go to the study's results.sqlite as they arrive.
+    -np 1 --cache-ram 0, -lv 4 so its log carries buffer sizes), answers one discarded warm-up
+    request, then every length x repetition. Every sample is checked against the server's
+    cache_n/prompt_n; one that fails is stored, never averaged, and re-run. Samples go to the
+    study's results.sqlite as they arrive, and each server's peak memory (VmHWM, logged buffers)
+    beside them.
 
     \b
     xover ttft -m model.gguf --ncmoe 12,18 --lengths 1k,4k,16k,32k -r 3
-    xover ttft -m model.gguf --ncmoe 18 -- -ub 1024 --no-mmap
+    xover ttft -m model.gguf --ncmoe 18 --load-mode none,mmap --ubatch 512,2048
     xover ttft --url http://127.0.0.1:8080 --lengths 4k
     """
     import asyncio
 
     from rich.markup import escape
 
+    from xover import benchrun
+    from xover.config import LOAD_MODES
     from xover.console import console, out, progress_bar
     from xover.prompts import parse_lengths
     from xover.store import Store
@@ -108,6 +116,8 @@ def ttft(
     binaries = None
     if url is not None:
         given = [name for name, v in (("--ncmoe", ncmoe), ("--threads", threads), ("--flash-attn", flash_attn),
+                                      ("--load-mode", load_mode), ("--batch", batch), ("--ubatch", ubatch),
+                                      ("--no-op-offload", no_op_offload), ("--env", env),
                                       ("--llama-bin-dir", llama_bin_dir), ("llama-server args", extra_args)) if v]
         if given:
             raise XoverError(f"{given[0]} does not apply with --url: that server's flags are already set; drop it")
@@ -121,8 +131,22 @@ def ttft(
         from xover.llamacpp.binaries import resolve
         from xover.llamacpp.server import has_flag
 
+        def ints(option: str, values: tuple[str, ...], minimum: int = 0) -> tuple[int, ...]:
+            return benchrun.parse_int_list(option, _joined(values), minimum) if values else ()
+
+        def choices(option: str, values: tuple[str, ...], allowed: tuple[str, ...]) -> tuple[str, ...]:
+            return benchrun.parse_choice_list(option, _joined(values), allowed) if values else ()
+
+        configs = benchrun.combinations(
+            ncmoe=ints("--ncmoe", ncmoe), load_mode=choices("--load-mode", load_mode, LOAD_MODES),
+            batch=ints("--batch", batch, 1), ubatch=ints("--ubatch", ubatch, 1),
+            flash_attn=choices("--flash-attn", flash_attn, benchrun.FLASH_ATTN_CHOICES),
+            no_op_offload=tuple(int(v) for v in choices("--no-op-offload", no_op_offload, ("0", "1"))),
+            threads=ints("--threads", threads, 1), env=tuple(benchrun.parse_env(e) for e in env),
+        )
         binaries = resolve(llama_bin_dir)
-        specs = _specs(model, _ints(ncmoe, "--ncmoe"), plan, threads, flash_attn, extra_args, has_flag(binaries.server, "-fit"))
+        specs = _specs(model, configs, plan, extra_args, has_flag(binaries.server, "-fit"),
+                       4 if has_flag(binaries.server, "-lv") else None)
         n_configs = len(specs)
 
     total = len(expand(plan)) * n_configs
@@ -158,6 +182,7 @@ def ttft(
             outcome = asyncio.run(run.run_url(url, api_key=os.environ.get(API_KEY_ENV) or None, startup_timeout_s=server_timeout))
         else:
             outcome = asyncio.run(run.run_managed(specs, study_dir / "logs", startup_timeout_s=server_timeout))
+        peaks = benchrun.memory_by_config(store, source="llama-server")
 
     summaries = summarize_points(outcome.samples)
     if summaries:
@@ -179,24 +204,39 @@ def ttft(
             errored = f" ({p.n_errors} failed with an error)" if p.n_errors else ""
             console.print(f"[yellow]warning: {escape(label)} L={p.length}: only {p.n_ok} of {p.n_reps} repetitions passed the "
                           f"{p.mode} check{errored}[/]")
+    for key, label in outcome.labels.items():
+        if key in peaks:
+            console.print(f"[dim]memory {escape(label)}: {benchrun.describe_memory(peaks[key])}[/]")
     console.print(f"[dim]run {outcome.run_id}: {len(outcome.samples)} samples in {store.path}[/]")
     if outcome.failures:
         raise XoverError(f"{len(outcome.failures)} configuration(s) failed, first: {outcome.failures[0].reason}")
 
 
 def _specs(
-    model: Path, ncmoe: Sequence[int], plan: TtftPlan, threads: int | None, flash_attn: str | None,
-    extra_args: Sequence[str], fit_off: bool,
+    model: Path, configs: Sequence[BenchConfig], plan: TtftPlan, extra_args: Sequence[str], fit_off: bool,
+    log_verbosity: int | None,
 ) -> list[ServerSpec]:
-    """One server configuration per --ncmoe value (one without the flag when none is given)."""
+    """One server configuration per knob combination, in llama-server's flags; the knobs' flags come
+    before the arguments after `--`, so those override them."""
     from xover.llamacpp.server import ServerSpec, context_size
 
     ctx = context_size(max(plan.lengths), plan.response_tokens)
-    return [
-        ServerSpec(model=model.resolve(), label=f"ncmoe={n}" if n is not None else "default", ctx_size=ctx, n_cpu_moe=n,
-                   threads=threads, flash_attn=flash_attn, fit_off=fit_off, extra_args=tuple(extra_args))
-        for n in (tuple(ncmoe) or (None,))
-    ]
+    specs = []
+    for config in configs:
+        fields = dict(config.fields)
+        knob_args: list[str] = []
+        for flag in ("-lm", "-b", "-ub"):
+            if flag in fields:
+                knob_args += [flag, fields[flag]]
+        if "-nopo" in fields:
+            knob_args.append("--no-op-offload" if fields["-nopo"] == "1" else "--op-offload")
+        specs.append(ServerSpec(
+            model=model.resolve(), label=config.label, ctx_size=ctx,
+            n_cpu_moe=int(fields["-ncmoe"]) if "-ncmoe" in fields else None,
+            threads=int(fields["-t"]) if "-t" in fields else None, flash_attn=fields.get("-fa"), fit_off=fit_off,
+            extra_args=(*knob_args, *extra_args), env=config.env, log_verbosity=log_verbosity,
+        ))
+    return specs
 
 
 def _ms(ns: float) -> str:

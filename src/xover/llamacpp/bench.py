@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from xover.errors import XoverError
-from xover.llamacpp import process
+from xover.llamacpp import memory, process
 from xover.records import BenchConfig, BenchResult
 
 # A test point: (n_prompt, n_gen, n_depth), exactly as llama-bench reports it.
@@ -56,7 +56,7 @@ RESERVED_FLAGS: dict[str, str] = {
 
 # Swept xover knobs whose value llama-bench echoes in each JSONL record, to check every record
 # against the configuration it is stored under.
-_RECORD_FIELD = {"-ncmoe": "n_cpu_moe", "-ub": "n_ubatch", "-t": "n_threads", "-nopo": "no_op_offload", "-fa": "flash_attn"}
+_RECORD_FIELD = {"-ncmoe": "n_cpu_moe", "-ub": "n_ubatch", "-b": "n_batch", "-t": "n_threads", "-nopo": "no_op_offload", "-fa": "flash_attn"}
 _FLASH_ATTN = {"on": 1, "off": 0, "auto": -1}
 
 _PROGRESS = re.compile(r"^llama-bench: benchmark (\d+)/(\d+): (.+?)\s*$")
@@ -78,7 +78,8 @@ class BenchJob:
     """One llama-bench process: a configuration and the tests to run with it.
 
     ``n_prompt == 0`` leaves out the prefill tests, ``n_gen == 0`` the decode tests; every depth gets
-    both kinds, as llama-bench's cartesian product does.
+    both kinds, as llama-bench's cartesian product does. ``verbose`` adds ``-v``: llama.cpp's own log,
+    whose buffer sizes :func:`run` keeps (:attr:`Exited.buffer_lines`).
     """
 
     config: BenchConfig
@@ -86,6 +87,7 @@ class BenchJob:
     n_gen: int
     depths: tuple[int, ...]
     repetitions: int
+    verbose: bool = False
 
     def points(self) -> list[Point]:
         """The tests in llama-bench's own order: by depth, prefill before decode."""
@@ -107,7 +109,7 @@ class BenchJob:
         for flag, value in self.config.fields:
             argv += [flag, value]
         argv += list(self.config.extra_args)
-        return argv + ["-o", "jsonl", "-oe", "md", "--progress"]
+        return argv + (["-v"] if self.verbose else []) + ["-o", "jsonl", "-oe", "md", "--progress"]
 
 
 # ---- events ---------------------------------------------------------------------------------------
@@ -156,6 +158,8 @@ class Exited:
     duration_ns: int
     stderr_tail: str
     markdown: str  # llama-bench's own table for this process, as it printed it
+    peak_rss_bytes: int | None = None  # VmHWM, last read while it ran
+    buffer_lines: tuple[str, ...] = ()  # llama.cpp's "... buffer size = N MiB" lines (with -v)
 
 
 Line = ProgressLine | RecordLine | MarkdownLine | OtherLine
@@ -288,15 +292,20 @@ def run(job: BenchJob, bench: Path, model: Path, timeout_s: float | None = None)
         raise XoverError(f"cannot start {bench} ({e.strerror}): point --llama-bin-dir at a working llama.cpp build") from None
     tail: collections.deque[str] = collections.deque(maxlen=30)
     markdown: list[str] = []
+    buffers: list[str] = []
+    peak_rss: int | None = None
     timed_out = False
     try:
         try:
             for stream, text in _raw_lines(proc, deadline):
                 line = classify(stream, text)
                 if isinstance(line, (ProgressLine, RecordLine)):
+                    peak_rss = memory.peak_rss_bytes(proc.pid) or peak_rss  # VmHWM only grows
                     yield line
                 elif isinstance(line, MarkdownLine):
                     markdown.append(line.text)
+                elif stream == "stderr" and "buffer size" in text:
+                    buffers.append(text)
                 elif stream == "stderr" and text.strip():
                     tail.append(text)
             proc.wait(timeout=10)  # both pipes closed: the process is exiting; collect its real code
@@ -308,5 +317,5 @@ def run(job: BenchJob, bench: Path, model: Path, timeout_s: float | None = None)
         code = process.stop(proc)
     yield Exited(
         returncode=code, timed_out=timed_out, duration_ns=time.perf_counter_ns() - start,
-        stderr_tail="\n".join(tail), markdown="\n".join(markdown),
+        stderr_tail="\n".join(tail), markdown="\n".join(markdown), peak_rss_bytes=peak_rss, buffer_lines=tuple(buffers),
     )

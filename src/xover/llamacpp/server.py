@@ -48,7 +48,9 @@ class ServerSpec:
     proven-cold measurement needs. ``False`` leaves llama-server's defaults (several slots, 8 GiB
     prompt cache), which exists to show that those defaults leak warm caches. ``extra_args`` come
     after xover's own flags, so they override them (llama.cpp takes the last value), except the
-    host and port, which come last.
+    host and port, which come last. ``env`` is set for the server process only (e.g.
+    ``GGML_OP_OFFLOAD_MIN_BATCH``) and is part of the configuration; ``log_verbosity`` (``-lv``; 4
+    logs llama.cpp's buffer sizes) is not.
     """
 
     model: Path
@@ -61,6 +63,8 @@ class ServerSpec:
     cold_cache: bool = True
     fit_off: bool = True  # pass "-fit off"; set False for builds that have no -fit
     extra_args: tuple[str, ...] = ()
+    env: tuple[tuple[str, str], ...] = ()
+    log_verbosity: int | None = None
 
     def args(self) -> tuple[str, ...]:
         """The flags that define the configuration (no binary, host, port)."""
@@ -78,11 +82,12 @@ class ServerSpec:
         return (*a, *self.extra_args)
 
     def to_argv(self, binary: Path, port: int) -> list[str]:
-        return [str(binary), *self.args(), "--host", HOST, "--port", str(port)]
+        verbosity = ["-lv", str(self.log_verbosity)] if self.log_verbosity is not None else []
+        return [str(binary), *self.args(), *verbosity, "--host", HOST, "--port", str(port)]
 
     def config(self) -> ServerConfig:
         """The record stored with every sample of this configuration."""
-        return ServerConfig(label=self.label, args=self.args())
+        return ServerConfig(label=self.label, args=self.args(), env=self.env)
 
 
 @functools.lru_cache(maxsize=16)
@@ -195,7 +200,7 @@ class LlamaServer:
         with self.log_path.open("wb") as log:  # the child keeps its own descriptor
             log.write(("$ " + " ".join(argv) + "\n").encode())
             log.flush()
-            self.proc = process.spawn(argv, stdout=log, stderr=subprocess.STDOUT, text=False)
+            self.proc = process.spawn(argv, env=dict(self.spec.env), stdout=log, stderr=subprocess.STDOUT, text=False)
         self._running = True
         self.url = f"http://{HOST}:{port}"
         self.client = LlamaClient(self.url)

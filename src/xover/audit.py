@@ -1,0 +1,149 @@
+"""`xover audit`: re-check every stored TTFT sample against its own cache_n/prompt_n.
+
+A sample's ``cache_ok`` flag was set when it was measured; the audit trusts only the numbers. A
+sample that claims a cache state is checked the way it was measured (:func:`xover.ttftrun.check_cache`):
+cold (``cache_n == 0`` and ``prompt_n == length``) or warm (``cache_n == length - 1`` and
+``prompt_n == 1``). Lab requests (``cache:<case>:<request>``) claim what
+:func:`xover.cachelab.declared_state` says; lab demonstrations that claim nothing (an edited prompt,
+a resend on default settings) are counted, not checked. Samples that ended in an error were never
+averaged and are not checked.
+
+A finding is a sample whose numbers contradict its claim: a measurement labelled cold that was
+cache-assisted. ``counted`` findings are the dangerous ones: the stored flag says the check passed
+(an older xover, an edited or merged store), so every summary built from the flag includes them.
+The corrected summary shows the median TTFT per configuration, mode and length with and without
+the findings. :func:`audit` is pure; :func:`load_samples` is the thin loader.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from pathlib import Path
+
+from xover.analysis.stats import Summary, summarize
+from xover.cachelab import declared_state, parse_mode
+from xover.errors import XoverError
+from xover.records import TtftSample
+from xover.store import STORE_NAME, Store
+from xover.ttftrun import check_cache
+
+MEASURED_MODES = ("cold", "warm")
+
+
+@dataclasses.dataclass(frozen=True)
+class StoredSample:
+    row_id: int
+    run_id: int
+    label: str
+    sample: TtftSample
+
+
+@dataclasses.dataclass(frozen=True)
+class Finding:
+    """A sample whose cache_n/prompt_n contradict the cache state it claims."""
+
+    row_id: int
+    run_id: int
+    label: str
+    mode: str
+    length: int
+    claim: str  # "cold" or "warm"
+    cache_n: int | None
+    prompt_n: int | None
+    counted: bool  # its stored cache_ok flag says it passed, so summaries include it
+    reason: str
+
+
+@dataclasses.dataclass(frozen=True)
+class SummaryRow:
+    """Median TTFT of one configuration, mode and length: as stored vs without the findings."""
+
+    label: str
+    mode: str
+    length: int
+    stored: Summary | None  # TTFT (ns) of the samples the store counts (cache_ok, no error)
+    corrected: Summary | None  # the same without the findings
+    n_removed: int
+
+    @property
+    def changed(self) -> bool:
+        return self.n_removed > 0
+
+
+@dataclasses.dataclass(frozen=True)
+class AuditResult:
+    n_samples: int
+    n_checked: int  # samples that claim cold or warm and finished without error
+    n_unclaimed: int  # lab demonstrations: nothing to check
+    findings: tuple[Finding, ...]
+    summary: tuple[SummaryRow, ...]
+
+    @property
+    def n_counted(self) -> int:
+        return sum(1 for f in self.findings if f.counted)
+
+
+def claim(mode: str) -> str | None:
+    """The cache state a stored mode claims: ``cold``, ``warm`` or None (a lab demonstration)."""
+    if mode in MEASURED_MODES:
+        return mode
+    parsed = parse_mode(mode)
+    return declared_state(*parsed) if parsed is not None else None
+
+
+def audit(samples: Sequence[StoredSample]) -> AuditResult:
+    findings: list[Finding] = []
+    flagged: set[int] = set()
+    n_checked = n_unclaimed = 0
+    for st in samples:
+        s = st.sample
+        state = claim(s.mode)
+        if state is None:
+            n_unclaimed += 1
+            continue
+        if s.error is not None:
+            continue
+        n_checked += 1
+        reason = check_cache(state, s.length, s.timings)
+        if reason is None:
+            continue
+        flagged.add(st.row_id)
+        t = s.timings
+        findings.append(Finding(
+            row_id=st.row_id, run_id=st.run_id, label=st.label, mode=s.mode, length=s.length, claim=state,
+            cache_n=t.cache_n if t else None, prompt_n=t.prompt_n if t else None, counted=s.cache_ok, reason=reason,
+        ))
+    return AuditResult(len(samples), n_checked, n_unclaimed, tuple(findings), tuple(_summary(samples, flagged)))
+
+
+def _summary(samples: Sequence[StoredSample], flagged: set[int]) -> list[SummaryRow]:
+    groups: dict[tuple[str, str, int], list[StoredSample]] = {}
+    for st in samples:
+        if st.sample.mode in MEASURED_MODES:
+            groups.setdefault((st.label, st.sample.mode, st.sample.length), []).append(st)
+    rows = []
+    for (label, mode, length), group in sorted(groups.items(), key=lambda kv: (kv[0][0], kv[0][1], kv[0][2])):
+        counted = [st for st in group if st.sample.cache_ok and st.sample.error is None
+                   and st.sample.first_token_ns is not None]
+        kept = [st for st in counted if st.row_id not in flagged]
+        rows.append(SummaryRow(
+            label=label, mode=mode, length=length, stored=_ttft(counted), corrected=_ttft(kept),
+            n_removed=len(counted) - len(kept),
+        ))
+    return rows
+
+
+def _ttft(group: Sequence[StoredSample]) -> Summary | None:
+    values = [st.sample.first_token_ns for st in group if st.sample.first_token_ns is not None]
+    return summarize(values) if values else None
+
+
+def load_samples(study_dir: Path) -> list[StoredSample]:
+    """Every TTFT sample of a study directory's store, oldest first, with its configuration's label."""
+    if not (study_dir / STORE_NAME).is_file():
+        raise XoverError(f"{study_dir} holds no {STORE_NAME}: pass a study directory written by xover ttft, cache or study")
+    with Store(study_dir) as store:
+        labels = {c.key: c.label for c in store.configs()}
+        return [StoredSample(row_id, run_id, labels.get(s.config_key, s.config_key[:8]), s)
+                for row_id, run_id, _, s in store.ttft_samples()]

@@ -1,0 +1,568 @@
+"""Prompt-cache lab: what llama-server's caches do to time-to-first-token, proven by cache_n/prompt_n.
+
+Every scenario runs on a freshly started server of one configuration, after one discarded warm-up
+request. Every request sends ``cache_prompt: true`` (what clients send by default) and streams
+:data:`RESPONSE_TOKENS` tokens; every response's ``cache_n``/``prompt_n`` is compared with what
+the plan predicts, and each request is stored as a TTFT sample with mode ``cache:<case>:<request>``.
+
+* **resend** (``-np 1 --cache-ram 0``): a unique prompt of L tokens, then the same prompt again.
+  The first is cold (cache_n 0, prompt_n L), the second comes from the slot (cache_n L-1,
+  prompt_n 1); the ratio of their TTFTs is the caching effect on this hardware.
+* **edit** (``--cache-reuse 256 -np 1 --cache-ram 0``): four cases, each an original prompt of L
+  tokens (prefix P, chunks C1, C2) followed by an edited one, each case with fresh chunks:
+
+  - ``edit-insert``: P C1 E C2, a small edit E inserted partway through;
+  - ``edit-move-noreuse``: P C2 N (C1, e.g. a file read, dropped from the middle and its new
+    version N appended), with ``n_cache_reuse: 0`` in the request;
+  - ``edit-move``: the same edit with the server's ``--cache-reuse 256``;
+  - ``edit-move-short``: the same edit where the chunk kept after the edit (S, 200 tokens) is
+    shorter than the reuse threshold.
+* **hidden-defaults** (llama-server's defaults: 4 slots, 8 GiB host-memory prompt cache) and
+  **hidden-cold** (``-np 1 --cache-ram 0``), both with ``--slot-save-path`` so slots can be
+  erased: prompt A, :data:`OTHERS` other prompts, erase every slot, A again. A naive client
+  expects the last request to be cold. The other prompts' client TTFT minus server ``prompt_ms``
+  shows what saving the previous slot's state to host memory adds to each new request.
+
+How ``--cache-reuse`` works (``tools/server/server-context.cpp`` at 0c1e570): ``--cache-reuse N``
+is the default of the per-request ``n_cache_reuse``; a request that sends the field overrides it
+(0 turns reuse off). After the common prefix, the server walks the old cache for a run of at least
+N tokens matching the new prompt *at its current position*, shifts that run's KV into place and
+counts it in cache_n; the new prompt's position advances only on such a match. So a span removed
+from the middle (what follows moves up) is reused, but tokens inserted at the edit point never
+match and end the search: an insertion re-prefills everything after it, reuse or not.
+
+The plan and the analysis are pure; :func:`run_cache_lab` is the runner.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import hashlib
+import itertools
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from xover.analysis.stats import summarize
+from xover.client import LlamaClient, completion_body
+from xover.errors import XoverError
+from xover.llamacpp.binaries import Binaries
+from xover.llamacpp.server import LlamaServer, ServerSpec, context_size, has_flag, parse_build_info
+from xover.prompts import Prompt, TokenPrompts, token_pool
+from xover.provenance import collect
+from xover.records import Failure, TtftSample
+from xover.store import Store
+from xover.ttftrun import WARMUP_LENGTH, WARMUP_RESPONSE, TtftPoint, build_sample, gguf_token_types, sample_metrics
+
+MODE_PREFIX = "cache:"
+REUSE_MIN = 256  # --cache-reuse: the maintainers' suggested starting value
+PREFIX = 64  # tokens every edit case shares from the start (a system prompt)
+INSERTED = 32  # tokens of the edit inserted mid-prompt
+APPENDED = 64  # new tokens appended after a span is dropped
+SHORT = REUSE_MIN - 56  # a kept chunk shorter than the reuse threshold
+OTHERS = 3  # other prompts between A and A again in the hidden-cache scenarios
+RESPONSE_TOKENS = 8
+MIN_LENGTH = 1024  # so the chunk kept after an edit is well above REUSE_MIN
+CASES = ("resend", "edit-insert", "edit-move-noreuse", "edit-move", "edit-move-short", "hidden-defaults", "hidden-cold")
+OPENING = ("first", "original")  # the request that starts each case
+
+
+# ---- the plan (pure) ----------------------------------------------------------------------------
+
+
+def lab_mode(case: str, request: str) -> str:
+    """The stored ``mode`` of a lab request: ``cache:<case>:<request>``."""
+    return f"{MODE_PREFIX}{case}:{request}"
+
+
+def parse_mode(mode: str) -> tuple[str, str] | None:
+    """(case, request) of a lab mode; None for any other mode (``cold``, ``warm``)."""
+    if not mode.startswith(MODE_PREFIX):
+        return None
+    case, sep, request = mode[len(MODE_PREFIX):].partition(":")
+    return (case, request) if sep and case and request else None
+
+
+def declared_state(case: str, request: str) -> str | None:
+    """What a lab request claims: ``cold`` (cache_n 0, prompt_n L), ``warm`` (cache_n L-1,
+    prompt_n 1) or None for a demonstration whose outcome is the finding (an edited prompt, a
+    resend on default settings)."""
+    if request in OPENING or request.startswith("other-") or (case == "hidden-cold" and request == "again"):
+        return "cold"
+    if request == "resend":
+        return "warm"
+    return None
+
+
+Segment = tuple[str, int]  # (chunk name, tokens): within a case, a name always means the same tokens
+
+
+@dataclasses.dataclass(frozen=True)
+class LabRequest:
+    """One measured request and the cache state llama-server's logic predicts for it."""
+
+    case: str
+    request: str
+    segments: tuple[Segment, ...]
+    expect: tuple[int, int]  # (cache_n, prompt_n)
+    common_prefix: int | None = None  # edited prompts: tokens shared with the original from the start
+    n_cache_reuse: int | None = None  # sent in the request when set; otherwise the server's --cache-reuse applies
+
+    @property
+    def length(self) -> int:
+        return sum(n for _, n in self.segments)
+
+    @property
+    def mode(self) -> str:
+        return lab_mode(self.case, self.request)
+
+
+@dataclasses.dataclass(frozen=True)
+class EraseSlots:
+    """``POST /slots/{id}?action=erase`` for every slot of the server."""
+
+
+LabStep = LabRequest | EraseSlots
+
+
+@dataclasses.dataclass(frozen=True)
+class LabServer:
+    """One freshly started server and what is sent to it."""
+
+    scenario: str
+    settings: str  # the cache settings, as a person reads them
+    defaults: bool  # llama-server's cache defaults instead of -np 1 --cache-ram 0
+    cache_reuse: int | None  # --cache-reuse
+    slot_save: bool  # --slot-save-path (erasing a slot needs it)
+    steps: tuple[LabStep, ...]
+
+    def requests(self) -> tuple[LabRequest, ...]:
+        return tuple(s for s in self.steps if isinstance(s, LabRequest))
+
+
+def _cold(case: str, request: str, segments: tuple[Segment, ...]) -> LabRequest:
+    n = sum(size for _, size in segments)
+    return LabRequest(case, request, segments, expect=(0, n))
+
+
+def lab_plan(length: int) -> tuple[LabServer, ...]:
+    """Every server and request of the lab for prompts of ``length`` tokens."""
+    if length < MIN_LENGTH:
+        raise XoverError(f"the cache lab needs prompts of at least {MIN_LENGTH} tokens (got {length}), so the chunk kept "
+                         f"after an edit is well above the --cache-reuse threshold {REUSE_MIN}: raise --length")
+    L = length
+    half = (L - PREFIX) // 2
+    p, c1, c2 = ("P", PREFIX), ("C1", half), ("C2", L - PREFIX - half)
+    e, n, s = ("E", INSERTED), ("N", APPENDED), ("S", SHORT)
+    a = (("A", L),)
+
+    def edit(case: str, kept: Segment, edited: tuple[Segment, ...], expect: tuple[int, int], common: int,
+             reuse: int | None = None) -> tuple[LabRequest, LabRequest]:
+        first = _cold(case, "original", (p, (c1[0], L - PREFIX - kept[1]), kept))
+        return first, LabRequest(case, "edited", edited, expect, common_prefix=common, n_cache_reuse=reuse)
+
+    def hidden(case: str, defaults: bool) -> LabServer:
+        others = tuple(_cold(case, f"other-{i}", ((f"B{i}", L),)) for i in range(1, OTHERS + 1))
+        again = LabRequest(case, "again", a, expect=(L - 1, 1) if defaults else (0, L))
+        settings = "defaults (-np auto, --cache-ram 8 GiB)" if defaults else "-np 1 --cache-ram 0"
+        return LabServer(case, f"{settings}, --slot-save-path", defaults, None, True,
+                         (_cold(case, "first", a), *others, EraseSlots(), again))
+
+    return (
+        LabServer("resend", "-np 1 --cache-ram 0", False, None, False,
+                  (_cold("resend", "first", a), LabRequest("resend", "resend", a, expect=(L - 1, 1)))),
+        LabServer("edit", f"--cache-reuse {REUSE_MIN}, -np 1 --cache-ram 0", False, REUSE_MIN, False, (
+            *edit("edit-insert", c2, (p, c1, e, c2), (PREFIX + half, INSERTED + c2[1]), PREFIX + half),
+            *edit("edit-move-noreuse", c2, (p, c2, n), (PREFIX, c2[1] + APPENDED), PREFIX, reuse=0),
+            *edit("edit-move", c2, (p, c2, n), (PREFIX + c2[1], APPENDED), PREFIX),
+            *edit("edit-move-short", s, (p, s, n), (PREFIX, SHORT + APPENDED), PREFIX),
+        )),
+        hidden("hidden-defaults", True),
+        hidden("hidden-cold", False),
+    )
+
+
+def plan_requests(length: int) -> dict[tuple[str, str], LabRequest]:
+    """(case, request) -> the planned request, for prompts of ``length`` tokens."""
+    return {(r.case, r.request): r for srv in lab_plan(length) for r in srv.requests()}
+
+
+def build_prompts(server: LabServer, prompts: TokenPrompts, index: Callable[[], int]) -> dict[LabRequest, tuple[int, ...]]:
+    """Token ids of every request of ``server``: each (case, chunk) drawn once from ``prompts``
+    under a fresh index, so chunks start with distinct tokens and common prefixes are exact."""
+    chunks: dict[tuple[str, str], tuple[int, ...]] = {}
+    out = {}
+    for r in server.requests():
+        ids: list[int] = []
+        for name, size in r.segments:
+            if (r.case, name) not in chunks:
+                chunks[(r.case, name)] = tuple(prompts.make(index(), size).prompt)  # type: ignore[arg-type]
+            ids += chunks[(r.case, name)]
+        out[r] = tuple(ids)
+    return out
+
+
+# ---- analysis (pure) ----------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class LabRow:
+    """One lab request as shown in the table."""
+
+    label: str
+    case: str
+    request: str
+    length: int
+    ttft_ns: int | None
+    cache_n: int | None
+    prompt_n: int | None
+    prompt_ms: float | None
+    gap_ns: int | None  # client TTFT - server prompt_ms
+    expect: tuple[int, int] | None  # None: the case's opening request is missing, nothing to compare with
+    common_prefix: int | None  # edited prompts: tokens shared with the original from the start
+    verdict: str
+
+    @property
+    def ok(self) -> bool:
+        """The server did what the lab predicts (cache_n and prompt_n exactly)."""
+        return self.expect is not None and (self.cache_n, self.prompt_n) == self.expect
+
+
+@dataclasses.dataclass(frozen=True)
+class LabAnalysis:
+    rows: tuple[LabRow, ...]
+    headlines: tuple[str, ...]  # the findings, one sentence each, from the numbers
+
+    def row(self, label: str, case: str, request: str) -> LabRow | None:
+        return next((r for r in self.rows if (r.label, r.case, r.request) == (label, case, request)), None)
+
+
+def lab_samples(samples: Sequence[tuple[str, TtftSample]]) -> list[tuple[str, TtftSample]]:
+    """The (label, sample) pairs that came from the lab, in stored order."""
+    return [(label, s) for label, s in samples if parse_mode(s.mode) is not None]
+
+
+def _groups(samples: Sequence[tuple[str, TtftSample]]) -> list[tuple[str, str, list[TtftSample]]]:
+    """(label, case, samples) in case order; a case's opening request starts a new group, and the
+    latest group of each label and case replaces earlier ones (a lab run again in the same study)."""
+    groups: dict[tuple[str, str], list[TtftSample]] = {}
+    labels: dict[str, int] = {}
+    for label, s in samples:
+        parsed = parse_mode(s.mode)
+        if parsed is None:
+            continue
+        case, request = parsed
+        labels.setdefault(label, len(labels))
+        if request in OPENING or (label, case) not in groups:
+            groups[(label, case)] = []
+        groups[(label, case)].append(s)
+    order = sorted(groups, key=lambda k: (CASES.index(k[1]) if k[1] in CASES else len(CASES), labels[k[0]], k[1]))
+    return [(label, case, groups[(label, case)]) for label, case in order]
+
+
+def _ms(ns: float) -> str:
+    return f"{ns / 1e6:,.1f}"
+
+
+def _verdict(req: LabRequest | None, s: TtftSample, cold_ttft_ns: int | None) -> str:
+    if s.error is not None:
+        return f"error: {s.error}"
+    t = s.timings
+    if t is None or t.cache_n is None or t.prompt_n is None:
+        return "no cache_n/prompt_n in the server's timings"
+    if req is None:
+        return "not part of a complete lab run: nothing to compare with"
+    got = (t.cache_n, t.prompt_n)
+    miss = "" if got == req.expect else f" (predicted cache_n={req.expect[0]} prompt_n={req.expect[1]})"
+    if req.request == "again":
+        if got == (s.length - 1, 1):
+            return "should be cold, but came from a hidden cache (cache_n = L-1)" + miss
+        if t.cache_n == 0:
+            return "cold: no hidden cache" + miss
+        return f"partly from a hidden cache ({t.cache_n} of {s.length} tokens)" + miss
+    if req.common_prefix is not None:
+        cp = req.common_prefix
+        if t.cache_n > cp:
+            return f"reuse kept {t.cache_n - cp} tokens past the edit; {t.prompt_n} prefilled" + miss
+        if t.cache_n == cp:
+            return f"no reuse: all {t.prompt_n} tokens after the common prefix ({cp}) prefilled again" + miss
+        return f"cache_n below the common prefix ({cp})" + miss
+    declared = declared_state(req.case, req.request)
+    if declared == "warm":
+        if got != req.expect:
+            return f"expected from the slot, got cache_n={t.cache_n} prompt_n={t.prompt_n}"
+        speedup = f": {cold_ttft_ns / s.first_token_ns:,.0f}x faster than cold" if cold_ttft_ns and s.first_token_ns else ""
+        return "from the slot (cache_n = L-1)" + speedup
+    if got == req.expect:
+        return "cold"
+    return f"labelled cold but cache-assisted: cache_n={t.cache_n} prompt_n={t.prompt_n}"
+
+
+def analyse(samples: Sequence[tuple[str, TtftSample]]) -> LabAnalysis:
+    """Table rows with verdicts, and the headline findings, from stored (label, sample) pairs alone."""
+    rows: list[LabRow] = []
+    for label, case, group in _groups(samples):
+        opening = group[0]
+        parsed = parse_mode(opening.mode)
+        plan: dict[tuple[str, str], LabRequest] = {}
+        if parsed is not None and parsed[1] in OPENING and opening.length >= MIN_LENGTH:
+            plan = plan_requests(opening.length)
+        cold_ttft = opening.first_token_ns if opening.error is None else None
+        for s in group:
+            _, request = parse_mode(s.mode) or ("", "")
+            req = plan.get((case, request))
+            t = s.timings
+            rows.append(LabRow(
+                label=label, case=case, request=request, length=s.length, ttft_ns=s.first_token_ns,
+                cache_n=t.cache_n if t else None, prompt_n=t.prompt_n if t else None,
+                prompt_ms=t.prompt_ms if t else None, gap_ns=sample_metrics(s).gap_ns,
+                expect=req.expect if req else None, common_prefix=req.common_prefix if req else None,
+                verdict=_verdict(req, s, cold_ttft),
+            ))
+    return LabAnalysis(rows=tuple(rows), headlines=tuple(_headlines(rows)))
+
+
+def _median_gap_ms(rows: Sequence[LabRow]) -> float | None:
+    gaps = [r.gap_ns / 1e6 for r in rows if r.gap_ns is not None and r.request.startswith("other-")]
+    return summarize(gaps).median if gaps else None
+
+
+def _headlines(rows: Sequence[LabRow]) -> list[str]:
+    out: list[str] = []
+    labels = list(dict.fromkeys(r.label for r in rows))
+    for label in labels:
+        mine = {(r.case, r.request): r for r in rows if r.label == label}
+        first, again = mine.get(("resend", "first")), mine.get(("resend", "resend"))
+        if first and again and first.ttft_ns and again.ttft_ns and first.ok and again.ok:
+            out.append(f"{label}: resending a {first.length:,}-token prompt: TTFT {_ms(first.ttft_ns)} ms cold, "
+                       f"{_ms(again.ttft_ns)} ms from the slot ({first.ttft_ns / again.ttft_ns:,.0f}x), "
+                       f"cache_n {again.cache_n}, prompt_n {again.prompt_n}")
+        on, off = mine.get(("edit-move", "edited")), mine.get(("edit-move-noreuse", "edited"))
+        if on and off and on.ttft_ns and off.ttft_ns:
+            out.append(f"{label}: after dropping a chunk from the middle, --cache-reuse {REUSE_MIN} gave cache_n "
+                       f"{on.cache_n}, prompt_n {on.prompt_n} (TTFT {_ms(on.ttft_ns)} ms) vs cache_n {off.cache_n}, "
+                       f"prompt_n {off.prompt_n} without reuse (TTFT {_ms(off.ttft_ns)} ms)")
+        for case, what in (("edit-insert", f"an edit of {INSERTED} tokens inserted mid-prompt"),
+                           ("edit-move-short", f"a kept chunk of {SHORT} tokens (under {REUSE_MIN})")):
+            r = mine.get((case, "edited"))
+            if r and r.common_prefix is not None and r.cache_n is not None:
+                helped = "reused past the edit" if r.cache_n > r.common_prefix else "nothing reused past the common prefix"
+                out.append(f"{label}: with --cache-reuse {REUSE_MIN}, {what}: {helped} "
+                           f"(common prefix {r.common_prefix}, cache_n {r.cache_n}, prompt_n {r.prompt_n})")
+        hd, hc = mine.get(("hidden-defaults", "again")), mine.get(("hidden-cold", "again"))
+        if hd and hc and hd.cache_n is not None and hc.cache_n is not None:
+            out.append(f"{label}: a prompt sent again after {OTHERS} others and an erase of every slot: cache_n "
+                       f"{hd.cache_n} of {hd.length:,} with default settings, {hc.cache_n} with -np 1 --cache-ram 0")
+        gd = _median_gap_ms([r for r in rows if r.label == label and r.case == "hidden-defaults"])
+        gc = _median_gap_ms([r for r in rows if r.label == label and r.case == "hidden-cold"])
+        if gd is not None and gc is not None:
+            length = max(r.length for r in rows if r.label == label and r.request.startswith("other-"))
+            out.append(f"{label}: client TTFT - server prompt_ms after another {length:,}-token prompt: {gd:,.1f} ms "
+                       f"with default settings (the previous slot saved to host memory first) vs {gc:,.1f} ms with "
+                       f"-np 1 --cache-ram 0 (median of {OTHERS})")
+    return out
+
+
+# ---- run ----------------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class LabServerUp:
+    scenario: str
+    settings: str
+    url: str
+    pid: int | None
+    log_path: Path | None
+
+
+@dataclasses.dataclass(frozen=True)
+class LabRequestDone:
+    scenario: str
+    sample: TtftSample
+    ok: bool  # cache_n/prompt_n as predicted
+    done: int  # requests finished so far (all scenarios)
+    total: int  # requests planned
+
+
+@dataclasses.dataclass(frozen=True)
+class LabFailed:
+    scenario: str
+    reason: str
+    skipped: int  # planned requests of this scenario that will not run
+
+
+LabEvent = LabServerUp | LabRequestDone | LabFailed
+
+
+@dataclasses.dataclass(frozen=True)
+class CacheLabOutcome:
+    run_id: int
+    label: str
+    samples: tuple[TtftSample, ...]
+    failures: tuple[Failure, ...]
+    analysis: LabAnalysis
+
+
+class _ScenarioFailedError(Exception):
+    def __init__(self, message: str, skipped: int) -> None:
+        super().__init__(message)
+        self.skipped = skipped
+
+
+def run_cache_lab(
+    store_dir: Path,
+    binaries: Binaries,
+    model: Path,
+    length: int,
+    server_args: tuple[str, ...],
+    label: str,
+    *,
+    env: tuple[tuple[str, str], ...] = (),
+    command: Sequence[str] = (),
+    seed: int = 0,
+    startup_timeout_s: float = 600.0,
+    on_event: Callable[[LabEvent], None] = lambda ev: None,
+) -> CacheLabOutcome:
+    """Run every scenario of the lab (synchronous; it drives its own event loop) into the store
+    of ``store_dir``: one run of kind ``cache``, one sample per request, failures kept as data.
+
+    ``server_args`` are the configuration's llama-server flags (``--n-cpu-moe 18 -t 8``...), added
+    after the lab's own; ``env`` is set for the servers only. A scenario whose server fails to
+    start or whose request fails is recorded as a failure and the next scenario runs.
+    """
+    plan = lab_plan(length)
+    if not model.is_file():
+        raise XoverError(f"model {model} does not exist: fix -m")
+    pool = token_pool(gguf_token_types(model))
+    if len(pool) < 2:
+        raise XoverError(f"{model} lists fewer than 2 ordinary tokens (tokenizer.ggml.token_type): use a model with a vocabulary")
+    lab = _LabRun(Store(store_dir), binaries, model, label, server_args, env, list(command), on_event,
+                  TokenPrompts(pool, seed), length)
+    try:
+        return asyncio.run(lab.run(plan, store_dir))
+    finally:
+        lab.store.close()
+
+
+class _LabRun:
+    def __init__(self, store: Store, binaries: Binaries, model: Path, label: str, server_args: tuple[str, ...],
+                 env: tuple[tuple[str, str], ...], command: list[str], on_event: Callable[[LabEvent], None],
+                 prompts: TokenPrompts, length: int) -> None:
+        self.store = store
+        self.binaries = binaries
+        self.model = model
+        self.label = label
+        self.server_args = server_args
+        self.env = env
+        self.command = command
+        self.on_event = on_event
+        self.prompts = prompts
+        self.ctx = context_size(length + INSERTED, RESPONSE_TOKENS)
+        self.run_id: int | None = None
+        self.model_key = ""
+        self.samples: list[TtftSample] = []
+        self.failures: list[Failure] = []
+        self.done = 0
+        self.total = 0
+        self._index = itertools.count()
+
+    async def run(self, plan: Sequence[LabServer], store_dir: Path) -> CacheLabOutcome:
+        self.total = sum(len(srv.requests()) for srv in plan)
+        fit_off = has_flag(self.binaries.server, "-fit")
+        try:
+            for srv in plan:
+                await self._scenario(srv, self._spec(srv, store_dir, fit_off), store_dir / "logs")
+        except BaseException:  # Ctrl-C, cancellation or a bug: what was stored stays; the run says so
+            if self.run_id is not None:
+                self.store.end_run(self.run_id, "interrupted")
+            raise
+        run_id = self._ensure_run(None)
+        self.store.end_run(run_id, "failed" if self.failures else "done")
+        samples = tuple(self.samples)
+        return CacheLabOutcome(run_id, self.label, samples, tuple(self.failures),
+                               analyse([(self.label, s) for s in samples]))
+
+    def _spec(self, srv: LabServer, store_dir: Path, fit_off: bool) -> ServerSpec:
+        lab_args: list[str] = []
+        if srv.cache_reuse is not None:
+            lab_args += ["--cache-reuse", str(srv.cache_reuse)]
+        if srv.slot_save:
+            slots = store_dir / "cache-lab-slots"
+            slots.mkdir(parents=True, exist_ok=True)
+            lab_args += ["--slot-save-path", str(slots.resolve())]
+        return ServerSpec(model=self.model.resolve(), label=self.label, ctx_size=self.ctx, cold_cache=not srv.defaults,
+                          fit_off=fit_off, extra_args=(*lab_args, *self.server_args), env=self.env)
+
+    def _ensure_run(self, props: Mapping[str, Any] | None) -> int:
+        if self.run_id is None:
+            prov = collect(self.binaries, self.model, build_info=parse_build_info(props.get("build_info")) if props else None)
+            self.model_key = prov.model.key if prov.model is not None else ""
+            self.run_id = self.store.begin_run("cache", self.command, prov)
+        return self.run_id
+
+    def _fail(self, srv: LabServer, spec: ServerSpec, stage: str, reason: str, skipped: int) -> None:
+        run_id = self._ensure_run(None)
+        config = spec.config()
+        self.store.put_config(config)
+        f = Failure(config_key=config.key, stage=stage, point=f"cache lab {srv.scenario}", reason=reason)
+        self.store.add_failure(run_id, f)
+        self.failures.append(f)
+        self.done += skipped
+        self.on_event(LabFailed(scenario=srv.scenario, reason=reason, skipped=skipped))
+
+    async def _scenario(self, srv: LabServer, spec: ServerSpec, log_dir: Path) -> None:
+        try:
+            async with LlamaServer(self.binaries.server, spec, log_dir) as s:
+                assert s.client is not None
+                run_id = self._ensure_run(s.props)
+                config = spec.config()
+                self.store.put_config(config)
+                self.store.add_artifact(run_id, "server-props", {
+                    "config_key": config.key, "label": config.label, "scenario": srv.scenario, "log": str(s.log_path),
+                    "pid": s.pid, "props": dict(s.props), "model_meta": dict(s.model_meta),
+                })
+                self.on_event(LabServerUp(srv.scenario, srv.settings, s.url, s.pid, s.log_path))
+                await self._steps(s.client, srv, config.key, run_id, s.props)
+        except _ScenarioFailedError as e:
+            self._fail(srv, spec, "cache", str(e), e.skipped)
+        except XoverError as e:
+            self._fail(srv, spec, "server-start", str(e), len(srv.requests()))
+
+    async def _steps(self, client: LlamaClient, srv: LabServer, config_key: str, run_id: int,
+                     props: Mapping[str, Any]) -> None:
+        """Send every step; a failed request (or erase) raises _ScenarioFailedError with the requests left."""
+        prompts = build_prompts(srv, self.prompts, lambda: next(self._index))
+        warmup = self.prompts.make(next(self._index), WARMUP_LENGTH)
+        rec = await client.stream_completion(completion_body(warmup.prompt, WARMUP_RESPONSE, cache_prompt=False))
+        remaining = len(srv.requests())
+        if rec.result.error is not None:
+            raise _ScenarioFailedError(f"{srv.scenario}: warm-up request failed: {rec.result.error}", remaining)
+        for step in srv.steps:
+            if isinstance(step, EraseSlots):
+                n_slots = props.get("total_slots")
+                try:
+                    for slot in range(n_slots if isinstance(n_slots, int) and n_slots > 0 else 1):
+                        await client.post_json(f"/slots/{slot}?action=erase", {})
+                except XoverError as e:
+                    raise _ScenarioFailedError(f"{srv.scenario}: erasing the slots failed: {e}", remaining) from None
+                continue
+            ids = prompts[step]
+            extra = {"n_cache_reuse": step.n_cache_reuse} if step.n_cache_reuse is not None else None
+            rec = await client.stream_completion(completion_body(ids, RESPONSE_TOKENS, cache_prompt=True, extra=extra))
+            t = rec.result.timings
+            ok = rec.result.error is None and t is not None and (t.cache_n, t.prompt_n) == step.expect
+            check = None if ok else "not as predicted"
+            prompt = Prompt(ids, step.length, f"lab:s{self.prompts.seed}:{step.case}:{step.request}:{_hash(ids)}")
+            sample = build_sample(config_key, step.mode, TtftPoint(step.length, 0), prompt, rec, check)
+            self.store.add_ttft_sample(run_id, self.model_key, sample)
+            self.samples.append(sample)
+            remaining -= 1
+            self.done += 1
+            self.on_event(LabRequestDone(srv.scenario, sample, ok, self.done, self.total))
+            if rec.result.error is not None:
+                raise _ScenarioFailedError(f"{srv.scenario} {step.request}: {rec.result.error}", remaining)
+
+
+def _hash(ids: Sequence[int]) -> str:
+    return hashlib.sha256(",".join(map(str, ids)).encode()).hexdigest()[:12]

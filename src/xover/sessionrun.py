@@ -1,0 +1,593 @@
+"""Replay an agentic coding session through llama-server's chat endpoint, turn by turn.
+
+For every configuration x cache mode a fresh server starts, answers one discarded warm-up request,
+then receives the session's turns in order on ``/v1/chat/completions`` (streamed, with
+``stream_options.include_usage``, exactly ``response_tokens`` back: ``max_tokens`` + ``ignore_eos``,
+greedy so every mode of a configuration feeds back the same replies wherever the numerics agree).
+The reply the server generated is fed back into the conversation as a client would (``feed =
+"generated"``), or the file's recorded replies are sent as they are (``"recorded"``, ``--exact``).
+
+Cache modes (each on a freshly started server):
+
+* ``default``: llama-server's defaults: ``cache_prompt`` true, several slots, the host-memory
+  prompt cache (``--cache-ram``). Only the prompt's longest common prefix with a cached one is reused.
+* ``off``: every turn cold: ``cache_prompt: false`` on a server with ``-np 1 --cache-ram 0``.
+* ``reuse``: the defaults plus ``--cache-reuse N`` (256): after the common prefix, runs of at least
+  N tokens of the old cache that reappear in the new prompt are shifted into place. Note the server
+  scans the old cache for the *new* prompt's next tokens, so a turn that deleted text earlier on
+  gets the rest back, while one that replaced text with new text gets nothing more than ``default``.
+
+Per turn, outside the timed request, the prompt is rendered (``/apply-template``) and tokenized by
+the same server, which gives ``prefix_tokens``: the longest common prefix with the previous turn's
+prompt. Everything is stored per turn as it is measured (``session_turns``); the session's time is
+the sum of its turn times (the client waits on nothing else: tools run in zero time here).
+
+The server's context is sized once per run, unless given: a sizing server (the first
+configuration's arguments, ``-ngl 0``, a small ``-c``) tokenizes every turn, and for generated
+replies measures how many tokens a generated reply becomes when fed back. A configuration's own
+``-c`` wins over the sized context; each turn is checked against the context the server reports.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import json
+import math
+import time
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from xover.client import LlamaClient, error_text
+from xover.errors import XoverError
+from xover.llamacpp.binaries import Binaries
+from xover.llamacpp.server import LlamaServer, ServerSpec, context_size, has_flag, parse_build_info
+from xover.provenance import collect
+from xover.records import Failure, ServerConfig, ServerTimings, SessionTurn
+from xover.sse import Chunk, SseParse, parse_sse, timings_from_json
+from xover.store import Store
+from xover.workload import Session, check_feedable, loads, messages_for_turn, session_id
+
+MODES = ("default", "off", "reuse")
+FEEDS = ("generated", "recorded")
+CACHE_REUSE = 256  # the --cache-reuse chunk the llama.cpp maintainers suggest starting with
+SIZING_CTX = 512  # -c of the sizing server: it only tokenizes and writes one short reply
+REPLY_MARGIN = 1.25  # fed-back reply tokens allowed beyond the measured growth, as a factor
+WARMUP = ({"role": "user", "content": "Say hello."},)
+GROWTH_NOTE = 2.0  # a generated reply that re-tokenizes to more than this many times its length gets a note
+
+Config = tuple[str, tuple[str, ...]]  # (label, llama-server arguments)
+
+
+# ---- cache modes and request bodies (pure) ------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class ModeSettings:
+    cold_cache: bool  # ServerSpec.cold_cache: -np 1 --cache-ram 0
+    args: tuple[str, ...]  # extra llama-server arguments
+    cache_prompt: bool  # the request's cache_prompt
+
+
+def mode_settings(mode: str, cache_reuse: int = CACHE_REUSE) -> ModeSettings:
+    if mode == "default":
+        return ModeSettings(cold_cache=False, args=(), cache_prompt=True)
+    if mode == "off":
+        return ModeSettings(cold_cache=True, args=(), cache_prompt=False)
+    if mode == "reuse":
+        return ModeSettings(cold_cache=False, args=("--cache-reuse", str(cache_reuse)), cache_prompt=True)
+    raise XoverError(f"cache mode {mode!r} is not one of {', '.join(MODES)}")
+
+
+def parse_modes(text: str) -> tuple[str, ...]:
+    """``default,off,reuse`` (any non-empty subset, in the order given)."""
+    modes = tuple(m.strip() for m in text.split(",") if m.strip())
+    bad = [m for m in modes if m not in MODES]
+    if bad or not modes:
+        raise XoverError(f"--cache-modes {text!r}: use a comma-separated subset of {','.join(MODES)}")
+    if len(set(modes)) != len(modes):
+        raise XoverError(f"--cache-modes {text!r} repeats a mode: give each once")
+    return modes
+
+
+def chat_body(messages: Sequence[Mapping[str, Any]], max_tokens: int, *, cache_prompt: bool) -> dict[str, Any]:
+    """The streamed chat request: exactly ``max_tokens`` back (``ignore_eos``), greedy, usage included."""
+    return {
+        "messages": list(messages),
+        "stream": True,
+        "stream_options": {"include_usage": True},
+        "max_tokens": max_tokens,
+        "ignore_eos": True,
+        "temperature": 0.0,
+        "cache_prompt": cache_prompt,
+    }
+
+
+def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
+    n = 0
+    for x, y in zip(a, b):
+        if x != y:
+            break
+        n += 1
+    return n
+
+
+def context_for(turn_tokens: Sequence[int], response_tokens: int, reply_tokens: int = 0) -> int:
+    """``-c`` for a session whose turn ``i`` prompt is ``turn_tokens[i]`` tokens, plus ``reply_tokens``
+    for each of its ``i`` earlier replies (fed-back replies are not in ``turn_tokens``)."""
+    need = max(n + i * reply_tokens for i, n in enumerate(turn_tokens))
+    return context_size(need, response_tokens)
+
+
+# ---- the chat stream (pure) ---------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class ChatStream:
+    """What a streamed ``/v1/chat/completions`` response said, client clocks as offsets from the send.
+
+    ``first_token_ns`` is the first event carrying a ``delta`` (llama-server sends the role with the
+    first generated token); ``last_token_ns`` the last one carrying text; ``end_ns`` the ``[DONE]``.
+    """
+
+    first_byte_ns: int | None
+    first_token_ns: int | None
+    last_token_ns: int | None
+    end_ns: int | None
+    content: str
+    n_content_events: int
+    finish_reason: str | None
+    prompt_tokens: int | None
+    cached_tokens: int | None
+    completion_tokens: int | None
+    timings: ServerTimings | None
+    error: str | None
+
+
+def _int(v: Any) -> int | None:
+    return int(v) if isinstance(v, int) and not isinstance(v, bool) else None
+
+
+def _message(err: Any) -> str:
+    return str(err.get("message") or err.get("type") or err) if isinstance(err, dict) else str(err)
+
+
+def parse_chat_stream(chunks: Sequence[Chunk], t0_ns: int, transport_error: str | None = None) -> ChatStream:
+    """Interpret the chunks of one streamed chat completion sent at ``t0_ns`` (perf_counter_ns).
+
+    Chunks carry ``choices[0].delta`` (``role``, ``content``, ``reasoning_content``...), then one
+    with ``finish_reason``, then (``include_usage``) one with empty ``choices``, ``usage`` and
+    llama-server's ``timings``, then ``data: [DONE]``. Every way it can go wrong (cut, malformed
+    event, error event, no ``[DONE]``, no timings) is a one-line ``error``; what came before is kept.
+    """
+    parsed = parse_sse(chunks) if chunks else SseParse(events=(), trailing=b"")
+    first_byte = chunks[0][0] - t0_ns if chunks else None
+    first = last = end = None
+    content: list[str] = []
+    finish: str | None = None
+    usage: dict[str, Any] = {}
+    timings: ServerTimings | None = None
+    error: str | None = None
+    for k, ev in enumerate(parsed.events, start=1):
+        t = ev.t_ns - t0_ns
+        if ev.data == "[DONE]":
+            end = t
+            break
+        try:
+            obj = json.loads(ev.data)
+        except json.JSONDecodeError:
+            error = f"malformed event #{k} after {len(content)} text events: {ev.data[:80]!r}"
+            break
+        if not isinstance(obj, dict):
+            error = f"malformed event #{k}: not a JSON object: {ev.data[:80]!r}"
+            break
+        if "error" in obj:
+            error = f"server error after {len(content)} text events: {_message(obj['error'])}"
+            break
+        choices = obj.get("choices")
+        for choice in choices if isinstance(choices, list) else ():
+            if not isinstance(choice, dict) or choice.get("index", 0) != 0:
+                continue
+            delta = choice.get("delta")
+            if isinstance(delta, dict) and delta:
+                first = t if first is None else first
+                text = delta.get("content")
+                if isinstance(text, str) and text:
+                    content.append(text)
+                    last = t
+            if isinstance(choice.get("finish_reason"), str):
+                finish = choice["finish_reason"]
+        if isinstance(obj.get("usage"), dict):
+            usage = obj["usage"]
+        if isinstance(obj.get("timings"), dict):
+            timings = timings_from_json(obj["timings"])
+    if error is None and end is None:
+        if transport_error is not None:
+            error = f"stream broke after {len(content)} text events: {transport_error}"
+        elif parsed.trailing.strip():
+            error = f"stream ended mid-event after {len(content)} text events: {parsed.trailing[:80]!r}"
+        else:
+            error = f"stream ended after {len(content)} text events without data: [DONE]"
+    elif error is None and timings is None:
+        error = "the stream carried no timings (is this llama-server?)"
+    details = usage.get("prompt_tokens_details")
+    return ChatStream(
+        first_byte_ns=first_byte, first_token_ns=first, last_token_ns=last, end_ns=end, content="".join(content),
+        n_content_events=len(content), finish_reason=finish, prompt_tokens=_int(usage.get("prompt_tokens")),
+        cached_tokens=_int(details.get("cached_tokens")) if isinstance(details, dict) else None,
+        completion_tokens=_int(usage.get("completion_tokens")), timings=timings, error=error,
+    )
+
+
+# ---- the chat client ----------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class ChatRecord:
+    sent_at_unix_ns: int
+    t0_ns: int
+    status: int | None
+    chunks: tuple[Chunk, ...]
+    result: ChatStream
+
+
+class ChatClient(LlamaClient):
+    """:class:`LlamaClient` plus the chat endpoint, ``/apply-template`` and prompt tokenization."""
+
+    async def apply_template(self, messages: Sequence[Mapping[str, Any]]) -> str:
+        out = await self.post_json("/apply-template", {"messages": list(messages)})
+        prompt = out.get("prompt") if isinstance(out, dict) else None
+        if not isinstance(prompt, str):
+            raise self._fail("POST /apply-template at", "no 'prompt' string in the response")
+        return prompt
+
+    async def prompt_tokens(self, messages: Sequence[Mapping[str, Any]]) -> list[int]:
+        """The tokens the chat endpoint evaluates for ``messages`` (template applied, specials parsed)."""
+        return await self.tokenize(await self.apply_template(messages), add_special=True)
+
+    async def stream_chat(self, body: dict[str, Any]) -> ChatRecord:
+        """POST ``/v1/chat/completions`` streamed; every body chunk is timestamped on arrival.
+
+        Mirrors :meth:`LlamaClient.stream_completion`: a fresh connection is opened outside the
+        clock, the request is built before it starts, and whatever the server does ends up in
+        ``result.error`` rather than raising.
+        """
+        try:
+            await self._request("GET", "/health", timeout=10.0)
+        except httpx.HTTPError as e:
+            return _failed_record(f"no connection: {type(e).__name__}: {e}")
+        request = self._http.build_request(
+            "POST", "/v1/chat/completions", content=json.dumps(body).encode(), headers={"Content-Type": "application/json"}
+        )
+        chunks: list[Chunk] = []
+        append = chunks.append
+        clock = time.perf_counter_ns
+        status: int | None = None
+        error_body = b""
+        transport_error: str | None = None
+        sent_at = time.time_ns()
+        t0 = clock()
+        try:
+            r = await self._http.send(request, stream=True)
+            try:
+                status = r.status_code
+                if status == 200:
+                    async for raw in r.aiter_raw():
+                        append((clock(), raw))
+                else:
+                    error_body = await r.aread()
+            finally:
+                await r.aclose()
+        except httpx.HTTPError as e:
+            transport_error = f"{type(e).__name__}: {e}" if str(e) else type(e).__name__
+        if status == 200:
+            result = parse_chat_stream(chunks, t0, transport_error)
+        else:
+            error = f"HTTP {status}: {error_text(error_body)}" if status is not None else f"no response: {transport_error}"
+            result = dataclasses.replace(parse_chat_stream((), t0), error=error)
+        return ChatRecord(sent_at_unix_ns=sent_at, t0_ns=t0, status=status, chunks=tuple(chunks), result=result)
+
+
+def _failed_record(error: str) -> ChatRecord:
+    t0 = time.perf_counter_ns()
+    return ChatRecord(time.time_ns(), t0, None, (), dataclasses.replace(parse_chat_stream((), t0), error=error))
+
+
+# ---- events and outcome -------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class Sized:
+    ctx_size: int
+    max_prompt_tokens: int  # the longest turn with recorded replies (or without replies, for generated ones)
+    reply_growth: float | None  # fed-back tokens per generated token (generated feed)
+
+
+@dataclasses.dataclass(frozen=True)
+class ServerUp:
+    label: str
+    mode: str
+    url: str
+    log_path: Path | None
+    build_info: str | None
+
+
+@dataclasses.dataclass(frozen=True)
+class TurnDone:
+    label: str
+    mode: str
+    turn: SessionTurn
+
+
+@dataclasses.dataclass(frozen=True)
+class ReplayDone:
+    label: str
+    mode: str
+    total_ns: int  # the sum of the turn times
+
+
+@dataclasses.dataclass(frozen=True)
+class ReplayFailed:
+    label: str
+    mode: str
+    reason: str
+    skipped: int  # turns of this configuration and mode that will not run
+
+
+@dataclasses.dataclass(frozen=True)
+class Note:
+    text: str
+
+
+SessionEvent = Sized | ServerUp | TurnDone | ReplayDone | ReplayFailed | Note
+
+
+@dataclasses.dataclass(frozen=True)
+class SessionOutcome:
+    run_id: int
+    session_id: str
+    ctx_size: int
+    turns: tuple[SessionTurn, ...]
+    failures: tuple[Failure, ...]
+    labels: Mapping[str, str]  # config key -> label
+
+
+class _ReplayError(Exception):
+    """A turn could not be measured: this configuration and mode stop."""
+
+
+# ---- the runner ---------------------------------------------------------------------------------
+
+
+def run_session(
+    study_dir: Path,
+    binaries: Binaries,
+    model: Path,
+    workload_path: Path,
+    configs: Sequence[Config],
+    modes: Sequence[str] = MODES,
+    response_tokens: int = 64,
+    *,
+    exact: bool = False,
+    cache_reuse: int = CACHE_REUSE,
+    ctx_size: int | None = None,
+    command: Sequence[str] = (),
+    startup_timeout_s: float = 600.0,
+    on_event: Callable[[SessionEvent], None] = lambda ev: None,
+) -> SessionOutcome:
+    """Replay ``workload_path`` on every configuration x cache mode, storing each turn in
+    ``study_dir``'s results store. Synchronous (runs its own event loop); stops every server it
+    started whatever the way out. Configuration or turn failures are stored and reported, not raised;
+    a workload or sizing problem raises :class:`XoverError` before anything is measured."""
+    return asyncio.run(run_session_async(
+        study_dir, binaries, model, workload_path, configs, modes, response_tokens, exact=exact, cache_reuse=cache_reuse,
+        ctx_size=ctx_size, command=command, startup_timeout_s=startup_timeout_s, on_event=on_event,
+    ))
+
+
+async def run_session_async(
+    study_dir: Path,
+    binaries: Binaries,
+    model: Path,
+    workload_path: Path,
+    configs: Sequence[Config],
+    modes: Sequence[str] = MODES,
+    response_tokens: int = 64,
+    *,
+    exact: bool = False,
+    cache_reuse: int = CACHE_REUSE,
+    ctx_size: int | None = None,
+    command: Sequence[str] = (),
+    startup_timeout_s: float = 600.0,
+    on_event: Callable[[SessionEvent], None] = lambda ev: None,
+) -> SessionOutcome:
+    """:func:`run_session` for callers that already run an event loop."""
+    if not configs:
+        raise XoverError("no configurations to replay the session on: give at least one (e.g. --ncmoe 12)")
+    if len({label for label, _ in configs}) != len(configs):
+        raise XoverError("two configurations share a label: give each its own")
+    for m in modes:
+        mode_settings(m, cache_reuse)
+    if response_tokens < 1:
+        raise XoverError("--response-tokens must be at least 1")
+    if cache_reuse < 1:
+        raise XoverError("--cache-reuse must be at least 1 token")
+    try:
+        text = workload_path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as e:
+        raise XoverError(f"cannot read the workload {workload_path} ({e}): fix --workload") from None
+    session = loads(text, source=str(workload_path))
+    if not exact:
+        check_feedable(session)
+    log_dir = study_dir / "logs"
+    fit_off = has_flag(binaries.server, "-fit")
+    if ctx_size is None:
+        sized = await size_context(binaries, model, configs[0][1], session, exact, response_tokens, log_dir, fit_off,
+                                   startup_timeout_s)
+        on_event(sized)
+        ctx_size = sized.ctx_size
+    with Store(study_dir) as store:
+        replay = _Replay(store, binaries, model, session, session_id(text), "recorded" if exact else "generated",
+                         response_tokens, cache_reuse, ctx_size, fit_off, log_dir, list(command), startup_timeout_s, on_event)
+        return await replay.run(configs, modes)
+
+
+async def size_context(
+    binaries: Binaries, model: Path, args: Sequence[str], session: Session, exact: bool, response_tokens: int,
+    log_dir: Path, fit_off: bool = True, startup_timeout_s: float = 600.0,
+) -> Sized:
+    """Tokenize every turn on a small CPU-only server and size ``-c`` for the whole session."""
+    extra = (*args, "-c", str(SIZING_CTX), "-ngl", "0")  # after the configuration's own -c / -ngl, so these win
+    spec = ServerSpec(model=model, label="sizing", ctx_size=SIZING_CTX, n_gpu_layers=0, fit_off=fit_off, extra_args=extra)
+    async with LlamaServer(binaries.server, spec, log_dir, startup_timeout_s=startup_timeout_s) as srv, \
+            ChatClient(srv.url) as client:
+        turn_tokens = []
+        for t in session.turns:
+            msgs = messages_for_turn(session, t.index, None if exact else [""] * t.index)
+            turn_tokens.append(len(await client.prompt_tokens(msgs)))
+        if exact:
+            return Sized(context_for(turn_tokens, response_tokens), max(turn_tokens), None)
+        rec = await client.stream_chat(chat_body(WARMUP, response_tokens, cache_prompt=False))
+        if rec.result.error is not None:
+            raise XoverError(f"sizing server: a {response_tokens}-token reply failed ({rec.result.error}); check the "
+                             "model, or pass --ctx-size")
+        generated = rec.result.completion_tokens or response_tokens
+        growth = len(await client.tokenize(rec.result.content, add_special=False)) / generated
+    per_reply = math.ceil(max(growth, 1.0) * response_tokens * REPLY_MARGIN) + 8
+    return Sized(context_for(turn_tokens, response_tokens, per_reply), max(turn_tokens), growth)
+
+
+def _n_ctx(props: Mapping[str, Any]) -> int | None:
+    settings = props.get("default_generation_settings")
+    return _int(settings.get("n_ctx")) if isinstance(settings, dict) else None
+
+
+class _Replay:
+    """One run: a run record, then every configuration x mode on its own server."""
+
+    def __init__(
+        self, store: Store, binaries: Binaries, model: Path, session: Session, sid: str, feed: str,
+        response_tokens: int, cache_reuse: int, ctx_size: int, fit_off: bool, log_dir: Path, command: list[str],
+        startup_timeout_s: float, on_event: Callable[[SessionEvent], None],
+    ) -> None:
+        self.store, self.binaries, self.model, self.session = store, binaries, model, session
+        self.sid, self.feed, self.response_tokens, self.cache_reuse = sid, feed, response_tokens, cache_reuse
+        self.ctx_size, self.fit_off, self.log_dir, self.command = ctx_size, fit_off, log_dir, command
+        self.startup_timeout_s, self.on_event = startup_timeout_s, on_event
+        self.run_id: int | None = None
+        self.model_key = ""
+        self.turns: list[SessionTurn] = []
+        self.failures: list[Failure] = []
+        self.labels: dict[str, str] = {}
+        self.growth_noted = False
+
+    async def run(self, configs: Sequence[Config], modes: Sequence[str]) -> SessionOutcome:
+        try:
+            for label, args in configs:
+                for mode in modes:
+                    await self._one(label, tuple(args), mode)
+        except BaseException:  # Ctrl-C, cancellation or a bug: what was stored stays; the run says so
+            if self.run_id is not None:
+                self.store.end_run(self.run_id, "interrupted")
+            raise
+        run_id = self._ensure_run(None)
+        self.store.end_run(run_id, "failed" if self.failures else "done")
+        return SessionOutcome(run_id, self.sid, self.ctx_size, tuple(self.turns), tuple(self.failures), dict(self.labels))
+
+    def _ensure_run(self, props: Mapping[str, Any] | None) -> int:
+        if self.run_id is None:
+            build_info = parse_build_info(props.get("build_info")) if props else None
+            prov = collect(self.binaries, self.model, build_info=build_info)
+            self.model_key = prov.model.key if prov.model is not None else ""
+            self.run_id = self.store.begin_run("session", self.command, prov)
+        return self.run_id
+
+    def _fail(self, config: ServerConfig, mode: str, point: str, reason: str, skipped: int) -> None:
+        run_id = self._ensure_run(None)
+        self.store.put_config(config)
+        f = Failure(config_key=config.key, stage="session", point=f"{mode} {point}", reason=reason)
+        self.store.add_failure(run_id, f)
+        self.failures.append(f)
+        self.on_event(ReplayFailed(label=config.label, mode=mode, reason=reason, skipped=skipped))
+
+    async def _one(self, label: str, args: tuple[str, ...], mode: str) -> None:
+        settings = mode_settings(mode, self.cache_reuse)
+        spec = ServerSpec(model=self.model, label=f"{label}-{mode}", ctx_size=self.ctx_size, cold_cache=settings.cold_cache,
+                          fit_off=self.fit_off, extra_args=(*args, *settings.args))
+        config = dataclasses.replace(spec.config(), label=label)  # the mode is in the arguments and in every turn
+        self.labels[config.key] = label
+        before = len(self.turns)
+        try:
+            async with LlamaServer(self.binaries.server, spec, self.log_dir, startup_timeout_s=self.startup_timeout_s) as srv, \
+                    ChatClient(srv.url) as client:
+                run_id = self._ensure_run(srv.props)
+                self.store.put_config(config)
+                self.store.add_artifact(run_id, "server-props", {
+                    "config_key": config.key, "label": label, "mode": mode, "log": str(srv.log_path), "pid": srv.pid,
+                    "props": srv.props, "model_meta": srv.model_meta,
+                })
+                self.on_event(ServerUp(label, mode, srv.url, srv.log_path, str(srv.props.get("build_info") or "") or None))
+                n_ctx = _n_ctx(srv.props) or self.ctx_size
+                done = await self._turns(client, config, mode, settings.cache_prompt, n_ctx, run_id)
+        except (_ReplayError, XoverError) as e:  # XoverError: start-up, or /apply-template, /tokenize between turns
+            self._fail(config, mode, "replay", str(e), len(self.session.turns) - (len(self.turns) - before))
+            return
+        self.on_event(ReplayDone(label, mode, done))
+
+    async def _turns(
+        self, client: ChatClient, config: ServerConfig, mode: str, cache_prompt: bool, n_ctx: int, run_id: int
+    ) -> int:
+        """Every turn in order; returns the session time (sum of turn times, ns)."""
+        warm = await client.stream_chat(chat_body(WARMUP, 1, cache_prompt=False))
+        if warm.result.error is not None:
+            raise _ReplayError(f"warm-up request failed: {warm.result.error}")
+        generated = self.feed == "generated"
+        replies: list[str] = []
+        prev: list[int] | None = None
+        total = 0
+        for t in self.session.turns:
+            msgs = messages_for_turn(self.session, t.index, replies if generated else None)
+            tokens = await client.prompt_tokens(msgs)
+            if len(tokens) + self.response_tokens > n_ctx:
+                hint = " or replay with --exact" if generated else ""
+                raise _ReplayError(f"turn {t.index}: {len(tokens)} prompt + {self.response_tokens} response tokens exceed "
+                                   f"the server's {n_ctx}-token context: pass a larger --ctx-size{hint}")
+            rec = await client.stream_chat(chat_body(msgs, self.response_tokens, cache_prompt=cache_prompt))
+            res = rec.result
+            reply_tokens = None
+            if generated and res.error is None:
+                reply_tokens = len(await client.tokenize(res.content, add_special=False))
+            turn = SessionTurn(
+                config_key=config.key, mode=mode, session_id=self.sid, feed=self.feed, turn=t.index,
+                rewrite=bool(self.session.rewrites(t.index)), sent_at_unix_ns=rec.sent_at_unix_ns,
+                prompt_tokens=res.prompt_tokens, prefix_tokens=common_prefix(prev, tokens) if prev is not None else None,
+                cached_tokens=res.cached_tokens, completion_tokens=res.completion_tokens, first_byte_ns=res.first_byte_ns,
+                first_token_ns=res.first_token_ns, last_token_ns=res.last_token_ns, end_ns=res.end_ns,
+                n_content_events=res.n_content_events, reply=res.content, reply_tokens=reply_tokens, timings=res.timings,
+                error=res.error,
+            )
+            self.store.add_session_turn(run_id, self.model_key, turn)
+            self.turns.append(turn)
+            self.on_event(TurnDone(config.label, mode, turn))
+            if res.error is not None or res.end_ns is None:
+                raise _ReplayError(f"turn {t.index}: {res.error}")
+            self._notes(config.label, mode, turn, len(tokens))
+            replies.append(res.content)
+            prev = tokens
+            total += res.end_ns
+        return total
+
+    def _notes(self, label: str, mode: str, turn: SessionTurn, counted: int) -> None:
+        if turn.prompt_tokens is not None and turn.prompt_tokens != counted:
+            self.on_event(Note(f"{label} {mode} turn {turn.turn}: the server evaluated {turn.prompt_tokens} prompt tokens "
+                               f"but /apply-template + /tokenize give {counted}, so prefix_tokens may be off"))
+        n = turn.completion_tokens
+        if not self.growth_noted and turn.reply_tokens is not None and n and turn.reply_tokens > GROWTH_NOTE * n:
+            self.growth_noted = True
+            self.on_event(Note(f"the generated reply of {n} tokens comes back as {turn.reply_tokens} tokens when fed back "
+                               "(a synthetic vocabulary's padding tokens return as text), so every turn re-prefills it at "
+                               "that size: replay with --exact to feed the recorded replies"))
+
