@@ -172,7 +172,8 @@ def prediction_table(report: Report) -> tuple[list[str], list[list[str]]]:
         if predicted is None or predicted <= 0:
             return f"{measured:{fmt}} / —"
         if as_limit:
-            return f"{measured:{fmt}} / {predicted:{fmt}} ({100 * measured / predicted:.0f}%)"
+            flag = " ABOVE THE MODELLED LIMIT" if measured > 1.05 * predicted else ""
+            return f"{measured:{fmt}} / {predicted:{fmt}} ({100 * measured / predicted:.0f}%){flag}"
         return f"{measured:{fmt}} / {predicted:{fmt}} ({100 * (measured - predicted) / predicted:+.0f}%)"
 
     rows = []
@@ -255,6 +256,9 @@ def render_html(report: Report) -> str:
         pred = stored_prediction(d) or {}
         assumptions = "".join(f"<li>{_e(a)}</li>" for a in pred.get("assumptions", []))  # type: ignore[union-attr]
         parts.append(f"<h2>Predicted vs measured</h2><p>{_e(timing)}.</p>{_table(*prediction_table(report))}"
+                     "<p class='muted'>A measurement above its modelled limit means an assumption of the model does "
+                     "not hold for this run (for example a bandwidth figure of the hardware profile, or uniform "
+                     "expert routing, which synthetic models do not reproduce); the limit is then not a bound.</p>"
                      f"<details><summary>Assumptions of the prediction</summary><ul>{assumptions}</ul></details>")
     parts.append(f"<h2>Cold check</h2><p>Every sample labelled cold must show <code>cache_n == 0</code> and "
                  f"<code>prompt_n == L</code>; failures are re-run and never averaged.</p>{_table(*cold_check_table(d))}")
