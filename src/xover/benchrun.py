@@ -161,8 +161,9 @@ class Plan:
 
 
 def plan(spec: SweepSpec, configs: Sequence[BenchConfig], measured: Callable[[BenchConfig, Point], bool]) -> Plan:
-    """Jobs for the tests not yet measured. A configuration missing some depths re-runs only those
-    depths (both test kinds there: llama-bench runs the cartesian product)."""
+    """Jobs for the tests not yet measured, and nothing else. llama-bench runs the cartesian product
+    of its -p/-n and -d lists, so depths that miss the same test kinds share one job; a depth that
+    misses only its tg test gets a job without -p (and the other way round)."""
     jobs, skipped = [], []
     for config in configs:
         full = BenchJob(config, spec.n_prompt, spec.n_gen, spec.depths, spec.repetitions, verbose=True)
@@ -170,10 +171,16 @@ def plan(spec: SweepSpec, configs: Sequence[BenchConfig], measured: Callable[[Be
         if not missing:
             skipped.append(config)
             continue
-        depths = tuple(d for d in spec.depths if any(p[2] == d for p in missing))
-        n_prompt = spec.n_prompt if any(p[0] for p in missing) else 0
-        n_gen = spec.n_gen if any(p[1] for p in missing) else 0
-        jobs.append(BenchJob(config, n_prompt, n_gen, depths, spec.repetitions, verbose=True))
+        kinds_at: dict[int, tuple[bool, bool]] = {}
+        for d in spec.depths:
+            at = [p for p in missing if p[2] == d]
+            if at:
+                kinds_at[d] = (any(p[0] for p in at), any(p[1] for p in at))
+        for kinds in dict.fromkeys(kinds_at.values()):  # first-seen order: shallow depths first
+            depths = tuple(d for d, k in kinds_at.items() if k == kinds)
+            n_prompt = spec.n_prompt if kinds[0] else 0
+            n_gen = spec.n_gen if kinds[1] else 0
+            jobs.append(BenchJob(config, n_prompt, n_gen, depths, spec.repetitions, verbose=True))
     return Plan(tuple(jobs), tuple(skipped))
 
 

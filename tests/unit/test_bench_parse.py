@@ -193,10 +193,14 @@ def test_plan_skips_measured_configs_and_reruns_only_missing_depths() -> None:
     } | {(c18.key, (512, 0, 1000)), (c18.key, (0, 128, 1000)), (c18.key, (512, 0, 4000))}
     plan = benchrun.plan(spec, [c12, c18, c24], lambda c, p: (c.key, p) in done)
     assert plan.skipped == (c12,)
-    j18, j24 = plan.jobs
-    assert (j18.config, j18.depths, j18.n_prompt, j18.n_gen) == (c18, (4000, 16000), 512, 128)
+    j18_tg, j18, j24 = plan.jobs
+    # d4000 lacks only its tg test: a job without -p, so pp512 @ d4000 is not measured twice
+    assert (j18_tg.config, j18_tg.depths, j18_tg.n_prompt, j18_tg.n_gen) == (c18, (4000,), 0, 128)
+    assert (j18.config, j18.depths, j18.n_prompt, j18.n_gen) == (c18, (16000,), 512, 128)
     assert (j24.depths, j24.repetitions) == ((1000, 4000, 16000), 5)
-    assert plan.total_tests == 4 + 6
+    assert plan.total_tests == 3 + 6
+    planned = [(j.config.key, p) for j in plan.jobs for p in j.points()]
+    assert len(planned) == len(set(planned)) and not set(planned) & done
     # only decode missing: the prefill tests are left out of the rerun
     only_tg = benchrun.plan(spec, [c18], lambda c, p: p[1] == 0)
     assert (only_tg.jobs[0].n_prompt, only_tg.jobs[0].n_gen) == (0, 128)
@@ -247,3 +251,88 @@ def test_runner_streams_records_and_enforces_the_timeout(tmp_path: Path) -> None
     assert 1.5e9 <= end.duration_ns < 10e9
     assert end.returncode is not None  # reaped, not left running
     assert process.live_pids() == []
+
+
+# ---- new knobs, -v and peak memory ----------------------------------------------------------------
+
+VERBOSE_STDERR = """\
+load_tensors: loading model tensors, this can take a while... (load_mode = none)
+load_tensors:          CPU model buffer size =     1.26 MiB
+load_tensors:   CPU_REPACK model buffer size =     3.20 MiB
+llama_context:        CPU  output buffer size =     0.00 MiB
+llama_kv_cache:        CPU KV buffer size =     0.50 MiB
+sched_reserve:        CPU compute buffer size =     2.63 MiB
+set_abort_callback: call
+~llama_context:        CPU compute buffer size is   2.6318 MiB, matches expectation of   2.6318 MiB
+llama_kv_cache:        CPU KV buffer size =     1.50 MiB
+sched_reserve:        CPU compute buffer size =     5.76 MiB
+sched_reserve:      CUDA0 compute buffer size =   342.01 MiB
+load_tensors:        CUDA0 model buffer size =  9216.00 MiB"""
+
+
+def test_load_mode_and_batch_sweep_like_the_other_knobs() -> None:
+    spec = benchrun.SweepSpec(model=Path("m.gguf"), depths=(0,), ncmoe=(18,), load_mode=("none", "mmap"), batch=(4096,),
+                              ubatch=(512, 2048))
+    configs = benchrun.expand(spec)
+    assert [c.label for c in configs] == ["lm=none ub=512", "lm=none ub=2048", "lm=mmap ub=512", "lm=mmap ub=2048"]
+    assert configs[1].fields == (("-ncmoe", "18"), ("-lm", "none"), ("-b", "4096"), ("-ub", "2048"))
+    with pytest.raises(XoverError, match="--load-mode takes auto, none, mmap"):
+        benchrun.SweepSpec(model=Path("m.gguf"), depths=(0,), load_mode=("pinned",))
+    with pytest.raises(XoverError, match="--batch"):
+        benchrun.SweepSpec(model=Path("m.gguf"), depths=(0,), batch=(0,))
+    # a record that reports another batch size than the configuration asked for is refused
+    record = bench.parse_record(PP_D256)
+    assert record is not None
+    assert bench.record_mismatch(BenchConfig("b", (("-b", "2048"),)), record) is None
+    assert "n_batch=2048" in (bench.record_mismatch(BenchConfig("b", (("-b", "512"),)), record) or "")
+
+
+def test_sweeps_run_llama_bench_verbose_to_read_its_buffers() -> None:
+    spec = benchrun.SweepSpec(model=Path("m.gguf"), depths=(0,), ncmoe=(12,))
+    (job,) = benchrun.plan(spec, benchrun.expand(spec), lambda c, p: False).jobs
+    assert job.verbose and job.to_argv(Path("b"), Path("m"))[-6:] == ["-v", "-o", "jsonl", "-oe", "md", "--progress"]
+    assert "-v" not in BenchJob(job.config, 1, 1, (0,), 1).to_argv(Path("b"), Path("m"))
+    # a verbose log line is not mistaken for the error that ended the process
+    assert benchrun.exit_problem(_exited(1, "set_abort_callback: call\nfailed to create context"), 0, 2, None) == (
+        "llama-bench exited with code 1 after 0 of 2 tests: failed to create context"
+    )
+
+
+def test_buffer_sizes_keep_the_peak_of_each_device_and_kind() -> None:
+    from xover.llamacpp import memory
+
+    buffers = memory.parse_buffer_lines(VERBOSE_STDERR.splitlines())
+    mib = 1 << 20
+    assert buffers == (
+        ("CPU", "model", round(1.26 * mib)), ("CPU_REPACK", "model", round(3.2 * mib)), ("CPU", "output", 0),
+        ("CPU", "KV", round(1.5 * mib)), ("CPU", "compute", round(5.76 * mib)), ("CUDA0", "compute", round(342.01 * mib)),
+        ("CUDA0", "model", 9216 * mib),
+    )
+    use = memory.MemoryUse(123 * mib, buffers)
+    assert use.device_bytes == round((342.01 + 9216) * mib)
+    assert use.host_buffer_bytes == round((1.26 + 3.2 + 1.5 + 5.76) * mib)
+    assert memory.MemoryUse.from_dict(use.to_dict()) == use
+    assert memory.is_host_device("CUDA_Host") and memory.is_host_device("CPU_Mapped") and not memory.is_host_device("ROCm0")
+    assert memory.parse_vmhwm("Name:\tllama-bench\nVmPeak:\t  9000 kB\nVmHWM:\t    4096 kB\n") == 4 << 20
+    assert memory.parse_vmhwm("Name:\tzombie\nState:\tZ (zombie)\n") is None
+    assert benchrun.describe_memory(use).startswith("peak RSS 123.0 MiB; buffers: CPU model 1.3 MiB, CPU_REPACK model 3.2 MiB")
+
+
+def test_runner_keeps_buffer_lines_and_the_peak_resident_set(tmp_path: Path) -> None:
+    fake = tmp_path / "llama-bench"
+    fake.write_text(textwrap.dedent(f"""\
+        #!{sys.executable}
+        import sys
+        ballast = bytearray(64 << 20)  # resident: touched below
+        for i in range(0, len(ballast), 4096):
+            ballast[i] = 1
+        sys.stderr.write({VERBOSE_STDERR!r} + "\\n"); sys.stderr.flush()
+        sys.stderr.write("llama-bench: benchmark 1/1: prompt run 1/1\\n"); sys.stderr.flush()
+        sys.stdout.write({PP_D256!r} + "\\n"); sys.stdout.flush()
+    """))
+    fake.chmod(0o755)
+    job = BenchJob(BenchConfig("t=1", (("-t", "1"),)), 64, 0, (256,), 1, verbose=True)
+    end = list(bench.run(job, fake, tmp_path / "m.gguf", timeout_s=30))[-1]
+    assert isinstance(end, Exited) and end.returncode == 0
+    assert len(end.buffer_lines) == 10 and "buffer size" not in end.stderr_tail
+    assert end.peak_rss_bytes is not None and end.peak_rss_bytes >= 64 << 20
