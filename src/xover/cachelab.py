@@ -197,7 +197,9 @@ def build_prompts(server: LabServer, prompts: TokenPrompts, index: Callable[[], 
         ids: list[int] = []
         for name, size in r.segments:
             if (r.case, name) not in chunks:
-                chunks[(r.case, name)] = tuple(prompts.make(index(), size).prompt)  # type: ignore[arg-type]
+                chunk = prompts.make(index(), size).prompt
+                assert isinstance(chunk, tuple)  # TokenPrompts make token ids
+                chunks[(r.case, name)] = chunk
             ids += chunks[(r.case, name)]
         out[r] = tuple(ids)
     return out

@@ -84,4 +84,17 @@ def collect(binaries: Binaries | None, model: Path | None, build_info: dict[str,
         os=f"{platform.system()} {platform.release()} {platform.machine()}",
         xover_version=xover_version(),
         model=model_id(model) if model else None,
+        extra=_machine_load(),
     )
+
+
+def _machine_load() -> tuple[tuple[str, str], ...]:
+    """CPU count and load average when the run started: other work on the machine skews timings
+    (badly so for multi-threaded runs on few cores), and the report says so."""
+    import os
+
+    try:
+        one, five, _ = os.getloadavg()
+    except OSError:
+        return (("cpu_count", str(os.cpu_count())),)
+    return (("cpu_count", str(os.cpu_count())), ("loadavg_1m", f"{one:.2f}"), ("loadavg_5m", f"{five:.2f}"))

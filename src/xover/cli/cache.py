@@ -1,0 +1,164 @@
+"""`xover cache` (the prompt-cache lab) and `xover audit` (re-check stored samples against cache_n/prompt_n)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import click
+
+from xover.errors import XoverError
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from xover.analysis.stats import Summary
+    from xover.cachelab import LabAnalysis
+
+
+@click.command(context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("-m", "--model", type=click.Path(path_type=Path, dir_okay=False), default=None, help="GGUF model to serve.")
+@click.option("--ncmoe", type=click.IntRange(min=0), default=None, metavar="N", help="llama-server --n-cpu-moe N.")
+@click.option("--length", default="16k", show_default=True, metavar="L",
+              help="Prompt length in tokens (1k = 1024), at least 1k.")
+@click.option("-o", "--out", "study_dir", type=click.Path(path_type=Path, file_okay=False), default=Path("xover-study"),
+              show_default=True, help="Study directory: results.sqlite and logs/.")
+@click.option("--llama-bin-dir", type=click.Path(path_type=Path, file_okay=False), default=None,
+              help="Folder with llama-server [default: see `xover llama which`].")
+@click.option("--server-timeout", type=click.FloatRange(min=1), default=600.0, show_default=True,
+              help="Seconds to wait for each server's /health to answer 200.")
+@click.argument("extra_args", nargs=-1, type=click.UNPROCESSED, metavar="[-- LLAMA-SERVER ARGS]")
+def cache(model: Path | None, ncmoe: int | None, length: str, study_dir: Path, llama_bin_dir: Path | None,
+          server_timeout: float, extra_args: tuple[str, ...]) -> None:
+    """Prompt-cache lab: cold vs cached, --cache-reuse after a mid-prompt edit, hidden warm caches.
+
+    Each scenario runs on a freshly started llama-server and every response is checked against
+    its cache_n/prompt_n: the same prompt twice (the caching effect on this hardware); an
+    original prompt then an edited one with and without --cache-reuse 256; and a prompt sent
+    again after others and an erase of every slot, on default settings and on -np 1 --cache-ram 0
+    (with the time saving the previous slot adds to the next request). Results go to the study's
+    results.sqlite as samples (mode cache:<case>:<request>), which `xover audit` and the report read back.
+
+    \b
+    xover cache -m model.gguf --ncmoe 18 --length 16k
+    xover cache -m tiny.gguf --length 2k -- -t 1
+    """
+    from rich.markup import escape
+
+    from xover.cachelab import LabEvent, LabFailed, LabRequestDone, LabServerUp, lab_plan, run_cache_lab
+    from xover.console import console, progress_bar
+    from xover.llamacpp.binaries import resolve
+    from xover.prompts import parse_length
+
+    if model is None:
+        raise XoverError("no model: pass -m MODEL.gguf")
+    if not model.is_file():
+        raise XoverError(f"model {model} does not exist: fix -m")
+    tokens = parse_length(length)
+    planned = sum(len(srv.requests()) for srv in lab_plan(tokens))  # a length the lab cannot use fails here
+    binaries = resolve(llama_bin_dir)
+    label = f"ncmoe={ncmoe}" if ncmoe is not None else "default"
+    server_args = (("--n-cpu-moe", str(ncmoe)) if ncmoe is not None else ()) + tuple(extra_args)
+
+    with progress_bar() as bar:
+        task = bar.add_task("cache lab requests", total=planned)
+
+        def on_event(ev: LabEvent) -> None:
+            if isinstance(ev, LabRequestDone):
+                bar.update(task, completed=ev.done)
+                if ev.sample.error is not None:
+                    console.print(f"[red]{escape(f'{ev.scenario} {ev.sample.mode}: {ev.sample.error}')}[/]")
+            elif isinstance(ev, LabServerUp):
+                console.print(f"[dim]{escape(f'{ev.scenario}: llama-server ({ev.settings}) at {ev.url}, log {ev.log_path}')}[/]")
+            elif isinstance(ev, LabFailed):
+                bar.update(task, advance=ev.skipped)
+                console.print(f"[red]{escape(f'{ev.scenario}: {ev.reason}')}[/]")
+
+        outcome = run_cache_lab(study_dir, binaries, model, tokens, server_args, label,
+                                command=["xover", *sys.argv[1:]], startup_timeout_s=server_timeout, on_event=on_event)
+    _print_lab(outcome.analysis, f"prompt cache lab, {label}, L={tokens:,}")
+    console.print(f"[dim]run {outcome.run_id}: {len(outcome.samples)} samples in {study_dir}[/]")
+    if outcome.failures:
+        raise XoverError(f"{len(outcome.failures)} scenario(s) failed, first: {outcome.failures[0].reason}")
+
+
+def _stdout() -> Console:
+    """The terminal wraps tables to its width; a pipe or file gets them whole."""
+    from rich.console import Console
+
+    from xover.console import out
+
+    return out if out.is_terminal else Console(file=sys.stdout, width=200, highlight=False, soft_wrap=True)
+
+
+def _print_lab(analysis: LabAnalysis, title: str) -> None:
+    from rich import box
+    from rich.markup import escape
+    from rich.table import Table
+
+    from xover.report.cache import lab_table
+
+    header, rows = lab_table(analysis)
+    t = Table(title=title, box=box.SIMPLE_HEAD, title_justify="left")
+    for name in header:
+        t.add_column(name, justify="left" if name in ("config", "scenario", "request", "verdict") else "right")
+    for row, r in zip(rows, analysis.rows):
+        cells = [escape(c) for c in row]
+        t.add_row(*cells, style=None if r.ok else "yellow")
+    target = _stdout()
+    target.print(t)
+    for line in analysis.headlines:
+        target.print(f"- {escape(line)}")
+
+
+@click.command(context_settings={"help_option_names": ["-h", "--help"]})
+@click.argument("study_dir", type=click.Path(path_type=Path))
+def audit(study_dir: Path) -> int:
+    """Re-check every stored TTFT sample of STUDY_DIR against its own cache_n/prompt_n.
+
+    Cold samples must show cache_n == 0 and prompt_n == L, warm ones cache_n == L-1 and
+    prompt_n == 1, whatever their stored cache_ok flag says. Lists every measurement labelled cold
+    (or warm) that contradicts it, and the median TTFT per configuration and length with and
+    without those samples. Exits 1 when it finds any (for CI), 0 otherwise.
+    """
+    from rich import box
+    from rich.markup import escape
+    from rich.table import Table
+
+    from xover.audit import audit as run_audit
+    from xover.audit import load_samples
+
+    result = run_audit(load_samples(study_dir))
+    out = _stdout()
+    out.print(f"{study_dir}: {result.n_samples} TTFT samples; {result.n_checked} claim cold or warm and were checked, "
+              f"{result.n_unclaimed} lab demonstrations claim neither")
+    if result.findings:
+        t = Table(title="samples whose cache_n/prompt_n contradict their label", box=box.SIMPLE_HEAD, title_justify="left")
+        for name in ("row", "run", "config", "mode", "L", "cache_n", "prompt_n", "stored flag", "why"):
+            t.add_column(name)
+        for f in result.findings:
+            t.add_row(str(f.row_id), str(f.run_id), escape(f.label), escape(f.mode), f"{f.length:,}", str(f.cache_n),
+                      str(f.prompt_n), "[red]ok (counted)[/]" if f.counted else "failed (excluded)", escape(f.reason))
+        out.print(t)
+    if result.summary:
+        t = Table(title="median TTFT ms per configuration and length: as stored vs without the flagged samples",
+                  box=box.SIMPLE_HEAD, title_justify="left")
+        for name in ("config", "mode", "L", "stored (n)", "corrected (n)", "removed"):
+            t.add_column(name, justify="left" if name in ("config", "mode") else "right")
+        for row in result.summary:
+            t.add_row(escape(row.label), row.mode, f"{row.length:,}", _median(row.stored), _median(row.corrected),
+                      f"[red]{row.n_removed}[/]" if row.changed else "0")
+        out.print(t)
+    if not result.findings:
+        out.print("no sample contradicts its label")
+        return 0
+    click.echo(f"xover audit: {len(result.findings)} sample(s) labelled cold or warm were cache-assisted, "
+               f"{result.n_counted} of them counted as passing", err=True)
+    return 1
+
+
+def _median(summary: Summary | None) -> str:
+    if summary is None:
+        return "—"
+    return f"{summary.median / 1e6:,.1f} ({summary.n})"
