@@ -49,12 +49,11 @@ from xover.provenance import collect
 from xover.records import Failure, ServerConfig, ServerTimings, SessionTurn
 from xover.sse import Chunk, SseParse, parse_sse, timings_from_json
 from xover.store import Store
-from xover.workload import Session, check_feedable, loads, messages_for_turn, session_id
+from xover.workload import Session, WorkloadSpec, check_feedable, dumps, generate, loads, messages_for_turn, session_id
 
 MODES = ("default", "off", "reuse")
-FEEDS = ("generated", "recorded")
 CACHE_REUSE = 256  # the --cache-reuse chunk the llama.cpp maintainers suggest starting with
-SIZING_CTX = 512  # -c of the sizing server: it only tokenizes and writes one short reply
+PROBE_PROMPT_TOKENS = 64  # room for the sizing server's one short prompt, whose reply measures re-tokenization
 REPLY_MARGIN = 1.25  # fed-back reply tokens allowed beyond the measured growth, as a factor
 WARMUP = ({"role": "user", "content": "Say hello."},)
 GROWTH_NOTE = 2.0  # a generated reply that re-tokenizes to more than this many times its length gets a note
@@ -362,6 +361,16 @@ class _ReplayError(Exception):
 # ---- the runner ---------------------------------------------------------------------------------
 
 
+def write_workload(study_dir: Path, spec: WorkloadSpec) -> Path:
+    """Generate the session for ``spec`` into ``study_dir`` (a name that says the spec) and return its path.
+    Rewriting it is harmless: the same spec gives the same bytes."""
+    study_dir.mkdir(parents=True, exist_ok=True)
+    path = study_dir / (f"session-seed{spec.seed}-turns{spec.turns}-sys{spec.system_tokens}-target{spec.target_tokens}"
+                        f"-rw{spec.rewrite_every}-cpt{spec.chars_per_token:g}.jsonl")
+    path.write_text(dumps(generate(spec)), encoding="utf-8")
+    return path
+
+
 def run_session(
     study_dir: Path,
     binaries: Binaries,
@@ -440,8 +449,9 @@ async def size_context(
     log_dir: Path, fit_off: bool = True, startup_timeout_s: float = 600.0,
 ) -> Sized:
     """Tokenize every turn on a small CPU-only server and size ``-c`` for the whole session."""
-    extra = (*args, "-c", str(SIZING_CTX), "-ngl", "0")  # after the configuration's own -c / -ngl, so these win
-    spec = ServerSpec(model=model, label="sizing", ctx_size=SIZING_CTX, n_gpu_layers=0, fit_off=fit_off, extra_args=extra)
+    ctx = context_size(PROBE_PROMPT_TOKENS, response_tokens)  # tokenizing needs no context; the probe reply does
+    extra = (*args, "-c", str(ctx), "-ngl", "0")  # after the configuration's own -c / -ngl, so these win
+    spec = ServerSpec(model=model, label="sizing", ctx_size=ctx, n_gpu_layers=0, fit_off=fit_off, extra_args=extra)
     async with LlamaServer(binaries.server, spec, log_dir, startup_timeout_s=startup_timeout_s) as srv, \
             ChatClient(srv.url) as client:
         turn_tokens = []
@@ -482,7 +492,7 @@ class _Replay:
         self.turns: list[SessionTurn] = []
         self.failures: list[Failure] = []
         self.labels: dict[str, str] = {}
-        self.growth_noted = False
+        self.noted: set[str] = set()  # notes already given once in this run
 
     async def run(self, configs: Sequence[Config], modes: Sequence[str]) -> SessionOutcome:
         try:
@@ -581,12 +591,14 @@ class _Replay:
         return total
 
     def _notes(self, label: str, mode: str, turn: SessionTurn, counted: int) -> None:
-        if turn.prompt_tokens is not None and turn.prompt_tokens != counted:
+        """Warnings worth giving once per run."""
+        if "count" not in self.noted and turn.prompt_tokens is not None and turn.prompt_tokens != counted:
+            self.noted.add("count")
             self.on_event(Note(f"{label} {mode} turn {turn.turn}: the server evaluated {turn.prompt_tokens} prompt tokens "
                                f"but /apply-template + /tokenize give {counted}, so prefix_tokens may be off"))
         n = turn.completion_tokens
-        if not self.growth_noted and turn.reply_tokens is not None and n and turn.reply_tokens > GROWTH_NOTE * n:
-            self.growth_noted = True
+        if "growth" not in self.noted and turn.reply_tokens is not None and n and turn.reply_tokens > GROWTH_NOTE * n:
+            self.noted.add("growth")
             self.on_event(Note(f"the generated reply of {n} tokens comes back as {turn.reply_tokens} tokens when fed back "
                                "(a synthetic vocabulary's padding tokens return as text), so every turn re-prefills it at "
                                "that size: replay with --exact to feed the recorded replies"))

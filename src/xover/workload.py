@@ -37,6 +37,7 @@ import dataclasses
 import datetime
 import difflib
 import hashlib
+import itertools
 import json
 import random
 from collections.abc import Iterator, Mapping, Sequence
@@ -53,7 +54,9 @@ Message = Mapping[str, Any]  # an OpenAI chat message; treated as read-only
 @dataclasses.dataclass(frozen=True)
 class WorkloadSpec:
     """What to generate. ``rewrite_every = N``: turns N, 2N, ... edit a file read earlier and
-    rewrite that earlier result in place (0: never)."""
+    rewrite that earlier result in place (0: never). A turn adds at least about 1,500 characters
+    (the reply, environment details, a file of two functions), so a smaller growth per turn than
+    that overshoots ``target_tokens``."""
 
     seed: int = 0
     turns: int = 30
@@ -326,18 +329,12 @@ def _system_prompt(rng: random.Random, n_chars: int) -> str:
             "information than necessary.\n- Wait for the user's response after each tool use.\n\n====\n\nSYSTEM "
             "INFORMATION\n\nOperating System: Linux 6.8\nDefault Shell: /bin/bash\n")
     parts, size = [head], len(head) + len(tail)
-    mcp = _mcp_tools(rng)
-    for block in _core_tools():
-        if size + len(block) > n_chars:
+    # Core tools, then MCP servers' tools, while a block brings the size closer to the budget.
+    for block in itertools.chain(_core_tools(), ["\n====\n\nMCP SERVERS\n\n"], _mcp_tools(rng)):
+        if size + len(block) / 2 > n_chars:
             break
         parts.append(block)
         size += len(block)
-    else:
-        parts.append("\n====\n\nMCP SERVERS\n\n")
-        while size < n_chars:
-            block = next(mcp)
-            parts.append(block)
-            size += len(block)
     return "".join(parts) + tail
 
 

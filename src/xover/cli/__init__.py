@@ -44,6 +44,7 @@ COMMANDS = {
     "predict": "xover.cli.theory:predict",
     "cache": "xover.cli.cache:cache",
     "audit": "xover.cli.cache:audit",
+    "session": "xover.cli.session:session",
 }
 
 

@@ -1,0 +1,165 @@
+"""`xover session`: replay an agentic coding session turn by turn, per --n-cpu-moe and cache mode."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+
+from xover.errors import XoverError
+
+_GENERATION_OPTIONS = ("turns", "seed", "system_tokens", "target_tokens", "rewrite_every", "chars_per_token")
+
+
+def _ncmoe(text: str | None) -> tuple[int, ...]:
+    if not text:
+        return ()
+    try:
+        values = tuple(int(v) for v in text.split(",") if v.strip())
+    except ValueError:
+        raise XoverError(f"--ncmoe {text!r} is not a comma-separated list of integers, e.g. 12,18") from None
+    if any(v < 0 for v in values) or len(set(values)) != len(values):
+        raise XoverError(f"--ncmoe {text!r}: give distinct values >= 0")
+    return values
+
+
+@click.command(context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("-m", "--model", type=click.Path(path_type=Path, dir_okay=False), required=True, help="GGUF model to serve.")
+@click.option("--ncmoe", default=None, metavar="N,N,...", help="--n-cpu-moe values, one configuration each, e.g. 12,18.")
+@click.option("--workload", type=click.Path(path_type=Path, dir_okay=False), default=None,
+              help="Replay this session file (xover-session/1 JSONL) instead of generating one.")
+@click.option("--turns", type=click.IntRange(min=2), default=30, show_default=True, help="Turns of the generated session.")
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the generated session (same seed, same file).")
+@click.option("--system-tokens", default="10k", show_default=True, help="Size of the system prompt with its tool definitions.")
+@click.option("--target-tokens", default="40k", show_default=True, help="Prompt size the last turn grows to.")
+@click.option("--rewrite-every", type=click.IntRange(min=0), default=6, show_default=True,
+              help="Every Nth turn edits a file shown earlier and rewrites that earlier result in place (0: never).")
+@click.option("--chars-per-token", type=click.FloatRange(min=0.1), default=4.0, show_default=True,
+              help="Characters per token when sizing the generated session (1 for xover's synthetic byte vocabularies).")
+@click.option("--response-tokens", type=click.IntRange(min=1), default=64, show_default=True,
+              help="Tokens generated per turn (exactly: max_tokens + ignore_eos).")
+@click.option("--cache-modes", default="default,off,reuse", show_default=True,
+              help="default: llama-server's prompt cache; off: every turn cold (cache_prompt false, -np 1 --cache-ram 0); "
+                   "reuse: the defaults plus --cache-reuse.")
+@click.option("--cache-reuse", type=click.IntRange(min=1), default=256, show_default=True,
+              help="--cache-reuse chunk (tokens) of the reuse mode.")
+@click.option("--exact", is_flag=True, help="Feed back the recorded replies instead of the server's own.")
+@click.option("--threads", type=click.IntRange(min=1), default=None, help="llama-server -t.")
+@click.option("--ctx-size", type=click.IntRange(min=256), default=None,
+              help="llama-server -c [default: sized to the session by a short tokenizing run].")
+@click.option("-o", "--out", "study_dir", type=click.Path(path_type=Path, file_okay=False), default=Path("xover-study"),
+              show_default=True, help="Study directory: results.sqlite, logs/ and the generated session file.")
+@click.option("--llama-bin-dir", type=click.Path(path_type=Path, file_okay=False), default=None,
+              help="Folder with llama-server [default: see `xover llama which`].")
+@click.option("--server-timeout", type=click.FloatRange(min=1), default=600.0, show_default=True,
+              help="Seconds to wait for /health to answer 200.")
+@click.argument("extra_args", nargs=-1, type=click.UNPROCESSED, metavar="[-- LLAMA-SERVER ARGS]")
+@click.pass_context
+def session(
+    ctx: click.Context, model: Path, ncmoe: str | None, workload: Path | None, turns: int, seed: int, system_tokens: str,
+    target_tokens: str, rewrite_every: int, chars_per_token: float, response_tokens: int, cache_modes: str,
+    cache_reuse: int, exact: bool, threads: int | None, ctx_size: int | None, study_dir: Path,
+    llama_bin_dir: Path | None, server_timeout: float, extra_args: tuple[str, ...],
+) -> None:
+    """Replay an agentic coding session through llama-server's chat endpoint, turn by turn.
+
+    The session (generated from --seed unless --workload is given) is a large system prompt with tool
+    definitions and turns that append tool results and replies, some rewriting earlier context. Each
+    configuration x cache mode replays it on a freshly started server; every turn's TTFT, cache_n,
+    prompt_n and decode speed go to the study's results.sqlite as they arrive.
+
+    \b
+    xover session -m model.gguf --ncmoe 12,18
+    xover session -m tiny.gguf --turns 6 --system-tokens 1536 --target-tokens 6k --chars-per-token 1
+    xover session -m model.gguf --ncmoe 18 --workload recorded.jsonl --exact -- -ub 1024
+    """
+    from rich.markup import escape
+
+    from xover.console import console, out, progress_bar
+    from xover.llamacpp.binaries import resolve
+    from xover.prompts import parse_length
+    from xover.report.session import series_from_rows, session_table, session_verdict
+    from xover.sessionrun import (
+        Note,
+        ReplayDone,
+        ReplayFailed,
+        ServerUp,
+        SessionEvent,
+        Sized,
+        TurnDone,
+        parse_modes,
+        run_session,
+        write_workload,
+    )
+    from xover.workload import WorkloadSpec, loads
+
+    if not model.is_file():
+        raise XoverError(f"model {model} does not exist: fix -m")
+    modes = parse_modes(cache_modes)
+    if workload is not None:
+        given = [name for name in _GENERATION_OPTIONS
+                 if ctx.get_parameter_source(name) is not click.core.ParameterSource.DEFAULT]
+        if given:
+            raise XoverError(f"--{given[0].replace('_', '-')} shapes a generated session; --workload replays a file: drop one")
+        if not workload.is_file():
+            raise XoverError(f"workload {workload} does not exist: fix --workload")
+        path = workload
+    else:
+        path = write_workload(study_dir, WorkloadSpec(
+            seed=seed, turns=turns, system_tokens=parse_length(system_tokens), target_tokens=parse_length(target_tokens),
+            rewrite_every=rewrite_every, chars_per_token=chars_per_token))
+        console.print(f"[dim]session written to {escape(str(path))}[/]")
+    n_turns = len(loads(path.read_text(encoding="utf-8"), source=str(path)).turns)
+
+    binaries = resolve(llama_bin_dir)
+    common = (("-t", str(threads)) if threads else ()) + tuple(extra_args)
+    configs = [(f"ncmoe={n}", ("--n-cpu-moe", str(n), *common)) for n in _ncmoe(ncmoe)] or [("default", common)]
+
+    with progress_bar() as bar:
+        task = bar.add_task("session turns", total=len(configs) * len(modes) * n_turns)
+
+        def on_event(ev: SessionEvent) -> None:
+            if isinstance(ev, TurnDone):
+                bar.update(task, advance=1)
+                if ev.turn.error is not None:
+                    console.print(f"[red]{escape(f'{ev.label} {ev.mode} turn {ev.turn.turn}: {ev.turn.error}')}[/]")
+            elif isinstance(ev, Sized):
+                console.print(f"[dim]context sized to {ev.ctx_size} tokens (longest turn {ev.max_prompt_tokens} tokens)[/]")
+            elif isinstance(ev, ServerUp):
+                console.print(f"[dim]{escape(f'llama-server {ev.label} ({ev.mode} cache) ready at {ev.url}, log {ev.log_path}')}[/]")
+            elif isinstance(ev, ReplayDone):
+                console.print(f"{escape(ev.label)} {ev.mode}: session time {ev.total_ns / 1e9:,.2f} s")
+            elif isinstance(ev, ReplayFailed):
+                bar.update(task, advance=ev.skipped)
+                console.print(f"[red]{escape(f'{ev.label} {ev.mode}: {ev.reason}')}[/]")
+            elif isinstance(ev, Note):
+                console.print(f"[yellow]{escape(ev.text)}[/]")
+
+        outcome = run_session(
+            study_dir, binaries, model.resolve(), path, configs, modes, response_tokens, exact=exact,
+            cache_reuse=cache_reuse, ctx_size=ctx_size, command=["xover", *sys.argv[1:]],
+            startup_timeout_s=server_timeout, on_event=on_event,
+        )
+
+    series = series_from_rows((outcome.run_id, outcome.labels[t.config_key], t) for t in outcome.turns)
+    if series:
+        from rich import box
+        from rich.console import Console
+        from rich.table import Table
+
+        header, rows = session_table(series)
+        table = Table(title="agentic session replay", box=box.SIMPLE_HEAD, title_justify="left")
+        for i, name in enumerate(header):
+            table.add_column(name, justify="left" if i < 2 else "right")
+        for row in rows:
+            table.add_row(*(escape(c) for c in row))
+        # a terminal wraps the table to its width; a pipe or file gets it whole
+        target = out if out.is_terminal else Console(file=sys.stdout, width=160, highlight=False)
+        target.print(table)
+        verdict = session_verdict(series)
+        if verdict:
+            target.print(escape(verdict))
+    console.print(f"[dim]run {outcome.run_id}: {len(outcome.turns)} turns stored in {study_dir / 'results.sqlite'}[/]")
+    if outcome.failures:
+        raise XoverError(f"{len(outcome.failures)} replay(s) failed, first: {outcome.failures[0].reason}")
