@@ -42,7 +42,7 @@ _CHOICES = {
     "flash-attn": ("on", "off", "auto"),
     "load-mode": LOAD_MODES,
 }
-STAGES = ("theory", "bench", "ttft", "cache", "report")
+STAGES = ("theory", "bench", "ttft", "cache", "session", "report")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -93,6 +93,10 @@ class StudySpec:
     cache_length: int | None = None  # cache-lab prompt length (default: the longest length)
     skip: frozenset[str] = frozenset()
     timeout_s: float | None = None  # per llama-bench configuration / per server request
+    session_turns: int = 12  # agentic session replay: turns, system prompt and final size (tokens, approx.)
+    session_system_tokens: int | None = None  # default: a quarter of the longest length, at most 10K
+    session_target_tokens: int | None = None  # default: the longest length
+    session_response_tokens: int = 32
 
     def __post_init__(self) -> None:
         validate_spec(self)
@@ -202,7 +206,8 @@ def spec_from_dict(doc: Mapping[str, Any], base_dir: Path | None = None) -> Stud
             model_path = base_dir / model_path
     study = dict(doc.get("study", {}))
     known_study = {"lengths", "response-tokens", "repetitions", "bench-repetitions", "pp", "tg", "band",
-                   "cache-length", "skip", "timeout"}
+                   "cache-length", "skip", "timeout", "session-turns", "session-system-tokens",
+                   "session-target-tokens", "session-response-tokens"}
     bad = set(study) - known_study
     if bad:
         raise XoverError(f"[study]: unknown key {sorted(bad)[0]!r}; use one of {', '.join(sorted(known_study))}")
@@ -231,6 +236,14 @@ def spec_from_dict(doc: Mapping[str, Any], base_dir: Path | None = None) -> Stud
         kwargs["skip"] = frozenset(study["skip"])
     if "timeout" in study:
         kwargs["timeout_s"] = float(study["timeout"])
+    for key in ("session-turns", "session-response-tokens"):
+        if key in study:
+            if not isinstance(study[key], int) or isinstance(study[key], bool) or study[key] < 1:
+                raise XoverError(f"[study] {key} must be a positive integer")
+            kwargs[key.replace("-", "_")] = study[key]
+    for key in ("session-system-tokens", "session-target-tokens"):
+        if key in study:
+            kwargs[key.replace("-", "_")] = _k(study[key], f"[study] {key}")
     return StudySpec(
         configs=tuple(config_from_table(t, i) for i, t in enumerate(tables)),
         model_path=model_path, model_preset=preset, **kwargs,
@@ -270,6 +283,11 @@ def default_spec() -> StudySpec:
         pp=512,
         tg=128,
         band=(10_000, 40_000),
+        cache_length=2048,
+        session_turns=6,
+        session_system_tokens=1024,
+        session_target_tokens=8192,
+        session_response_tokens=16,
     )
 
 

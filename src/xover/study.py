@@ -1,7 +1,8 @@
 """`xover study`: the whole investigation, resumable, in stages.
 
     model -> theory + stored prediction -> llama-bench sweep over depth -> cold TTFT per config
-    and length -> report (+ verdict)
+    and length -> prompt-cache lab (first configuration) -> agentic session replay per cache mode
+    -> report (+ verdict)
 
 Every stage writes into the study directory's one results store as it measures; rerunning a study
 skips every point already measured and valid (``fresh`` redoes them), so an interrupted study
@@ -25,7 +26,7 @@ from xover.llamacpp.binaries import Binaries
 from xover.provenance import model_id
 from xover.store import Store
 
-STAGE_ORDER = ("model", "theory", "bench", "ttft", "report")
+STAGE_ORDER = ("model", "theory", "bench", "ttft", "cache", "session", "report")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -191,6 +192,65 @@ def stage_ttft(spec: StudySpec, model: Path, binaries: Binaries, study_dir: Path
     return failures
 
 
+def stage_cache(spec: StudySpec, model: Path, binaries: Binaries, study_dir: Path, fresh: bool, command: Sequence[str],
+                emit: Emit) -> int:
+    """The prompt-cache lab on the first configuration, at ``cache_length`` (default: the longest length)."""
+    from xover import cachelab
+    from xover.report.data import load
+
+    config = spec.configs[0]
+    length = spec.cache_length or max(spec.lengths)
+    if length < cachelab.MIN_LENGTH:
+        emit(StageEvent("cache", "info", f"skipped: the lab needs prompts of at least {cachelab.MIN_LENGTH} tokens"))
+        return 0
+    if not fresh and any(label == config.name for label, _ in cachelab.lab_samples(load(study_dir).ttft)):
+        emit(StageEvent("cache", "info", f"{config.name}: cache lab already measured"))
+        return 0
+
+    def on_event(ev: object) -> None:
+        if isinstance(ev, cachelab.LabRequestDone):
+            emit(StageEvent("cache", "progress", ev.scenario, ev.done, ev.total))
+        elif isinstance(ev, cachelab.LabFailed):
+            emit(StageEvent("cache", "fail", f"{ev.scenario}: {ev.reason}"))
+
+    outcome = cachelab.run_cache_lab(study_dir, binaries, model, length, config.server_args_list(), config.name,
+                                     env=config.env, command=command, on_event=on_event)
+    return len(outcome.failures)
+
+
+def stage_session(spec: StudySpec, model: Path, binaries: Binaries, study_dir: Path, fresh: bool,
+                  command: Sequence[str], emit: Emit) -> int:
+    """Replay one generated agentic session per configuration and cache mode (recorded replies:
+    synthetic models' own replies re-tokenize into many more tokens than they were)."""
+    from xover import sessionrun
+    from xover.workload import WorkloadSpec
+
+    target = spec.session_target_tokens or max(spec.lengths)
+    system = spec.session_system_tokens or min(10240, max(256, target // 4))
+    workload = sessionrun.write_workload(study_dir, WorkloadSpec(seed=0, turns=spec.session_turns,
+                                                                 system_tokens=system, target_tokens=target))
+    with Store(study_dir) as store:
+        if not fresh and store.session_turns():
+            emit(StageEvent("session", "info", "session already replayed"))
+            return 0
+    total = spec.session_turns * len(spec.configs) * len(sessionrun.MODES)
+    done = 0
+
+    def on_event(ev: object) -> None:
+        nonlocal done
+        if isinstance(ev, sessionrun.TurnDone):
+            done += 1
+            emit(StageEvent("session", "progress", "", done, total))
+        elif isinstance(ev, sessionrun.ReplayFailed):
+            emit(StageEvent("session", "fail", f"{ev.label} {ev.mode}: {ev.reason}"))
+
+    outcome = sessionrun.run_session(study_dir, binaries, model, workload,
+                                     [(c.name, c.server_args_list()) for c in spec.configs],
+                                     response_tokens=spec.session_response_tokens, exact=True, command=command,
+                                     on_event=on_event)
+    return len(outcome.failures)
+
+
 def stage_report(spec: StudySpec, study_dir: Path, emit: Emit) -> tuple[tuple[str, ...], Path]:
     from xover.report.data import load
     from xover.report.html import build_report, write_report
@@ -236,6 +296,8 @@ def run_study(
         timed("theory", lambda: stage_theory(spec, model, store, emit))
     failures += timed("bench", lambda: stage_bench(spec, model, binaries, study_dir, fresh, command, emit)) or 0
     failures += timed("ttft", lambda: stage_ttft(spec, model, binaries, study_dir, fresh, command, emit)) or 0
+    failures += timed("cache", lambda: stage_cache(spec, model, binaries, study_dir, fresh, command, emit)) or 0
+    failures += timed("session", lambda: stage_session(spec, model, binaries, study_dir, fresh, command, emit)) or 0
     with Store(study_dir) as store:
         store.add_artifact(None, "stage-seconds", seconds)
     verdicts: tuple[str, ...] = ()

@@ -28,6 +28,8 @@ repetitions = 2
 bench-repetitions = 2
 pp = 64
 tg = 16
+cache-length = 1024
+skip = ["session"]  # replayed in tests/real/test_session_real.py
 
 [[config]]
 name = "t=1"
@@ -143,7 +145,7 @@ def test_report_shows_the_blind_prediction_beside_every_point(study_dir: Path) -
 
 
 def test_report_rebuilds_offline_and_renders_in_chromium(study_dir: Path, tmp_path: Path) -> None:
-    playwright = pytest.importorskip("playwright.sync_api", reason="the test extra installs playwright")
+    from playwright import sync_api as playwright  # the test extra installs it; never skipped
     chromium = shutil.which("chromium") or shutil.which("chromium-browser")
     assert chromium, "Chromium is needed: scripts/setup.sh test installs Debian's chromium package"
     copy = tmp_path / "copied-study"

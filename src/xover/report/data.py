@@ -22,6 +22,7 @@ class StudyData:
     ttft: tuple[tuple[str, TtftSample], ...]  # (label, sample), every stored sample
     failures: tuple[tuple[str, Failure], ...]
     artifacts: tuple[tuple[int | None, str, Any], ...]
+    session: tuple[Any, ...] = ()  # xover.report.session.SessionSeries, latest replay per config and mode
 
     @property
     def provenances(self) -> list[Provenance]:
@@ -46,6 +47,8 @@ def load(study_dir: Path | str) -> StudyData:
     path = Path(study_dir)
     if not (path / STORE_NAME).exists():
         raise XoverError(f"{path} holds no {STORE_NAME}: pass a study directory written by xover bench/ttft/study")
+    from xover.report.session import load_session_series
+
     with Store(path) as st:
         labels = {c.key: c.label for c in st.configs()}
         return StudyData(
@@ -56,6 +59,7 @@ def load(study_dir: Path | str) -> StudyData:
             ttft=tuple((labels.get(s.config_key, s.config_key[:8]), s) for _, _, _, s in st.ttft_samples()),
             failures=tuple((labels.get(f.config_key, f.config_key[:8]), f) for _, f in st.failures()),
             artifacts=tuple(st.artifacts()),
+            session=tuple(load_session_series(st)),
         )
 
 

@@ -17,6 +17,7 @@ from pathlib import Path
 from xover.analysis.crossover import ConfigData, PairResult, compare_pair, fit_cost_model, format_tokens, verdict
 from xover.analysis.stats import summarize
 from xover.report import plots
+from xover.records import TtftSample
 from xover.report.data import StudyData, crossover_inputs
 
 AGENTIC_BAND = (10_000, 40_000)
@@ -80,9 +81,20 @@ def point_table(report: Report) -> tuple[list[str], list[list[str]]]:
     return header, rows
 
 
+def _first_crossover(report: Report) -> float | None:
+    """The first measured (interpolated) crossover of any pair, for the session verdict."""
+    found = [c.length for p in report.pairs for c in p.interpolated if c.kind == "cross"]
+    return min(found) if found else None
+
+
+def _measurement_samples(data: StudyData) -> list[tuple[str, TtftSample]]:
+    """TTFT samples of the cold/warm measurements (the cache lab's have their own section)."""
+    return [(lb, s) for lb, s in data.ttft if s.mode in ("cold", "warm")]
+
+
 def cold_check_table(data: StudyData) -> tuple[list[str], list[list[str]]]:
     groups: dict[tuple[str, str, int], list[bool]] = defaultdict(list)
-    for label, s in data.ttft:
+    for label, s in _measurement_samples(data):
         groups[(label, s.mode, s.length)].append(s.cache_ok and s.error is None)
     header = ["config", "mode", "length", "passed / stored", "re-runs (failed check or error)"]
     rows = [[lb, mode, format_tokens(L), f"{sum(v)} / {len(v)}", str(len(v) - sum(v))] for (lb, mode, L), v in groups.items()]
@@ -92,7 +104,7 @@ def cold_check_table(data: StudyData) -> tuple[list[str], list[list[str]]]:
 def gap_table(data: StudyData) -> tuple[list[str], list[list[str]]]:
     """Client TTFT minus the server's prompt_ms: HTTP, tokenization, slot selection, state saving."""
     gaps: dict[tuple[str, str, int], list[float]] = defaultdict(list)
-    for label, s in data.ttft:
+    for label, s in _measurement_samples(data):
         if s.first_token_ns is not None and s.timings is not None and s.timings.prompt_ms is not None:
             gaps[(label, s.mode, s.length)].append(s.first_token_ns / 1e6 - s.timings.prompt_ms)
     header = ["config", "mode", "length", "gap ms (median)", "gap ms (max)"]
@@ -194,6 +206,18 @@ def prediction_table(report: Report) -> tuple[list[str], list[list[str]]]:
     return header, rows
 
 
+def _load_note(p: object) -> str:
+    extra = dict(getattr(p, "extra", ()) or ())
+    if "loadavg_1m" not in extra:
+        return ""
+    note = f"; load {extra['loadavg_1m']} on {extra.get('cpu_count', '?')} CPUs at start"
+    try:
+        busy = float(extra["loadavg_1m"]) > 0.5 * float(extra.get("cpu_count", "0"))
+    except ValueError:
+        busy = False
+    return note + (" (BUSY: other work skews these timings)" if busy else "")
+
+
 def provenance_rows(data: StudyData) -> list[list[str]]:
     rows = []
     for r in data.runs:
@@ -202,7 +226,7 @@ def provenance_rows(data: StudyData) -> list[list[str]]:
         rows.append([
             str(r["id"]), r["kind"], r["started_at"], r["status"],
             f"{p.llama_build_commit} (build {p.llama_build_number}), {p.llama_backend}",
-            f"{p.cpu_info or '?'}; GPU: {p.gpu_info or 'none'}; host {p.hostname}",
+            f"{p.cpu_info or '?'}; GPU: {p.gpu_info or 'none'}; host {p.hostname}{_load_note(p)}",
             f"{model.name}, {model.size_bytes / 1e9:.3f} GB, header sha256 {model.header_sha256[:12]}" if model else "—",
             " ".join(r["command"]),
         ])
@@ -263,6 +287,12 @@ def render_html(report: Report) -> str:
     parts.append(f"<h2>Cold check</h2><p>Every sample labelled cold must show <code>cache_n == 0</code> and "
                  f"<code>prompt_n == L</code>; failures are re-run and never averaged.</p>{_table(*cold_check_table(d))}")
     parts.append(f"<h2>Client-server gap</h2><p>Client TTFT minus the server's <code>prompt_ms</code>.</p>{_table(*gap_table(d))}")
+    from xover.report.cache import cache_section_html
+    from xover.report.session import session_section_html
+
+    parts.append(cache_section_html(d))
+    if d.session:
+        parts.append(session_section_html(d.session, crossover_tokens=_first_crossover(report)))
     if d.failures:
         rows = [[lb, f.stage, f.point, f.reason, f.stderr_tail[-300:]] for lb, f in d.failures]
         parts.append(f"<h2>Failures (kept as data)</h2>{_table(['config', 'stage', 'point', 'reason', 'stderr tail'], rows)}")
@@ -286,6 +316,12 @@ def render_markdown(report: Report) -> str:
     out += [f"- {v}" for v in report.verdicts] or ["- no pair of configurations with cold TTFT and decode data"]
     out += ["", "## Prefill and TTFT\n", _md_table(*point_table(report)), "## Cold check\n", _md_table(*cold_check_table(d)),
             "## Client-server gap\n", _md_table(*gap_table(d))]
+    from xover.report.cache import cache_section_markdown
+    from xover.report.session import session_section_markdown
+
+    out.append(cache_section_markdown(d))
+    if d.session:
+        out.append(session_section_markdown(d.session, crossover_tokens=_first_crossover(report)))
     timing = prediction_timing(d)
     if timing is not None:
         out += ["## Predicted vs measured\n", timing + ".\n", _md_table(*prediction_table(report))]
