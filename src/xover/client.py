@@ -141,23 +141,21 @@ class LlamaClient:
         return [int(t) for t in tokens]
 
 
-    async def stream_completion(self, body: dict[str, Any]) -> StreamRecord:
-        """POST ``/completion`` with ``stream: true``; every body chunk is timestamped on arrival.
+    async def stream_raw(self, path: str, body: dict[str, Any]) -> RawStream:
+        """POST a streamed request to ``path``; every body chunk is timestamped on arrival.
 
-        Never raises for what the server does: an HTTP error, a cut stream or a malformed event
-        ends up in ``result.error`` with every chunk that arrived before it.
+        Never raises for what the server does: a refused connection, an HTTP error or a cut
+        stream ends up in ``error``/``transport_error`` beside every chunk that arrived before it.
         """
         try:
             # The connection a previous stream used is dead (see _request): open a new one now,
             # outside the clock, with a request whose plain response keeps it alive for this one.
             await self._request("GET", "/health", timeout=10.0)
         except httpx.HTTPError as e:
-            error = f"no connection: {type(e).__name__}: {e}"
-            return StreamRecord(sent_at_unix_ns=time.time_ns(), t0_ns=time.perf_counter_ns(), status=None, chunks=(),
-                                result=dataclasses.replace(parse_completion_stream((), 0), error=error))
+            return RawStream(time.time_ns(), time.perf_counter_ns(), None, (), f"no connection: {type(e).__name__}: {e}", None)
         # Everything that can be prepared is prepared before the clock starts (JSON, URL, headers).
         request = self._http.build_request(
-            "POST", "/completion", content=json.dumps(body).encode(), headers={"Content-Type": "application/json"}
+            "POST", path, content=json.dumps(body).encode(), headers={"Content-Type": "application/json"}
         )
         chunks: list[Chunk] = []
         append = chunks.append
@@ -180,12 +178,32 @@ class LlamaClient:
                 await r.aclose()
         except httpx.HTTPError as e:
             transport_error = f"{type(e).__name__}: {e}" if str(e) else type(e).__name__
-        if status == 200:
-            result = parse_completion_stream(chunks, t0, transport_error)
-        else:
+        error = None
+        if status != 200:
             error = f"HTTP {status}: {error_text(error_body)}" if status is not None else f"no response: {transport_error}"
-            result = dataclasses.replace(parse_completion_stream((), t0), error=error)
-        return StreamRecord(sent_at_unix_ns=sent_at, t0_ns=t0, status=status, chunks=tuple(chunks), result=result)
+        return RawStream(sent_at, t0, status, tuple(chunks), error, transport_error)
+
+    async def stream_completion(self, body: dict[str, Any]) -> StreamRecord:
+        """POST ``/completion`` with ``stream: true`` (see :meth:`stream_raw`) and parse the events."""
+        raw = await self.stream_raw("/completion", body)
+        if raw.error is None:
+            result = parse_completion_stream(raw.chunks, raw.t0_ns, raw.transport_error)
+        else:
+            result = dataclasses.replace(parse_completion_stream((), raw.t0_ns), error=raw.error)
+        return StreamRecord(sent_at_unix_ns=raw.sent_at_unix_ns, t0_ns=raw.t0_ns, status=raw.status, chunks=raw.chunks,
+                            result=result)
+
+
+@dataclasses.dataclass(frozen=True)
+class RawStream:
+    """One streamed request as it arrived: chunks stamped with ``perf_counter_ns``, nothing parsed."""
+
+    sent_at_unix_ns: int
+    t0_ns: int  # perf_counter_ns when the request was sent
+    status: int | None
+    chunks: tuple[Chunk, ...]
+    error: str | None  # no connection, an HTTP error status or no response at all; None for a 200
+    transport_error: str | None  # the stream broke after a 200
 
 
 def error_text(body: bytes) -> str:

@@ -34,14 +34,11 @@ import asyncio
 import dataclasses
 import json
 import math
-import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-import httpx
-
-from xover.client import LlamaClient, error_text
+from xover.client import LlamaClient
 from xover.errors import XoverError
 from xover.llamacpp.binaries import Binaries
 from xover.llamacpp.server import LlamaServer, ServerSpec, context_size, has_flag, parse_build_info
@@ -248,51 +245,14 @@ class ChatClient(LlamaClient):
         return await self.tokenize(await self.apply_template(messages), add_special=True)
 
     async def stream_chat(self, body: dict[str, Any]) -> ChatRecord:
-        """POST ``/v1/chat/completions`` streamed; every body chunk is timestamped on arrival.
-
-        Mirrors :meth:`LlamaClient.stream_completion`: a fresh connection is opened outside the
-        clock, the request is built before it starts, and whatever the server does ends up in
-        ``result.error`` rather than raising.
-        """
-        try:
-            await self._request("GET", "/health", timeout=10.0)
-        except httpx.HTTPError as e:
-            return _failed_record(f"no connection: {type(e).__name__}: {e}")
-        request = self._http.build_request(
-            "POST", "/v1/chat/completions", content=json.dumps(body).encode(), headers={"Content-Type": "application/json"}
-        )
-        chunks: list[Chunk] = []
-        append = chunks.append
-        clock = time.perf_counter_ns
-        status: int | None = None
-        error_body = b""
-        transport_error: str | None = None
-        sent_at = time.time_ns()
-        t0 = clock()
-        try:
-            r = await self._http.send(request, stream=True)
-            try:
-                status = r.status_code
-                if status == 200:
-                    async for raw in r.aiter_raw():
-                        append((clock(), raw))
-                else:
-                    error_body = await r.aread()
-            finally:
-                await r.aclose()
-        except httpx.HTTPError as e:
-            transport_error = f"{type(e).__name__}: {e}" if str(e) else type(e).__name__
-        if status == 200:
-            result = parse_chat_stream(chunks, t0, transport_error)
+        """POST ``/v1/chat/completions`` streamed (timed like :meth:`LlamaClient.stream_raw`) and parse it."""
+        raw = await self.stream_raw("/v1/chat/completions", body)
+        if raw.error is None:
+            result = parse_chat_stream(raw.chunks, raw.t0_ns, raw.transport_error)
         else:
-            error = f"HTTP {status}: {error_text(error_body)}" if status is not None else f"no response: {transport_error}"
-            result = dataclasses.replace(parse_chat_stream((), t0), error=error)
-        return ChatRecord(sent_at_unix_ns=sent_at, t0_ns=t0, status=status, chunks=tuple(chunks), result=result)
-
-
-def _failed_record(error: str) -> ChatRecord:
-    t0 = time.perf_counter_ns()
-    return ChatRecord(time.time_ns(), t0, None, (), dataclasses.replace(parse_chat_stream((), t0), error=error))
+            result = dataclasses.replace(parse_chat_stream((), raw.t0_ns), error=raw.error)
+        return ChatRecord(sent_at_unix_ns=raw.sent_at_unix_ns, t0_ns=raw.t0_ns, status=raw.status, chunks=raw.chunks,
+                          result=result)
 
 
 # ---- events and outcome -------------------------------------------------------------------------
