@@ -38,13 +38,14 @@ COMMANDS = {
     "bench": "xover.cli.bench:bench",
     "export": "xover.cli.export:export",
     "ttft": "xover.cli.ttft:ttft",
+    "session": "xover.cli.session:session",
     "study": "xover.cli.study:study",
     "report": "xover.cli.report:report",
     "theory": "xover.cli.theory:theory",
     "predict": "xover.cli.theory:predict",
+    "advise": "xover.cli.advise:advise",
     "cache": "xover.cli.cache:cache",
     "audit": "xover.cli.cache:audit",
-    "session": "xover.cli.session:session",
 }
 
 

@@ -26,7 +26,7 @@ from typing import Any
 MIB = 1 << 20
 ARTIFACT = "memory"  # store artifact: {config_key, label, source, **MemoryUse.to_dict()} per configuration run
 _BUFFER = re.compile(r"(?P<dev>[\w.+-]+)\s+(?P<kind>model|KV|compute|output|RS)\s+buffer size\s*=\s*(?P<mib>[\d.]+)\s*MiB")
-_VMHWM = re.compile(r"^VmHWM:\s+(\d+)\s+kB", re.M)
+_VMHWM = re.compile(r"^VmHWM:\s+(\d+)\s+kB", re.MULTILINE)
 
 
 def is_host_device(device: str) -> bool:

@@ -1,0 +1,266 @@
+"""`xover advise`, measured: :func:`xover.advise.coordinate_search` driven through llama-bench, the
+winner confirmed against the defaults through llama-server, the result stored as artifact ``advise``.
+
+Every measurement is one :func:`xover.benchrun.run_sweep` of one configuration into the study's
+store, so a rerun with the same study directory reuses what was measured (and says so), and the
+raw samples, failures and peak memory sit beside the advice like any ``xover bench`` result.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from xover import advise, benchrun
+from xover.advise import Advice, Knob, Measurement, RateSamples, Search, ServerPoint, Setting, Workload
+from xover.errors import XoverError
+from xover.llamacpp.binaries import Binaries
+from xover.records import BenchConfig, BenchResult
+from xover.store import Store
+
+GPU_FREE_BACKENDS = {"CPU", "BLAS", "RPC"}
+
+
+@dataclasses.dataclass(frozen=True)
+class AdviseSpec:
+    """What ``xover advise`` searches and measures."""
+
+    model: Path
+    knobs: tuple[Knob, ...]
+    ncmoe: tuple[int | None, ...] = (None,)
+    workload: Workload | None = None  # None: the agentic band, scaled down to fit budget_s
+    response_tokens: int = 200
+    repetitions: int = 3
+    n_gen: int = 64  # T of tg{T} @ dN
+    chunk: int | None = None  # P of pp{P} @ dN; None: the largest ubatch candidate, at least 512
+    budget_s: float = 120.0  # seconds one measurement may take when the default workload is scaled
+    confirm: bool = True
+    confirm_repetitions: int = 2
+    timeout_s: float | None = None
+
+    def __post_init__(self) -> None:
+        if self.repetitions < 2:
+            raise XoverError("-r must be at least 2: telling an effect from noise needs the spread of repeated samples")
+        if self.n_gen < 8:
+            raise XoverError("--tg must be at least 8 tokens")
+        if self.chunk is not None and self.chunk < 32:
+            raise XoverError("--pp must be at least 32 tokens (a ubatch op offload takes)")
+        if self.budget_s <= 0 or self.confirm_repetitions < 1 or self.response_tokens < 1:
+            raise XoverError("--budget, --confirm-reps and --response-tokens must be positive")
+        if not self.ncmoe:
+            raise XoverError("give at least one --ncmoe value (or none at all for llama.cpp's default)")
+
+    @property
+    def chunk_tokens(self) -> int:
+        ubatches = [int(v) for k in self.knobs if k.name == "ubatch-size" for v in k.candidates]
+        return self.chunk or max([advise.LLAMA_DEFAULT_UBATCH, *ubatches])
+
+
+# ---- events for the UI ----------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class Note:
+    text: str
+
+
+@dataclasses.dataclass(frozen=True)
+class Measuring:
+    label: str
+    number: int  # 1-based, across the whole run
+
+
+@dataclasses.dataclass(frozen=True)
+class Measured:
+    label: str
+    measurement: Measurement
+    estimate: advise.Estimate | None  # None when it could not be measured
+
+
+AdviseEvent = Note | Measuring | Measured
+
+
+# ---- reading measurements back from the store ------------------------------------------------------
+
+_EFFECTIVE_FIELDS = {"n_threads", "n_batch", "n_ubatch", "load_mode", "no_op_offload", "flash_attn", "n_gpu_layers"}
+
+
+
+def measurement_from_store(store: Store, config: BenchConfig, model_key: str, sweep: benchrun.SweepSpec,
+                           failure: str | None, reused: bool) -> Measurement:
+    """A configuration's tests at the sweep's depths (the latest of each), as a :class:`Measurement`."""
+    latest: dict[tuple[int, int, int], BenchResult] = {}
+    for _, _, mk, r in store.bench_results(config.key):
+        if mk == model_key:
+            latest[(r.n_prompt, r.n_gen, r.n_depth)] = r
+    wanted = [(sweep.n_prompt, 0, d) for d in sweep.depths] + [(0, sweep.n_gen, d) for d in sweep.depths]
+    if failure is not None or any(p not in latest for p in wanted):
+        return Measurement(failure=failure or "llama-bench left tests unmeasured", reused=reused)
+    prefill = [latest[p] for p in wanted if p[0]]
+    decode = [latest[p] for p in wanted if p[1]]
+    record = prefill[0].record
+    effective = tuple((k, str(v)) for k, v in record.items() if k in _EFFECTIVE_FIELDS)
+    use = benchrun.memory_by_config(store).get(config.key)
+    return Measurement(
+        prefill=tuple(RateSamples(r.n_depth, r.n_prompt, r.samples_ts) for r in prefill),
+        decode=tuple(RateSamples(r.n_depth, r.n_gen, r.samples_ts) for r in decode),
+        effective=effective + (("backends", str(record.get("backends", ""))),),
+        peak_rss_bytes=use.peak_rss_bytes if use else None, device_bytes=use.device_bytes if use else None,
+        reused=reused,
+    )
+
+
+def is_gpu_build(backends: str) -> bool:
+    """Whether llama-bench's ``backends`` field names a GPU backend (``CUDA``, ``ROCm``, ``Vulkan``...)."""
+    return bool({b.strip() for b in backends.split(",") if b.strip()} - GPU_FREE_BACKENDS)
+
+
+# ---- the run --------------------------------------------------------------------------------------
+
+
+class _Runner:
+    def __init__(self, spec: AdviseSpec, binaries: Binaries, study_dir: Path, command: Sequence[str],
+                 on_event: Callable[[object], None]) -> None:
+        from xover.provenance import model_id
+
+        self.spec, self.binaries, self.study_dir, self.command, self.on_event = spec, binaries, study_dir, command, on_event
+        self.model_key = model_id(spec.model).key
+        self.count = 0
+
+    def sweep(self, depths: tuple[int, ...], n_prompt: int, n_gen: int, repetitions: int) -> benchrun.SweepSpec:
+        return benchrun.SweepSpec(model=self.spec.model, depths=depths, n_prompt=n_prompt, n_gen=n_gen,
+                                  repetitions=repetitions, timeout_s=self.spec.timeout_s)
+
+    def bench(self, sweep: benchrun.SweepSpec, config: BenchConfig) -> Measurement:
+        outcome = benchrun.run_sweep(sweep, self.binaries, self.study_dir, command=self.command, configs=[config])
+        failure = outcome.failures[0].reason if outcome.failures else None
+        with Store(self.study_dir) as store:
+            return measurement_from_store(store, config, self.model_key, sweep, failure, reused=outcome.stored == 0 and not failure)
+
+    def measure_fn(self, level: int | None, sweep: benchrun.SweepSpec, workload: Workload) -> Callable[[Setting], Measurement]:
+        def measure(setting: Setting) -> Measurement:
+            label = f"{advise.level_label(level)} {advise.setting_label(self.spec.knobs, setting)}"
+            self.count += 1
+            self.on_event(Measuring(label, self.count))
+            m = self.bench(sweep, advise.llama_config(self.spec.knobs, setting, level, label).bench_config())
+            self.on_event(Measured(label, m, advise.estimate(m, workload) if m.ok else None))
+            return m
+
+        return measure
+
+
+def run_advise(spec: AdviseSpec, binaries: Binaries, study_dir: Path, *, command: Sequence[str] = (),
+               on_event: Callable[[object], None] = lambda e: None) -> Advice:
+    """Search every offload level, confirm the winner through llama-server (``spec.confirm``), store
+    and return the advice. ``on_event`` gets :data:`AdviseEvent` and, while confirming, the events
+    of :mod:`xover.ttftrun`."""
+    from xover.analysis.theory import model_terms
+    from xover.gguf.inspect import model_table
+    from xover.hardware import resolve as resolve_hw
+
+    if not spec.model.is_file():
+        raise XoverError(f"model {spec.model} does not exist: pass -m PATH to a .gguf file")
+    runner = _Runner(spec, binaries, study_dir, command, on_event)
+    chunk = spec.chunk_tokens
+    workload, note = _workload(spec, runner, chunk)
+    on_event(Note(f"workload {workload.describe()}" + (f" ({note})" if note else "")))
+    sweep = runner.sweep(workload.depths(), chunk, spec.n_gen, spec.repetitions)
+    searches: list[Search] = []
+    for level in spec.ncmoe:
+        try:
+            searches.append(advise.coordinate_search(spec.knobs, runner.measure_fn(level, sweep, workload), workload, level))
+        except XoverError as e:
+            on_event(Note(f"{advise.level_label(level)} left out: {e}"))
+    if not searches:
+        raise XoverError("no offload level could be measured at llama.cpp's defaults: check -m and --ncmoe")
+    backends = dict(searches[0].defaults.measurement.effective).get("backends", "")
+    gpu_build = is_gpu_build(backends)
+    table, _ = model_table(spec.model)
+    terms = model_terms(table)
+    hw, _ = resolve_hw(None, False)
+    expectations = tuple(e for s in searches for e in advise.expectations(terms, hw, spec.knobs, s, workload, gpu_build))
+    response = max(1, round(workload.mean_response))
+    crossovers = advise.revisit_crossovers(
+        [(s.label, s.defaults.measurement, s.best.measurement) for s in searches], workload.representative(), response,
+    ) if len(searches) > 1 else ()
+    advice = Advice(
+        model=str(spec.model), backend=backends or "unknown",
+        hardware=hw.name + ("" if gpu_build or hw.gpu is None else " (CPU-only llama.cpp build)"),
+        workload=workload, workload_note=note, chunk=chunk, n_gen=spec.n_gen, repetitions=spec.repetitions,
+        knobs=spec.knobs, searches=tuple(searches), expectations=expectations, crossovers=crossovers, confirmation=None,
+    )
+    if spec.confirm:
+        advice = dataclasses.replace(advice, confirmation=_confirm(spec, advice, binaries, study_dir, command, on_event))
+    with Store(study_dir) as store:
+        store.add_artifact(None, advise.ARTIFACT, advice.to_dict())
+    return advice
+
+
+def _workload(spec: AdviseSpec, runner: _Runner, chunk: int) -> tuple[Workload, str]:
+    """The spec's workload, or the agentic band halved until one measurement fits the budget, judged
+    from a shallow probe of the defaults (pp and tg at depth 0, one repetition, stored like the rest)."""
+    if spec.workload is not None:
+        return spec.workload, ""
+    level = max(spec.ncmoe, key=lambda n: -1 if n is None else n)  # most experts in host memory: the slowest
+    probe_gen = spec.n_gen // 2  # sizes the search never uses, so the probe's single repetition is never reused
+    label = f"{advise.level_label(level)} defaults"
+    probe = runner.bench(runner.sweep((0,), chunk // 2, probe_gen, 1),
+                         advise.llama_config(spec.knobs, advise.DEFAULTS, level, label).bench_config())
+    if not probe.ok:
+        raise XoverError(f"llama.cpp's defaults could not run at {advise.level_label(level)} ({probe.failure}): "
+                         "check -m, --ncmoe and --llama-bin-dir")
+    pp, tg = probe.prefill[0].median_tps, probe.decode[0].median_tps
+
+    def seconds(w: Workload) -> float:
+        return advise.measurement_seconds(w.depths(), chunk, spec.n_gen, spec.repetitions, pp, tg)
+
+    agentic = advise.agentic_workload(spec.response_tokens)
+    workload, factor = advise.fit_to_budget(agentic, seconds, spec.budget_s, min_length=chunk)
+    estimate = f"~{seconds(workload):.0f} s per measurement at {pp:,.0f} prefill and {tg:,.0f} decode tok/s"
+    if factor == 1.0:
+        return workload, estimate
+    return workload, (f"the 10K-40K band scaled by 1/{round(1 / factor)} to keep one measurement within --budget "
+                      f"{spec.budget_s:g} s: {estimate}; give --lengths to choose")
+
+
+def _confirm(spec: AdviseSpec, advice: Advice, binaries: Binaries, study_dir: Path, command: Sequence[str],
+             on_event: Callable[[object], None]) -> advise.Confirmation | None:
+    """Cold TTFT and decode through llama-server: the defaults against the recommendation, at the best
+    offload level and the workload's representative lengths."""
+    from xover import ttftrun
+    from xover.llamacpp.server import ServerSpec, context_size, has_flag
+
+    best = advice.best
+    if best.recommended == advise.DEFAULTS:
+        on_event(Note(f"nothing to confirm: llama.cpp's defaults are the recommendation at {best.label}"))
+        return None
+    workload = advice.workload
+    lengths = workload.representative()
+    response = max(16, round(workload.mean_response))
+    ctx = context_size(max(lengths), response)
+    fit_off, verbosity = has_flag(binaries.server, "-fit"), 4 if has_flag(binaries.server, "-lv") else None
+    trials = (best.defaults, best.best)
+    specs = []
+    for trial in trials:
+        config = advice.config(best, trial.setting)
+        specs.append(ServerSpec(model=spec.model.resolve(), label=config.name, ctx_size=ctx,
+                                extra_args=config.server_args_list(), env=config.env, fit_off=fit_off,
+                                log_verbosity=verbosity))
+    plan = ttftrun.TtftPlan(lengths=lengths, reps=spec.confirm_repetitions, response_tokens=response, mode="cold",
+                            seed=time.time_ns() % 2**31)
+    with Store(study_dir) as store:
+        run = ttftrun.TtftRun(store, plan, list(command), binaries=binaries, model=spec.model, on_event=on_event)
+        outcome = asyncio.run(run.run_managed(specs, study_dir / "logs"))
+    points: dict[str, list[ServerPoint]] = {}
+    for p in ttftrun.summarize_points(outcome.samples):
+        if p.ttft_ns is not None and p.decode_tps_server is not None:
+            points.setdefault(p.config_key, []).append(ServerPoint(p.length, p.ttft_ns.median / 1e9, p.decode_tps_server.median))
+    keys = [s.config().key for s in specs]
+    if any(len(points.get(k, [])) < len(lengths) for k in keys):
+        reason = outcome.failures[0].reason if outcome.failures else "some lengths have no sample that passed the cold check"
+        on_event(Note(f"llama-server confirmation incomplete ({reason}); the advice rests on llama-bench alone"))
+        return None
+    return advise.confirmation(best.n_cpu_moe, points[keys[0]], points[keys[1]], workload, spec.confirm_repetitions)

@@ -1,0 +1,158 @@
+"""`xover advise`: the llama.cpp settings that shrink the prefill penalty, found with few measurements."""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from pathlib import Path
+
+import click
+
+from xover.errors import XoverError
+
+# --option -> knob name (xover.advise.default_knobs)
+_CANDIDATE_OPTIONS = {
+    "load_mode": "load-mode", "ubatch": "ubatch-size", "batch": "batch-size", "no_op_offload": "no-op-offload",
+    "op_offload_min_batch": "GGML_OP_OFFLOAD_MIN_BATCH", "threads": "threads",
+}
+
+
+def _joined(values: tuple[str, ...]) -> str:
+    return ",".join(values)
+
+
+@click.command(context_settings={"show_default": True})
+@click.option("-m", "--model", type=click.Path(path_type=Path, dir_okay=False), required=True, help="The GGUF model.")
+@click.option("--ncmoe", multiple=True, metavar="N,...", help="--n-cpu-moe levels, each searched on its own [default: none passed].")
+@click.option("--workload", default="agentic", metavar="agentic|FILE",
+              help="agentic: prompts uniform over 10K-40K tokens (scaled down to fit --budget); FILE: one turn per line, "
+                   "PROMPT_TOKENS[,RESPONSE_TOKENS[,WEIGHT]].")
+@click.option("--lengths", default=None, metavar="L,...", help="Prompt lengths, uniform (overrides --workload agentic; 4k = 4096).")
+@click.option("--response-tokens", type=click.IntRange(min=1), default=200, help="Tokens generated per turn.")
+@click.option("--knobs", "knob_names", default=None, metavar="NAME,...",
+              help="Knobs to search [default: all]: load-mode (lm), ubatch-size (ub), batch-size (b), no-op-offload (nopo), "
+                   "GGML_OP_OFFLOAD_MIN_BATCH, threads (t).")
+@click.option("--load-mode", multiple=True, metavar="V,...", help="-lm values to try [default: none].")
+@click.option("--ubatch", multiple=True, metavar="N,...", help="-ub values to try [default: 1024,2048,4096].")
+@click.option("--batch", multiple=True, metavar="N,...", help="-b values to try [default: 4096].")
+@click.option("--no-op-offload", multiple=True, metavar="0,1", help="-nopo values to try [default: 1].")
+@click.option("--op-offload-min-batch", multiple=True, metavar="N,...", help="GGML_OP_OFFLOAD_MIN_BATCH values to try [default: 1024].")
+@click.option("-t", "--threads", multiple=True, metavar="N,...", help="-t values to try [default: half and all logical CPUs].")
+@click.option("-r", "--repetitions", type=int, default=3, help="llama-bench repetitions per test (at least 2: the noise rule needs a spread).")
+@click.option("--pp", "chunk", type=int, default=None, help="Prompt tokens per llama-bench prefill test [default: the largest ubatch tried, at least 512].")
+@click.option("--tg", "n_gen", type=int, default=64, help="Tokens per llama-bench decode test.")
+@click.option("--budget", "budget_s", type=float, default=120.0, help="Seconds one measurement may take: the agentic workload is scaled down to fit.")
+@click.option("--confirm/--no-confirm", default=True, help="Confirm the winner against the defaults with llama-server cold TTFT.")
+@click.option("--confirm-reps", type=click.IntRange(min=1), default=2, help="Repetitions per length of the server confirmation.")
+@click.option("-o", "--output", "study_dir", type=click.Path(path_type=Path, file_okay=False), default=None,
+              help="Study directory [default: studies/advise-<timestamp>]. Reuse it to reuse measurements.")
+@click.option("--timeout", "timeout_s", type=float, default=None, help="Seconds one llama-bench measurement may run.")
+@click.option("--llama-bin-dir", type=click.Path(path_type=Path, file_okay=False), default=None, help="Folder with llama-bench and llama-server.")
+def advise(
+    model: Path, ncmoe: tuple[str, ...], workload: str, lengths: str | None, response_tokens: int, knob_names: str | None,
+    load_mode: tuple[str, ...], ubatch: tuple[str, ...], batch: tuple[str, ...], no_op_offload: tuple[str, ...],
+    op_offload_min_batch: tuple[str, ...], threads: tuple[str, ...], repetitions: int, chunk: int | None, n_gen: int,
+    budget_s: float, confirm: bool, confirm_reps: int, study_dir: Path | None, timeout_s: float | None,
+    llama_bin_dir: Path | None,
+) -> None:
+    """The llama.cpp settings with the lowest expected time per turn, and what they gain over the defaults.
+
+    \b
+    For each --ncmoe level: measure llama.cpp's defaults with llama-bench (pp and tg at the
+    workload's depths), then each knob's values one at a time with the others at their
+    defaults; keep each knob's best value when it beats the defaults by more than the noise
+    (the spread between repetitions); measure the kept values together. The recommendation is
+    the fastest configuration measured, with the llama-server flags to paste, confirmed with
+    cold TTFT through llama-server (--no-confirm to skip). TTFT is estimated from llama-bench by
+    integrating prefill time per token over depth. Each knob's effect on prefill, decode, TTFT
+    and memory is shown beside what the theory expects; knobs whose effect stays within noise
+    are named. The result is stored as artifact "advise" in the study's results.sqlite.
+
+    \b
+    xover advise -m qwen3-30b-a3b.gguf --ncmoe 12,18
+    xover advise -m model.gguf --ncmoe 18 --lengths 8k,16k,32k --knobs lm,ub -r 3
+    """
+    from xover import advise as adv
+    from xover import benchrun
+    from xover.advise_run import AdviseSpec, Measured, Measuring, Note, run_advise
+    from xover.config import LOAD_MODES
+    from xover.console import console
+    from xover.llamacpp.binaries import resolve
+    from xover.report.advise import advise_section_markdown
+
+    knobs = adv.default_knobs(os.cpu_count() or 1)
+    given = {"load_mode": load_mode, "ubatch": ubatch, "batch": batch, "no_op_offload": no_op_offload,
+             "op_offload_min_batch": op_offload_min_batch, "threads": threads}
+    for option, values in given.items():
+        if not values:
+            continue
+        flag = "--" + option.replace("_", "-")
+        if option == "load_mode":
+            parsed: tuple[object, ...] = benchrun.parse_choice_list(flag, _joined(values), LOAD_MODES)
+        elif option == "no_op_offload":
+            parsed = benchrun.parse_choice_list(flag, _joined(values), ("0", "1"))
+        else:
+            parsed = benchrun.parse_int_list(flag, _joined(values), minimum=1)
+        knobs = adv.with_candidates(knobs, _CANDIDATE_OPTIONS[option], [str(v) for v in parsed])
+    if knob_names is not None:
+        wanted = [n.strip() for n in knob_names.split(",") if n.strip()]
+        known = {k.name: k for k in knobs} | {k.short: k for k in knobs}
+        bad = [n for n in wanted if n not in known]
+        if bad or not wanted:
+            raise XoverError(f"--knobs {knob_names!r}: choose from {', '.join(k.name for k in knobs)} (or lm, ub, b, nopo, t)")
+        names = {known[n].name for n in wanted}
+        knobs = tuple(k for k in knobs if k.name in names)
+
+    response = response_tokens
+    if lengths is not None:
+        if workload != "agentic":
+            raise XoverError("give either --lengths or --workload FILE, not both")
+        from xover.config import parse_lengths
+
+        the_workload: adv.Workload | None = adv.uniform_workload(parse_lengths(lengths), response)
+    elif workload == "agentic":
+        the_workload = None
+    else:
+        path = Path(workload)
+        try:
+            text = path.read_text()
+        except OSError as e:
+            raise XoverError(f"--workload {workload}: cannot read it ({e.strerror or e}); give agentic or a file of turns") from None
+        the_workload = adv.parse_workload(text, response, path.name)
+
+    levels = tuple(benchrun.parse_int_list("--ncmoe", _joined(ncmoe))) if ncmoe else (None,)
+    spec = AdviseSpec(
+        model=model, knobs=knobs, ncmoe=levels, workload=the_workload, response_tokens=response, repetitions=repetitions,
+        n_gen=n_gen, chunk=chunk, budget_s=budget_s, confirm=confirm, confirm_repetitions=confirm_reps, timeout_s=timeout_s,
+    )
+    study_dir = study_dir or Path("studies") / time.strftime("advise-%Y%m%d-%H%M%S")
+    binaries = resolve(llama_bin_dir)
+
+    def on_event(event: object) -> None:
+        from rich.markup import escape
+
+        from xover.ttftrun import ConfigFailed, SampleDone, ServerUp
+
+        if isinstance(event, ServerUp):
+            console.print(f"confirming with llama-server: {escape(event.label)}")
+        elif isinstance(event, SampleDone) and event.sample.first_token_ns is not None:
+            console.print(f"    L={event.sample.length} cold TTFT {event.sample.first_token_ns / 1e6:,.0f} ms")
+        elif isinstance(event, ConfigFailed):
+            console.print(f"[red]    {escape(event.label)}: {escape(event.reason)}[/]")
+        elif isinstance(event, Note):
+            console.print(f"[dim]{escape(event.text)}[/]")
+        elif isinstance(event, Measuring):
+            console.print(f"[bold]{event.number:>3}[/] {escape(event.label)} ...")
+        elif isinstance(event, Measured):
+            e, m = event.estimate, event.measurement
+            stored = " (stored)" if m.reused else ""
+            if e is None:
+                console.print(f"[red]    failed: {escape(m.failure or '')}[/]")
+            else:
+                console.print(f"    {e.turn_s:.3f} s per turn (TTFT {e.ttft_s:.3f} s, spread {e.spread_s:.3f} s){stored}")
+
+    advice = run_advise(spec, binaries, study_dir, command=["xover", *sys.argv[1:]], on_event=on_event)
+    click.echo(advise_section_markdown(advice), nl=False)
+    console.print(f"{advice.measurements} measurements ({advice.reused} reused); advice stored as artifact "
+                  f"{adv.ARTIFACT!r} in {study_dir / 'results.sqlite'}")

@@ -1,0 +1,161 @@
+"""The knob sweeps and `xover advise` against the real CPU llama-bench and llama-server on tiny-moe.
+
+On a CPU-only build the GPU knobs (-lm none, -nopo, GGML_OP_OFFLOAD_MIN_BATCH) change nothing that
+matters, yet they must be passed through, recorded, measured and named when their effect stays
+within noise. Two shared cores make every effect noisy: these tests assert structure and the noise
+rule, never which knob wins. Sizes are small (prompts of 512-1024 tokens, -r 2).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from xover import advise, benchrun
+from xover.cli import main
+from xover.llamacpp import process
+from xover.llamacpp.binaries import Binaries
+from xover.records import ServerConfig
+from xover.report.advise import advise_section_html, advise_section_markdown
+from xover.store import Store
+
+pytestmark = pytest.mark.real
+
+MIN_BATCH = ("GGML_OP_OFFLOAD_MIN_BATCH", "1024")
+
+
+@pytest.fixture(autouse=True)
+def no_child_left() -> Iterator[None]:
+    yield
+    assert process.live_pids() == [], "a llama process started by a test is still running"
+
+
+def _run(argv: list[str]) -> None:
+    try:
+        main(argv)
+    except SystemExit as e:
+        assert e.code in (0, None)
+
+
+def test_bench_sweeps_load_mode_and_batch_and_records_peak_memory(llama_bins: Binaries, tiny_model: Path,
+                                                                  tmp_path: Path) -> None:
+    spec = benchrun.SweepSpec(
+        model=tiny_model, depths=(0, 512), n_prompt=256, n_gen=16, repetitions=2, load_mode=("none", "mmap"),
+        batch=(1024,), ubatch=(256,), no_op_offload=(1,), threads=(2,), env=(("GGML_OP_OFFLOAD_MIN_BATCH", ("1024",)),),
+    )
+    outcome = benchrun.run_sweep(spec, llama_bins, tmp_path, command=["test"])
+    assert outcome.failures == () and outcome.stored == 8
+    assert [c.label for c in outcome.configs] == ["lm=none", "lm=mmap"]
+    with Store(tmp_path) as store:
+        results = store.bench_results()
+        peaks = benchrun.memory_by_config(store)
+        stored_configs = {c.key: c for c in store.configs("bench")}
+    for config in outcome.configs:
+        lm = dict(config.fields)["-lm"]
+        records = [r.record for _, _, _, r in results if r.config_key == config.key]
+        assert len(records) == 4
+        # what llama-bench says it ran: every swept knob, the GPU ones included
+        assert {(r["load_mode"], r["n_batch"], r["n_ubatch"], r["no_op_offload"], r["n_threads"]) for r in records} == {
+            (lm, 1024, 256, 1, 2)
+        }
+        assert stored_configs[config.key].env == (MIN_BATCH,)  # the environment knob, recorded with the configuration
+        use = peaks[config.key]
+        assert use.peak_rss_bytes is not None and use.peak_rss_bytes > 4 << 20
+        kinds = {(dev, kind) for dev, kind, _ in use.buffers}
+        assert {("CPU", "KV"), ("CPU", "compute")} <= kinds
+        assert (("CPU_Mapped", "model") in kinds) == (lm == "mmap")  # mmap maps the file; none reads it into a buffer
+        assert use.device_bytes is None  # a CPU build allocates nothing on an accelerator
+
+
+def test_ttft_takes_the_same_knobs_and_records_server_memory(llama_bins: Binaries, tiny_model: Path, tmp_path: Path,
+                                                             capsys: pytest.CaptureFixture[str]) -> None:
+    _run(["ttft", "-m", str(tiny_model), "--load-mode", "none", "--ubatch", "128,256", "--no-op-offload", "1",
+          "--env", "GGML_OP_OFFLOAD_MIN_BATCH=1024", "--lengths", "128,256", "-r", "1", "--response-tokens", "8",
+          "--threads", "2", "-o", str(tmp_path), "--llama-bin-dir", str(llama_bins.bin_dir)])
+    out = capsys.readouterr().out
+    assert "ub=128" in out and "ub=256" in out
+    with Store(tmp_path) as store:
+        configs = store.configs("server")
+        samples = [s for _, _, _, s in store.ttft_samples()]
+        peaks = benchrun.memory_by_config(store, source="llama-server")
+    assert [c.label for c in configs] == ["ub=128", "ub=256"]
+    for config, ub in zip(configs, ("128", "256")):
+        assert isinstance(config, ServerConfig)
+        args = list(config.args)
+        assert args[args.index("-lm") + 1] == "none" and args[args.index("-ub") + 1] == ub and "--no-op-offload" in args
+        assert config.env == (MIN_BATCH,)
+        use = peaks[config.key]
+        assert use.peak_rss_bytes is not None and ("CPU", "KV") in {(d, k) for d, k, _ in use.buffers}
+    assert len(samples) == 4 and all(s.cache_ok for s in samples)
+    logs = sorted((tmp_path / "logs").iterdir())
+    assert all("-lv 4" in log.read_text().splitlines()[0] for log in logs)
+
+
+def test_advise_searches_ranks_names_knobs_without_effect_and_stores_its_advice(
+    llama_bins: Binaries, tiny_model: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    _run(["advise", "-m", str(tiny_model), "--ncmoe", "0", "--lengths", "512,1024", "--response-tokens", "16",
+          "--knobs", "lm,ub,nopo,GGML_OP_OFFLOAD_MIN_BATCH", "--ubatch", "256", "-r", "2", "--pp", "512", "--tg", "16",
+          "--confirm-reps", "1", "-o", str(tmp_path), "--llama-bin-dir", str(llama_bins.bin_dir)])
+    out = capsys.readouterr().out
+    with Store(tmp_path) as store:
+        (body,) = [b for _, _, b in store.artifacts(advise.ARTIFACT)]
+        bench_configs = {c.label: c for c in store.configs("bench")}
+    advice = advise.advice_from_dict(body)
+    (search,) = advice.searches
+    assert advice.backend == "CPU" and advice.workload.lengths == (512, 1024)
+
+    # the search: defaults, one trial per candidate, and the kept values together when two or more were kept
+    kept = [v.knob for v in search.verdicts if v.kept is not None]
+    assert search.measurements == 1 + 4 + (1 if len(kept) >= 2 else 0)
+    assert [t.setting for t in search.trials][:5] == [
+        (), (("load-mode", "none"),), (("ubatch-size", "256"),), (("no-op-offload", "1"),), (MIN_BATCH,),
+    ]
+    # the GPU knobs were passed through and are what llama-bench reports having run
+    effective = {t.setting: dict(t.measurement.effective) for t in search.trials}
+    assert effective[(("load-mode", "none"),)]["load_mode"] == "none"
+    assert effective[(("no-op-offload", "1"),)]["no_op_offload"] == "1"
+    assert bench_configs["ncmoe=0 GGML_OP_OFFLOAD_MIN_BATCH=1024"].env == (MIN_BATCH,)
+
+    # the noise rule, from each configuration's spread between repetitions
+    base = search.defaults.estimate
+    assert base is not None and len(base.turn_samples_s) == 2
+    for v in search.verdicts:
+        for e in v.effects:
+            trial = next(t for t in search.trials if t.varied == v.knob and dict(t.setting)[v.knob] == e.value)
+            assert trial.estimate is not None
+            assert e.noise_s == max(trial.estimate.spread_s, base.spread_s)
+            assert e.within_noise == advise.within_noise(trial.estimate, base)
+        assert v.no_effect == all(e.within_noise for e in v.effects)
+        if v.kept is not None:
+            assert v.best is not None and v.best.change_s < -v.best.noise_s
+    # it still ranks: the recommendation is the fastest measured, unless within noise of the defaults
+    fastest = min((t for t in search.trials if t.estimate), key=lambda t: t.estimate.turn_s)  # type: ignore[union-attr]
+    assert search.recommended in ((), fastest.setting)
+    # the theory expects nothing of the GPU knobs on a CPU-only build
+    for setting in ((("load-mode", "none"),), (("no-op-offload", "1"),), (MIN_BATCH,)):
+        expected = advice.expectation(search, setting)
+        assert expected is not None and expected.change == pytest.approx(1.0) and "CPU-only build" in expected.note
+    # memory measured for every configuration
+    assert all(t.measurement.peak_rss_bytes for t in search.trials)
+
+    md = advise_section_markdown(advice)
+    assert md in out  # the command prints what it stores
+    assert "llama-server -m " in md and "Recommendation: " in md
+    no_effect = advice.no_effect(search)
+    assert ("no effect on this hardware (within measurement noise): " + ", ".join(no_effect) in md) == bool(no_effect)
+    if search.recommended != ():
+        assert advice.confirmation is not None and "Confirmed through llama-server" in md
+        assert [p.length for p in advice.confirmation.defaults] == [512, 1024]
+    assert advise_section_html(advice).count("<table>") >= 1
+
+    # the same command again reuses every measurement from the store
+    _run(["advise", "-m", str(tiny_model), "--ncmoe", "0", "--lengths", "512,1024", "--response-tokens", "16",
+          "--knobs", "lm,ub,nopo,GGML_OP_OFFLOAD_MIN_BATCH", "--ubatch", "256", "-r", "2", "--pp", "512", "--tg", "16",
+          "--no-confirm", "-o", str(tmp_path), "--llama-bin-dir", str(llama_bins.bin_dir)])
+    with Store(tmp_path) as store:
+        again = advise.advice_from_dict(store.artifacts(advise.ARTIFACT)[-1][2])
+    assert again.reused == again.measurements == search.measurements
+    assert again.searches[0].recommended == search.recommended

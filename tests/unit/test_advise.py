@@ -1,0 +1,364 @@
+"""xover advise, pure parts: the TTFT integral, the coordinate search against a fake with a planted
+optimum (and its measurement count), the noise rule, the theory's expectations, the crossover
+revisited, the stored record and its renderers."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from xover import advise
+from xover.advise import (
+    DEFAULTS,
+    Advice,
+    Measurement,
+    RateSamples,
+    ServerPoint,
+    Setting,
+    Turn,
+    Workload,
+)
+from xover.analysis.theory import model_terms
+from xover.errors import XoverError
+from xover.gguf.presets import PRESETS
+from xover.gguf.shapes import tensor_table
+from xover.hardware import builtin
+from xover.report.advise import advise_section_html, advise_section_markdown
+
+KNOBS = advise.default_knobs(cpu_count=2)  # threads candidates 1 and 2
+DEPTHS = (0, 10_240, 20_480, 30_720, 40_960)
+AGENTIC = advise.agentic_workload(200)
+
+
+def _samples(value: float, reps: int, jitter: float) -> tuple[float, ...]:
+    return tuple(value * (1 + jitter * (i - (reps - 1) / 2)) for i in range(reps))
+
+
+def fake(pp_factor: Callable[[dict[str, str]], float], tg_factor: Callable[[dict[str, str]], float] = lambda s: 1.0,
+         calls: list[Setting] | None = None, reps: int = 3, jitter: float = 0.002, pp0: float = 3000.0,
+         tg0: float = 60.0, fail: Callable[[dict[str, str]], bool] = lambda s: False) -> Callable[[Setting], Measurement]:
+    """A machine whose prefill slows linearly with depth and whose knobs scale prefill and decode."""
+    def measure(setting: Setting) -> Measurement:
+        if calls is not None:
+            calls.append(setting)
+        s = dict(setting)
+        if fail(s):
+            return Measurement(failure="out of memory")
+        pp = tuple(RateSamples(d, 4096, _samples(pp0 * pp_factor(s) / (1 + d / 20_000), reps, jitter)) for d in DEPTHS)
+        tg = tuple(RateSamples(d, 64, _samples(tg0 * tg_factor(s) / (1 + d / 80_000), reps, jitter)) for d in DEPTHS)
+        return Measurement(pp, tg, effective=(("n_threads", "2"), ("backends", "CUDA")), peak_rss_bytes=1 << 30)
+    return measure
+
+
+def planted(s: dict[str, str]) -> float:
+    """The planted optimum: pinned weights (2x) and a 2048-token ubatch (1.5x); everything else hurts or
+    does nothing."""
+    f = 2.0 if s.get("load-mode") == "none" else 1.0
+    f *= {"1024": 1.3, "2048": 1.5, "4096": 1.4}.get(s.get("ubatch-size", ""), 1.0)
+    f *= 0.4 if s.get("no-op-offload") == "1" else 1.0
+    f *= 0.5 if s.get("GGML_OP_OFFLOAD_MIN_BATCH") == "1024" else 1.0
+    return f
+
+
+# ---- the objective --------------------------------------------------------------------------------
+
+
+def test_ttft_integrates_prefill_time_over_depth() -> None:
+    # constant speed: L / tps
+    assert advise.ttft_s([(0, 512, 1000.0)], 4096) == pytest.approx(4.096)
+    # s = 1 ms/token at x = 250 (d0 + 500/2), 2 ms at 1250 (d1000 + 250): flat before, linear between,
+    # the slope continued after: 0.25 + 1.5 + (2 + 2.75) / 2 * 0.75 = 3.53125 s
+    assert advise.ttft_s([(0, 500, 1000.0), (1000, 500, 500.0)], 2000) == pytest.approx(3.53125)
+    # a falling last segment (noise) is not extended downwards
+    assert advise.ttft_s([(0, 500, 500.0), (1000, 500, 1000.0)], 2250) == pytest.approx(0.5 + 1.5 + 1.0)
+    # decode: time per token linear in depth, flat beyond the ends
+    assert advise.decode_s_per_token([(0, 100.0), (1000, 50.0)], 500) == pytest.approx(0.015)
+    assert advise.decode_s_per_token([(0, 100.0), (1000, 50.0)], 0) == pytest.approx(0.01)
+
+
+def test_estimate_is_the_workload_average_with_a_spread_from_repetitions() -> None:
+    w = Workload("two", (Turn(1000, 10), Turn(3000, 10, weight=3.0)))
+    m = Measurement(prefill=(RateSamples(0, 500, (900.0, 1000.0, 1100.0)),), decode=(RateSamples(0, 10, (10.0, 10.0, 10.0)),))
+    e = advise.estimate(m, w)
+    assert e.ttft_s == pytest.approx((1.0 + 3 * 3.0) / 4)
+    assert e.turn_s == pytest.approx(e.ttft_s + 1.0)
+    assert len(e.turn_samples_s) == 3
+    assert e.spread_s == pytest.approx(2.5 / 0.9 - 2.5 / 1.1)
+
+
+def test_noise_rule_compares_a_difference_with_the_larger_spread() -> None:
+    a = advise.Estimate(10.0, 9.0, 1.0, (9.8, 10.2))
+    assert advise.within_noise(a, advise.Estimate(10.3, 9.3, 1.0, (10.0, 10.5)))  # 0.3 <= 0.5
+    assert not advise.within_noise(a, advise.Estimate(10.5, 9.5, 1.0, (10.45, 10.55)))  # 0.5 > 0.4
+
+
+# ---- the search, against a fake with a planted optimum ---------------------------------------------
+
+
+def test_coordinate_search_finds_the_planted_optimum_in_ten_measurements() -> None:
+    calls: list[Setting] = []
+    search = advise.coordinate_search(KNOBS, fake(planted, calls=calls), AGENTIC, n_cpu_moe=18)
+
+    # 1 defaults + lm(1) + ub(3) + b(1) + nopo(1) + min batch(1) + threads(1: "2" is what the defaults ran)
+    # + the two kept knobs together
+    assert len(calls) == search.measurements == 10
+    assert calls[0] == DEFAULTS
+    assert len(set(calls)) == len(calls)  # nothing measured twice
+    assert (("ubatch-size", "4096"), ("batch-size", "4096")) in calls  # a ubatch above -b raises -b with it
+    assert search.recommended == search.combination == (("load-mode", "none"), ("ubatch-size", "2048"))
+    assert calls[-1] == search.recommended
+    by_knob = {v.knob: v for v in search.verdicts}
+    assert by_knob["load-mode"].kept == "none" and by_knob["ubatch-size"].kept == "2048"
+    assert by_knob["threads"].skipped == ("2",) and [e.value for e in by_knob["threads"].effects] == ["1"]
+    assert by_knob["batch-size"].no_effect and by_knob["batch-size"].kept is None  # exactly no effect
+    assert not by_knob["no-op-offload"].no_effect and by_knob["no-op-offload"].kept is None  # slower: an effect
+    # prefill 3x faster: most of a turn is prefill at these lengths
+    assert 2.0 < search.gain < 3.0
+    assert advise.setting_label(KNOBS, search.recommended) == "lm=none ub=2048"
+
+
+def test_a_single_kept_knob_needs_no_combination_measurement() -> None:
+    calls: list[Setting] = []
+
+    def only_lm(s: dict[str, str]) -> float:
+        return 2.0 if s.get("load-mode") == "none" else 1.0
+
+    search = advise.coordinate_search(KNOBS, fake(only_lm, calls=calls), AGENTIC)
+    assert len(calls) == 9 and search.recommended == (("load-mode", "none"),)
+
+
+def test_effects_within_noise_keep_the_defaults_and_are_reported_as_no_effect() -> None:
+    # every knob moves prefill by 0.1 %, well inside a +-1 % spread between repetitions
+    search = advise.coordinate_search(KNOBS, fake(lambda s: 1.001 if s else 1.0, jitter=0.01), AGENTIC)
+    assert search.recommended == DEFAULTS and search.combination == DEFAULTS
+    assert all(v.no_effect and v.kept is None for v in search.verdicts)
+    assert search.measurements == 9 and search.gain == 1.0
+
+
+def test_failed_candidates_are_recorded_and_never_recommended() -> None:
+    search = advise.coordinate_search(KNOBS, fake(planted, fail=lambda s: s.get("ubatch-size") in ("2048", "4096")), AGENTIC)
+    ub = next(v for v in search.verdicts if v.knob == "ubatch-size")
+    assert ub.failed == ("2048", "4096") and ub.kept == "1024"
+    assert search.recommended == (("load-mode", "none"), ("ubatch-size", "1024"))
+    failed = [t for t in search.trials if t.estimate is not None or t.measurement.failure]
+    assert len(failed) == search.measurements
+
+
+def test_defaults_that_cannot_run_say_what_to_change() -> None:
+    with pytest.raises(XoverError, match="defaults could not be measured at ncmoe=4 .*out of memory.*--ncmoe"):
+        advise.coordinate_search(KNOBS, fake(planted, fail=lambda s: True), AGENTIC, n_cpu_moe=4)
+
+
+# ---- configurations -------------------------------------------------------------------------------
+
+
+def test_settings_become_llama_bench_and_llama_server_configurations() -> None:
+    setting = advise.normalize(KNOBS, {"threads": "8", "GGML_OP_OFFLOAD_MIN_BATCH": "1024", "no-op-offload": "1",
+                                       "ubatch-size": "4096", "load-mode": "none", "batch-size": "2048"})
+    assert setting == (("load-mode", "none"), ("ubatch-size", "4096"), ("batch-size", "4096"), ("no-op-offload", "1"),
+                       ("GGML_OP_OFFLOAD_MIN_BATCH", "1024"), ("threads", "8"))
+    assert advise.normalize(KNOBS, {"ubatch-size": "512", "threads": "auto"}) == DEFAULTS  # llama.cpp's defaults
+    config = advise.llama_config(KNOBS, setting, 18, "x")
+    bench = config.bench_config()
+    assert bench.fields == (("-ncmoe", "18"), ("-lm", "none"), ("-ub", "4096"), ("-b", "4096"), ("-t", "8"), ("-nopo", "1"))
+    assert bench.env == (("GGML_OP_OFFLOAD_MIN_BATCH", "1024"),)
+    assert advise.server_command(config, "m.gguf") == (
+        "GGML_OP_OFFLOAD_MIN_BATCH=1024 llama-server -m m.gguf -ncmoe 18 -lm none -ub 4096 -b 4096 -t 8 --no-op-offload"
+    )
+    assert advise.llama_config(KNOBS, DEFAULTS, None, "d").bench_config().fields == ()
+    with pytest.raises(XoverError, match="unknown knob 'ub'"):
+        advise.with_candidates(KNOBS, "ub", ["1"])
+
+
+# ---- workloads ------------------------------------------------------------------------------------
+
+
+def test_workload_files_lengths_and_representative_points() -> None:
+    w = advise.parse_workload("# turns of a session\n12k, 300\n20000\n\n30k 100 2\n", 200, "w.txt")
+    assert [(t.length, t.response, t.weight) for t in w.turns] == [(12288, 300, 1.0), (20000, 200, 1.0), (30720, 100, 2.0)]
+    assert w.depths() == (0, 12288, 20000, 30720)
+    for bad, message in (("x", "not a token count"), ("1,2,3,4", "PROMPT_TOKENS"), ("1,2,w", "weight"), ("#", "no turns")):
+        with pytest.raises(XoverError, match=message):
+            advise.parse_workload(bad, 200, "w.txt")
+    many = Workload("many", tuple(Turn(L, 10) for L in range(1000, 9000, 1000)))
+    assert many.representative() == (2000, 4000, 6000, 8000)  # weighted quartiles, ending at the longest
+    assert AGENTIC.scaled(1 / 4).lengths == (2560, 5120, 7680, 10240)
+    assert "uniform over 10K, 20K, 30K, 40K tokens, 200-token responses" in AGENTIC.describe()
+
+
+def test_the_default_workload_is_halved_until_a_measurement_fits_the_budget() -> None:
+    def seconds(w: Workload) -> float:
+        return advise.measurement_seconds(w.depths(), 4096, 64, 3, pp_tps=5000.0, tg_tps=100.0)
+
+    full = seconds(AGENTIC)
+    assert full == pytest.approx(4 * 102_400 / 5000 + 5 * 4 * (4096 / 5000 + 64 / 100))
+    scaled, factor = advise.fit_to_budget(AGENTIC, seconds, budget_s=full / 2, min_length=512)
+    assert factor == 1 / 4 and seconds(scaled) <= full / 2 < seconds(AGENTIC.scaled(1 / 2))
+    floor, f = advise.fit_to_budget(AGENTIC, seconds, budget_s=1.0, min_length=4096)  # never below one chunk
+    assert f == 1 / 2 and min(floor.lengths) == 5120
+
+
+# ---- theory ---------------------------------------------------------------------------------------
+
+
+def test_theory_expects_pinned_copies_and_no_effect_on_cpu_only_builds() -> None:
+    terms = model_terms(tensor_table(PRESETS["qwen3-30b-a3b"]))
+    search = advise.coordinate_search(KNOBS, fake(planted), AGENTIC, n_cpu_moe=18)
+    gpu = {e.setting: e for e in advise.expectations(terms, builtin("h200"), KNOBS, search, AGENTIC, gpu_build=True)}
+    lm, nopo = gpu[(("load-mode", "none"),)], gpu[(("no-op-offload", "1"),)]
+    assert lm.change is not None and lm.change < 0.8 and "pinned memory at 55.5 GB/s" in lm.note and "pageable at 7.3" in lm.note
+    assert nopo.change is not None and nopo.change != pytest.approx(1.0) and "computed on the CPU" in nopo.note
+    assert gpu[(("ubatch-size", "2048"),)].change < 1.0  # type: ignore[operator]
+    assert gpu[(("batch-size", "4096"),)].change == pytest.approx(1.0)
+    assert gpu[(("threads", "1"),)].change is None and "not modelled" in gpu[(("threads", "1"),)].note
+    assert "stay on the CPU" in gpu[(("GGML_OP_OFFLOAD_MIN_BATCH", "1024"),)].note
+    # the same hardware with a CPU-only llama.cpp build: GPU knobs expect nothing
+    cpu = {e.setting: e for e in advise.expectations(terms, builtin("h200"), KNOBS, search, AGENTIC, gpu_build=False)}
+    for setting in ((("load-mode", "none"),), (("no-op-offload", "1"),), (("GGML_OP_OFFLOAD_MIN_BATCH", "1024"),)):
+        assert cpu[setting].change == pytest.approx(1.0) and "CPU-only build" in cpu[setting].note
+
+
+# ---- the crossover, revisited ---------------------------------------------------------------------
+
+
+def _flat(pp: float, tg: float) -> Measurement:
+    """Speeds that do not depend on depth: TTFT(L) = L / pp exactly."""
+    depths = (0, 4096, 8192, 16384)
+    return Measurement(tuple(RateSamples(d, 512, _samples(pp, 3, 1e-4)) for d in depths),
+                       tuple(RateSamples(d, 64, _samples(tg, 3, 1e-4)) for d in depths))
+
+
+def test_crossover_revisited_moves_with_the_recommended_settings() -> None:
+    # A: all experts on the GPU (fast prefill, slow decode); B: experts in host memory. With R = 200:
+    # defaults  L/2000 + 10 = L/1000 + 5  -> 10,000 tokens
+    # knobs     L/4000 + 10 = L/1500 + 5  -> 12,000 tokens
+    lengths = (2000, 4000, 8000, 12000, 16000)
+    (pair,) = advise.revisit_crossovers(
+        [("ncmoe=0", _flat(2000, 20), _flat(4000, 20)), ("ncmoe=18", _flat(1000, 40), _flat(1500, 40))], lengths, 200, n_boot=0,
+    )
+    assert (pair.a, pair.b) == ("ncmoe=0", "ncmoe=18")
+    assert [c.length for c in pair.at_defaults.interpolated] == [pytest.approx(10_000, rel=1e-3)]
+    assert [c.length for c in pair.with_knobs.interpolated] == [pytest.approx(12_000, rel=1e-3)]
+    assert pair.at_defaults.faster_at(0) == "ncmoe=18" and pair.at_defaults.faster_at(len(lengths) - 1) == "ncmoe=0"
+
+
+def test_server_confirmation_averages_over_the_workload() -> None:
+    w = Workload("w", (Turn(1000, 100), Turn(2000, 100)))
+    points = [ServerPoint(1000, 0.5, 50.0), ServerPoint(2000, 1.5, 25.0)]
+    assert advise.server_turn_s(points, w) == pytest.approx(((0.5 + 2.0) + (1.5 + 4.0)) / 2)
+    c = advise.confirmation(18, points, [ServerPoint(1000, 0.25, 50.0), ServerPoint(2000, 0.75, 25.0)], w, 2)
+    assert c.gain == pytest.approx(4.0 / 3.5)
+
+
+# ---- the stored record and its renderers ----------------------------------------------------------
+
+
+def _advice() -> Advice:
+    terms = model_terms(tensor_table(PRESETS["qwen3-30b-a3b"]))
+    searches = tuple(advise.coordinate_search(KNOBS, fake(planted, pp0=pp0, tg0=tg0), AGENTIC, n)
+                     for n, pp0, tg0 in ((0, 4000.0, 30.0), (18, 3000.0, 60.0)))
+    lengths = AGENTIC.representative()
+    return Advice(
+        model="models/<qwen>.gguf", backend="CUDA", hardware="h200", workload=AGENTIC, workload_note="",
+        chunk=4096, n_gen=64, repetitions=3, knobs=KNOBS, searches=searches,
+        expectations=tuple(e for s in searches for e in advise.expectations(terms, builtin("h200"), KNOBS, s, AGENTIC, True)),
+        crossovers=advise.revisit_crossovers([(s.label, s.defaults.measurement, s.best.measurement) for s in searches],
+                                             lengths, 200, n_boot=20),
+        confirmation=advise.confirmation(18, [ServerPoint(L, L / 2000, 50.0) for L in lengths],
+                                         [ServerPoint(L, L / 6000, 50.0) for L in lengths], AGENTIC, 2),
+    )
+
+
+def test_the_advice_round_trips_through_its_stored_form() -> None:
+    advice = _advice()
+    stored = json.loads(json.dumps(advice.to_dict()))
+    assert stored["schema"] == advise.SCHEMA
+    assert advise.advice_from_dict(stored) == advice
+    with pytest.raises(XoverError, match="rerun xover advise"):
+        advise.advice_from_dict({"schema": "other"})
+
+
+def test_renderers_show_the_recommendation_the_command_and_the_crossovers() -> None:
+    advice = _advice()
+    assert advice.best.n_cpu_moe == 18 and advice.measurements == 20
+    md = advise_section_markdown(advice)
+    assert "Recommendation: ncmoe=18 lm=none ub=2048" in md
+    assert "llama-server -m models/<qwen>.gguf -ncmoe 18 -lm none -ub 2048" in md
+    assert "Confirmed through llama-server" in md and "The crossover, revisited" in md
+    assert "| ncmoe=0 vs ncmoe=18 |" in md
+    assert "batch-size: no effect on this hardware" in md
+    page = advise_section_html(advice)
+    assert page.startswith('<section class="advise">') and "models/&lt;qwen&gt;.gguf" in page and "<qwen>" not in page
+    assert page.count("<table>") == 4  # the confirmation, two levels, the crossovers
+
+
+# ---- reading measurements back from the store -----------------------------------------------------
+
+
+def test_measurements_are_read_back_from_the_store(tmp_path: Path) -> None:
+    from xover import benchrun
+    from xover.advise_run import is_gpu_build, measurement_from_store
+    from xover.llamacpp import memory
+    from xover.records import BenchResult, Provenance
+    from xover.store import Store
+
+    config = advise.llama_config(KNOBS, (("load-mode", "none"),), 18, "ncmoe=18 lm=none").bench_config()
+    sweep = benchrun.SweepSpec(model=Path("m.gguf"), depths=(0, 1024), n_prompt=512, n_gen=16, repetitions=2)
+    record = {"n_threads": 16, "load_mode": "none", "no_op_offload": 0, "backends": "CUDA", "model_type": "x"}
+
+    def result(n_prompt: int, n_gen: int, depth: int, tps: float) -> BenchResult:
+        return BenchResult(config.key, n_prompt, n_gen, depth, (1, 1), (tps, tps * 1.1), tps, 0.0, record)
+
+    prov = Provenance(None, None, None, None, None, None, None, "h", "Linux", "0", None)
+    with Store(tmp_path) as store:
+        run = store.begin_run("bench", ["test"], prov)
+        store.put_config(config)
+        for r in (result(512, 0, 0, 5000.0), result(0, 16, 0, 90.0), result(512, 0, 1024, 4000.0)):
+            store.add_bench_result(run, "mk", r)
+        assert measurement_from_store(store, config, "mk", sweep, None, False).failure == "llama-bench left tests unmeasured"
+        store.add_bench_result(run, "mk", result(0, 16, 1024, 80.0))
+        store.add_bench_result(run, "other-model", result(512, 0, 1024, 1.0))
+        store.add_artifact(run, memory.ARTIFACT, {"config_key": config.key, "source": "llama-bench",
+                                                  **memory.MemoryUse(5 << 30, (("CUDA0", "model", 9 << 30),)).to_dict()})
+        m = measurement_from_store(store, config, "mk", sweep, None, True)
+        failed = measurement_from_store(store, config, "mk", sweep, "llama-bench exited with code 1", False)
+    assert m.ok and m.reused and m.repetitions == 2
+    assert [(r.depth, r.tokens, r.samples_tps) for r in m.prefill] == [(0, 512, (5000.0, 5500.0)), (1024, 512, (4000.0, 4400.0))]
+    assert [r.depth for r in m.decode] == [0, 1024]
+    assert dict(m.effective) == {"n_threads": "16", "load_mode": "none", "no_op_offload": "0", "backends": "CUDA"}
+    assert (m.peak_rss_bytes, m.device_bytes) == (5 << 30, 9 << 30)
+    assert failed.failure == "llama-bench exited with code 1" and not failed.ok
+    assert is_gpu_build("CUDA") and is_gpu_build("CPU,Vulkan") and not is_gpu_build("CPU") and not is_gpu_build("BLAS,CPU")
+
+
+def test_doubts_name_kept_values_the_theory_rules_out_and_combinations_that_do_not_add_up() -> None:
+    def interacting(s: dict[str, str]) -> float:
+        """nopo=1 "helps" on a CPU build (drift), ub=2048 helps, together they do not."""
+        if s.get("no-op-offload") == "1" and s.get("ubatch-size") == "2048":
+            return 1.0
+        return {"1": 1.3}.get(s.get("no-op-offload", ""), 1.0) * {"2048": 1.5}.get(s.get("ubatch-size", ""), 1.0)
+
+    search = advise.coordinate_search(KNOBS, fake(interacting), AGENTIC, n_cpu_moe=0)
+    assert search.recommended == (("ubatch-size", "2048"),)  # the fastest measured, not the combination
+    terms = model_terms(tensor_table(PRESETS["tiny-moe"]))
+    advice = dataclasses.replace(_advice(), searches=(search,), crossovers=(), confirmation=None,
+                                 expectations=advise.expectations(terms, builtin("cpu"), KNOBS, search, AGENTIC, False))
+    doubts = advice.doubts(search)
+    assert len(doubts) == 2
+    assert doubts[0].startswith("no-op-offload=1 was kept, but the theory expects no effect here")
+    assert "measured slower than ub=2048 alone" in doubts[1]
+    assert "doubt: no-op-offload=1 was kept" in advise_section_markdown(advice)
+
+
+def test_a_confirmation_slower_than_the_defaults_is_reported_as_not_confirmed() -> None:
+    advice = _advice()
+    lengths = AGENTIC.representative()
+    slower = advise.confirmation(18, [ServerPoint(L, L / 6000, 50.0) for L in lengths],
+                                 [ServerPoint(L, L / 2000, 50.0) for L in lengths], AGENTIC, 2)
+    md = advise_section_markdown(dataclasses.replace(advice, confirmation=slower))
+    assert "NOT confirmed through llama-server" in md and "Keep the defaults" in md
+    assert "Confirmed through" not in md
