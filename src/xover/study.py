@@ -147,7 +147,7 @@ def stage_ttft(spec: StudySpec, model: Path, binaries: Binaries, study_dir: Path
     with Store(study_dir) as store:
         todo = []
         for c in spec.configs:
-            sspec = ServerSpec(model=model, label=c.name, ctx_size=ctx, extra_args=c.server_args_list())
+            sspec = ServerSpec(model=model, label=c.name, ctx_size=ctx, extra_args=c.server_args_list(), env=c.env)
             missing = missing_ttft(store, spec, mk, sspec.config().key, fresh)
             if missing:
                 todo.append((c, sspec, missing))

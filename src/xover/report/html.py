@@ -81,6 +81,16 @@ def point_table(report: Report) -> tuple[list[str], list[list[str]]]:
     return header, rows
 
 
+def _stored_advice(data: StudyData) -> object | None:
+    """The latest `xover advise` result stored in the study, if any."""
+    found = [body for _, name, body in data.artifacts if name == "advise"]
+    if not found:
+        return None
+    from xover.advise import advice_from_dict
+
+    return advice_from_dict(found[-1])
+
+
 def _first_crossover(report: Report) -> float | None:
     """The first measured (interpolated) crossover of any pair, for the session verdict."""
     found = [c.length for p in report.pairs for c in p.interpolated if c.kind == "cross"]
@@ -291,6 +301,11 @@ def render_html(report: Report) -> str:
     from xover.report.session import session_section_html
 
     parts.append(cache_section_html(d))
+    advice = _stored_advice(d)
+    if advice is not None:
+        from xover.report.advise import advise_section_html
+
+        parts.append(advise_section_html(advice))
     if d.session:
         parts.append(session_section_html(d.session, crossover_tokens=_first_crossover(report)))
     if d.failures:
@@ -320,6 +335,11 @@ def render_markdown(report: Report) -> str:
     from xover.report.session import session_section_markdown
 
     out.append(cache_section_markdown(d))
+    advice = _stored_advice(d)
+    if advice is not None:
+        from xover.report.advise import advise_section_markdown
+
+        out.append(advise_section_markdown(advice))
     if d.session:
         out.append(session_section_markdown(d.session, crossover_tokens=_first_crossover(report)))
     timing = prediction_timing(d)
