@@ -415,14 +415,18 @@ def _bench_from_row(r: sqlite3.Row) -> BenchResult:
     )
 
 
+def _timings_from_row(r: sqlite3.Row) -> ServerTimings | None:
+    """The server's timings columns of a row (TTFT samples and session turns share them)."""
+    if all(r[k] is None for k in ("cache_n", "prompt_n", "prompt_ms", "predicted_n")):
+        return None
+    return ServerTimings(
+        cache_n=r["cache_n"], prompt_n=r["prompt_n"], prompt_ms=r["prompt_ms"], prompt_per_second=r["prompt_per_second"],
+        predicted_n=r["predicted_n"], predicted_ms=r["predicted_ms"], predicted_per_second=r["predicted_per_second"],
+    )
+
+
 def _ttft_from_row(r: sqlite3.Row) -> TtftSample:
-    timings = None
-    if any(r[k] is not None for k in ("cache_n", "prompt_n", "prompt_ms", "predicted_n")):
-        timings = ServerTimings(
-            cache_n=r["cache_n"], prompt_n=r["prompt_n"], prompt_ms=r["prompt_ms"],
-            prompt_per_second=r["prompt_per_second"], predicted_n=r["predicted_n"],
-            predicted_ms=r["predicted_ms"], predicted_per_second=r["predicted_per_second"],
-        )
+    timings = _timings_from_row(r)
     return TtftSample(
         config_key=r["config_key"], mode=r["mode"], length=r["length"], rep=r["rep"], prompt_id=r["prompt_id"],
         sent_at_unix_ns=r["sent_at_unix_ns"], first_byte_ns=r["first_byte_ns"], first_token_ns=r["first_token_ns"],
@@ -432,13 +436,7 @@ def _ttft_from_row(r: sqlite3.Row) -> TtftSample:
 
 
 def _session_turn_from_row(r: sqlite3.Row) -> SessionTurn:
-    timings = None
-    if any(r[k] is not None for k in ("cache_n", "prompt_n", "prompt_ms", "predicted_n")):
-        timings = ServerTimings(
-            cache_n=r["cache_n"], prompt_n=r["prompt_n"], prompt_ms=r["prompt_ms"],
-            prompt_per_second=r["prompt_per_second"], predicted_n=r["predicted_n"],
-            predicted_ms=r["predicted_ms"], predicted_per_second=r["predicted_per_second"],
-        )
+    timings = _timings_from_row(r)
     return SessionTurn(
         config_key=r["config_key"], mode=r["mode"], session_id=r["session_id"], feed=r["feed"], turn=r["turn"],
         rewrite=bool(r["rewrite"]), sent_at_unix_ns=r["sent_at_unix_ns"], prompt_tokens=r["prompt_tokens"],
