@@ -304,6 +304,9 @@ def run_sweep(
     """
     if not spec.model.is_file():
         raise XoverError(f"model {spec.model} does not exist: pass -m PATH to a .gguf file")
+    from xover.gguf.inspect import check_offload_and_context
+
+    check_offload_and_context(spec.model, spec.ncmoe, max(spec.depths) + spec.n_prompt + spec.n_gen)
     model_key = model_id(spec.model).key
     configs = list(configs) if configs is not None else expand(spec)
     with Store(study_dir) as store:

@@ -292,6 +292,10 @@ def run_study(
         return result
 
     model = timed("model", lambda: resolve_model(spec, study_dir, emit))
+    from xover.gguf.inspect import check_offload_and_context
+
+    check_offload_and_context(model, [int(c.flag("-ncmoe") or 0) for c in spec.configs],
+                              max(spec.lengths) + max(spec.response_tokens))
     with Store(study_dir) as store:
         timed("theory", lambda: stage_theory(spec, model, store, emit))
     failures += timed("bench", lambda: stage_bench(spec, model, binaries, study_dir, fresh, command, emit)) or 0

@@ -54,3 +54,17 @@ def test_malformed_spec(tmp_path: Path) -> None:
     spec.write_text('[model]\npreset = "tiny-moe"\n[[config]]\nname = "a"\nn-cpu-moe = -3\n')
     _one_line_error(_run("study", str(spec), "-o", str(tmp_path / "out")), "n-cpu-moe must be a non-negative integer")
     assert not (tmp_path / "out").exists()  # failed before anything expensive started
+
+
+def test_offload_beyond_layers_and_context_beyond_training_fail_early(tmp_path: Path) -> None:
+    from xover.gguf.presets import PRESETS
+    from xover.gguf.synth import write_model
+
+    model = write_model(PRESETS["tiny-moe"], tmp_path / "tiny.gguf").path  # 4 layers, 32K training context
+    r = _run("bench", "-m", str(model), "--ncmoe", "2,9", "--depth", "0", "-o", str(tmp_path / "b"))
+    _one_line_error(r, "--n-cpu-moe 9 is beyond")
+    assert "use 0..4" in r.stderr
+    spec = tmp_path / "long.toml"
+    spec.write_text(f'[model]\npath = "{model}"\n[study]\nlengths = [65536]\n[[config]]\nname = "a"\n')
+    _one_line_error(_run("study", str(spec), "-o", str(tmp_path / "s"), "-q"), "exceed")
+    assert not (tmp_path / "s" / "results.sqlite").exists()  # nothing measured

@@ -14,7 +14,7 @@ import dataclasses
 import math
 import mmap
 import struct
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -435,3 +435,16 @@ def model_table(path: Path | str) -> tuple[TensorTable, str]:
     hp, _ = hyperparams(header, str(path))
     name = header.metadata.get("general.name")
     return TensorTable(hparams=hp, tensors=header.tensors), name if isinstance(name, str) else Path(path).name
+
+
+def check_offload_and_context(path: Path | str, n_cpu_moe: Sequence[int], max_tokens: int | None = None) -> None:
+    """Fail early, with what to change, when ``--n-cpu-moe`` exceeds the model's layers or the longest
+    prompt plus response exceeds its training context (header only; nothing is started)."""
+    table, name = model_table(path)
+    hp = table.hparams
+    too_many = [n for n in n_cpu_moe if n > hp.n_layer]
+    if too_many:
+        raise GGUFError(f"--n-cpu-moe {max(too_many)} is beyond {name}'s {hp.n_layer} layers: use 0..{hp.n_layer}")
+    if max_tokens is not None and hp.n_ctx_train and max_tokens > hp.n_ctx_train:
+        raise GGUFError(f"prompts of up to {max_tokens} tokens (with the response) exceed {name}'s training context "
+                        f"of {hp.n_ctx_train}: use shorter lengths")
