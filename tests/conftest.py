@@ -27,3 +27,12 @@ def tiny_model(tmp_path_factory) -> Path:
     path = tmp_path_factory.mktemp("models") / "tiny-moe.gguf"
     write_model(PRESETS["tiny-moe"], path, seed=0)
     return path
+
+
+@pytest.fixture(autouse=True)
+def no_tracked_child_left():
+    """After every test, no llama process (or fake) that xover started in this process is still running."""
+    from xover.llamacpp import process
+
+    yield
+    assert process.live_pids() == [], "a process started by a test is still running"

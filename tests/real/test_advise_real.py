@@ -8,14 +8,12 @@ rule, never which knob wins. Sizes are small (prompts of 512-1024 tokens, -r 2).
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from xover import advise, benchrun
 from xover.cli import main
-from xover.llamacpp import process
 from xover.llamacpp.binaries import Binaries
 from xover.records import ServerConfig
 from xover.report.advise import advise_section_html, advise_section_markdown
@@ -24,12 +22,6 @@ from xover.store import Store
 pytestmark = pytest.mark.real
 
 MIN_BATCH = ("GGML_OP_OFFLOAD_MIN_BATCH", "1024")
-
-
-@pytest.fixture(autouse=True)
-def no_child_left() -> Iterator[None]:
-    yield
-    assert process.live_pids() == [], "a llama process started by a test is still running"
 
 
 def _run(argv: list[str]) -> None:

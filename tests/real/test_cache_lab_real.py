@@ -16,17 +16,16 @@ ggml barrier waits for a core (a 2K-token prefill took 2.8 s with -t 2 under loa
 from __future__ import annotations
 
 import dataclasses
-import os
 import shutil
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from procs import pid_gone
+
 from xover.cachelab import APPENDED, INSERTED, PREFIX, SHORT, CacheLabOutcome, LabEvent, LabServerUp, run_cache_lab
-from xover.llamacpp import process
 from xover.llamacpp.binaries import Binaries
 from xover.records import ServerTimings, TtftSample
 from xover.store import Store
@@ -35,20 +34,6 @@ pytestmark = pytest.mark.real
 
 L = 1024
 SERVER_ARGS = ("-t", "1")
-
-
-def _gone(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return True
-    return False
-
-
-@pytest.fixture(autouse=True)
-def no_server_left() -> Iterator[None]:
-    yield
-    assert process.live_pids() == [], "a llama-server started by a test is still running"
 
 
 @pytest.fixture(scope="module")
@@ -69,7 +54,7 @@ def _timings(outcome: CacheLabOutcome, mode: str) -> tuple[TtftSample, ServerTim
 def test_every_scenario_ran_on_its_own_server_and_every_server_is_gone(lab: tuple[Path, CacheLabOutcome, list[int]]) -> None:
     study, outcome, pids = lab
     assert outcome.failures == () and len(outcome.samples) == 20
-    assert len(pids) == 4 and len(set(pids)) == 4 and all(_gone(p) for p in pids)
+    assert len(pids) == 4 and len(set(pids)) == 4 and all(pid_gone(p) for p in pids)
     with Store(study) as st:
         assert [r["kind"] for r in st.runs()] == ["cache"] and st.runs()[0]["status"] == "done"
         assert len(st.ttft_samples()) == 20
@@ -163,6 +148,6 @@ def test_cli_end_to_end(llama_bins: Binaries, tiny_model: Path, tmp_path: Path) 
     with Store(tmp_path) as st:
         pids = [body["pid"] for _, _, body in st.artifacts("server-props")]
         assert all(c.label == "default" for c in st.configs("server"))
-    assert len(pids) == 4 and all(_gone(p) for p in pids)
+    assert len(pids) == 4 and all(pid_gone(p) for p in pids)
     short = _xover("cache", "-m", str(tiny_model), "--length", "512", "-o", str(tmp_path))
     assert short.returncode == 2 and short.stderr.count("\n") == 1 and "raise --length" in short.stderr

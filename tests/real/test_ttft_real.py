@@ -12,16 +12,15 @@ What these establish about the pinned llama-server (0c1e570):
 from __future__ import annotations
 
 import asyncio
-import os
 import shutil
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from procs import pid_gone
+
 from xover.cli import main
 from xover.client import completion_body
-from xover.llamacpp import process
 from xover.llamacpp.binaries import Binaries
 from xover.llamacpp.server import LlamaServer, ServerSpec, context_size
 from xover.prompts import TokenPrompts, token_pool
@@ -31,20 +30,6 @@ from xover.ttftrun import TtftPlan, TtftRun, check_cache, gguf_token_types, summ
 pytestmark = pytest.mark.real
 
 THREADS = 2  # the test machine has 2 cores
-
-
-def _gone(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return True
-    return False
-
-
-@pytest.fixture(autouse=True)
-def no_server_left() -> Iterator[None]:
-    yield
-    assert process.live_pids() == [], "a llama-server started by a test is still running"
 
 
 @pytest.fixture(scope="module")
@@ -88,7 +73,7 @@ def test_cold_samples_pass_the_cold_check_at_several_lengths(tmp_path: Path, lla
         assert s.first_token_ns > s.timings.prompt_ms * 1e6  # client TTFT contains the server's prefill
     assert len({s.prompt_id for s in out.samples}) == 6
     assert prov.llama_build_commit == "0c1e570"
-    assert all(_gone(p) for p in pids)
+    assert all(pid_gone(p) for p in pids)
     for p in summarize_points(out.samples):
         assert p.n_ok == 2 and p.ttft_ns is not None and p.gap_ns is not None
 
@@ -150,7 +135,7 @@ def test_server_is_gone_after_the_context_even_on_error(tmp_path: Path, llama_bi
 
     with pytest.raises(RuntimeError):
         asyncio.run(go())
-    assert len(pids) == 1 and _gone(pids[0])
+    assert len(pids) == 1 and pid_gone(pids[0])
 
 
 def test_cli_end_to_end(tmp_path: Path, tiny_model: Path, llama_bins: Binaries, capsys: pytest.CaptureFixture[str]) -> None:

@@ -8,24 +8,24 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import signal
 import sqlite3
 import subprocess
 import sys
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import httpx
 import pytest
+
+from procs import pid_gone
 from fakes.llama_server import FakeLlamaServer, pid_from_log, write_bin_dir
 
 from xover.analysis.stats import summarize
 from xover.cli import main
 from xover.client import LlamaClient, RequestError, completion_body
 from xover.errors import XoverError
-from xover.llamacpp import process
 from xover.llamacpp.binaries import Binaries
 from xover.llamacpp.server import LlamaServer, ServerSpec, context_size, has_flag, log_path_for, parse_build_info
 from xover.records import ServerTimings, TtftSample
@@ -44,20 +44,6 @@ from xover.ttftrun import (
     sample_metrics,
     summarize_points,
 )
-
-
-def _gone(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return True
-    return False
-
-
-@pytest.fixture(autouse=True)
-def no_child_left() -> Iterator[None]:
-    yield
-    assert process.live_pids() == [], "a server started by a test is still running"
 
 
 @pytest.fixture(scope="module")
@@ -393,7 +379,7 @@ def test_server_never_healthy_stops_it_and_quotes_the_log(tmp_path: Path, fake_b
     assert msg.startswith("llama-server (fake) http://127.0.0.1:")
     assert "did not become healthy within 1 s (last /health: HTTP 503 Loading model)" in msg
     assert "log tail: " in msg and "server is listening" in msg
-    assert _gone(pid_from_log(tmp_path / "server-fake-1.log"))
+    assert pid_gone(pid_from_log(tmp_path / "server-fake-1.log"))
 
 
 def test_server_dying_early_is_reported_at_once(tmp_path: Path, fake_bins: Binaries, model_file: Path) -> None:
@@ -422,7 +408,7 @@ def test_no_server_outlives_its_context(tmp_path: Path, fake_bins: Binaries, mod
     asyncio.run(go(False))
     with pytest.raises(RuntimeError):
         asyncio.run(go(True))
-    assert len(pids) == 2 and all(_gone(p) for p in pids)
+    assert len(pids) == 2 and all(pid_gone(p) for p in pids)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["server-fake-1.log", "server-fake-2.log"]
 
 
@@ -501,7 +487,7 @@ def test_ctrl_c_stops_the_server_keeps_samples_and_exits_130(tmp_path: Path, fak
             proc.wait()
     assert proc.returncode == 130, err
     assert "interrupted; completed results are kept" in err
-    assert _gone(pid_from_log(study / "logs" / "server-default-1.log"))
+    assert pid_gone(pid_from_log(study / "logs" / "server-default-1.log"))
     with Store(study) as store:
         assert len(store.ttft_samples()) >= 2
         assert store.runs()[-1]["status"] == "interrupted"
