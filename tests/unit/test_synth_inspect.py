@@ -19,7 +19,8 @@ from xover.errors import GGUFError, XoverError
 from xover.gguf.inspect import inspect_gguf, ncmoe_selection, read_header, render_text
 from xover.gguf.presets import PRESETS, make_shape
 from xover.gguf.shapes import ModelShape, footprint, tensor_table
-from xover.gguf.synth import SYNTH_TYPES, block_pool, gpt2_byte_tokens, write_model
+from xover.analysis.theory import coverage
+from xover.gguf.synth import RESIDUAL_WRITERS, SYNTH_TYPES, block_pool, gpt2_byte_tokens, write_model
 
 TINY = PRESETS["tiny-moe"]
 DENSE_SMALL = make_shape("dense-30b", n_layer=2, n_embd=256, n_head=4, n_head_kv=2, head_dim=64, n_ff=512, n_vocab=1024)
@@ -124,6 +125,39 @@ def test_tokenizer_is_byte_level_bpe(models: dict[str, Path]) -> None:
     assert ref.fields["tokenizer.ggml.add_bos_token"].contents() is False
 
 
+def test_residual_writers_are_zero_so_routing_follows_the_token(tmp_path: Path) -> None:
+    """With attn_output and ffn_down zero, a layer's router input is the token's normalised embedding.
+    A 512-token ubatch of distinct tokens then touches nearly every expert, as the theory's uniform
+    coverage 1 - (1 - k/n)^b predicts (and as llama-bench's random-token prefill feeds it)."""
+    shape = make_shape("qwen3-30b-a3b", n_layer=2, n_embd=256, n_head=4, n_head_kv=2, head_dim=64,
+                       n_ff_exp=256, n_vocab=4096)
+    ref = gguf.GGUFReader(write_model(shape, tmp_path / "r.gguf").path)
+    tensors = {t.name: t for t in ref.tensors}
+    writers = [n for n in tensors if RESIDUAL_WRITERS.search(n)]
+    assert sorted(writers) == sorted(f"blk.{i}.{r}.weight" for i in range(2) for r in ("attn_output", "ffn_down_exps"))
+
+    def weights(name: str) -> np.ndarray:
+        t = tensors[name]
+        data = np.asarray(t.data)
+        if t.tensor_type in (gguf.GGMLQuantizationType.F32, gguf.GGMLQuantizationType.F16):
+            return data.astype(np.float32).reshape(-1, int(t.shape[0]))
+        return dequantize(data, t.tensor_type).reshape(-1, int(t.shape[0]))
+
+    for n in writers:
+        assert not weights(n).any(), n
+    ids = np.random.default_rng(0).choice(4095, size=512, replace=False)  # ordinary tokens, as prompts use
+    h = weights("token_embd.weight")[ids]
+    h = h / np.sqrt((h * h).mean(axis=1, keepdims=True) + shape.rms_eps)  # attn_norm/ffn_norm are ones
+    cover = []
+    for i in range(2):
+        logits = h @ weights(f"blk.{i}.ffn_gate_inp.weight").T  # (tokens, experts)
+        chosen = np.argsort(-logits, axis=1)[:, : shape.n_expert_used]
+        cover.append(len(np.unique(chosen)) / shape.n_expert)
+        per_expert = np.bincount(chosen.ravel(), minlength=shape.n_expert)
+        assert per_expert.max() < 4 * 512 * shape.n_expert_used / shape.n_expert, "one expert takes most tokens"
+    assert min(cover) >= 0.95 * coverage(512, shape.n_expert, shape.n_expert_used), cover
+
+
 def test_weights_are_finite_small_and_norms_are_one(models: dict[str, Path]) -> None:
     ref = gguf.GGUFReader(models["slice"])
     for t in ref.tensors:
@@ -134,6 +168,8 @@ def test_weights_are_finite_small_and_norms_are_one(models: dict[str, Path]) -> 
         assert np.isfinite(sample).all(), t.name
         if t.name.endswith("norm.weight"):
             assert (sample == 1).all(), t.name
+        elif RESIDUAL_WRITERS.search(t.name):
+            assert (sample == 0).all(), t.name
         else:
             assert 0 < np.abs(sample).mean() < 0.2, t.name
 

@@ -4,6 +4,15 @@ The weights are random but valid: quantized blocks carry small finite f16 scales
 reaches attention or expert routing, and norms are ones. The speed of a model in llama.cpp depends on
 its shapes and types, not on the values, so these files benchmark like the real models, with one
 difference: a random router spreads tokens evenly over the experts, where trained routers are skewed.
+
+**Routing depends on the token.** The tensors that write into the residual stream (``attn_output`` and
+every ``ffn_down``: dense, expert and shared-expert) are zero, so each layer's hidden state is the
+token's own embedding and each router picks experts by token and layer. With random non-zero
+writers the residual stream fills with context averages that are nearly the same at every position:
+the routers then send most tokens of a long prompt to the same few experts, a 512-token ubatch reads
+about half of each layer's experts instead of nearly all, and prefill with experts on the CPU (whose
+cost is copying or reading the experts a ubatch touches) measured faster than it is on a real model.
+Every kernel still runs on every tensor: llama.cpp never looks at weight values to skip work.
 Generation samples the end-of-text token now and then, as any model may: clients that need a fixed
 number of tokens send ``ignore_eos``.
 
@@ -19,6 +28,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import re
 import shutil
 import time
 from collections.abc import Callable
@@ -155,24 +165,39 @@ def block_pool(ggml_type: str, rng: np.random.Generator, pool_bytes: int = POOL_
     return pool.reshape(-1)
 
 
+RESIDUAL_WRITERS = re.compile(r"\.(attn_output|ffn_down(_exps|_shexp|_chexps)?)\.weight$")
+"""Tensor names whose output is added to the residual stream: written as zeros (module docstring)."""
+
+
 def ones_pool(ggml_type: str) -> np.ndarray:
     """64 KiB of ones in a float type: the data of norm weights."""
     block, size = type_sizes(ggml_type)
     return _float_values(ggml_type, np.ones((64 << 10) // size * block, dtype=np.float32))
 
 
+def pool_kind(name: str, ggml_type: str) -> str:
+    """How a tensor is filled: "norm" (ones), "zero" (a residual writer) or "weight" (random blocks)."""
+    if name.endswith("norm.weight") and ggml_type in _FLOAT_TYPES:
+        return "norm"
+    return "zero" if RESIDUAL_WRITERS.search(name) else "weight"
+
+
 class _Pools:
-    """One lazily built pool per (type, kind); kind is "weight" or "norm"."""
+    """One lazily built pool per (type, kind); kind is what :func:`pool_kind` returns."""
 
     def __init__(self, seed: int) -> None:
         self._rng = np.random.default_rng(seed)
-        self._pools: dict[tuple[str, bool], memoryview] = {}
+        self._pools: dict[tuple[str, str], memoryview] = {}
 
-    def get(self, ggml_type: str, is_norm: bool) -> memoryview:
-        is_norm = is_norm and ggml_type in _FLOAT_TYPES
-        key = (ggml_type, is_norm)
+    def get(self, ggml_type: str, kind: str) -> memoryview:
+        key = (ggml_type, kind)
         if key not in self._pools:
-            data = ones_pool(ggml_type) if is_norm else block_pool(ggml_type, self._rng)
+            if kind == "norm":
+                data = ones_pool(ggml_type)
+            elif kind == "zero":  # all-zero bytes are 0.0 in every float and block type (scales of 0)
+                data = np.zeros(max(1, POOL_BYTES // type_sizes(ggml_type)[1]) * type_sizes(ggml_type)[1], np.uint8)
+            else:
+                data = block_pool(ggml_type, self._rng)
             self._pools[key] = memoryview(data.tobytes())
         return self._pools[key]
 
@@ -314,7 +339,7 @@ def write_model(
         with tmp.open("ab") as f:
             f.write(bytes(_pad(f.tell())))
             for i, t in enumerate(tensors):
-                pool = pools.get(t.ggml_type, is_norm=t.name.endswith("norm.weight"))
+                pool = pools.get(t.ggml_type, pool_kind(t.name, t.ggml_type))
                 block_bytes = type_sizes(t.ggml_type)[1]
                 start = (i * 7919) % (len(pool) // block_bytes) * block_bytes  # rotate: neighbours differ
                 _write_run(f, pool, start, t.nbytes, on_chunk)
