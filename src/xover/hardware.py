@@ -382,13 +382,68 @@ def measure_cpu(budget_s: float = 2.0, copy_bytes: int = 512 * MIB) -> tuple[flo
     return flops, bw
 
 
+_CUDART_NAMES = ("libcudart.so", "libcudart.so.13", "libcudart.so.12", "libcudart.so.11.0")
+
+
+def _cudart() -> Any | None:
+    """The CUDA runtime library through ctypes, or None where there is none (a CPU-only machine)."""
+    import ctypes
+
+    for name in _CUDART_NAMES:
+        try:
+            return ctypes.CDLL(name)
+        except OSError:
+            continue
+    return None
+
+
+def measure_h2d(budget_s: float = 2.0, copy_bytes: int = 256 * MIB) -> tuple[float, float] | None:
+    """``(pinned, pageable)`` host-to-device bytes/s of GPU 0 with ``cudaMemcpy``, or None without CUDA.
+
+    The pinned source is ``cudaMallocHost`` memory (what llama.cpp uses with ``-lm none``); the pageable
+    one is ordinary touched memory (what mmapped weights in the page cache are to the driver), copied
+    through the driver's staging buffers. One warm-up copy each, then as many as fit half the budget.
+    """
+    import ctypes
+
+    lib = _cudart()
+    if lib is None:
+        return None
+    h2d = 1  # cudaMemcpyHostToDevice
+    dev, pinned = ctypes.c_void_p(), ctypes.c_void_p()
+    if lib.cudaMalloc(ctypes.byref(dev), ctypes.c_size_t(copy_bytes)) != 0:
+        return None
+    try:
+        if lib.cudaMallocHost(ctypes.byref(pinned), ctypes.c_size_t(copy_bytes)) != 0:
+            return None
+        try:
+            ctypes.memset(pinned, 1, copy_bytes)
+            pageable = (ctypes.c_char * copy_bytes)()
+            ctypes.memset(pageable, 1, copy_bytes)  # touched: every page resident
+            rates = []
+            for src in (pinned, ctypes.cast(pageable, ctypes.c_void_p)):
+                if lib.cudaMemcpy(dev, src, ctypes.c_size_t(copy_bytes), h2d) != 0:
+                    return None
+                count, start = 0, time.perf_counter_ns()
+                while (elapsed := (time.perf_counter_ns() - start) / 1e9) < budget_s / 2 or count < 2:
+                    lib.cudaMemcpy(dev, src, ctypes.c_size_t(copy_bytes), h2d)  # synchronous for both kinds
+                    count += 1
+                rates.append(copy_bytes * count / elapsed)
+            return rates[0], rates[1]
+        finally:
+            lib.cudaFreeHost(pinned)
+    finally:
+        lib.cudaFree(dev)
+
+
 def resolve(spec: str | None = None, measure: bool = False) -> tuple[Hardware, DetectedGpu | None]:
     """The hardware to reason about, and the GPU detected here (for free VRAM), if any.
 
     ``spec`` is a built-in profile key, a ``.toml`` file, or None to detect this machine: its GPU's
     profile from the table (the GPU's name and memory are then ``detected``), the CPU's name and
     core count from /proc/cpuinfo with FLOP/s scaled from the built-in per-core figure. ``measure``
-    replaces the CPU's FLOP/s and bandwidth with :func:`measure_cpu`. A TOML file is applied last.
+    replaces the CPU's FLOP/s and bandwidth with :func:`measure_cpu` and, where a GPU and the CUDA
+    runtime are present, its host-to-device rates with :func:`measure_h2d`. A TOML file is applied last.
     """
     detected = detect_gpu()
     toml_path = Path(spec) if spec and spec.endswith(".toml") else None
@@ -401,6 +456,10 @@ def resolve(spec: str | None = None, measure: bool = False) -> tuple[Hardware, D
         name, cores = detect_cpu()
         hw = with_fields(hw, "cpu", {"flops_per_s": flops, "mem_bw_bytes_per_s": bw}, f"{MEASURED}:numpy sgemm, threaded copy")
         hw = with_fields(hw, "cpu", {"name": name or hw.cpu.name, "cores": cores}, DETECTED)
+        link = measure_h2d() if hw.gpu is not None else None
+        if link is not None:
+            hw = with_fields(hw, "gpu", {"h2d_pinned_bytes_per_s": link[0], "h2d_pageable_bytes_per_s": link[1]},
+                             f"{MEASURED}:cudaMemcpy of 256 MiB, pinned and pageable")
     if toml_path is not None:
         try:
             data = tomllib.loads(toml_path.read_text())

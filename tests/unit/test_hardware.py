@@ -141,3 +141,50 @@ def test_measure_cpu_is_quick_and_positive() -> None:
 def test_detect_cpu_here() -> None:
     name, cores = H.detect_cpu()
     assert cores >= 1 and (name is None or name)
+
+
+class _FakeCudart:
+    """cudaMalloc/cudaMallocHost/cudaMemcpy with fixed copy rates (pinned 50 GB/s, pageable 10 GB/s)."""
+
+    def __init__(self) -> None:
+        import ctypes
+
+        self.pinned: int | None = None
+        self.kinds: list[str] = []
+        self._keep: list[object] = []
+        self._ctypes = ctypes
+
+    def cudaMalloc(self, ptr: object, size: object) -> int:  # noqa: N802 - CUDA's names
+        return 0
+
+    def cudaMallocHost(self, ptr: object, size: object) -> int:  # noqa: N802
+        buf = (self._ctypes.c_char * size.value)()
+        self._keep.append(buf)
+        self.pinned = self._ctypes.addressof(buf)
+        ptr._obj.value = self.pinned  # type: ignore[attr-defined]
+        return 0
+
+    def cudaMemcpy(self, dst: object, src: object, size: object, kind: int) -> int:  # noqa: N802
+        import time
+
+        assert kind == 1
+        is_pinned = getattr(src, "value", None) == self.pinned
+        self.kinds.append("pinned" if is_pinned else "pageable")
+        time.sleep(size.value / (50e9 if is_pinned else 10e9))
+        return 0
+
+    def cudaFree(self, ptr: object) -> int:  # noqa: N802
+        return 0
+
+    def cudaFreeHost(self, ptr: object) -> int:  # noqa: N802
+        return 0
+
+
+def test_measure_h2d_rates_and_absence(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(H, "_cudart", lambda: None)
+    assert H.measure_h2d() is None  # no CUDA runtime: nothing to measure, no error
+    fake = _FakeCudart()
+    monkeypatch.setattr(H, "_cudart", lambda: fake)
+    pinned, pageable = H.measure_h2d(budget_s=0.2, copy_bytes=64 * H.MIB)
+    assert 35e9 < pinned <= 50e9 and 7e9 < pageable <= 10e9
+    assert fake.kinds[0] == "pinned" and fake.kinds[-1] == "pageable" and fake.kinds.count("pinned") >= 3
