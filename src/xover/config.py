@@ -78,7 +78,9 @@ class LlamaConfig:
 
 @dataclasses.dataclass(frozen=True)
 class StudySpec:
-    """Everything a study measures. Lengths are prompt tokens; llama-bench measures at the same depths."""
+    """Everything a study measures. Lengths are prompt tokens; llama-bench measures at the same depths
+    unless ``bench_depths`` names others (its untimed depth prefill costs about as much as a TTFT sample
+    per test, so a study on slow offload settings may bench at the short depths only)."""
 
     configs: tuple[LlamaConfig, ...]
     model_path: Path | None = None
@@ -97,6 +99,7 @@ class StudySpec:
     session_system_tokens: int | None = None  # default: a quarter of the longest length, at most 10K
     session_target_tokens: int | None = None  # default: the longest length
     session_response_tokens: int = 32
+    bench_depths: tuple[int, ...] | None = None  # llama-bench depths (default: the lengths)
 
     def __post_init__(self) -> None:
         validate_spec(self)
@@ -133,6 +136,8 @@ def validate_spec(spec: StudySpec) -> None:
         raise XoverError("give the model as exactly one of [model] path = '...gguf' or preset = 'tiny-moe'")
     if any(v <= 0 for v in spec.lengths) or not spec.lengths:
         raise XoverError("lengths must be positive token counts")
+    if spec.bench_depths is not None and (not spec.bench_depths or any(d < 0 for d in spec.bench_depths)):
+        raise XoverError("bench-depths must be token counts of 0 or more, e.g. [0, 4096]")
     if any(r <= 0 for r in spec.response_tokens) or not spec.response_tokens:
         raise XoverError("response-tokens must be positive")
     if spec.repetitions < 1 or spec.bench_repetitions < 1:
@@ -190,6 +195,12 @@ def config_from_table(table: Mapping[str, Any], index: int) -> LlamaConfig:
     )
 
 
+def _as_list(value: Any, key: str) -> list[Any]:
+    if not isinstance(value, list) or not value:
+        raise XoverError(f"[study] {key} must be a non-empty list, e.g. [1024, 4096] or ['1k', '4k']")
+    return value
+
+
 def spec_from_dict(doc: Mapping[str, Any], base_dir: Path | None = None) -> StudySpec:
     """A parsed TOML document -> :class:`StudySpec`. Relative model paths resolve against ``base_dir``."""
     known_top = {"model", "study", "config"}
@@ -207,7 +218,7 @@ def spec_from_dict(doc: Mapping[str, Any], base_dir: Path | None = None) -> Stud
     study = dict(doc.get("study", {}))
     known_study = {"lengths", "response-tokens", "repetitions", "bench-repetitions", "pp", "tg", "band",
                    "cache-length", "skip", "timeout", "session-turns", "session-system-tokens",
-                   "session-target-tokens", "session-response-tokens"}
+                   "session-target-tokens", "session-response-tokens", "bench-depths"}
     bad = set(study) - known_study
     if bad:
         raise XoverError(f"[study]: unknown key {sorted(bad)[0]!r}; use one of {', '.join(sorted(known_study))}")
@@ -217,6 +228,8 @@ def spec_from_dict(doc: Mapping[str, Any], base_dir: Path | None = None) -> Stud
     kwargs: dict[str, Any] = {}
     if "lengths" in study:
         kwargs["lengths"] = parse_lengths(study["lengths"], "[study] lengths")
+    if "bench-depths" in study:
+        kwargs["bench_depths"] = tuple(_k(d, "[study] bench-depths") for d in _as_list(study["bench-depths"], "bench-depths"))
     if "response-tokens" in study:
         rt = study["response-tokens"]
         kwargs["response_tokens"] = tuple(rt) if isinstance(rt, list) else (rt,)

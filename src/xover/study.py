@@ -107,7 +107,7 @@ def stage_bench(spec: StudySpec, model: Path, binaries: Binaries, study_dir: Pat
     from xover import benchrun
 
     sweep = benchrun.SweepSpec(
-        model=model, depths=tuple(spec.lengths), n_prompt=spec.pp, n_gen=spec.tg, repetitions=spec.bench_repetitions,
+        model=model, depths=tuple(spec.bench_depths or spec.lengths), n_prompt=spec.pp, n_gen=spec.tg, repetitions=spec.bench_repetitions,
         timeout_s=spec.timeout_s,
     )
 

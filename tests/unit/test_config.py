@@ -50,12 +50,21 @@ def test_lengths_accept_k_suffix():
         ({"model": {"preset": "tiny-moe"}, "config": [{"name": "a"}], "study": {"skip": ["nap"]}}, "unknown stage"),
         ({"model": {"preset": "tiny-moe"}, "config": [{"name": "a"}], "studdy": {}}, "unknown section"),
         ({"model": {"preset": "tiny-moe"}, "config": [{}]}, "give it a name"),
+        ({"model": {"preset": "tiny-moe"}, "config": [{"name": "a"}], "study": {"bench-depths": 4096}}, "non-empty list"),
+        ({"model": {"preset": "tiny-moe"}, "config": [{"name": "a"}], "study": {"bench-depths": ["x"]}}, "bench-depths"),
     ],
 )
 def test_bad_specs_are_one_line_errors(doc, message):
     with pytest.raises(XoverError, match=message) as e:
         spec_from_dict(doc)
     assert "\n" not in str(e.value)
+
+
+def test_bench_depths_default_to_the_lengths():
+    doc = {"model": {"preset": "tiny-moe"}, "config": [{"name": "a"}], "study": {"lengths": ["1k", "32k"]}}
+    assert spec_from_dict(doc).bench_depths is None
+    doc["study"]["bench-depths"] = [0, "4k"]
+    assert spec_from_dict(doc).bench_depths == (0, 4096)
 
 
 def test_malformed_toml(tmp_path):

@@ -27,7 +27,7 @@ def _options(study_required: bool) -> Callable[[F], F]:
             click.option("--hw", "hw_spec", default=None, metavar="NAME|FILE.toml",
                          help="Hardware profile (h200, rtx-4090, cpu...; xover theory --list-hw) or a TOML file of "
                               "overrides [default: detect this machine]."),
-            click.option("--measure", is_flag=True, help="Measure this CPU's FLOP/s and bandwidth (about 2 s)."),
+            click.option("--measure", is_flag=True, help="Measure this CPU's FLOP/s and bandwidth and, with a CUDA GPU, its host-to-device rates (about 4 s)."),
             click.option("--ncmoe", default="0", metavar="N,...", show_default=True, help="--n-cpu-moe values."),
             click.option("--op-offload", "op_offload", default="on,off", show_default=True, metavar="on,off",
                          help="Op offload (off = llama.cpp --no-op-offload)."),
