@@ -100,6 +100,7 @@ class StudySpec:
     session_target_tokens: int | None = None  # default: the longest length
     session_response_tokens: int = 32
     bench_depths: tuple[int, ...] | None = None  # llama-bench depths (default: the lengths)
+    hardware: str | None = None  # theory's hardware: None detects, "measure" also measures, else a profile or .toml
 
     def __post_init__(self) -> None:
         validate_spec(self)
@@ -149,6 +150,10 @@ def validate_spec(spec: StudySpec) -> None:
     unknown = spec.skip - set(STAGES)
     if unknown:
         raise XoverError(f"skip: unknown stage {sorted(unknown)[0]!r}; stages are {', '.join(STAGES)}")
+    if spec.hardware not in (None, "measure") and not spec.hardware.endswith(".toml"):
+        from xover.hardware import builtin
+
+        builtin(spec.hardware)  # an unknown profile fails here, before anything runs
     if spec.timeout_s is not None and spec.timeout_s <= 0:
         raise XoverError("timeout must be a positive number of seconds")
 
@@ -218,7 +223,7 @@ def spec_from_dict(doc: Mapping[str, Any], base_dir: Path | None = None) -> Stud
     study = dict(doc.get("study", {}))
     known_study = {"lengths", "response-tokens", "repetitions", "bench-repetitions", "pp", "tg", "band",
                    "cache-length", "skip", "timeout", "session-turns", "session-system-tokens",
-                   "session-target-tokens", "session-response-tokens", "bench-depths"}
+                   "session-target-tokens", "session-response-tokens", "bench-depths", "hardware"}
     bad = set(study) - known_study
     if bad:
         raise XoverError(f"[study]: unknown key {sorted(bad)[0]!r}; use one of {', '.join(sorted(known_study))}")
@@ -230,6 +235,11 @@ def spec_from_dict(doc: Mapping[str, Any], base_dir: Path | None = None) -> Stud
         kwargs["lengths"] = parse_lengths(study["lengths"], "[study] lengths")
     if "bench-depths" in study:
         kwargs["bench_depths"] = tuple(_k(d, "[study] bench-depths") for d in _as_list(study["bench-depths"], "bench-depths"))
+    if "hardware" in study:
+        hw = study["hardware"]
+        if not isinstance(hw, str) or not hw.strip():
+            raise XoverError("[study] hardware must be 'measure', a profile name such as 'h200', or a .toml file")
+        kwargs["hardware"] = str(base_dir / hw) if base_dir is not None and hw.endswith(".toml") else hw
     if "response-tokens" in study:
         rt = study["response-tokens"]
         kwargs["response_tokens"] = tuple(rt) if isinstance(rt, list) else (rt,)

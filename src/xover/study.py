@@ -88,7 +88,8 @@ def stage_theory(spec: StudySpec, model: Path, store: Store, emit: Emit) -> None
 
     store.add_artifact(None, "inspect", inspect_gguf(model).to_dict())
     table, name = model_table(model)
-    hw, _ = resolve_hw(None, False)
+    measure = spec.hardware == "measure"
+    hw, _ = resolve_hw(None if measure else spec.hardware, measure)
     now = time.time_ns()
     prediction = build_prediction(
         model_terms(table), hw, _offload_configs(spec.configs), list(spec.lengths),

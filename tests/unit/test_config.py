@@ -52,6 +52,7 @@ def test_lengths_accept_k_suffix():
         ({"model": {"preset": "tiny-moe"}, "config": [{}]}, "give it a name"),
         ({"model": {"preset": "tiny-moe"}, "config": [{"name": "a"}], "study": {"bench-depths": 4096}}, "non-empty list"),
         ({"model": {"preset": "tiny-moe"}, "config": [{"name": "a"}], "study": {"bench-depths": ["x"]}}, "bench-depths"),
+        ({"model": {"preset": "tiny-moe"}, "config": [{"name": "a"}], "study": {"hardware": "h300"}}, "unknown hardware"),
     ],
 )
 def test_bad_specs_are_one_line_errors(doc, message):
