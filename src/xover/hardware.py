@@ -382,7 +382,8 @@ def measure_cpu(budget_s: float = 2.0, copy_bytes: int = 512 * MIB) -> tuple[flo
     return flops, bw
 
 
-_CUDART_NAMES = ("libcudart.so", "libcudart.so.13", "libcudart.so.12", "libcudart.so.11.0")
+_CUDART_NAMES = ("libcudart.so", "libcudart.so.13", "libcudart.so.12", "libcudart.so.11.0",
+                 "/usr/local/cuda/lib64/libcudart.so")
 
 
 def _cudart() -> Any | None:
