@@ -16,11 +16,15 @@ host memory is counted in the next request's TTFT.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import dataclasses
 import functools
+import os
 import re
 import socket
 import subprocess
+import time
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +36,8 @@ from xover.records import ServerConfig
 HOST = "127.0.0.1"
 CONTEXT_MARGIN = 256  # tokens beyond prompt + response (BOS, warm-up), and the rounding unit of -c
 _BIND_ATTEMPTS = 3
+_WATCH_S = 0.05  # how often the process is checked while waiting for it
+_OWN_PORT_S = 10.0  # how long a healthy answer from a port this process does not hold may take to explain itself
 
 
 def context_size(max_prompt_tokens: int, response_tokens: int, margin: int = CONTEXT_MARGIN) -> int:
@@ -118,6 +124,42 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def _listening_inodes(port: int) -> set[str] | None:
+    """Socket inodes listening on TCP ``port`` (Linux ``/proc/net``); None where that cannot be read."""
+    found: set[str] = set()
+    readable = False
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            lines = Path(table).read_text().splitlines()[1:]
+        except OSError:
+            continue
+        readable = True
+        for line in lines:
+            f = line.split()
+            if len(f) > 9 and f[3] == "0A" and int(f[1].rsplit(":", 1)[1], 16) == port:  # 0A: LISTEN
+                found.add(f[9])
+    return found if readable else None
+
+
+def owns_listening_port(pid: int, port: int) -> bool | None:
+    """Whether process ``pid`` holds the socket listening on ``port``; None when it cannot be told."""
+    inodes = _listening_inodes(port)
+    if inodes is None:
+        return None
+    try:
+        fds = os.listdir(f"/proc/{pid}/fd")
+    except OSError:
+        return None
+    for fd in fds:
+        try:
+            target = os.readlink(f"/proc/{pid}/fd/{fd}")
+        except OSError:
+            continue
+        if target.startswith("socket:[") and target[8:-1] in inodes:
+            return True
+    return False
+
+
 def _slug(label: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.=-]+", "_", label).strip("_") or "server"
 
@@ -169,9 +211,10 @@ class LlamaServer:
         self.log_dir.mkdir(parents=True, exist_ok=True)
         try:
             for attempt in range(1, _BIND_ATTEMPTS + 1):
-                client = self._start(free_port())
+                port = free_port()
+                client = self._start(port)
                 try:
-                    await wait_healthy(client, self.startup_timeout_s, check_alive=self._check_alive)
+                    await self._wait_ready(client, port)
                     break
                 except _PortTakenError:
                     await self._stop()
@@ -205,6 +248,36 @@ class LlamaServer:
         self.url = f"http://{HOST}:{port}"
         self.client = LlamaClient(self.url)
         return self.client
+
+    async def _wait_ready(self, client: LlamaClient, port: int) -> None:
+        """``/health`` answers 200 from *this* process, or raise.
+
+        The process is watched while a ``/health`` request is pending, so an exit is seen at once even
+        when something else holds the port and never answers. After a 200, the listening socket must
+        belong to this process: when another program took the port between :func:`free_port` and the
+        bind, the 200 came from it, and measuring it would store another server's numbers.
+        """
+        health = asyncio.ensure_future(wait_healthy(client, self.startup_timeout_s, check_alive=self._check_alive))
+        try:
+            while not health.done():
+                await asyncio.wait({health}, timeout=_WATCH_S)
+                if not health.done():
+                    self._check_alive()
+            health.result()
+        finally:
+            if not health.done():
+                health.cancel()
+                with contextlib.suppress(BaseException):
+                    await health
+        deadline = time.monotonic() + _OWN_PORT_S
+        while True:
+            self._check_alive()  # a server that failed to bind exits: _PortTakenError
+            assert self.proc is not None
+            if owns_listening_port(self.proc.pid, port) is not False:  # True, or cannot tell (no /proc)
+                return
+            if time.monotonic() >= deadline:
+                raise _PortTakenError
+            await asyncio.sleep(_WATCH_S)
 
     def _check_alive(self) -> None:
         assert self.proc is not None and self.log_path is not None

@@ -1,0 +1,213 @@
+"""Fault injection on real studies (CPU build, tiny-moe), each followed by a resume.
+
+Faults: llama-server killed with SIGKILL mid-request; configurations whose server cannot load
+(a context far beyond memory, an unknown flag); the chosen port already taken (by a silent
+listener, by another HTTP server, on every attempt); a server that never becomes healthy (the fake,
+the only fault the real binary cannot produce on demand); llama-bench crashing with SIGSEGV
+mid-sweep; SIGINT and SIGTERM to ``xover study`` at seeded random moments.
+
+After each: every completed point is in the store, the failure is recorded with its reason,
+``PRAGMA integrity_check`` is ok, no run is left marked ``running``, the resumed study completes
+with every point measured exactly as often as asked, and no llama process the run started is
+alive (every pid comes from the pid-recording shims of :mod:`fakes.bins`, which ``exec`` the real
+binaries). ``XOVER_FAULT_SEEDS`` (default 3) sets how many random interruption moments are tried
+per signal.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import socket
+import sqlite3
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+import pytest
+from fakes.bins import FAKE_SERVER, recorded_pids, running, shim_bin_dir
+
+pytestmark = pytest.mark.real
+
+SEEDS = int(os.environ.get("XOVER_FAULT_SEEDS", "3"))
+
+
+# ---- helpers ------------------------------------------------------------------------------------
+
+
+def _spec(path: Path, model: Path, study: str, configs: str) -> Path:
+    path.write_text(f'[model]\npath = "{model}"\n\n[study]\n{study}\n{configs}')
+    return path
+
+
+def _configs(*names_and_args: tuple[str, str]) -> str:
+    return "".join(f'\n[[config]]\nname = "{name}"\n{extra}\n' for name, extra in names_and_args)
+
+
+def _xover(*args: str) -> list[str]:
+    return [sys.executable, "-m", "xover", *args]
+
+
+def _query(db: Path, sql: str, *params: object) -> list[tuple]:
+    con = sqlite3.connect(db)
+    try:
+        return con.execute(sql, params).fetchall()
+    finally:
+        con.close()
+
+
+def _good_cold(db: Path) -> Counter:
+    """(label, length) -> cold samples that passed their check."""
+    return Counter(_query(db, "SELECT c.label, s.length FROM ttft_samples s JOIN configs c ON c.key = s.config_key "
+                              "WHERE s.mode = 'cold' AND s.cache_ok = 1 AND s.error IS NULL"))
+
+
+def _failures(db: Path) -> list[tuple[str, str, str, str]]:
+    """(label or config key, stage, point, reason) of every stored failure."""
+    return _query(db, "SELECT COALESCE(c.label, f.config_key), f.stage, f.point, f.reason FROM failures f "
+                      "LEFT JOIN configs c ON c.key = f.config_key ORDER BY f.id")
+
+
+def _check_store(db: Path) -> None:
+    assert _query(db, "PRAGMA integrity_check") == [("ok",)]
+    assert _query(db, "SELECT id, kind FROM runs WHERE status = 'running'") == []  # every run says how it ended
+
+
+def _none_running(pid_file: Path) -> set[int]:
+    pids = recorded_pids(pid_file)
+    assert pids, "the shims recorded no llama process"
+    alive = {p for p in pids if running(p)}
+    assert not alive, f"llama processes started by the run are still alive: {sorted(alive)}"
+    return pids
+
+
+def _server_pids(pid_file: Path) -> list[int]:
+    """Live llama-server processes (not `--help` probes) among the recorded pids."""
+    out = []
+    for pid in sorted(recorded_pids(pid_file)):
+        try:
+            argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if running(pid) and argv and argv[0].endswith(b"llama-server") and b"--port" in argv:
+            out.append(pid)
+    return out
+
+
+@pytest.fixture
+def shims(tmp_path: Path, llama_bins) -> tuple[Path, Path]:
+    """(bin dir of pid-recording shims around the real binaries, the pid file)."""
+    pid_file = tmp_path / "llama-pids"
+    return shim_bin_dir(tmp_path / "bin", llama_bins.bin_dir, pid_file), pid_file
+
+
+def _study(spec: Path, out: Path, bin_dir: Path, *extra: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(_xover("study", str(spec), "-o", str(out), "-q", "--llama-bin-dir", str(bin_dir), *extra),
+                          capture_output=True, text=True, timeout=timeout)
+
+
+# ---- the port xover chose is already taken --------------------------------------------------------
+
+
+class _Silent:
+    """Something listening on a port that never answers (connections wait in its backlog)."""
+
+    def __init__(self) -> None:
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(16)
+        self.port = self.sock.getsockname()[1]
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+class _OtherServer:
+    """Another HTTP server on the port, in its own process (it answers /health 200 within a
+    millisecond, long before the real llama-server fails to bind and exits)."""
+
+    def __init__(self, log: Path) -> None:
+        self.port = _free_port()
+        with log.open("w") as f:
+            self.proc = subprocess.Popen([sys.executable, str(FAKE_SERVER), "--port", str(self.port), "--fake-load-s", "0",
+                                          "--fake-max-life-s", "120"], stdout=f, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + 30
+        while "listening" not in log.read_text():
+            assert self.proc.poll() is None and time.monotonic() < deadline, log.read_text()
+            time.sleep(0.02)
+
+    def close(self) -> None:
+        self.proc.kill()
+        self.proc.wait()
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.mark.parametrize("intruder, taken_calls", [("silent", 1), ("http", 1), ("silent", 3)])
+def test_port_already_taken(intruder: str, taken_calls: int, tmp_path: Path, tiny_model: Path, llama_bins,
+                            monkeypatch) -> None:
+    """The first ``taken_calls`` ports xover picks are held by another program: a silent listener, or
+    an HTTP server that answers /health 200 (whose numbers must never be stored as the configuration's).
+    With one taken port, xover retries on another; with every attempt taken, the configuration's failure
+    is recorded and the next configuration is measured; the resume fills the gap."""
+    from xover.config import load_spec
+    from xover.llamacpp import server
+    from xover.llamacpp.binaries import resolve
+    from xover.study import run_study
+
+    pid_file = tmp_path / "llama-pids"
+    # a slow start, as on a GPU: the other server's answer comes long before this one fails to bind
+    bin_dir = shim_bin_dir(tmp_path / "bin", llama_bins.bin_dir, pid_file, server_start_delay_s=0.3)
+    spec = load_spec(_spec(tmp_path / "spec.toml", tiny_model,
+                           'lengths = [256]\nresponse-tokens = [8]\nrepetitions = 2\n'
+                           'skip = ["bench", "cache", "session", "report"]',
+                           _configs(("first", "threads = 2"), ("second", "threads = 1"))))
+    out = tmp_path / "out"
+    holder = _Silent() if intruder == "silent" else _OtherServer(tmp_path / "other-server.log")
+    taken = holder.port
+    real_free_port = server.free_port
+    calls = []
+
+    def free_port() -> int:
+        calls.append(1)
+        return taken if len(calls) <= taken_calls else real_free_port()
+
+    monkeypatch.setattr(server, "free_port", free_port)
+    try:
+        outcome = run_study(spec, out, resolve(bin_dir))
+    finally:
+        holder.close()
+    db = out / "results.sqlite"
+    _check_store(db)
+    _none_running(pid_file)
+    logs = sorted((out / "logs").glob("server-first-*.log"))
+    assert "couldn't bind" in logs[0].read_text()  # the real llama-server met the taken port
+    props = [body for _, _, body in _store_artifacts(db, "server-props")]
+    assert props and all(p["props"].get("build_info") != "b0-fake" for p in props)  # only real servers measured
+    assert all(p["pid"] in recorded_pids(pid_file) for p in props)
+    good = _good_cold(db)
+    if taken_calls < 3:
+        assert outcome.failures == 0 and len(logs) == 2
+        assert good == {("first", 256): 2, ("second", 256): 2}
+        return
+    assert outcome.failures == 1 and len(logs) == 3
+    [(label, stage, _, reason)] = _failures(db)
+    assert (label, stage) == ("first", "server-start") and "could not bind a free port" in reason
+    assert good == {("second", 256): 2}
+    again = run_study(spec, out, resolve(bin_dir))  # the resume, with free ports
+    assert again.failures == 0
+    assert _good_cold(db) == {("first", 256): 2, ("second", 256): 2}
+    _check_store(db)
+    _none_running(pid_file)
+
+
+def _store_artifacts(db: Path, name: str) -> list[tuple[int | None, str, dict]]:
+    return [(r, n, json.loads(b)) for r, n, b in _query(db, "SELECT run_id, name, body FROM artifacts WHERE name = ?", name)]
