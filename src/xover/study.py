@@ -27,6 +27,7 @@ from xover.provenance import model_id
 from xover.store import Store
 
 STAGE_ORDER = ("model", "theory", "bench", "ttft", "cache", "session", "report")
+DEFAULT_SERVER_TIMEOUT_S = 600.0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -68,6 +69,12 @@ def resolve_model(spec: StudySpec, study_dir: Path, emit: Emit) -> Path:
     emit(StageEvent("model", "info", f"synthesizing {spec.model_preset}"))
     write_model(shape, path, seed=0, progress=lambda d, t: emit(StageEvent("model", "progress", "", d, t)))
     return path
+
+
+def server_timeout(spec: StudySpec) -> float:
+    """Seconds a study waits for a llama-server to answer ``/health``: the spec's ``timeout`` (which
+    bounds a llama-bench configuration, model load included, alike), else 600."""
+    return spec.timeout_s if spec.timeout_s is not None else DEFAULT_SERVER_TIMEOUT_S
 
 
 def _offload_configs(configs: Sequence[LlamaConfig]) -> list[Any]:
@@ -183,7 +190,7 @@ def stage_ttft(spec: StudySpec, model: Path, binaries: Binaries, study_dir: Path
                     emit(StageEvent("ttft", "progress", f"{label} L={ev.length}: re-run ({ev.reason})"))
 
             run = ttftrun.TtftRun(store, plan, command, binaries=binaries, model=model, on_event=on_event)
-            outcome = asyncio.run(run.run_managed([sspec], study_dir / "logs"))
+            outcome = asyncio.run(run.run_managed([sspec], study_dir / "logs", startup_timeout_s=server_timeout(spec)))
             failures += len(outcome.failures)
             wall = time.perf_counter() - t_start
             store.add_artifact(outcome.run_id, "ttft-efficiency", {
@@ -215,7 +222,8 @@ def stage_cache(spec: StudySpec, model: Path, binaries: Binaries, study_dir: Pat
             emit(StageEvent("cache", "fail", f"{ev.scenario}: {ev.reason}"))
 
     outcome = cachelab.run_cache_lab(study_dir, binaries, model, length, config.server_args_list(), config.name,
-                                     env=config.env, command=command, on_event=on_event)
+                                     env=config.env, command=command, startup_timeout_s=server_timeout(spec),
+                                     on_event=on_event)
     return len(outcome.failures)
 
 
@@ -248,7 +256,7 @@ def stage_session(spec: StudySpec, model: Path, binaries: Binaries, study_dir: P
     outcome = sessionrun.run_session(study_dir, binaries, model, workload,
                                      [(c.name, c.server_args_list()) for c in spec.configs],
                                      response_tokens=spec.session_response_tokens, exact=True, command=command,
-                                     on_event=on_event)
+                                     startup_timeout_s=server_timeout(spec), on_event=on_event)
     return len(outcome.failures)
 
 

@@ -211,3 +211,82 @@ def test_port_already_taken(intruder: str, taken_calls: int, tmp_path: Path, tin
 
 def _store_artifacts(db: Path, name: str) -> list[tuple[int | None, str, dict]]:
     return [(r, n, json.loads(b)) for r, n, b in _query(db, "SELECT run_id, name, body FROM artifacts WHERE name = ?", name)]
+
+
+# ---- configurations that cannot load, a server that never becomes healthy --------------------------
+
+
+def _beyond_memory_context() -> int:
+    """A -c whose KV cache (2 KiB per token on tiny-moe) is twice this machine's memory and swap."""
+    kib = 0
+    for line in Path("/proc/meminfo").read_text().splitlines():
+        if line.startswith(("MemTotal:", "SwapTotal:")):
+            kib += int(line.split()[1])
+    return 2 * kib // 2
+
+
+@pytest.mark.parametrize("fault", ["context-beyond-memory", "unknown-flag"])
+def test_configuration_that_cannot_load(fault: str, tmp_path: Path, tiny_model: Path, shims) -> None:
+    """One configuration's server (and, for the unknown flag, its llama-bench) cannot start: its failure
+    is stored with llama.cpp's own reason, the other configuration is measured in the same run, and a
+    resume re-measures nothing that succeeded and records the failure again."""
+    bin_dir, pid_file = shims
+    broken = (f'server-args = ["-c", "{_beyond_memory_context()}"]' if fault == "context-beyond-memory"
+              else 'server-args = ["--no-such-flag"]\nbench-args = ["--no-such-flag"]')
+    spec = _spec(tmp_path / "spec.toml", tiny_model,
+                 'lengths = [256]\nresponse-tokens = [8]\nrepetitions = 2\nbench-repetitions = 1\npp = 32\ntg = 8\n'
+                 'skip = ["cache", "session", "report"]',
+                 _configs(("broken", broken), ("ok", "threads = 2")))
+    out = tmp_path / "out"
+    db = out / "results.sqlite"
+    r = _study(spec, out, bin_dir)
+    assert r.returncode == 0, r.stderr
+    assert "Traceback" not in r.stderr and "failed; they are recorded in the store" in r.stdout
+    failures = _failures(db)
+    server = [f for f in failures if f[1] == "server-start"]
+    assert [f[0] for f in server] == ["broken"]
+    want = "insufficient memory" if fault == "context-beyond-memory" else "invalid argument"
+    assert want in server[0][3] and "exited with code" in server[0][3], server[0][3]
+    bench_failed = [f for f in failures if f[1] == "bench"]
+    if fault == "unknown-flag":
+        assert [f[0] for f in bench_failed] == ["broken"] and "exited with code" in bench_failed[0][3]
+    else:
+        assert bench_failed == []
+    assert _good_cold(db) == {("ok", 256): 2}
+    ids = set(_query(db, "SELECT id FROM ttft_samples")) | {("b", i) for (i,) in _query(db, "SELECT id FROM bench_results")}
+    _check_store(db)
+    _none_running(pid_file)
+
+    r = _study(spec, out, bin_dir)  # the resume
+    assert r.returncode == 0, r.stderr
+    assert set(_query(db, "SELECT id FROM ttft_samples")) | {("b", i) for (i,) in _query(db, "SELECT id FROM bench_results")} == ids
+    assert len(_failures(db)) == 2 * len(failures)  # tried again, failed again for the same reason
+    again = _failures(db)[len(failures):]
+    assert [f[:2] for f in again] == [f[:2] for f in failures]
+    assert want in [f for f in again if f[1] == "server-start"][0][3]
+    _check_store(db)
+    _none_running(pid_file)
+
+
+def test_server_never_healthy(tmp_path: Path, tiny_model: Path, shims) -> None:
+    """A server that listens but answers /health 503 forever (the fake: a real one cannot be made to) is
+    given up after the spec's timeout, stopped, and recorded; the real configuration is measured."""
+    bin_dir, pid_file = shims
+    spec = _spec(tmp_path / "spec.toml", tiny_model,
+                 'lengths = [256]\nresponse-tokens = [8]\nrepetitions = 2\ntimeout = 3\n'
+                 'skip = ["bench", "cache", "session", "report"]',
+                 _configs(("stuck", 'server-args = ["--fake-fault", "never-healthy"]'), ("ok", "threads = 2")))
+    out = tmp_path / "out"
+    db = out / "results.sqlite"
+    for attempt in (1, 2):  # the run, then the resume: the fault persists, the measured point stays
+        r = _study(spec, out, bin_dir)
+        assert r.returncode == 0, r.stderr
+        failures = _failures(db)
+        assert [(f[0], f[1]) for f in failures] == [("stuck", "server-start")] * attempt
+        assert "did not become healthy within 3 s" in failures[-1][3] and "503" in failures[-1][3], failures[-1][3]
+        assert _good_cold(db) == {("ok", 256): 2}
+        _check_store(db)
+        pids = _none_running(pid_file)
+        logs = sorted((out / "logs").glob("server-stuck-*.log"))
+        assert len(logs) == attempt and "fake-llama-server pid" in logs[-1].read_text()
+        assert int(logs[-1].read_text().split("fake-llama-server pid ")[1].split()[0]) in pids

@@ -182,6 +182,23 @@ def log_tail(path: Path, lines: int = 3, max_chars: int = 400) -> str:
     return (" | ".join(tail) or "(empty log)")[-max_chars:]
 
 
+_ERROR_LINE = re.compile(r"^[\d.]+ E |\b(error|failed|invalid|insufficient|out of memory)\b", re.I)
+_LOG_STAMP = re.compile(r"^[\d.]+ [A-Z] +")
+
+
+def first_error(path: Path, max_chars: int = 300) -> str | None:
+    """The first error line of a log (llama.cpp's ``E`` level, or one that says error/failed/invalid),
+    without its timestamp: usually the cause, where the last lines are its consequences."""
+    try:
+        text = path.read_text(errors="replace")
+    except OSError:
+        return None
+    for line in text.splitlines():
+        if not line.startswith("$ ") and _ERROR_LINE.search(line):
+            return _LOG_STAMP.sub("", line.strip())[:max_chars]
+    return None
+
+
 class LlamaServer:
     """A running llama-server for one :class:`ServerSpec`: ``async with LlamaServer(...) as srv``.
 
@@ -227,7 +244,12 @@ class LlamaServer:
             self.model_meta = dict(data[0].get("meta") or {}) if isinstance(data, list) and data else {}
         except XoverError as e:
             await self._stop()
-            where = f"log tail: {log_tail(self.log_path)} ({self.log_path})" if self.log_path else "no log"
+            where = "no log"
+            if self.log_path:
+                tail = log_tail(self.log_path)
+                first = first_error(self.log_path)
+                cause = f"first error: {first}; " if first and first not in tail else ""
+                where = f"{cause}log tail: {tail} ({self.log_path})"
             raise XoverError(f"llama-server ({self.spec.label}) {e}; {where}") from None
         except BaseException:
             await self._stop()
