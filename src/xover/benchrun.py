@@ -198,7 +198,8 @@ def exit_problem(exited: Exited, measured: int, expected: int, timeout_s: float 
             name = signal.Signals(-exited.returncode).name
         except ValueError:
             name = f"signal {-exited.returncode}"
-        return f"llama-bench was killed by {name} {done}{detail}"
+        # a crash leaves whatever llama-bench was logging last: only an error line says anything
+        return f"llama-bench was killed by {name} {done}" + (f": {errors[-1].strip()}" if errors else "")
     if exited.returncode:
         return f"llama-bench exited with code {exited.returncode} {done}{detail}"
     if measured < expected:

@@ -290,3 +290,174 @@ def test_server_never_healthy(tmp_path: Path, tiny_model: Path, shims) -> None:
         logs = sorted((out / "logs").glob("server-stuck-*.log"))
         assert len(logs) == attempt and "fake-llama-server pid" in logs[-1].read_text()
         assert int(logs[-1].read_text().split("fake-llama-server pid ")[1].split()[0]) in pids
+
+
+# ---- llama-server killed mid-request; llama-bench crashing mid-sweep --------------------------------
+
+
+def _in_request(port: int) -> bool:
+    """True while a TCP connection to ``port`` is established (llama-server closes each one after its
+    streamed response, so an open one is a request in flight)."""
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            lines = Path(table).read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
+            f = line.split()
+            if f[3] == "01" and int(f[1].rsplit(":", 1)[1], 16) == port:
+                return True
+    return False
+
+
+def _port_of(pid: int) -> int:
+    argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    return int(argv[argv.index(b"--port") + 1])
+
+
+def test_server_sigkilled_mid_request(tmp_path: Path, tiny_model: Path, shims) -> None:
+    """SIGKILL the first configuration's llama-server while a measured request is in flight: the
+    samples before it stay, the cut request is stored as an errored sample and a failure with the
+    reason, the next configuration is measured, and the resume completes exactly the missing samples."""
+    bin_dir, pid_file = shims
+    spec = _spec(tmp_path / "spec.toml", tiny_model,
+                 'lengths = [256, 512]\nresponse-tokens = [96]\nrepetitions = 3\nskip = ["bench", "cache", "session", "report"]',
+                 _configs(("victim", "threads = 2"), ("other", "threads = 1")))
+    out = tmp_path / "out"
+    db = out / "results.sqlite"
+    proc = subprocess.Popen(_xover("study", str(spec), "-o", str(out), "-q", "--llama-bin-dir", str(bin_dir)),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    killed = None
+    deadline = time.monotonic() + 120
+    while killed is None and proc.poll() is None and time.monotonic() < deadline:
+        servers = _server_pids(pid_file)
+        if servers and db.exists() and sum(_good_cold(db).values()) >= 1:
+            port = _port_of(servers[0])
+            while proc.poll() is None and not _in_request(port):
+                time.sleep(0.001)
+            os.kill(servers[0], signal.SIGKILL)
+            killed = servers[0]
+        time.sleep(0.005)
+    stdout, stderr = proc.communicate(timeout=120)
+    assert killed is not None, f"the study ended before its server could be killed: {stderr}"
+    assert proc.returncode == 0, stderr
+    assert "Traceback" not in stderr
+    [(label, stage, point, reason)] = _failures(db)
+    assert (label, stage) == ("victim", "ttft") and point.startswith("L="), (point, reason)
+    errored = _query(db, "SELECT length, error FROM ttft_samples WHERE error IS NOT NULL")
+    assert len(errored) == 1 and errored[0][1] in reason  # the request in flight, stored with what went wrong
+    good = _good_cold(db)
+    assert 1 <= sum(v for (c, _), v in good.items() if c == "victim") < 6
+    assert {k: v for k, v in good.items() if k[0] == "other"} == {("other", 256): 3, ("other", 512): 3}
+    before = set(_query(db, "SELECT id FROM ttft_samples"))
+    _check_store(db)
+    pids = _none_running(pid_file)
+    assert killed in pids
+
+    r = _study(spec, out, bin_dir)  # the resume
+    assert r.returncode == 0, r.stderr
+    assert _good_cold(db) == {(c, L): 3 for c in ("victim", "other") for L in (256, 512)}
+    assert before <= set(_query(db, "SELECT id FROM ttft_samples"))
+    assert len(_failures(db)) == 1
+    _check_store(db)
+    _none_running(pid_file)
+
+
+def test_llama_bench_crashes_mid_sweep(tmp_path: Path, tiny_model: Path, llama_bins) -> None:
+    """The first configuration's llama-bench dies of SIGSEGV right after its first test: that test is
+    stored, the crash is recorded with the signal and how far it got, the second configuration is
+    measured, and the resume measures only the three missing tests."""
+    pid_file, marker = tmp_path / "llama-pids", tmp_path / "crash-once"
+    marker.touch()
+    bin_dir = shim_bin_dir(tmp_path / "bin", llama_bins.bin_dir, pid_file, bench_crash_marker=marker)
+    spec = _spec(tmp_path / "spec.toml", tiny_model,
+                 'lengths = [256, 512]\nbench-repetitions = 2\npp = 32\ntg = 8\nskip = ["ttft", "cache", "session", "report"]',
+                 _configs(("crashed", "threads = 2"), ("other", "threads = 1")))
+    out = tmp_path / "out"
+    db = out / "results.sqlite"
+    tests = "SELECT c.label, b.test, b.id FROM bench_results b JOIN configs c ON c.key = b.config_key"
+    r = _study(spec, out, bin_dir)
+    assert r.returncode == 0, r.stderr
+    assert not marker.exists()  # the crash happened
+    [(label, stage, point, reason)] = _failures(db)
+    assert (label, stage) == ("crashed", "bench")
+    assert reason == "llama-bench was killed by SIGSEGV after 1 of 4 tests", reason
+    stored = _query(db, tests)
+    assert Counter(c for c, _, _ in stored) == {"crashed": 1, "other": 4}
+    _check_store(db)
+    pids = _none_running(pid_file)
+    assert len(pids) >= 3  # the wrapper, the real llama-bench it crashed, the second configuration's
+
+    r = _study(spec, out, bin_dir)  # the resume
+    assert r.returncode == 0, r.stderr
+    after = _query(db, tests)
+    assert set(stored) <= set(after)
+    assert Counter((c, t) for c, t, _ in after) == {(c, t): 1 for c in ("crashed", "other")
+                                                     for t in ("pp32 @ d256", "tg8 @ d256", "pp32 @ d512", "tg8 @ d512")}
+    assert len(_failures(db)) == 1
+    _check_store(db)
+    _none_running(pid_file)
+
+
+# ---- SIGINT / SIGTERM to `xover study` at random moments --------------------------------------------
+
+SIGNAL_SPEC = ('lengths = [256, 512, 1024]\nresponse-tokens = [16]\nrepetitions = 2\nbench-repetitions = 2\n'
+               'pp = 64\ntg = 16\nskip = ["cache", "session", "report"]')
+EXPECTED_BENCH = 2 * 3 * 2  # configurations x depths x (pp, tg)
+
+
+@pytest.mark.parametrize("seed", range(SEEDS))
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_signal_at_a_random_moment(sig: signal.Signals, seed: int, tmp_path: Path, tiny_model: Path, shims) -> None:
+    """``xover study`` gets SIGINT or SIGTERM at a seeded random moment of its measuring stages (odd seeds:
+    a second signal shortly after, as an impatient user's second Ctrl-C): it exits 130 with one line,
+    every sample it announced is stored, no run stays marked running, no llama process survives, and the
+    resume completes every point exactly once without re-measuring what was stored."""
+    rng = random.Random(seed)
+    bin_dir, pid_file = shims
+    spec = _spec(tmp_path / "spec.toml", tiny_model, SIGNAL_SPEC, _configs(("t=1", "threads = 1"), ("t=2", "threads = 2")))
+    out, events = tmp_path / "out", tmp_path / "events.jsonl"
+    db = out / "results.sqlite"
+    proc = subprocess.Popen(_xover("study", str(spec), "-o", str(out), "-q", "--llama-bin-dir", str(bin_dir),
+                                   "--progress-jsonl", str(events)), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 60
+    while proc.poll() is None and not (events.exists() and events.stat().st_size) and time.monotonic() < deadline:
+        time.sleep(0.005)  # the study has started (imports done, first stage begun)
+    time.sleep(rng.uniform(0.0, 3.0))
+    proc.send_signal(sig)
+    if seed % 2:
+        time.sleep(rng.uniform(0.0, 0.3))
+        if proc.poll() is None:
+            proc.send_signal(sig)
+    _, stderr = proc.communicate(timeout=60)
+    assert "Traceback" not in stderr and "Exception ignored" not in stderr, stderr
+    if proc.returncode != 0:  # 0: the study finished before the signal
+        # 130 after the one line; rarely (a few in a hundred, early in the study, as before this test
+        # existed) the process is then ended by the signal itself: the line is out, the cleanup done
+        assert proc.returncode in (130, -sig), stderr
+        assert [ln for ln in stderr.splitlines() if ln.strip()] == ["xover: interrupted; completed results are kept"]
+    announced = Counter()
+    for line in events.read_text().splitlines():
+        ev = json.loads(line)
+        if ev["stage"] == "ttft" and ev["status"] == "progress" and " L=" in ev["detail"] and "re-run" not in ev["detail"]:
+            label, length = ev["detail"].split(" L=")
+            announced[(label, int(length))] += 1
+    if db.exists():
+        _check_store(db)
+        stored = _good_cold(db)
+        assert all(stored[k] >= n for k, n in announced.items()), (announced, stored)  # nothing announced was lost
+        before = set(_query(db, "SELECT id FROM ttft_samples")) | {("b", i) for (i,) in _query(db, "SELECT id FROM bench_results")}
+    else:
+        assert not announced
+        before = set()
+    _none_running(pid_file)
+
+    r = _study(spec, out, bin_dir)  # the resume
+    assert r.returncode == 0, r.stderr
+    after = set(_query(db, "SELECT id FROM ttft_samples")) | {("b", i) for (i,) in _query(db, "SELECT id FROM bench_results")}
+    assert before <= after
+    assert _good_cold(db) == {(c, L): 2 for c in ("t=1", "t=2") for L in (256, 512, 1024)}
+    bench = Counter(_query(db, "SELECT config_key, test FROM bench_results"))
+    assert len(bench) == EXPECTED_BENCH and set(bench.values()) == {1}
+    _check_store(db)
+    _none_running(pid_file)

@@ -2,12 +2,18 @@
 
 Each llama process starts in its own session (its own process group), so a terminal's Ctrl-C
 reaches xover only and xover decides how to stop the child: SIGTERM to the group, then SIGKILL
-after a bound. Every live child is tracked; :func:`stop_all` runs at interpreter exit and on
-SIGTERM, so no llama process is ever left behind, whatever path the program leaves by.
+after a bound. Every live child is tracked until it has been reaped; :func:`stop_all` runs at
+interpreter exit and on SIGTERM, so no llama process is ever left behind, whatever path the
+program leaves by.
+
+In the CLI (:func:`install_signal_handlers`), the first SIGINT or SIGTERM unwinds like Ctrl-C;
+later ones are ignored, so a second Ctrl-C cannot cut the (bounded) stopping of the children short
+or turn the one-line exit into a traceback, and nothing new is started while unwinding.
 """
 
 from __future__ import annotations
 
+import asyncio
 import atexit
 import os
 import signal
@@ -31,6 +37,8 @@ def spawn(
     text: bool = True,
 ) -> subprocess.Popen[Any]:
     """Start ``argv`` (a list: never a shell string) in a new session and track it."""
+    if _interrupted:
+        raise KeyboardInterrupt  # unwinding after SIGINT/SIGTERM: start nothing new
     full_env = dict(os.environ)
     if env:
         full_env.update(env)
@@ -44,21 +52,23 @@ def spawn(
 
 
 def stop(proc: subprocess.Popen[Any], timeout_s: float = 5.0) -> int | None:
-    """SIGTERM the child's process group, SIGKILL it after ``timeout_s``; reap it; return its code."""
-    try:
-        if proc.poll() is None:
-            _signal_group(proc, signal.SIGTERM)
-            try:
-                proc.wait(timeout=timeout_s)
-            except subprocess.TimeoutExpired:
-                _signal_group(proc, signal.SIGKILL)
-                proc.wait(timeout=timeout_s)
-        else:
-            # The leader exited; make sure nothing it started lingers in its group.
+    """SIGTERM the child's process group, SIGKILL it after ``timeout_s``; reap it; return its code.
+
+    The child stays tracked until it has been reaped, so a stop cut short (an exception while
+    waiting) is finished by :func:`stop_all`.
+    """
+    if proc.poll() is None:
+        _signal_group(proc, signal.SIGTERM)
+        try:
+            proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
             _signal_group(proc, signal.SIGKILL)
-    finally:
-        with _lock:
-            _live.pop(proc.pid, None)
+            proc.wait(timeout=timeout_s)
+    else:
+        # The leader exited; make sure nothing it started lingers in its group.
+        _signal_group(proc, signal.SIGKILL)
+    with _lock:
+        _live.pop(proc.pid, None)
     return proc.returncode
 
 
@@ -84,18 +94,43 @@ def stop_all() -> None:
     with _lock:
         procs = list(_live.values())
     for p in procs:
-        stop(p, timeout_s=3.0)
+        try:
+            stop(p, timeout_s=3.0)
+        except subprocess.TimeoutExpired:  # unkillable (uninterruptible sleep): nothing more to do
+            pass
 
 
-def _on_sigterm(signum: int, frame: object) -> None:
-    # Turn SIGTERM into the same path as Ctrl-C: unwind, let context managers stop children.
+_interrupted = False
+
+
+def _on_interrupt(signum: int, frame: object) -> None:
+    """SIGINT and SIGTERM: the first unwinds like Ctrl-C (context managers stop the children); the
+    process then ignores both, at the OS level, until it exits."""
+    global _interrupted
+    if _interrupted:
+        return
+    _interrupted = True
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, signal.SIG_IGN)
+    try:
+        loop = asyncio.get_running_loop()
+    except RuntimeError:
+        raise KeyboardInterrupt from None
+    # Inside an event loop, raise between two callbacks, never inside one (an HTTP library's
+    # cancellation machinery, say): asyncio lets KeyboardInterrupt out of run_until_complete and
+    # asyncio.run then cancels every task, so each `async with LlamaServer` stops its server.
+    loop.call_soon_threadsafe(_raise_interrupt)
+
+
+def _raise_interrupt() -> None:
     raise KeyboardInterrupt
 
 
 def install_signal_handlers() -> None:
-    """Make SIGTERM unwind like Ctrl-C (call from the main thread of the CLI)."""
+    """Make SIGINT and SIGTERM unwind like Ctrl-C, once (call from the main thread of the CLI)."""
     if threading.current_thread() is threading.main_thread():
-        signal.signal(signal.SIGTERM, _on_sigterm)
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(sig, _on_interrupt)
 
 
 atexit.register(stop_all)
