@@ -57,6 +57,13 @@ def cache(model: Path | None, ncmoe: int | None, length: str, study_dir: Path, l
         raise XoverError(f"model {model} does not exist: fix -m")
     tokens = parse_length(length)
     planned = sum(len(srv.requests()) for srv in lab_plan(tokens))  # a length the lab cannot use fails here
+    from xover.cachelab import INSERTED, RESPONSE_TOKENS
+    from xover.gguf.inspect import check_offload_and_context
+    from xover.llamacpp.server import check_explicit_context
+
+    need = tokens + INSERTED + RESPONSE_TOKENS
+    check_offload_and_context(model, [ncmoe] if ncmoe is not None else [], need)
+    check_explicit_context(extra_args, need)
     binaries = resolve(llama_bin_dir)
     label = f"ncmoe={ncmoe}" if ncmoe is not None else "default"
     server_args = (("--n-cpu-moe", str(ncmoe)) if ncmoe is not None else ()) + tuple(extra_args)

@@ -97,6 +97,16 @@ def session(
     if not model.is_file():
         raise XoverError(f"model {model} does not exist: fix -m")
     modes = parse_modes(cache_modes)
+    from xover.gguf.inspect import check_offload_and_context
+    from xover.llamacpp.server import check_explicit_context
+
+    need = None if workload is not None else parse_length(target_tokens) + response_tokens
+    check_offload_and_context(model, _ncmoe(ncmoe), need)
+    if need is not None:
+        check_explicit_context(extra_args, need)
+        if ctx_size is not None and ctx_size < need:
+            raise XoverError(f"--ctx-size {ctx_size} is shorter than the session's last turn plus its response "
+                             f"(about {need} tokens): raise it or leave it out (xover sizes it)")
     if workload is not None:
         given = [name for name in _GENERATION_OPTIONS
                  if ctx.get_parameter_source(name) is not click.core.ParameterSource.DEFAULT]

@@ -144,6 +144,12 @@ def ttft(
             no_op_offload=tuple(int(v) for v in choices("--no-op-offload", no_op_offload, ("0", "1"))),
             threads=ints("--threads", threads, 1), env=tuple(benchrun.parse_env(e) for e in env),
         )
+        from xover.gguf.inspect import check_offload_and_context
+        from xover.llamacpp.server import check_explicit_context
+
+        need = max(plan.lengths) + plan.response_tokens
+        check_offload_and_context(model, ints("--ncmoe", ncmoe), need)
+        check_explicit_context(extra_args, need)
         binaries = resolve(llama_bin_dir)
         specs = _specs(model, configs, plan, extra_args, has_flag(binaries.server, "-fit"),
                        4 if has_flag(binaries.server, "-lv") else None)

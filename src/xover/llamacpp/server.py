@@ -96,6 +96,24 @@ class ServerSpec:
         return ServerConfig(label=self.label, args=self.args(), env=self.env)
 
 
+def check_explicit_context(extra_args: tuple[str, ...] | list[str], need: int, where: str = "after `--`") -> None:
+    """Fail early when llama-server arguments set ``-c``/``--ctx-size`` below ``need`` tokens (every
+    request would be refused); ``-c 0`` (the model's own context) is checked by the caller."""
+    args = list(extra_args)
+    for i, a in enumerate(args):
+        flag, _, inline = a.partition("=")
+        if flag not in ("-c", "--ctx-size"):
+            continue
+        value = inline or (args[i + 1] if i + 1 < len(args) else "")
+        try:
+            n = int(value)
+        except ValueError:
+            raise XoverError(f"{flag} {value!r} {where} is not a token count: give an integer, e.g. -c 8192") from None
+        if 0 < n < need:
+            raise XoverError(f"{flag} {n} {where} is shorter than the longest prompt plus response ({need} tokens): "
+                             f"raise it to at least {need} or drop it (xover sizes -c itself)")
+
+
 @functools.lru_cache(maxsize=16)
 def help_text(binary: Path) -> str:
     try:
