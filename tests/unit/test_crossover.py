@@ -10,6 +10,7 @@ from xover.analysis.crossover import (
     interpolate_crossings,
     measured_totals,
     model_crossings,
+    fastest,
     verdict,
 )
 
@@ -66,7 +67,7 @@ def test_crossing_outside_range_is_marked_extrapolated():
     assert fc.length == pytest.approx(4000 * 200 * (1 / 95 - 1 / 100), rel=1e-6)
     assert fc.extrapolated
     v = verdict(r)
-    assert v.startswith("B is faster at every measured length")
+    assert v.startswith("A vs B: B is faster at every measured length")
     assert "(extrapolated)" in v
 
 
@@ -75,7 +76,7 @@ def test_no_crossing():
     b = make("B", lambda L: 0.2 + L / 1000, lambda d: 50.0)  # worse at both
     r = compare_pair(a, b, 200, n_boot=0)
     assert r.interpolated == () and r.fitted == ()
-    assert verdict(r).startswith("A is faster at every measured length (1,000-32,000 tokens")
+    assert verdict(r).startswith("A vs B: A is faster at every measured length (1,000-32,000 tokens")
 
 
 def test_curves_that_touch():
@@ -118,3 +119,45 @@ def test_token_formatting_follows_llama_cpp_usage():
 
     assert format_tokens(32768) == "32K" and format_tokens(1024) == "1K"
     assert format_tokens(8000) == "8,000" and format_tokens(911.4) == "911"
+
+
+def test_verdict_calls_overlapping_samples_noise_not_a_crossover():
+    # Equal underlying speed, 3 noisy samples a side: the medians cross by chance, the ranges overlap.
+    a = make("A", lambda L: 0.1 + L / 2000, lambda d: 100.0, noise=0.05, reps=3, seed=11)
+    b = make("B", lambda L: 0.1 + L / 2000, lambda d: 100.0, noise=0.05, reps=3, seed=111)
+    r = compare_pair(a, b, 200, n_boot=0)
+    assert any(c.kind == "cross" for c in r.interpolated)  # the medians do cross
+    assert set(r.separated) == {0}
+    v = verdict(r)
+    assert v.startswith("A vs B: within noise of each other at every measured length") and "faster below" not in v
+
+
+def test_verdict_ignores_a_noisy_length_and_names_a_single_crossover():
+    # A wins short prompts clearly, B long ones; at 16K the samples overlap.
+    base = {1000: ([1.0, 1.1, 1.05], [2.0, 2.1, 2.05]), 4000: ([2.0, 2.1, 2.05], [3.0, 3.1, 3.05]),
+            16000: ([5.0, 6.0, 5.5], [5.2, 5.9, 5.4]), 32000: ([12.0, 12.5, 12.2], [8.0, 8.2, 8.1])}
+    a = ConfigData("A", {L: v[0] for L, v in base.items()}, {L: [100.0] for L in base})
+    b = ConfigData("B", {L: v[1] for L, v in base.items()}, {L: [100.0] for L in base})
+    r = compare_pair(a, b, 200, n_boot=0)
+    assert r.separated == (-1, -1, 0, 1)
+    v = verdict(r)
+    assert v.startswith("A vs B: A is faster below ~") and "and B above" in v and "within noise at 16K" not in v
+    assert "within noise at 16,000" in v
+
+
+def test_verdict_refuses_a_winner_when_the_order_flips_twice():
+    t = {1000: ([1.0], [2.0]), 4000: ([3.0], [2.0]), 16000: ([5.0], [6.0])}
+    a = ConfigData("A", {L: v[0] for L, v in t.items()}, {L: [100.0] for L in t})
+    b = ConfigData("B", {L: v[1] for L, v in t.items()}, {L: [100.0] for L in t})
+    v = verdict(compare_pair(a, b, 200, n_boot=0))
+    assert "no consistent winner" in v and "A at 1,000, B at 4,000, A at 16,000" in v
+
+
+def test_fastest_line_ranks_three_or_more():
+    a = make("A", lambda L: 0.1 + L / 2000, lambda d: 100.0)
+    b = make("B", lambda L: 0.1 + L / 4000, lambda d: 50.0)
+    c = make("C", lambda L: 1.0 + L / 1000, lambda d: 10.0)
+    assert fastest([a, b], 200) is None
+    line = fastest([a, b, c], 200)
+    assert line is not None
+    assert "1,000 A (2.60 s; next B, 1.67x)" in line and "32,000 B (12.10 s; next A, 1.50x)" in line

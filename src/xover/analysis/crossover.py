@@ -80,6 +80,7 @@ class PairResult:
     fitted: tuple[Crossing, ...]
     ci: tuple[float, float] | None  # bootstrap 95% interval of the first fitted crossing
     ci_no_crossing_fraction: float | None  # share of bootstrap replicates with no crossing in (0, max_len]
+    separated: tuple[int, ...] = ()  # per length: -1 A clearly faster, +1 B clearly faster, 0 within noise
 
     def faster_at(self, length_index: int) -> str:
         return self.a if self.total_a[length_index] < self.total_b[length_index] else self.b
@@ -103,6 +104,26 @@ def _decode_tps_at(data: ConfigData, depth: int) -> float:
 def measured_totals(data: ConfigData, response: int) -> dict[int, float]:
     """total(L) at each measured prompt length, from medians (seconds)."""
     return {L: _median(s) + response / _decode_tps_at(data, L) for L, s in sorted(data.ttft_s.items())}
+
+
+def separation(a: ConfigData, b: ConfigData, length: int, response: int) -> int:
+    """-1 when every sample of A's total at ``length`` beats every sample of B's, +1 the reverse, 0 when
+    the ranges overlap (within noise). Totals per sample: its TTFT plus the median decode time.
+
+    With 3 samples a side, ranges that do not overlap happen by chance with probability 0.1 when the two
+    are equal (2 of the 20 ways to order six samples), so a difference called here is a real one
+    far more often than not; a smaller one is reported as noise rather than as a winner."""
+    def span(d: ConfigData) -> tuple[float, float]:
+        dec = response / _decode_tps_at(d, length)
+        xs = [t + dec for t in d.ttft_s[length]]
+        return min(xs), max(xs)
+
+    (a_lo, a_hi), (b_lo, b_hi) = span(a), span(b)
+    if a_hi < b_lo:
+        return -1
+    if b_hi < a_lo:
+        return 1
+    return 0
 
 
 def interpolate_crossings(lengths: Sequence[float], diff: Sequence[float]) -> list[Crossing]:
@@ -225,7 +246,9 @@ def compare_pair(a: ConfigData, b: ConfigData, response: int, n_boot: int = 1000
     ci, none_frac = (None, None)
     if n_boot > 0:
         ci, none_frac = bootstrap_crossing(a, b, response, lo, hi, n_boot=n_boot, seed=seed)
-    return PairResult(a.label, b.label, response, lengths, tuple(da), tuple(db), tuple(interp), fitted, ci, none_frac)
+    sep = tuple(separation(a, b, L, response) for L in lengths)
+    return PairResult(a.label, b.label, response, lengths, tuple(da), tuple(db), tuple(interp), fitted, ci, none_frac,
+                      sep)
 
 
 def format_tokens(n: float) -> str:
@@ -240,21 +263,43 @@ _k = format_tokens
 
 
 def verdict(pair: PairResult, band: tuple[int, int] = (10_000, 40_000)) -> str:
-    """One sentence: who wins where, the crossover, and where the agentic band falls."""
-    crosses = [c for c in pair.interpolated if c.kind == "cross"]
+    """One sentence naming both configurations: who wins where, the crossover, where the agentic band falls.
+
+    Lengths where the two are within noise (:func:`separation`) name no winner: a crossover is only
+    claimed between lengths where each side is clearly faster, so noise never reads as a crossing."""
+    head = f"{pair.a} vs {pair.b}: "
     lo_b, hi_b = band
-    if not crosses:
-        fitted = [c for c in pair.fitted if c.kind == "cross"]
-        winner = pair.faster_at(0)
-        sentence = (f"{winner} is faster at every measured length ({_k(pair.lengths[0])}-{_k(pair.lengths[-1])} tokens, "
-                    f"{pair.response}-token responses)")
-        if fitted:
+    sep = pair.separated or tuple(-1 if x < y else 1 for x, y in zip(pair.total_a, pair.total_b))
+    clear = [(i, pair.a if s < 0 else pair.b) for i, s in enumerate(sep) if s]
+    span = f"{_k(pair.lengths[0])}-{_k(pair.lengths[-1])} tokens, {pair.response}-token responses"
+    if not clear:
+        gap = max(abs(x - y) / min(x, y) for x, y in zip(pair.total_a, pair.total_b))
+        return (head + f"within noise of each other at every measured length ({span}; sample ranges overlap, "
+                f"medians differ by at most {gap:.0%}): either serves agentic turns of {_k(lo_b)}-{_k(hi_b)} tokens.")
+    winners = [w for _, w in clear]
+    ties = [_k(pair.lengths[i]) for i, s in enumerate(sep) if not s]
+    tie_note = f"; within noise at {', '.join(ties)}" if ties else ""
+    changes = [j for j in range(1, len(clear)) if winners[j] != winners[j - 1]]
+    if not changes:
+        winner = winners[0]
+        where = "every measured length" if not ties else "every length where they differ"
+        sentence = head + f"{winner} is faster at {where} ({span}{tie_note})"
+        # A fitted crossing far beyond the data is the quadratic term's guess, not a finding: keep those
+        # within twice the longest measured length.
+        fitted = [c for c in pair.fitted if c.kind == "cross" and c.length <= 2 * pair.lengths[-1]]
+        if fitted and not ties:
             ext = fitted[0]
             tag = "extrapolated" if ext.extrapolated else "fitted"
             sentence += f"; the fitted cost model puts a crossover at ~{_k(ext.length)} tokens ({tag})"
         return sentence + f", so agentic turns of {_k(lo_b)}-{_k(hi_b)} tokens are best served by {winner}."
-    x = crosses[0].length
-    short, long_ = pair.faster_at(0), pair.faster_at(len(pair.lengths) - 1)
+    if len(changes) > 1:
+        runs = ", ".join(f"{w} at {_k(pair.lengths[i])}" for i, w in clear)
+        return head + f"no consistent winner ({runs}{tie_note}): the order flips more than once, so neither is preferred."
+    j = changes[0]
+    lo_i, hi_i = clear[j - 1][0], clear[j][0]
+    inside = [c for c in pair.interpolated if c.kind == "cross" and pair.lengths[lo_i] <= c.length <= pair.lengths[hi_i]]
+    x = inside[0].length if inside else (pair.lengths[lo_i] + pair.lengths[hi_i]) / 2
+    short, long_ = winners[0], winners[-1]
     ci = f" (95% CI {_k(pair.ci[0])}-{_k(pair.ci[1])})" if pair.ci else ""
     if hi_b <= x:
         where = f"the whole agentic band ({_k(lo_b)}-{_k(hi_b)}) lies below it, so {short} wins agentic turns"
@@ -263,4 +308,20 @@ def verdict(pair: PairResult, band: tuple[int, int] = (10_000, 40_000)) -> str:
     else:
         where = (f"it falls inside the agentic band ({_k(lo_b)}-{_k(hi_b)}): {short} wins turns below it, "
                  f"{long_} above")
-    return f"{short} is faster below ~{_k(x)} tokens and {long_} above{ci}; {where}."
+    return head + f"{short} is faster below ~{_k(x)} tokens and {long_} above{ci}{tie_note}; {where}."
+
+
+def fastest(configs: Sequence[ConfigData], response: int) -> str | None:
+    """The fastest configuration at each measured length (median total), for studies of three or more."""
+    if len(configs) < 3:
+        return None
+    totals = {c.label: measured_totals(c, response) for c in configs}
+    lengths = sorted(set.intersection(*(set(t) for t in totals.values())))
+    if not lengths:
+        return None
+    parts = []
+    for L in lengths:
+        ranked = sorted(totals, key=lambda label: totals[label][L])
+        best, second = ranked[0], ranked[1]
+        parts.append(f"{_k(L)} {best} ({totals[best][L]:.2f} s; next {second}, {totals[second][L] / totals[best][L]:.2f}x)")
+    return f"Fastest total time per turn ({response}-token responses): " + "; ".join(parts) + "."

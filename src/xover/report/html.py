@@ -14,7 +14,7 @@ import itertools
 from collections import defaultdict
 from pathlib import Path
 
-from xover.analysis.crossover import ConfigData, PairResult, compare_pair, fit_cost_model, format_tokens, verdict
+from xover.analysis.crossover import ConfigData, PairResult, compare_pair, fastest, fit_cost_model, format_tokens, verdict
 from xover.analysis.stats import summarize
 from xover.report import plots
 from xover.records import TtftSample
@@ -37,7 +37,7 @@ class Report:
 def build_report(data: StudyData, response: int = 200, band: tuple[int, int] = AGENTIC_BAND, n_boot: int = 500) -> Report:
     configs = tuple(crossover_inputs(data))
     pairs = tuple(compare_pair(a, b, response, n_boot=n_boot) for a, b in itertools.combinations(configs, 2))
-    verdicts = tuple(verdict(p, band) for p in pairs)
+    verdicts = tuple(v for v in (fastest(configs, response), *(verdict(p, band) for p in pairs)) if v)
     images: list[tuple[str, str, bytes]] = []
     if configs:
         images.append(("total", "Total time per turn vs prompt length", plots.total_time_plot(configs, pairs, response, band)))
