@@ -40,7 +40,7 @@ import asyncio
 import dataclasses
 import hashlib
 import itertools
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -325,6 +325,19 @@ def analyse(samples: Sequence[tuple[str, TtftSample]]) -> LabAnalysis:
     return LabAnalysis(rows=tuple(rows), headlines=tuple(_headlines(rows)))
 
 
+def complete_scenarios(samples: Sequence[tuple[str, TtftSample]], label: str, length: int) -> set[str]:
+    """Scenarios of ``label``'s lab at ``length`` whose every planned request is stored without error."""
+    done: set[str] = set()
+    plan = plan_requests(length)
+    for lab_label, case, group in _groups(lab_samples(samples)):
+        if lab_label != label or group[0].length != length:
+            continue
+        got = {(case, (parse_mode(s.mode) or ("", ""))[1]) for s in group if s.error is None and s.timings is not None}
+        if all(key in got for key in plan if key[0] == case):
+            done.add(case)
+    return done
+
+
 def _median_gap_ms(rows: Sequence[LabRow]) -> float | None:
     gaps = [r.gap_ns / 1e6 for r in rows if r.gap_ns is not None and r.request.startswith("other-")]
     return summarize(gaps).median if gaps else None
@@ -425,15 +438,17 @@ def run_cache_lab(
     seed: int = 0,
     startup_timeout_s: float = 600.0,
     on_event: Callable[[LabEvent], None] = lambda ev: None,
+    only: Collection[str] | None = None,
 ) -> CacheLabOutcome:
     """Run every scenario of the lab (synchronous; it drives its own event loop) into the store
     of ``store_dir``: one run of kind ``cache``, one sample per request, failures kept as data.
 
     ``server_args`` are the configuration's llama-server flags (``--n-cpu-moe 18 -t 8``...), added
     after the lab's own; ``env`` is set for the servers only. A scenario whose server fails to
-    start or whose request fails is recorded as a failure and the next scenario runs.
+    start or whose request fails is recorded as a failure and the next scenario runs. ``only`` names
+    the scenarios to run (a resumed study runs those :func:`complete_scenarios` does not list).
     """
-    plan = lab_plan(length)
+    plan = tuple(srv for srv in lab_plan(length) if only is None or srv.scenario in only)
     if not model.is_file():
         raise XoverError(f"model {model} does not exist: fix -m")
     pool = token_pool(gguf_token_types(model))

@@ -94,7 +94,7 @@ class StudySpec:
     band: tuple[int, int] = (10_000, 40_000)
     cache_length: int | None = None  # cache-lab prompt length (default: the longest length)
     skip: frozenset[str] = frozenset()
-    timeout_s: float | None = None  # per llama-bench configuration / per server request
+    timeout_s: float | None = None  # per llama-bench configuration, per server start and per server request
     session_turns: int = 12  # agentic session replay: turns, system prompt and final size (tokens, approx.)
     session_system_tokens: int | None = None  # default: a quarter of the longest length, at most 10K
     session_target_tokens: int | None = None  # default: the longest length

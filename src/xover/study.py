@@ -211,9 +211,15 @@ def stage_cache(spec: StudySpec, model: Path, binaries: Binaries, study_dir: Pat
     if length < cachelab.MIN_LENGTH:
         emit(StageEvent("cache", "info", f"skipped: the lab needs prompts of at least {cachelab.MIN_LENGTH} tokens"))
         return 0
-    if not fresh and any(label == config.name for label, _ in cachelab.lab_samples(load(study_dir).ttft)):
-        emit(StageEvent("cache", "info", f"{config.name}: cache lab already measured"))
-        return 0
+    only = None
+    if not fresh:
+        done = cachelab.complete_scenarios(load(study_dir).ttft, config.name, length)
+        if done >= set(cachelab.CASES):
+            emit(StageEvent("cache", "info", f"{config.name}: cache lab already measured"))
+            return 0
+        only = [case for case in cachelab.CASES if case not in done]
+        if done:
+            emit(StageEvent("cache", "info", f"{config.name}: cache lab resumes with {', '.join(only)}"))
 
     def on_event(ev: object) -> None:
         if isinstance(ev, cachelab.LabRequestDone):
@@ -223,7 +229,7 @@ def stage_cache(spec: StudySpec, model: Path, binaries: Binaries, study_dir: Pat
 
     outcome = cachelab.run_cache_lab(study_dir, binaries, model, length, config.server_args_list(), config.name,
                                      env=config.env, command=command, startup_timeout_s=server_timeout(spec),
-                                     on_event=on_event)
+                                     on_event=on_event, only=only)
     return len(outcome.failures)
 
 

@@ -15,8 +15,10 @@ from xover.cachelab import (
     PREFIX,
     SHORT,
     LabRequest,
+    CASES,
     analyse,
     build_prompts,
+    complete_scenarios,
     declared_state,
     lab_mode,
     lab_plan,
@@ -200,6 +202,19 @@ def test_a_rerun_replaces_the_earlier_groups_and_errors_are_kept() -> None:
     assert edit_move[-1].verdict == "error: stream broke" and not edit_move[-1].ok
     assert a.row("cfg", "resend", "first").ttft_ns == 2049 * 10**6  # type: ignore[union-attr]
     assert a.row("cfg", "hidden-cold", "first").ttft_ns == 1025 * 10**6  # type: ignore[union-attr]  # from the first run
+
+
+def test_complete_scenarios_lets_an_interrupted_lab_resume_where_it_stopped() -> None:
+    full = _as_predicted()
+    assert complete_scenarios(full, "cfg", L) == set(CASES)
+    assert complete_scenarios(full, "other", L) == set() and complete_scenarios(full, "cfg", L + 1) == set()
+    # interrupted inside hidden-cold (as on the H200 run): its first requests are stored, "again" is not
+    cut = [x for x in full if not x[1].mode.startswith(lab_mode("hidden-cold", "again"))]
+    assert complete_scenarios(cut, "cfg", L) == set(CASES) - {"hidden-cold"}
+    # a request that failed does not count as measured
+    broken = [(lab, _sample(s.mode, s.length, 0, 0, 1.0, 1.0, error="boom") if s.mode == lab_mode("resend", "resend") else s)
+              for lab, s in full]
+    assert "resend" not in complete_scenarios(broken, "cfg", L)
 
 
 def test_requests_without_their_opening_request_are_shown_not_judged() -> None:
