@@ -90,3 +90,16 @@ def test_gpu_default_uses_the_placement_planner():
     assert nb[0] == 0 and nb[1] == n[1] > 0
     with pytest.raises(XoverError, match="does not fit"):
         gpu_default_spec(1 << 30)
+
+
+def test_study_cli_narrows_one_invocation():
+    from xover.cli.study import narrow
+
+    spec = load_spec(EXAMPLE)
+    n = narrow(spec, "cache, session", "ncmoe=18")
+    assert [c.name for c in n.configs] == ["ncmoe=18"] and {"cache", "session"} <= n.skip
+    assert narrow(spec, "", "") == spec
+    with pytest.raises(XoverError, match="--skip 'ttfb' is not a stage"):
+        narrow(spec, "ttfb", "")
+    with pytest.raises(XoverError, match="--configs 'ncmoe=24' is not in the spec: use some of ncmoe=12, ncmoe=18"):
+        narrow(spec, "", "ncmoe=24")

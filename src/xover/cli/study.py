@@ -6,9 +6,12 @@ import json
 import sys
 import time
 from pathlib import Path
-from typing import IO
+from typing import IO, TYPE_CHECKING
 
 import click
+
+if TYPE_CHECKING:
+    from xover.config import StudySpec
 
 
 @click.command()
@@ -18,18 +21,24 @@ import click
 @click.option("--fresh", is_flag=True, help="Measure everything again instead of skipping what the store already holds.")
 @click.option("--llama-bin-dir", type=click.Path(path_type=Path, file_okay=False), default=None,
               help="Folder with llama-bench and llama-server [default: see `xover llama which`].")
+@click.option("--skip", default="", metavar="STAGE,...",
+              help="Stages to leave out this time, on top of the spec's skip (theory, bench, ttft, cache, session, report).")
+@click.option("--configs", "only_configs", default="", metavar="NAME,...",
+              help="Measure only these configurations this time (the store keeps the others; the report shows all; "
+                   "the cache lab runs on the first one named).")
 @click.option("-q", "--quiet", is_flag=True, help="No progress bars; only the verdict and errors (for CI).")
 @click.option("--progress-jsonl", type=click.File("w"), default=None, metavar="FILE",
               help="Write progress events as JSON lines to FILE ('-' for stdout), for other programs.")
-def study(spec_file: Path | None, study_dir: Path | None, fresh: bool, llama_bin_dir: Path | None, quiet: bool,
-          progress_jsonl: IO[str] | None) -> None:
+def study(spec_file: Path | None, study_dir: Path | None, fresh: bool, llama_bin_dir: Path | None, skip: str,
+          only_configs: str, quiet: bool, progress_jsonl: IO[str] | None) -> None:
     """Run the whole investigation: theory and a stored prediction, llama-bench prefill/decode
     sweeps at depth, cold TTFT per configuration and prompt length, then the report and a verdict.
 
     SPEC_FILE is a TOML study spec (see examples/seed-qwen3-coder-30b.toml). Without one, the
     embedded default runs: the synthetic tiny-moe model on this machine's llama.cpp build, done in
     a few minutes on 2 CPU cores. Rerunning a study skips every point already measured (--fresh
-    redoes them); an interrupted study continues where it stopped.
+    redoes them); an interrupted study continues where it stopped. --configs and --skip narrow one
+    invocation (e.g. reach the cache lab before a slow configuration's TTFT) without changing the spec.
     """
     from xover.config import load_spec
     from xover.llamacpp.binaries import resolve
@@ -42,6 +51,7 @@ def study(spec_file: Path | None, study_dir: Path | None, fresh: bool, llama_bin
         spec, intro = load_spec(spec_file), None
     else:
         spec, intro = _default_for_this_machine(binaries)
+    spec = narrow(spec, skip, only_configs)
     out_dir = study_dir or Path("studies") / (spec_file.stem if spec_file else "default")
     emit, close = _progress(quiet, progress_jsonl)
     if intro and not quiet:
@@ -60,6 +70,26 @@ def study(spec_file: Path | None, study_dir: Path | None, fresh: bool, llama_bin
     if outcome.failures:
         out.print(f"[yellow]{outcome.failures} configuration(s) or point(s) failed; they are recorded in the store "
                   "and listed in the report[/]")
+
+
+def narrow(spec: StudySpec, skip: str, only_configs: str) -> StudySpec:
+    """``spec`` with more stages skipped and/or fewer configurations, for one invocation."""
+    import dataclasses
+
+    from xover.config import STAGES
+    from xover.errors import XoverError
+
+    stages = {s.strip() for s in skip.split(",") if s.strip()}
+    unknown = stages - set(STAGES)
+    if unknown:
+        raise XoverError(f"--skip {sorted(unknown)[0]!r} is not a stage: use some of {', '.join(STAGES)}")
+    names = [n.strip() for n in only_configs.split(",") if n.strip()]
+    known = [c.name for c in spec.configs]
+    missing = [n for n in names if n not in known]
+    if missing:
+        raise XoverError(f"--configs {missing[0]!r} is not in the spec: use some of {', '.join(known)}")
+    configs = tuple(c for c in spec.configs if c.name in names) if names else spec.configs
+    return dataclasses.replace(spec, skip=spec.skip | stages, configs=configs)
 
 
 def _default_for_this_machine(binaries: object) -> tuple[object, str]:
