@@ -88,13 +88,41 @@ def collect(binaries: Binaries | None, model: Path | None, build_info: dict[str,
     )
 
 
-def _machine_load() -> tuple[tuple[str, str], ...]:
-    """CPU count and load average when the run started: other work on the machine skews timings
-    (badly so for multi-threaded runs on few cores), and the report says so."""
-    import os
+def cpu_busy_share(stat_before: str, stat_after: str) -> float | None:
+    """Share of all CPU time that was not idle between two reads of /proc/stat (its first line)."""
+    def fields(text: str) -> list[int] | None:
+        first = text.splitlines()[0].split() if text else []
+        return [int(x) for x in first[1:]] if first and first[0] == "cpu" and len(first) > 5 else None
 
+    a, b = fields(stat_before), fields(stat_after)
+    if a is None or b is None:
+        return None
+    total = sum(b) - sum(a)
+    idle = (b[3] + b[4]) - (a[3] + a[4])  # idle + iowait
+    return None if total <= 0 else max(0.0, min(1.0, 1 - idle / total))
+
+
+def _machine_load(sample_s: float = 0.25) -> tuple[tuple[str, str], ...]:
+    """CPU count, load average and the CPU busy share over ``sample_s`` when the run started: other
+    work on the machine skews timings (badly so for multi-threaded runs on few cores), and the report
+    says so. The load average lags by about a minute (it still counts a build that just ended); the
+    busy share is what the CPUs were doing at the start."""
+    import os
+    import time
+    from pathlib import Path
+
+    out = [("cpu_count", str(os.cpu_count()))]
     try:
         one, five, _ = os.getloadavg()
+        out += [("loadavg_1m", f"{one:.2f}"), ("loadavg_5m", f"{five:.2f}")]
     except OSError:
-        return (("cpu_count", str(os.cpu_count())),)
-    return (("cpu_count", str(os.cpu_count())), ("loadavg_1m", f"{one:.2f}"), ("loadavg_5m", f"{five:.2f}"))
+        pass
+    try:
+        before = Path("/proc/stat").read_text()
+        time.sleep(sample_s)
+        busy = cpu_busy_share(before, Path("/proc/stat").read_text())
+    except OSError:
+        busy = None
+    if busy is not None:
+        out.append(("cpu_busy", f"{busy:.2f}"))
+    return tuple(out)

@@ -1,5 +1,7 @@
 """The report is rebuilt from a store alone; text from outside is escaped."""
 
+import pytest
+
 from xover.records import BenchConfig, BenchResult, ModelId, Provenance, ServerConfig, ServerTimings, TtftSample
 from xover.report.data import crossover_inputs, load
 from xover.report.html import build_report, render_html, render_markdown, write_report
@@ -63,3 +65,22 @@ def test_hostile_text_is_escaped(tmp_path):
     html_text = render_html(build_report(load(tmp_path), n_boot=0))
     assert "<script>" not in html_text
     assert "&lt;script&gt;alert(1)&lt;/script&gt;.gguf" in html_text
+
+
+def test_busy_note_prefers_the_measured_busy_share_over_the_lagging_load_average():
+    from types import SimpleNamespace
+
+    from xover.provenance import cpu_busy_share
+    from xover.report.html import _load_note
+
+    before = "cpu  100 0 100 800 0 0 0 0 0 0\ncpu0 1 2 3 4 5\n"
+    after = "cpu  250 0 150 900 0 0 0 0 0 0\n"
+    assert cpu_busy_share(before, after) == pytest.approx(2 / 3)  # 200 of 300 jiffies not idle
+    assert cpu_busy_share("", after) is None and cpu_busy_share(before, before) is None
+    # a build that just ended: load average 10.5 on 16 CPUs, but the CPUs are idle now
+    after_build = SimpleNamespace(extra=(("cpu_count", "16"), ("loadavg_1m", "10.50"), ("cpu_busy", "0.03")))
+    assert _load_note(after_build) == "; load 10.50 on 16 CPUs at start, CPUs 3% busy"
+    busy = SimpleNamespace(extra=(("cpu_count", "2"), ("loadavg_1m", "0.20"), ("cpu_busy", "0.90")))
+    assert _load_note(busy).endswith("(BUSY: other work skews these timings)")
+    old = SimpleNamespace(extra=(("cpu_count", "16"), ("loadavg_1m", "10.50")))  # stores from before cpu_busy
+    assert _load_note(old).endswith("(BUSY: other work skews these timings)")

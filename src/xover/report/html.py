@@ -222,7 +222,11 @@ def _load_note(p: object) -> str:
         return ""
     note = f"; load {extra['loadavg_1m']} on {extra.get('cpu_count', '?')} CPUs at start"
     try:
-        busy = float(extra["loadavg_1m"]) > 0.5 * float(extra.get("cpu_count", "0"))
+        if "cpu_busy" in extra:  # measured at the start; the load average lags by a minute
+            note += f", CPUs {float(extra['cpu_busy']):.0%} busy"
+            busy = float(extra["cpu_busy"]) > 0.5
+        else:
+            busy = float(extra["loadavg_1m"]) > 0.5 * float(extra.get("cpu_count", "0"))
     except ValueError:
         busy = False
     return note + (" (BUSY: other work skews these timings)" if busy else "")
