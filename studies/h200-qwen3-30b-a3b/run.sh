@@ -3,6 +3,8 @@
 # Run from the repository root on the GPU machine, carrying out/llsrc (tar czf out/llsrc/llama.tar.gz -C ~/.cache/xover/src
 # llama.cpp-0c1e570, after `xover llama build` here fetched it) and .whl (gguf 0.19.0 and sniffio 1.3.1 wheels).
 # The study resumes: points already in results.sqlite are not measured again.
+# Order: the cache lab (ncmoe=0) first, then the remaining TTFT points (ncmoe=24: about 7 minutes), then
+# xover advise at 4K (ADVISE_NCMOE=12,18,24 for every offloaded level: about 3-4 minutes per level).
 T0=$(date +%s); DEADLINE=${DEADLINE:-565}
 t() { echo "[$(( $(date +%s) - T0 ))s] $*"; }
 left() { echo $(( DEADLINE - ($(date +%s) - T0) )); }
@@ -23,6 +25,10 @@ if ! $X llama which > /dev/null 2>&1; then
 fi
 wait; [ -f /tmp/synth.log ] && tail -2 /tmp/synth.log; t ready; $X llama which | head -3
 python3 -c "from xover.hardware import measure_h2d; r = measure_h2d(); print('h2d GB/s pinned %.1f pageable %.1f' % (r[0]/1e9, r[1]/1e9) if r else 'h2d: no cudart')"
+if [ ! -f $ST/cache-done ]; then  # the cache lab (on ncmoe=0) first: a few minutes, then the slow configurations
+  timeout -k 30 -s TERM $(( $(left) - 25 )) $X study studies/h200-qwen3-30b-a3b/study.toml -o $ST -q --configs ncmoe=0 > /tmp/cache.log 2>&1
+  rc=$?; t "study --configs ncmoe=0 rc=$rc"; tail -5 /tmp/cache.log; [ $rc -eq 0 ] && touch $ST/cache-done
+fi
 if [ ! -f $ST/study-done ]; then
   timeout -k 30 -s TERM $(( $(left) - 25 )) $X study studies/h200-qwen3-30b-a3b/study.toml -o $ST -q > /tmp/study.log 2>&1
   rc=$?; t "study rc=$rc"; tail -25 /tmp/study.log; cp /tmp/study.log $ST/logs/study-$(date +%s).log 2>/dev/null
@@ -30,7 +36,7 @@ if [ ! -f $ST/study-done ]; then
 fi
 if [ -f $ST/study-done ] && [ ! -f $ST/advise-done ] && [ $(left) -gt ${ADVISE_NEED:-300} ]; then
   timeout -k 30 -s TERM $(( $(left) - 20 )) $X advise -m $M --ncmoe ${ADVISE_NCMOE:-18} --knobs lm,ub,nopo --ubatch 2048,4096 \
-    --lengths ${ADVISE_LENGTHS:-16k} -r 2 -o $ST > /tmp/advise.log 2>&1
+    --lengths ${ADVISE_LENGTHS:-4k} -r 2 -o $ST > /tmp/advise.log 2>&1
   rc=$?; t "advise rc=$rc"; tail -40 /tmp/advise.log; cp /tmp/advise.log $ST/logs/advise-$(date +%s).log 2>/dev/null
   [ $rc -eq 0 ] && { touch $ST/advise-done; $X report $ST > /dev/null 2>&1; t "report rc=$?"; }
 fi
