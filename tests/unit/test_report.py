@@ -84,3 +84,10 @@ def test_busy_note_prefers_the_measured_busy_share_over_the_lagging_load_average
     assert _load_note(busy).endswith("(BUSY: other work skews these timings)")
     old = SimpleNamespace(extra=(("cpu_count", "16"), ("loadavg_1m", "10.50")))  # stores from before cpu_busy
     assert _load_note(old).endswith("(BUSY: other work skews these timings)")
+
+
+def test_backend_names_follow_llama_bench():
+    from xover.provenance import backend_name
+
+    assert backend_name("cuda") == "CUDA" == backend_name("CUDA")
+    assert backend_name("cpu, blas") == "CPU,BLAS" and backend_name("") == "" and backend_name("Foo") == "Foo"

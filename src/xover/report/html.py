@@ -16,6 +16,7 @@ from pathlib import Path
 
 from xover.analysis.crossover import ConfigData, PairResult, compare_pair, fastest, fit_cost_model, format_tokens, verdict
 from xover.analysis.stats import summarize
+from xover.provenance import backend_name
 from xover.report import plots
 from xover.records import TtftSample
 from xover.report.data import StudyData, crossover_inputs
@@ -239,7 +240,7 @@ def provenance_rows(data: StudyData) -> list[list[str]]:
         model = p.model
         rows.append([
             str(r["id"]), r["kind"], r["started_at"], r["status"],
-            f"{p.llama_build_commit} (build {p.llama_build_number}), {p.llama_backend}",
+            f"{p.llama_build_commit} (build {p.llama_build_number}), {backend_name(p.llama_backend or '')}",
             f"{p.cpu_info or '?'}; GPU: {p.gpu_info or 'none'}; host {p.hostname}{_load_note(p)}",
             f"{model.name}, {model.size_bytes / 1e9:.3f} GB, header sha256 {model.header_sha256[:12]}" if model else "—",
             " ".join(r["command"]),
