@@ -1,4 +1,5 @@
-"""Export a study's llama-bench results as markdown, CSV or JSONL, re-rendered from the store alone.
+"""Export a study's llama-bench results as markdown, CSV or JSONL, re-rendered from the store alone;
+and its raw llama-server samples (cold/warm/cache-lab TTFT samples, agentic session turns) as CSV or JSONL.
 
 :func:`load` reads the store; the ``render_*`` functions are pure (data in, text out);
 :func:`write` is the one place that writes an export file.
@@ -172,6 +173,43 @@ def render_csv(data: StudyData) -> str:
 
 RENDERERS = {"md": render_markdown, "csv": render_csv, "jsonl": render_jsonl}
 
+KINDS = ("bench", "ttft", "session")
+
+
+def sample_rows(study_dir: Path, kind: str) -> list[dict[str, Any]]:
+    """Every stored TTFT sample (``kind="ttft"``) or session turn (``"session"``) as a flat dict: the
+    record's own fields (server timings as ``timings.<name>``), its run, model key and configuration label."""
+    with Store(study_dir) as st:
+        labels = {c.key: c.label for c in st.configs()}
+        rows = st.ttft_samples() if kind == "ttft" else st.session_turns()
+    out = []
+    for _, run_id, model_key, rec in rows:
+        d: dict[str, Any] = {"run_id": run_id, "model_key": model_key, "config": labels.get(rec.config_key, "")}
+        for key, value in dataclasses.asdict(rec).items():
+            if isinstance(value, dict):  # nested records (ServerTimings)
+                d.update({f"{key}.{k}": v for k, v in value.items()})
+            elif isinstance(value, (tuple, list)):
+                d[key] = " ".join(str(x) for x in value)
+            else:
+                d[key] = value
+        out.append(d)
+    return out
+
+
+def render_samples(study_dir: Path, kind: str, fmt: str) -> str:
+    """Raw llama-server samples as CSV (a header from every field seen) or JSONL (one object each)."""
+    if fmt == "md":
+        raise XoverError(f"--what {kind} exports raw samples: use -f csv or -f jsonl (md is llama-bench's table)")
+    rows = sample_rows(study_dir, kind)
+    if fmt == "jsonl":
+        return "".join(json.dumps(r, sort_keys=True) + "\n" for r in rows)
+    columns = list(dict.fromkeys(k for r in rows for k in r))
+    buf = io.StringIO()
+    writer = csv.DictWriter(buf, fieldnames=columns, lineterminator="\n")
+    writer.writeheader()
+    writer.writerows(rows)
+    return buf.getvalue()
+
 
 def render(data: StudyData, fmt: str) -> str:
     if fmt not in RENDERERS:
@@ -179,10 +217,16 @@ def render(data: StudyData, fmt: str) -> str:
     return RENDERERS[fmt](data)
 
 
-def write(study_dir: Path, fmt: str, dest: Path | None = None) -> Path:
-    """Render a study and write it to ``dest`` (default ``STUDY_DIR/bench.<fmt>``); return the path."""
-    text = render(load(study_dir), fmt)
-    path = dest or study_dir / f"bench.{fmt}"
+def render_kind(study_dir: Path, kind: str, fmt: str) -> str:
+    if kind not in KINDS:
+        raise XoverError(f"unknown export {kind!r}: choose one of {', '.join(KINDS)}")
+    return render(load(study_dir), fmt) if kind == "bench" else render_samples(study_dir, kind, fmt)
+
+
+def write(study_dir: Path, fmt: str, dest: Path | None = None, kind: str = "bench") -> Path:
+    """Render a study and write it to ``dest`` (default ``STUDY_DIR/<kind>.<fmt>``); return the path."""
+    text = render_kind(study_dir, kind, fmt)
+    path = dest or study_dir / f"{kind}.{fmt}"
     try:
         path.write_text(text)
     except OSError as e:

@@ -141,6 +141,10 @@ def test_turns_and_provenance_are_stored(replay: tuple[SessionOutcome, list[Sess
     assert "--cache-reuse" in args["reuse"] and "--cache-ram" not in args["default"]
     logs = sorted(p.name for p in (study / "logs").iterdir())
     assert logs == ["server-sizing-1.log", "server-tiny-default-1.log", "server-tiny-off-1.log", "server-tiny-reuse-1.log"]
+    from xover.export import sample_rows
+
+    rows = sample_rows(study, "session")  # `xover export --what session`: one flat row per stored turn
+    assert [(r["mode"], r["turn"], r["prompt_tokens"]) for r in rows] == [(t.mode, t.turn, t.prompt_tokens) for t in stored]
 
 
 def test_exact_replay_sends_the_recorded_replies(tmp_path: Path, llama_bins: Binaries, tiny_model: Path,

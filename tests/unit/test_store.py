@@ -93,3 +93,33 @@ def test_v1_store_is_migrated(tmp_path):
         (r,) = st.runs()
         assert r["id"] == run and r["started_unix_ns"] > 0
         assert st.db.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()[0] == str(SCHEMA_VERSION)
+
+
+def test_raw_server_samples_export_as_csv_and_jsonl(tmp_path):
+    import csv
+    import io
+    import json
+
+    from xover import export
+
+    scfg = ServerConfig(label="ncmoe=<18>", args=("--n-cpu-moe", "18"))
+    t = ServerTimings(cache_n=0, prompt_n=1024, prompt_ms=50.5, prompt_per_second=20277.0, predicted_n=16,
+                      predicted_ms=8.0, predicted_per_second=2000.0)
+    samples = [TtftSample(scfg.key, "cold", 1024, rep, f"p{rep}", 1, 100, 51_000_000 + rep, 60_000_000, (51_000_000, 51_500_000),
+                          16, t, True) for rep in range(2)]
+    with Store(tmp_path) as st:
+        run = st.begin_run("ttft", ["xover", "ttft"], _prov())
+        st.put_config(scfg)
+        for s in samples:
+            st.add_ttft_sample(run, "mk", s)
+        st.end_run(run, "done")
+    rows = list(csv.DictReader(io.StringIO(export.render_kind(tmp_path, "ttft", "csv"))))
+    assert [r["first_token_ns"] for r in rows] == ["51000000", "51000001"]
+    assert rows[0]["config"] == "ncmoe=<18>" and rows[0]["timings.cache_n"] == "0" and rows[0]["cache_ok"] == "True"
+    assert rows[0]["token_times_ns"] == "51000000 51500000" and rows[0]["run_id"] == str(run)
+    objs = [json.loads(line) for line in export.render_kind(tmp_path, "ttft", "jsonl").splitlines()]
+    assert objs[1]["rep"] == 1 and objs[1]["timings.prompt_n"] == 1024
+    assert export.render_kind(tmp_path, "session", "csv") == "\n"  # a header of no columns: nothing replayed
+    with pytest.raises(XoverError, match="use -f csv or -f jsonl"):
+        export.render_kind(tmp_path, "ttft", "md")
+    assert export.write(tmp_path, "csv", kind="ttft") == tmp_path / "ttft.csv"

@@ -13,13 +13,25 @@ from xover.console import console
 @click.argument("study_dir", type=click.Path(path_type=Path))
 @click.option("-f", "--format", "fmt", type=click.Choice(["md", "csv", "jsonl"]), default="md", show_default=True,
               help="md: llama-bench-style table per model; csv: one row per test; jsonl: every test with raw samples, and failures.")
+@click.option("--what", type=click.Choice(["bench", "ttft", "session"]), default="bench", show_default=True,
+              help="bench: llama-bench tests; ttft: every llama-server sample (cold, warm, cache lab; csv/jsonl); "
+                   "session: every agentic session turn (csv/jsonl).")
 @click.option("-o", "--output", type=click.Path(path_type=Path), default=None,
-              help="File to write [default: STUDY_DIR/bench.FORMAT]; `-` prints to stdout.")
-def export(study_dir: Path, fmt: str, output: Path | None) -> None:
-    """Re-render a study's results without measuring anything."""
-    from xover import export as ex
+              help="File to write [default: STUDY_DIR/WHAT.FORMAT]; `-` prints to stdout.")
+def export(study_dir: Path, fmt: str, what: str, output: Path | None) -> None:
+    """Re-render a study's results without measuring anything.
 
+    \b
+      xover export studies/default                      # llama-bench table, as llama-bench prints it
+      xover export studies/default --what ttft -f csv -o -   # raw TTFT samples with server timings
+    """
+    from xover import export as ex
+    from xover.errors import XoverError
+    from xover.store import STORE_NAME
+
+    if not (study_dir / STORE_NAME).exists():
+        raise XoverError(f"{study_dir} holds no {STORE_NAME}: pass a study directory written by xover bench/ttft/study")
     if output == Path("-"):
-        click.echo(ex.render(ex.load(study_dir), fmt), nl=False)
+        click.echo(ex.render_kind(study_dir, what, fmt), nl=False)
         return
-    console.print(f"wrote {ex.write(study_dir, fmt, output)}")
+    console.print(f"wrote {ex.write(study_dir, fmt, output, kind=what)}")
