@@ -26,19 +26,21 @@ lengths. From them:
 2. for each knob, measure each candidate value with every other knob at its default; a candidate that
    llama.cpp would run as its default anyway (the value the defaults' own llama-bench record reports,
    e.g. the default thread count) is skipped;
-3. per knob, keep the best value when it beats the defaults by more than the noise, else the default;
-4. measure the kept values together when they change two knobs or more (one knob: already measured);
-5. recommend the measured configuration with the lowest expected time per turn, or the defaults when
+3. measure the defaults again (:data:`RECHECK`): the drift between the two measurements is load that
+   changed while the search ran, and it joins the noise band;
+4. per knob, keep the best value when it beats the defaults by more than the noise, else the default;
+5. measure the kept values together when they change two knobs or more (one knob: already measured);
+6. recommend the measured configuration with the lowest expected time per turn, or the defaults when
    that one is within noise of them.
 
-Measurements: ``1 + candidates (less those skipped) + (1 if two or more knobs were kept)`` (the last
+Measurements: ``2 + candidates (less those skipped) + (1 if two or more knobs were kept)`` (the last
 one only when the kept values together differ from every configuration already measured).
 
 **Noise.** Each configuration's objective is computed once per repetition (the i-th sample of every
 test) and once from the tests' medians. Its spread is ``max - min`` of the per-repetition values. Two
-configurations differ beyond noise when ``|difference| > max(spread_a, spread_b)``; a knob has *no
-effect on this hardware* when every value tried is within noise of the defaults. With one repetition
-the spread is 0 and every difference counts: use two or more.
+configurations differ beyond noise when ``|difference| > max(spread_a, spread_b, drift)``, the drift being
+``|defaults again - defaults|``; a knob has *no effect on this hardware* when every value tried is within
+noise of the defaults. With one repetition the spread is 0: use two or more.
 """
 
 from __future__ import annotations
@@ -73,6 +75,11 @@ THEORY_NO_EFFECT = 0.005  # a predicted change below 0.5 % counts as none
 # (knob name, value): the knobs that differ from llama.cpp's defaults, in the knob list's order.
 Setting = tuple[tuple[str, str], ...]
 DEFAULTS: Setting = ()
+RECHECK: Setting = (("recheck", "1"),)
+"""llama.cpp's defaults measured a second time, after every knob: the drift between the two is noise the
+spread within one llama-bench process cannot show (load that changed in the minutes between). Run with
+``XOVER_RECHECK=1`` in the environment, which llama.cpp ignores, so the store keeps it apart from the first."""
+RECHECK_ENV = "XOVER_RECHECK"
 
 
 # ---- the knobs ------------------------------------------------------------------------------------
@@ -141,6 +148,8 @@ def normalize(knobs: Sequence[Knob], values: Mapping[str, str]) -> Setting:
 
 def setting_label(knobs: Sequence[Knob], setting: Setting) -> str:
     """``lm=none ub=2048``; ``defaults`` for llama.cpp's defaults."""
+    if setting == RECHECK:
+        return "defaults (again)"
     short = {k.name: k.short for k in knobs} | {"batch-size": "b"}
     return " ".join(f"{short[n]}={v}" for n, v in setting) or "defaults"
 
@@ -157,7 +166,9 @@ def llama_config(knobs: Sequence[Knob], setting: Setting, n_cpu_moe: int | None,
     flag_of = {k.name: k for k in knobs}
     for knob_name, value in setting:
         knob = flag_of.get(knob_name)
-        if knob is None:  # the batch size raised with the ubatch, without a batch knob
+        if knob_name == "recheck":
+            env.append((RECHECK_ENV, value))
+        elif knob is None:  # the batch size raised with the ubatch, without a batch knob
             flags.append(("-b", value))
         elif knob.env:
             env.append((knob.flag, value))
@@ -398,9 +409,9 @@ def estimate(m: Measurement, workload: Workload) -> Estimate:
     return Estimate(turn_s=ttft + dec, ttft_s=ttft, decode_s=dec, turn_samples_s=tuple(per_rep))
 
 
-def within_noise(a: Estimate, b: Estimate) -> bool:
-    """Whether two configurations' expected times differ by no more than either one's spread."""
-    return abs(a.turn_s - b.turn_s) <= max(a.spread_s, b.spread_s)
+def within_noise(a: Estimate, b: Estimate, drift_s: float | None = None) -> bool:
+    """Whether two configurations' expected times differ by no more than either one's spread or the drift."""
+    return abs(a.turn_s - b.turn_s) <= max(a.spread_s, b.spread_s, drift_s or 0.0)
 
 
 # ---- the search -----------------------------------------------------------------------------------
@@ -456,6 +467,7 @@ class Search:
     verdicts: tuple[KnobVerdict, ...]
     combination: Setting  # the kept values together
     recommended: Setting
+    drift_s: float | None = None  # |defaults again - defaults| per turn; None: not re-measured
 
     @property
     def label(self) -> str:
@@ -490,8 +502,10 @@ class Search:
 
 
 def coordinate_search(knobs: Sequence[Knob], measure: Callable[[Setting], Measurement], workload: Workload,
-                      n_cpu_moe: int | None = None) -> Search:
-    """The search of the module docstring; ``measure`` runs one configuration."""
+                      n_cpu_moe: int | None = None, recheck: bool = True) -> Search:
+    """The search of the module docstring; ``measure`` runs one configuration. With ``recheck`` the
+    defaults are measured again after every knob (:data:`RECHECK`) and the drift between the two
+    widens the noise band of every decision."""
     trials: dict[Setting, Trial] = {}
 
     def run(setting: Setting, varied: str | None) -> Trial:
@@ -504,30 +518,42 @@ def coordinate_search(knobs: Sequence[Knob], measure: Callable[[Setting], Measur
     if base.estimate is None:
         raise XoverError(f"llama.cpp's defaults could not be measured at {level_label(n_cpu_moe)} "
                          f"({base.measurement.failure}): fix that first, e.g. with a larger --ncmoe")
+    b = base.estimate
     effective = dict(base.measurement.effective)
-    verdicts, kept = [], {}
+    tried: list[tuple[Knob, tuple[str, ...], list[tuple[str, Estimate]], list[str]]] = []
     for knob in knobs:
         in_effect = effective.get(knob.record_field) if knob.record_field else None
         values = [v for v in dict.fromkeys(knob.candidates) if v != knob.default]
         skipped = tuple(v for v in values if v == in_effect)
-        effects, failed = [], []
+        measured, failed = [], []
         for value in (v for v in values if v not in skipped):
             e = run(normalize(knobs, {knob.name: value}), knob.name).estimate
             if e is None:
                 failed.append(value)
             else:
-                effects.append(Effect(value, e.turn_s - base.estimate.turn_s, max(e.spread_s, base.estimate.spread_s)))
+                measured.append((value, e))
+        tried.append((knob, skipped, measured, failed))
+    drift = None
+    if recheck:
+        again = run(RECHECK, None).estimate
+        drift = abs(again.turn_s - b.turn_s) if again is not None else None
+    floor = drift or 0.0
+    verdicts, kept = [], {}
+    for knob, skipped, measured, failed in tried:
+        effects = [Effect(value, e.turn_s - b.turn_s, max(e.spread_s, b.spread_s, floor)) for value, e in measured]
         best = min(effects, key=lambda e: e.change_s) if effects else None
         if best is not None and best.change_s < 0 and not best.within_noise:
             kept[knob.name] = best.value
         verdicts.append(KnobVerdict(knob.name, kept.get(knob.name), tuple(effects), skipped, tuple(failed)))
     combination = normalize(knobs, kept)
     run(combination, None)  # already measured unless two or more knobs were kept
-    measured = [t for t in trials.values() if t.estimate is not None]
-    best_trial = min(measured, key=lambda t: t.estimate.turn_s)  # type: ignore[union-attr]
+    measured_trials = [t for t in trials.values() if t.estimate is not None and t.setting != RECHECK]
+    best_trial = min(measured_trials, key=lambda t: t.estimate.turn_s)  # type: ignore[union-attr]
     assert best_trial.estimate is not None
-    recommended = DEFAULTS if within_noise(best_trial.estimate, base.estimate) else best_trial.setting
-    return Search(n_cpu_moe, tuple(trials.values()), tuple(verdicts), combination, recommended)
+    e = best_trial.estimate
+    noise = max(e.spread_s, b.spread_s, floor)
+    recommended = DEFAULTS if abs(e.turn_s - b.turn_s) <= noise else best_trial.setting
+    return Search(n_cpu_moe, tuple(trials.values()), tuple(verdicts), combination, recommended, drift)
 
 
 # ---- the theory's expectation ---------------------------------------------------------------------
@@ -573,7 +599,7 @@ def expectations(terms: ModelTerms, hw: Hardware, knobs: Sequence[Knob], search:
     base_cfg, base_s = offload(DEFAULTS), turn_s(DEFAULTS)
     out = []
     for trial in search.trials:
-        if trial.setting == DEFAULTS:
+        if trial.setting in (DEFAULTS, RECHECK):
             continue
         cfg = offload(trial.setting)
         names = [name for name, _ in trial.setting]
@@ -758,8 +784,8 @@ class Advice:
     def doubts(self, search: Search) -> tuple[str, ...]:
         """Where the measurements contradict themselves or the theory: a kept value the theory expects
         to change nothing, and kept values that measure slower together than one of them alone. Both
-        point at load that changed between measurements (which the noise rule cannot see) or at an
-        interaction between knobs."""
+        point at load that changed between measurements (beyond the drift the re-measured defaults
+        showed) or at an interaction between knobs."""
         out = []
         for v in search.verdicts:
             if v.kept is None:

@@ -101,7 +101,8 @@ def test_advise_searches_ranks_names_knobs_without_effect_and_stores_its_advice(
 
     # the search: defaults, one trial per candidate, and the kept values together when two or more were kept
     kept = [v.knob for v in search.verdicts if v.kept is not None]
-    assert search.measurements == 1 + 4 + (1 if len(kept) >= 2 else 0)
+    assert search.measurements == 2 + 4 + (1 if len(kept) >= 2 else 0)  # defaults twice (drift), 4 candidates
+    assert search.drift_s is not None
     assert [t.setting for t in search.trials][:5] == [
         (), (("load-mode", "none"),), (("ubatch-size", "256"),), (("no-op-offload", "1"),), (MIN_BATCH,),
     ]
@@ -118,8 +119,8 @@ def test_advise_searches_ranks_names_knobs_without_effect_and_stores_its_advice(
         for e in v.effects:
             trial = next(t for t in search.trials if t.varied == v.knob and dict(t.setting)[v.knob] == e.value)
             assert trial.estimate is not None
-            assert e.noise_s == max(trial.estimate.spread_s, base.spread_s)
-            assert e.within_noise == advise.within_noise(trial.estimate, base)
+            assert e.noise_s == max(trial.estimate.spread_s, base.spread_s, search.drift_s or 0.0)
+            assert e.within_noise == advise.within_noise(trial.estimate, base, search.drift_s)
         assert v.no_effect == all(e.within_noise for e in v.effects)
         if v.kept is not None:
             assert v.best is not None and v.best.change_s < -v.best.noise_s

@@ -99,14 +99,14 @@ def test_noise_rule_compares_a_difference_with_the_larger_spread() -> None:
 # ---- the search, against a fake with a planted optimum ---------------------------------------------
 
 
-def test_coordinate_search_finds_the_planted_optimum_in_ten_measurements() -> None:
+def test_coordinate_search_finds_the_planted_optimum_in_eleven_measurements() -> None:
     calls: list[Setting] = []
     search = advise.coordinate_search(KNOBS, fake(planted, calls=calls), AGENTIC, n_cpu_moe=18)
 
     # 1 defaults + lm(1) + ub(3) + b(1) + nopo(1) + min batch(1) + threads(1: "2" is what the defaults ran)
-    # + the two kept knobs together
-    assert len(calls) == search.measurements == 10
-    assert calls[0] == DEFAULTS
+    # + the defaults again + the two kept knobs together
+    assert len(calls) == search.measurements == 11
+    assert calls[0] == DEFAULTS and calls[-2] == advise.RECHECK and search.drift_s == 0.0
     assert len(set(calls)) == len(calls)  # nothing measured twice
     assert (("ubatch-size", "4096"), ("batch-size", "4096")) in calls  # a ubatch above -b raises -b with it
     assert search.recommended == search.combination == (("load-mode", "none"), ("ubatch-size", "2048"))
@@ -128,7 +128,7 @@ def test_a_single_kept_knob_needs_no_combination_measurement() -> None:
         return 2.0 if s.get("load-mode") == "none" else 1.0
 
     search = advise.coordinate_search(KNOBS, fake(only_lm, calls=calls), AGENTIC)
-    assert len(calls) == 9 and search.recommended == (("load-mode", "none"),)
+    assert len(calls) == 10 and search.recommended == (("load-mode", "none"),)
 
 
 def test_effects_within_noise_keep_the_defaults_and_are_reported_as_no_effect() -> None:
@@ -136,7 +136,36 @@ def test_effects_within_noise_keep_the_defaults_and_are_reported_as_no_effect() 
     search = advise.coordinate_search(KNOBS, fake(lambda s: 1.001 if s else 1.0, jitter=0.01), AGENTIC)
     assert search.recommended == DEFAULTS and search.combination == DEFAULTS
     assert all(v.no_effect and v.kept is None for v in search.verdicts)
-    assert search.measurements == 9 and search.gain == 1.0
+    assert search.measurements == 10 and search.gain == 1.0
+
+
+def test_drift_between_measurements_widens_the_noise_band() -> None:
+    """Load grows while the search runs (each measurement 1 % slower than the one before): a knob
+    really worth 5 % measures as a 1-2 % gain, beyond the spread within one llama-bench process. The
+    defaults measured again at the end show the drift, and the gain is then within noise."""
+    def drifting(recheck: bool) -> advise.Search:
+        count = [0]
+        inner = fake(lambda s: 1.05 if s.get("ubatch-size") == "2048" else 1.0)
+
+        def measure(setting: Setting) -> Measurement:
+            m = inner(setting)
+            slow = 1 - 0.01 * count[0]
+            count[0] += 1
+            scale = lambda rs: tuple(RateSamples(r.depth, r.tokens, tuple(x * slow for x in r.samples_tps)) for r in rs)  # noqa: E731
+            return dataclasses.replace(m, prefill=scale(m.prefill), decode=scale(m.decode))
+
+        return advise.coordinate_search(KNOBS, measure, AGENTIC, n_cpu_moe=18, recheck=recheck)
+
+    blind = drifting(recheck=False)
+    assert blind.drift_s is None and blind.recommended == (("ubatch-size", "2048"),)  # the old rule is fooled
+    seen = drifting(recheck=True)
+    assert seen.drift_s is not None and seen.drift_s > 0.05 * seen.defaults.estimate.turn_s  # type: ignore[union-attr]
+    assert seen.recommended == DEFAULTS
+    ub = next(v for v in seen.verdicts if v.knob == "ubatch-size")
+    assert ub.kept is None and all(e.within_noise for e in ub.effects)
+    assert seen.trial(advise.RECHECK).label == "defaults (again)"
+    config = advise.llama_config(KNOBS, advise.RECHECK, 18, "x")
+    assert config.env == ((advise.RECHECK_ENV, "1"),) and config.bench_config().key != advise.llama_config(KNOBS, DEFAULTS, 18, "x").bench_config().key
 
 
 def test_failed_candidates_are_recorded_and_never_recommended() -> None:
@@ -284,11 +313,12 @@ def test_the_advice_round_trips_through_its_stored_form() -> None:
 
 def test_renderers_show_the_recommendation_the_command_and_the_crossovers() -> None:
     advice = _advice()
-    assert advice.best.n_cpu_moe == 18 and advice.measurements == 20
+    assert advice.best.n_cpu_moe == 18 and advice.measurements == 22
     md = advise_section_markdown(advice)
     assert "Recommendation: ncmoe=18 lm=none ub=2048" in md
     assert "llama-server -m models/<qwen>.gguf -ncmoe 18 -lm none -ub 2048" in md
     assert "Confirmed through llama-server" in md and "The crossover, revisited" in md
+    assert "defaults measured again after the knobs:" in md and "(drift 0.0 ms, 0.0%)" in md and "| defaults (again) |" in md
     assert "| ncmoe=0 vs ncmoe=18 |" in md
     assert "batch-size: no effect on this hardware" in md
     page = advise_section_html(advice)

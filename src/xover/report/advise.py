@@ -13,7 +13,7 @@ import dataclasses
 import html
 from collections.abc import Sequence
 
-from xover.advise import Advice, Search, Trial, setting_label, within_noise
+from xover.advise import RECHECK, Advice, Search, Trial, setting_label, within_noise
 from xover.analysis.crossover import PairResult, format_tokens
 
 
@@ -64,7 +64,7 @@ def _level_table(advice: Advice, search: Search) -> Block:
         if e is None:
             rows.append((trial.label + mark, "failed", "-", "-", "-", "-", "-", "-", m.failure or ""))
             continue
-        change = "-" if trial.setting == () else _pct(e.turn_s / base.turn_s) + (" (noise)" if within_noise(e, base) else "")
+        change = "-" if trial.setting == () else _pct(e.turn_s / base.turn_s) + (" (noise)" if within_noise(e, base, search.drift_s) else "")
         expected = advice.expectation(search, trial.setting)
         theory = "-" if expected is None else (
             (_pct(expected.change) + ": " if expected.change is not None else "") + expected.note)
@@ -94,6 +94,12 @@ def _verdicts(advice: Advice, search: Search) -> Block:
         if v.failed:
             parts.append(f"failed: {', '.join(v.failed)}")
         items.append(f"{v.knob}: {'; '.join(parts) or 'no candidate values'}")
+    again = search.trial(RECHECK).estimate if any(t.setting == RECHECK for t in search.trials) else None
+    if again is not None and search.drift_s is not None and search.defaults.estimate is not None:
+        first = search.defaults.estimate.turn_s
+        items.append(f"defaults measured again after the knobs: {_dur(again.turn_s)} per turn against {_dur(first)} "
+                     f"at first (drift {_dur(search.drift_s)}, {search.drift_s / first:.1%}), counted as noise in "
+                     "every decision above")
     none = advice.no_effect(search)
     if none:
         items.append(f"no effect on this hardware (within measurement noise): {', '.join(none)}")
