@@ -265,6 +265,19 @@ img{max-width:100%;border:1px solid #eee}.muted{color:#777}code{background:#f4f4
 """
 
 
+def _fa_section(data: StudyData) -> tuple[list[str], list[list[str]], list[str]] | None:
+    """The flash-attention comparison, when the study ran the same tests with -fa changed only."""
+    from xover.report.fa import fa_findings, fa_table, fa_tests
+
+    tests = fa_tests(data.bench)
+    if not tests:
+        return None
+    memory = {body["config_key"]: body for _, name, body in data.artifacts
+              if name == "memory" and body.get("source") == "llama-bench" and "config_key" in body}
+    header, rows = fa_table(tests)
+    return header, rows, fa_findings(tests, memory)
+
+
 def render_html(report: Report) -> str:
     d = report.data
     parts = [f"<!doctype html><html lang='en'><head><meta charset='utf-8'><title>xover report: {_e(Path(d.study_dir).name)}</title>",
@@ -296,9 +309,13 @@ def render_html(report: Report) -> str:
         assumptions = "".join(f"<li>{_e(a)}</li>" for a in pred.get("assumptions", []))  # type: ignore[union-attr]
         parts.append(f"<h2>Predicted vs measured</h2><p>{_e(timing)}.</p>{_table(*prediction_table(report))}"
                      "<p class='muted'>A measurement above its modelled limit means an assumption of the model does "
-                     "not hold for this run (for example a bandwidth figure of the hardware profile, or uniform "
-                     "expert routing, which synthetic models do not reproduce); the limit is then not a bound.</p>"
+                     "not hold for this run (for example a bandwidth figure of the hardware profile, such as the "
+                     "host-to-device rate of pageable memory); the limit is then not a bound.</p>"
                      f"<details><summary>Assumptions of the prediction</summary><ul>{assumptions}</ul></details>")
+    fa = _fa_section(d)
+    if fa is not None:
+        header, rows, findings = fa
+        parts.append("<h2>Flash attention on vs off</h2>" + "".join(f"<p>{_e(f)}</p>" for f in findings) + _table(header, rows))
     parts.append(f"<h2>Cold check</h2><p>Every sample labelled cold must show <code>cache_n == 0</code> and "
                  f"<code>prompt_n == L</code>; failures are re-run and never averaged.</p>{_table(*cold_check_table(d))}")
     parts.append(f"<h2>Client-server gap</h2><p>Client TTFT minus the server's <code>prompt_ms</code>.</p>{_table(*gap_table(d))}")
@@ -336,6 +353,10 @@ def render_markdown(report: Report) -> str:
     out += [f"- {v}" for v in report.verdicts] or ["- no pair of configurations with cold TTFT and decode data"]
     out += ["", "## Prefill and TTFT\n", _md_table(*point_table(report)), "## Cold check\n", _md_table(*cold_check_table(d)),
             "## Client-server gap\n", _md_table(*gap_table(d))]
+    fa = _fa_section(d)
+    if fa is not None:
+        header, rows, findings = fa
+        out += ["## Flash attention on vs off\n", *(f"- {f}" for f in findings), "", _md_table(header, rows)]
     from xover.report.cache import cache_section_markdown
     from xover.report.session import session_section_markdown
 
