@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
+from pathlib import Path
 
 
 def pid_gone(pid: int) -> bool:
@@ -12,3 +15,18 @@ def pid_gone(pid: int) -> bool:
     except ProcessLookupError:
         return True
     return False
+
+
+def run_xover(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    """``python -m xover ARGS`` as a user would run it, output captured."""
+    return subprocess.run([sys.executable, "-m", "xover", *args], capture_output=True, text=True, timeout=60, cwd=cwd)
+
+
+def one_line_error(r: subprocess.CompletedProcess[str], needle: str) -> str:
+    """Assert a failed run printed exactly one line on stderr, containing ``needle``, and no traceback."""
+    assert r.returncode != 0
+    assert "Traceback" not in r.stderr
+    lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1, r.stderr
+    assert needle in lines[0], lines[0]
+    return lines[0]

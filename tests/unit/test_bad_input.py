@@ -8,11 +8,11 @@ from __future__ import annotations
 import re
 import struct
 import subprocess
-import sys
 import tracemalloc
 from pathlib import Path
 
 import pytest
+from procs import one_line_error, run_xover
 
 from xover.errors import GGUFError
 from xover.gguf.inspect import parse_header, read_header
@@ -146,17 +146,6 @@ def test_hostile_tensor_table(data: bytes, needle: str) -> None:
 # ---- options of the commands that start servers ----------------------------------------------------
 
 
-def _run(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "xover", *args], capture_output=True, text=True, timeout=60, cwd=cwd)
-
-
-def _one_line_error(r: subprocess.CompletedProcess[str], needle: str) -> str:
-    assert r.returncode != 0
-    assert "Traceback" not in r.stderr
-    lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
-    assert len(lines) == 1, r.stderr
-    assert needle in lines[0], lines[0]
-    return lines[0]
 
 
 def _usage_error(r: subprocess.CompletedProcess[str], needle: str) -> None:
@@ -172,7 +161,7 @@ def _usage_error(r: subprocess.CompletedProcess[str], needle: str) -> None:
 ])
 def test_offload_beyond_layers_fails_before_any_server(command: tuple[str, ...], model: Path, tmp_path: Path) -> None:
     out = tmp_path / "out"
-    line = _one_line_error(_run(*command, "-m", str(model), "-o", str(out), "--llama-bin-dir", str(tmp_path / "none")),
+    line = one_line_error(run_xover(*command, "-m", str(model), "-o", str(out), "--llama-bin-dir", str(tmp_path / "none")),
                            "--n-cpu-moe 9 is beyond")
     assert "use 0..4" in line
     assert not (out / "results.sqlite").exists()
@@ -196,7 +185,7 @@ def test_lengths_and_contexts(command: tuple[str, ...], needle: str, model: Path
     args = list(command)
     tail = args[args.index("--"):] if "--" in args else []
     head = args[: len(args) - len(tail)]
-    _one_line_error(_run(*head, "-m", str(model), "-o", str(tmp_path / "o"), "--llama-bin-dir", str(tmp_path / "none"),
+    one_line_error(run_xover(*head, "-m", str(model), "-o", str(tmp_path / "o"), "--llama-bin-dir", str(tmp_path / "none"),
                          *tail), needle)
 
 
@@ -208,7 +197,7 @@ def test_lengths_and_contexts(command: tuple[str, ...], needle: str, model: Path
     (("cache", "--ncmoe", "-1"), "--ncmoe"),
 ])
 def test_zero_and_negative_counts(command: tuple[str, ...], needle: str, model: Path) -> None:
-    _usage_error(_run(*command, "-m", str(model)), needle)
+    _usage_error(run_xover(*command, "-m", str(model)), needle)
 
 
 @pytest.mark.parametrize("text, needle", [
@@ -226,7 +215,7 @@ def test_zero_and_negative_counts(command: tuple[str, ...], needle: str, model: 
 def test_malformed_study_specs(text: str, needle: str, tmp_path: Path) -> None:
     spec = tmp_path / "spec.toml"
     spec.write_text(text)
-    _one_line_error(_run("study", str(spec), "-o", str(tmp_path / "out"), "-q"), needle)
+    one_line_error(run_xover("study", str(spec), "-o", str(tmp_path / "out"), "-q"), needle)
     assert not (tmp_path / "out" / "results.sqlite").exists()  # nothing measured
 
 

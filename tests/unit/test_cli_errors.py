@@ -2,37 +2,26 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from procs import one_line_error, run_xover
 
 
-def _run(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "xover", *args], capture_output=True, text=True, timeout=60, cwd=cwd)
-
-
-def _one_line_error(r: subprocess.CompletedProcess[str], needle: str) -> None:
-    assert r.returncode != 0
-    assert "Traceback" not in r.stderr
-    lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
-    assert len(lines) == 1, r.stderr
-    assert needle in lines[0], lines[0]
 
 
 def test_inspect_bad_files(tmp_path: Path) -> None:
-    _one_line_error(_run("inspect", str(tmp_path / "missing.gguf")), "no such file")
+    one_line_error(run_xover("inspect", str(tmp_path / "missing.gguf")), "no such file")
     text = tmp_path / "notes.txt"
     text.write_text("hello, not a model\n")
-    _one_line_error(_run("inspect", str(text)), "not a GGUF file")
+    one_line_error(run_xover("inspect", str(text)), "not a GGUF file")
     from xover.gguf.presets import PRESETS
     from xover.gguf.synth import write_model
 
     model = write_model(PRESETS["tiny-moe"], tmp_path / "tiny.gguf").path
     cut = tmp_path / "cut.gguf"
     cut.write_bytes(model.read_bytes()[: 64 * 1024])
-    _one_line_error(_run("inspect", str(cut)), "truncated")
+    one_line_error(run_xover("inspect", str(cut)), "truncated")
 
 
 @pytest.mark.parametrize(
@@ -46,13 +35,13 @@ def test_inspect_bad_files(tmp_path: Path) -> None:
     ],
 )
 def test_invalid_options(args: tuple[str, ...], needle: str) -> None:
-    _one_line_error(_run(*args), needle)
+    one_line_error(run_xover(*args), needle)
 
 
 def test_malformed_spec(tmp_path: Path) -> None:
     spec = tmp_path / "bad.toml"
     spec.write_text('[model]\npreset = "tiny-moe"\n[[config]]\nname = "a"\nn-cpu-moe = -3\n')
-    _one_line_error(_run("study", str(spec), "-o", str(tmp_path / "out")), "n-cpu-moe must be a non-negative integer")
+    one_line_error(run_xover("study", str(spec), "-o", str(tmp_path / "out")), "n-cpu-moe must be a non-negative integer")
     assert not (tmp_path / "out").exists()  # failed before anything expensive started
 
 
@@ -61,10 +50,10 @@ def test_offload_beyond_layers_and_context_beyond_training_fail_early(tmp_path: 
     from xover.gguf.synth import write_model
 
     model = write_model(PRESETS["tiny-moe"], tmp_path / "tiny.gguf").path  # 4 layers, 32K training context
-    r = _run("bench", "-m", str(model), "--ncmoe", "2,9", "--depth", "0", "-o", str(tmp_path / "b"))
-    _one_line_error(r, "--n-cpu-moe 9 is beyond")
+    r = run_xover("bench", "-m", str(model), "--ncmoe", "2,9", "--depth", "0", "-o", str(tmp_path / "b"))
+    one_line_error(r, "--n-cpu-moe 9 is beyond")
     assert "use 0..4" in r.stderr
     spec = tmp_path / "long.toml"
     spec.write_text(f'[model]\npath = "{model}"\n[study]\nlengths = [65536]\n[[config]]\nname = "a"\n')
-    _one_line_error(_run("study", str(spec), "-o", str(tmp_path / "s"), "-q"), "exceed")
+    one_line_error(run_xover("study", str(spec), "-o", str(tmp_path / "s"), "-q"), "exceed")
     assert not (tmp_path / "s" / "results.sqlite").exists()  # nothing measured
