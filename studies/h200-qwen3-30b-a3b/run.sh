@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Issue 11 on the H200: idempotent, resumable; each call does what is left within DEADLINE seconds.
-# Run from the repository root on the GPU machine, carrying out/llsrc (tar czf out/llsrc/llama.tar.gz -C ~/.cache/xover/src
-# llama.cpp-0c1e570, after `xover llama build` here fetched it) and .whl (gguf 0.19.0 and sniffio 1.3.1 wheels).
+# Run from the repository root on the GPU machine, carrying out/llsrc and .whl, which prepare.sh makes here (a tar of
+# the llama.cpp tree `xover llama build` fetched, and the gguf 0.19.0 and sniffio 1.3.1 wheels).
 # The study resumes: points already in results.sqlite are not measured again.
 # Order: the cache lab (ncmoe=0) first, then the remaining TTFT points (ncmoe=24: about 7 minutes), then
 # xover advise at 4K (ADVISE_NCMOE=12,18,24 for every offloaded level: about 3-4 minutes per level).

@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# On the development machine (registry access): build what run.sh needs carried to the GPU machine, which has none.
+#   out/llsrc/llama.tar.gz  the pinned llama.cpp tree xover's own `xover llama build` fetched (about 11 MB)
+#   .whl/                   the wheels the GPU machine's Python lacks (gguf, sniffio)
+# Then, with the device tool: run `bash studies/h200-qwen3-30b-a3b/run.sh`, carry ["out/llsrc", ".whl"].
+set -euo pipefail
+cd "$(git rev-parse --show-toplevel)"
+src=${XOVER_CACHE_DIR:-$HOME/.cache/xover}/src/llama.cpp-0c1e570
+[ -d "$src/scripts" ] || { echo "no llama.cpp tree at $src: run 'bash scripts/setup.sh test' (it builds llama.cpp) first" >&2; exit 1; }
+mkdir -p out/llsrc
+tar czf out/llsrc/llama.tar.gz --exclude=docs --exclude=models --exclude=media --exclude=benches \
+  -C "$(dirname "$src")" "$(basename "$src")"
+python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+  --platform manylinux2014_x86_64 -d .whl gguf==0.19.0 sniffio==1.3.1
+ls -la out/llsrc .whl
