@@ -64,6 +64,8 @@ SHORT = REUSE_MIN - 56  # a kept chunk shorter than the reuse threshold
 OTHERS = 3  # other prompts between A and A again in the hidden-cache scenarios
 RESPONSE_TOKENS = 8
 MIN_LENGTH = 1024  # so the chunk kept after an edit is well above REUSE_MIN
+CACHE_RAM_DEFAULT_BYTES = 8192 << 20  # llama-server's --cache-ram default (MiB)
+STATE_ARTIFACT = "cache-lab-state"  # {label, length, state_bytes_per_token}: what the predictions used
 CASES = ("resend", "edit-insert", "edit-move-noreuse", "edit-move", "edit-move-short", "hidden-defaults", "hidden-cold")
 OPENING = ("first", "original")  # the request that starts each case
 
@@ -108,6 +110,7 @@ class LabRequest:
     expect: tuple[int, int]  # (cache_n, prompt_n)
     common_prefix: int | None = None  # edited prompts: tokens shared with the original from the start
     n_cache_reuse: int | None = None  # sent in the request when set; otherwise the server's --cache-reuse applies
+    note: str | None = None  # why the prediction is what it is, where that is not obvious
 
     @property
     def length(self) -> int:
@@ -146,8 +149,29 @@ def _cold(case: str, request: str, segments: tuple[Segment, ...]) -> LabRequest:
     return LabRequest(case, request, segments, expect=(0, n))
 
 
-def lab_plan(length: int) -> tuple[LabServer, ...]:
-    """Every server and request of the lab for prompts of ``length`` tokens."""
+def host_cache_note(length: int, state_bytes_per_token: int | None) -> tuple[bool, str | None]:
+    """Whether llama-server's host prompt cache (``--cache-ram``, default 8 GiB) still holds the first prompt
+    of the hidden-cache scenario when it is sent again, and why.
+
+    Each new request saves the previous prompt's state (its KV cache) there first, and the cache drops
+    its oldest entries to make room (``server_prompt_cache::alloc``, server-task.cpp). Before "again",
+    the first prompt and the first ``OTHERS - 1`` others are saved (the last one is erased with its
+    slot): the first survives when those ``OTHERS`` states fit together. Unknown state size: assume so.
+    """
+    if state_bytes_per_token is None:
+        return True, None
+    state = length * state_bytes_per_token
+    fits = max(0, CACHE_RAM_DEFAULT_BYTES // state) if state else OTHERS
+    keeps = OTHERS * state <= CACHE_RAM_DEFAULT_BYTES
+    size = f"{state / 2**30:.2f} GiB" if state >= 2**30 else f"{state / 2**20:.1f} MiB"
+    what = "so the first is still there" if keeps else "so the first was evicted to make room"
+    return keeps, (f"--cache-ram's 8 GiB holds {fits} prompt state(s) of {size}; {OTHERS} are saved before the "
+                   f"prompt comes again, {what}")
+
+
+def lab_plan(length: int, state_bytes_per_token: int | None = None) -> tuple[LabServer, ...]:
+    """Every server and request of the lab for prompts of ``length`` tokens; ``state_bytes_per_token``
+    (the KV cache's) sizes the host prompt cache's prediction (:func:`host_cache_note`)."""
     if length < MIN_LENGTH:
         raise XoverError(f"the cache lab needs prompts of at least {MIN_LENGTH} tokens (got {length}), so the chunk kept "
                          f"after an edit is well above the --cache-reuse threshold {REUSE_MIN}: raise --length")
@@ -164,7 +188,8 @@ def lab_plan(length: int) -> tuple[LabServer, ...]:
 
     def hidden(case: str, defaults: bool) -> LabServer:
         others = tuple(_cold(case, f"other-{i}", ((f"B{i}", L),)) for i in range(1, OTHERS + 1))
-        again = LabRequest(case, "again", a, expect=(L - 1, 1) if defaults else (0, L))
+        keeps, note = host_cache_note(L, state_bytes_per_token) if defaults else (False, None)
+        again = LabRequest(case, "again", a, expect=(L - 1, 1) if keeps else (0, L), note=note)
         settings = "defaults (-np auto, --cache-ram 8 GiB)" if defaults else "-np 1 --cache-ram 0"
         return LabServer(case, f"{settings}, --slot-save-path", defaults, None, True,
                          (_cold(case, "first", a), *others, EraseSlots(), again))
@@ -183,9 +208,31 @@ def lab_plan(length: int) -> tuple[LabServer, ...]:
     )
 
 
-def plan_requests(length: int) -> dict[tuple[str, str], LabRequest]:
+def plan_requests(length: int, state_bytes_per_token: int | None = None) -> dict[tuple[str, str], LabRequest]:
     """(case, request) -> the planned request, for prompts of ``length`` tokens."""
-    return {(r.case, r.request): r for srv in lab_plan(length) for r in srv.requests()}
+    return {(r.case, r.request): r for srv in lab_plan(length, state_bytes_per_token) for r in srv.requests()}
+
+
+def state_bytes_per_token(model: Path, server_args: Sequence[str] = ()) -> int | None:
+    """KV cache bytes per token of ``model`` with the cache types in ``server_args`` (``-ctk``/``-ctv``,
+    F16 by default): the size of a prompt's saved state per token. None where it cannot be told."""
+    from xover.gguf.inspect import model_table
+    from xover.gguf.shapes import kv_bytes_per_token
+
+    types = {"k": "F16", "v": "F16"}
+    args = list(server_args)
+    for i, a in enumerate(args[:-1]):
+        if a in ("-ctk", "--cache-type-k"):
+            types["k"] = args[i + 1].upper()
+        elif a in ("-ctv", "--cache-type-v"):
+            types["v"] = args[i + 1].upper()
+    if types["k"] != types["v"]:
+        return None
+    try:
+        hp = model_table(model)[0].hparams
+        return kv_bytes_per_token(hp, types["k"])
+    except (XoverError, KeyError, ValueError):
+        return None
 
 
 def build_prompts(server: LabServer, prompts: TokenPrompts, index: Callable[[], int]) -> dict[LabRequest, tuple[int, ...]]:
@@ -281,7 +328,7 @@ def _verdict(req: LabRequest | None, s: TtftSample, cold_ttft_ns: int | None) ->
         if got == (s.length - 1, 1):
             return "should be cold, but came from a hidden cache (cache_n = L-1)" + miss
         if t.cache_n == 0:
-            return "cold: no hidden cache" + miss
+            return "cold: " + (req.note or "no hidden cache") + miss
         return f"partly from a hidden cache ({t.cache_n} of {s.length} tokens)" + miss
     if req.common_prefix is not None:
         cp = req.common_prefix
@@ -301,15 +348,16 @@ def _verdict(req: LabRequest | None, s: TtftSample, cold_ttft_ns: int | None) ->
     return f"labelled cold but cache-assisted: cache_n={t.cache_n} prompt_n={t.prompt_n}"
 
 
-def analyse(samples: Sequence[tuple[str, TtftSample]]) -> LabAnalysis:
-    """Table rows with verdicts, and the headline findings, from stored (label, sample) pairs alone."""
+def analyse(samples: Sequence[tuple[str, TtftSample]], state_bytes: Mapping[str, int] | None = None) -> LabAnalysis:
+    """Table rows with verdicts, and the headline findings, from stored (label, sample) pairs and, per label,
+    the prompt state's bytes per token (:data:`STATE_ARTIFACT`; unknown: the host cache is assumed to keep it)."""
     rows: list[LabRow] = []
     for label, case, group in _groups(samples):
         opening = group[0]
         parsed = parse_mode(opening.mode)
         plan: dict[tuple[str, str], LabRequest] = {}
         if parsed is not None and parsed[1] in OPENING and opening.length >= MIN_LENGTH:
-            plan = plan_requests(opening.length)
+            plan = plan_requests(opening.length, (state_bytes or {}).get(label))
         cold_ttft = opening.first_token_ns if opening.error is None else None
         for s in group:
             _, request = parse_mode(s.mode) or ("", "")
@@ -366,16 +414,21 @@ def _headlines(rows: Sequence[LabRow]) -> list[str]:
                 out.append(f"{label}: with --cache-reuse {REUSE_MIN}, {what}: {helped} "
                            f"(common prefix {r.common_prefix}, cache_n {r.cache_n}, prompt_n {r.prompt_n})")
         hd, hc = mine.get(("hidden-defaults", "again")), mine.get(("hidden-cold", "again"))
-        if hd and hc and hd.cache_n is not None and hc.cache_n is not None:
+        if hd and hd.cache_n is not None:
+            control = (f", {hc.cache_n} with -np 1 --cache-ram 0" if hc and hc.cache_n is not None
+                       else " (the -np 1 --cache-ram 0 control was not measured)")
+            why = f": {hd.verdict}" if hd.cache_n == 0 and hd.ok else ""
             out.append(f"{label}: a prompt sent again after {OTHERS} others and an erase of every slot: cache_n "
-                       f"{hd.cache_n} of {hd.length:,} with default settings, {hc.cache_n} with -np 1 --cache-ram 0")
+                       f"{hd.cache_n} of {hd.length:,} with default settings{control}{why}")
         gd = _median_gap_ms([r for r in rows if r.label == label and r.case == "hidden-defaults"])
         gc = _median_gap_ms([r for r in rows if r.label == label and r.case == "hidden-cold"])
-        if gd is not None and gc is not None:
+        if gd is not None:
             length = max(r.length for r in rows if r.label == label and r.request.startswith("other-"))
+            control = (f" vs {gc:,.1f} ms with -np 1 --cache-ram 0" if gc is not None
+                       else " (the -np 1 --cache-ram 0 control was not measured)")
             out.append(f"{label}: client TTFT - server prompt_ms after another {length:,}-token prompt: {gd:,.1f} ms "
-                       f"with default settings (the previous slot saved to host memory first) vs {gc:,.1f} ms with "
-                       f"-np 1 --cache-ram 0 (median of {OTHERS})")
+                       f"with default settings (the previous slot saved to host memory first){control} "
+                       f"(median of {OTHERS})")
     return out
 
 
@@ -448,14 +501,18 @@ def run_cache_lab(
     start or whose request fails is recorded as a failure and the next scenario runs. ``only`` names
     the scenarios to run (a resumed study runs those :func:`complete_scenarios` does not list).
     """
-    plan = tuple(srv for srv in lab_plan(length) if only is None or srv.scenario in only)
     if not model.is_file():
         raise XoverError(f"model {model} does not exist: fix -m")
+    bpt = state_bytes_per_token(model, server_args)
+    plan = tuple(srv for srv in lab_plan(length, bpt) if only is None or srv.scenario in only)
     pool = token_pool(gguf_token_types(model))
     if len(pool) < 2:
         raise XoverError(f"{model} lists fewer than 2 ordinary tokens (tokenizer.ggml.token_type): use a model with a vocabulary")
     lab = _LabRun(Store(store_dir), binaries, model, label, server_args, env, list(command), on_event,
                   TokenPrompts(pool, seed), length)
+    if bpt is not None:
+        lab.store.add_artifact(None, STATE_ARTIFACT, {"label": label, "length": length, "state_bytes_per_token": bpt})
+    lab.state_bytes = {label: bpt} if bpt is not None else {}
     try:
         return asyncio.run(lab.run(plan, store_dir))
     finally:
@@ -483,6 +540,7 @@ class _LabRun:
         self.done = 0
         self.total = 0
         self._index = itertools.count()
+        self.state_bytes: dict[str, int] = {}
 
     async def run(self, plan: Sequence[LabServer], store_dir: Path) -> CacheLabOutcome:
         self.total = sum(len(srv.requests()) for srv in plan)
@@ -498,7 +556,7 @@ class _LabRun:
         self.store.end_run(run_id, "failed" if self.failures else "done")
         samples = tuple(self.samples)
         return CacheLabOutcome(run_id, self.label, samples, tuple(self.failures),
-                               analyse([(self.label, s) for s in samples]))
+                               analyse([(self.label, s) for s in samples], self.state_bytes))
 
     def _spec(self, srv: LabServer, store_dir: Path, fit_off: bool) -> ServerSpec:
         lab_args: list[str] = []

@@ -111,6 +111,11 @@ def test_default_settings_serve_a_should_be_cold_prompt_from_cache(lab: tuple[Pa
             assert s.first_token_ns is not None and t.prompt_ms is not None
             assert s.first_token_ns >= t.prompt_ms * 1e6  # client TTFT contains the server's prefill
     assert any("client TTFT - server prompt_ms after another 1,024-token prompt" in h for h in outcome.analysis.headlines)
+    # the prediction knew the states fit: tiny-moe's F16 KV is 4 layers x 2 heads x (64 + 64) x 2 bytes per token
+    study = lab[0]
+    with Store(study) as st:
+        (state,) = [body for _, _, body in st.artifacts("cache-lab-state")]
+    assert state["state_bytes_per_token"] == 4 * 2 * 128 * 2 and state["length"] == L
 
 
 def _xover(*args: str) -> subprocess.CompletedProcess[str]:

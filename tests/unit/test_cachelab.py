@@ -249,3 +249,28 @@ def test_report_section_is_empty_without_lab_samples() -> None:
 
 def html_escaped(text: str) -> str:
     return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+def test_the_host_cache_prediction_follows_its_size() -> None:
+    from xover.cachelab import CACHE_RAM_DEFAULT_BYTES, OTHERS, host_cache_note
+
+    assert host_cache_note(32768, None) == (True, None)  # unknown state size: as before, the cache keeps it
+    # qwen3-30b-a3b's F16 KV: 98,304 bytes per token -> 3 GiB per 32K prompt; 8 GiB hold 2, 3 are saved first
+    keeps, note = host_cache_note(32768, 98_304)
+    assert not keeps and note is not None and "holds 2 prompt state(s) of 3.00 GiB" in note and "evicted" in note
+    # the limit: OTHERS states fit exactly
+    per_token = CACHE_RAM_DEFAULT_BYTES // (OTHERS * 32768)
+    assert host_cache_note(32768, per_token)[0] and not host_cache_note(32768, per_token + 1)[0]
+    # the plan and the analysis use it: the defaults' "again" is predicted cold, and a cold answer is then as predicted
+    plan = plan_requests(32768, 98_304)
+    again = plan[("hidden-defaults", "again")]
+    assert again.expect == (0, 32768) and again.note == note
+    assert plan_requests(32768)[("hidden-defaults", "again")].expect == (32767, 1)
+    samples = [("big", _sample(r.mode, r.length, *r.expect, 10.0, 9.0)) for r in plan.values()]
+    a = analyse(samples, {"big": 98_304})
+    row = a.row("big", "hidden-defaults", "again")
+    assert row is not None and row.ok and row.verdict == "cold: " + note
+    assert any("cache_n 0 of 32,768 with default settings, 0 with -np 1 --cache-ram 0: cold: --cache-ram" in h
+               for h in a.headlines)
+    unknown = analyse(samples).row("big", "hidden-defaults", "again")
+    assert unknown is not None and not unknown.ok and "predicted cache_n=32767" in unknown.verdict

@@ -12,7 +12,17 @@ import base64
 import html
 from collections.abc import Sequence
 
-from xover.cachelab import INSERTED, OTHERS, REUSE_MIN, SHORT, LabAnalysis, LabRow, analyse, lab_samples
+from xover.cachelab import (
+    INSERTED,
+    OTHERS,
+    REUSE_MIN,
+    SHORT,
+    STATE_ARTIFACT,
+    LabAnalysis,
+    LabRow,
+    analyse,
+    lab_samples,
+)
 from xover.report.data import StudyData
 
 TITLE = "Prompt cache lab"
@@ -97,9 +107,30 @@ def _html_table(header: list[str], rows: list[list[str]]) -> str:
     return f"<table id='cache-lab'><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
 
 
+def lab_state_bytes(data: StudyData) -> dict[str, int]:
+    """Per lab label, the prompt state's bytes per token the lab's predictions use: what the lab stored
+    (:data:`STATE_ARTIFACT`), else, for a study of one model whose header is stored (artifact ``inspect``),
+    its F16 KV cache per token."""
+    out: dict[str, int] = {}
+    inspects = [body for _, name, body in data.artifacts if name == "inspect"]
+    if len(inspects) == 1 and isinstance(inspects[0].get("hparams"), dict):
+        from xover.gguf.shapes import Hyperparams, kv_bytes_per_token
+
+        try:
+            bpt = kv_bytes_per_token(Hyperparams(**inspects[0]["hparams"]))
+        except TypeError:
+            bpt = None
+        if bpt is not None:
+            out = {label: bpt for label, _ in lab_samples(data.ttft)}
+    for _, name, body in data.artifacts:
+        if name == STATE_ARTIFACT and isinstance(body.get("state_bytes_per_token"), int):
+            out[str(body.get("label"))] = body["state_bytes_per_token"]
+    return out
+
+
 def cache_section_html(data: StudyData) -> str:
     """``<h2>`` section: findings, the table and the plot; empty when the study holds no lab samples."""
-    analysis = analyse(lab_samples(data.ttft))
+    analysis = analyse(lab_samples(data.ttft), lab_state_bytes(data))
     if not analysis.rows:
         return ""
     parts = [f"<h2 id='cache-lab-title'>{_e(TITLE)}</h2>", f"<p>{_e(INTRO)}</p>"]
@@ -118,7 +149,7 @@ def _md_cell(text: str) -> str:
 
 def cache_section_markdown(data: StudyData) -> str:
     """``##`` section: findings and the table; empty when the study holds no lab samples."""
-    analysis = analyse(lab_samples(data.ttft))
+    analysis = analyse(lab_samples(data.ttft), lab_state_bytes(data))
     if not analysis.rows:
         return ""
     header, rows = lab_table(analysis)
