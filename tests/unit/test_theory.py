@@ -314,3 +314,33 @@ def test_cli_theory_and_predict(tmp_path) -> None:
     assert T.predicted_value(body, "ncmoe=18", 1024, "decode_tps") > 0
     r = runner.invoke(cli, ["theory", "-m", "preset:nope", "--hw", "cpu"])
     assert r.exit_code != 0 and "unknown model preset" in str(r.exception)
+
+
+def test_mmq_tile_padding_of_expert_matmuls() -> None:
+    from xover.analysis.theory import expert_tile_padding, mmq_tile
+
+    # llama.cpp's tile choice: the smallest multiple of 8 (<= 128) giving the fewest tiles
+    assert [mmq_tile(b) for b in (9, 100, 128, 130, 512, 4096)] == [16, 104, 128, 72, 128, 128]
+    # 512 tokens, 8 of 128 experts: ~32 tokens per expert, one 128-column tile each -> 4x the useful columns
+    assert expert_tile_padding(512, 128, 8) == pytest.approx(4.0, rel=1e-6)
+    # 1024: 64 per expert in one tile -> 2x; 4096: 256 +- 15.5 per expert -> 2 or 3 tiles -> ~1.24x
+    assert expert_tile_padding(1024, 128, 8) == pytest.approx(2.0, rel=1e-3)
+    assert 1.2 < expert_tile_padding(4096, 128, 8) < 1.3
+    # dense models and vector-kernel batches pay nothing
+    assert expert_tile_padding(512, 0, 0) == 1.0 and expert_tile_padding(8, 128, 8) == 1.0
+
+
+def test_predictions_count_the_padding_and_limits_do_not() -> None:
+    from xover.analysis.theory import OffloadConfig, model_terms, predict_point
+    from xover.gguf.presets import preset
+    from xover.gguf.shapes import tensor_table
+    from xover.hardware import builtin
+
+    terms = model_terms(tensor_table(preset("qwen3-30b-a3b")))
+    h200, rdna = builtin("h200"), builtin("rx-7900-xtx")
+    ub512, ub4096 = OffloadConfig(n_cpu_moe=0, ubatch=512), OffloadConfig(n_cpu_moe=0, ubatch=4096)
+    # at -ub 4096 the padding is 1.24x instead of 4x: prefill predicted faster on the H200, not on RDNA3
+    fast = predict_point(terms, h200, ub4096, 16384, 1).prefill_tps / predict_point(terms, h200, ub512, 16384, 1).prefill_tps
+    assert fast > 1.5
+    same = predict_point(terms, rdna, ub4096, 16384, 1).prefill_tps / predict_point(terms, rdna, ub512, 16384, 1).prefill_tps
+    assert same < 1.2

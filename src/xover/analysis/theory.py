@@ -452,6 +452,46 @@ def config_from_flags(flags: Iterable[tuple[str, str]] = (), env: Iterable[tuple
 Basis = Literal["prediction", "limit"]
 
 
+# --------------------------------------------------------------------------------------------------
+# MMQ tile padding of expert matmuls (llama.cpp's CUDA kernels)
+
+MMQ_MAX_TILE = 128
+"""Largest column tile (mmq_x) of llama.cpp's quantized matmul kernel (ggml-cuda/mmq.cuh)."""
+MMQ_MIN_BATCH = 9
+"""Below this many tokens llama.cpp multiplies with its vector kernels (MMVQ), which have no column tiles."""
+_RDNA = re.compile(r"RX\s*[79]\d{3}|RDNA", re.IGNORECASE)
+
+
+def mmq_tile(batch: int) -> int:
+    """The column tile llama.cpp's MMQ picks for a ubatch of ``batch`` tokens: the smallest multiple of 8
+    (up to 128) that needs the fewest tiles for ``batch`` columns (``ggml_cuda_mul_mat_q_switch_type``)."""
+    tiles = -(-batch // MMQ_MAX_TILE)
+    return min(MMQ_MAX_TILE, -(-(-(-batch // tiles)) // 8) * 8)
+
+
+def expert_tile_padding(batch: int, n_expert: int, n_expert_used: int, tile: int | None = None) -> float:
+    """Columns MMQ computes for a ubatch's expert matmuls over the columns that carry tokens (>= 1).
+
+    On NVIDIA (and AMD other than RDNA3/4) llama.cpp sizes the tile by the ubatch's tokens, not by the
+    tokens each expert receives (``ncols_opt = ne12``, ggml-cuda/mmq.cu), and each expert's tokens fill
+    whole tiles: an expert with ``n`` tokens costs ``ceil(n / tile)`` tiles. With ``n ~ Binomial(B, k/E)``
+    the expected padded columns are ``E * sum_n P(n) ceil(n / tile) * tile`` against ``B k`` useful ones:
+    4x for 512 tokens over 8 of 128 experts (32 tokens each in tiles of 128), 1.25x at 4096.
+    """
+    if not n_expert or batch < MMQ_MIN_BATCH:
+        return 1.0
+    t = tile or mmq_tile(batch)
+    p = n_expert_used / n_expert
+    log_p, log_q = math.log(p), math.log1p(-p) if p < 1 else -math.inf
+    expected_tiles = 0.0
+    for n in range(1, batch + 1):
+        log_pmf = math.lgamma(batch + 1) - math.lgamma(n + 1) - math.lgamma(batch - n + 1) + n * log_p + (
+            (batch - n) * log_q if batch > n else 0.0)
+        if log_pmf > -60:
+            expected_tiles += math.exp(log_pmf) * -(-n // t)
+    return n_expert * expected_tiles * t / (batch * n_expert_used)
+
+
 @dataclasses.dataclass(frozen=True)
 class _Rates:
     gpu: bool
@@ -460,6 +500,7 @@ class _Rates:
     cpu_flops: float
     cpu_bw: float
     h2d: float
+    tile_padding: bool = False  # expert matmuls on the GPU pay MMQ's tile padding (prediction basis, not RDNA3/4)
 
 
 def _rates(hw: Hardware, cfg: OffloadConfig, basis: Basis) -> _Rates:
@@ -473,6 +514,7 @@ def _rates(hw: Hardware, cfg: OffloadConfig, basis: Basis) -> _Rates:
         hw.cpu.flops_per_s,
         hw.cpu.mem_bw_bytes_per_s,
         g.h2d_pinned_bytes_per_s if cfg.pinned else g.h2d_pageable_bytes_per_s,
+        tile_padding=basis == "prediction" and not _RDNA.search(g.name),
     )
 
 
@@ -511,7 +553,8 @@ class _Costs:
         cover = coverage(b, t.n_expert, t.n_expert_used)
         dense_f = 2.0 * b * t.dense_params
         dense_b = t.dense_gpu_bytes
-        exp_f = 2.0 * b * frac * gpu_exp_params
+        pad = expert_tile_padding(b, t.n_expert, t.n_expert_used) if r.gpu and r.tile_padding else 1.0
+        exp_f = 2.0 * b * frac * gpu_exp_params * pad
         exp_b = cover * gpu_exp_bytes
         flops_per_s = r.gpu_flops if r.gpu else r.cpu_flops
         bw = r.gpu_bw if r.gpu else r.cpu_bw
@@ -520,7 +563,7 @@ class _Costs:
             cpu_f = 2.0 * b * frac * sum(t.expert_params_layer[:n])
             moved = expert_transfer_bytes(t, n, b)
             if cfg.op_offload and b >= cfg.op_offload_min_batch:
-                s += moved / r.h2d + _roof(cpu_f, moved, r.gpu_flops, r.gpu_bw)
+                s += moved / r.h2d + _roof(cpu_f * pad, moved, r.gpu_flops, r.gpu_bw)
             else:
                 s += _roof(cpu_f, moved, r.cpu_flops, r.cpu_bw)
         return s
@@ -811,6 +854,9 @@ def assumptions(hw: Hardware, configs: Sequence[OffloadConfig]) -> list[str]:
             "every layer on the GPU (-ngl all); --n-cpu-moe N keeps the experts of the first N layers in host memory",
             (f"GPU matmuls at {hw.gpu.quant_flops_per_s / 1e12:.0f} TFLOP/s (llama.cpp quantized kernels); "
              f"limits at the {hw.gpu.fp16_flops_per_s / 1e12:.0f} TFLOP/s fp16 peak"),
+            ("expert matmuls on the GPU fill whole MMQ column tiles sized by the ubatch (up to 128 tokens), not by "
+             "each expert's tokens: predictions count the padded work (4x at -ub 512 for 8 of 128 experts, 1.24x at "
+             "4096; not on RDNA3/4); limits count only the useful work"),
             ("op offload: ubatches of >= GGML_OP_OFFLOAD_MIN_BATCH tokens copy the used CPU-resident experts to the GPU "
              "(host-to-device rate: pinned with -lm none, pageable with mmap) and compute them there; decode and smaller "
              "batches compute them on the CPU"),
