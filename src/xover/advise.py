@@ -622,12 +622,18 @@ def _knob_note(terms: ModelTerms, hw: Hardware, n: int, base: OffloadConfig, cfg
     copies = gpu is not None and n > 0
     if name == "ubatch-size":
         ub = cfg.ubatch
+        pad = ""
+        if gpu is not None and terms.n_expert and theory.pads_expert_tiles(gpu.name):
+            pad = (f"; GPU expert matmuls pad to {theory.expert_tile_padding(ub, terms.n_expert, terms.n_expert_used):.2f}x "
+                   f"their work vs {theory.expert_tile_padding(base.ubatch, terms.n_expert, terms.n_expert_used):.2f}x "
+                   "(MMQ tiles)")
         if not copies:
             cover = theory.coverage(ub, terms.n_expert, terms.n_expert_used)
-            return f"ub={ub}: weights read once per {ub} tokens (experts {cover:.0%} covered) vs {base.ubatch}"
+            return f"ub={ub}: weights read once per {ub} tokens (experts {cover:.0%} covered) vs {base.ubatch}{pad}"
         per_tok = theory.expert_transfer_bytes(terms, n, ub) / ub
         base_tok = theory.expert_transfer_bytes(terms, n, base.ubatch) / base.ubatch
-        return f"ub={ub}: op offload copies {_mb(per_tok * 1e3)} of CPU-resident experts per 1K prompt tokens vs {_mb(base_tok * 1e3)} at {base.ubatch}"
+        return (f"ub={ub}: op offload copies {_mb(per_tok * 1e3)} of CPU-resident experts per 1K prompt tokens vs "
+                f"{_mb(base_tok * 1e3)} at {base.ubatch}{pad}")
     if name == "batch-size":
         return (f"b={value}: caps the ubatch at {value}" if int(value) < base.ubatch
                 else f"b={value}: no effect expected (ubatches stay {cfg.ubatch} tokens; the batch only caps them)")

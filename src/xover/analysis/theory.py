@@ -462,6 +462,12 @@ MMQ_MIN_BATCH = 9
 _RDNA = re.compile(r"RX\s*[79]\d{3}|RDNA", re.IGNORECASE)
 
 
+def pads_expert_tiles(gpu_name: str) -> bool:
+    """Whether llama.cpp sizes MMQ tiles by the ubatch on this GPU (all but AMD RDNA3/4, which size them by
+    the tokens per expert)."""
+    return not _RDNA.search(gpu_name)
+
+
 def mmq_tile(batch: int) -> int:
     """The column tile llama.cpp's MMQ picks for a ubatch of ``batch`` tokens: the smallest multiple of 8
     (up to 128) that needs the fewest tiles for ``batch`` columns (``ggml_cuda_mul_mat_q_switch_type``)."""
@@ -514,7 +520,7 @@ def _rates(hw: Hardware, cfg: OffloadConfig, basis: Basis) -> _Rates:
         hw.cpu.flops_per_s,
         hw.cpu.mem_bw_bytes_per_s,
         g.h2d_pinned_bytes_per_s if cfg.pinned else g.h2d_pageable_bytes_per_s,
-        tile_padding=basis == "prediction" and not _RDNA.search(g.name),
+        tile_padding=basis == "prediction" and pads_expert_tiles(g.name),
     )
 
 
