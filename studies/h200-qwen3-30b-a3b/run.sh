@@ -4,7 +4,8 @@
 # the llama.cpp tree `xover llama build` fetched, and the gguf 0.19.0 and sniffio 1.3.1 wheels).
 # The study resumes: points already in results.sqlite are not measured again.
 # Order: the cache lab (ncmoe=0) first, then the remaining TTFT points (ncmoe=24: about 7 minutes), then
-# xover advise at 4K (ADVISE_NCMOE=12,18,24 for every offloaded level: about 3-4 minutes per level).
+# xover advise at 4K, ncmoe 0 and 18 by default (ncmoe=0 tests the theory's MMQ tile-padding prediction that a larger
+# -ub speeds prefill even with every expert on the GPU; ADVISE_NCMOE=0,12,18,24 for all levels: about 3-4 minutes each).
 T0=$(date +%s); DEADLINE=${DEADLINE:-565}
 t() { echo "[$(( $(date +%s) - T0 ))s] $*"; }
 left() { echo $(( DEADLINE - ($(date +%s) - T0) )); }
@@ -34,8 +35,8 @@ if [ ! -f $ST/study-done ]; then
   rc=$?; t "study rc=$rc"; tail -25 /tmp/study.log; cp /tmp/study.log $ST/logs/study-$(date +%s).log 2>/dev/null
   [ $rc -eq 0 ] && touch $ST/study-done
 fi
-if [ -f $ST/study-done ] && [ ! -f $ST/advise-done ] && [ $(left) -gt ${ADVISE_NEED:-300} ]; then
-  timeout -k 30 -s TERM $(( $(left) - 20 )) $X advise -m $M --ncmoe ${ADVISE_NCMOE:-18} --knobs lm,ub,nopo --ubatch 2048,4096 \
+if [ -f $ST/study-done ] && [ ! -f $ST/advise-done ] && [ $(left) -gt ${ADVISE_NEED:-480} ]; then
+  timeout -k 30 -s TERM $(( $(left) - 20 )) $X advise -m $M --ncmoe ${ADVISE_NCMOE:-0,18} --knobs lm,ub,nopo --ubatch 2048,4096 \
     --lengths ${ADVISE_LENGTHS:-4k} -r 2 -o $ST > /tmp/advise.log 2>&1
   rc=$?; t "advise rc=$rc"; tail -40 /tmp/advise.log; cp /tmp/advise.log $ST/logs/advise-$(date +%s).log 2>/dev/null
   [ $rc -eq 0 ] && { touch $ST/advise-done; $X report $ST > /dev/null 2>&1; t "report rc=$?"; }
