@@ -862,7 +862,8 @@ def assumptions(hw: Hardware, configs: Sequence[OffloadConfig]) -> list[str]:
              f"limits at the {hw.gpu.fp16_flops_per_s / 1e12:.0f} TFLOP/s fp16 peak"),
             ("expert matmuls on the GPU fill whole MMQ column tiles sized by the ubatch (up to 128 tokens), not by "
              "each expert's tokens: predictions count the padded work (4x at -ub 512 for 8 of 128 experts, 1.24x at "
-             "4096; not on RDNA3/4); limits count only the useful work"),
+             "4096); limits count only the useful work") if pads_expert_tiles(hw.gpu.name) else
+            "expert matmuls: RDNA3/4 size MMQ tiles by each expert's tokens, so no tile padding is counted",
             ("op offload: ubatches of >= GGML_OP_OFFLOAD_MIN_BATCH tokens copy the used CPU-resident experts to the GPU "
              "(host-to-device rate: pinned with -lm none, pageable with mmap) and compute them there; decode and smaller "
              "batches compute them on the CPU"),
