@@ -293,6 +293,11 @@ def test_theory_report_on_cpu_only() -> None:
     assert report["experts"]["coverage"]["1"] == pytest.approx(2 / 8)
     assert [r["n_cpu_moe"] for r in report["experts"]["rows"]] == [0, 2]
     assert report["experts"]["rows"][1]["copy_s_pinned"] is None
+    assert report["experts"]["mmq_tile_padding"] == {}  # no GPU kernels, no tiles
+    gpu = T.theory_report(TINY, builtin("h200"), [T.OffloadConfig(n_cpu_moe=0)], [1024], {"name": "tiny"}, "now", 0)
+    # tiny-moe: 2 of 8 experts; at 512 tokens each expert gets ~128 (one or two tiles of 128)
+    assert gpu["experts"]["mmq_tile_padding"]["512"] == pytest.approx(T.expert_tile_padding(512, 8, 2))
+    assert gpu["experts"]["mmq_tile_padding"]["1"] == 1.0
     assert math.isclose(report["attention"]["rows"][1]["score_entries"] / report["attention"]["rows"][0]["score_entries"], 16)
     assert report["prediction"]["crossovers"][0]["lengths"] == []
 

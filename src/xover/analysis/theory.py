@@ -1033,6 +1033,8 @@ def theory_report(terms: ModelTerms, hw: Hardware, configs: Sequence[OffloadConf
         "experts": {
             "n_expert": terms.n_expert, "n_expert_used": terms.n_expert_used,
             "coverage": {str(b): coverage(b, terms.n_expert, terms.n_expert_used) for b in ubatches},
+            "mmq_tile_padding": ({str(b): expert_tile_padding(b, terms.n_expert, terms.n_expert_used) for b in ubatches}
+                                 if hw.gpu is not None and pads_expert_tiles(hw.gpu.name) else {}),
             "rows": expert_rows(terms, hw, sorted({c.n_cpu_moe for c in configs}), ubatch),
         },
         "attention": {"ubatch": ubatch, "rows": [dataclasses.asdict(attention_row(terms, L, ubatch)) for L in lengths]},

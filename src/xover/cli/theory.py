@@ -177,6 +177,10 @@ def render(report: dict[str, Any]) -> None:
         cov = ex["coverage"]
         out.print(f"Expert coverage, {ex['n_expert_used']} of {ex['n_expert']} experts per token, uniform routing "
                   f"1 - (1 - k/E)^B: " + ", ".join(f"B={b} {c:.4g}" for b, c in cov.items()))
+        pad = ex.get("mmq_tile_padding") or {}
+        if pad:
+            out.print("GPU expert matmuls: llama.cpp's MMQ tiles are sized by the ubatch, not by each expert's tokens, "
+                      "so they compute " + ", ".join(f"B={b} {p:.2f}x" for b, p in pad.items()) + " the useful work")
         t = Table(title="CPU-resident experts (--n-cpu-moe N): read per decode token and per ubatch", title_justify="left")
         for col in ("N", "in host", "per token", "per ubatch", "copy pinned", "copy pageable", "on CPU"):
             t.add_column(col, justify="right")
