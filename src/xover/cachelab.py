@@ -509,10 +509,9 @@ def run_cache_lab(
     if len(pool) < 2:
         raise XoverError(f"{model} lists fewer than 2 ordinary tokens (tokenizer.ggml.token_type): use a model with a vocabulary")
     lab = _LabRun(Store(store_dir), binaries, model, label, server_args, env, list(command), on_event,
-                  TokenPrompts(pool, seed), length)
+                  TokenPrompts(pool, seed), length, {label: bpt} if bpt is not None else {})
     if bpt is not None:
         lab.store.add_artifact(None, STATE_ARTIFACT, {"label": label, "length": length, "state_bytes_per_token": bpt})
-    lab.state_bytes = {label: bpt} if bpt is not None else {}
     try:
         return asyncio.run(lab.run(plan, store_dir))
     finally:
@@ -522,7 +521,7 @@ def run_cache_lab(
 class _LabRun:
     def __init__(self, store: Store, binaries: Binaries, model: Path, label: str, server_args: tuple[str, ...],
                  env: tuple[tuple[str, str], ...], command: list[str], on_event: Callable[[LabEvent], None],
-                 prompts: TokenPrompts, length: int) -> None:
+                 prompts: TokenPrompts, length: int, state_bytes: dict[str, int]) -> None:
         self.store = store
         self.binaries = binaries
         self.model = model
@@ -540,7 +539,7 @@ class _LabRun:
         self.done = 0
         self.total = 0
         self._index = itertools.count()
-        self.state_bytes: dict[str, int] = {}
+        self.state_bytes = state_bytes  # label -> prompt state bytes per token, for the analysis
 
     async def run(self, plan: Sequence[LabServer], store_dir: Path) -> CacheLabOutcome:
         self.total = sum(len(srv.requests()) for srv in plan)

@@ -53,10 +53,15 @@ class StudyData:
     model_names: dict[str, str]  # model key -> file name
 
 
+def _require_store(study_dir: Path) -> None:
+    """Fail in one line where there is no store to export (opening one would create an empty one)."""
+    if not (study_dir / STORE_NAME).is_file():
+        raise XoverError(f"{study_dir} holds no {STORE_NAME}: pass a study directory written by xover bench/ttft/study")
+
+
 def load(study_dir: Path, config_keys: Collection[str] | None = None) -> StudyData:
     """Everything llama-bench-related in a study's store, optionally limited to some configurations."""
-    if not (study_dir / STORE_NAME).is_file():
-        raise XoverError(f"{study_dir} holds no {STORE_NAME}: pass the -o directory of a `xover bench` run")
+    _require_store(study_dir)
 
     def wanted(key: str) -> bool:
         return config_keys is None or key in config_keys
@@ -179,6 +184,7 @@ KINDS = ("bench", "ttft", "session")
 def sample_rows(study_dir: Path, kind: str) -> list[dict[str, Any]]:
     """Every stored TTFT sample (``kind="ttft"``) or session turn (``"session"``) as a flat dict: the
     record's own fields (server timings as ``timings.<name>``), its run, model key and configuration label."""
+    _require_store(study_dir)
     with Store(study_dir) as st:
         labels = {c.key: c.label for c in st.configs()}
         rows = st.ttft_samples() if kind == "ttft" else st.session_turns()

@@ -123,3 +123,11 @@ def test_raw_server_samples_export_as_csv_and_jsonl(tmp_path):
     with pytest.raises(XoverError, match="use -f csv or -f jsonl"):
         export.render_kind(tmp_path, "ttft", "md")
     assert export.write(tmp_path, "csv", kind="ttft") == tmp_path / "ttft.csv"
+
+
+def test_sample_export_of_a_directory_without_a_store_fails_and_creates_nothing(tmp_path):
+    from xover import export
+
+    with pytest.raises(XoverError, match="holds no results.sqlite"):
+        export.render_kind(tmp_path, "ttft", "csv")
+    assert list(tmp_path.iterdir()) == []
