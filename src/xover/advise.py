@@ -124,6 +124,28 @@ def default_knobs(cpu_count: int) -> tuple[Knob, ...]:
     )
 
 
+FLASH_ATTN = Knob("flash-attn", "-fa", "auto", ("on", "off"), None)
+"""Flash attention (llama-bench and llama-server ``-fa on|off|auto``; llama.cpp's default ``auto`` enables it
+where the backend supports it). Its record field (``flash_attn``) reports -1 for auto, so no value is skipped."""
+
+
+def study_knobs(cpu_count: int, gpu_build: bool, longest: int) -> tuple[Knob, ...]:
+    """The knobs ``xover study``'s tuning stage searches: advise's, plus ``-lm mlock`` (``-lm mmap`` is what
+    ``auto`` resolves to wherever the backends support mmap: llama-model.cpp), ``-ub 8192`` when the study's
+    longest prompt holds two such ubatches, and flash attention. On a CPU-only build the knobs that only change
+    how weights reach a GPU (op offload, its threshold, pinned host memory) are left out: there is nothing to copy."""
+    knobs = []
+    for k in default_knobs(cpu_count):
+        if k.gpu_only and not gpu_build:
+            continue
+        if k.name == "load-mode":
+            k = dataclasses.replace(k, candidates=("none", "mlock"))
+        if k.name == "ubatch-size" and gpu_build and longest >= 2 * 8192:
+            k = dataclasses.replace(k, candidates=(*k.candidates, "8192"))
+        knobs.append(k)
+    return (*knobs, FLASH_ATTN)
+
+
 def with_candidates(knobs: Sequence[Knob], name: str, candidates: Sequence[str]) -> tuple[Knob, ...]:
     """``knobs`` with one knob's candidate values replaced."""
     if name not in {k.name for k in knobs}:
@@ -160,23 +182,31 @@ def level_label(n_cpu_moe: int | None) -> str:
 
 def llama_config(knobs: Sequence[Knob], setting: Setting, n_cpu_moe: int | None, name: str) -> LlamaConfig:
     """The configuration to run: llama-bench fields and llama-server arguments from one place."""
-    flags: list[tuple[str, str]] = [("-ncmoe", str(n_cpu_moe))] if n_cpu_moe is not None else []
-    env: list[tuple[str, str]] = []
-    no_op_offload = False
+    flags = (("-ncmoe", str(n_cpu_moe)),) if n_cpu_moe is not None else ()
+    return apply_setting(LlamaConfig(name=name, flags=flags), knobs, setting, name)
+
+
+def apply_setting(base: LlamaConfig, knobs: Sequence[Knob], setting: Setting, name: str) -> LlamaConfig:
+    """``base`` (a study's configuration) with a setting's knob values on top: a flag the setting names
+    replaces the base's value in place, new flags follow the base's, environment variables merge."""
+    flags = dict(base.flags)
+    env = dict(base.env)
+    no_op_offload = base.no_op_offload
     flag_of = {k.name: k for k in knobs}
     for knob_name, value in setting:
         knob = flag_of.get(knob_name)
         if knob_name == "recheck":
-            env.append((RECHECK_ENV, value))
+            env[RECHECK_ENV] = value
         elif knob is None:  # the batch size raised with the ubatch, without a batch knob
-            flags.append(("-b", value))
+            flags["-b"] = value
         elif knob.env:
-            env.append((knob.flag, value))
+            env[knob.flag] = value
         elif knob.flag == "-nopo":
             no_op_offload = value == "1"
         else:
-            flags.append((knob.flag, value))
-    return LlamaConfig(name=name, flags=tuple(flags), no_op_offload=no_op_offload, env=tuple(env))
+            flags[knob.flag] = value
+    return dataclasses.replace(base, name=name, flags=tuple(flags.items()), no_op_offload=no_op_offload,
+                               env=tuple(env.items()))
 
 
 def server_command(config: LlamaConfig, model: str = "MODEL.gguf") -> str:

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from xover import advise, benchrun
 from xover.advise import Advice, Knob, Measurement, RateSamples, Search, ServerPoint, Setting, Workload
+from xover.config import LlamaConfig
 from xover.errors import XoverError
 from xover.llamacpp.binaries import Binaries
 from xover.records import BenchConfig, BenchResult
@@ -141,11 +142,18 @@ class _Runner:
             return measurement_from_store(store, config, self.model_key, sweep, failure, reused=outcome.stored == 0 and not failure)
 
     def measure_fn(self, level: int | None, sweep: benchrun.SweepSpec, workload: Workload) -> Callable[[Setting], Measurement]:
+        flags = (("-ncmoe", str(level)),) if level is not None else ()
+        return self.measure_config_fn(LlamaConfig(advise.level_label(level), flags), sweep, workload)
+
+    def measure_config_fn(self, base: LlamaConfig, sweep: benchrun.SweepSpec,
+                          workload: Workload) -> Callable[[Setting], Measurement]:
+        """``measure(setting)``: ``base`` with the setting on top, through llama-bench, labelled
+        ``"<base name> <setting>"``."""
         def measure(setting: Setting) -> Measurement:
-            label = f"{advise.level_label(level)} {advise.setting_label(self.spec.knobs, setting)}"
+            label = f"{base.name} {advise.setting_label(self.spec.knobs, setting)}"
             self.count += 1
             self.on_event(Measuring(label, self.count))
-            m = self.bench(sweep, advise.llama_config(self.spec.knobs, setting, level, label).bench_config())
+            m = self.bench(sweep, advise.apply_setting(base, self.spec.knobs, setting, label).bench_config())
             self.on_event(Measured(label, m, advise.estimate(m, workload) if m.ok else None))
             return m
 

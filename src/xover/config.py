@@ -42,7 +42,7 @@ _CHOICES = {
     "flash-attn": ("on", "off", "auto"),
     "load-mode": LOAD_MODES,
 }
-STAGES = ("theory", "bench", "ttft", "cache", "session", "report")
+STAGES = ("theory", "tune", "bench", "ttft", "cache", "session", "report")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -101,6 +101,13 @@ class StudySpec:
     session_response_tokens: int = 32
     bench_depths: tuple[int, ...] | None = None  # llama-bench depths (default: the lengths)
     hardware: str | None = None  # theory's hardware: None detects, "measure" also measures, else a profile or .toml
+    # The tuning stage (each configuration's best llama.cpp settings, measured beside its defaults):
+    tune: bool = True
+    tune_knobs: tuple[str, ...] | None = None  # knob names (long or short: load-mode/lm...); None: all of them
+    tune_values: tuple[tuple[str, tuple[str, ...]], ...] = ()  # knob -> candidate values, replacing the defaults'
+    tune_depths: tuple[int, ...] | None = None  # llama-bench depths besides 0 (default: the shortest length)
+    tune_repetitions: int = 2
+    pairs: tuple[tuple[str, str], ...] = ()  # the pairs the verdict answers first (default: the first two configs)
 
     def __post_init__(self) -> None:
         validate_spec(self)
@@ -156,6 +163,18 @@ def validate_spec(spec: StudySpec) -> None:
         builtin(spec.hardware)  # an unknown profile fails here, before anything runs
     if spec.timeout_s is not None and spec.timeout_s <= 0:
         raise XoverError("timeout must be a positive number of seconds")
+    if spec.tune_repetitions < 2:
+        raise XoverError("tune-repetitions must be at least 2: telling an effect from noise needs a spread")
+    if spec.tune_depths is not None and any(d < 0 for d in spec.tune_depths):
+        raise XoverError("tune-depths must be token counts of 0 or more, e.g. [1024]")
+    for a, b in spec.pairs:
+        for n in (a, b):
+            if n not in names:
+                raise XoverError(f"pairs: {n!r} is not a configuration; use names from [[config]]: {', '.join(names)}")
+    if spec.tune_knobs is not None or spec.tune_values:
+        from xover.tune import check_knob_names
+
+        check_knob_names(spec.tune_knobs or (), [k for k, _ in spec.tune_values])
 
 
 def config_from_table(table: Mapping[str, Any], index: int) -> LlamaConfig:
@@ -223,7 +242,8 @@ def spec_from_dict(doc: Mapping[str, Any], base_dir: Path | None = None) -> Stud
     study = dict(doc.get("study", {}))
     known_study = {"lengths", "response-tokens", "repetitions", "bench-repetitions", "pp", "tg", "band",
                    "cache-length", "skip", "timeout", "session-turns", "session-system-tokens",
-                   "session-target-tokens", "session-response-tokens", "bench-depths", "hardware"}
+                   "session-target-tokens", "session-response-tokens", "bench-depths", "hardware", "tune",
+                   "tune-knobs", "tune-values", "tune-depths", "tune-repetitions", "pairs"}
     bad = set(study) - known_study
     if bad:
         raise XoverError(f"[study]: unknown key {sorted(bad)[0]!r}; use one of {', '.join(sorted(known_study))}")
@@ -264,6 +284,7 @@ def spec_from_dict(doc: Mapping[str, Any], base_dir: Path | None = None) -> Stud
             if not isinstance(study[key], int) or isinstance(study[key], bool) or study[key] < 1:
                 raise XoverError(f"[study] {key} must be a positive integer")
             kwargs[key.replace("-", "_")] = study[key]
+    kwargs.update(_tune_keys(study))
     for key in ("session-system-tokens", "session-target-tokens"):
         if key in study:
             kwargs[key.replace("-", "_")] = _k(study[key], f"[study] {key}")
@@ -271,6 +292,42 @@ def spec_from_dict(doc: Mapping[str, Any], base_dir: Path | None = None) -> Stud
         configs=tuple(config_from_table(t, i) for i, t in enumerate(tables)),
         model_path=model_path, model_preset=preset, **kwargs,
     )
+
+
+def _tune_keys(study: Mapping[str, Any]) -> dict[str, Any]:
+    """The tuning stage's [study] keys: tune, tune-knobs, tune-values, tune-depths, tune-repetitions, pairs."""
+    out: dict[str, Any] = {}
+    if "tune" in study:
+        if not isinstance(study["tune"], bool):
+            raise XoverError("[study] tune must be true or false")
+        out["tune"] = study["tune"]
+    if "tune-knobs" in study:
+        knobs = _as_list(study["tune-knobs"], "tune-knobs")
+        if not all(isinstance(k, str) for k in knobs):
+            raise XoverError("[study] tune-knobs must be a list of knob names, e.g. ['load-mode', 'ubatch-size']")
+        out["tune_knobs"] = tuple(knobs)
+    if "tune-values" in study:
+        table = study["tune-values"]
+        if not isinstance(table, dict):
+            raise XoverError("[study] tune-values must be a table of knob = [values], e.g. { ubatch-size = [2048, 4096] }")
+        out["tune_values"] = tuple((str(k), tuple(str(v) for v in _as_list(vals, f"tune-values.{k}")))
+                                   for k, vals in table.items())
+    if "tune-depths" in study:
+        depths = study["tune-depths"]
+        if not isinstance(depths, list):
+            raise XoverError("[study] tune-depths must be a list of token counts, e.g. ['1k'] ([] for depth 0 only)")
+        out["tune_depths"] = tuple(_k(d, "[study] tune-depths") for d in depths)
+    if "tune-repetitions" in study:
+        if not isinstance(study["tune-repetitions"], int) or isinstance(study["tune-repetitions"], bool):
+            raise XoverError("[study] tune-repetitions must be an integer")
+        out["tune_repetitions"] = study["tune-repetitions"]
+    if "pairs" in study:
+        pairs = study["pairs"]
+        if not isinstance(pairs, list) or not all(isinstance(p, list) and len(p) == 2 and all(isinstance(x, str) for x in p)
+                                                  for p in pairs):
+            raise XoverError("[study] pairs must be a list of [NAME, NAME], e.g. [['ncmoe=0', 'ncmoe=18']]")
+        out["pairs"] = tuple((a, b) for a, b in pairs)
+    return out
 
 
 def load_spec(path: Path) -> StudySpec:
@@ -288,16 +345,13 @@ def load_spec(path: Path) -> StudySpec:
 def default_spec() -> StudySpec:
     """The embedded default study: the tiny-moe model on this machine's CPU build, a few minutes on 2 cores.
 
-    On a CPU-only machine ``--n-cpu-moe`` moves nothing, so the default compares two configurations
-    that really differ there: one thread and two threads. With a small model, one thread avoids the
-    synchronisation cost of every decode step, two threads share the compute-bound prefill; which
-    wins a turn then depends on prompt length, the same shape of question as expert offload on a GPU.
+    On a CPU-only machine ``--n-cpu-moe`` moves nothing, so the default asks the other half of the question on
+    the hardware at hand: llama.cpp's defaults against the settings the tuning stage finds best for this
+    machine (threads, ubatch and batch, flash attention, load mode), measured through the same sweep. When a
+    knob trades prefill for decode, the report says past which prompt length the trade pays.
     """
     return StudySpec(
-        configs=(
-            LlamaConfig(name="t=1", flags=(("-t", "1"),)),
-            LlamaConfig(name="t=2", flags=(("-t", "2"),)),
-        ),
+        configs=(LlamaConfig(name="cpu"),),
         model_preset="tiny-moe",
         lengths=(1024, 2048, 4096, 8192),
         response_tokens=(200,),

@@ -26,7 +26,7 @@ from xover.llamacpp.binaries import Binaries
 from xover.provenance import model_id
 from xover.store import Store
 
-STAGE_ORDER = ("model", "theory", "bench", "ttft", "cache", "session", "report")
+STAGE_ORDER = ("model", "theory", "tune", "bench", "ttft", "cache", "session", "report")
 DEFAULT_SERVER_TIMEOUT_S = 600.0
 
 
@@ -47,6 +47,7 @@ class StudyOutcome:
     report_html: Path | None
     stage_seconds: dict[str, float]
     failures: int
+    tuned: tuple[Any, ...] = ()  # xover.tune.Tuned, one per configuration tuned (or found tuned in the store)
 
 
 Emit = Callable[[StageEvent], None]
@@ -108,6 +109,41 @@ def stage_theory(spec: StudySpec, model: Path, store: Store, emit: Emit) -> None
         entry["study_label"] = config.name
     store.add_artifact(None, "prediction", prediction)
     emit(StageEvent("theory", "info", f"prediction stored for {len(spec.configs)} configurations"))
+
+
+def stage_tune(spec: StudySpec, model: Path, binaries: Binaries, study_dir: Path, fresh: bool, command: Sequence[str],
+               emit: Emit) -> tuple[Any, ...]:
+    """Each configuration's best settings (:mod:`xover.tune`); returns the :class:`xover.tune.Tuned` results."""
+    from xover import tune
+
+    def on(status: str, detail: str, completed: float | None, total: float | None) -> None:
+        emit(StageEvent("tune", status, detail, completed, total))
+
+    return tune.run_tune(spec, model, binaries, study_dir, command, fresh, on)
+
+
+def stored_tuning(spec: StudySpec, study_dir: Path, emit: Emit) -> tuple[Any, ...]:
+    """Tuning results already in the store, used when the tuning stage is skipped this time."""
+    from xover import tune
+
+    with Store(study_dir) as store:
+        found = tune.stored(store, spec.configs)
+    if found:
+        emit(StageEvent("tune", "info", f"using the stored tuned settings of {', '.join(found)}"))
+    return tuple(found[c.name] for c in spec.configs if c.name in found)
+
+
+def record_spec(spec: StudySpec, store: Store) -> None:
+    """What the report needs of the spec (configuration order, headline pairs, responses, band), stored
+    as artifact ``study`` when it changed, so the report rebuilds from the store alone."""
+    previous = store.artifacts("study")
+    before = previous[-1][2] if previous else {}
+    # An invocation narrowed with --configs keeps the order (and pairs) the full spec stored before.
+    names = list(dict.fromkeys([*before.get("configs", []), *(c.name for c in spec.configs)]))
+    body = {"configs": names, "pairs": [list(p) for p in spec.pairs] or before.get("pairs", []),
+            "response_tokens": list(spec.response_tokens), "band": list(spec.band)}
+    if body != before:
+        store.add_artifact(None, "study", body)
 
 
 def stage_bench(spec: StudySpec, model: Path, binaries: Binaries, study_dir: Path, fresh: bool, command: Sequence[str],
@@ -312,9 +348,21 @@ def run_study(
     check_offload_and_context(model, [int(c.flag("-ncmoe") or 0) for c in spec.configs],
                               max(spec.lengths) + max(spec.response_tokens))
     with Store(study_dir) as store:
+        record_spec(spec, store)
         timed("theory", lambda: stage_theory(spec, model, store, emit))
-    failures += timed("bench", lambda: stage_bench(spec, model, binaries, study_dir, fresh, command, emit)) or 0
-    failures += timed("ttft", lambda: stage_ttft(spec, model, binaries, study_dir, fresh, command, emit)) or 0
+    if spec.tune:
+        tuned = timed("tune", lambda: stage_tune(spec, model, binaries, study_dir, fresh, command, emit))
+    else:
+        emit(StageEvent("tune", "skip", "tune = false in the spec"))
+        tuned = None
+    if tuned is None:
+        tuned = stored_tuning(spec, study_dir, emit)
+    from xover.tune import variants
+
+    # Every stage below measures each configuration at its defaults and, where tuning changed a knob, tuned.
+    measured = dataclasses.replace(spec, configs=spec.configs + variants(tuned))
+    failures += timed("bench", lambda: stage_bench(measured, model, binaries, study_dir, fresh, command, emit)) or 0
+    failures += timed("ttft", lambda: stage_ttft(measured, model, binaries, study_dir, fresh, command, emit)) or 0
     failures += timed("cache", lambda: stage_cache(spec, model, binaries, study_dir, fresh, command, emit)) or 0
     failures += timed("session", lambda: stage_session(spec, model, binaries, study_dir, fresh, command, emit)) or 0
     with Store(study_dir) as store:
@@ -324,4 +372,4 @@ def run_study(
     res = timed("report", lambda: stage_report(spec, study_dir, emit))
     if res is not None:
         verdicts, html = res
-    return StudyOutcome(study_dir, model, verdicts, html, seconds, failures)
+    return StudyOutcome(study_dir, model, verdicts, html, seconds, failures, tuple(tuned))

@@ -22,7 +22,8 @@ if TYPE_CHECKING:
 @click.option("--llama-bin-dir", type=click.Path(path_type=Path, file_okay=False), default=None,
               help="Folder with llama-bench and llama-server [default: see `xover llama which`].")
 @click.option("--skip", default="", metavar="STAGE,...",
-              help="Stages to leave out this time, on top of the spec's skip (theory, bench, ttft, cache, session, report).")
+              help="Stages to leave out this time, on top of the spec's skip (theory, tune, bench, ttft, cache, session, "
+                   "report). Skipping tune still measures tuned variants already stored.")
 @click.option("--configs", "only_configs", default="", metavar="NAME,...",
               help="Measure only these configurations this time (the store keeps the others; the report shows all; "
                    "the cache lab runs on the first one named).")
@@ -60,11 +61,23 @@ def study(spec_file: Path | None, study_dir: Path | None, fresh: bool, llama_bin
         outcome = run_study(spec, out_dir, binaries, fresh=fresh, command=["xover", *sys.argv[1:]], emit=emit)
     finally:
         close()
+    from rich.markup import escape
+
     from xover.console import out
 
-    out.print(f"\n[bold]Verdict[/] ({out_dir}):")
+    out.print(f"\n[bold]Verdict[/] ({escape(str(out_dir))}):")
     for v in outcome.verdicts or ("no pair of configurations could be compared; see the report",):
-        out.print(f"  - {v}")
+        out.print(f"  - {escape(v)}")
+    if outcome.tuned:
+        out.print("\n[bold]Tuned settings[/] (each configuration's fastest measured, llama-bench over the study's lengths):")
+        for t in outcome.tuned:
+            if t.changed:
+                out.print(f"  - {escape(t.config.name)}: {escape(t.label)}\n      {escape(t.server_command)}")
+            else:
+                out.print(f"  - {escape(t.config.name)}: llama.cpp's defaults (no knob beat the noise)")
+    if outcome.stage_seconds:
+        out.print("stage times: " + ", ".join(f"{k} {v:.0f} s" for k, v in outcome.stage_seconds.items())
+                  + f"; total {sum(outcome.stage_seconds.values()):.0f} s")
     if outcome.report_html:
         out.print(f"report: {outcome.report_html}")
     if outcome.failures:

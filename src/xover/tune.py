@@ -1,0 +1,223 @@
+"""The tuning stage of ``xover study``: each configuration's best llama.cpp settings, found on the study's
+own workload, so that the study answers its question for tuned configurations beside llama.cpp's defaults.
+
+For each configuration of the spec, :func:`xover.advise.coordinate_search` varies the knobs of
+:func:`xover.advise.study_knobs` (load mode, ubatch with batch, op offload and its threshold, threads, flash
+attention) one at a time on top of the configuration's own flags. Its objective is the expected time per turn
+over the study's prompt lengths and response length, estimated from llama-bench ``pp`` and ``tg`` tests at
+depth 0 and the ``tune-depths`` (short ones by default: llama-bench's depth prefill is untimed but not free;
+the sweep that follows measures every length through llama-server). A knob is kept only when it beats the
+defaults by more than the noise (repetition spread and the drift of the defaults measured again).
+
+When the recommendation differs from the defaults, the configuration gets a variant named
+``"<name> tuned"`` that the rest of the study measures like any configuration. The search's own measurements go
+to a store of their own (``<study>/tune/results.sqlite``), so they never mix with the study's tables; what the
+report needs (every trial's samples, each knob's verdict, the tuned flags) is stored in the study's store as
+artifact ``tune``, one per configuration. A rerun reuses a stored result whose configuration is unchanged.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Callable, Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+from xover import advise
+from xover.config import LlamaConfig, StudySpec
+from xover.errors import XoverError
+from xover.llamacpp.binaries import Binaries
+from xover.store import Store
+
+ARTIFACT = "tune"
+SCHEMA = "xover.tune/1"
+SUFFIX = " tuned"
+SUBDIR = "tune"
+
+
+def variant_name(config: str) -> str:
+    return config + SUFFIX
+
+
+def _all_knobs() -> tuple[advise.Knob, ...]:
+    return advise.study_knobs(os.cpu_count() or 1, gpu_build=True, longest=1 << 20)
+
+
+def _resolve(name: str, knobs: Sequence[advise.Knob]) -> advise.Knob | None:
+    return next((k for k in knobs if name in (k.name, k.short)), None)
+
+
+def check_knob_names(names: Iterable[str], value_names: Iterable[str]) -> None:
+    """One-line error for a knob name ``tune-knobs``/``tune-values`` does not know."""
+    knobs = _all_knobs()
+    for name in (*names, *value_names):
+        if _resolve(name, knobs) is None:
+            raise XoverError(f"[study] tune: unknown knob {name!r}; use some of "
+                             + ", ".join(f"{k.name} ({k.short})" if k.short != k.name else k.name for k in knobs))
+
+
+def knobs_for(spec: StudySpec, gpu_build: bool) -> tuple[advise.Knob, ...]:
+    """The knobs the spec asks to search, with its candidate values. A knob named in ``tune-knobs`` is
+    searched even where the build makes it moot (the search then reports it as having no effect)."""
+    cpus, longest = os.cpu_count() or 1, max(spec.lengths)
+    here = advise.study_knobs(cpus, gpu_build, longest)
+    knobs = here
+    if spec.tune_knobs is not None:
+        every = advise.study_knobs(cpus, True, longest)
+        wanted = {k.name for n in spec.tune_knobs if (k := _resolve(n, every)) is not None}
+        knobs = tuple(next((x for x in here if x.name == k.name), k) for k in every if k.name in wanted)
+    for name, values in spec.tune_values:
+        knob = _resolve(name, knobs)
+        if knob is not None:
+            knobs = advise.with_candidates(knobs, knob.name, values)
+    return knobs
+
+
+def workload(spec: StudySpec) -> advise.Workload:
+    return advise.uniform_workload(spec.lengths, spec.response_tokens[0], "study")
+
+
+def depths(spec: StudySpec) -> tuple[int, ...]:
+    extra = spec.tune_depths if spec.tune_depths is not None else (min(spec.lengths),)
+    return tuple(sorted({0, *extra}))
+
+
+def chunk(knobs: Sequence[advise.Knob]) -> int:
+    """Prompt tokens per llama-bench prefill test: the largest ubatch tried (a smaller prompt would cap it)."""
+    ubatches = [int(v) for k in knobs if k.name == "ubatch-size" for v in k.candidates]
+    return max([advise.LLAMA_DEFAULT_UBATCH, *ubatches])
+
+
+@dataclasses.dataclass(frozen=True)
+class Tuned:
+    """One configuration's tuning result."""
+
+    config: LlamaConfig
+    setting: advise.Setting
+    label: str  # "lm=none ub=4096 b=4096"; "defaults"
+    variant: LlamaConfig | None  # None: llama.cpp's defaults stay the best measured
+    server_command: str
+    reused: bool = False
+
+    @property
+    def changed(self) -> bool:
+        return self.variant is not None
+
+
+def _signature(config: LlamaConfig) -> dict[str, Any]:
+    return {"flags": [list(f) for f in config.flags], "no_op_offload": config.no_op_offload,
+            "env": [list(e) for e in config.env], "bench_args": list(config.bench_args),
+            "server_args": list(config.server_args)}
+
+
+def _setting_tuple(raw: Any) -> advise.Setting:
+    return tuple((str(k), str(v)) for k, v in raw)
+
+
+def _body(config: LlamaConfig, knobs: Sequence[advise.Knob], search: advise.Search, spec: StudySpec, model: Path,
+          backend: str, chunk_tokens: int) -> dict[str, Any]:
+    setting = search.recommended
+    variant = advise.apply_setting(config, knobs, setting, variant_name(config.name)) if setting else None
+    shown = variant or config
+    return {
+        "schema": SCHEMA, "config": config.name, "signature": _signature(config),
+        "variant": variant.name if variant else None,
+        "setting": [list(s) for s in setting], "setting_label": advise.setting_label(knobs, setting),
+        "server_args": list(shown.server_args_list()), "env": [list(e) for e in shown.env],
+        "server_command": advise.server_command(shown, model.name),
+        "response": spec.response_tokens[0], "depths": list(depths(spec)), "chunk": chunk_tokens,
+        "workload": workload(spec).describe(), "backend": backend,
+        "knobs": [dataclasses.asdict(k) for k in knobs], "search": dataclasses.asdict(search),
+    }
+
+
+def _from_body(config: LlamaConfig, body: dict[str, Any], reused: bool) -> Tuned:
+    knobs = tuple(advise._decode(advise.Knob, k) for k in body["knobs"])
+    setting = _setting_tuple(body["setting"])
+    variant = advise.apply_setting(config, knobs, setting, variant_name(config.name)) if body.get("variant") else None
+    return Tuned(config, setting, body["setting_label"], variant, body["server_command"], reused)
+
+
+def stored(store: Store, configs: Sequence[LlamaConfig]) -> dict[str, Tuned]:
+    """The latest stored tuning result of each configuration whose flags are unchanged since."""
+    latest: dict[str, dict[str, Any]] = {}
+    for _, name, body in store.artifacts(ARTIFACT):
+        if isinstance(body, dict) and body.get("schema") == SCHEMA:
+            latest[body["config"]] = body
+    out = {}
+    for c in configs:
+        body = latest.get(c.name)
+        if body is not None and body.get("signature") == _signature(c):
+            out[c.name] = _from_body(c, body, reused=True)
+    return out
+
+
+def variants(results: Iterable[Tuned]) -> tuple[LlamaConfig, ...]:
+    """The tuned variants to measure beside their configurations."""
+    return tuple(t.variant for t in results if t.variant is not None)
+
+
+Event = Callable[[str, str, float | None, float | None], None]  # (status, detail, completed, total)
+
+
+def run_tune(spec: StudySpec, model: Path, binaries: Binaries, study_dir: Path, command: Sequence[str], fresh: bool,
+             emit: Event) -> tuple[Tuned, ...]:
+    """Search every configuration of ``spec`` still without a stored result (all of them when ``fresh``)."""
+    from xover.advise_run import AdviseSpec, Measured, Measuring, _Runner, is_gpu_build
+
+    with Store(study_dir) as store:
+        done = {} if fresh else stored(store, spec.configs)
+    for name, t in done.items():
+        emit("info", f"{name}: tuned settings already stored ({t.label})", None, None)
+    todo = [c for c in spec.configs if c.name not in done]
+    if not todo:
+        return tuple(done[c.name] for c in spec.configs)
+    tune_dir = study_dir / SUBDIR
+    work = workload(spec)
+    measured = 0
+
+    def on_event(ev: object) -> None:
+        nonlocal measured
+        if isinstance(ev, Measuring):
+            emit("progress", f"llama-bench {ev.label}", None, None)
+        elif isinstance(ev, Measured):
+            measured += 1
+            if ev.estimate is None:
+                emit("fail", f"{ev.label}: {ev.measurement.failure}", None, None)
+
+    results = dict(done)
+    for config in todo:
+        # The defaults first: the build's backends decide which knobs can matter at all.
+        probe_spec = AdviseSpec(model=model, knobs=(), repetitions=spec.tune_repetitions, timeout_s=spec.timeout_s)
+        probe_runner = _Runner(probe_spec, binaries, tune_dir, command, on_event)
+        all_knobs = knobs_for(spec, gpu_build=True)
+        chunk_tokens = chunk(all_knobs)
+        sweep = probe_runner.sweep(depths(spec), chunk_tokens, spec.tg, spec.tune_repetitions)
+        base = probe_runner.measure_config_fn(config, sweep, work)(advise.DEFAULTS)
+        if not base.ok:
+            emit("fail", f"{config.name}: llama.cpp's defaults could not be measured ({base.failure}); not tuned",
+                 None, None)
+            continue
+        backend = dict(base.effective).get("backends", "")
+        knobs = knobs_for(spec, is_gpu_build(backend))
+        if chunk(knobs) != chunk_tokens:  # fewer ubatch candidates on this build: measure with their chunk
+            chunk_tokens = chunk(knobs)
+            sweep = probe_runner.sweep(depths(spec), chunk_tokens, spec.tg, spec.tune_repetitions)
+        runner = _Runner(dataclasses.replace(probe_spec, knobs=knobs), binaries, tune_dir, command, on_event)
+        planned = 2 + sum(len(k.candidates) for k in knobs)
+        emit("info", f"{config.name}: searching {', '.join(k.short for k in knobs)} "
+                     f"(about {planned} llama-bench runs, pp{chunk_tokens}/tg{spec.tg} at depths "
+                     f"{', '.join(str(d) for d in depths(spec))})", None, None)
+        try:
+            search = advise.coordinate_search(knobs, runner.measure_config_fn(config, sweep, work), work, None)
+        except XoverError as e:
+            emit("fail", f"{config.name}: {e}", None, None)
+            continue
+        body = _body(config, knobs, search, spec, model, backend, chunk_tokens)
+        with Store(study_dir) as store:
+            store.add_artifact(None, ARTIFACT, body)
+        results[config.name] = t = _from_body(config, body, reused=False)
+        emit("info", f"{config.name}: {'tuned ' + t.label if t.changed else 'no knob beat the noise: defaults kept'}",
+             None, None)
+    return tuple(results[c.name] for c in spec.configs if c.name in results)

@@ -1,0 +1,106 @@
+"""The tuning stage of `xover study` on the real CPU llama-bench and llama-server (tiny-moe).
+
+1. A knob that changes nothing on a CPU-only build (``GGML_OP_OFFLOAD_MIN_BATCH``: the CPU backend never reads
+   it) is measured, reported as having no effect, and leaves the defaults in place: no tuned variant is measured.
+2. A stored tuned setting becomes a variant named "<config> tuned" that the rest of the study measures like any
+   configuration: llama-bench at depth and cold TTFT through llama-server, every cold sample proven cold.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import sqlite3
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from xover import advise, tune
+from xover.config import load_spec
+from xover.store import Store
+
+pytestmark = pytest.mark.real
+
+SPEC = """
+[model]
+path = "{model}"
+
+[study]
+lengths = [256, 1024]
+response-tokens = [16]
+repetitions = 2
+bench-repetitions = 2
+pp = 64
+tg = 16
+skip = ["cache", "session"]
+tune-knobs = ["GGML_OP_OFFLOAD_MIN_BATCH"]
+tune-repetitions = 3
+
+[[config]]
+name = "cpu"
+"""
+
+
+def _study(spec: Path, out: Path, bins: Path, *extra: str) -> subprocess.CompletedProcess[str]:
+    env = dict(os.environ, XOVER_LLAMA_BIN_DIR=str(bins))
+    return subprocess.run([sys.executable, "-m", "xover", "study", str(spec), "-o", str(out), "-q", *extra], env=env,
+                          capture_output=True, text=True, timeout=600)
+
+
+def test_a_knob_without_effect_is_reported_as_none_and_keeps_the_defaults(llama_bins, tiny_model: Path,
+                                                                          tmp_path: Path) -> None:
+    spec = tmp_path / "spec.toml"
+    spec.write_text(SPEC.format(model=tiny_model))
+    out = tmp_path / "out"
+    r = _study(spec, out, llama_bins.bin_dir)
+    assert r.returncode == 0, r.stderr
+    with Store(out) as store:
+        (body,) = [b for _, _, b in store.artifacts(tune.ARTIFACT)]
+        labels = {c.label for c in store.configs()}
+    search = advise._decode(advise.Search, body["search"])
+    (verdict,) = search.verdicts
+    assert verdict.knob == "GGML_OP_OFFLOAD_MIN_BATCH" and verdict.effects and verdict.no_effect
+    assert verdict.kept is None and search.recommended == advise.DEFAULTS
+    assert body["variant"] is None and body["backend"] == "CPU" and body["depths"] == [0, 256]
+    # defaults, the knob's value, the defaults again (drift): the search's own store, not the study's
+    assert [t.label for t in search.trials] == ["defaults", "GGML_OP_OFFLOAD_MIN_BATCH=1024", "defaults (again)"]
+    assert (out / "tune" / "results.sqlite").is_file() and labels == {"cpu"}
+    assert "cpu: llama.cpp's defaults (no knob beat the noise)" in r.stdout
+    assert "stage times: " in r.stdout and "tune " in r.stdout
+    md = (out / "report.md").read_text()
+    assert "no effect" in md
+    # a rerun reuses the stored search
+    again = _study(spec, out, llama_bins.bin_dir, "--skip", "bench,ttft,report")
+    assert again.returncode == 0, again.stderr
+    with Store(out) as store:
+        assert len(store.artifacts(tune.ARTIFACT)) == 1
+
+
+def test_a_tuned_setting_is_measured_as_its_own_variant_through_the_whole_study(llama_bins, tiny_model: Path,
+                                                                               tmp_path: Path) -> None:
+    spec_path = tmp_path / "spec.toml"
+    spec_path.write_text(SPEC.format(model=tiny_model))
+    spec = load_spec(spec_path)
+    out = tmp_path / "out"
+    # A stored tuning result (as the search would write it) with a setting that changes a flag: -ub 256.
+    knobs = tune.knobs_for(dataclasses.replace(spec, tune_knobs=("ubatch-size",)), gpu_build=False)
+    setting = (("ubatch-size", "256"),)
+    fake = advise.Search(None, (), (), setting, setting)
+    with Store(out) as store:
+        store.add_artifact(None, tune.ARTIFACT, tune._body(spec.configs[0], knobs, fake, spec, tiny_model, "CPU", 512))
+    r = _study(spec_path, out, llama_bins.bin_dir, "--skip", "tune")
+    assert r.returncode == 0, r.stderr
+    assert "cpu: ub=256" in r.stdout and "llama-server -m " in r.stdout and "-ub 256" in r.stdout
+    con = sqlite3.connect(out / "results.sqlite")
+    labels = dict(con.execute("SELECT key, label FROM configs"))
+    cold = Counter((labels[k], L) for k, L in con.execute(
+        "SELECT config_key, length FROM ttft_samples WHERE mode='cold' AND cache_ok=1 AND error IS NULL"))
+    bench = Counter(labels[k] for (k,) in con.execute("SELECT config_key FROM bench_results"))
+    args = {labels[k]: spec_json for k, spec_json in con.execute("SELECT key, spec FROM configs")}
+    con.close()
+    assert cold == {(c, L): 2 for c in ("cpu", "cpu tuned") for L in (256, 1024)}
+    assert bench == {"cpu": 4, "cpu tuned": 4}  # pp and tg at two depths each
+    assert '"-ub"' in args["cpu tuned"] and '"256"' in args["cpu tuned"] and '"-ub"' not in args["cpu"]

@@ -1,0 +1,150 @@
+"""The tuning stage's pure parts: which knobs a study searches, a configuration with a setting on top, the
+spec keys, and the search on a fake machine with known rates finding the known best settings (including a
+prefill-for-decode trade that pays over the study's lengths and one that does not)."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import pytest
+
+from xover import advise, tune
+from xover.advise import DEFAULTS, Measurement, RateSamples, Setting
+from xover.config import LlamaConfig, StudySpec, spec_from_dict
+from xover.errors import XoverError
+from xover.store import Store
+
+BASE = LlamaConfig("ncmoe=18", flags=(("-ncmoe", "18"), ("-ngl", "99"), ("-ub", "512")))
+
+
+def _spec(**kw: object) -> StudySpec:
+    return StudySpec(configs=(BASE, LlamaConfig("ncmoe=0", (("-ncmoe", "0"),))), model_preset="tiny-moe", **kw)  # type: ignore[arg-type]
+
+
+def test_setting_on_top_of_a_configuration_replaces_its_flags_in_place() -> None:
+    knobs = tune.knobs_for(_spec(), gpu_build=True)
+    setting = advise.normalize(knobs, {"ubatch-size": "4096", "load-mode": "none", "no-op-offload": "1",
+                                        "GGML_OP_OFFLOAD_MIN_BATCH": "1024"})
+    c = advise.apply_setting(BASE, knobs, setting, "ncmoe=18 tuned")
+    assert c.name == "ncmoe=18 tuned"
+    # -ub keeps its place, -lm and -b (raised with the ubatch) follow the base's flags
+    assert c.flags == (("-ncmoe", "18"), ("-ngl", "99"), ("-ub", "4096"), ("-lm", "none"), ("-b", "4096"))
+    assert c.no_op_offload and c.env == (("GGML_OP_OFFLOAD_MIN_BATCH", "1024"),)
+    assert c.server_args_list() == ("-ncmoe", "18", "-ngl", "99", "-ub", "4096", "-lm", "none", "-b", "4096",
+                                    "--no-op-offload")
+    # the defaults change nothing but the name
+    assert advise.apply_setting(BASE, knobs, DEFAULTS, "x") == dataclasses.replace(BASE, name="x")
+
+
+def test_study_knobs_per_build() -> None:
+    gpu = {k.name: k for k in tune.knobs_for(_spec(lengths=(1024, 32768)), gpu_build=True)}
+    cpu = {k.name: k for k in tune.knobs_for(_spec(lengths=(1024, 8192)), gpu_build=False)}
+    assert set(gpu) == {"load-mode", "ubatch-size", "batch-size", "no-op-offload", "GGML_OP_OFFLOAD_MIN_BATCH",
+                        "threads", "flash-attn"}
+    assert gpu["load-mode"].candidates == ("none", "mlock")
+    assert gpu["ubatch-size"].candidates[-1] == "8192"  # a 32K prompt holds two 8K ubatches
+    # nothing is copied to a GPU on a CPU-only build: those knobs are left out; no 8K ubatch for 8K prompts
+    assert set(cpu) == {"ubatch-size", "batch-size", "threads", "flash-attn"}
+    assert "8192" not in cpu["ubatch-size"].candidates
+    assert tune.chunk(tuple(cpu.values())) == 4096
+
+
+def test_spec_keys_narrow_the_search() -> None:
+    spec = _spec(tune_knobs=("lm", "ub"), tune_values=(("ub", ("2048",)),), tune_depths=())
+    knobs = tune.knobs_for(spec, gpu_build=True)
+    assert [(k.name, k.candidates) for k in knobs] == [("load-mode", ("none", "mlock")), ("ubatch-size", ("2048",))]
+    assert tune.depths(spec) == (0,)
+    assert tune.depths(_spec()) == (0, 1024)  # default: depth 0 and the shortest length
+    # named on a CPU build: searched anyway (the search then shows it has no effect)
+    assert [k.name for k in tune.knobs_for(_spec(tune_knobs=("load-mode",)), gpu_build=False)] == ["load-mode"]
+
+
+def test_spec_from_toml_dict() -> None:
+    doc = {"model": {"preset": "tiny-moe"},
+           "study": {"tune": True, "tune-knobs": ["load-mode", "ub"], "tune-values": {"ub": [2048, 4096]},
+                     "tune-depths": ["1k"], "tune-repetitions": 3, "pairs": [["a", "b"]]},
+           "config": [{"name": "a"}, {"name": "b", "n-cpu-moe": 4}]}
+    spec = spec_from_dict(doc)
+    assert spec.tune and spec.tune_knobs == ("load-mode", "ub") and spec.tune_values == (("ub", ("2048", "4096")),)
+    assert spec.tune_depths == (1024,) and spec.tune_repetitions == 3 and spec.pairs == (("a", "b"),)
+    assert not spec_from_dict({**doc, "study": {"tune": False}}).tune
+
+
+@pytest.mark.parametrize(("study", "message"), [
+    ({"tune": "yes"}, "tune must be true or false"),
+    ({"tune-knobs": ["warp-speed"]}, "unknown knob 'warp-speed'"),
+    ({"tune-values": {"warp": [1]}}, "unknown knob 'warp'"),
+    ({"tune-repetitions": 1}, "at least 2"),
+    ({"pairs": [["a", "c"]]}, "'c' is not a configuration"),
+    ({"pairs": ["a"]}, "pairs must be a list of [NAME, NAME]"),
+    ({"tune-depths": "1k"}, "tune-depths must be a list"),
+])
+def test_bad_tune_keys_are_one_line_errors(study: dict[str, object], message: str) -> None:
+    doc = {"model": {"preset": "tiny-moe"}, "study": study, "config": [{"name": "a"}, {"name": "b"}]}
+    with pytest.raises(XoverError, match=message.replace("[", r"\[").replace("]", r"\]")) as e:
+        spec_from_dict(doc)
+    assert "\n" not in str(e.value)
+
+
+# ---- the search on a fake machine with known rates --------------------------------------------------
+
+def _rates(pp: float, tg: float, reps: int = 3) -> Measurement:
+    jitter = (0.998, 1.0, 1.002)[:reps]
+    return Measurement(prefill=(RateSamples(0, 4096, tuple(pp * j for j in jitter)),),
+                       decode=(RateSamples(0, 128, tuple(tg * j for j in jitter)),),
+                       effective=(("n_threads", "16"), ("backends", "CUDA")))
+
+
+def machine(setting: Setting) -> Measurement:
+    """Known rates: pinned weights triple prefill and cost 10% of decode; a 4096-token ubatch doubles prefill;
+    op offload off halves it; threads and flash attention change nothing; mlock is mmap."""
+    s = dict(setting)
+    pp, tg = 500.0, 80.0
+    if s.get("load-mode") == "none":
+        pp, tg = pp * 3, tg * 0.9
+    pp *= {"1024": 1.3, "2048": 1.7, "4096": 2.0, "8192": 1.9}.get(s.get("ubatch-size", ""), 1.0)
+    if s.get("no-op-offload") == "1" or s.get("GGML_OP_OFFLOAD_MIN_BATCH") == "1024":
+        pp *= 0.5
+    return _rates(pp, tg)
+
+
+def test_search_finds_the_known_best_settings_on_a_fake_machine() -> None:
+    spec = _spec(lengths=(1024, 4096, 16384, 32768))
+    knobs = tune.knobs_for(spec, gpu_build=True)
+    search = advise.coordinate_search(knobs, machine, tune.workload(spec), None)
+    assert dict(search.recommended) == {"load-mode": "none", "ubatch-size": "4096", "batch-size": "4096"}
+    verdicts = {v.knob: v for v in search.verdicts}
+    assert verdicts["threads"].no_effect and verdicts["flash-attn"].no_effect
+    assert verdicts["load-mode"].kept == "none" and not verdicts["load-mode"].no_effect
+    assert verdicts["no-op-offload"].kept is None and not verdicts["no-op-offload"].no_effect  # slower, not noise
+    variant = advise.apply_setting(BASE, knobs, search.recommended, tune.variant_name(BASE.name))
+    assert variant.server_args_list() == ("-ncmoe", "18", "-ngl", "99", "-ub", "4096", "-lm", "none", "-b", "4096")
+
+
+def test_a_trade_that_only_pays_for_long_prompts_is_not_taken_for_short_ones() -> None:
+    """Pinned weights: 3x prefill, 0.9x decode. With 200-token responses it pays at every study length here;
+    with 4000-token responses on 64-token prompts the decode loss dominates and the defaults' load mode stays."""
+    knobs = tune.knobs_for(_spec(tune_knobs=("load-mode",)), gpu_build=True)
+    long_prompts = advise.uniform_workload((4096, 32768), 200)
+    short_prompts = advise.uniform_workload((64,), 4000)
+    assert dict(advise.coordinate_search(knobs, machine, long_prompts).recommended) == {"load-mode": "none"}
+    assert advise.coordinate_search(knobs, machine, short_prompts).recommended == DEFAULTS
+
+
+def test_stored_result_round_trip_and_signature(tmp_path: Path) -> None:
+    spec = _spec(lengths=(1024, 4096))
+    knobs = tune.knobs_for(spec, gpu_build=True)
+    search = advise.coordinate_search(knobs, machine, tune.workload(spec), None)
+    body = tune._body(BASE, knobs, search, spec, Path("/m/q.gguf"), "CUDA", tune.chunk(knobs))
+    assert body["variant"] == "ncmoe=18 tuned" and body["setting_label"] == "lm=none ub=4096 b=4096"
+    assert body["server_command"] == "llama-server -m q.gguf -ncmoe 18 -ngl 99 -ub 4096 -lm none -b 4096"
+    with Store(tmp_path) as store:
+        store.add_artifact(None, tune.ARTIFACT, body)
+        found = tune.stored(store, spec.configs)
+        assert set(found) == {"ncmoe=18"} and found["ncmoe=18"].reused
+        assert tune.variants(found.values())[0].server_args_list() == \
+            advise.apply_setting(BASE, knobs, search.recommended, "x").server_args_list()
+        # a configuration whose flags changed since is tuned again
+        changed = dataclasses.replace(BASE, flags=(("-ncmoe", "20"),))
+        assert tune.stored(store, (changed,)) == {}
