@@ -161,3 +161,27 @@ def test_fastest_line_ranks_three_or_more():
     line = fastest([a, b, c], 200)
     assert line is not None
     assert "1,000 A (2.60 s; next B, 1.67x)" in line and "32,000 B (12.10 s; next A, 1.50x)" in line
+
+
+def test_claimed_crossing_follows_the_verdict_and_ignores_noise():
+    from xover.analysis.crossover import claimed_crossing, claims_crossover, relation, swapped
+
+    # equal speeds, noisy samples: the medians cross but the verdict calls it noise; nothing is claimed
+    a = make("A", lambda L: 0.1 + L / 2000, lambda d: 100.0, noise=0.05, reps=3, seed=11)
+    b = make("B", lambda L: 0.1 + L / 2000, lambda d: 100.0, noise=0.05, reps=3, seed=111)
+    noisy = compare_pair(a, b, 200, n_boot=0)
+    assert any(c.kind == "cross" for c in noisy.interpolated) and not claims_crossover(noisy)
+    assert relation(noisy) == "within noise"
+    # a real crossover at 8000 tokens: claimed, measured
+    a = make("A", lambda L: 0.1 + L / 2000, lambda d: 100.0)
+    b = make("B", lambda L: 0.1 + L / 4000, lambda d: 50.0)
+    real = compare_pair(a, b, 200, n_boot=0)
+    claim = claimed_crossing(real)
+    assert claim is not None and not claim.fitted and claim.length == pytest.approx(8000)
+    assert "~8,000" in verdict(real)
+    assert relation(real) == "faster below ~8,000, slower above"
+    assert relation(swapped(real)) == "slower below ~8,000, faster above"
+    # one side faster everywhere: no crossing
+    c = make("C", lambda L: 1.0 + L / 1000, lambda d: 10.0)
+    one = compare_pair(a, c, 200, n_boot=0)
+    assert not claims_crossover(one) and relation(one) == "faster" and relation(swapped(one)) == "slower"

@@ -262,6 +262,61 @@ def format_tokens(n: float) -> str:
 _k = format_tokens
 
 
+@dataclasses.dataclass(frozen=True)
+class Sides:
+    """Who is clearly faster where, by the noise rule of :func:`separation`."""
+
+    separated: tuple[int, ...]  # per length: -1 A clearly faster, +1 B, 0 within noise
+    clear: tuple[tuple[int, str], ...]  # (length index, winner) where one is clearly faster
+    ties: tuple[int, ...]  # length indices within noise
+    changes: tuple[int, ...]  # indices j into ``clear`` where the winner differs from clear[j - 1]
+
+
+def sides(pair: PairResult) -> Sides:
+    sep = pair.separated or tuple(-1 if x < y else 1 for x, y in zip(pair.total_a, pair.total_b))
+    clear = tuple((i, pair.a if s < 0 else pair.b) for i, s in enumerate(sep) if s)
+    ties = tuple(i for i, s in enumerate(sep) if not s)
+    changes = tuple(j for j in range(1, len(clear)) if clear[j][1] != clear[j - 1][1])
+    return Sides(tuple(sep), clear, ties, changes)
+
+
+@dataclasses.dataclass(frozen=True)
+class ClaimedCrossing:
+    """The crossover a verdict names: measured (between lengths where each side is clearly faster) or
+    from the fitted cost model (one side clearly faster everywhere, the fit crossing within twice the
+    longest measured length)."""
+
+    length: float
+    fitted: bool
+    extrapolated: bool
+
+
+def claimed_crossing(pair: PairResult) -> ClaimedCrossing | None:
+    """The crossover :func:`verdict` claims for this pair, or None (within noise, one side faster with
+    no fitted crossing near the data, or an order that flips more than once). The plot draws exactly
+    this, so the picture and the text cannot disagree."""
+    s = sides(pair)
+    if not s.clear or len(s.changes) > 1:
+        return None
+    if not s.changes:
+        # A fitted crossing far beyond the data is the quadratic term's guess, not a finding: keep those
+        # within twice the longest measured length, and only where no length is within noise.
+        fitted = [c for c in pair.fitted if c.kind == "cross" and c.length <= 2 * pair.lengths[-1]]
+        if fitted and not s.ties:
+            return ClaimedCrossing(fitted[0].length, True, fitted[0].extrapolated)
+        return None
+    j = s.changes[0]
+    lo_i, hi_i = s.clear[j - 1][0], s.clear[j][0]
+    inside = [c for c in pair.interpolated if c.kind == "cross" and pair.lengths[lo_i] <= c.length <= pair.lengths[hi_i]]
+    x = inside[0].length if inside else (pair.lengths[lo_i] + pair.lengths[hi_i]) / 2
+    return ClaimedCrossing(x, False, False)
+
+
+def claims_crossover(pair: PairResult) -> bool:
+    """Whether :func:`verdict` names a crossover for this pair (measured or fitted)."""
+    return claimed_crossing(pair) is not None
+
+
 def verdict(pair: PairResult, band: tuple[int, int] = (10_000, 40_000)) -> str:
     """One sentence naming both configurations: who wins where, the crossover, where the agentic band falls.
 
@@ -269,36 +324,28 @@ def verdict(pair: PairResult, band: tuple[int, int] = (10_000, 40_000)) -> str:
     claimed between lengths where each side is clearly faster, so noise never reads as a crossing."""
     head = f"{pair.a} vs {pair.b}: "
     lo_b, hi_b = band
-    sep = pair.separated or tuple(-1 if x < y else 1 for x, y in zip(pair.total_a, pair.total_b))
-    clear = [(i, pair.a if s < 0 else pair.b) for i, s in enumerate(sep) if s]
+    s = sides(pair)
     span = f"{_k(pair.lengths[0])}-{_k(pair.lengths[-1])} tokens, {pair.response}-token responses"
-    if not clear:
+    if not s.clear:
         gap = max(abs(x - y) / min(x, y) for x, y in zip(pair.total_a, pair.total_b))
         return (head + f"within noise of each other at every measured length ({span}; sample ranges overlap, "
                 f"medians differ by at most {gap:.0%}): either serves agentic turns of {_k(lo_b)}-{_k(hi_b)} tokens.")
-    winners = [w for _, w in clear]
-    ties = [_k(pair.lengths[i]) for i, s in enumerate(sep) if not s]
+    winners = [w for _, w in s.clear]
+    ties = [_k(pair.lengths[i]) for i in s.ties]
     tie_note = f"; within noise at {', '.join(ties)}" if ties else ""
-    changes = [j for j in range(1, len(clear)) if winners[j] != winners[j - 1]]
-    if not changes:
+    claim = claimed_crossing(pair)
+    if not s.changes:
         winner = winners[0]
         where = "every measured length" if not ties else "every length where they differ"
         sentence = head + f"{winner} is faster at {where} ({span}{tie_note})"
-        # A fitted crossing far beyond the data is the quadratic term's guess, not a finding: keep those
-        # within twice the longest measured length.
-        fitted = [c for c in pair.fitted if c.kind == "cross" and c.length <= 2 * pair.lengths[-1]]
-        if fitted and not ties:
-            ext = fitted[0]
-            tag = "extrapolated" if ext.extrapolated else "fitted"
-            sentence += f"; the fitted cost model puts a crossover at ~{_k(ext.length)} tokens ({tag})"
+        if claim is not None:
+            tag = "extrapolated" if claim.extrapolated else "fitted"
+            sentence += f"; the fitted cost model puts a crossover at ~{_k(claim.length)} tokens ({tag})"
         return sentence + f", so agentic turns of {_k(lo_b)}-{_k(hi_b)} tokens are best served by {winner}."
-    if len(changes) > 1:
-        runs = ", ".join(f"{w} at {_k(pair.lengths[i])}" for i, w in clear)
+    if claim is None:
+        runs = ", ".join(f"{w} at {_k(pair.lengths[i])}" for i, w in s.clear)
         return head + f"no consistent winner ({runs}{tie_note}): the order flips more than once, so neither is preferred."
-    j = changes[0]
-    lo_i, hi_i = clear[j - 1][0], clear[j][0]
-    inside = [c for c in pair.interpolated if c.kind == "cross" and pair.lengths[lo_i] <= c.length <= pair.lengths[hi_i]]
-    x = inside[0].length if inside else (pair.lengths[lo_i] + pair.lengths[hi_i]) / 2
+    x = claim.length
     short, long_ = winners[0], winners[-1]
     ci = f" (95% CI {_k(pair.ci[0])}-{_k(pair.ci[1])})" if pair.ci else ""
     if hi_b <= x:
@@ -309,6 +356,31 @@ def verdict(pair: PairResult, band: tuple[int, int] = (10_000, 40_000)) -> str:
         where = (f"it falls inside the agentic band ({_k(lo_b)}-{_k(hi_b)}): {short} wins turns below it, "
                  f"{long_} above")
     return head + f"{short} is faster below ~{_k(x)} tokens and {long_} above{ci}{tie_note}; {where}."
+
+
+def relation(pair: PairResult) -> str:
+    """A short cell for a configurations matrix, read as A (the row) against B (the column), under the
+    same rules as :func:`verdict`: ``faster``, ``slower``, ``within noise``, ``faster below ~8,000``
+    (then slower), ``slower below ~8,000`` or ``no consistent winner``; lengths within noise are named."""
+    s = sides(pair)
+    if not s.clear:
+        return "within noise"
+    ties = f" (noise at {', '.join(_k(pair.lengths[i]) for i in s.ties)})" if s.ties else ""
+    claim = claimed_crossing(pair)
+    if not s.changes:
+        word = "faster" if s.clear[0][1] == pair.a else "slower"
+        fit = f"; fit crosses ~{_k(claim.length)}" if claim is not None else ""
+        return word + ties + fit
+    if claim is None:
+        return "no consistent winner" + ties
+    word = "faster" if s.clear[0][1] == pair.a else "slower"
+    return f"{word} below ~{_k(claim.length)}, {'slower' if word == 'faster' else 'faster'} above" + ties
+
+
+def swapped(pair: PairResult) -> PairResult:
+    """The same comparison read from B's side (A and B exchanged)."""
+    return dataclasses.replace(pair, a=pair.b, b=pair.a, total_a=pair.total_b, total_b=pair.total_a,
+                               separated=tuple(-s for s in pair.separated))
 
 
 def fastest(configs: Sequence[ConfigData], response: int) -> str | None:
