@@ -97,3 +97,15 @@ def test_missing_binaries_say_what_to_do(tmp_path, monkeypatch):
     (tmp_path / "half").mkdir()
     with pytest.raises(XoverError, match="no executable llama-bench or llama-server"):
         binaries.resolve(tmp_path / "half")
+
+
+def test_cpu_build_leaves_out_amx_on_x86_only(monkeypatch: pytest.MonkeyPatch):
+    """A VM that advertises AMX but traps it kills every llama-bench run of a native CPU build (SIGILL)."""
+    c = build.PINNED.commit
+    monkeypatch.setattr(build.platform, "machine", lambda: "x86_64")
+    cpu = build.cmake_args_for("cpu", (), c, 0)
+    assert "-DCMAKE_C_FLAGS=-mno-amx-tile -mno-amx-int8 -mno-amx-bf16" in cpu
+    assert "-DCMAKE_CXX_FLAGS=-mno-amx-tile -mno-amx-int8 -mno-amx-bf16" in cpu
+    assert not any("amx" in a for a in build.cmake_args_for("cuda", (), c, 0))  # GPU builds keep llama.cpp's flags
+    monkeypatch.setattr(build.platform, "machine", lambda: "aarch64")
+    assert not any("amx" in a for a in build.cmake_args_for("cpu", (), c, 0))

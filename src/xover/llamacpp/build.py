@@ -19,6 +19,7 @@ from __future__ import annotations
 import dataclasses
 import fcntl
 import hashlib
+import platform
 import json
 import os
 import re
@@ -116,7 +117,20 @@ def cmake_args_for(backend: str, extra: tuple[str, ...], commit: str, build_numb
         f"-DLLAMA_BUILD_COMMIT={commit[:7] if commit != 'unknown' else 'unknown'}",
         f"-DLLAMA_BUILD_NUMBER={build_number}",
     ]
-    return tuple(base + BACKENDS[backend] + list(extra))
+    return tuple(base + BACKENDS[backend] + _cpu_isa_args(backend) + list(extra))
+
+
+# ggml's CPU build is native (-march=native), which compiles its AMX matmul path wherever the CPU advertises AMX.
+# Some virtual machines advertise AMX but trap its instructions (SIGILL at the first `tilezero`, seen on a
+# Firecracker VM with a Sapphire-Rapids-class Xeon even though the kernel granted the tile-data permission), so
+# llama-bench dies on every model. The CPU-only build leaves AMX out; GPU builds keep llama.cpp's default flags.
+_NO_AMX = "-mno-amx-tile -mno-amx-int8 -mno-amx-bf16"
+
+
+def _cpu_isa_args(backend: str) -> list[str]:
+    if backend != "cpu" or platform.machine().lower() not in ("x86_64", "amd64"):
+        return []
+    return [f"-DCMAKE_C_FLAGS={_NO_AMX}", f"-DCMAKE_CXX_FLAGS={_NO_AMX}"]
 
 
 def build_key(commit: str, backend: str, args: tuple[str, ...]) -> str:
