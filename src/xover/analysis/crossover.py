@@ -283,8 +283,8 @@ def sides(pair: PairResult) -> Sides:
 @dataclasses.dataclass(frozen=True)
 class ClaimedCrossing:
     """The crossover a verdict names: measured (between lengths where each side is clearly faster) or
-    from the fitted cost model (one side clearly faster everywhere, the fit crossing within twice the
-    longest measured length)."""
+    from the fitted cost model (one side clearly faster everywhere, the fit crossing between a tenth of
+    the shortest and twice the longest measured length)."""
 
     length: float
     fitted: bool
@@ -299,9 +299,12 @@ def claimed_crossing(pair: PairResult) -> ClaimedCrossing | None:
     if not s.clear or len(s.changes) > 1:
         return None
     if not s.changes:
-        # A fitted crossing far beyond the data is the quadratic term's guess, not a finding: keep those
-        # within twice the longest measured length, and only where no length is within noise.
-        fitted = [c for c in pair.fitted if c.kind == "cross" and c.length <= 2 * pair.lengths[-1]]
+        # A fitted crossing far outside the data is the fit's guess, not a finding: keep those from a tenth
+        # of the shortest measured length (below the data TTFT is near-linear, the intercept dominates; a
+        # root near zero tokens is the intercepts' noise) to twice the longest (above it the quadratic term
+        # dominates), and only where no length is within noise.
+        lo, hi = pair.lengths[0] / 10, 2 * pair.lengths[-1]
+        fitted = [c for c in pair.fitted if c.kind == "cross" and lo <= c.length <= hi]
         if fitted and not s.ties:
             return ClaimedCrossing(fitted[0].length, True, fitted[0].extrapolated)
         return None
