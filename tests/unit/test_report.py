@@ -91,3 +91,19 @@ def test_backend_names_follow_llama_bench():
 
     assert backend_name("cuda") == "CUDA" == backend_name("CUDA")
     assert backend_name("cpu, blas") == "CPU,BLAS" and backend_name("") == "" and backend_name("Foo") == "Foo"
+
+
+def test_the_plot_marks_only_crossovers_the_verdict_claims(tmp_path):
+    from xover.analysis.crossover import ConfigData, compare_pair
+    from xover.report.plots import crossing_marks
+
+    # equal speed within noise: the medians cross between 1K and 4K, the sample ranges overlap everywhere
+    noisy_a = ConfigData("ncmoe=18", {1000: [2.0, 2.2, 2.4], 4000: [8.4, 8.0, 8.2]}, {1000: [50.0], 4000: [50.0]})
+    noisy_b = ConfigData("ncmoe=18 -nopo", {1000: [2.1, 2.3, 2.5], 4000: [7.9, 8.3, 8.1]}, {1000: [50.0], 4000: [50.0]})
+    noisy = compare_pair(noisy_a, noisy_b, 200, n_boot=0)
+    assert any(c.kind == "cross" for c in noisy.interpolated) and set(noisy.separated) == {0}
+    assert crossing_marks([noisy]) == []
+    _fill(tmp_path)
+    rep = build_report(load(tmp_path), response=200, n_boot=0)
+    (mark,) = crossing_marks(rep.headline)
+    assert abs(mark.length - 8000) < 1 and not mark.fitted and mark.text == "A = B\n@ 8,000"

@@ -12,16 +12,40 @@ import dataclasses
 import html
 import itertools
 from collections import defaultdict
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from xover.analysis.crossover import ConfigData, PairResult, compare_pair, fastest, fit_cost_model, format_tokens, verdict
+from xover.analysis.crossover import (
+    ConfigData,
+    PairResult,
+    claimed_crossing,
+    compare_pair,
+    fastest,
+    fit_cost_model,
+    format_tokens,
+    measured_totals,
+    relation,
+    separation,
+    swapped,
+    verdict,
+)
 from xover.analysis.stats import summarize
 from xover.provenance import backend_name
 from xover.report import plots
 from xover.records import TtftSample
 from xover.report.data import StudyData, crossover_inputs
+from xover.report.tune import Block, Layout, blocks, layout, section_html, section_markdown
 
 AGENTIC_BAND = (10_000, 40_000)
+
+
+@dataclasses.dataclass(frozen=True)
+class Matrix:
+    """Every pair of configurations: ``cells[i][j]`` reads ``labels[i]`` against ``labels[j]``
+    (:func:`~xover.analysis.crossover.relation`); the diagonal is empty."""
+
+    labels: tuple[str, ...]
+    cells: tuple[tuple[str, ...], ...]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -30,23 +54,136 @@ class Report:
     response: int
     band: tuple[int, int]
     configs: tuple[ConfigData, ...]
-    pairs: tuple[PairResult, ...]
+    pairs: tuple[PairResult, ...]  # every pair of configurations
     verdicts: tuple[str, ...]
     images: tuple[tuple[str, str, bytes], ...]  # (id, caption, png)
+    headline: tuple[PairResult, ...] = ()  # the pairs the verdicts name (with their bootstrap)
+    matrix: Matrix | None = None  # every pair, for the collapsed section
+    layout: Layout | None = None
+
+
+def _ordered(configs: Sequence[ConfigData], lay: Layout) -> tuple[ConfigData, ...]:
+    """Base configurations in spec order, each followed by its tuned variant; anything else after."""
+    order = [x for b in lay.bases for x in (b, lay.tuned.get(b)) if x is not None]
+    rank = {label: i for i, label in enumerate(dict.fromkeys(order))}
+    return tuple(sorted(configs, key=lambda c: rank.get(c.label, len(rank))))
+
+
+def headline_pairs(lay: Layout, available: Sequence[str]) -> tuple[tuple[str, str], ...]:
+    """The study's stored pairs (both sides measured), else the first two base configurations measured:
+    the seed's question."""
+    have = set(available)
+    stored = tuple(p for p in lay.pairs if p[0] in have and p[1] in have and p[0] != p[1])
+    if stored:
+        return stored
+    bases = [b for b in lay.bases if b in have]
+    return ((bases[0], bases[1]),) if len(bases) >= 2 else ()
+
+
+def pair_matrix(configs: Sequence[ConfigData], pairs: Mapping[tuple[str, str], PairResult]) -> Matrix:
+    labels = tuple(c.label for c in configs)
+    cells = []
+    for a in labels:
+        row = []
+        for b in labels:
+            if a == b:
+                row.append("—")
+            elif (a, b) in pairs:
+                row.append(relation(pairs[(a, b)]))
+            else:
+                row.append(relation(swapped(pairs[(b, a)])))
+        cells.append(tuple(row))
+    return Matrix(labels, tuple(cells))
+
+
+def _times(x: float) -> str:
+    return f"{x:.1f}x" if x >= 10 else f"{x:.2f}x"
+
+
+def penalty_line(ref: str, other: str, best: Mapping[str, str], by_label: Mapping[str, ConfigData], response: int,
+                 band: tuple[int, int]) -> str | None:
+    """How much of ``other``'s cost against ``ref`` tuning removes: the ratio of median totals per turn at
+    the agentic band's measured lengths (else the longest measured), at the defaults and each at its best.
+    None when tuning changed neither."""
+    bo, br = best.get(other, other), best.get(ref, ref)
+    if bo == other and br == ref:
+        return None
+    four = [by_label[x] for x in dict.fromkeys((ref, other, br, bo))]
+    totals = {c.label: measured_totals(c, response) for c in four}
+    common = sorted(set.intersection(*(set(t) for t in totals.values())))
+    if not common:
+        return None
+    lengths = [L for L in common if band[0] <= L <= band[1]] or [common[-1]]
+    if bo != other and br != ref:
+        when = "when both are tuned"
+    else:
+        kept = ref if br == ref else other
+        when = f"with each at its best ({kept} keeps llama.cpp's defaults)"
+
+    def cost(a: str, b: str, L: int) -> str:
+        noise = " (within noise)" if separation(by_label[a], by_label[b], L, response) == 0 else ""
+        return _times(totals[a][L] / totals[b][L]) + noise
+
+    parts = [f"at {format_tokens(L)} {cost(other, ref, L)} at llama.cpp's defaults and {cost(bo, br, L)} {when}"
+             for L in lengths]
+    return (f"Tuning and the offload penalty ({response}-token responses): a turn on {other} takes, against {ref}, "
+            + "; ".join(parts) + ".")
+
+
+_AT_DEFAULTS = "At llama.cpp's defaults: "
+_AT_BEST = "Each configuration at its best: "
+
+
+def _verdict_pairs(lay: Layout, by_label: Mapping[str, ConfigData]) -> list[tuple[str, str, str]]:
+    """(prefix, a, b) for each verdict about a pair, in the order they are told."""
+    best = {b: v for b, v in lay.tuned.items() if v in by_label}
+    heads = headline_pairs(lay, list(by_label))
+    if not best:
+        return [("", a, b) for a, b in heads]
+    out = []
+    for a, b in heads:
+        out.append((_AT_DEFAULTS, a, b))
+        out.append((_AT_BEST, best.get(a, a), best.get(b, b)))
+    return out
 
 
 def build_report(data: StudyData, response: int = 200, band: tuple[int, int] = AGENTIC_BAND, n_boot: int = 500) -> Report:
-    configs = tuple(crossover_inputs(data))
-    pairs = tuple(compare_pair(a, b, response, n_boot=n_boot) for a, b in itertools.combinations(configs, 2))
-    verdicts = tuple(v for v in (fastest(configs, response), *(verdict(p, band) for p in pairs)) if v)
+    """Analyses for the renderers. Verdicts, in order: the fastest configuration per length (tuned and
+    untuned together); the headline pairs (the study's, else its first two configurations), answered at
+    llama.cpp's defaults and with each configuration at its best when tuned variants exist; how much of
+    the offload penalty tuning removes. Every other pair goes to the matrix, not to a verdict."""
+    lay = layout(data.config_labels(), data.artifacts)
+    configs = _ordered(crossover_inputs(data), lay)
+    by_label = {c.label: c for c in configs}
+    quick = {(a.label, b.label): compare_pair(a, b, response, n_boot=0) for a, b in itertools.combinations(configs, 2)}
+    told = _verdict_pairs(lay, by_label)
+    full: dict[tuple[str, str], PairResult] = {}
+    for _, a, b in told:
+        if a != b and (a, b) not in full:
+            full[(a, b)] = compare_pair(by_label[a], by_label[b], response, n_boot=n_boot)
+    lines: list[str | None] = [fastest(configs, response)]
+    for prefix, a, b in told:
+        if prefix == _AT_BEST and any((x, y) == (a, b) for p, x, y in told if p == _AT_DEFAULTS):
+            lines.append(prefix + "tuning kept llama.cpp's defaults for both, so the answer above stands.")
+        elif a != b:
+            lines.append(prefix + verdict(full[(a, b)], band))
+    best = {b: v for b, v in lay.tuned.items() if v in by_label}
+    if best:
+        bases = [b for b in lay.bases if b in by_label]
+        lines += [penalty_line(bases[0], o, best, by_label, response, band) for o in bases[1:]]
+    verdicts = tuple(v for v in lines if v)
+    pairs = tuple(full.get(k, v) for k, v in quick.items())
+    headline = tuple(full.values())
+    matrix = pair_matrix(configs, quick) if len(configs) >= 3 else None
     images: list[tuple[str, str, bytes]] = []
     if configs:
-        images.append(("total", "Total time per turn vs prompt length", plots.total_time_plot(configs, pairs, response, band)))
+        images.append(("total", "Total time per turn vs prompt length",
+                       plots.total_time_plot(configs, headline, response, band, base_of=lay.base_of)))
         images.append(("ttft", "Cold time to first token vs prompt length", plots.ttft_plot(configs)))
     depth = plots.depth_plot(data.bench)
     if depth is not None:
         images.append(("depth", "llama-bench prefill and decode vs depth", depth))
-    return Report(data, response, band, configs, pairs, verdicts, tuple(images))
+    return Report(data, response, band, configs, pairs, verdicts, tuple(images), headline, matrix, lay)
 
 
 def _e(x: object) -> str:
@@ -93,9 +230,42 @@ def _stored_advice(data: StudyData) -> object | None:
 
 
 def _first_crossover(report: Report) -> float | None:
-    """The first measured (interpolated) crossover of any pair, for the session verdict."""
-    found = [c.length for p in report.pairs for c in p.interpolated if c.kind == "cross"]
+    """The first measured crossover any pair's verdict claims (noise is no crossover), for the session verdict."""
+    found = [c.length for p in report.pairs if (c := claimed_crossing(p)) is not None and not c.fitted]
     return min(found) if found else None
+
+
+def _pair_details(p: PairResult) -> str:
+    """The crossover arithmetic behind a pair's verdict, for the HTML page."""
+    fitted = ", ".join(f"{c.length:.0f} ({c.kind}{', extrapolated' if c.extrapolated else ''})" for c in p.fitted) or "none"
+    ci = f"{p.ci[0]:.0f}-{p.ci[1]:.0f} tokens" if p.ci else "not defined"
+    none = f" ({100 * p.ci_no_crossing_fraction:.0f}% of resamples had no crossing)" if p.ci_no_crossing_fraction else ""
+    interp = ", ".join(f"{c.length:.0f} ({c.kind})" for c in p.interpolated) or "none in range"
+    return (f"<p>{_e(p.a)} vs {_e(p.b)}: interpolated crossover of the medians {_e(interp)}; fitted {_e(fitted)}; "
+            f"bootstrap 95% interval {_e(ci)}{_e(none)}.</p>")
+
+
+_MATRIX_NOTE = ("Each cell reads the row's configuration against the column's, total time per turn: faster, slower, "
+                "within noise (sample ranges overlap at every length), or where the faster one changes; lengths "
+                "within noise are named. The same rules as the verdicts.")
+
+
+def _matrix_html(m: Matrix) -> str:
+    head = "<th></th>" + "".join(f"<th>{_e(lb)}</th>" for lb in m.labels)
+    body = "".join(f"<tr><th>{_e(lb)}</th>" + "".join(f"<td>{_e(c)}</td>" for c in row) + "</tr>"
+                   for lb, row in zip(m.labels, m.cells))
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+
+
+def _matrix_markdown(m: Matrix) -> str:
+    return _md_table(["", *m.labels], [[lb, *row] for lb, row in zip(m.labels, m.cells)])
+
+
+def _tune_blocks(report: Report) -> list[Block]:
+    if report.layout is None:
+        return []
+    return list(blocks(report.layout, {c.label: c for c in report.configs}, report.data.bench,
+                       report.data.cold_samples(), report.response, report.band))
 
 
 def _measurement_samples(data: StudyData) -> list[tuple[str, TtftSample]]:
@@ -288,16 +458,17 @@ def render_html(report: Report) -> str:
         parts += [f"<p class='verdict'>{_e(v)}</p>" for v in report.verdicts]
     else:
         parts.append("<p class='muted'>Fewer than two configurations with cold TTFT and decode data: no crossover to compute.</p>")
-    for p in report.pairs:
-        fitted = ", ".join(f"{c.length:.0f} ({c.kind}{', extrapolated' if c.extrapolated else ''})" for c in p.fitted) or "none"
-        ci = f"{p.ci[0]:.0f}-{p.ci[1]:.0f} tokens" if p.ci else "not defined"
-        parts.append(f"<p>{_e(p.a)} vs {_e(p.b)}: interpolated crossover "
-                     f"{_e(', '.join(f'{c.length:.0f} ({c.kind})' for c in p.interpolated) or 'none in range')}; "
-                     f"fitted {_e(fitted)}; bootstrap 95% interval {_e(ci)}"
-                     f"{_e(f' ({100 * p.ci_no_crossing_fraction:.0f}% of resamples had no crossing)') if p.ci_no_crossing_fraction else ''}.</p>")
+    parts += [_pair_details(p) for p in report.headline]
+    if report.matrix is not None:
+        told = {(p.a, p.b) for p in report.headline}
+        rest = [p for p in report.pairs if (p.a, p.b) not in told]
+        parts.append(f"<details><summary>Every pair of configurations ({len(report.matrix.labels)} configurations, "
+                     f"{len(report.pairs)} pairs)</summary><p class='muted'>{_e(_MATRIX_NOTE)}</p>"
+                     f"{_matrix_html(report.matrix)}{''.join(_pair_details(p) for p in rest)}</details>")
     for img_id, caption, png in report.images:
         b64 = base64.b64encode(png).decode()
         parts.append(f"<h2>{_e(caption)}</h2><img id='plot-{_e(img_id)}' alt='{_e(caption)}' src='data:image/png;base64,{b64}'>")
+    parts.append(section_html(_tune_blocks(report)))
     parts.append(f"<h2>Prefill and TTFT per configuration and length</h2>{_table(*point_table(report))}")
     parts.append("<p class='muted'>llama-bench's pp @ dN is the speed of the new tokens on top of an untimed, cached "
                  "depth prefill; TTFT is the cold wall-clock wait for the first streamed token through llama-server.</p>")
@@ -351,6 +522,11 @@ def render_markdown(report: Report) -> str:
     d = report.data
     out = [f"# xover report: {Path(d.study_dir).name}\n", "## Verdict\n"]
     out += [f"- {v}" for v in report.verdicts] or ["- no pair of configurations with cold TTFT and decode data"]
+    if report.matrix is not None:
+        out += ["", "### Every pair of configurations\n", _MATRIX_NOTE + "\n", _matrix_markdown(report.matrix)]
+    tuning = section_markdown(_tune_blocks(report))
+    if tuning:
+        out += ["", tuning]
     out += ["", "## Prefill and TTFT\n", _md_table(*point_table(report)), "## Cold check\n", _md_table(*cold_check_table(d)),
             "## Client-server gap\n", _md_table(*gap_table(d))]
     fa = _fa_section(d)

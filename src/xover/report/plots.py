@@ -5,12 +5,20 @@ matplotlib is imported here and nowhere else, lazily, with the non-interactive A
 
 from __future__ import annotations
 
+import dataclasses
 import io
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
-from xover.analysis.crossover import ConfigData, PairResult, fit_cost_model, format_tokens, measured_totals
+from xover.analysis.crossover import (
+    ConfigData,
+    PairResult,
+    claimed_crossing,
+    fit_cost_model,
+    format_tokens,
+    measured_totals,
+)
 from xover.analysis.stats import summarize
 from xover.records import BenchResult
 
@@ -46,47 +54,77 @@ def _plain_log_y(ax: Any) -> None:
     ax.yaxis.set_minor_formatter(FuncFormatter(lambda y, _: ""))
 
 
+@dataclasses.dataclass(frozen=True)
+class CrossingMark:
+    """A crossover line on the total-time plot: the one the pair's verdict claims."""
+
+    text: str
+    length: float
+    fitted: bool
+    extrapolated: bool
+
+
+def crossing_marks(pairs: Sequence[PairResult]) -> list[CrossingMark]:
+    """The crossovers to draw: for each pair given (the report passes its headline pairs), the one its
+    verdict claims (:func:`~xover.analysis.crossover.claimed_crossing`), nothing for a pair within noise."""
+    out = []
+    for p in pairs:
+        claim = claimed_crossing(p)
+        if claim is None:
+            continue
+        prefix = "fitted " if claim.fitted else ""
+        suffix = " (extrapolated)" if claim.extrapolated else ""
+        out.append(CrossingMark(f"{prefix}{p.a} = {p.b}\n@ {format_tokens(claim.length)}{suffix}", claim.length,
+                                claim.fitted, claim.extrapolated))
+    return out
+
+
 def total_time_plot(
-    configs: Sequence[ConfigData], pairs: Sequence[PairResult], response: int, band: tuple[int, int]
+    configs: Sequence[ConfigData], pairs: Sequence[PairResult], response: int, band: tuple[int, int],
+    base_of: Mapping[str, str] | None = None,
 ) -> bytes:
-    """Total time per turn vs prompt length, one line per configuration, crossovers marked,
-    the agentic band shaded. Measured medians as markers, the fitted cost model as a line."""
+    """Total time per turn vs prompt length, one colour per configuration (measured medians as markers,
+    the fitted cost model as a line), the crossovers the verdicts claim for ``pairs`` marked
+    (:func:`crossing_marks`), the agentic band shaded. ``base_of``: tuned variant -> its base
+    configuration; a variant shares its base's colour, with square markers and a dashed line."""
     plt = _plt()
     import numpy as np
 
+    base_of = base_of or {}
     fig, ax = plt.subplots(figsize=(8, 4.8))
     ax.axvspan(band[0], band[1], color=AGENTIC_COLOR, alpha=0.25, label=f"agentic turns ({band[0] // 1000}-{band[1] // 1000}K)")
     all_lengths = sorted({L for c in configs for L in c.ttft_s})
     lo, hi = all_lengths[0], all_lengths[-1]
     xs = np.geomspace(max(lo / 1.5, 1), hi * 1.5, 200)
+    colors: dict[str, str] = {}
+    cycle = iter(plt.rcParams["axes.prop_cycle"].by_key().get("color", ["C0"]) * 4)
     for c in configs:
+        base = base_of.get(c.label)
+        color = colors.get(base) if base is not None else None
+        if color is None:
+            color = next(cycle)
+        colors[c.label] = color
         totals = measured_totals(c, response)
-        line = ax.plot(list(totals), list(totals.values()), "o", label=f"{c.label} (measured)")[0]
         model = fit_cost_model(c)
-        ax.plot(xs, [model.total(x, response) for x in xs], "-", color=line.get_color(), alpha=0.6,
-                label=f"{c.label} (fitted)")
-    for p in pairs:
-        measured = [c for c in p.interpolated if c.kind == "cross"]
-        for cr in measured:
-            ax.axvline(cr.length, color="black", ls="--", lw=1)
-            ax.annotate(f"{p.a} = {p.b}\n@ {format_tokens(cr.length)}", (cr.length, ax.get_ylim()[1]),
-                        xytext=(4, -28), textcoords="offset points", fontsize=8)
-        if not measured:  # only the fitted model crosses: mark it as such, if it lies on the plot
-            for cr in p.fitted:
-                if cr.kind == "cross" and xs[0] <= cr.length <= xs[-1]:
-                    ax.axvline(cr.length, color="gray", ls=":", lw=1)
-                    ax.annotate(f"fitted {p.a} = {p.b}\n@ {format_tokens(cr.length)}"
-                                f"{' (extrapolated)' if cr.extrapolated else ''}", (cr.length, ax.get_ylim()[1]),
-                                xytext=(4, -28), textcoords="offset points", fontsize=8, color="gray")
+        tuned = base is not None
+        ax.plot(xs, [model.total(x, response) for x in xs], "--" if tuned else "-", color=color, alpha=0.6)
+        marker = "s" if tuned else "o"
+        ax.plot(list(totals), list(totals.values()), marker, color=color, ls="none")
+        ax.plot([], [], marker=marker, ls="--" if tuned else "-", color=color, label=c.label)  # legend: both
+    for m in crossing_marks(pairs):
+        color = "gray" if m.fitted else "black"
+        ax.axvline(m.length, color=color, ls=":" if m.fitted else "--", lw=1)
+        ax.annotate(m.text, (m.length, ax.get_ylim()[1]), xytext=(4, -28), textcoords="offset points", fontsize=8,
+                    color=color)
     ax.set_xscale("log")
     ax.set_yscale("log")
     _plain_log_y(ax)
     ax.xaxis.set_major_formatter(_k_formatter())
     ax.set_xlabel("prompt length (tokens, log scale)")
     ax.set_ylabel(f"total time per turn (s): TTFT + {response} tokens decode")
-    ax.set_title("Total time per turn vs prompt length")
+    ax.set_title("Total time per turn vs prompt length (markers measured, lines fitted)")
     ax.grid(True, which="both", alpha=0.3)
-    ax.legend(fontsize=8, loc="lower right")
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0)
     return _png(fig)
 
 
@@ -108,7 +146,7 @@ def ttft_plot(configs: Sequence[ConfigData]) -> bytes:
     ax.set_ylabel("time to first token (s, log scale)")
     ax.set_title("Cold TTFT (median, whiskers min-max)")
     ax.grid(True, which="both", alpha=0.3)
-    ax.legend(fontsize=8)
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0)
     return _png(fig)
 
 

@@ -1,0 +1,415 @@
+"""The study's tuning stage as report sections: which llama.cpp knobs each configuration's search
+changed and what each did to prefill and to decode (never folded into one score), and whether the
+gain llama-bench measured shows through llama-server. Pure: stored artifacts and measurements in,
+text out; :func:`section_html` escapes every piece of text.
+
+Inputs, from the store alone: artifacts ``tune`` (one per base configuration: the search, the tuned
+variant's name or null when the defaults were kept, its flags and command line) and ``study`` (base
+configurations in spec order and the headline pairs; optional, older stores lack it).
+
+**Per-knob effects** come from the search's llama-bench trials, pooled over the measured depths: each
+repetition's rate is its tokens over its time summed across the depths' tests (a rate over all
+depths, each test weighted by its tokens), so the spread is the repetitions' and not the depths'.
+The defaults pool both of their measurements (first, and again after the knobs), so drift between
+the two counts as noise. A change is *within noise* when the two sets of repetition rates overlap.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import html
+from collections import defaultdict
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from xover.analysis.crossover import ConfigData, format_tokens, verdict
+from xover.analysis.tradeoff import Ratio, ServedTradeoff, Tradeoff, ratio, served_tradeoff, tradeoff
+from xover.records import BenchResult, TtftSample
+
+SCHEMA = "xover.tune/1"
+GAIN_SHOWN = 0.5  # a served gain below half the llama-bench gain counts as not seen through llama-server
+
+
+# ---- reading the artifacts ------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class TuneRecord:
+    """One base configuration's tuning, as stored (artifact ``tune``)."""
+
+    config: str
+    variant: str | None  # the tuned variant's label; None: the search kept llama.cpp's defaults
+    setting_label: str
+    server_command: str
+    env: tuple[tuple[str, str], ...]
+    response: int | None
+    depths: tuple[int, ...]
+    chunk: int | None
+    workload: str
+    search: Any | None  # xover.advise.Search; None when the stored search could not be read
+    note: str = ""  # why the search is missing
+
+
+def _record(body: Mapping[str, Any]) -> TuneRecord:
+    search, note = None, ""
+    if body.get("search") is not None:
+        try:
+            from xover.advise import Search, _decode
+
+            search = _decode(Search, body["search"])
+        except Exception as exc:  # a store written by another version: show what can be shown
+            note = f"the stored search could not be read ({type(exc).__name__}: {exc})"
+    return TuneRecord(
+        config=str(body["config"]), variant=body.get("variant"), setting_label=str(body.get("setting_label", "")),
+        server_command=str(body.get("server_command", "")),
+        env=tuple((str(k), str(v)) for k, v in body.get("env") or ()),
+        response=int(body["response"]) if body.get("response") is not None else None,
+        depths=tuple(int(d) for d in body.get("depths") or ()),
+        chunk=int(body["chunk"]) if body.get("chunk") is not None else None,
+        workload=str(body.get("workload", "")), search=search, note=note,
+    )
+
+
+def tune_records(artifacts: Sequence[tuple[int | None, str, Any]]) -> tuple[TuneRecord, ...]:
+    """The latest ``tune`` artifact per base configuration, in the order the configurations first appear."""
+    latest: dict[str, Mapping[str, Any]] = {}
+    for _, name, body in artifacts:
+        if name == "tune" and isinstance(body, Mapping) and body.get("schema") == SCHEMA and "config" in body:
+            latest[str(body["config"])] = body
+    return tuple(_record(b) for b in latest.values())
+
+
+@dataclasses.dataclass(frozen=True)
+class Layout:
+    """How a study's configurations relate: base configurations in spec order, each one's tuned
+    variant (when tuning changed a knob), and the headline pairs its verdicts answer."""
+
+    bases: tuple[str, ...]
+    tuned: dict[str, str]  # base -> tuned variant label
+    pairs: tuple[tuple[str, str], ...]  # the study's headline pairs as stored (may be empty)
+    records: tuple[TuneRecord, ...]
+
+    def best(self, base: str) -> str:
+        """The configuration at its best: its tuned variant, or itself when tuning kept the defaults."""
+        return self.tuned.get(base, base)
+
+    @property
+    def base_of(self) -> dict[str, str]:
+        return {v: b for b, v in self.tuned.items()}
+
+
+def layout(labels: Sequence[str], artifacts: Sequence[tuple[int | None, str, Any]]) -> Layout:
+    """The layout from the ``study`` and ``tune`` artifacts; without a ``study`` artifact the bases are the
+    labels (first-seen order) that are no configuration's tuned variant, and there are no stored pairs."""
+    records = tune_records(artifacts)
+    tuned = {r.config: r.variant for r in records if r.variant}
+    variants = set(tuned.values())
+    study = [body for _, name, body in artifacts if name == "study" and isinstance(body, Mapping)]
+    spec_order = [str(c) for c in (study[-1].get("configs") or ())] if study else []
+    bases = tuple(dict.fromkeys([*spec_order, *(lb for lb in labels if lb not in variants)]))
+    pairs = tuple((str(p[0]), str(p[1])) for p in (study[-1].get("pairs") or ()) if len(p) == 2) if study else ()
+    return Layout(bases, tuned, pairs, records)
+
+
+# ---- per-knob effects -----------------------------------------------------------------------------
+
+
+def pooled_rates(tests: Sequence[Any]) -> list[float]:
+    """Per repetition i: tokens over time summed across the tests (``RateSamples``), tokens/s."""
+    tests = [t for t in tests if t.samples_tps]
+    if not tests:
+        return []
+    reps = min(len(t.samples_tps) for t in tests)
+    return [sum(t.tokens for t in tests) / sum(t.tokens / t.samples_tps[i] for t in tests) for i in range(reps)]
+
+
+def _trial_rates(trials: Sequence[Any]) -> tuple[list[float], list[float]]:
+    """Pooled prefill and decode repetition rates of one or more trials (their samples together)."""
+    pp, tg = [], []
+    for t in trials:
+        m = t.measurement
+        if m.failure is None:
+            pp += pooled_rates(m.prefill)
+            tg += pooled_rates(m.decode)
+    return pp, tg
+
+
+@dataclasses.dataclass(frozen=True)
+class KnobRow:
+    knob: str
+    value: str
+    status: str  # "kept", "not kept ...", "no effect", "not measured ...", "failed"
+    effect: Tradeoff | None  # the value against the defaults (A: defaults, B: the value)
+    turn_change_s: float | None  # the search's own objective: time per turn minus the defaults'
+    turn_within_noise: bool | None
+
+
+def _trial_of(search: Any, knob: str, value: str) -> Any | None:
+    return next((t for t in search.trials if t.varied == knob and dict(t.setting).get(knob) == value), None)
+
+
+def knob_rows(search: Any, response: int) -> list[KnobRow]:
+    """One row per knob value the search tried (or skipped, or failed on), then the recommendation."""
+    from xover.advise import DEFAULTS, RECHECK
+
+    defaults = [t for t in search.trials if t.setting in (DEFAULTS, RECHECK)]
+    pp0, tg0 = _trial_rates(defaults)
+
+    def effect(trial: Any, value: str) -> Tradeoff | None:
+        pp, tg = _trial_rates([trial]) if trial is not None else ([], [])
+        if not (pp and tg and pp0 and tg0):
+            return None
+        return tradeoff("defaults", pp0, tg0, value, pp, tg, response)
+
+    rows = []
+    for v in search.verdicts:
+        for e in v.effects:
+            if v.no_effect:
+                status = "no effect"
+            elif v.kept == e.value:
+                status = "kept"
+            else:
+                status = "not kept" + (" (within noise)" if e.within_noise else " (slower per turn)" if e.change_s > 0 else "")
+            rows.append(KnobRow(v.knob, e.value, status, effect(_trial_of(search, v.knob, e.value), e.value),
+                                e.change_s, e.within_noise))
+        rows += [KnobRow(v.knob, s, "not measured: llama.cpp runs it by default here", None, None, None) for s in v.skipped]
+        rows += [KnobRow(v.knob, f, "failed", None, None, None) for f in v.failed]
+    if search.recommended != DEFAULTS:
+        best = next((t for t in search.trials if t.setting == search.recommended), None)
+        if best is not None:
+            rows.append(KnobRow("recommended", best.label, "the tuned variant", effect(best, best.label), None, None))
+    return rows
+
+
+def _change(r: Ratio) -> str:
+    return r.percent() + ("" if r.beyond_noise else " within noise")
+
+
+def break_even_text(t: Tradeoff) -> str:
+    """Where B's trade-off against A tips, in words (B: the changed setting)."""
+    p, d = t.prefill.median, t.decode.median
+    if t.break_even is None:
+        if p >= 1 and d >= 1:
+            return "no trade-off: not slower at either"
+        if p <= 1 and d <= 1:
+            return "no trade-off: not faster at either"
+        return "no trade-off"
+    side = "faster past" if p > 1 else "faster below"
+    noisy = [name for name, r in (("prefill", t.prefill), ("decode", t.decode)) if not r.beyond_noise]
+    tail = f" (the {' and '.join(noisy)} change is within noise)" if noisy else ""
+    return f"{side} ~{format_tokens(t.break_even)} tokens{tail}"
+
+
+def knob_table(search: Any, response: int) -> tuple[list[str], list[list[str]]]:
+    header = ["knob", "value", "prefill vs defaults", "decode vs defaults", "time per turn vs defaults (search)",
+              "verdict", f"break-even ({response}-token responses)"]
+    rows = []
+    for r in knob_rows(search, response):
+        turn = "—" if r.turn_change_s is None else f"{r.turn_change_s:+.3g} s" + (" (noise)" if r.turn_within_noise else "")
+        if r.effect is None:
+            rows.append([r.knob, r.value, "—", "—", turn, r.status, "—"])
+            continue
+        rows.append([r.knob, r.value, _change(r.effect.prefill), _change(r.effect.decode), turn, r.status,
+                     break_even_text(r.effect)])
+    return header, rows
+
+
+# ---- the serving path decides ---------------------------------------------------------------------
+
+
+def _bench_pp(bench: Sequence[tuple[str, BenchResult]]) -> dict[tuple[str, int], list[float]]:
+    """llama-bench prefill samples per (label, depth): the latest pp test stored there."""
+    out: dict[tuple[str, int], list[float]] = {}
+    for label, r in bench:
+        if r.n_prompt and not r.n_gen and r.samples_ts:
+            out[(label, r.n_depth)] = list(r.samples_ts)
+    return out
+
+
+def _ttft_speed(cold: Sequence[tuple[str, TtftSample]]) -> dict[tuple[str, int], list[float]]:
+    """Prefill speed seen through llama-server per (label, length): L / cold TTFT, tokens/s."""
+    out: dict[tuple[str, int], list[float]] = defaultdict(list)
+    for label, s in cold:
+        if s.first_token_ns:
+            out[(label, s.length)].append(s.length / (s.first_token_ns / 1e9))
+    return dict(out)
+
+
+@dataclasses.dataclass(frozen=True)
+class ServedRow:
+    length: int
+    bench: Ratio | None  # llama-bench pp @ dL, tuned over defaults
+    served: Ratio | None  # L / cold TTFT, tuned over defaults
+
+    @property
+    def not_seen(self) -> bool:
+        """llama-bench gains beyond noise, llama-server's TTFT does not (or by less than half as much)."""
+        if self.bench is None or self.served is None or self.bench.direction <= 0:
+            return False
+        return self.served.direction <= 0 or (self.served.median - 1) < GAIN_SHOWN * (self.bench.median - 1)
+
+
+def served_rows(base: str, variant: str, bench: Sequence[tuple[str, BenchResult]],
+                cold: Sequence[tuple[str, TtftSample]]) -> list[ServedRow]:
+    pp, tt = _bench_pp(bench), _ttft_speed(cold)
+    lengths = sorted({L for lb, L in (*pp, *tt) if lb in (base, variant)})
+    out = []
+    for L in lengths:
+        b = ratio(pp[(base, L)], pp[(variant, L)]) if (base, L) in pp and (variant, L) in pp else None
+        s = ratio(tt[(base, L)], tt[(variant, L)]) if (base, L) in tt and (variant, L) in tt else None
+        if b is not None or s is not None:
+            out.append(ServedRow(L, b, s))
+    return out
+
+
+def served_table(rows: Sequence[ServedRow]) -> tuple[list[str], list[list[str]]]:
+    header = ["prompt / depth", "llama-bench prefill (pp @ dL), tuned vs defaults", "cold TTFT prefill (L / TTFT), tuned vs defaults",
+              "finding"]
+    out = []
+    for r in rows:
+        finding = "llama-bench gain not seen through llama-server" if r.not_seen else ""
+        out.append([format_tokens(r.length), _change(r.bench) if r.bench else "—", _change(r.served) if r.served else "—",
+                    finding])
+    return header, out
+
+
+def tradeoff_table(t: ServedTradeoff) -> tuple[list[str], list[list[str]]]:
+    header = ["prompt", "prefill (L / TTFT), tuned vs defaults", "server decode, tuned vs defaults",
+              f"total per turn: defaults → tuned ({t.response}-token responses)", "faster per turn",
+              "break-even at these rates"]
+    rows = []
+    for p in t.points:
+        faster = {-1: t.a, 1: t.b}.get(p.separated, "within noise")
+        rows.append([format_tokens(p.length), _change(p.tradeoff.prefill), _change(p.tradeoff.decode),
+                     f"{p.total_a_s:.2f} s → {p.total_b_s:.2f} s", faster, break_even_text(p.tradeoff)])
+    return header, rows
+
+
+# ---- the section ----------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class Block:
+    """One piece of the section: ``kind`` is h2, h3, p, code, ul or table."""
+
+    kind: str
+    text: str = ""
+    items: tuple[str, ...] = ()  # ul items, or a table's header
+    rows: tuple[tuple[str, ...], ...] = ()
+
+
+def _table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> Block:
+    return Block("table", items=tuple(header), rows=tuple(tuple(r) for r in rows))
+
+
+def _record_blocks(r: TuneRecord, response: int) -> list[Block]:
+    if r.variant is None:
+        out = [Block("h3", f"{r.config}: llama.cpp's defaults kept"),
+               Block("p", "No knob value beat the defaults by more than the noise, so nothing was measured twice.")]
+    else:
+        out = [Block("h3", f"{r.config} → {r.variant}: {r.setting_label}"),
+               Block("p", f"The tuned variant {r.variant} runs {r.config} with {r.setting_label}"
+                          + (f" and {', '.join(f'{k}={v}' for k, v in r.env)} in the environment" if r.env else "")
+                          + "; it was measured through the whole study like any configuration.")]
+    if r.server_command:
+        out.append(Block("code", r.server_command))
+    where = [f"workload {r.workload}"] if r.workload else []
+    if r.depths:
+        where.append(f"llama-bench pp{r.chunk or ''} and tg at depths {', '.join(format_tokens(d) for d in r.depths)}")
+    if where:
+        out.append(Block("p", "Search: " + "; ".join(where) + "."))
+    if r.search is None:
+        out.append(Block("p", r.note or "The search itself was not stored."))
+        return out
+    out.append(_table(*knob_table(r.search, response)))
+    no_effect = [v.knob for v in r.search.verdicts if v.no_effect]
+    if no_effect:
+        out.append(Block("p", f"No effect on this hardware (every value within noise of the defaults): {', '.join(no_effect)}."))
+    return out
+
+
+def _served_blocks(base: str, variant: str, configs: Mapping[str, ConfigData], bench: Sequence[tuple[str, BenchResult]],
+                   cold: Sequence[tuple[str, TtftSample]], response: int, band: tuple[int, int]) -> list[Block]:
+    out = [Block("h3", f"{base}: defaults vs {variant} through llama-server")]
+    rows = served_rows(base, variant, bench, cold)
+    if rows:
+        unseen = [format_tokens(r.length) for r in rows if r.not_seen]
+        if unseen:
+            out.append(Block("p", f"llama-bench gain not seen through llama-server at {', '.join(unseen)}: llama-bench "
+                                  "prefills on top of a cached depth, llama-server's cold TTFT prefills the whole prompt "
+                                  "(and pays HTTP, tokenization and the last partial ubatch)."))
+        out.append(_table(*served_table(rows)))
+    if base in configs and variant in configs:
+        t = served_tradeoff(configs[base], configs[variant], response)
+        out.append(Block("p", verdict(t.pair, band)))
+        out.append(_table(*tradeoff_table(t)))
+    else:
+        out.append(Block("p", "No cold TTFT with server decode for both yet: no served trade-off to show."))
+    return out
+
+
+def blocks(lay: Layout, configs: Mapping[str, ConfigData], bench: Sequence[tuple[str, BenchResult]],
+           cold: Sequence[tuple[str, TtftSample]], response: int, band: tuple[int, int]) -> list[Block]:
+    """The Tuning section (empty when the study stored no tuning)."""
+    if not lay.records:
+        return []
+    out = [Block("h2", "Tuning: llama.cpp settings per configuration"),
+           Block("p", "Each configuration's knobs were searched one at a time from llama.cpp's defaults with llama-bench "
+                      "(xover advise's coordinate search). Prefill and decode changes are kept apart: each is the "
+                      "median ratio against the defaults with its range [min..max] over repetitions, pooled over the "
+                      "measured depths (each repetition's tokens over its time across the depths' tests); the defaults "
+                      "pool both of their measurements, so drift between them counts as noise; within noise means the "
+                      "repetitions' ranges overlap. The break-even is the prompt length past which a prefill gain "
+                      "outweighs a decode loss (or the reverse) at constant rates.")]
+    for r in lay.records:
+        out += _record_blocks(r, response)
+    served = [(r.config, r.variant) for r in lay.records if r.variant]
+    if served:
+        out.append(Block("h2", "The serving path decides: llama-bench's gain through llama-server"))
+        out.append(Block("p", "Tuned against defaults per length: llama-bench's prefill at depth L beside the cold "
+                              "TTFT through llama-server, then the served trade-off (prefill from TTFT, the server's "
+                              "decode) and who is faster per turn."))
+        for base, variant in served:
+            assert variant is not None
+            out += _served_blocks(base, variant, configs, bench, cold, response, band)
+    return out
+
+
+def _md_cell(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def section_markdown(bl: Sequence[Block]) -> str:
+    lines: list[str] = []
+    for b in bl:
+        if b.kind == "h2":
+            lines += [f"## {b.text}", ""]
+        elif b.kind == "h3":
+            lines += [f"### {b.text}", ""]
+        elif b.kind == "p":
+            lines += [b.text, ""]
+        elif b.kind == "code":
+            lines += ["```sh", b.text, "```", ""]
+        elif b.kind == "ul":
+            lines += [f"- {i}" for i in b.items] + [""]
+        else:
+            lines += ["| " + " | ".join(_md_cell(h) for h in b.items) + " |", "|" + "|".join("---" for _ in b.items) + "|"]
+            lines += ["| " + " | ".join(_md_cell(c) for c in row) + " |" for row in b.rows] + [""]
+    return "\n".join(lines)
+
+
+def section_html(bl: Sequence[Block]) -> str:
+    e = lambda x: html.escape(str(x), quote=True)  # noqa: E731
+    parts = []
+    for b in bl:
+        if b.kind in ("h2", "h3", "p"):
+            parts.append(f"<{b.kind}>{e(b.text)}</{b.kind}>")
+        elif b.kind == "code":
+            parts.append(f"<pre><code>{e(b.text)}</code></pre>")
+        elif b.kind == "ul":
+            parts.append("<ul>" + "".join(f"<li>{e(i)}</li>" for i in b.items) + "</ul>")
+        else:
+            head = "".join(f"<th>{e(h)}</th>" for h in b.items)
+            body = "".join("<tr>" + "".join(f"<td>{e(c)}</td>" for c in row) + "</tr>" for row in b.rows)
+            parts.append(f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>")
+    return "\n".join(parts)
