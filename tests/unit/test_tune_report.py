@@ -146,7 +146,7 @@ def test_verdicts_answer_the_question_at_the_defaults_and_at_each_configuration_
     verdict_md = md.split("### Every pair of configurations")[0]
     assert verdict_md.count("\n- ") == 4
     # tuned, cpu trades 4% of its decode for 2x prefill: the fitted costs cross at ~167 tokens, below the data
-    assert "| cpu tuned | slower | slower | faster; fit crosses ~167 | — |" in md
+    assert "| cpu tuned | slower | slower | faster; fit crosses ~167 (extrapolated) | — |" in md
 
 
 def test_a_configuration_whose_tuning_kept_the_defaults_is_its_own_best(tmp_path):

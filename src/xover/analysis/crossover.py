@@ -372,7 +372,8 @@ def relation(pair: PairResult) -> str:
     claim = claimed_crossing(pair)
     if not s.changes:
         word = "faster" if s.clear[0][1] == pair.a else "slower"
-        fit = f"; fit crosses ~{_k(claim.length)}" if claim is not None else ""
+        fit = (f"; fit crosses ~{_k(claim.length)}{' (extrapolated)' if claim.extrapolated else ''}"
+               if claim is not None else "")
         return word + ties + fit
     if claim is None:
         return "no consistent winner" + ties

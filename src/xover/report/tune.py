@@ -274,7 +274,8 @@ def served_table(rows: Sequence[ServedRow]) -> tuple[list[str], list[list[str]]]
 
 
 def tradeoff_table(t: ServedTradeoff) -> tuple[list[str], list[list[str]]]:
-    header = ["prompt", "prefill (L / TTFT), tuned vs defaults", "server decode, tuned vs defaults",
+    header = ["prompt", "prefill (L / TTFT), tuned vs defaults",
+              "decode (llama-server's; llama-bench tg where it reported none), tuned vs defaults",
               f"total per turn: defaults → tuned ({t.response}-token responses)", "faster per turn",
               "break-even at these rates"]
     rows = []
@@ -339,7 +340,7 @@ def _served_blocks(base: str, variant: str, configs: Mapping[str, ConfigData], b
                                   "prefills on top of a cached depth, llama-server's cold TTFT prefills the whole prompt "
                                   "(and pays HTTP, tokenization and the last partial ubatch)."))
         out.append(_table(*served_table(rows)))
-    if base in configs and variant in configs:
+    if base in configs and variant in configs and set(configs[base].ttft_s) & set(configs[variant].ttft_s):
         t = served_tradeoff(configs[base], configs[variant], response)
         out.append(Block("p", verdict(t.pair, band)))
         out.append(_table(*tradeoff_table(t)))
