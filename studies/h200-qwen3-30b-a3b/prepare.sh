@@ -2,6 +2,7 @@
 # On the development machine (registry access): build what run.sh needs carried to the GPU machine, which has none.
 #   out/llsrc/llama.tar.gz  the pinned llama.cpp tree xover's own `xover llama build` fetched (about 11 MB)
 #   .whl/                   the wheels the GPU machine's Python lacks (gguf, sniffio)
+#   out/xsrc/               the committed src/ and study (what run-tuned.sh runs, whatever the working tree holds)
 # Then, with the device tool: run `bash studies/h200-qwen3-30b-a3b/run.sh`, carry ["out/llsrc", ".whl"].
 set -euo pipefail
 cd "$(git rev-parse --show-toplevel)"
@@ -12,4 +13,5 @@ tar czf out/llsrc/llama.tar.gz --exclude=docs --exclude=models --exclude=media -
   -C "$(dirname "$src")" "$(basename "$src")"
 python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
   --platform manylinux2014_x86_64 -d .whl gguf==0.19.0 sniffio==1.3.1
-ls -la out/llsrc .whl
+rm -rf out/xsrc && mkdir -p out/xsrc && git archive HEAD src studies/h200-qwen3-30b-a3b | tar -x -C out/xsrc
+ls -la out/llsrc out/xsrc .whl

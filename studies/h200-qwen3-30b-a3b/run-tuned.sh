@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Issue 16 on the H200: the study redone with the tuning stage, resumable from the committed store.
-# Run from the repository root on the GPU machine, carrying out/llsrc and .whl (prepare.sh makes them here).
+# Run from the repository root on the GPU machine, carrying out/llsrc, out/xsrc and .whl (prepare.sh makes them here).
 # The first call starts the whole job in its own session (setsid) so that it survives the end of the call, then
 # waits; every call (the first included) waits up to WAIT seconds and packs what is stored into $OUT/st.tgz.
 # Order (most wanted first): ncmoe=18 (tune, tuned bench + cold TTFT), ncmoe=0 (tune, tuned, the cache lab's
@@ -12,8 +12,9 @@ pack() { tar czf $OUT/st.tgz -C $ST --exclude=models --exclude='*.gguf' . 2>/dev
 if [ ! -f $J/started ]; then
   mkdir -p $J $ST/logs $ST/models
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
-  cp -r src $J/src; cp studies/h200-qwen3-30b-a3b/study.toml $J/study.toml
-  cp studies/h200-qwen3-30b-a3b/results.sqlite $ST/ && cp studies/h200-qwen3-30b-a3b/logs/* $ST/logs/ 2>/dev/null
+  # the committed code and spec (out/xsrc: git archive HEAD src studies/h200-qwen3-30b-a3b), not a tree being edited
+  cp -r out/xsrc/src $J/src; cp out/xsrc/studies/h200-qwen3-30b-a3b/study.toml $J/study.toml
+  cp out/xsrc/studies/h200-qwen3-30b-a3b/results.sqlite $ST/ && cp out/xsrc/studies/h200-qwen3-30b-a3b/logs/* $ST/logs/ 2>/dev/null
   mkdir -p /tmp/ll && tar xzf out/llsrc/llama.tar.gz -C /tmp/ll
   echo 0c1e57098bba43ac29e6e3b677cdceebdd22334f > /tmp/ll/llama.cpp-0c1e570/XOVER_COMMIT
   cat > $J/job.sh <<'JOB'
