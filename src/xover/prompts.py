@@ -124,12 +124,21 @@ class TextPrompts:
         return Prompt(prompt=text, length=length, prompt_id=f"text:s{self.seed}:i{index}:{_content_hash(text)}")
 
 
+# Appended one at a time when no cut of the draft counts exactly: characters that rarely merge with
+# what precedes them, so one of them adds exactly one token on any vocabulary that holds them.
+FILLERS = (".", ",", "x", ";", "-", "q", "!", "z", "0", " ")
+
+
 async def fit_text(draft: Callable[[int], str], length: int, count: Callable[[str], Awaitable[int]]) -> str:
-    """The longest prefix of a draft that counts as ``length`` tokens.
+    """A prefix of a draft, completed if need be, that counts as exactly ``length`` tokens.
 
     Grows the draft until it is long enough, then binary-searches the cut (in characters) for the
-    largest prefix of at most ``length`` tokens; if that prefix is one token short because a token
-    boundary cannot fall there, nearby cuts are tried. Raises if no prefix counts exactly.
+    largest prefix of at most ``length`` tokens. Nearby cuts on both sides that count exactly are
+    taken, one without trailing whitespace first. When none does (a token boundary cannot fall at
+    ``length``: a cut just after a space on a byte vocabulary, a merge that swallows the next
+    character), the longest prefix short of ``length`` is completed one token at a time with a
+    filler character that adds exactly one token. Raises only when no filler can (a vocabulary that
+    cannot express ``length`` tokens as text, e.g. one whose every character is two tokens).
     """
     n_words = max(8, length)
     text = draft(n_words)
@@ -140,17 +149,46 @@ async def fit_text(draft: Callable[[int], str], length: int, count: Callable[[st
         text = draft(n_words)
     else:
         raise XoverError(f"could not draft a text of {length} tokens: use token-id prompts (drop --text)")
-    lo, hi = 0, len(text)  # count(text[:lo]) <= length < ... ; find the largest cut with count <= length
+    counts: dict[int, int] = {}
+
+    async def at(cut: int) -> int:
+        if cut not in counts:
+            counts[cut] = await count(text[:cut])
+        return counts[cut]
+
+    lo, hi = 0, len(text)  # find the largest cut with count <= length
     while lo < hi:
         mid = (lo + hi + 1) // 2
-        if await count(text[:mid]) <= length:
+        if await at(mid) <= length:
             lo = mid
         else:
             hi = mid - 1
-    for cut in range(lo, max(0, lo - 16), -1):
-        candidate = text[:cut].rstrip()
-        if candidate and await count(candidate) == length:
-            return candidate
+    near = [c for c in (*range(lo, max(0, lo - 16), -1), *range(lo + 1, min(len(text), lo + 16) + 1)) if c > 0]
+    exact = [c for c in near if await at(c) == length]
+    for cut in exact:
+        if not text[cut - 1].isspace():
+            return text[:cut]
+    if exact:
+        return text[:exact[0]]
+    short = [c for c in near if await at(c) < length]
+    if short:
+        return await _complete(text[:max(short)], counts[max(short)], length, count)
     raise XoverError(
         f"no prefix of the drafted text is exactly {length} tokens for this tokenizer: use token-id prompts (drop --text)"
     )
+
+
+async def _complete(text: str, n: int, length: int, count: Callable[[str], Awaitable[int]]) -> str:
+    """``text`` (``n`` tokens) extended with filler characters, each adding exactly one token, to ``length``."""
+    while n < length:
+        for ch in FILLERS:
+            if text.endswith(" ") and ch == " ":
+                continue
+            grown = await count(text + ch)
+            if grown == n + 1:
+                text, n = text + ch, grown
+                break
+        else:
+            raise XoverError(f"no prefix of the drafted text is exactly {length} tokens for this tokenizer, and no "
+                             f"single character adds exactly one token after {n}: use token-id prompts (drop --text)")
+    return text

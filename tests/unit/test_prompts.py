@@ -6,7 +6,7 @@ import asyncio
 import itertools
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from xover.errors import XoverError
@@ -110,3 +110,41 @@ def test_fit_text_fails_clearly_when_no_cut_matches() -> None:
     # every word is two tokens: odd lengths cannot be hit
     with pytest.raises(XoverError, match="drop --text"):
         asyncio.run(fit_text(lambda n: " ".join(["word"] * n), 7, _counter(per_char=2, bos=0)))
+
+
+def _byte_vocab(bos: int = 0, merges: tuple[str, ...] = (" t",)):  # type: ignore[no-untyped-def]
+    """The count of xover's synthetic vocabulary (tiny-moe): one token per UTF-8 byte, each merge's
+    pair one token (merged left to right, as BPE does with a single merge), BOS where the model adds one."""
+
+    async def count(text: str) -> int:
+        n = len(text.encode())
+        for m in merges:
+            n -= text.count(m) * (len(m.encode()) - 1)
+        return bos + n
+
+    return count
+
+
+@settings(max_examples=300, deadline=None)
+@given(seed=st.integers(0, 2**31), index=st.integers(0, 500), length=st.integers(2, 400), bos=st.sampled_from([0, 1]))
+def test_text_prompts_reach_every_length_on_a_byte_vocabulary(seed: int, index: int, length: int, bos: int) -> None:
+    """Issue 18: a cut just after a space used to be stripped to one token short, with no longer cut tried."""
+    count = _byte_vocab(bos)
+    p = asyncio.run(TextPrompts(seed).make(index, length, count))
+    assert asyncio.run(count(p.prompt)) == length
+
+
+def test_a_cut_after_a_space_is_completed() -> None:
+    # the draft "aa bb cc ..." cut at 3 bytes is "aa " (3 tokens); "aa" is 2 and "aa b" is 4
+    count = _byte_vocab()
+    text = asyncio.run(fit_text(lambda n: " ".join(["aa", "bb", "cc", "dd"] * n), 3, count))
+    assert asyncio.run(count(text)) == 3 and text.startswith("aa")
+
+
+@given(length=st.integers(2, 300), seed=st.integers(0, 10_000))
+@settings(max_examples=100, deadline=None)
+def test_text_prompts_reach_every_length_when_words_merge(length: int, seed: int) -> None:
+    """A vocabulary where common pieces merge (so many cuts skip a count) still gets every length."""
+    count = _byte_vocab(1, merges=("the", "ti", " s", "er", "on", " c", "ea"))
+    p = asyncio.run(TextPrompts(seed).make(seed % 97, length, count))
+    assert asyncio.run(count(p.prompt)) == length
