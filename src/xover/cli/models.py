@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from xover.console import console, out, progress_bar
+from xover.console import console, out, progress_bar, safe
 from xover.errors import XoverError
 
 
@@ -71,12 +71,12 @@ def synth(preset: str, overrides: tuple[str, ...], output: Path | None, seed: in
     shape = p.make_shape(preset, **_parse_overrides(overrides))
     path = output or Path(f"{preset}.gguf")
     with progress_bar() as bar:
-        task = bar.add_task(f"writing {path.name}", total=None)
+        task = bar.add_task(f"writing {safe(path.name)}", total=None)
         result = write_model(shape, path, seed=seed, progress=lambda done, total: bar.update(task, completed=done, total=total))
     from xover.gguf.inspect import format_bytes
 
     rate = result.bytes / 1e9 / max(result.seconds, 1e-9)
-    console.print(f"wrote {result.path} ({format_bytes(result.bytes)}) in {result.seconds:.1f} s, {rate:.2f} GB/s")
+    console.print(f"wrote {safe(result.path)} ({format_bytes(result.bytes)}) in {result.seconds:.1f} s, {rate:.2f} GB/s")
 
 
 @click.command("inspect")
@@ -85,7 +85,9 @@ def synth(preset: str, overrides: tuple[str, ...], output: Path | None, seed: in
 def inspect_cmd(model: Path, as_json: bool) -> None:
     """Shapes, parameters and bytes of any GGUF, and what --n-cpu-moe N moves to the CPU.
 
-    Reads metadata and the tensor table only; tensor data is never loaded.
+    Reads metadata and the tensor table only; tensor data is never loaded. Strings from the file
+    (its name, architecture) and the path are printed as they are, with control characters spelled
+    out (an escape sequence in general.name shows as \x1b[...); --json keeps them exact, JSON-escaped.
     """
     from xover.gguf.inspect import inspect_gguf, render_text
 
@@ -93,4 +95,4 @@ def inspect_cmd(model: Path, as_json: bool) -> None:
     if as_json:
         click.echo(json.dumps(report.to_dict(), indent=2))
     else:
-        out.print(render_text(report))
+        out.print(render_text(report), markup=False)  # every string in it is data; control characters spelled out

@@ -22,6 +22,7 @@ from gguf import GGML_QUANT_SIZES, GGUF_DEFAULT_ALIGNMENT, GGMLQuantizationType,
 
 from xover.errors import GGUFError
 from xover.gguf.shapes import Footprint, Hyperparams, TensorInfo, TensorTable, footprint
+from xover.untrusted import visible
 
 _MAGIC = b"GGUF"
 _VERSIONS = (2, 3)
@@ -81,7 +82,7 @@ class _Cursor:
         self.buf, self.order, self.name, self.pos = buf, order, name, 0
 
     def fail(self, why: str) -> GGUFError:
-        return GGUFError(f"{self.name}: {why}")
+        return GGUFError(visible(f"{self.name}: {why}"))  # names and keys come from the file
 
     def take(self, n: int, what: str) -> bytes:
         end = self.pos + n
@@ -167,15 +168,15 @@ def _tensor_info(cur: _Cursor) -> tuple[TensorInfo, int]:
 def _byte_order(buf: mmap.mmap | bytes, name: str) -> tuple[str, int]:
     """``("<" or ">", version)``; a version whose low half is zero means a big-endian file."""
     if len(buf) < 4 or buf[:4] != _MAGIC:
-        raise GGUFError(f"{name}: not a GGUF file (starts with {bytes(buf[:4])!r}, expected {_MAGIC!r})")
+        raise GGUFError(visible(f"{name}: not a GGUF file (starts with {bytes(buf[:4])!r}, expected {_MAGIC!r})"))
     if len(buf) < _PREAMBLE:
-        raise GGUFError(f"{name}: truncated GGUF: {len(buf)} bytes, shorter than the {_PREAMBLE}-byte preamble")
+        raise GGUFError(visible(f"{name}: truncated GGUF: {len(buf)} bytes, shorter than the {_PREAMBLE}-byte preamble"))
     version = struct.unpack_from("<I", buf, 4)[0]
     order = "<"
     if version & 0xFFFF == 0:
         order, version = ">", struct.unpack_from(">I", buf, 4)[0]
     if version not in _VERSIONS:
-        raise GGUFError(f"{name}: GGUF version {version} is not supported (only 2 and 3)")
+        raise GGUFError(visible(f"{name}: GGUF version {version} is not supported (only 2 and 3)"))
     return order, version
 
 
@@ -234,11 +235,11 @@ def read_header(path: Path | str) -> GGUFHeader:
             with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as buf:
                 return parse_header(buf, str(path))
     except FileNotFoundError:
-        raise GGUFError(f"{path}: no such file") from None
+        raise GGUFError(visible(f"{path}: no such file")) from None
     except IsADirectoryError:
-        raise GGUFError(f"{path}: is a directory, not a GGUF file") from None
+        raise GGUFError(visible(f"{path}: is a directory, not a GGUF file")) from None
     except OSError as e:
-        raise GGUFError(f"{path}: cannot read ({e.strerror or e})") from None
+        raise GGUFError(visible(f"{path}: cannot read ({e.strerror or e})")) from None
 
 
 # --------------------------------------------------------------------------------------------------
@@ -275,7 +276,7 @@ def _int(name: str, meta: Mapping[str, Value], key: str, notes: list[str], defau
             notes.append(f"{key} varies per layer ({min(value)}..{max(value)}); the figures use the maximum")
         return max(value)
     if isinstance(value, bool) or not isinstance(value, (int, type(None))):
-        raise GGUFError(f"{name}: metadata {key} is {value!r}, expected an integer: not a GGUF xover understands")
+        raise GGUFError(visible(f"{name}: metadata {key} is {value!r}, expected an integer: not a GGUF xover understands"))
     return value
 
 
@@ -285,12 +286,12 @@ def hyperparams(header: GGUFHeader, name: str = "GGUF") -> tuple[Hyperparams, tu
     notes: list[str] = []
     arch = meta.get("general.architecture")
     if not isinstance(arch, str):
-        raise GGUFError(f"{name}: no general.architecture in the metadata: not a model GGUF")
+        raise GGUFError(visible(f"{name}: no general.architecture in the metadata: not a model GGUF"))
 
     def need(suffix: str) -> int:
         value = _int(name, meta, f"{arch}.{suffix}", notes)
         if value is None:
-            raise GGUFError(f"{name}: no {arch}.{suffix} in the metadata: not a language-model GGUF")
+            raise GGUFError(visible(f"{name}: no {arch}.{suffix} in the metadata: not a language-model GGUF"))
         return value
 
     n_embd, n_layer = need("embedding_length"), need("block_count")
@@ -390,14 +391,15 @@ def ncmoe_selection(n_layer: int, max_rows: int = 13) -> list[int]:
 
 
 def render_text(report: ModelReport) -> str:
-    """A human-readable summary of a report."""
+    """A human-readable summary of a report: plain text (no markup), every string that came from the
+    file or the command line with its control characters spelled out (:func:`xover.untrusted.visible`)."""
     hp, fp = report.hparams, report.footprint
-    title = report.name or Path(report.path).name
+    title = visible(report.name or Path(report.path).name)  # strings from the file or the command line: inert
     lines = [
-        f"{title}  ({report.path})",
+        f"{title}  ({visible(report.path)})",
         f"  file        {format_bytes(report.file_bytes)}, {report.n_tensors} tensors"
         + (f", {report.file_type}" if report.file_type else ""),
-        f"  model       {hp.arch}: {hp.n_layer} layers, n_embd {hp.n_embd}, "
+        f"  model       {visible(hp.arch)}: {hp.n_layer} layers, n_embd {hp.n_embd}, "
         f"{hp.n_head} heads / {hp.n_head_kv} KV heads x {hp.head_dim_k}, vocab {hp.n_vocab}, context {hp.n_ctx_train}",
     ]
     if hp.n_expert:
@@ -425,7 +427,7 @@ def render_text(report: ModelReport) -> str:
             lines.append(f"    {n:>4}  {format_bytes(row.cpu_expert_bytes):>14}  {format_bytes(row.gpu_bytes):>14}")
     else:
         lines.append("  no expert tensors: --n-cpu-moe moves nothing")
-    lines += [f"  note        {note}" for note in report.notes]
+    lines += [f"  note        {visible(note)}" for note in report.notes]
     return "\n".join(lines)
 
 
@@ -437,14 +439,70 @@ def model_table(path: Path | str) -> tuple[TensorTable, str]:
     return TensorTable(hparams=hp, tensors=header.tensors), name if isinstance(name, str) else Path(path).name
 
 
-def check_offload_and_context(path: Path | str, n_cpu_moe: Sequence[int], max_tokens: int | None = None) -> None:
+@dataclasses.dataclass(frozen=True)
+class ModelContext:
+    """What sizing a workload needs from a GGUF's header: its name (for messages, control characters
+    spelled out), training context (0: not in the header) and whether its vocabulary is xover's
+    synthetic byte-level one (one token per character of plain text)."""
+
+    name: str
+    n_ctx_train: int
+    byte_vocab: bool
+
+
+def model_context(path: Path | str) -> ModelContext:
+    header = read_header(path)
+    hp, _ = hyperparams(header, str(path))
+    name = header.metadata.get("general.name")
+    return ModelContext(name=visible(name if isinstance(name, str) else Path(path).name), n_ctx_train=hp.n_ctx_train,
+                        byte_vocab=header.metadata.get("xover.synthetic") is True)
+
+
+def format_tokens(n: int) -> str:
+    """``1k`` for multiples of 1024 (as lengths are written), else the count: ``32k``, ``1000``."""
+    return f"{n // 1024}k" if n >= 1024 and n % 1024 == 0 else str(n)
+
+
+def fitting_lengths(lengths: Sequence[int], extra_tokens: int, n_ctx: int) -> tuple[int, ...]:
+    """The lengths that fit a context of ``n_ctx`` tokens with ``extra_tokens`` more each (the
+    response, or llama-bench's pp and tg on top of a depth); all of them when ``n_ctx`` is 0 (unknown)."""
+    return tuple(L for L in lengths if not n_ctx or L + extra_tokens <= n_ctx)
+
+
+def context_advice(name: str, n_ctx: int, lengths: Sequence[int], extra_tokens: int, option: str, extra_what: str) -> str:
+    """One line for lengths that exceed a model's training context: which of them fit, and the longest that would."""
+    fit = fitting_lengths(lengths, extra_tokens, n_ctx)
+    over = [L for L in lengths if L not in fit]
+    room = n_ctx - extra_tokens
+    head = (f"{option} {','.join(format_tokens(L) for L in over)} with {extra_tokens} {extra_what} exceed{'s' if len(over) == 1 else ''} "
+            f"{name}'s training context of {n_ctx:,} tokens")
+    if room < 1:
+        return f"{head}: no length fits; lower the {extra_what}"
+    if fit:
+        return (f"{head}: of those given, {option} {','.join(format_tokens(L) for L in fit)} fit "
+                f"(any length up to {room:,} tokens does)")
+    return f"{head}: none of them fits; any length up to {room:,} tokens does"
+
+
+def check_offload_and_context(path: Path | str, n_cpu_moe: Sequence[int], max_tokens: int | None = None, *,
+                              lengths: Sequence[int] = (), extra_tokens: int = 0, option: str = "--lengths",
+                              extra_what: str = "response tokens") -> None:
     """Fail early, with what to change, when ``--n-cpu-moe`` exceeds the model's layers or the longest
-    prompt plus response exceeds its training context (header only; nothing is started)."""
+    prompt plus response exceeds its training context (header only; nothing is started).
+
+    With ``lengths`` (each needing ``extra_tokens`` more), the message names the ones that fit;
+    ``max_tokens`` alone (a longest prompt plus response) says how many tokens fit."""
     table, name = model_table(path)
+    name = visible(name)
     hp = table.hparams
     too_many = [n for n in n_cpu_moe if n > hp.n_layer]
     if too_many:
         raise GGUFError(f"--n-cpu-moe {max(too_many)} is beyond {name}'s {hp.n_layer} layers: use 0..{hp.n_layer}")
-    if max_tokens is not None and hp.n_ctx_train and max_tokens > hp.n_ctx_train:
-        raise GGUFError(f"prompts of up to {max_tokens} tokens (with the response) exceed {name}'s training context "
-                        f"of {hp.n_ctx_train}: use shorter lengths")
+    if not hp.n_ctx_train:
+        return
+    if lengths and fitting_lengths(lengths, extra_tokens, hp.n_ctx_train) != tuple(lengths):
+        raise GGUFError(context_advice(name, hp.n_ctx_train, lengths, extra_tokens, option, extra_what))
+    if max_tokens is not None and max_tokens > hp.n_ctx_train:
+        raise GGUFError(f"prompts of up to {max_tokens:,} tokens (with the response) exceed {name}'s training context "
+                        f"of {hp.n_ctx_train:,}: at most {hp.n_ctx_train:,} tokens fit, prompt and response together; "
+                        "use shorter lengths")
