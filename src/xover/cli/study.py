@@ -102,7 +102,8 @@ def narrow(spec: StudySpec, skip: str, only_configs: str) -> StudySpec:
     if missing:
         raise XoverError(f"--configs {missing[0]!r} is not in the spec: use some of {', '.join(known)}")
     configs = tuple(c for c in spec.configs if c.name in names) if names else spec.configs
-    return dataclasses.replace(spec, skip=spec.skip | stages, configs=configs)
+    pairs = tuple(p for p in spec.pairs if all(n in {c.name for c in configs} for n in p))
+    return dataclasses.replace(spec, skip=spec.skip | stages, configs=configs, pairs=pairs)
 
 
 def _default_for_this_machine(binaries: object) -> tuple[object, str]:
