@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import math
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -208,10 +209,12 @@ def run_advise(spec: AdviseSpec, binaries: Binaries, study_dir: Path, *, command
 
 
 def _workload(spec: AdviseSpec, runner: _Runner, chunk: int) -> tuple[Workload, str]:
-    """The spec's workload, or the agentic band halved until one measurement fits the budget, judged
+    """The spec's workload, or the agentic band scaled to the model's training context (each depth
+    plus the prefill test must fit it) and then halved until one measurement fits the budget, judged
     from a shallow probe of the defaults (pp and tg at depth 0, one repetition, stored like the rest)."""
     if spec.workload is not None:
         return spec.workload, ""
+    agentic, fitted = _agentic_for_context(spec, chunk)
     level = max(spec.ncmoe, key=lambda n: -1 if n is None else n)  # most experts in host memory: the slowest
     probe_gen = spec.n_gen // 2  # sizes the search never uses, so the probe's single repetition is never reused
     label = f"{advise.level_label(level)} defaults"
@@ -225,13 +228,42 @@ def _workload(spec: AdviseSpec, runner: _Runner, chunk: int) -> tuple[Workload, 
     def seconds(w: Workload) -> float:
         return advise.measurement_seconds(w.depths(), chunk, spec.n_gen, spec.repetitions, pp, tg)
 
-    agentic = advise.agentic_workload(spec.response_tokens)
     workload, factor = advise.fit_to_budget(agentic, seconds, spec.budget_s, min_length=chunk)
     estimate = f"~{seconds(workload):.0f} s per measurement at {pp:,.0f} prefill and {tg:,.0f} decode tok/s"
-    if factor == 1.0:
+    notes = [fitted] if fitted else []
+    if factor != 1.0:
+        notes.append(f"the band halved {round(math.log2(1 / factor))} time(s) to keep one measurement within --budget "
+                     f"{spec.budget_s:g} s")
+    if not notes:
         return workload, estimate
-    return workload, (f"the 10K-40K band scaled by 1/{round(1 / factor)} to keep one measurement within --budget "
-                      f"{spec.budget_s:g} s: {estimate}; give --lengths to choose")
+    return workload, f"{'; '.join(notes)}: {estimate}; give --lengths to choose"
+
+
+def _agentic_for_context(spec: AdviseSpec, chunk: int) -> tuple[Workload, str]:
+    """The 10K-40K agentic band, scaled down when the model's training context cannot hold its longest
+    prompt as a llama-bench depth with the ``chunk``-token prefill test and ``n_gen`` decode tokens on top
+    (nor with the response, for the llama-server confirmation); and a line saying so ("" when unscaled)."""
+    from xover.gguf.inspect import model_context
+
+    agentic = advise.agentic_workload(spec.response_tokens)
+    context = model_context(spec.model)
+    n_ctx = context.n_ctx_train
+    room = n_ctx - max(chunk + spec.n_gen, spec.response_tokens) if n_ctx else 0
+    top = max(agentic.lengths)
+    if not n_ctx or top <= room:
+        return agentic, ""
+    unit = 256
+    if room < unit:
+        raise XoverError(f"{context.name}'s training context of {n_ctx:,} tokens leaves no room for the agentic band "
+                         f"after the {chunk}-token prefill test (--pp, or the largest --ubatch tried) and {spec.n_gen} "
+                         f"decode tokens (--tg): give --lengths up to {max(room, 0)}, or a smaller --pp / --ubatch")
+    factor = room / top
+    scaled = agentic.scaled(factor, unit)
+    while max(scaled.lengths) > room:
+        factor *= 0.98
+        scaled = agentic.scaled(factor, unit)
+    return scaled, (f"the 10K-40K band scaled to {context.name}'s training context of {n_ctx:,} tokens (each depth "
+                    f"plus the {chunk}-token prefill test and {spec.n_gen} decode tokens fits)")
 
 
 def _confirm(spec: AdviseSpec, advice: Advice, binaries: Binaries, study_dir: Path, command: Sequence[str],

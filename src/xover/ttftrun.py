@@ -193,19 +193,33 @@ def summarize_points(samples: Sequence[TtftSample]) -> list[PointSummary]:
     return out
 
 
-def gap_note(p: PointSummary, label: str, cold_cache: bool | None) -> str | None:
-    """A warning that names the likely cause when the median client-server gap is large.
+def gap_note(p: PointSummary, label: str, cold_cache: bool | None, slots: int | None = None) -> str | None:
+    """A warning that names the likely cause when the median client-server gap is large, resting only
+    on what is known about the server.
 
-    ``cold_cache``: whether the server ran with ``-np 1 --cache-ram 0`` (None: unknown, ``--url``).
+    ``cold_cache``: whether xover started the server with ``-np 1 --cache-ram 0`` (None: it did not
+    start it, ``--url``). ``slots``: the slot count the server reports (``/props`` ``total_slots``;
+    None when it does not say). llama-server's ``/props`` does not report ``--cache-ram``.
     """
     if not p.gap_is_large or p.gap_ns is None:
         return None
     head = f"{label} L={p.length}: client TTFT exceeds the server's prompt_ms by {p.gap_ns.median / 1e6:.1f} ms (median)"
+    outside = "HTTP and tokenization, a busy CPU, or a first token held back by the server"
     if cold_cache:
-        return (f"{head}; the server has one slot and no prompt cache, so the time is spent outside prefill: "
-                "HTTP and tokenization, a busy CPU, or a first token held back by the server")
-    return (f"{head}; likely the server saving the previous slot's state to host memory before the new prompt "
-            "(--cache-ram, on by default, and several slots): start it with -np 1 --cache-ram 0")
+        return f"{head}; the server has one slot and no prompt cache, so the time is spent outside prefill: {outside}"
+    if cold_cache is False:
+        return (f"{head}; likely the server saving the previous slot's state to host memory before the new prompt "
+                "(--cache-ram, on by default, and several slots): start it with -np 1 --cache-ram 0")
+    saving = ("saving the previous prompt's state to its host-memory prompt cache before each new prompt (--cache-ram, "
+              "on by default)")
+    if slots == 1:
+        return (f"{head}; the server reports 1 slot (/props) but not whether --cache-ram is on: if it is, {saving} "
+                f"is the likely cause (start it with --cache-ram 0); if not, the time is spent outside prefill: {outside}")
+    if slots is not None:
+        return (f"{head}; the server reports {slots} slots (/props) but not whether --cache-ram is on: if it is, "
+                f"{saving} is the likely cause: start it with -np 1 --cache-ram 0")
+    return (f"{head}; the server reports neither its slots nor --cache-ram (/props), so the cause is unknown: {saving} "
+            f"with several slots, or time outside prefill: {outside}")
 
 
 # ---- run --------------------------------------------------------------------------------------
@@ -257,6 +271,7 @@ class RunOutcome:
     failures: tuple[Failure, ...]
     labels: Mapping[str, str]  # config key -> label
     cold_cache: Mapping[str, bool | None]  # config key -> started with -np 1 --cache-ram 0 (None: unknown)
+    slots: Mapping[str, int | None] = dataclasses.field(default_factory=dict)  # config key -> /props total_slots
 
 
 class _PointFailedError(Exception):
@@ -306,6 +321,7 @@ class TtftRun:
         self.failures: list[Failure] = []
         self.labels: dict[str, str] = {}
         self.cold_cache: dict[str, bool | None] = {}
+        self.slots: dict[str, int | None] = {}
         self._index = itertools.count()  # prompt index: every request of the run gets its own prompt
         self._token_prompts: TokenPrompts | None = None
         self._text_prompts = TextPrompts(plan.seed)
@@ -330,7 +346,8 @@ class TtftRun:
             raise
         run_id = self._ensure_run(None)
         self.store.end_run(run_id, "failed" if self.failures else "done")
-        return RunOutcome(run_id, tuple(self.samples), tuple(self.failures), dict(self.labels), dict(self.cold_cache))
+        return RunOutcome(run_id, tuple(self.samples), tuple(self.failures), dict(self.labels), dict(self.cold_cache),
+                          dict(self.slots))
 
     async def _managed(self, specs: Sequence[ServerSpec], log_dir: Path, startup_timeout_s: float) -> None:
         assert self.binaries is not None
@@ -405,7 +422,9 @@ class TtftRun:
     ) -> None:
         run_id = self._ensure_run(props)
         slots = props.get("total_slots")
-        if isinstance(slots, int) and slots > 1:  # e.g. -np in extra arguments, or a --url server
+        known = isinstance(slots, int) and not isinstance(slots, bool) and slots > 0
+        self.slots[config.key] = slots if known else None
+        if known and slots > 1 and self.cold_cache.get(config.key):  # -np in the extra arguments overrode -np 1
             self.cold_cache[config.key] = False
         self.store.put_config(config)
         self.store.add_artifact(run_id, "server-props", {

@@ -39,6 +39,7 @@ import difflib
 import hashlib
 import itertools
 import json
+import math
 import random
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
@@ -77,6 +78,115 @@ class WorkloadSpec:
             raise XoverError(f"rewrite every {self.rewrite_every} turns: use 0 (never) or at least 2")
         if not self.chars_per_token > 0:
             raise XoverError(f"chars per token {self.chars_per_token}: must be positive")
+
+
+# What a generated session needs at least, in characters: the system prompt's fixed part (head, core
+# tools, rules) and what one turn adds (the reply, environment details, the smallest tool result).
+MIN_SYSTEM_CHARS = 1_300
+MIN_TURN_CHARS = 1_500
+CONTEXT_USE = 0.95  # of the room a context leaves after the response: the chat template's own tokens
+
+
+def min_session_tokens(spec: WorkloadSpec) -> int:
+    """The fewest tokens (estimated) the last turn of a session generated from ``spec`` can hold."""
+    system = max(spec.system_tokens, math.ceil(MIN_SYSTEM_CHARS / spec.chars_per_token))
+    return system + (spec.turns - 1) * math.ceil(MIN_TURN_CHARS / spec.chars_per_token)
+
+
+def max_turns(spec: WorkloadSpec, tokens: int) -> int:
+    """The most turns whose smallest session (:func:`min_session_tokens`) stays within ``tokens``."""
+    system = max(spec.system_tokens, math.ceil(MIN_SYSTEM_CHARS / spec.chars_per_token))
+    return max(0, 1 + (tokens - system) // math.ceil(MIN_TURN_CHARS / spec.chars_per_token))
+
+
+def last_turn_tokens(spec: WorkloadSpec) -> int:
+    """The last turn's size, estimated as the generator counts (characters / chars_per_token)."""
+    return estimate_tokens(generate(spec).turns[-1].messages, spec.chars_per_token)
+
+
+def _k(n: int) -> str:
+    return f"{n / 1024:.1f}K".replace(".0K", "K") if n >= 1024 else str(n)
+
+
+def fit_to_context(spec: WorkloadSpec, n_ctx: int, response_tokens: int, given: frozenset[str] = frozenset(),
+                   model: str = "the model") -> tuple[WorkloadSpec, str | None]:
+    """``spec`` fitted to a model's training context of ``n_ctx`` tokens, and one line saying what changed.
+
+    The last turn's prompt (as generated, estimated at ``chars_per_token``) plus ``response_tokens``
+    must fit :data:`CONTEXT_USE` of the context. Sizes the user did not give (``given`` names the
+    fields given: ``system_tokens``, ``target_tokens``, ``turns``) are scaled: the system prompt and
+    the final size by the same factor, and the turns to as many as that final size holds (each turn
+    adds at least :data:`MIN_TURN_CHARS` characters); then, since a turn's growth is drawn at random,
+    the final size is lowered until the generated session fits. A given size that cannot fit raises,
+    naming what fits. ``n_ctx`` 0 (unknown) fits anything.
+    """
+    if not n_ctx:
+        return spec, None
+    room = n_ctx - response_tokens
+    budget = int(room * CONTEXT_USE)
+    if room < 64 or budget < 256:
+        raise XoverError(f"{model}'s training context of {n_ctx:,} tokens leaves no room for a session with "
+                         f"{response_tokens}-token responses: lower --response-tokens")
+    system, target, turns = spec.system_tokens, spec.target_tokens, spec.turns
+    if target > room and "target_tokens" in given:
+        raise XoverError(f"--target-tokens {target:,} plus {response_tokens} response tokens exceed {model}'s training "
+                         f"context of {n_ctx:,} tokens: at most {room:,} fit; give --target-tokens {room:,} or less")
+    per_turn = math.ceil(MIN_TURN_CHARS / spec.chars_per_token)
+
+    def turns_error(limit: int, why: str) -> XoverError:
+        return XoverError(
+            f"--turns {turns}: each turn adds at least about {per_turn:,} tokens ({MIN_TURN_CHARS:,} characters at "
+            f"{spec.chars_per_token:g} per token), so after a {_k(system)}-token system prompt {turns} turns {why} "
+            f"{model}'s training context of {n_ctx:,} tokens: " +
+            (f"at most {limit} turns fit; give --turns {limit} or fewer" if limit >= 2 else
+             "not even 2 turns fit; give a smaller --system-tokens or a model with a longer context"))
+
+    def with_sizes(new_target: int) -> WorkloadSpec:
+        nonlocal system
+        if "system_tokens" not in given:
+            system = max(64, round(spec.system_tokens * new_target / spec.target_tokens))
+        if system + 64 * 2 > new_target:
+            raise XoverError(f"--system-tokens {system:,} leaves no room for turns in the {_k(new_target)}-token session "
+                             f"that fits {model}'s training context of {n_ctx:,} tokens: lower --system-tokens")
+        trial = dataclasses.replace(spec, system_tokens=system, target_tokens=new_target, turns=turns)
+        if "turns" in given:
+            if min_session_tokens(trial) > budget:
+                raise turns_error(max_turns(trial, budget), "outgrow")
+            return dataclasses.replace(trial, target_tokens=max(new_target, system + 64 * turns))
+        limit = max_turns(trial, new_target)
+        if limit < 2:
+            raise turns_error(limit, "outgrow")
+        return dataclasses.replace(trial, turns=min(spec.turns, limit, max(2, (new_target - system) // 64)))
+
+    fitted = spec
+    if target > budget:
+        if "target_tokens" in given:  # between the budget and the room: keep it, the check below decides
+            fitted = with_sizes(target)
+        else:
+            target = budget // 256 * 256
+            fitted = with_sizes(target)
+    size = last_turn_tokens(fitted)
+    for _ in range(12):
+        if size <= budget:
+            break
+        if "target_tokens" in given or target <= 256:
+            break
+        target = max(256, int(target * budget / size) // 256 * 256 - (256 if size <= budget * 1.02 else 0))
+        fitted = with_sizes(target)
+        size = last_turn_tokens(fitted)
+    if size > budget:
+        raise XoverError(f"the session these sizes generate grows to about {size:,} tokens, beyond the {budget:,} "
+                         f"that fit {model}'s training context of {n_ctx:,} tokens with {response_tokens}-token "
+                         "responses: lower --target-tokens, --system-tokens or --turns")
+    if fitted == spec:
+        return spec, None
+    changed = [f"{fitted.turns} turns (default {spec.turns})" if fitted.turns != spec.turns else "",
+               f"a {_k(fitted.system_tokens)}-token system prompt (default {_k(spec.system_tokens)})"
+               if fitted.system_tokens != spec.system_tokens else "",
+               f"growing to {_k(fitted.target_tokens)} tokens (default {_k(spec.target_tokens)})"
+               if fitted.target_tokens != spec.target_tokens else ""]
+    return fitted, (f"agentic session scaled to {model}'s training context of {n_ctx:,} tokens: "
+                    + ", ".join(c for c in changed if c))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -495,7 +605,9 @@ class _Generator:
         old = _render_file(shown.blocks)
         kind = EDIT_KINDS[self.rewrites % len(EDIT_KINDS)]
         self.rewrites += 1
-        k = self.rng.randint(1, len(shown.blocks) - 2)  # never the module header, never the last block
+        if len(shown.blocks) < 3:  # a file edited down to one function: modify that one, never delete it
+            kind = "modify"
+        k = self.rng.randint(1, max(1, len(shown.blocks) - 2))  # never the module header; the last block only when alone
         if kind == "delete":
             del shown.blocks[k]
         else:

@@ -26,15 +26,16 @@ def _joined(values: tuple[str, ...]) -> str:
 @click.option("-m", "--model", type=click.Path(path_type=Path, dir_okay=False), required=True, help="The GGUF model.")
 @click.option("--ncmoe", multiple=True, metavar="N,...", help="--n-cpu-moe levels, each searched on its own [default: none passed].")
 @click.option("--workload", default="agentic", metavar="agentic|FILE",
-              help="agentic: prompts uniform over 10K-40K tokens (scaled down to fit --budget); FILE: one turn per line, "
-                   "PROMPT_TOKENS[,RESPONSE_TOKENS[,WEIGHT]].")
+              help="agentic: prompts uniform over 10K-40K tokens (scaled down to fit the model's training context, "
+                   "then --budget); FILE: one turn per line, PROMPT_TOKENS[,RESPONSE_TOKENS[,WEIGHT]].")
 @click.option("--lengths", default=None, metavar="L,...", help="Prompt lengths, uniform (overrides --workload agentic; 4k = 4096).")
-@click.option("--response-tokens", type=click.IntRange(min=1), default=200, help="Tokens generated per turn.")
+@click.option("-R", "--response-tokens", type=click.IntRange(min=1), default=200, help="Tokens generated per turn.")
 @click.option("--knobs", "knob_names", default=None, metavar="NAME,...",
               help="Knobs to search [default: all]: load-mode (lm), ubatch-size (ub), batch-size (b), no-op-offload (nopo), "
                    "GGML_OP_OFFLOAD_MIN_BATCH, threads (t).")
 @click.option("--load-mode", multiple=True, metavar="V,...", help="-lm values to try [default: none].")
-@click.option("--ubatch", multiple=True, metavar="N,...", help="-ub values to try [default: 1024,2048,4096].")
+@click.option("--ubatch", multiple=True, metavar="N,...",
+              help="-ub values to try [default: 1024,2048,4096, those above half the model's training context left out].")
 @click.option("--batch", multiple=True, metavar="N,...", help="-b values to try [default: 4096].")
 @click.option("--no-op-offload", multiple=True, metavar="0,1", help="-nopo values to try [default: 1].")
 @click.option("--op-offload-min-batch", multiple=True, metavar="N,...", help="GGML_OP_OFFLOAD_MIN_BATCH values to try [default: 1024].")
@@ -104,6 +105,14 @@ def advise(
         names = {known[n].name for n in wanted}
         knobs = tuple(k for k in knobs if k.name in names)
 
+    from xover.gguf.inspect import model_context
+
+    if not model.is_file():
+        raise XoverError(f"model {model} does not exist: pass -m PATH to a .gguf file")
+    context = model_context(model)
+    if not ubatch and context.n_ctx_train:
+        knobs = _ubatches_that_fit(knobs, context.n_ctx_train, context.name, console)
+
     response = response_tokens
     if lengths is not None:
         if workload != "agentic":
@@ -122,6 +131,8 @@ def advise(
         the_workload = adv.parse_workload(text, response, path.name)
 
     levels = tuple(benchrun.parse_int_list("--ncmoe", _joined(ncmoe))) if ncmoe else (None,)
+    if the_workload is not None:
+        _check_context(model, levels, the_workload, knobs, chunk, n_gen, "--lengths" if lengths else "--workload")
     spec = AdviseSpec(
         model=model, knobs=knobs, ncmoe=levels, workload=the_workload, response_tokens=response, repetitions=repetitions,
         n_gen=n_gen, chunk=chunk, budget_s=budget_s, confirm=confirm, confirm_repetitions=confirm_reps, timeout_s=timeout_s,
@@ -156,3 +167,38 @@ def advise(
     click.echo(advise_section_markdown(advice), nl=False)
     console.print(f"{advice.measurements} measurements ({advice.reused} reused); advice stored as artifact "
                   f"{adv.ARTIFACT!r} in {study_dir / 'results.sqlite'}")
+
+
+def _ubatches_that_fit(knobs: tuple, n_ctx: int, name: str, console: object) -> tuple:  # type: ignore[type-arg]
+    """The default -ub candidates without those above half the training context: the largest one tried
+    is the prefill test's size, and the depths of the workload need the other half."""
+    from rich.markup import escape
+
+    from xover import advise as adv
+
+    knob = next((k for k in knobs if k.name == "ubatch-size"), None)
+    if knob is None:
+        return knobs
+    keep = [v for v in knob.candidates if int(v) <= n_ctx // 2]
+    if len(keep) == len(knob.candidates):
+        return knobs
+    dropped = [v for v in knob.candidates if v not in keep]
+    console.print(escape(f"-ub {','.join(dropped)} left out: more than half of {name}'s training context of "  # type: ignore[attr-defined]
+                         f"{n_ctx:,} tokens (--ubatch to choose)"))
+    if not keep:
+        return tuple(k for k in knobs if k.name != "ubatch-size")
+    return adv.with_candidates(knobs, "ubatch-size", keep)
+
+
+def _check_context(model: Path, levels: tuple, workload: object, knobs: tuple, chunk: int | None, n_gen: int,  # type: ignore[type-arg]
+                   option: str) -> None:
+    """Fail before measuring when a given workload's prompts, as llama-bench depths with the prefill and
+    decode tests on top, exceed the model's training context; the message names the lengths that fit."""
+    from xover import advise as adv
+    from xover.gguf.inspect import check_offload_and_context
+
+    ubatches = [int(v) for k in knobs if k.name == "ubatch-size" for v in k.candidates]
+    pp = chunk or max([adv.LLAMA_DEFAULT_UBATCH, *ubatches])
+    check_offload_and_context(model, [n for n in levels if n is not None], lengths=workload.lengths,  # type: ignore[attr-defined]
+                              extra_tokens=pp + n_gen, option=option,
+                              extra_what=f"llama-bench test tokens (pp{pp} + tg{n_gen})")

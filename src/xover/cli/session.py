@@ -29,15 +29,20 @@ def _ncmoe(text: str | None) -> tuple[int, ...]:
 @click.option("--ncmoe", default=None, metavar="N,N,...", help="--n-cpu-moe values, one configuration each, e.g. 12,18.")
 @click.option("--workload", type=click.Path(path_type=Path, dir_okay=False), default=None,
               help="Replay this session file (xover-session/1 JSONL) instead of generating one.")
-@click.option("--turns", type=click.IntRange(min=2), default=30, show_default=True, help="Turns of the generated session.")
+@click.option("--turns", type=click.IntRange(min=2), default=30,
+              help="Turns of the generated session [default: 30, or as many as the model's training context holds].")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the generated session (same seed, same file).")
-@click.option("--system-tokens", default="10k", show_default=True, help="Size of the system prompt with its tool definitions.")
-@click.option("--target-tokens", default="40k", show_default=True, help="Prompt size the last turn grows to.")
+@click.option("--system-tokens", default="10k", show_default=True,
+              help="Size of the system prompt with its tool definitions (scaled with --target-tokens to fit the model).")
+@click.option("--target-tokens", default="40k",
+              help="Prompt size the last turn grows to [default: 40k, or 95% of what the model's training context "
+                   "holds with the response when that is less].")
 @click.option("--rewrite-every", type=click.IntRange(min=0), default=6, show_default=True,
               help="Every Nth turn edits a file shown earlier and rewrites that earlier result in place (0: never).")
-@click.option("--chars-per-token", type=click.FloatRange(min=0.1), default=4.0, show_default=True,
-              help="Characters per token when sizing the generated session (1 for xover's synthetic byte vocabularies).")
-@click.option("--response-tokens", type=click.IntRange(min=1), default=64, show_default=True,
+@click.option("--chars-per-token", type=click.FloatRange(min=0.1), default=None,
+              help="Characters per token when sizing the generated session [default: 1 for xover's synthetic byte "
+                   "vocabularies, else 4].")
+@click.option("-R", "--response-tokens", type=click.IntRange(min=1), default=64, show_default=True,
               help="Tokens generated per turn (exactly: max_tokens + ignore_eos).")
 @click.option("--cache-modes", default="default,off,reuse", show_default=True,
               help="default: llama-server's prompt cache; off: every turn cold (cache_prompt false, -np 1 --cache-ram 0); "
@@ -58,7 +63,7 @@ def _ncmoe(text: str | None) -> tuple[int, ...]:
 @click.pass_context
 def session(
     ctx: click.Context, model: Path, ncmoe: str | None, workload: Path | None, turns: int, seed: int, system_tokens: str,
-    target_tokens: str, rewrite_every: int, chars_per_token: float, response_tokens: int, cache_modes: str,
+    target_tokens: str, rewrite_every: int, chars_per_token: float | None, response_tokens: int, cache_modes: str,
     cache_reuse: int, exact: bool, threads: int | None, ctx_size: int | None, study_dir: Path,
     llama_bin_dir: Path | None, server_timeout: float, extra_args: tuple[str, ...],
 ) -> None:
@@ -69,14 +74,18 @@ def session(
     configuration x cache mode replays it on a freshly started server; every turn's TTFT, cache_n,
     prompt_n and decode speed go to the study's results.sqlite as they arrive.
 
+    The generated session is sized for the model: when its training context cannot hold the default
+    40K-token session, the system prompt and final size shrink by the same factor (and the turns, to
+    as many as fit), and one line says so; sizes given explicitly are kept, or refused with what fits.
+
     \b
     xover session -m model.gguf --ncmoe 12,18
-    xover session -m tiny.gguf --turns 6 --system-tokens 1536 --target-tokens 6k --chars-per-token 1
+    xover session -m tiny.gguf --turns 6 --system-tokens 1536 --target-tokens 6k
     xover session -m model.gguf --ncmoe 18 --workload recorded.jsonl --exact -- -ub 1024
     """
     from rich.markup import escape
 
-    from xover.console import console, out, progress_bar
+    from xover.console import console, out, progress_bar, safe
     from xover.llamacpp.binaries import resolve
     from xover.prompts import parse_length
     from xover.report.session import series_from_rows, session_table, session_verdict
@@ -92,34 +101,47 @@ def session(
         run_session,
         write_workload,
     )
-    from xover.workload import WorkloadSpec, loads
+    from xover.workload import WorkloadSpec, fit_to_context, loads
 
     if not model.is_file():
         raise XoverError(f"model {model} does not exist: fix -m")
     modes = parse_modes(cache_modes)
-    from xover.gguf.inspect import check_offload_and_context
+    from xover.gguf.inspect import check_offload_and_context, model_context
     from xover.llamacpp.server import check_explicit_context
 
-    need = None if workload is not None else parse_length(target_tokens) + response_tokens
+    context = model_context(model)
+    spec: WorkloadSpec | None = None
+    if workload is None:
+        given = frozenset(name for name in ("turns", "system_tokens", "target_tokens")
+                          if ctx.get_parameter_source(name) is not click.core.ParameterSource.DEFAULT)
+        byte_vocab = chars_per_token is None and context.byte_vocab
+        spec = WorkloadSpec(
+            seed=seed, turns=turns, system_tokens=parse_length(system_tokens), target_tokens=parse_length(target_tokens),
+            rewrite_every=rewrite_every, chars_per_token=chars_per_token or (1.0 if byte_vocab else 4.0))
+        spec, line = fit_to_context(spec, context.n_ctx_train, response_tokens, given, context.name)
+        vocab = "sized at 1 character per token (xover's synthetic byte vocabulary)" if byte_vocab else ""
+        sizing = "; ".join(x for x in (line, vocab) if x)
+    need = None if spec is None else spec.target_tokens + response_tokens
     check_offload_and_context(model, _ncmoe(ncmoe), need)
     if need is not None:
         check_explicit_context(extra_args, need)
         if ctx_size is not None and ctx_size < need:
             raise XoverError(f"--ctx-size {ctx_size} is shorter than the session's last turn plus its response "
                              f"(about {need} tokens): raise it or leave it out (xover sizes it)")
-    if workload is not None:
-        given = [name for name in _GENERATION_OPTIONS
-                 if ctx.get_parameter_source(name) is not click.core.ParameterSource.DEFAULT]
-        if given:
-            raise XoverError(f"--{given[0].replace('_', '-')} shapes a generated session; --workload replays a file: drop one")
+        if sizing:
+            console.print(escape(sizing))  # one line: what was scaled to the model, and why
+    if spec is None:
+        assert workload is not None
+        shaping = [name for name in _GENERATION_OPTIONS
+                   if ctx.get_parameter_source(name) not in (click.core.ParameterSource.DEFAULT, None)]
+        if shaping:
+            raise XoverError(f"--{shaping[0].replace('_', '-')} shapes a generated session; --workload replays a file: drop one")
         if not workload.is_file():
             raise XoverError(f"workload {workload} does not exist: fix --workload")
         path = workload
     else:
-        path = write_workload(study_dir, WorkloadSpec(
-            seed=seed, turns=turns, system_tokens=parse_length(system_tokens), target_tokens=parse_length(target_tokens),
-            rewrite_every=rewrite_every, chars_per_token=chars_per_token))
-        console.print(f"[dim]session written to {escape(str(path))}[/]")
+        path = write_workload(study_dir, spec)
+        console.print(f"[dim]session written to {safe(path)}[/]")
     n_turns = len(loads(path.read_text(encoding="utf-8"), source=str(path)).turns)
 
     binaries = resolve(llama_bin_dir)
@@ -136,6 +158,13 @@ def session(
                     console.print(f"[red]{escape(f'{ev.label} {ev.mode} turn {ev.turn.turn}: {ev.turn.error}')}[/]")
             elif isinstance(ev, Sized):
                 console.print(f"[dim]context sized to {ev.ctx_size} tokens (longest turn {ev.max_prompt_tokens} tokens)[/]")
+                if context.n_ctx_train and ev.ctx_size > context.n_ctx_train:
+                    replies = ("" if ev.reply_growth is None else
+                               f"; each fed-back reply of {response_tokens} tokens comes back as about "
+                               f"{ev.reply_growth * response_tokens:,.0f} (--exact feeds the recorded replies)")
+                    beyond = (f"that is beyond {context.name}'s training context of {context.n_ctx_train:,} tokens; "
+                              f"llama-server runs it past the training context{replies}")
+                    console.print(f"[yellow]{escape(beyond)}[/]")
             elif isinstance(ev, ServerUp):
                 console.print(f"[dim]{escape(f'llama-server {ev.label} ({ev.mode} cache) ready at {ev.url}, log {ev.log_path}')}[/]")
             elif isinstance(ev, ReplayDone):
@@ -155,8 +184,9 @@ def session(
     series = series_from_rows((outcome.run_id, outcome.labels[t.config_key], t) for t in outcome.turns)
     if series:
         from rich import box
-        from rich.console import Console
         from rich.table import Table
+
+        from xover.console import stdout_console
 
         header, rows = session_table(series)
         table = Table(title="agentic session replay", box=box.SIMPLE_HEAD, title_justify="left")
@@ -165,7 +195,7 @@ def session(
         for row in rows:
             table.add_row(*(escape(c) for c in row))
         # a terminal wraps the table to its width; a pipe or file gets it whole
-        target = out if out.is_terminal else Console(file=sys.stdout, width=160, highlight=False)
+        target = out if out.is_terminal else stdout_console(width=160)
         target.print(table)
         verdict = session_verdict(series)
         if verdict:

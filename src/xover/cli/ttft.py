@@ -35,7 +35,7 @@ def _joined(values: tuple[str, ...]) -> str:
 @click.option("--ncmoe", multiple=True, metavar="N,...", help="--n-cpu-moe values, e.g. 12,18.")
 @click.option("--lengths", default="1k,4k,16k,32k", show_default=True, metavar="L,L,...",
               help="Prompt lengths in tokens: 1k = 1024, 4096, 32K.")
-@click.option("--response-tokens", type=click.IntRange(min=1), default=200, show_default=True,
+@click.option("-R", "--response-tokens", type=click.IntRange(min=1), default=200, show_default=True,
               help="Tokens generated per request (exactly: ignore_eos).")
 @click.option("-r", "--reps", type=click.IntRange(min=1), default=3, show_default=True, help="Repetitions per length.")
 @click.option("-o", "--out", "study_dir", type=click.Path(path_type=Path, file_okay=False), default=Path("xover-study"),
@@ -81,7 +81,7 @@ def ttft(
     beside them.
 
     \b
-    xover ttft -m model.gguf --ncmoe 12,18 --lengths 1k,4k,16k,32k -r 3
+    xover ttft -m model.gguf --ncmoe 12,18 --lengths 1k,4k,16k,32k -R 200 -r 3
     xover ttft -m model.gguf --ncmoe 18 --load-mode none,mmap --ubatch 512,2048
     xover ttft --url http://127.0.0.1:8080 --lengths 4k
     """
@@ -148,7 +148,7 @@ def ttft(
         from xover.llamacpp.server import check_explicit_context
 
         need = max(plan.lengths) + plan.response_tokens
-        check_offload_and_context(model, ints("--ncmoe", ncmoe), need)
+        check_offload_and_context(model, ints("--ncmoe", ncmoe), lengths=plan.lengths, extra_tokens=plan.response_tokens)
         check_explicit_context(extra_args, need)
         binaries = resolve(llama_bin_dir)
         specs = _specs(model, configs, plan, extra_args, has_flag(binaries.server, "-fit"),
@@ -193,13 +193,13 @@ def ttft(
     summaries = summarize_points(outcome.samples)
     if summaries:
         # a terminal wraps the table to its width; a pipe or file gets it whole
-        from rich.console import Console
+        from xover.console import stdout_console
 
-        target = out if out.is_terminal else Console(file=sys.stdout, width=160, highlight=False)
+        target = out if out.is_terminal else stdout_console(width=160)
         target.print(render_table(summaries, outcome.labels, plan.mode))
     for p in summaries:
         label = outcome.labels.get(p.config_key, p.config_key)
-        note = gap_note(p, label, outcome.cold_cache.get(p.config_key))
+        note = gap_note(p, label, outcome.cold_cache.get(p.config_key), outcome.slots.get(p.config_key))
         if note:
             console.print(f"[yellow]warning: {escape(note)}[/]")
         if p.n_first_two_together:
