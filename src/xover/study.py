@@ -138,8 +138,9 @@ def record_spec(spec: StudySpec, store: Store) -> None:
     as artifact ``study`` when it changed, so the report rebuilds from the store alone."""
     previous = store.artifacts("study")
     before = previous[-1][2] if previous else {}
-    # An invocation narrowed with --configs keeps the order (and pairs) the full spec stored before.
-    names = list(dict.fromkeys([*before.get("configs", []), *(c.name for c in spec.configs)]))
+    # The full spec sets the order; an invocation narrowed with --configs keeps the order (and pairs) stored before.
+    ours, theirs = [c.name for c in spec.configs], before.get("configs", [])
+    names = ours if set(ours) >= set(theirs) else list(dict.fromkeys([*theirs, *ours]))
     body = {"configs": names, "pairs": [list(p) for p in spec.pairs] or before.get("pairs", []),
             "response_tokens": list(spec.response_tokens), "band": list(spec.band)}
     if body != before:

@@ -9,13 +9,14 @@ T0=$(date +%s); WAIT=${WAIT:-540}
 t() { echo "[$(( $(date +%s) - T0 ))s] $*"; }
 ST=/tmp/st; J=/tmp/job; M=$ST/models/qwen3-30b-a3b.gguf
 pack() { tar czf $OUT/st.tgz -C $ST --exclude=models --exclude='*.gguf' . 2>/dev/null; cp $J/job.log $OUT/ 2>/dev/null; ls -la $OUT; }
+if [ -f $J/started ] && [ ! -f $J/done ] && ! pgrep -f $J/job.sh > /dev/null; then t "the job died: restarting it"; rm $J/started; fi
 if [ ! -f $J/started ]; then
   mkdir -p $J $ST/logs $ST/models
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
   # the committed code and spec (out/xsrc: git archive HEAD src studies/h200-qwen3-30b-a3b), not a tree being edited
-  cp -r out/xsrc/src $J/src; cp out/xsrc/studies/h200-qwen3-30b-a3b/study.toml $J/study.toml
+  rm -rf $J/src; cp -r out/xsrc/src $J/src; cp out/xsrc/studies/h200-qwen3-30b-a3b/study.toml $J/study.toml
   cp out/xsrc/studies/h200-qwen3-30b-a3b/results.sqlite $ST/ && cp out/xsrc/studies/h200-qwen3-30b-a3b/logs/* $ST/logs/ 2>/dev/null
-  mkdir -p /tmp/ll && tar xzf out/llsrc/llama.tar.gz -C /tmp/ll
+  rm -rf /tmp/ll; mkdir -p /tmp/ll && tar xzf out/llsrc/llama.tar.gz -C /tmp/ll
   echo 0c1e57098bba43ac29e6e3b677cdceebdd22334f > /tmp/ll/llama.cpp-0c1e570/XOVER_COMMIT
   cat > $J/job.sh <<'JOB'
 export PYTHONPATH=/tmp/job/src:/tmp/site PYTHONUNBUFFERED=1 LD_LIBRARY_PATH=/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
@@ -37,5 +38,5 @@ JOB
   setsid bash $J/job.sh > $J/job.log 2>&1 < /dev/null &
   t "job started"
 fi
-while [ ! -f $J/done ] && [ $(( $(date +%s) - T0 )) -lt $WAIT ]; do sleep 10; done
+while [ ! -f $J/done ] && pgrep -f $J/job.sh > /dev/null && [ $(( $(date +%s) - T0 )) -lt $WAIT ]; do sleep 10; done
 t "waited"; tail -60 $J/job.log; pack

@@ -12,7 +12,7 @@ import dataclasses
 import html
 import itertools
 from collections import defaultdict
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 from xover.analysis.crossover import (
@@ -101,7 +101,7 @@ def _times(x: float) -> str:
 
 
 def penalty_line(ref: str, other: str, best: Mapping[str, str], by_label: Mapping[str, ConfigData], response: int,
-                 band: tuple[int, int]) -> str | None:
+                 band: tuple[int, int], why: Callable[[str], str] = lambda c: f"{c} keeps llama.cpp's defaults") -> str | None:
     """How much of ``other``'s cost against ``ref`` tuning removes: the ratio of median totals per turn at
     the agentic band's measured lengths (else the longest measured), at the defaults and each at its best.
     None when tuning changed neither."""
@@ -117,8 +117,7 @@ def penalty_line(ref: str, other: str, best: Mapping[str, str], by_label: Mappin
     if bo != other and br != ref:
         when = "when both are tuned"
     else:
-        kept = ref if br == ref else other
-        when = f"with each at its best ({kept} keeps llama.cpp's defaults)"
+        when = f"with each at its best ({why(ref if br == ref else other)})"
 
     def cost(a: str, b: str, L: int) -> str:
         noise = " (within noise)" if separation(by_label[a], by_label[b], L, response) == 0 else ""
@@ -164,13 +163,17 @@ def build_report(data: StudyData, response: int = 200, band: tuple[int, int] = A
     lines: list[str | None] = [fastest(configs, response)]
     for prefix, a, b in told:
         if prefix == _AT_BEST and any((x, y) == (a, b) for p, x, y in told if p == _AT_DEFAULTS):
-            lines.append(prefix + "tuning kept llama.cpp's defaults for both, so the answer above stands.")
+            reasons = {lay.why_untuned(x, by_label) for x in (a, b)}
+            lines.append(prefix + ("tuning kept llama.cpp's defaults for both, so the answer above stands."
+                                   if all(r.endswith("keeps llama.cpp's defaults") for r in reasons)
+                                   else "no tuned variant to compare yet (" + "; ".join(sorted(reasons)) + ")."))
         elif a != b:
             lines.append(prefix + verdict(full[(a, b)], band))
     best = {b: v for b, v in lay.tuned.items() if v in by_label}
     if best:
         bases = [b for b in lay.bases if b in by_label]
-        lines += [penalty_line(bases[0], o, best, by_label, response, band) for o in bases[1:]]
+        lines += [penalty_line(bases[0], o, best, by_label, response, band, lambda c: lay.why_untuned(c, by_label))
+                  for o in bases[1:]]
     verdicts = tuple(v for v in lines if v)
     pairs = tuple(full.get(k, v) for k, v in quick.items())
     headline = tuple(full.values())

@@ -19,7 +19,7 @@ from __future__ import annotations
 import dataclasses
 import html
 from collections import defaultdict
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
 from xover.analysis.crossover import ConfigData, format_tokens, verdict
@@ -92,6 +92,18 @@ class Layout:
     def best(self, base: str) -> str:
         """The configuration at its best: its tuned variant, or itself when tuning kept the defaults."""
         return self.tuned.get(base, base)
+
+    def why_untuned(self, base: str, measured: Collection[str]) -> str:
+        """Why ``base`` stands for itself at its best: its search kept the defaults, it has no search, or its
+        tuned variant has no measurements to compare yet."""
+        record = next((r for r in self.records if r.config == base), None)
+        if record is None:
+            return f"{base} was not tuned"
+        if record.variant is None:
+            return f"{base} keeps llama.cpp's defaults"
+        if record.variant not in measured:
+            return f"{record.variant} is not measured through llama-server yet"
+        return f"{base} keeps llama.cpp's defaults"
 
     @property
     def base_of(self) -> dict[str, str]:
