@@ -114,8 +114,13 @@ def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
 def context_for(turn_tokens: Sequence[int], response_tokens: int, reply_tokens: int = 0) -> int:
     """``-c`` for a session whose turn ``i`` prompt is ``turn_tokens[i]`` tokens, plus ``reply_tokens``
     for each of its ``i`` earlier replies (fed-back replies are not in ``turn_tokens``)."""
-    need = max(n + i * reply_tokens for i, n in enumerate(turn_tokens))
-    return context_size(need, response_tokens)
+    return context_size(need_for(turn_tokens, 0, reply_tokens), response_tokens)
+
+
+def need_for(turn_tokens: Sequence[int], response_tokens: int, reply_tokens: int = 0) -> int:
+    """The tokens a slot must hold for the session's longest turn: its prompt, ``reply_tokens`` for each
+    earlier reply fed back, and the response. (llama-server caps a slot at the model's training context.)"""
+    return max(n + i * reply_tokens for i, n in enumerate(turn_tokens)) + response_tokens
 
 
 # ---- the chat stream (pure) ---------------------------------------------------------------------
@@ -263,6 +268,7 @@ class Sized:
     ctx_size: int
     max_prompt_tokens: int  # the longest turn with recorded replies (or without replies, for generated ones)
     reply_growth: float | None  # fed-back tokens per generated token (generated feed)
+    need_tokens: int = 0  # the longest turn with its fed-back replies, plus the response: what a slot must hold
 
 
 @dataclasses.dataclass(frozen=True)
@@ -419,15 +425,22 @@ async def size_context(
             msgs = messages_for_turn(session, t.index, None if exact else [""] * t.index)
             turn_tokens.append(len(await client.prompt_tokens(msgs)))
         if exact:
-            return Sized(context_for(turn_tokens, response_tokens), max(turn_tokens), None)
+            return Sized(context_for(turn_tokens, response_tokens), max(turn_tokens), None,
+                         need_for(turn_tokens, response_tokens))
         rec = await client.stream_chat(chat_body(WARMUP, response_tokens, cache_prompt=False))
         if rec.result.error is not None:
             raise XoverError(f"sizing server: a {response_tokens}-token reply failed ({rec.result.error}); check the "
                              "model, or pass --ctx-size")
         generated = rec.result.completion_tokens or response_tokens
         growth = len(await client.tokenize(rec.result.content, add_special=False)) / generated
-    per_reply = math.ceil(max(growth, 1.0) * response_tokens * REPLY_MARGIN) + 8
-    return Sized(context_for(turn_tokens, response_tokens, per_reply), max(turn_tokens), growth)
+    per_reply = reply_allowance(growth, response_tokens)
+    return Sized(context_for(turn_tokens, response_tokens, per_reply), max(turn_tokens), growth,
+                 need_for(turn_tokens, response_tokens, per_reply))
+
+
+def reply_allowance(growth: float | None, response_tokens: int) -> int:
+    """Tokens one fed-back generated reply is allowed in the context (what :func:`size_context` budgets)."""
+    return math.ceil(max(growth or 1.0, 1.0) * response_tokens * REPLY_MARGIN) + 8
 
 
 def _n_ctx(props: Mapping[str, Any]) -> int | None:

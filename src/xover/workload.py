@@ -109,75 +109,88 @@ def _k(n: int) -> str:
 
 
 def fit_to_context(spec: WorkloadSpec, n_ctx: int, response_tokens: int, given: frozenset[str] = frozenset(),
-                   model: str = "the model") -> tuple[WorkloadSpec, str | None]:
+                   model: str = "the model", *, reply_tokens: int = 0, slack: int = 0) -> tuple[WorkloadSpec, str | None]:
     """``spec`` fitted to a model's training context of ``n_ctx`` tokens, and one line saying what changed.
 
-    The last turn's prompt (as generated, estimated at ``chars_per_token``) plus ``response_tokens``
-    must fit :data:`CONTEXT_USE` of the context. Sizes the user did not give (``given`` names the
-    fields given: ``system_tokens``, ``target_tokens``, ``turns``) are scaled: the system prompt and
-    the final size by the same factor, and the turns to as many as that final size holds (each turn
-    adds at least :data:`MIN_TURN_CHARS` characters); then, since a turn's growth is drawn at random,
-    the final size is lowered until the generated session fits. A given size that cannot fit raises,
-    naming what fits. ``n_ctx`` 0 (unknown) fits anything.
+    The last turn's prompt (as generated, estimated at ``chars_per_token``) must fit :data:`CONTEXT_USE`
+    of what the context leaves after the response and ``slack``, less ``reply_tokens`` for each earlier
+    reply when the replay feeds back the server's own replies (llama-server caps a slot at the training
+    context, so nothing may spill over). Sizes the user did not give (``given`` names the fields given:
+    ``system_tokens``, ``target_tokens``, ``turns``) are scaled: the system prompt and the final size
+    by the same factor, and the turns to as many as that final size holds (each turn adds at least
+    :data:`MIN_TURN_CHARS` characters); then, since a turn's growth is drawn at random, the final size
+    is lowered until the generated session fits. A given size that cannot fit raises, naming what fits.
+    ``n_ctx`` 0 (unknown) fits anything.
     """
     if not n_ctx:
         return spec, None
     room = n_ctx - response_tokens
-    budget = int(room * CONTEXT_USE)
-    if room < 64 or budget < 256:
+
+    def budget(turns: int) -> int:
+        return int((room - slack) * CONTEXT_USE) - (turns - 1) * reply_tokens
+
+    if budget(2) < 256:
         raise XoverError(f"{model}'s training context of {n_ctx:,} tokens leaves no room for a session with "
-                         f"{response_tokens}-token responses: lower --response-tokens")
-    system, target, turns = spec.system_tokens, spec.target_tokens, spec.turns
-    if target > room and "target_tokens" in given:
-        raise XoverError(f"--target-tokens {target:,} plus {response_tokens} response tokens exceed {model}'s training "
-                         f"context of {n_ctx:,} tokens: at most {room:,} fit; give --target-tokens {room:,} or less")
+                         f"{response_tokens}-token responses" + (f" fed back as {reply_tokens:,} tokens each" if reply_tokens
+                                                                 else "") + ": lower --response-tokens, or replay --exact")
+    if spec.target_tokens > room and "target_tokens" in given:
+        raise XoverError(f"--target-tokens {spec.target_tokens:,} plus {response_tokens} response tokens exceed {model}'s "
+                         f"training context of {n_ctx:,} tokens: at most {room:,} fit; give --target-tokens {room:,} or less")
     per_turn = math.ceil(MIN_TURN_CHARS / spec.chars_per_token)
 
-    def turns_error(limit: int, why: str) -> XoverError:
+    def turns_error(turns: int, system: int, limit: int) -> XoverError:
+        replies = f" and {reply_tokens:,} per fed-back reply" if reply_tokens else ""
         return XoverError(
             f"--turns {turns}: each turn adds at least about {per_turn:,} tokens ({MIN_TURN_CHARS:,} characters at "
-            f"{spec.chars_per_token:g} per token), so after a {_k(system)}-token system prompt {turns} turns {why} "
-            f"{model}'s training context of {n_ctx:,} tokens: " +
+            f"{spec.chars_per_token:g} per token){replies}, so after a {_k(system)}-token system prompt {turns} turns "
+            f"outgrow {model}'s training context of {n_ctx:,} tokens: " +
             (f"at most {limit} turns fit; give --turns {limit} or fewer" if limit >= 2 else
-             "not even 2 turns fit; give a smaller --system-tokens or a model with a longer context"))
+             "not even 2 turns fit; give a smaller --system-tokens or --response-tokens, or replay --exact"))
 
-    def with_sizes(new_target: int) -> WorkloadSpec:
-        nonlocal system
-        if "system_tokens" not in given:
-            system = max(64, round(spec.system_tokens * new_target / spec.target_tokens))
-        if system + 64 * 2 > new_target:
-            raise XoverError(f"--system-tokens {system:,} leaves no room for turns in the {_k(new_target)}-token session "
+    def sized(target: int, turns: int) -> WorkloadSpec:
+        """The spec at final size ``target`` (system prompt scaled alike unless given), ``turns`` turns."""
+        system = spec.system_tokens if "system_tokens" in given else \
+            max(64, round(spec.system_tokens * target / spec.target_tokens))
+        if system + 64 * 2 > target:
+            raise XoverError(f"--system-tokens {system:,} leaves no room for turns in the {_k(target)}-token session "
                              f"that fits {model}'s training context of {n_ctx:,} tokens: lower --system-tokens")
-        trial = dataclasses.replace(spec, system_tokens=system, target_tokens=new_target, turns=turns)
-        if "turns" in given:
-            if min_session_tokens(trial) > budget:
-                raise turns_error(max_turns(trial, budget), "outgrow")
-            return dataclasses.replace(trial, target_tokens=max(new_target, system + 64 * turns))
-        limit = max_turns(trial, new_target)
-        if limit < 2:
-            raise turns_error(limit, "outgrow")
-        return dataclasses.replace(trial, turns=min(spec.turns, limit, max(2, (new_target - system) // 64)))
+        return dataclasses.replace(spec, system_tokens=system, target_tokens=max(target, system + 64 * turns),
+                                   turns=turns)
 
-    fitted = spec
-    if target > budget:
-        if "target_tokens" in given:  # between the budget and the room: keep it, the check below decides
-            fitted = with_sizes(target)
-        else:
-            target = budget // 256 * 256
-            fitted = with_sizes(target)
+    def at(turns: int) -> WorkloadSpec:
+        """The largest final size ``turns`` turns get (the given one, else the default or what fits)."""
+        b = budget(turns)
+        target = spec.target_tokens if "target_tokens" in given or spec.target_tokens <= b else max(256, b // 256 * 256)
+        return sized(target, turns)
+
+    def fits(trial: WorkloadSpec) -> bool:
+        smallest = min_session_tokens(trial)
+        return smallest <= budget(trial.turns) and ("turns" in given or smallest <= trial.target_tokens)
+
+    if "turns" in given:
+        fitted = at(spec.turns)
+        if not fits(fitted):
+            limit = next((n for n in range(spec.turns - 1, 1, -1) if fits(at(n))), 1)
+            raise turns_error(spec.turns, fitted.system_tokens, limit)
+    else:
+        fitted = next((at(n) for n in range(spec.turns, 1, -1) if fits(at(n))), at(2))
+        if not fits(fitted):
+            raise turns_error(2, fitted.system_tokens, 1)
+    target = fitted.target_tokens
     size = last_turn_tokens(fitted)
     for _ in range(12):
-        if size <= budget:
+        if size <= budget(fitted.turns) or "target_tokens" in given or target <= 256:
             break
-        if "target_tokens" in given or target <= 256:
-            break
-        target = max(256, int(target * budget / size) // 256 * 256 - (256 if size <= budget * 1.02 else 0))
-        fitted = with_sizes(target)
+        target = max(256, int(target * budget(fitted.turns) / size) // 256 * 256
+                     - (256 if size <= budget(fitted.turns) * 1.02 else 0))
+        fitted = sized(target, fitted.turns)
+        while "turns" not in given and fitted.turns > 2 and not fits(fitted):
+            fitted = sized(target, fitted.turns - 1)
         size = last_turn_tokens(fitted)
-    if size > budget:
-        raise XoverError(f"the session these sizes generate grows to about {size:,} tokens, beyond the {budget:,} "
-                         f"that fit {model}'s training context of {n_ctx:,} tokens with {response_tokens}-token "
-                         "responses: lower --target-tokens, --system-tokens or --turns")
+    if size > budget(fitted.turns):
+        raise XoverError(f"the session these sizes generate grows to about {size:,} tokens, beyond the "
+                         f"{budget(fitted.turns):,} that fit {model}'s training context of {n_ctx:,} tokens with "
+                         f"{response_tokens}-token responses: lower --target-tokens, --system-tokens or --turns")
     if fitted == spec:
         return spec, None
     changed = [f"{fitted.turns} turns (default {spec.turns})" if fitted.turns != spec.turns else "",
@@ -185,7 +198,8 @@ def fit_to_context(spec: WorkloadSpec, n_ctx: int, response_tokens: int, given: 
                if fitted.system_tokens != spec.system_tokens else "",
                f"growing to {_k(fitted.target_tokens)} tokens (default {_k(spec.target_tokens)})"
                if fitted.target_tokens != spec.target_tokens else ""]
-    return fitted, (f"agentic session scaled to {model}'s training context of {n_ctx:,} tokens: "
+    replies = f", with room for fed-back replies of {reply_tokens:,} tokens" if reply_tokens else ""
+    return fitted, (f"agentic session scaled to {model}'s training context of {n_ctx:,} tokens{replies}: "
                     + ", ".join(c for c in changed if c))
 
 

@@ -111,16 +111,18 @@ def session(
 
     context = model_context(model)
     spec: WorkloadSpec | None = None
+    requested: WorkloadSpec | None = None
+    given: frozenset[str] = frozenset()
+    vocab = ""
     if workload is None:
         given = frozenset(name for name in ("turns", "system_tokens", "target_tokens")
                           if ctx.get_parameter_source(name) is not click.core.ParameterSource.DEFAULT)
         byte_vocab = chars_per_token is None and context.byte_vocab
-        spec = WorkloadSpec(
+        requested = WorkloadSpec(
             seed=seed, turns=turns, system_tokens=parse_length(system_tokens), target_tokens=parse_length(target_tokens),
             rewrite_every=rewrite_every, chars_per_token=chars_per_token or (1.0 if byte_vocab else 4.0))
-        spec, line = fit_to_context(spec, context.n_ctx_train, response_tokens, given, context.name)
+        spec, line = fit_to_context(requested, context.n_ctx_train, response_tokens, given, context.name)
         vocab = "sized at 1 character per token (xover's synthetic byte vocabulary)" if byte_vocab else ""
-        sizing = "; ".join(x for x in (line, vocab) if x)
     need = None if spec is None else spec.target_tokens + response_tokens
     check_offload_and_context(model, _ncmoe(ncmoe), need)
     if need is not None:
@@ -128,8 +130,6 @@ def session(
         if ctx_size is not None and ctx_size < need:
             raise XoverError(f"--ctx-size {ctx_size} is shorter than the session's last turn plus its response "
                              f"(about {need} tokens): raise it or leave it out (xover sizes it)")
-        if sizing:
-            console.print(escape(sizing))  # one line: what was scaled to the model, and why
     if spec is None:
         assert workload is not None
         shaping = [name for name in _GENERATION_OPTIONS
@@ -138,15 +138,30 @@ def session(
             raise XoverError(f"--{shaping[0].replace('_', '-')} shapes a generated session; --workload replays a file: drop one")
         if not workload.is_file():
             raise XoverError(f"workload {workload} does not exist: fix --workload")
-        path = workload
-    else:
-        path = write_workload(study_dir, spec)
-        console.print(f"[dim]session written to {safe(path)}[/]")
-    n_turns = len(loads(path.read_text(encoding="utf-8"), source=str(path)).turns)
 
     binaries = resolve(llama_bin_dir)
     common = (("-t", str(threads)) if threads else ()) + tuple(extra_args)
     configs = [(f"ncmoe={n}", ("--n-cpu-moe", str(n), *common)) for n in _ncmoe(ncmoe)] or [("default", common)]
+
+    if spec is not None and requested is not None:
+        sized = None
+        if context.n_ctx_train and ctx_size is None:
+            # the real token counts, and what the server's own replies become when fed back, decide
+            spec, line, sized = _fit_by_sizing(requested, spec, line, given, context, response_tokens, exact, binaries,
+                                               model.resolve(), configs[0][1], study_dir, server_timeout)
+            ctx_size = sized.ctx_size
+        sizing = "; ".join(x for x in (line, vocab) if x)
+        if sizing:
+            console.print(escape(sizing))  # one line: what was scaled to the model, and why
+        path = write_workload(study_dir, spec)
+        console.print(f"[dim]session written to {safe(path)}[/]")
+        if sized is not None:
+            console.print(f"[dim]context sized to {sized.ctx_size} tokens (longest turn {sized.max_prompt_tokens} "
+                          f"tokens; llama-server holds at most {context.n_ctx_train:,} per slot)[/]")
+    else:
+        assert workload is not None
+        path = workload
+    n_turns = len(loads(path.read_text(encoding="utf-8"), source=str(path)).turns)
 
     with progress_bar() as bar:
         task = bar.add_task("session turns", total=len(configs) * len(modes) * n_turns)
@@ -158,12 +173,12 @@ def session(
                     console.print(f"[red]{escape(f'{ev.label} {ev.mode} turn {ev.turn.turn}: {ev.turn.error}')}[/]")
             elif isinstance(ev, Sized):
                 console.print(f"[dim]context sized to {ev.ctx_size} tokens (longest turn {ev.max_prompt_tokens} tokens)[/]")
-                if context.n_ctx_train and ev.ctx_size > context.n_ctx_train:
+                if context.n_ctx_train and ev.need_tokens > context.n_ctx_train:
                     replies = ("" if ev.reply_growth is None else
                                f"; each fed-back reply of {response_tokens} tokens comes back as about "
                                f"{ev.reply_growth * response_tokens:,.0f} (--exact feeds the recorded replies)")
-                    beyond = (f"that is beyond {context.name}'s training context of {context.n_ctx_train:,} tokens; "
-                              f"llama-server runs it past the training context{replies}")
+                    beyond = (f"the longest turn needs {ev.need_tokens:,} tokens, beyond {context.name}'s training context "
+                              f"of {context.n_ctx_train:,}: llama-server caps a slot there, so turns past it fail{replies}")
                     console.print(f"[yellow]{escape(beyond)}[/]")
             elif isinstance(ev, ServerUp):
                 console.print(f"[dim]{escape(f'llama-server {ev.label} ({ev.mode} cache) ready at {ev.url}, log {ev.log_path}')}[/]")
@@ -203,3 +218,38 @@ def session(
     console.print(f"[dim]run {outcome.run_id}: {len(outcome.turns)} turns stored in {study_dir / 'results.sqlite'}[/]")
     if outcome.failures:
         raise XoverError(f"{len(outcome.failures)} replay(s) failed, first: {outcome.failures[0].reason}")
+
+
+def _fit_by_sizing(requested, spec, line, given, context, response_tokens, exact, binaries, model, args,  # type: ignore[no-untyped-def]
+                   study_dir, startup_timeout_s):
+    """The generated session refitted until its real size fits the model's training context.
+
+    llama-server caps a slot at the training context, so the longest turn, with the replies fed back
+    and the response, must fit it. A sizing server (what the replay would start anyway) tokenizes every
+    turn and measures what a generated reply becomes when fed back; while the session does not fit, it
+    is refitted with that reply size and the tokenizer's excess over the estimate reserved. Returns the
+    session spec, its one-line description and the sizing (whose context the replay then uses)."""
+    import asyncio
+
+    from xover.llamacpp.server import has_flag
+    from xover.sessionrun import reply_allowance, size_context
+    from xover.workload import fit_to_context, generate, last_turn_tokens
+
+    reply, slack = 0, 0
+    for _ in range(4):
+        session = generate(spec)
+        sized = asyncio.run(size_context(binaries, model, args, session, exact, response_tokens, study_dir / "logs",
+                                         has_flag(binaries.server, "-fit"), startup_timeout_s))
+        if sized.need_tokens <= context.n_ctx_train:
+            return spec, line, sized
+        if not exact:
+            reply = max(reply, reply_allowance(sized.reply_growth, response_tokens))
+        slack += max(0, sized.max_prompt_tokens - last_turn_tokens(spec)) + 64
+        spec, line = fit_to_context(requested, context.n_ctx_train, response_tokens, given, context.name,
+                                    reply_tokens=reply, slack=slack)
+        if line is None:  # every size was given: nothing left to scale
+            break
+    raise XoverError(f"the session's longest turn needs {sized.need_tokens:,} tokens with its response"
+                     + ("" if exact else " and the fed-back replies") + f", beyond {context.name}'s training context of "
+                     f"{context.n_ctx_train:,} (llama-server caps a slot there): lower --target-tokens or --turns"
+                     + ("" if exact else ", or replay --exact"))
