@@ -164,7 +164,9 @@ def advise(
                 console.print(f"    {e.turn_s:.3f} s per turn (TTFT {e.ttft_s:.3f} s, spread {e.spread_s:.3f} s){stored}")
 
     advice = run_advise(spec, binaries, study_dir, command=["xover", *sys.argv[1:]], on_event=on_event)
-    click.echo(advise_section_markdown(advice), nl=False)
+    from xover.untrusted import visible
+
+    click.echo(visible(advise_section_markdown(advice), keep_newlines=True), nl=False)  # it quotes the model's path
     console.print(f"{advice.measurements} measurements ({advice.reused} reused); advice stored as artifact "
                   f"{adv.ARTIFACT!r} in {study_dir / 'results.sqlite'}")
 

@@ -11,7 +11,7 @@ from typing import Any, TypeVar
 import click
 from rich.table import Table
 
-from xover.console import console, out
+from xover.console import console, out, safe
 from xover.errors import XoverError
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -150,7 +150,7 @@ def render_hardware(hw: dict[str, Any]) -> Table:
 def render(report: dict[str, Any]) -> None:
     """The theory report as rich tables on stdout."""
     model, pred = report["model"], report["prediction"]
-    out.print(f"[bold]{model['name']}[/bold] ({model['source']}, {_b(model['total_bytes'])})")
+    out.print(f"[bold]{safe(model['name'])}[/bold] ({safe(model['source'])}, {_b(model['total_bytes'])})")
     out.print(render_hardware(report["hardware"]))
 
     t = Table(title="Decode: one token at depth n", title_justify="left")
@@ -270,7 +270,7 @@ def _store(study_dir: Path, name: str, body: dict[str, Any]) -> None:
 
     with Store(study_dir) as st:
         st.add_artifact(None, name, body)
-    console.print(f"stored the {name} in {study_dir}")
+    console.print(f"stored the {name} in {safe(study_dir)}")
 
 
 def _list_hw(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
@@ -332,7 +332,7 @@ def predict(**kw: Any) -> None:
         measured = len(st.bench_results()) + len(st.ttft_samples())
     pred["measurements_before"] = measured
     if measured:
-        console.print(f"[yellow]warning:[/yellow] {study_dir} already holds {measured} measurements: this prediction is "
+        console.print(f"[yellow]warning:[/yellow] {safe(study_dir)} already holds {measured} measurements: this prediction is "
                       "not blind; predict into a fresh study before measuring")
     if as_json:
         click.echo(json.dumps(pred, indent=2))
