@@ -421,10 +421,10 @@ class TtftRun:
         extra: Mapping[str, Any],
     ) -> None:
         run_id = self._ensure_run(props)
-        slots = props.get("total_slots")
-        known = isinstance(slots, int) and not isinstance(slots, bool) and slots > 0
-        self.slots[config.key] = slots if known else None
-        if known and slots > 1 and self.cold_cache.get(config.key):  # -np in the extra arguments overrode -np 1
+        reported = props.get("total_slots")
+        slots = reported if isinstance(reported, int) and not isinstance(reported, bool) and reported > 0 else None
+        self.slots[config.key] = slots
+        if slots is not None and slots > 1 and self.cold_cache.get(config.key):  # -np in extra arguments overrode -np 1
             self.cold_cache[config.key] = False
         self.store.put_config(config)
         self.store.add_artifact(run_id, "server-props", {

@@ -6,10 +6,16 @@ import os
 import sys
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
 from xover.errors import XoverError
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from xover.advise import Knob, Workload
 
 # --option -> knob name (xover.advise.default_knobs)
 _CANDIDATE_OPTIONS = {
@@ -81,6 +87,7 @@ def advise(
     from xover.console import console
     from xover.llamacpp.binaries import resolve
     from xover.report.advise import advise_section_markdown
+    from xover.untrusted import visible
 
     knobs = adv.default_knobs(os.cpu_count() or 1)
     given = {"load_mode": load_mode, "ubatch": ubatch, "batch": batch, "no_op_offload": no_op_offload,
@@ -164,14 +171,12 @@ def advise(
                 console.print(f"    {e.turn_s:.3f} s per turn (TTFT {e.ttft_s:.3f} s, spread {e.spread_s:.3f} s){stored}")
 
     advice = run_advise(spec, binaries, study_dir, command=["xover", *sys.argv[1:]], on_event=on_event)
-    from xover.untrusted import visible
-
     click.echo(visible(advise_section_markdown(advice), keep_newlines=True), nl=False)  # it quotes the model's path
     console.print(f"{advice.measurements} measurements ({advice.reused} reused); advice stored as artifact "
                   f"{adv.ARTIFACT!r} in {study_dir / 'results.sqlite'}")
 
 
-def _ubatches_that_fit(knobs: tuple, n_ctx: int, name: str, console: object) -> tuple:  # type: ignore[type-arg]
+def _ubatches_that_fit(knobs: tuple[Knob, ...], n_ctx: int, name: str, console: Console) -> tuple[Knob, ...]:
     """The default -ub candidates without those above half the training context: the largest one tried
     is the prefill test's size, and the depths of the workload need the other half."""
     from rich.markup import escape
@@ -185,15 +190,15 @@ def _ubatches_that_fit(knobs: tuple, n_ctx: int, name: str, console: object) -> 
     if len(keep) == len(knob.candidates):
         return knobs
     dropped = [v for v in knob.candidates if v not in keep]
-    console.print(escape(f"-ub {','.join(dropped)} left out: more than half of {name}'s training context of "  # type: ignore[attr-defined]
+    console.print(escape(f"-ub {','.join(dropped)} left out: more than half of {name}'s training context of "
                          f"{n_ctx:,} tokens (--ubatch to choose)"))
     if not keep:
         return tuple(k for k in knobs if k.name != "ubatch-size")
     return adv.with_candidates(knobs, "ubatch-size", keep)
 
 
-def _check_context(model: Path, levels: tuple, workload: object, knobs: tuple, chunk: int | None, n_gen: int,  # type: ignore[type-arg]
-                   option: str) -> None:
+def _check_context(model: Path, levels: tuple[int | None, ...], workload: Workload, knobs: tuple[Knob, ...],
+                   chunk: int | None, n_gen: int, option: str) -> None:
     """Fail before measuring when a given workload's prompts, as llama-bench depths with the prefill and
     decode tests on top, exceed the model's training context; the message names the lengths that fit."""
     from xover import advise as adv
@@ -201,6 +206,6 @@ def _check_context(model: Path, levels: tuple, workload: object, knobs: tuple, c
 
     ubatches = [int(v) for k in knobs if k.name == "ubatch-size" for v in k.candidates]
     pp = chunk or max([adv.LLAMA_DEFAULT_UBATCH, *ubatches])
-    check_offload_and_context(model, [n for n in levels if n is not None], lengths=workload.lengths,  # type: ignore[attr-defined]
+    check_offload_and_context(model, [n for n in levels if n is not None], lengths=workload.lengths,
                               extra_tokens=pp + n_gen, option=option,
                               extra_what=f"llama-bench test tokens (pp{pp} + tg{n_gen})")
