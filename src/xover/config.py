@@ -345,15 +345,19 @@ def load_spec(path: Path) -> StudySpec:
 def default_spec() -> StudySpec:
     """The embedded default study: the tiny-moe model on this machine's CPU build, a few minutes on 2 cores.
 
-    On a CPU-only machine ``--n-cpu-moe`` moves nothing, so the default asks the other half of the question on
-    the hardware at hand: llama.cpp's defaults against the settings the tuning stage finds best for this
-    machine (threads, ubatch and batch, flash attention, load mode), measured through the same sweep. When a
-    knob trades prefill for decode, the report says past which prompt length the trade pays.
+    On a CPU-only machine ``--n-cpu-moe`` moves nothing, so the default asks the seed's question of a setting that
+    really trades prefill for decode on a CPU: flash attention on against off (off decodes this small model
+    faster; on prefills faster), with the crossover somewhere in the short prompts. Each configuration is also
+    measured at the settings the tuning stage finds best for this machine (ubatch and batch size, threads), so
+    the verdict answers at llama.cpp's defaults and tuned, and says what tuning changed, if anything.
     """
     return StudySpec(
-        configs=(LlamaConfig(name="cpu"),),
+        configs=(
+            LlamaConfig(name="fa=on", flags=(("-fa", "on"),)),
+            LlamaConfig(name="fa=off", flags=(("-fa", "off"),)),
+        ),
         model_preset="tiny-moe",
-        lengths=(1024, 2048, 4096, 8192),
+        lengths=(512, 1024, 2048, 4096),
         response_tokens=(200,),
         repetitions=3,
         bench_repetitions=3,
@@ -361,10 +365,12 @@ def default_spec() -> StudySpec:
         tg=128,
         band=(10_000, 40_000),
         cache_length=2048,
-        session_turns=6,
-        session_system_tokens=1024,
-        session_target_tokens=8192,
+        session_turns=4,
+        session_system_tokens=512,
+        session_target_tokens=4096,
         session_response_tokens=16,
+        tune_knobs=("ubatch-size", "batch-size", "threads"),
+        tune_values=(("ubatch-size", ("1024", "2048")),),
     )
 
 

@@ -122,10 +122,11 @@ def _default_for_this_machine(binaries: object) -> tuple[object, str]:
                       f"qwen3-30b-a3b shape, {names} (the placement planner's minimum offload for an 8K context vs "
                       "the offload a 32K context forces), prompts of 1K-32K tokens.")
     return default_spec(), ("[bold]Default study[/]: tiny-moe on this machine's CPU. Without a GPU, --n-cpu-moe moves "
-                            "nothing, so it compares llama.cpp's defaults with the settings the tuning stage finds best "
-                            "here (threads, -ub/-b, flash attention): the same question (does what wins short turns "
-                            "lose long ones?) on hardware you have. For the offload question, run a spec with "
-                            "--n-cpu-moe configurations on a GPU machine (examples/seed-qwen3-coder-30b.toml).")
+                            "nothing, so it asks the same question (does what wins short turns lose long ones?) of "
+                            "flash attention on vs off, which trade prefill for decode on a CPU, each at llama.cpp's "
+                            "defaults and at the settings the tuning stage finds best here. For the offload question, "
+                            "run a spec with --n-cpu-moe configurations on a GPU machine "
+                            "(examples/seed-qwen3-coder-30b.toml).")
 
 
 def _progress(quiet: bool, jsonl: IO[str] | None):  # type: ignore[no-untyped-def]
