@@ -211,25 +211,26 @@ def run_advise(spec: AdviseSpec, binaries: Binaries, study_dir: Path, *, command
 def _workload(spec: AdviseSpec, runner: _Runner, chunk: int) -> tuple[Workload, str]:
     """The spec's workload, or the agentic band scaled to the model's training context (each depth
     plus the prefill test must fit it) and then halved until one measurement fits the budget, judged
-    from a shallow probe of the defaults (pp and tg at depth 0, one repetition, stored like the rest)."""
+    from a probe of the defaults at depth 0 and at the band's shortest length (pp and tg, one
+    repetition, stored like the rest): time per token grows with depth, steeply on a small model."""
     if spec.workload is not None:
         return spec.workload, ""
     agentic, fitted = _agentic_for_context(spec, chunk)
     level = max(spec.ncmoe, key=lambda n: -1 if n is None else n)  # most experts in host memory: the slowest
     probe_gen = spec.n_gen // 2  # sizes the search never uses, so the probe's single repetition is never reused
     label = f"{advise.level_label(level)} defaults"
-    probe = runner.bench(runner.sweep((0,), chunk // 2, probe_gen, 1),
+    probe_depth = min(agentic.lengths)
+    probe = runner.bench(runner.sweep((0, probe_depth), chunk // 2, probe_gen, 1),
                          advise.llama_config(spec.knobs, advise.DEFAULTS, level, label).bench_config())
     if not probe.ok:
         raise XoverError(f"llama.cpp's defaults could not run at {advise.level_label(level)} ({probe.failure}): "
                          "check -m, --ncmoe and --llama-bin-dir")
-    pp, tg = probe.prefill[0].median_tps, probe.decode[0].median_tps
-
-    def seconds(w: Workload) -> float:
-        return advise.measurement_seconds(w.depths(), chunk, spec.n_gen, spec.repetitions, pp, tg)
-
+    pp = {r.depth: r.median_tps for r in probe.prefill}
+    tg = {r.depth: r.median_tps for r in probe.decode}
+    seconds = _measurement_seconds(pp, tg, chunk, spec.n_gen, spec.repetitions)
     workload, factor = advise.fit_to_budget(agentic, seconds, spec.budget_s, min_length=chunk)
-    estimate = f"~{seconds(workload):.0f} s per measurement at {pp:,.0f} prefill and {tg:,.0f} decode tok/s"
+    estimate = (f"~{seconds(workload):.0f} s per measurement at {pp[0]:,.0f} prefill and {tg[0]:,.0f} decode tok/s, "
+                f"{pp[probe_depth]:,.0f} and {tg[probe_depth]:,.0f} at depth {probe_depth:,}")
     notes = [fitted] if fitted else []
     if factor != 1.0:
         notes.append(f"the band halved {round(math.log2(1 / factor))} time(s) to keep one measurement within --budget "
@@ -237,6 +238,24 @@ def _workload(spec: AdviseSpec, runner: _Runner, chunk: int) -> tuple[Workload, 
     if not notes:
         return workload, estimate
     return workload, f"{'; '.join(notes)}: {estimate}; give --lengths to choose"
+
+
+def _measurement_seconds(pp: dict[int, float], tg: dict[int, float], chunk: int, n_gen: int,
+                         repetitions: int) -> Callable[[Workload], float]:
+    """Rough wall time of one measurement of a workload, from probed speeds at two depths: time per
+    token taken as linear in depth (attention reads the whole context), each test prefilling its depth
+    once (untimed by llama-bench, but waited for), warming up, then repeating."""
+    (d0, d1) = sorted(pp)
+
+    def per_token(rates: dict[int, float], depth: float) -> float:
+        t0, t1 = 1 / rates[d0], 1 / rates[d1]
+        return max(t0, t0 + (t1 - t0) * (depth - d0) / max(1, d1 - d0))
+
+    def seconds(w: Workload) -> float:
+        return sum(2 * d * per_token(pp, d / 2)
+                   + (repetitions + 1) * (chunk * per_token(pp, d) + n_gen * per_token(tg, d)) for d in w.depths())
+
+    return seconds
 
 
 def _agentic_for_context(spec: AdviseSpec, chunk: int) -> tuple[Workload, str]:

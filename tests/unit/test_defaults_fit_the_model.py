@@ -250,3 +250,20 @@ def test_a_file_edited_down_to_one_function_can_be_edited_again(spec: WorkloadSp
     session = generate(spec)
     assert len(session.turns) == spec.turns
     assert session == generate(spec)
+
+
+def test_advise_time_estimate_grows_with_depth_as_the_probe_says() -> None:
+    """The default band is halved to fit --budget by an estimate from two probed depths: a model whose
+    prefill slows 20x by 28K tokens (tiny-moe on 2 cores) gets a smaller band than depth 0 alone says."""
+    from xover import advise as adv
+    from xover.advise_run import _measurement_seconds
+
+    flat = _measurement_seconds({0: 9500.0, 6912: 9500.0}, {0: 4800.0, 6912: 4800.0}, 4096, 64, 3)
+    steep = _measurement_seconds({0: 9500.0, 6912: 2000.0}, {0: 4800.0, 6912: 900.0}, 4096, 64, 3)
+    band = adv.uniform_workload((6912, 14080, 20992, 28160), 200)
+    depths = band.depths()
+    assert flat(band) == pytest.approx(sum(2 * d / 9500 + 4 * (4096 / 9500 + 64 / 4800) for d in depths))
+    assert steep(band) > 5 * flat(band)
+    _, factor_flat = adv.fit_to_budget(band, flat, 120.0, min_length=2048)
+    _, factor_steep = adv.fit_to_budget(band, steep, 120.0, min_length=2048)
+    assert factor_flat == 1.0 and factor_steep < 1.0
