@@ -235,6 +235,9 @@ def _workload(spec: AdviseSpec, runner: _Runner, chunk: int) -> tuple[Workload, 
     if factor != 1.0:
         notes.append(f"the band halved {round(math.log2(1 / factor))} time(s) to keep one measurement within --budget "
                      f"{spec.budget_s:g} s")
+    if seconds(workload) > spec.budget_s:
+        notes.append(f"over --budget {spec.budget_s:g} s: halving the band again would take its shortest prompt below "
+                     f"the {chunk}-token prefill test")
     if not notes:
         return workload, estimate
     return workload, f"{'; '.join(notes)}: {estimate}; give --lengths to choose"
