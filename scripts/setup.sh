@@ -56,6 +56,9 @@ if [ "$mode" = run ]; then
   exec "$venv/bin/xover" study "$@"
 fi
 
+# Static checks first (import-linter's layer contracts run inside the tests: tests/unit/test_architecture.py).
+"$venv/bin/mypy" || { echo "setup: mypy found type errors (above)" >&2; exit 1; }
+
 set +e
 "$venv/bin/python" -m pytest "$@"
 rc=$?

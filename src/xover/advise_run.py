@@ -168,7 +168,7 @@ def run_advise(spec: AdviseSpec, binaries: Binaries, study_dir: Path, *, command
     of :mod:`xover.ttftrun`."""
     from xover.analysis.theory import model_terms
     from xover.gguf.inspect import model_table
-    from xover.hardware import resolve as resolve_hw
+    from xover.detect import resolve as resolve_hw
 
     if not spec.model.is_file():
         raise XoverError(f"model {spec.model} does not exist: pass -m PATH to a .gguf file")

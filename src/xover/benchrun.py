@@ -29,8 +29,7 @@ from xover.llamacpp import bench, memory
 from xover.llamacpp.bench import BenchJob, Exited, Point, ProgressLine, RecordLine
 from xover.llamacpp.binaries import Binaries
 from xover.provenance import collect, model_id
-from xover.records import BenchConfig, BenchResult, Failure
-from xover.report.tables import short_labels
+from xover.records import short_labels, BenchConfig, BenchResult, Failure
 from xover.store import Store
 
 FLASH_ATTN_CHOICES = ("on", "off", "auto")

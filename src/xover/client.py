@@ -16,7 +16,7 @@ import dataclasses
 import json
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 
 import httpx
 
@@ -54,6 +54,9 @@ def completion_body(
     return body
 
 
+_Client = TypeVar("_Client", bound="LlamaClient")
+
+
 class LlamaClient:
     """Async client for one llama-server. Use as ``async with LlamaClient(url) as c``."""
 
@@ -74,7 +77,7 @@ class LlamaClient:
             timeout=httpx.Timeout(timeout_s, connect=10.0), limits=httpx.Limits(max_connections=1),
         )
 
-    async def __aenter__(self) -> LlamaClient:
+    async def __aenter__(self: _Client) -> _Client:
         return self
 
     async def __aexit__(self, *exc: object) -> None:

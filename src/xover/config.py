@@ -42,6 +42,9 @@ _CHOICES = {
     "flash-attn": ("on", "off", "auto"),
     "load-mode": LOAD_MODES,
 }
+# The knobs the tuning stage can search, (name, short name): xover.advise.study_knobs defines them.
+TUNE_KNOBS = (("load-mode", "lm"), ("ubatch-size", "ub"), ("batch-size", "b"), ("no-op-offload", "nopo"),
+              ("GGML_OP_OFFLOAD_MIN_BATCH", "GGML_OP_OFFLOAD_MIN_BATCH"), ("threads", "t"), ("flash-attn", "fa"))
 STAGES = ("theory", "tune", "bench", "ttft", "cache", "session", "report")
 
 
@@ -171,10 +174,11 @@ def validate_spec(spec: StudySpec) -> None:
         for n in (a, b):
             if n not in names:
                 raise XoverError(f"pairs: {n!r} is not a configuration; use names from [[config]]: {', '.join(names)}")
-    if spec.tune_knobs is not None or spec.tune_values:
-        from xover.tune import check_knob_names
-
-        check_knob_names(spec.tune_knobs or (), [k for k, _ in spec.tune_values])
+    known = {n for pair in TUNE_KNOBS for n in pair}
+    for name in (*(spec.tune_knobs or ()), *(k for k, _ in spec.tune_values)):
+        if name not in known:
+            raise XoverError(f"[study] tune: unknown knob {name!r}; use some of "
+                             + ", ".join(f"{n} ({s})" if s != n else n for n, s in TUNE_KNOBS))
 
 
 def config_from_table(table: Mapping[str, Any], index: int) -> LlamaConfig:

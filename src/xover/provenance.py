@@ -11,7 +11,7 @@ from importlib import metadata
 from pathlib import Path
 
 from xover.llamacpp.binaries import Binaries
-from xover.records import ModelId, Provenance
+from xover.records import backend_name, ModelId, Provenance
 
 # Enough to cover any realistic GGUF header (metadata + tensor table); a hash of this prefix
 # identifies the model's shape, types and tokenizer without reading gigabytes of weights.
@@ -63,16 +63,6 @@ def xover_version() -> str:
         return "unknown"
 
 
-_BACKEND_NAMES = {"cpu": "CPU", "cuda": "CUDA", "hip": "HIP", "rocm": "HIP", "vulkan": "Vulkan", "metal": "Metal",
-                  "sycl": "SYCL", "musa": "MUSA", "blas": "BLAS"}
-
-
-def backend_name(text: str) -> str:
-    """A backend as llama-bench spells it (``CUDA``, ``Vulkan``), whether it came from llama-bench's
-    ``backends`` field or from a build manifest (``cuda``); comma-separated lists keep their order."""
-    return ",".join(_BACKEND_NAMES.get(b.strip().lower(), b.strip()) for b in text.split(",") if b.strip())
-
-
 def collect(binaries: Binaries | None, model: Path | None, build_info: dict[str, object] | None = None) -> Provenance:
     """Provenance for a run. ``build_info`` comes from the binaries themselves (llama-bench's JSON
     record or llama-server's /props) and overrides what the build manifest says."""
@@ -84,7 +74,7 @@ def collect(binaries: Binaries | None, model: Path | None, build_info: dict[str,
         number = manifest.build_number
     return Provenance(
         llama_build_commit=str(commit) if commit else None,
-        llama_build_number=int(number) if number is not None else None,  # type: ignore[arg-type]
+        llama_build_number=int(str(number)) if number is not None else None,
         llama_backend=backend_name(str(info.get("backends") or (manifest.backend if manifest else ""))) or None,
         llama_bin_dir=str(binaries.bin_dir) if binaries else None,
         llama_bin_source=binaries.source if binaries else None,

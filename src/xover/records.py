@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+from collections.abc import Sequence
 from typing import Any
 
 
@@ -184,3 +185,61 @@ class SessionTurn:
     reply_tokens: int | None  # the server's token count of the reply as fed back (generated feed only)
     timings: ServerTimings | None
     error: str | None = None
+
+
+_BACKEND_NAMES = {"cpu": "CPU", "cuda": "CUDA", "hip": "HIP", "rocm": "HIP", "vulkan": "Vulkan", "metal": "Metal",
+                  "sycl": "SYCL", "musa": "MUSA", "blas": "BLAS"}
+
+
+def backend_name(text: str) -> str:
+    """A backend as llama-bench spells it (``CUDA``, ``Vulkan``), whether it came from llama-bench's
+    ``backends`` field or from a build manifest (``cuda``); comma-separated lists keep their order."""
+    return ",".join(_BACKEND_NAMES.get(b.strip().lower(), b.strip()) for b in text.split(",") if b.strip())
+
+
+# ---- configuration names --------------------------------------------------------------------------
+
+
+def _dimensions(config: BenchConfig) -> dict[str, str]:
+    """A configuration as name -> value: llama-bench flags without their dash, env vars by name,
+    and the passthrough arguments under ``--``."""
+    dims = {flag.lstrip("-"): value for flag, value in config.fields}
+    dims.update(config.env)
+    if config.extra_args:
+        dims["--"] = " ".join(config.extra_args)
+    return dims
+
+
+def _token(name: str, value: str | None) -> str:
+    if name == "--":
+        return f"-- {value}" if value is not None else "(no extra args)"
+    return f"{name}={value if value is not None else 'default'}"
+
+
+def short_labels(configs: Sequence[BenchConfig]) -> list[str]:
+    """A name per configuration made of what differs between them: ``ncmoe=12``, ``ncmoe=18 ub=256``.
+
+    A lone configuration is named by all its settings, or ``default`` when it has none.
+    """
+    dims = [_dimensions(c) for c in configs]
+    names = list(dict.fromkeys(name for d in dims for name in d))
+    varying = [n for n in names if len({d.get(n) for d in dims}) > 1] if len(configs) > 1 else names
+    return [" ".join(_token(n, d.get(n)) for n in varying) or "default" for d in dims]
+
+
+def common_flags(configs: Sequence[BenchConfig]) -> str:
+    """The settings all configurations share, as llama-bench flags and environment assignments."""
+    dims = [_dimensions(c) for c in configs]
+    if not dims:
+        return ""
+    shared = [(n, v) for n, v in dims[0].items() if all(d.get(n) == v for d in dims[1:])]
+    flags = {flag.lstrip("-"): flag for c in configs for flag, _ in c.fields}
+    out = []
+    for name, value in shared:
+        if name == "--":
+            out.append(value)
+        elif name in flags:
+            out.append(f"{flags[name]} {value}")
+        else:
+            out.append(f"{name}={value}")
+    return " ".join(out)

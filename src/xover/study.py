@@ -51,6 +51,7 @@ class StudyOutcome:
 
 
 Emit = Callable[[StageEvent], None]
+Reporter = Callable[[StudySpec, Path], tuple[tuple[str, ...], Path]]  # (spec, study dir) -> (verdicts, report.html)
 
 
 def resolve_model(spec: StudySpec, study_dir: Path, emit: Emit) -> Path:
@@ -92,7 +93,7 @@ def stage_theory(spec: StudySpec, model: Path, store: Store, emit: Emit) -> None
     from xover.analysis.theory import build_prediction, model_terms
     from xover.gguf.inspect import inspect_gguf, model_table
     from xover.gguf.shapes import total_bytes
-    from xover.hardware import resolve as resolve_hw
+    from xover.detect import resolve as resolve_hw
 
     store.add_artifact(None, "inspect", inspect_gguf(model).to_dict())
     table, name = model_table(model)
@@ -241,7 +242,6 @@ def stage_cache(spec: StudySpec, model: Path, binaries: Binaries, study_dir: Pat
                 emit: Emit) -> int:
     """The prompt-cache lab on the first configuration, at ``cache_length`` (default: the longest length)."""
     from xover import cachelab
-    from xover.report.data import load
 
     config = spec.configs[0]
     length = spec.cache_length or max(spec.lengths)
@@ -250,7 +250,10 @@ def stage_cache(spec: StudySpec, model: Path, binaries: Binaries, study_dir: Pat
         return 0
     only = None
     if not fresh:
-        done = cachelab.complete_scenarios(load(study_dir).ttft, config.name, length)
+        with Store(study_dir) as store:
+            labels = {c.key: c.label for c in store.configs()}
+            stored = [(labels.get(x.config_key, x.config_key[:8]), x) for _, _, _, x in store.ttft_samples()]
+        done = cachelab.complete_scenarios(stored, config.name, length)
         if done >= set(cachelab.CASES):
             emit(StageEvent("cache", "info", f"{config.name}: cache lab already measured"))
             return 0
@@ -303,22 +306,6 @@ def stage_session(spec: StudySpec, model: Path, binaries: Binaries, study_dir: P
     return len(outcome.failures)
 
 
-def stage_report(spec: StudySpec, study_dir: Path, emit: Emit) -> tuple[tuple[str, ...], Path]:
-    from xover.report.data import load
-    from xover.report.html import build_report, write_report
-
-    data = load(study_dir)
-    verdicts: list[str] = []
-    first = None
-    for r in spec.response_tokens:
-        rep = build_report(data, response=r, band=spec.band)
-        first = first or rep
-        verdicts += [f"[R={r}] {v}" if len(spec.response_tokens) > 1 else v for v in rep.verdicts]
-    assert first is not None
-    html_path, _ = write_report(first, study_dir)
-    return tuple(verdicts), html_path
-
-
 def run_study(
     spec: StudySpec,
     study_dir: Path,
@@ -327,7 +314,10 @@ def run_study(
     fresh: bool = False,
     command: Sequence[str] = (),
     emit: Emit = lambda e: None,
+    report: Reporter | None = None,
 ) -> StudyOutcome:
+    """Every stage of ``spec`` in order; ``report`` renders the report from the store (the CLI passes
+    :func:`xover.cli.study.write_report`: only the CLI imports the report package) and returns its verdicts."""
     study_dir.mkdir(parents=True, exist_ok=True)
     seconds: dict[str, float] = {}
     failures = 0
@@ -370,7 +360,7 @@ def run_study(
         store.add_artifact(None, "stage-seconds", seconds)
     verdicts: tuple[str, ...] = ()
     html: Path | None = None
-    res = timed("report", lambda: stage_report(spec, study_dir, emit))
+    res = timed("report", lambda: report(spec, study_dir)) if report is not None else None
     if res is not None:
         verdicts, html = res
     return StudyOutcome(study_dir, model, verdicts, html, seconds, failures, tuple(tuned))

@@ -40,21 +40,8 @@ def variant_name(config: str) -> str:
     return config + SUFFIX
 
 
-def _all_knobs() -> tuple[advise.Knob, ...]:
-    return advise.study_knobs(os.cpu_count() or 1, gpu_build=True, longest=1 << 20)
-
-
 def _resolve(name: str, knobs: Sequence[advise.Knob]) -> advise.Knob | None:
     return next((k for k in knobs if name in (k.name, k.short)), None)
-
-
-def check_knob_names(names: Iterable[str], value_names: Iterable[str]) -> None:
-    """One-line error for a knob name ``tune-knobs``/``tune-values`` does not know."""
-    knobs = _all_knobs()
-    for name in (*names, *value_names):
-        if _resolve(name, knobs) is None:
-            raise XoverError(f"[study] tune: unknown knob {name!r}; use some of "
-                             + ", ".join(f"{k.name} ({k.short})" if k.short != k.name else k.name for k in knobs))
 
 
 def knobs_for(spec: StudySpec, gpu_build: bool) -> tuple[advise.Knob, ...]:

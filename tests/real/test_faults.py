@@ -168,7 +168,7 @@ def test_port_already_taken(intruder: str, taken_calls: int, tmp_path: Path, tin
     bin_dir = shim_bin_dir(tmp_path / "bin", llama_bins.bin_dir, pid_file, server_start_delay_s=0.3)
     spec = load_spec(_spec(tmp_path / "spec.toml", tiny_model,
                            'lengths = [256]\nresponse-tokens = [8]\nrepetitions = 2\n'
-                           'skip = ["bench", "cache", "session", "report"]',
+                           'skip = ["tune", "bench", "cache", "session", "report"]',
                            _configs(("first", "threads = 2"), ("second", "threads = 1"))))
     out = tmp_path / "out"
     holder = _Silent() if intruder == "silent" else _OtherServer(tmp_path / "other-server.log")
@@ -235,7 +235,7 @@ def test_configuration_that_cannot_load(fault: str, tmp_path: Path, tiny_model: 
               else 'server-args = ["--no-such-flag"]\nbench-args = ["--no-such-flag"]')
     spec = _spec(tmp_path / "spec.toml", tiny_model,
                  'lengths = [256]\nresponse-tokens = [8]\nrepetitions = 2\nbench-repetitions = 1\npp = 32\ntg = 8\n'
-                 'skip = ["cache", "session", "report"]',
+                 'skip = ["tune", "cache", "session", "report"]',
                  _configs(("broken", broken), ("ok", "threads = 2")))
     out = tmp_path / "out"
     db = out / "results.sqlite"
@@ -274,7 +274,7 @@ def test_server_never_healthy(tmp_path: Path, tiny_model: Path, shims) -> None:
     bin_dir, pid_file = shims
     spec = _spec(tmp_path / "spec.toml", tiny_model,
                  'lengths = [256]\nresponse-tokens = [8]\nrepetitions = 2\ntimeout = 3\n'
-                 'skip = ["bench", "cache", "session", "report"]',
+                 'skip = ["tune", "bench", "cache", "session", "report"]',
                  _configs(("stuck", 'server-args = ["--fake-fault", "never-healthy"]'), ("ok", "threads = 2")))
     out = tmp_path / "out"
     db = out / "results.sqlite"
@@ -321,7 +321,7 @@ def test_server_sigkilled_mid_request(tmp_path: Path, tiny_model: Path, shims) -
     reason, the next configuration is measured, and the resume completes exactly the missing samples."""
     bin_dir, pid_file = shims
     spec = _spec(tmp_path / "spec.toml", tiny_model,
-                 'lengths = [256, 512]\nresponse-tokens = [96]\nrepetitions = 3\nskip = ["bench", "cache", "session", "report"]',
+                 'lengths = [256, 512]\nresponse-tokens = [96]\nrepetitions = 3\nskip = ["tune", "bench", "cache", "session", "report"]',
                  _configs(("victim", "threads = 2"), ("other", "threads = 1")))
     out = tmp_path / "out"
     db = out / "results.sqlite"
@@ -371,7 +371,7 @@ def test_llama_bench_crashes_mid_sweep(tmp_path: Path, tiny_model: Path, llama_b
     marker.touch()
     bin_dir = shim_bin_dir(tmp_path / "bin", llama_bins.bin_dir, pid_file, bench_crash_marker=marker)
     spec = _spec(tmp_path / "spec.toml", tiny_model,
-                 'lengths = [256, 512]\nbench-repetitions = 2\npp = 32\ntg = 8\nskip = ["ttft", "cache", "session", "report"]',
+                 'lengths = [256, 512]\nbench-repetitions = 2\npp = 32\ntg = 8\nskip = ["tune", "ttft", "cache", "session", "report"]',
                  _configs(("crashed", "threads = 2"), ("other", "threads = 1")))
     out = tmp_path / "out"
     db = out / "results.sqlite"
@@ -402,7 +402,7 @@ def test_llama_bench_crashes_mid_sweep(tmp_path: Path, tiny_model: Path, llama_b
 # ---- SIGINT / SIGTERM to `xover study` at random moments --------------------------------------------
 
 SIGNAL_SPEC = ('lengths = [256, 512, 1024]\nresponse-tokens = [16]\nrepetitions = 2\nbench-repetitions = 2\n'
-               'pp = 64\ntg = 16\nskip = ["cache", "session", "report"]')
+               'pp = 64\ntg = 16\nskip = ["tune", "cache", "session", "report"]')
 EXPECTED_BENCH = 2 * 3 * 2  # configurations x depths x (pp, tg)
 
 

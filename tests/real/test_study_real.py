@@ -30,6 +30,7 @@ pp = 64
 tg = 16
 cache-length = 1024
 skip = ["session"]  # replayed in tests/real/test_session_real.py
+tune = false  # a kept knob would add variants to the exact counts below; tests/real/test_tune_real.py covers tuning
 
 [[config]]
 name = "t=1"

@@ -104,3 +104,51 @@ def test_a_tuned_setting_is_measured_as_its_own_variant_through_the_whole_study(
     assert cold == {(c, L): 2 for c in ("cpu", "cpu tuned") for L in (256, 1024)}
     assert bench == {"cpu": 4, "cpu tuned": 4}  # pp and tg at two depths each
     assert '"-ub"' in args["cpu tuned"] and '"256"' in args["cpu tuned"] and '"-ub"' not in args["cpu"]
+
+
+def test_ctrl_c_during_tuning_keeps_what_was_measured_and_leaves_no_llama_process(llama_bins, tiny_model: Path,
+                                                                                 tmp_path: Path) -> None:
+    import signal
+    import time
+
+    from test_study_real import _alive, _children
+
+    spec = tmp_path / "spec.toml"
+    spec.write_text(SPEC.format(model=tiny_model).replace('tune-knobs = ["GGML_OP_OFFLOAD_MIN_BATCH"]',
+                                                          'tune-knobs = ["ubatch-size", "batch-size"]'))
+    out = tmp_path / "out"
+    env = dict(os.environ, XOVER_LLAMA_BIN_DIR=str(llama_bins.bin_dir))
+    proc = subprocess.Popen([sys.executable, "-m", "xover", "study", str(spec), "-o", str(out), "-q"], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    tune_db = out / "tune" / "results.sqlite"
+
+    def tune_results() -> int:
+        if not tune_db.exists():
+            return 0
+        try:
+            con = sqlite3.connect(f"file:{tune_db}?mode=ro", uri=True, timeout=5)
+            try:
+                return int(con.execute("SELECT count(*) FROM bench_results").fetchone()[0])
+            finally:
+                con.close()
+        except sqlite3.OperationalError:
+            return 0
+
+    pids: set[int] = set()
+    deadline = time.monotonic() + 240
+    while time.monotonic() < deadline and proc.poll() is None and tune_results() < 2:
+        pids |= _children(proc.pid)
+        time.sleep(0.05)
+    assert proc.poll() is None, f"the study ended before it could be interrupted: {proc.communicate()}"
+    pids |= _children(proc.pid)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    assert pids and not any(_alive(p) for p in pids), "a llama process outlived the interrupted tuning"
+    kept = tune_results()
+    assert kept >= 2
+    r = _study(spec, out, llama_bins.bin_dir)  # the resume: the stored trials are reused, the search completes
+    assert r.returncode == 0, r.stderr
+    assert tune_results() >= kept
+    with Store(out) as store:
+        assert len(store.artifacts(tune.ARTIFACT)) == 1

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from xover import detect as D
 from xover import hardware as H
 from xover.errors import XoverError
 
@@ -99,9 +100,9 @@ def test_round_trip_through_dict() -> None:
 
 
 def test_resolve_detects_and_overrides(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    monkeypatch.setattr(H, "detect_gpu", lambda: H.DetectedGpu("NVIDIA GeForce RTX 4090", "CUDA", 24 << 30, 20 << 30))
-    monkeypatch.setattr(H, "detect_cpu", lambda: ("Test CPU", 4))
-    hw, detected = H.resolve(None)
+    monkeypatch.setattr(D, "detect_gpu", lambda: H.DetectedGpu("NVIDIA GeForce RTX 4090", "CUDA", 24 << 30, 20 << 30))
+    monkeypatch.setattr(D, "detect_cpu", lambda: ("Test CPU", 4))
+    hw, detected = D.resolve(None)
     assert detected is not None and detected.free_bytes == 20 << 30
     assert hw.gpu.mem_bytes == 24 << 30 and hw.source("gpu.mem_bytes") == "detected"  # type: ignore[union-attr]
     assert hw.gpu.quant_flops_per_s == H.builtin("rtx-4090").gpu.quant_flops_per_s  # type: ignore[union-attr]
@@ -112,34 +113,34 @@ def test_resolve_detects_and_overrides(monkeypatch: pytest.MonkeyPatch, tmp_path
 
     toml = tmp_path / "hw.toml"
     toml.write_text('base = "h200"\n[cpu]\nmem_bw_bytes_per_s = 2.0e11\n')
-    hw, _ = H.resolve(str(toml))
+    hw, _ = D.resolve(str(toml))
     assert hw.gpu.name == "NVIDIA H200" and hw.cpu.mem_bw_bytes_per_s == 2e11  # type: ignore[union-attr]
     assert hw.source("cpu.mem_bw_bytes_per_s") == f"override:{toml}"
 
-    monkeypatch.setattr(H, "measure_cpu", lambda: (3e11, 4e10))
-    hw, _ = H.resolve("h100-sxm", measure=True)
+    monkeypatch.setattr(D, "measure_cpu", lambda: (3e11, 4e10))
+    hw, _ = D.resolve("h100-sxm", measure=True)
     assert hw.cpu.flops_per_s == 3e11 and hw.source("cpu.flops_per_s").startswith("measured")
 
-    monkeypatch.setattr(H, "detect_gpu", lambda: H.DetectedGpu("Tesla T4", "CUDA", None, None))
-    hw, _ = H.resolve(None)
+    monkeypatch.setattr(D, "detect_gpu", lambda: H.DetectedGpu("Tesla T4", "CUDA", None, None))
+    hw, _ = D.resolve(None)
     assert hw.gpu is None and "unknown GPU 'Tesla T4'" in hw.name
-    monkeypatch.setattr(H, "detect_gpu", lambda: None)
-    assert H.resolve(None)[0].gpu is None
+    monkeypatch.setattr(D, "detect_gpu", lambda: None)
+    assert D.resolve(None)[0].gpu is None
 
     (tmp_path / "broken.toml").write_text("[gpu\n")
     with pytest.raises(XoverError, match="not valid TOML"):
-        H.resolve(str(tmp_path / "broken.toml"))
+        D.resolve(str(tmp_path / "broken.toml"))
     with pytest.raises(XoverError, match="cannot read"):
-        H.resolve(str(tmp_path / "missing.toml"))
+        D.resolve(str(tmp_path / "missing.toml"))
 
 
 def test_measure_cpu_is_quick_and_positive() -> None:
-    flops, bw = H.measure_cpu(budget_s=0.2, copy_bytes=16 * H.MIB)
+    flops, bw = D.measure_cpu(budget_s=0.2, copy_bytes=16 * H.MIB)
     assert flops > 1e8 and bw > 1e8
 
 
 def test_detect_cpu_here() -> None:
-    name, cores = H.detect_cpu()
+    name, cores = D.detect_cpu()
     assert cores >= 1 and (name is None or name)
 
 
@@ -181,10 +182,10 @@ class _FakeCudart:
 
 
 def test_measure_h2d_rates_and_absence(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(H, "_cudart", lambda: None)
-    assert H.measure_h2d() is None  # no CUDA runtime: nothing to measure, no error
+    monkeypatch.setattr(D, "_cudart", lambda: None)
+    assert D.measure_h2d() is None  # no CUDA runtime: nothing to measure, no error
     fake = _FakeCudart()
-    monkeypatch.setattr(H, "_cudart", lambda: fake)
-    pinned, pageable = H.measure_h2d(budget_s=0.2, copy_bytes=64 * H.MIB)
+    monkeypatch.setattr(D, "_cudart", lambda: fake)
+    pinned, pageable = D.measure_h2d(budget_s=0.2, copy_bytes=64 * H.MIB)
     assert 35e9 < pinned <= 50e9 and 7e9 < pageable <= 10e9
     assert fake.kinds[0] == "pinned" and fake.kinds[-1] == "pageable" and fake.kinds.count("pinned") >= 4  # warm-up + 3

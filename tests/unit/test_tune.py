@@ -148,3 +148,10 @@ def test_stored_result_round_trip_and_signature(tmp_path: Path) -> None:
         # a configuration whose flags changed since is tuned again
         changed = dataclasses.replace(BASE, flags=(("-ncmoe", "20"),))
         assert tune.stored(store, (changed,)) == {}
+
+
+def test_the_spec_knows_the_knobs_the_search_defines() -> None:
+    from xover.config import TUNE_KNOBS
+
+    knobs = advise.study_knobs(cpu_count=4, gpu_build=True, longest=32768)
+    assert TUNE_KNOBS == tuple((k.name, k.short) for k in knobs)

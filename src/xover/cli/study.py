@@ -58,7 +58,8 @@ def study(spec_file: Path | None, study_dir: Path | None, fresh: bool, llama_bin
     if intro and not quiet:
         console.print(intro)
     try:
-        outcome = run_study(spec, out_dir, binaries, fresh=fresh, command=["xover", *sys.argv[1:]], emit=emit)
+        outcome = run_study(spec, out_dir, binaries, fresh=fresh, command=["xover", *sys.argv[1:]], emit=emit,
+                            report=write_report)
     finally:
         close()
     from rich.markup import escape
@@ -85,6 +86,24 @@ def study(spec_file: Path | None, study_dir: Path | None, fresh: bool, llama_bin
                   "and listed in the report[/]")
 
 
+def write_report(spec: StudySpec, study_dir: Path) -> tuple[tuple[str, ...], Path]:
+    """The study's report stage: report.html/.md rebuilt from the store, and the verdicts per response length."""
+    from xover.report.data import load
+    from xover.report.html import build_report
+    from xover.report.html import write_report as write_files
+
+    data = load(study_dir)
+    verdicts: list[str] = []
+    first = None
+    for r in spec.response_tokens:
+        rep = build_report(data, response=r, band=spec.band)
+        first = first or rep
+        verdicts += [f"[R={r}] {v}" if len(spec.response_tokens) > 1 else v for v in rep.verdicts]
+    assert first is not None
+    html_path, _ = write_files(first, study_dir)
+    return tuple(verdicts), html_path
+
+
 def narrow(spec: StudySpec, skip: str, only_configs: str) -> StudySpec:
     """``spec`` with more stages skipped and/or fewer configurations, for one invocation."""
     import dataclasses
@@ -106,11 +125,11 @@ def narrow(spec: StudySpec, skip: str, only_configs: str) -> StudySpec:
     return dataclasses.replace(spec, skip=spec.skip | stages, configs=configs, pairs=pairs)
 
 
-def _default_for_this_machine(binaries: object) -> tuple[object, str]:
+def _default_for_this_machine(binaries: object) -> tuple[StudySpec, str]:
     """The embedded default: offload levels from the placement planner when a GPU and a GPU build are
     present, else the CPU comparison on tiny-moe."""
     from xover.config import default_spec, gpu_default_spec
-    from xover.hardware import detect_gpu
+    from xover.detect import detect_gpu
 
     manifest = getattr(binaries, "manifest", None)
     gpu = detect_gpu()
@@ -131,6 +150,8 @@ def _default_for_this_machine(binaries: object) -> tuple[object, str]:
 
 def _progress(quiet: bool, jsonl: IO[str] | None):  # type: ignore[no-untyped-def]
     """An emit function for study events: rich bars (overall + stage), JSON lines, or nothing."""
+    from rich.markup import escape
+
     from xover.console import console, progress_bar
     from xover.study import STAGE_ORDER, StageEvent
 
@@ -147,24 +168,26 @@ def _progress(quiet: bool, jsonl: IO[str] | None):  # type: ignore[no-untyped-de
             jsonl.flush()
         if bar is None:
             if ev.status == "fail":
-                console.print(f"[red]{ev.stage}: {ev.detail}[/]")
+                console.print(f"[red]{ev.stage}: {escape(ev.detail)}[/]")
             return
+        assert overall is not None and stage_task is not None
         if ev.status == "start":
             bar.reset(stage_task, total=1, completed=0, description=ev.stage)
         elif ev.status == "progress":
-            kw = {}
+            description = escape(f"{ev.stage} {ev.detail}".strip())
             if ev.total is not None:
-                kw = {"completed": ev.completed, "total": ev.total}
-            bar.update(stage_task, description=f"{ev.stage} {ev.detail}".strip(), **kw)
+                bar.update(stage_task, description=description, completed=ev.completed or 0, total=ev.total)
+            else:
+                bar.update(stage_task, description=description)
         elif ev.status in ("done", "skip"):
             if ev.status == "skip":
-                console.print(f"[dim]{ev.stage}: {ev.detail}[/]")
+                console.print(f"[dim]{ev.stage}: {escape(ev.detail)}[/]")
             bar.update(stage_task, completed=1, total=1)
             bar.advance(overall, 1)
         elif ev.status == "info":
-            console.print(f"[dim]{ev.stage}: {ev.detail}[/]")
+            console.print(f"[dim]{ev.stage}: {escape(ev.detail)}[/]")
         elif ev.status == "fail":
-            console.print(f"[red]{ev.stage}: {ev.detail}[/]")
+            console.print(f"[red]{ev.stage}: {escape(ev.detail)}[/]")
 
     def close() -> None:
         if bar is not None:

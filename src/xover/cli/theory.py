@@ -59,7 +59,8 @@ def _inputs(model: str | None, preset: str | None, hw_spec: str | None, measure:
     """Options -> model terms, hardware, configurations, lengths, budget (one call each into the library)."""
     from xover.analysis.theory import OffloadConfig, model_terms
     from xover.benchrun import parse_choice_list, parse_int_list
-    from xover.hardware import parse_bytes, resolve
+    from xover.detect import resolve
+    from xover.hardware import parse_bytes
     from xover.prompts import parse_lengths
 
     table, model_info = _load_model(model, preset)

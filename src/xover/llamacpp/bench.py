@@ -23,7 +23,7 @@ import re
 import selectors
 import subprocess
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Generator, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -275,7 +275,7 @@ def _raw_lines(proc: subprocess.Popen[bytes], deadline_ns: int | None) -> Iterat
         sel.close()
 
 
-def run(job: BenchJob, bench: Path, model: Path, timeout_s: float | None = None) -> Iterator[BenchEvent]:
+def run(job: BenchJob, bench: Path, model: Path, timeout_s: float | None = None) -> Generator[BenchEvent, None, None]:
     """Run one llama-bench process and yield its progress and records as they arrive, then :class:`Exited`.
 
     The child runs in its own session; closing the generator (or an exception, Ctrl-C included)

@@ -225,8 +225,10 @@ def unpack_sdist(sdist: Path, root: Path) -> SourceTree:
                         continue
                     m.name = rel
                     members.append(m)
-                kwargs = {"filter": "data"} if hasattr(tarfile, "data_filter") else {}
-                tar.extractall(tmp, members=members, **kwargs)  # noqa: S202 - filtered above
+                if hasattr(tarfile, "data_filter"):
+                    tar.extractall(tmp, members=members, filter="data")  # noqa: S202 - filtered above
+                else:  # pragma: no cover - Python without extraction filters
+                    tar.extractall(tmp, members=members)  # noqa: S202 - filtered above
                 tmp.rename(dest)
                 (dest / ".complete").write_text(commit + "\n")
     origin = f"{sdist.name}"

@@ -12,7 +12,7 @@ import base64
 import html
 from collections.abc import Sequence
 
-from xover.cachelab import (
+from xover.analysis.cachelab import (
     INSERTED,
     OTHERS,
     REUSE_MIN,
@@ -87,7 +87,7 @@ def cache_plot(rows: Sequence[LabRow]) -> bytes | None:
     ax.set_yticklabels([(f"{r.label}: " if several else "") + f"{r.case} / {r.request}" for r in shown], fontsize=8)
     ax.invert_yaxis()
     ax.set_xscale("log")
-    ax.set_xlim(right=max(r.ttft_ns for r in shown) / 1e6 * 2.5)  # type: ignore[type-var]  # room for the labels
+    ax.set_xlim(right=max(r.ttft_ns or 0 for r in shown) / 1e6 * 2.5)  # room for the labels
     ax.xaxis.set_major_formatter(FuncFormatter(lambda x, _: f"{x:g}"))
     ax.set_xlabel("time to first token (ms, log scale); bars labelled cache_n/prompt_n")
     ax.set_title("Prompt cache lab: TTFT per request, coloured by the share served from cache")

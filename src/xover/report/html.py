@@ -15,6 +15,8 @@ from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
+from typing import TYPE_CHECKING
+
 from xover.analysis.crossover import (
     ConfigData,
     PairResult,
@@ -30,11 +32,13 @@ from xover.analysis.crossover import (
     verdict,
 )
 from xover.analysis.stats import summarize
-from xover.provenance import backend_name
 from xover.report import plots
-from xover.records import TtftSample
+from xover.records import TtftSample, backend_name
 from xover.report.data import StudyData, crossover_inputs
 from xover.report.tune import Block, Layout, blocks, layout, section_html, section_markdown
+
+if TYPE_CHECKING:
+    from xover.advise import Advice
 
 AGENTIC_BAND = (10_000, 40_000)
 
@@ -215,14 +219,14 @@ def point_table(report: Report) -> tuple[list[str], list[list[str]]]:
                 continue
             tcell, rate = "—", "—"
             if t:
-                s = summarize(t)
-                tcell = f"{s.median:.1f} [{s.minimum:.1f}-{s.maximum:.1f}], n={s.n}"
-                rate = f"{L / (s.median / 1000):.0f}"
+                summary = summarize(t)
+                tcell = f"{summary.median:.1f} [{summary.minimum:.1f}-{summary.maximum:.1f}], n={summary.n}"
+                rate = f"{L / (summary.median / 1000):.0f}"
             rows.append([label, format_tokens(L), f"{b[0]:.2f} ± {b[1]:.2f}" if b else "—", tcell, rate])
     return header, rows
 
 
-def _stored_advice(data: StudyData) -> object | None:
+def _stored_advice(data: StudyData) -> Advice | None:
     """The latest `xover advise` result stored in the study, if any."""
     found = [body for _, name, body in data.artifacts if name == "advise"]
     if not found:
@@ -294,8 +298,8 @@ def gap_table(data: StudyData) -> tuple[list[str], list[list[str]]]:
     header = ["config", "mode", "length", "gap ms (median)", "gap ms (max)"]
     rows = []
     for (lb, mode, L), v in gaps.items():
-        s = summarize(v)
-        rows.append([lb, mode, format_tokens(L), f"{s.median:.2f}", f"{s.maximum:.2f}"])
+        summary = summarize(v)
+        rows.append([lb, mode, format_tokens(L), f"{summary.median:.2f}", f"{summary.maximum:.2f}"])
     return header, rows
 
 
@@ -480,7 +484,8 @@ def render_html(report: Report) -> str:
     timing = prediction_timing(d)
     if timing is not None:
         pred = stored_prediction(d) or {}
-        assumptions = "".join(f"<li>{_e(a)}</li>" for a in pred.get("assumptions", []))  # type: ignore[union-attr]
+        listed = pred.get("assumptions")
+        assumptions = "".join(f"<li>{_e(a)}</li>" for a in (listed if isinstance(listed, list) else []))
         parts.append(f"<h2>Predicted vs measured</h2><p>{_e(timing)}.</p>{_table(*prediction_table(report))}"
                      "<p class='muted'>A measurement above its modelled limit means an assumption of the model does "
                      "not hold for this run (for example a bandwidth figure of the hardware profile, such as the "
