@@ -70,7 +70,7 @@ def cli() -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    from xover.llamacpp.process import install_signal_handlers, stop_all
+    from xover.llamacpp.process import ignore_signals_until_exit, install_signal_handlers, stop_all
 
     install_signal_handlers()
     try:
@@ -93,3 +93,5 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(e.exit_code)
     finally:
         stop_all()
+        if argv is None:  # the program itself (not a test calling main in-process): its work is done
+            ignore_signals_until_exit()

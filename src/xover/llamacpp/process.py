@@ -133,4 +133,14 @@ def install_signal_handlers() -> None:
             signal.signal(sig, _on_interrupt)
 
 
+def ignore_signals_until_exit() -> None:
+    """Once the CLI's work is done (results stored, children stopped, the last line printed): ignore SIGINT and
+    SIGTERM at the OS level. Python's finalization resets the signals it handles to their defaults, so a Ctrl-C or
+    SIGTERM arriving while the interpreter shuts down would otherwise end the process by the signal (exit -2/-15,
+    without its line) after it had finished; an ignored signal stays ignored through finalization."""
+    if threading.current_thread() is threading.main_thread():
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(sig, signal.SIG_IGN)
+
+
 atexit.register(stop_all)
