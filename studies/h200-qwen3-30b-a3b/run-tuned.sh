@@ -5,6 +5,7 @@
 # waits; every call (the first included) waits up to WAIT seconds and packs what is stored into $OUT/st.tgz.
 # Order (most wanted first): ncmoe=18 (tune, tuned bench + cold TTFT), ncmoe=0 (tune, tuned, the cache lab's
 # hidden-cold control), ncmoe=12, then ncmoe=24 (its defaults' cold TTFT alone is about 7 minutes).
+# CONFIGS='ncmoe=24' runs only the named configs (the store resumes: what is stored is not measured again).
 T0=$(date +%s); WAIT=${WAIT:-540}
 t() { echo "[$(( $(date +%s) - T0 ))s] $*"; }
 ST=/tmp/st; J=/tmp/job; M=$ST/models/qwen3-30b-a3b.gguf
@@ -27,7 +28,7 @@ nvidia-smi --query-gpu=name,memory.total,memory.free,pcie.link.gen.current,pcie.
 $X llama build --backend cuda --source /tmp/ll/llama.cpp-0c1e570 --cmake-arg=-DCMAKE_CUDA_ARCHITECTURES=90 > /tmp/job/build.log 2>&1 || { tail -30 /tmp/job/build.log; exit 1; }
 t built; wait; tail -1 /tmp/job/synth.log; $X llama which | head -3
 python3 -c "from xover.detect import measure_h2d; r = measure_h2d(); print('h2d GB/s pinned %.1f pageable %.1f' % (r[0]/1e9, r[1]/1e9) if r else 'h2d: no cudart')"
-for c in ncmoe=18 ncmoe=0 ncmoe=12 ncmoe=24; do
+for c in ${CONFIGS:-ncmoe=18 ncmoe=0 ncmoe=12 ncmoe=24}; do
   skip=report; [ $c = ncmoe=0 ] || skip=cache,report  # the cache lab's last scenario runs on ncmoe=0 only
   $X study $S -o $ST -q --configs $c --skip $skip > /tmp/job/study-$c.log 2>&1
   t "study --configs $c rc=$?"; tail -30 /tmp/job/study-$c.log; cp /tmp/job/study-$c.log $ST/logs/
