@@ -9,7 +9,7 @@ cd "$(git rev-parse --show-toplevel)"
 src=${XOVER_CACHE_DIR:-$HOME/.cache/xover}/src/llama.cpp-0c1e570
 [ -d "$src/scripts" ] || { echo "no llama.cpp tree at $src: run 'bash scripts/setup.sh test' (it builds llama.cpp) first" >&2; exit 1; }
 mkdir -p out/llsrc
-tar czf out/llsrc/llama.tar.gz --exclude=docs --exclude=models --exclude=media --exclude=benches \
+tar czf out/llsrc/llama.tar.gz --exclude="$(basename "$src")/docs" --exclude="$(basename "$src")/models" --exclude="$(basename "$src")/media" --exclude="$(basename "$src")/benches" \
   -C "$(dirname "$src")" "$(basename "$src")"
 python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
   --platform manylinux2014_x86_64 -d .whl gguf==0.19.0 sniffio==1.3.1
