@@ -71,6 +71,23 @@ def test_crossing_outside_range_is_marked_extrapolated():
     assert "(extrapolated)" in v
 
 
+def test_fitted_crossing_past_the_data_before_the_band_is_not_a_band_verdict():
+    # Measured at 512-4K only; A decodes faster, B prefills faster: the fit crosses at 8,000 tokens (extrapolated),
+    # so the measured winner A must not be named the agentic band's winner.
+    short = (512, 1024, 2048, 4096)
+    a = ConfigData("A", {L: [0.1 + L / 2000] * 3 for L in short}, {D: [100.0] * 3 for D in short})
+    b = ConfigData("B", {L: [0.1 + L / 4000] * 3 for L in short}, {D: [50.0] * 3 for D in short})
+    r = compare_pair(a, b, 200, n_boot=0)
+    v = verdict(r)
+    assert v.startswith("A vs B: A is faster at every measured length (512-4K tokens")
+    assert "crossover at ~8,000 tokens (extrapolated), past which B would be faster" in v
+    assert "the whole agentic band (10,000-40,000 tokens) lies beyond" in v
+    assert "best served by" not in v
+    # A crossing past the band's end leaves the measured winner the band's winner.
+    v_far = verdict(r, band=(1_000, 6_000))
+    assert "part of the agentic band (1,000-6,000 tokens)" not in v_far and "best served by A" in v_far
+
+
 def test_no_crossing():
     a = make("A", lambda L: 0.1 + L / 2000, lambda d: 100.0)
     b = make("B", lambda L: 0.2 + L / 1000, lambda d: 50.0)  # worse at both

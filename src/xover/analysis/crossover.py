@@ -344,6 +344,14 @@ def verdict(pair: PairResult, band: tuple[int, int] = (10_000, 40_000)) -> str:
         if claim is not None:
             tag = "extrapolated" if claim.extrapolated else "fitted"
             sentence += f"; the fitted cost model puts a crossover at ~{_k(claim.length)} tokens ({tag})"
+            other = pair.b if winner == pair.a else pair.a
+            if pair.lengths[-1] < claim.length < hi_b:
+                # The fit says the order flips past the data, before the band's end: the measurements alone
+                # cannot answer for the band, so say so instead of naming the measured winner.
+                part = "the whole agentic band" if claim.length <= lo_b else "part of the agentic band"
+                return sentence + (f", past which {other} would be faster: {part} ({_k(lo_b)}-{_k(hi_b)} tokens) lies "
+                                   f"beyond both the measured lengths and that crossing, so measure prompts up to "
+                                   f"{_k(hi_b)} tokens before choosing (measured, {winner} wins).")
         return sentence + f", so agentic turns of {_k(lo_b)}-{_k(hi_b)} tokens are best served by {winner}."
     if claim is None:
         runs = ", ".join(f"{w} at {_k(pair.lengths[i])}" for i, w in s.clear)
