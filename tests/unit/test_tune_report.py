@@ -162,6 +162,24 @@ def test_a_configuration_whose_tuning_kept_the_defaults_is_its_own_best(tmp_path
     assert "### gpu: llama.cpp's defaults kept" in md
 
 
+def test_when_tuning_kept_every_default_both_verdicts_are_still_told(tmp_path):
+    rates = {k: v for k, v in RATES.items() if not k.endswith("tuned")}
+    fill(tmp_path, rates=rates, tune=False)
+    with Store(tmp_path) as st:
+        st.add_artifact(None, "tune", tune_body("gpu", None, search(4000.0, 100.0)))
+        st.add_artifact(None, "tune", tune_body("cpu", None, search()))
+    v = build_report(load(tmp_path), response=200, n_boot=0).verdicts
+    assert v[0].startswith("At llama.cpp's defaults: gpu vs cpu: gpu is faster at every measured length"), v
+    assert v[1] == "Each configuration at its best: tuning kept llama.cpp's defaults for both, so the answer above stands."
+    assert len(v) == 2
+
+
+def test_without_a_tuning_stage_the_verdict_has_no_prefix(tmp_path):
+    fill(tmp_path, rates={k: v for k, v in RATES.items() if not k.endswith("tuned")}, tune=False)
+    v = build_report(load(tmp_path), response=200, n_boot=0).verdicts
+    assert len(v) == 1 and v[0].startswith("gpu vs cpu: gpu is faster"), v
+
+
 def test_the_tuning_section_shows_flags_command_effects_and_no_effect(tmp_path):
     fill(tmp_path)
     rep = build_report(load(tmp_path), response=200, n_boot=0)

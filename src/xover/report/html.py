@@ -141,8 +141,8 @@ def _verdict_pairs(lay: Layout, by_label: Mapping[str, ConfigData]) -> list[tupl
     """(prefix, a, b) for each verdict about a pair, in the order they are told."""
     best = {b: v for b, v in lay.tuned.items() if v in by_label}
     heads = headline_pairs(lay, list(by_label))
-    if not best:
-        return [("", a, b) for a, b in heads]
+    if not best and not lay.records:
+        return [("", a, b) for a, b in heads]  # no tuning ran: one answer, at llama.cpp's defaults
     out = []
     for a, b in heads:
         out.append((_AT_DEFAULTS, a, b))
