@@ -21,9 +21,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from xover.config import default_spec, load_spec
+from xover.domain.study_spec import default_spec, load_spec
 from xover.llamacpp.binaries import resolve
-from xover.study import run_study
+from xover.measure.study import run_study
 
 
 def main() -> None:

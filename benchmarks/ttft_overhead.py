@@ -24,11 +24,11 @@ import time
 from pathlib import Path
 
 from xover.analysis.stats import summarize
-from xover.client import LlamaClient, completion_body
+from xover.client.http import LlamaClient, completion_body
 from xover.llamacpp.binaries import resolve
 from xover.llamacpp.server import LlamaServer, ServerSpec, context_size, has_flag
-from xover.prompts import TokenPrompts, token_pool
-from xover.ttftrun import gguf_token_types
+from xover.domain.prompts import TokenPrompts, token_pool
+from xover.measure.ttft import gguf_token_types
 
 _CONTENT = re.compile(rb'"tokens":\[\d')
 _TIMINGS = re.compile(rb'"timings":(\{[^}]*\})')

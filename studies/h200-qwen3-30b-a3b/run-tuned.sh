@@ -27,7 +27,7 @@ nvidia-smi --query-gpu=name,memory.total,memory.free,pcie.link.gen.current,pcie.
 ($X synth --preset qwen3-30b-a3b -o $M > /tmp/job/synth.log 2>&1; echo "synth rc=$?" >> /tmp/job/synth.log) &
 $X llama build --backend cuda --source /tmp/ll/llama.cpp-0c1e570 --cmake-arg=-DCMAKE_CUDA_ARCHITECTURES=90 > /tmp/job/build.log 2>&1 || { tail -30 /tmp/job/build.log; exit 1; }
 t built; wait; tail -1 /tmp/job/synth.log; $X llama which | head -3
-python3 -c "from xover.detect import measure_h2d; r = measure_h2d(); print('h2d GB/s pinned %.1f pageable %.1f' % (r[0]/1e9, r[1]/1e9) if r else 'h2d: no cudart')"
+python3 -c "from xover.hardware.detect import measure_h2d; r = measure_h2d(); print('h2d GB/s pinned %.1f pageable %.1f' % (r[0]/1e9, r[1]/1e9) if r else 'h2d: no cudart')"
 for c in ${CONFIGS:-ncmoe=18 ncmoe=0 ncmoe=12 ncmoe=24}; do
   skip=report; [ $c = ncmoe=0 ] || skip=cache,report  # the cache lab's last scenario runs on ncmoe=0 only
   $X study $S -o $ST -q --configs $c --skip $skip > /tmp/job/study-$c.log 2>&1

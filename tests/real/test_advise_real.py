@@ -12,12 +12,14 @@ from pathlib import Path
 
 import pytest
 
-from xover import advise, benchrun
+from xover.analysis import advise
+
+from xover.measure import bench as benchrun
 from xover.cli import main
 from xover.llamacpp.binaries import Binaries
-from xover.records import ServerConfig
+from xover.domain.records import ServerConfig
 from xover.report.advise import advise_section_html, advise_section_markdown
-from xover.store import Store
+from xover.results.store import Store
 
 pytestmark = pytest.mark.real
 

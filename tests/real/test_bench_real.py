@@ -17,10 +17,12 @@ from pathlib import Path
 
 import pytest
 
-from xover import benchrun, export
+from xover.measure import bench as benchrun
+
+from xover.report import export
 from xover.llamacpp.binaries import Binaries
-from xover.provenance import model_id
-from xover.store import Store
+from xover.measure.provenance import model_id
+from xover.results.store import Store
 
 pytestmark = pytest.mark.real
 

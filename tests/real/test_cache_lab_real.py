@@ -25,10 +25,10 @@ import pytest
 
 from procs import pid_gone
 
-from xover.cachelab import APPENDED, INSERTED, PREFIX, SHORT, CacheLabOutcome, LabEvent, LabServerUp, run_cache_lab
+from xover.measure.cachelab import APPENDED, INSERTED, PREFIX, SHORT, CacheLabOutcome, LabEvent, LabServerUp, run_cache_lab
 from xover.llamacpp.binaries import Binaries
-from xover.records import ServerTimings, TtftSample
-from xover.store import Store
+from xover.domain.records import ServerTimings, TtftSample
+from xover.results.store import Store
 
 pytestmark = pytest.mark.real
 

@@ -158,10 +158,10 @@ def test_port_already_taken(intruder: str, taken_calls: int, tmp_path: Path, tin
     an HTTP server that answers /health 200 (whose numbers must never be stored as the configuration's).
     With one taken port, xover retries on another; with every attempt taken, the configuration's failure
     is recorded and the next configuration is measured; the resume fills the gap."""
-    from xover.config import load_spec
+    from xover.domain.study_spec import load_spec
     from xover.llamacpp import server
     from xover.llamacpp.binaries import resolve
-    from xover.study import run_study
+    from xover.measure.study import run_study
 
     pid_file = tmp_path / "llama-pids"
     # a slow start, as on a GPU: the other server's answer comes long before this one fails to bind

@@ -25,10 +25,10 @@ import pytest
 from xover.cli import main
 from xover.llamacpp import process
 from xover.llamacpp.binaries import Binaries
-from xover.records import SessionTurn
-from xover.sessionrun import ReplayFailed, SessionEvent, SessionOutcome, Sized, run_session
-from xover.store import Store
-from xover.workload import WorkloadSpec, dumps, generate
+from xover.domain.records import SessionTurn
+from xover.measure.session import ReplayFailed, SessionEvent, SessionOutcome, Sized, run_session
+from xover.results.store import Store
+from xover.domain.workload import WorkloadSpec, dumps, generate
 
 pytestmark = pytest.mark.real
 
@@ -141,7 +141,7 @@ def test_turns_and_provenance_are_stored(replay: tuple[SessionOutcome, list[Sess
     assert "--cache-reuse" in args["reuse"] and "--cache-ram" not in args["default"]
     logs = sorted(p.name for p in (study / "logs").iterdir())
     assert logs == ["server-sizing-1.log", "server-tiny-default-1.log", "server-tiny-off-1.log", "server-tiny-reuse-1.log"]
-    from xover.export import sample_rows
+    from xover.report.export import sample_rows
 
     rows = sample_rows(study, "session")  # `xover export --what session`: one flat row per stored turn
     assert [(r["mode"], r["turn"], r["prompt_tokens"]) for r in rows] == [(t.mode, t.turn, t.prompt_tokens) for t in stored]

@@ -23,11 +23,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from xover.client import completion_body
+from xover.client.http import completion_body
 from xover.llamacpp.binaries import Binaries
 from xover.llamacpp.server import LlamaServer, ServerSpec, context_size
-from xover.prompts import TextPrompts
-from xover.ttftrun import check_cache
+from xover.domain.prompts import TextPrompts
+from xover.measure.ttft import check_cache
 
 pytestmark = pytest.mark.real
 

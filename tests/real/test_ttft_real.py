@@ -20,12 +20,12 @@ import pytest
 from procs import pid_gone
 
 from xover.cli import main
-from xover.client import completion_body
+from xover.client.http import completion_body
 from xover.llamacpp.binaries import Binaries
 from xover.llamacpp.server import LlamaServer, ServerSpec, context_size
-from xover.prompts import TokenPrompts, token_pool
-from xover.store import Store
-from xover.ttftrun import TtftPlan, TtftRun, check_cache, gguf_token_types, summarize_points
+from xover.domain.prompts import TokenPrompts, token_pool
+from xover.results.store import Store
+from xover.measure.ttft import TtftPlan, TtftRun, check_cache, gguf_token_types, summarize_points
 
 pytestmark = pytest.mark.real
 

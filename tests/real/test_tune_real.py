@@ -18,9 +18,11 @@ from pathlib import Path
 
 import pytest
 
-from xover import advise, tune
-from xover.config import load_spec
-from xover.store import Store
+from xover.analysis import advise
+
+from xover.measure import tune
+from xover.domain.study_spec import load_spec
+from xover.results.store import Store
 
 pytestmark = pytest.mark.real
 

@@ -20,8 +20,8 @@ from xover.analysis.stats import summarize
 from xover.cli import main
 from xover.llamacpp.binaries import Binaries
 from xover.llamacpp.server import LlamaServer, ServerSpec, context_size
-from xover.store import Store
-from xover.ttftrun import TtftPlan, TtftRun, gap_note, summarize_points
+from xover.results.store import Store
+from xover.measure.ttft import TtftPlan, TtftRun, gap_note, summarize_points
 
 pytestmark = pytest.mark.real
 

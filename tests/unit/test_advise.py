@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from xover import advise
-from xover.advise import (
+from xover.analysis import advise
+from xover.analysis.advise import (
     DEFAULTS,
     Advice,
     Measurement,
@@ -26,7 +26,7 @@ from xover.analysis.theory import model_terms
 from xover.errors import XoverError
 from xover.gguf.presets import PRESETS
 from xover.gguf.shapes import tensor_table
-from xover.hardware import builtin
+from xover.hardware.profiles import builtin
 from xover.report.advise import advise_section_html, advise_section_markdown
 
 KNOBS = advise.default_knobs(cpu_count=2)  # threads candidates 1 and 2
@@ -330,11 +330,11 @@ def test_renderers_show_the_recommendation_the_command_and_the_crossovers() -> N
 
 
 def test_measurements_are_read_back_from_the_store(tmp_path: Path) -> None:
-    from xover import benchrun
-    from xover.advise_run import is_gpu_build, measurement_from_store
+    from xover.measure import bench as benchrun
+    from xover.measure.advise import is_gpu_build, measurement_from_store
     from xover.llamacpp import memory
-    from xover.records import BenchResult, Provenance
-    from xover.store import Store
+    from xover.domain.records import BenchResult, Provenance
+    from xover.results.store import Store
 
     config = advise.llama_config(KNOBS, (("load-mode", "none"),), 18, "ncmoe=18 lm=none").bench_config()
     sweep = benchrun.SweepSpec(model=Path("m.gguf"), depths=(0, 1024), n_prompt=512, n_gen=16, repetitions=2)

@@ -6,11 +6,11 @@ from pathlib import Path
 
 import pytest
 
-from xover.audit import StoredSample, audit, claim, load_samples
+from xover.measure.audit import StoredSample, audit, claim, load_samples
 from xover.cli import main
 from xover.errors import XoverError
-from xover.records import ModelId, Provenance, ServerConfig, ServerTimings, TtftSample
-from xover.store import Store
+from xover.domain.records import ModelId, Provenance, ServerConfig, ServerTimings, TtftSample
+from xover.results.store import Store
 
 
 def _sample(mode: str, length: int, cache_n: int | None, prompt_n: int | None, ttft_ms: float, cache_ok: bool = True,

@@ -13,11 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from xover import benchrun
+from xover.measure import bench as benchrun
 from xover.errors import XoverError
 from xover.llamacpp import bench, process
 from xover.llamacpp.bench import BenchJob, Exited, MarkdownLine, OtherLine, ProgressLine, RecordLine
-from xover.records import BenchConfig
+from xover.domain.records import BenchConfig
 
 # stdout: one JSON object per test (the 3rd test of the run: pp64 @ d256)
 PP_D256 = (

@@ -8,7 +8,7 @@ import re
 
 import pytest
 
-from xover.cachelab import (
+from xover.measure.cachelab import (
     APPENDED,
     INSERTED,
     MIN_LENGTH,
@@ -26,10 +26,10 @@ from xover.cachelab import (
     plan_requests,
 )
 from xover.errors import XoverError
-from xover.prompts import TokenPrompts
-from xover.records import ServerTimings, TtftSample
+from xover.domain.prompts import TokenPrompts
+from xover.domain.records import ServerTimings, TtftSample
 from xover.report.cache import cache_section_html, cache_section_markdown, lab_table
-from xover.report.data import StudyData
+from xover.results.read_model import StudyData
 
 L = 1024
 GEN = -1  # stands for generated tokens in the simulated slot: never part of a prompt
@@ -252,7 +252,7 @@ def html_escaped(text: str) -> str:
 
 
 def test_the_host_cache_prediction_follows_its_size() -> None:
-    from xover.cachelab import CACHE_RAM_DEFAULT_BYTES, OTHERS, host_cache_note
+    from xover.measure.cachelab import CACHE_RAM_DEFAULT_BYTES, OTHERS, host_cache_note
 
     assert host_cache_note(32768, None) == (True, None)  # unknown state size: as before, the cache keeps it
     # qwen3-30b-a3b's F16 KV: 98,304 bytes per token -> 3 GiB per 32K prompt; 8 GiB hold 2, 3 are saved first

@@ -24,13 +24,13 @@ from fakes.llama_server import FakeLlamaServer, pid_from_log, write_bin_dir
 
 from xover.analysis.stats import summarize
 from xover.cli import main
-from xover.client import LlamaClient, RequestError, completion_body
+from xover.client.http import LlamaClient, RequestError, completion_body
 from xover.errors import XoverError
 from xover.llamacpp.binaries import Binaries
 from xover.llamacpp.server import LlamaServer, ServerSpec, context_size, has_flag, log_path_for, parse_build_info
-from xover.records import ServerTimings, TtftSample
-from xover.store import Store
-from xover.ttftrun import (
+from xover.domain.records import ServerTimings, TtftSample
+from xover.results.store import Store
+from xover.measure.ttft import (
     PointSummary,
     Rerun,
     RunEvent,

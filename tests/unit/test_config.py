@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from xover.config import LlamaConfig, load_spec, parse_lengths, spec_from_dict
+from xover.domain.study_spec import LlamaConfig, load_spec, parse_lengths, spec_from_dict
 from xover.errors import XoverError
 
 EXAMPLE = Path(__file__).parents[2] / "examples" / "seed-qwen3-coder-30b.toml"
@@ -78,7 +78,7 @@ def test_malformed_toml(tmp_path):
 
 
 def test_gpu_default_uses_the_placement_planner():
-    from xover.config import gpu_default_spec
+    from xover.measure.study import gpu_default_spec
 
     # a 24 GiB card: 8K fits with fewer experts on the CPU than 32K forces
     spec = gpu_default_spec(24 << 30)

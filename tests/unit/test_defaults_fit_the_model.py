@@ -21,9 +21,9 @@ from procs import one_line_error, run_xover
 from xover.analysis.stats import summarize
 from xover.errors import XoverError
 from xover.gguf.inspect import check_offload_and_context, context_advice, fitting_lengths, model_context
-from xover.store import Store
-from xover.ttftrun import PointSummary, TtftPlan, TtftRun, gap_note
-from xover.workload import (
+from xover.results.store import Store
+from xover.measure.ttft import PointSummary, TtftPlan, TtftRun, gap_note
+from xover.domain.workload import (
     CONTEXT_USE,
     MIN_TURN_CHARS,
     WorkloadSpec,
@@ -139,15 +139,15 @@ def test_commands_whose_lengths_exceed_the_context_say_which_fit(tiny: Path, tmp
 
 
 def _advise_spec(model: Path, ubatches: tuple[str, ...] = ("1024", "2048", "4096")):  # type: ignore[no-untyped-def]
-    from xover import advise as adv
-    from xover.advise_run import AdviseSpec
+    from xover.analysis import advise as adv
+    from xover.measure.advise import AdviseSpec
 
     knobs = adv.with_candidates(adv.default_knobs(2), "ubatch-size", ubatches)
     return AdviseSpec(model=model, knobs=knobs)
 
 
 def test_advise_band_scales_to_the_context(tiny: Path) -> None:
-    from xover.advise_run import _agentic_for_context
+    from xover.measure.advise import _agentic_for_context
 
     spec = _advise_spec(tiny)
     band, line = _agentic_for_context(spec, spec.chunk_tokens)
@@ -156,7 +156,7 @@ def test_advise_band_scales_to_the_context(tiny: Path) -> None:
 
 
 def test_advise_band_on_a_context_too_small_for_the_prefill_test(tmp_path: Path) -> None:
-    from xover.advise_run import _agentic_for_context
+    from xover.measure.advise import _agentic_for_context
     from xover.gguf.presets import make_shape
     from xover.gguf.synth import write_model
 
@@ -171,7 +171,7 @@ def test_advise_band_on_a_context_too_small_for_the_prefill_test(tmp_path: Path)
 
 def test_advise_cli_leaves_out_ubatches_above_half_the_context(tmp_path: Path) -> None:
     from xover.cli.advise import _ubatches_that_fit
-    from xover.advise import default_knobs
+    from xover.analysis.advise import default_knobs
 
     printed: list[str] = []
 
@@ -255,8 +255,8 @@ def test_a_file_edited_down_to_one_function_can_be_edited_again(spec: WorkloadSp
 def test_advise_time_estimate_grows_with_depth_as_the_probe_says() -> None:
     """The default band is halved to fit --budget by an estimate from two probed depths: a model whose
     prefill slows 20x by 28K tokens (tiny-moe on 2 cores) gets a smaller band than depth 0 alone says."""
-    from xover import advise as adv
-    from xover.advise_run import _measurement_seconds
+    from xover.analysis import advise as adv
+    from xover.measure.advise import _measurement_seconds
 
     flat = _measurement_seconds({0: 9500.0, 6912: 9500.0}, {0: 4800.0, 6912: 4800.0}, 4096, 64, 3)
     steep = _measurement_seconds({0: 9500.0, 6912: 2000.0}, {0: 4800.0, 6912: 900.0}, 4096, 64, 3)

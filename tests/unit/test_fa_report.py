@@ -1,6 +1,6 @@
 """Flash attention on vs off, paired by what llama-bench reports it ran."""
 
-from xover.records import BenchResult
+from xover.domain.records import BenchResult
 from xover.report.fa import fa_findings, fa_mode, fa_table, fa_tests
 
 BASE = {"model_filename": "m.gguf", "n_cpu_moe": 12, "n_ubatch": 512, "type_k": "f16", "backends": "CUDA"}

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from xover import detect as D
-from xover import hardware as H
+from xover.hardware import detect as D
+from xover.hardware import profiles as H
 from xover.errors import XoverError
 
 

@@ -2,10 +2,10 @@
 
 import pytest
 
-from xover.records import BenchConfig, BenchResult, ModelId, Provenance, ServerConfig, ServerTimings, TtftSample
-from xover.report.data import crossover_inputs, load
+from xover.domain.records import BenchConfig, BenchResult, ModelId, Provenance, ServerConfig, ServerTimings, TtftSample
+from xover.results.read_model import crossover_inputs, load
 from xover.report.html import build_report, render_html, render_markdown, write_report
-from xover.store import Store
+from xover.results.store import Store
 
 LENGTHS = (1000, 4000, 16000, 32000)
 
@@ -70,7 +70,7 @@ def test_hostile_text_is_escaped(tmp_path):
 def test_busy_note_prefers_the_measured_busy_share_over_the_lagging_load_average():
     from types import SimpleNamespace
 
-    from xover.provenance import cpu_busy_share
+    from xover.measure.provenance import cpu_busy_share
     from xover.report.html import _load_note
 
     before = "cpu  100 0 100 800 0 0 0 0 0 0\ncpu0 1 2 3 4 5\n"
@@ -87,7 +87,7 @@ def test_busy_note_prefers_the_measured_busy_share_over_the_lagging_load_average
 
 
 def test_backend_names_follow_llama_bench():
-    from xover.provenance import backend_name
+    from xover.measure.provenance import backend_name
 
     assert backend_name("cuda") == "CUDA" == backend_name("CUDA")
     assert backend_name("cpu, blas") == "CPU,BLAS" and backend_name("") == "" and backend_name("Foo") == "Foo"

@@ -12,7 +12,7 @@ import httpx
 import pytest
 
 from xover.errors import XoverError
-from xover.records import ServerTimings, SessionTurn
+from xover.domain.records import ServerTimings, SessionTurn
 from xover.report.session import (
     SessionSeries,
     series_from_rows,
@@ -22,7 +22,7 @@ from xover.report.session import (
     session_verdict,
     turn_table,
 )
-from xover.sessionrun import (
+from xover.measure.session import (
     ChatClient,
     chat_body,
     common_prefix,
@@ -31,7 +31,7 @@ from xover.sessionrun import (
     parse_chat_stream,
     parse_modes,
 )
-from xover.store import Store
+from xover.results.store import Store
 
 # Recorded from llama-server 0c1e570 (CPU, tiny-moe): /v1/chat/completions, max_tokens 3, include_usage.
 # Offsets in ns from the send; "created"/"id"/"model"/"system_fingerprint" cut for length. The role
@@ -165,8 +165,8 @@ def _turn(i: int, *, key: str = "k1", mode: str = "default", ttft_ms: float = 10
 
 
 def test_store_round_trips_session_turns(tmp_path: Path) -> None:
-    from xover.provenance import collect
-    from xover.records import ServerConfig
+    from xover.measure.provenance import collect
+    from xover.domain.records import ServerConfig
 
     key = ServerConfig(label="a", args=("-c", "512")).key
     turns = [_turn(0, key=key), _turn(1, key=key, cache_n=100, prompt_n=20, rewrite=True),
@@ -245,8 +245,8 @@ def test_series_of_constructed_turns_sum_turn_times() -> None:
 
 
 def test_write_workload_names_the_spec_and_is_idempotent(tmp_path: Path) -> None:
-    from xover.sessionrun import write_workload
-    from xover.workload import WorkloadSpec, dumps, generate
+    from xover.measure.session import write_workload
+    from xover.domain.workload import WorkloadSpec, dumps, generate
 
     spec = WorkloadSpec(seed=4, turns=3, system_tokens=512, target_tokens=2048, chars_per_token=1.0)
     path = write_workload(tmp_path / "study", spec)

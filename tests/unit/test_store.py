@@ -5,8 +5,8 @@ import sqlite3
 import pytest
 
 from xover.errors import XoverError
-from xover.records import BenchConfig, BenchResult, Failure, ModelId, Provenance, ServerConfig, ServerTimings, TtftSample
-from xover.store import SCHEMA_VERSION, Store, iter_rows
+from xover.domain.records import BenchConfig, BenchResult, Failure, ModelId, Provenance, ServerConfig, ServerTimings, TtftSample
+from xover.results.store import SCHEMA_VERSION, Store, iter_rows
 
 
 def _prov() -> Provenance:
@@ -100,7 +100,7 @@ def test_raw_server_samples_export_as_csv_and_jsonl(tmp_path):
     import io
     import json
 
-    from xover import export
+    from xover.report import export
 
     scfg = ServerConfig(label="ncmoe=<18>", args=("--n-cpu-moe", "18"))
     t = ServerTimings(cache_n=0, prompt_n=1024, prompt_ms=50.5, prompt_per_second=20277.0, predicted_n=16,
@@ -126,7 +126,7 @@ def test_raw_server_samples_export_as_csv_and_jsonl(tmp_path):
 
 
 def test_sample_export_of_a_directory_without_a_store_fails_and_creates_nothing(tmp_path):
-    from xover import export
+    from xover.report import export
 
     with pytest.raises(XoverError, match="holds no results.sqlite"):
         export.render_kind(tmp_path, "ttft", "csv")

@@ -7,8 +7,8 @@ import dataclasses
 import io
 import json
 
-from xover import export
-from xover.records import BenchConfig, BenchResult, Failure
+from xover.report import export
+from xover.domain.records import BenchConfig, BenchResult, Failure
 from xover.report import tables
 
 C12 = BenchConfig("", (("-ncmoe", "12"), ("-t", "8")), env=(("GGML_OP_OFFLOAD_MIN_BATCH", "64"),))

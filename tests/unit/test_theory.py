@@ -13,7 +13,7 @@ from xover.analysis import theory as T
 from xover.errors import XoverError
 from xover.gguf.presets import PRESETS
 from xover.gguf.shapes import Hyperparams, TensorInfo, TensorTable, tensor_nbytes, tensor_table
-from xover.hardware import CpuSpec, GpuSpec, Hardware, builtin
+from xover.hardware.profiles import CpuSpec, GpuSpec, Hardware, builtin
 
 MIB = 1 << 20
 
@@ -304,7 +304,7 @@ def test_theory_report_on_cpu_only() -> None:
 
 def test_cli_theory_and_predict(tmp_path) -> None:
     from xover.cli import cli
-    from xover.store import Store
+    from xover.results.store import Store
 
     runner = CliRunner()
     r = runner.invoke(cli, ["theory", "-m", "preset:tiny-moe", "--hw", "cpu", "--ncmoe", "0,2", "--lengths", "1k,2k"])
@@ -339,7 +339,7 @@ def test_predictions_count_the_padding_and_limits_do_not() -> None:
     from xover.analysis.theory import OffloadConfig, model_terms, predict_point
     from xover.gguf.presets import preset
     from xover.gguf.shapes import tensor_table
-    from xover.hardware import builtin
+    from xover.hardware.profiles import builtin
 
     terms = model_terms(tensor_table(preset("qwen3-30b-a3b")))
     h200, rdna = builtin("h200"), builtin("rx-7900-xtx")

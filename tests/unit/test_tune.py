@@ -9,11 +9,13 @@ from pathlib import Path
 
 import pytest
 
-from xover import advise, tune
-from xover.advise import DEFAULTS, Measurement, RateSamples, Setting
-from xover.config import LlamaConfig, StudySpec, spec_from_dict
+from xover.analysis import advise
+
+from xover.measure import tune
+from xover.analysis.advise import DEFAULTS, Measurement, RateSamples, Setting
+from xover.domain.study_spec import LlamaConfig, StudySpec, spec_from_dict
 from xover.errors import XoverError
-from xover.store import Store
+from xover.results.store import Store
 
 BASE = LlamaConfig("ncmoe=18", flags=(("-ncmoe", "18"), ("-ngl", "99"), ("-ub", "512")))
 
@@ -151,7 +153,7 @@ def test_stored_result_round_trip_and_signature(tmp_path: Path) -> None:
 
 
 def test_the_spec_knows_the_knobs_the_search_defines() -> None:
-    from xover.config import TUNE_KNOBS
+    from xover.domain.study_spec import TUNE_KNOBS
 
     knobs = advise.study_knobs(cpu_count=4, gpu_build=True, longest=32768)
     assert TUNE_KNOBS == tuple((k.name, k.short) for k in knobs)

@@ -6,14 +6,14 @@ import dataclasses
 
 import pytest
 
-from xover import advise
-from xover.advise import Knob, Measurement, RateSamples
+from xover.analysis import advise
+from xover.analysis.advise import Knob, Measurement, RateSamples
 from xover.analysis.tradeoff import ratio
-from xover.records import BenchConfig, BenchResult, ModelId, Provenance, ServerConfig, ServerTimings, TtftSample
-from xover.report.data import load
+from xover.domain.records import BenchConfig, BenchResult, ModelId, Provenance, ServerConfig, ServerTimings, TtftSample
+from xover.results.read_model import load
 from xover.report.html import build_report, render_html, render_markdown
 from xover.report.tune import ServedRow, knob_rows, layout, pooled_rates, tune_records
-from xover.store import Store
+from xover.results.store import Store
 
 LENGTHS = (1024, 4096, 16384, 32768)
 DEPTHS = (0, 1024)

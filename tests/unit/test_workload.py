@@ -11,7 +11,7 @@ import sys
 import pytest
 
 from xover.errors import XoverError
-from xover.workload import (
+from xover.domain.workload import (
     FORMAT,
     Session,
     Turn,
@@ -40,7 +40,7 @@ def test_same_seed_same_bytes_other_seed_other_bytes() -> None:
 
 def test_bytes_do_not_depend_on_the_interpreter_hash_seed() -> None:
     """Sets or hash-ordered containers would make the file differ between processes."""
-    code = ("import hashlib, sys; from xover.workload import WorkloadSpec, dumps, generate; "
+    code = ("import hashlib, sys; from xover.domain.workload import WorkloadSpec, dumps, generate; "
             "sys.stdout.write(hashlib.sha256(dumps(generate(WorkloadSpec(seed=3, turns=6, system_tokens=1024, "
             "target_tokens=4096, rewrite_every=2))).encode()).hexdigest())")
     digests = {subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,

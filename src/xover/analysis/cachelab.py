@@ -31,7 +31,7 @@ counts it in cache_n; the new prompt's position advances only on such a match. S
 from the middle (what follows moves up) is reused, but tokens inserted at the edit point never
 match and end the search: an insertion re-prefills everything after it, reuse or not.
 
-The plan and the analysis, pure; :mod:`xover.cachelab` runs them.
+The plan and the analysis, pure; :mod:`xover.measure.cachelab` runs them.
 """
 
 from __future__ import annotations
@@ -41,8 +41,8 @@ from collections.abc import Callable, Mapping, Sequence
 
 from xover.analysis.stats import summarize
 from xover.errors import XoverError
-from xover.prompts import TokenPrompts
-from xover.records import TtftSample
+from xover.domain.prompts import TokenPrompts
+from xover.domain.records import TtftSample
 
 
 MODE_PREFIX = "cache:"

@@ -2,7 +2,7 @@
 VRAM placement and a stored, falsifiable prediction. Pure: no I/O; the hardware arrives as numbers.
 
 **Model.** Everything derives from a :class:`ModelTerms` (built from a GGUF's tensor table) and a
-:class:`~xover.hardware.Hardware`. With a GPU, every layer is offloaded (``-ngl`` all) and
+:class:`~xover.hardware.profiles.Hardware`. With a GPU, every layer is offloaded (``-ngl`` all) and
 ``--n-cpu-moe N`` keeps the expert tensors of the first N layers in host memory.
 
 * **Decode** (one token at depth d): each part of the model costs ``max(FLOPs / FLOP/s, bytes / B/s)``
@@ -50,7 +50,7 @@ from xover.gguf.shapes import (
     ncmoe_table,
     total_bytes,
 )
-from xover.hardware import Hardware
+from xover.hardware.profiles import Hardware
 
 OP_OFFLOAD_MIN_BATCH = 32  # GGML_OP_OFFLOAD_MIN_BATCH default (ggml-cuda.cu)
 COPY_PADDING_BYTES = 512  # extra bytes copied after a run of used experts (ggml-backend.cpp)

@@ -15,9 +15,9 @@ from xover.errors import XoverError
 if TYPE_CHECKING:
     from rich.console import Console
 
-    from xover.advise import Knob, Workload
+    from xover.analysis.advise import Knob, Workload
 
-# --option -> knob name (xover.advise.default_knobs)
+# --option -> knob name (xover.analysis.advise.default_knobs)
 _CANDIDATE_OPTIONS = {
     "load_mode": "load-mode", "ubatch": "ubatch-size", "batch": "batch-size", "no_op_offload": "no-op-offload",
     "op_offload_min_batch": "GGML_OP_OFFLOAD_MIN_BATCH", "threads": "threads",
@@ -80,10 +80,10 @@ def advise(
     xover advise -m qwen3-30b-a3b.gguf --ncmoe 12,18
     xover advise -m model.gguf --ncmoe 18 --lengths 8k,16k,32k --knobs lm,ub -r 3
     """
-    from xover import advise as adv
-    from xover import benchrun
-    from xover.advise_run import AdviseSpec, Measured, Measuring, Note, run_advise
-    from xover.config import LOAD_MODES
+    from xover.analysis import advise as adv
+    from xover.measure import bench as benchrun
+    from xover.measure.advise import AdviseSpec, Measured, Measuring, Note, run_advise
+    from xover.domain.study_spec import LOAD_MODES
     from xover.console import console
     from xover.llamacpp.binaries import resolve
     from xover.report.advise import advise_section_markdown
@@ -124,7 +124,7 @@ def advise(
     if lengths is not None:
         if workload != "agentic":
             raise XoverError("give either --lengths or --workload FILE, not both")
-        from xover.config import parse_lengths
+        from xover.domain.study_spec import parse_lengths
 
         the_workload: adv.Workload | None = adv.uniform_workload(parse_lengths(lengths), response)
     elif workload == "agentic":
@@ -150,7 +150,7 @@ def advise(
     def on_event(event: object) -> None:
         from rich.markup import escape
 
-        from xover.ttftrun import ConfigFailed, SampleDone, ServerUp
+        from xover.measure.ttft import ConfigFailed, SampleDone, ServerUp
 
         if isinstance(event, ServerUp):
             console.print(f"confirming with llama-server: {escape(event.label)}")
@@ -181,7 +181,7 @@ def _ubatches_that_fit(knobs: tuple[Knob, ...], n_ctx: int, name: str, console: 
     is the prefill test's size, and the depths of the workload need the other half."""
     from rich.markup import escape
 
-    from xover import advise as adv
+    from xover.analysis import advise as adv
 
     knob = next((k for k in knobs if k.name == "ubatch-size"), None)
     if knob is None:
@@ -201,7 +201,7 @@ def _check_context(model: Path, levels: tuple[int | None, ...], workload: Worklo
                    chunk: int | None, n_gen: int, option: str) -> None:
     """Fail before measuring when a given workload's prompts, as llama-bench depths with the prefill and
     decode tests on top, exceed the model's training context; the message names the lengths that fit."""
-    from xover import advise as adv
+    from xover.analysis import advise as adv
     from xover.gguf.inspect import check_offload_and_context
 
     ubatches = [int(v) for k in knobs if k.name == "ubatch-size" for v in k.candidates]

@@ -35,7 +35,7 @@ class _ProgressView:
             self.bar.stop()
 
     def __call__(self, event: object) -> None:
-        from xover import benchrun as b
+        from xover.measure import bench as b
 
         if isinstance(event, b.SweepPlanned):
             for config in event.plan.skipped:
@@ -127,10 +127,11 @@ def bench(
     Example (module 6.3):
       xover bench -m qwen3-30b-a3b.gguf --ncmoe 12,18 --depth 1000,4000,16000,32000 -t 8
     """
-    from xover import benchrun, export
-    from xover.config import LOAD_MODES
+    from xover.measure import bench as benchrun
+    from xover.report import export
+    from xover.domain.study_spec import LOAD_MODES
     from xover.llamacpp.binaries import resolve
-    from xover.store import Store
+    from xover.results.store import Store
 
     def ints(option: str, values: tuple[str, ...], minimum: int = 0) -> tuple[int, ...]:
         return benchrun.parse_int_list(option, _joined(values), minimum) if values else ()

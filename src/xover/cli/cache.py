@@ -14,7 +14,7 @@ if TYPE_CHECKING:
     from rich.console import Console
 
     from xover.analysis.stats import Summary
-    from xover.cachelab import LabAnalysis
+    from xover.measure.cachelab import LabAnalysis
 
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})
@@ -46,10 +46,10 @@ def cache(model: Path | None, ncmoe: int | None, length: str, study_dir: Path, l
     """
     from rich.markup import escape
 
-    from xover.cachelab import LabEvent, LabFailed, LabRequestDone, LabServerUp, lab_plan, run_cache_lab
+    from xover.measure.cachelab import LabEvent, LabFailed, LabRequestDone, LabServerUp, lab_plan, run_cache_lab
     from xover.console import console, progress_bar
     from xover.llamacpp.binaries import resolve
-    from xover.prompts import parse_length
+    from xover.domain.prompts import parse_length
 
     if model is None:
         raise XoverError("no model: pass -m MODEL.gguf")
@@ -57,7 +57,7 @@ def cache(model: Path | None, ncmoe: int | None, length: str, study_dir: Path, l
         raise XoverError(f"model {model} does not exist: fix -m")
     tokens = parse_length(length)
     planned = sum(len(srv.requests()) for srv in lab_plan(tokens))  # a length the lab cannot use fails here
-    from xover.cachelab import INSERTED, RESPONSE_TOKENS
+    from xover.measure.cachelab import INSERTED, RESPONSE_TOKENS
     from xover.gguf.inspect import check_offload_and_context
     from xover.llamacpp.server import check_explicit_context
 
@@ -133,8 +133,8 @@ def audit(study_dir: Path) -> int:
     from rich.markup import escape
     from rich.table import Table
 
-    from xover.audit import audit as run_audit
-    from xover.audit import load_samples
+    from xover.measure.audit import audit as run_audit
+    from xover.measure.audit import load_samples
 
     result = run_audit(load_samples(study_dir))
     out = _stdout()

@@ -25,7 +25,7 @@ def export(study_dir: Path, fmt: str, what: str, output: Path | None) -> None:
       xover export studies/default                      # llama-bench table, as llama-bench prints it
       xover export studies/default --what ttft -f csv -o -   # raw TTFT samples with server timings
     """
-    from xover import export as ex
+    from xover.report import export as ex
 
     if output == Path("-"):
         click.echo(ex.render_kind(study_dir, what, fmt), nl=False)

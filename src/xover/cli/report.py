@@ -36,7 +36,7 @@ def report(study_dir: Path, response_tokens: str, band: str, bootstrap: int) -> 
     lengths the first one drives the plots; each gets its own verdict lines.
     """
     from xover.errors import XoverError
-    from xover.report.data import load
+    from xover.results.read_model import load
     from xover.report.html import build_report, write_report
 
     lo_hi = _ints(band)

@@ -87,9 +87,9 @@ def session(
 
     from xover.console import console, out, progress_bar, safe
     from xover.llamacpp.binaries import resolve
-    from xover.prompts import parse_length
+    from xover.domain.prompts import parse_length
     from xover.report.session import series_from_rows, session_table, session_verdict
-    from xover.sessionrun import (
+    from xover.measure.session import (
         Note,
         ReplayDone,
         ReplayFailed,
@@ -101,7 +101,7 @@ def session(
         run_session,
         write_workload,
     )
-    from xover.workload import WorkloadSpec, fit_to_context, loads
+    from xover.domain.workload import WorkloadSpec, fit_to_context, loads
 
     if not model.is_file():
         raise XoverError(f"model {model} does not exist: fix -m")
@@ -232,8 +232,8 @@ def _fit_by_sizing(requested, spec, line, given, context, response_tokens, exact
     import asyncio
 
     from xover.llamacpp.server import has_flag
-    from xover.sessionrun import reply_allowance, size_context
-    from xover.workload import fit_to_context, generate, last_turn_tokens
+    from xover.measure.session import reply_allowance, size_context
+    from xover.domain.workload import fit_to_context, generate, last_turn_tokens
 
     reply, slack = 0, 0
     for _ in range(4):

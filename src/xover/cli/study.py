@@ -11,7 +11,7 @@ from typing import IO, TYPE_CHECKING
 import click
 
 if TYPE_CHECKING:
-    from xover.config import StudySpec
+    from xover.domain.study_spec import StudySpec
 
 
 @click.command()
@@ -41,9 +41,9 @@ def study(spec_file: Path | None, study_dir: Path | None, fresh: bool, llama_bin
     redoes them); an interrupted study continues where it stopped. --configs and --skip narrow one
     invocation (e.g. reach the cache lab before a slow configuration's TTFT) without changing the spec.
     """
-    from xover.config import load_spec
+    from xover.domain.study_spec import load_spec
     from xover.llamacpp.binaries import resolve
-    from xover.study import run_study
+    from xover.measure.study import run_study
 
     from xover.console import console
 
@@ -88,7 +88,7 @@ def study(spec_file: Path | None, study_dir: Path | None, fresh: bool, llama_bin
 
 def write_report(spec: StudySpec, study_dir: Path) -> tuple[tuple[str, ...], Path]:
     """The study's report stage: report.html/.md rebuilt from the store, and the verdicts per response length."""
-    from xover.report.data import load
+    from xover.results.read_model import load
     from xover.report.html import build_report
     from xover.report.html import write_report as write_files
 
@@ -108,7 +108,7 @@ def narrow(spec: StudySpec, skip: str, only_configs: str) -> StudySpec:
     """``spec`` with more stages skipped and/or fewer configurations, for one invocation."""
     import dataclasses
 
-    from xover.config import STAGES
+    from xover.domain.study_spec import STAGES
     from xover.errors import XoverError
 
     stages = {s.strip() for s in skip.split(",") if s.strip()}
@@ -128,8 +128,9 @@ def narrow(spec: StudySpec, skip: str, only_configs: str) -> StudySpec:
 def _default_for_this_machine(binaries: object) -> tuple[StudySpec, str]:
     """The embedded default: offload levels from the placement planner when a GPU and a GPU build are
     present, else the CPU comparison on tiny-moe."""
-    from xover.config import default_spec, gpu_default_spec
-    from xover.detect import detect_gpu
+    from xover.domain.study_spec import default_spec
+    from xover.measure.study import gpu_default_spec
+    from xover.hardware.detect import detect_gpu
 
     manifest = getattr(binaries, "manifest", None)
     gpu = detect_gpu()
@@ -153,7 +154,7 @@ def _progress(quiet: bool, jsonl: IO[str] | None):  # type: ignore[no-untyped-de
     from rich.markup import escape
 
     from xover.console import console, progress_bar
-    from xover.study import STAGE_ORDER, StageEvent
+    from xover.measure.study import STAGE_ORDER, StageEvent
 
     bar = None if quiet else progress_bar()
     overall = stage_task = None

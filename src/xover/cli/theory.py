@@ -58,10 +58,10 @@ def _inputs(model: str | None, preset: str | None, hw_spec: str | None, measure:
             ubatch: str, load_mode: str, lengths: str, cache_type: str, vram: str | None, headroom: str) -> dict[str, Any]:
     """Options -> model terms, hardware, configurations, lengths, budget (one call each into the library)."""
     from xover.analysis.theory import OffloadConfig, model_terms
-    from xover.benchrun import parse_choice_list, parse_int_list
-    from xover.detect import resolve
-    from xover.hardware import parse_bytes
-    from xover.prompts import parse_lengths
+    from xover.measure.bench import parse_choice_list, parse_int_list
+    from xover.hardware.detect import resolve
+    from xover.hardware.profiles import parse_bytes
+    from xover.domain.prompts import parse_lengths
 
     table, model_info = _load_model(model, preset)
     terms = model_terms(table, cache_type)
@@ -98,7 +98,7 @@ def _load_model(model: str | None, preset: str | None) -> tuple[Any, dict[str, A
 
 
 def _now() -> tuple[str, int]:
-    from xover.store import now_iso
+    from xover.results.store import now_iso
 
     return now_iso(), time.time_ns()
 
@@ -267,7 +267,7 @@ def render_prediction(pred: dict[str, Any]) -> None:
 
 
 def _store(study_dir: Path, name: str, body: dict[str, Any]) -> None:
-    from xover.store import Store
+    from xover.results.store import Store
 
     with Store(study_dir) as st:
         st.add_artifact(None, name, body)
@@ -277,7 +277,7 @@ def _store(study_dir: Path, name: str, body: dict[str, Any]) -> None:
 def _list_hw(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
     if not value or ctx.resilient_parsing:
         return
-    from xover.hardware import HOSTS, PROFILES, builtin
+    from xover.hardware.profiles import HOSTS, PROFILES, builtin
 
     for key, profile in PROFILES.items():
         hw = builtin(key)
@@ -323,7 +323,7 @@ def predict(**kw: Any) -> None:
       xover predict -m preset:qwen3-30b-a3b --hw h200 --ncmoe 12,18 -o study/
     """
     from xover.analysis.theory import build_prediction
-    from xover.store import Store
+    from xover.results.store import Store
 
     study_dir, as_json, response, pp_tokens = kw.pop("study_dir"), kw.pop("as_json"), kw.pop("response"), kw.pop("pp_tokens")
     inputs = _inputs(**kw)

@@ -18,8 +18,8 @@ if TYPE_CHECKING:
 
     from xover.analysis.stats import Summary
     from xover.llamacpp.server import ServerSpec
-    from xover.records import BenchConfig
-    from xover.ttftrun import PointSummary, TtftPlan
+    from xover.domain.records import BenchConfig
+    from xover.measure.ttft import PointSummary, TtftPlan
 
 API_KEY_ENV = "XOVER_API_KEY"
 
@@ -89,12 +89,12 @@ def ttft(
 
     from rich.markup import escape
 
-    from xover import benchrun
-    from xover.config import LOAD_MODES
+    from xover.measure import bench as benchrun
+    from xover.domain.study_spec import LOAD_MODES
     from xover.console import console, out, progress_bar
-    from xover.prompts import parse_lengths
-    from xover.store import Store
-    from xover.ttftrun import (
+    from xover.domain.prompts import parse_lengths
+    from xover.results.store import Store
+    from xover.measure.ttft import (
         ConfigFailed,
         Note,
         Rerun,

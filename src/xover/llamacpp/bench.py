@@ -1,6 +1,6 @@
 """llama-bench as a library: argument lists from typed configuration, a streaming runner, pure parsers.
 
-One :class:`BenchJob` is one llama-bench process: a configuration (:class:`xover.records.BenchConfig`)
+One :class:`BenchJob` is one llama-bench process: a configuration (:class:`xover.domain.records.BenchConfig`)
 and the tests to measure with it (``pp{n_prompt} @ dN`` and ``tg{n_gen} @ dN`` at each depth N).
 :func:`run` starts it with ``-o jsonl -oe md --progress`` and yields events as lines arrive:
 
@@ -29,7 +29,7 @@ from typing import Any
 
 from xover.errors import XoverError
 from xover.llamacpp import memory, process
-from xover.records import BenchConfig, BenchResult
+from xover.domain.records import BenchConfig, BenchResult
 
 # A test point: (n_prompt, n_gen, n_depth), exactly as llama-bench reports it.
 Point = tuple[int, int, int]

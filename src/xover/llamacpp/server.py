@@ -28,10 +28,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from xover.client import LlamaClient, wait_healthy
+from xover.client.http import LlamaClient, wait_healthy
 from xover.errors import XoverError
 from xover.llamacpp import process
-from xover.records import ServerConfig
+from xover.domain.records import ServerConfig
 
 HOST = "127.0.0.1"
 CONTEXT_MARGIN = 256  # tokens beyond prompt + response (BOS, warm-up), and the rounding unit of -c

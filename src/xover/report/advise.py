@@ -1,5 +1,5 @@
 """The advice of ``xover advise`` as a report section, in markdown and in HTML. Pure: an
-:class:`~xover.advise.Advice` in, text out (every piece of text escaped for HTML).
+:class:`~xover.analysis.advise.Advice` in, text out (every piece of text escaped for HTML).
 
 Both renderers draw the same blocks (:func:`blocks`): the recommendation and the command line to
 paste, the server confirmation, one table per offload level (each knob value's prefill, decode, TTFT,
@@ -13,7 +13,7 @@ import dataclasses
 import html
 from collections.abc import Sequence
 
-from xover.advise import RECHECK, Advice, Search, Trial, setting_label, within_noise
+from xover.analysis.advise import RECHECK, Advice, Search, Trial, setting_label, within_noise
 from xover.analysis.crossover import PairResult, format_tokens
 
 

@@ -1,7 +1,7 @@
 """The prompt-cache lab's report section: the before/after table, the findings and one plot.
 
-Pure renderers over :class:`xover.report.data.StudyData`: the lab's samples (modes
-``cache:<case>:<request>``) are analysed by :func:`xover.cachelab.analyse`; both functions return
+Pure renderers over :class:`xover.results.read_model.StudyData`: the lab's samples (modes
+``cache:<case>:<request>``) are analysed by :func:`xover.measure.cachelab.analyse`; both functions return
 an empty string when the study holds no lab samples, so the section can be left out. All text is
 escaped; the plot is embedded as a base64 PNG.
 """
@@ -23,7 +23,7 @@ from xover.analysis.cachelab import (
     analyse,
     lab_samples,
 )
-from xover.report.data import StudyData
+from xover.results.read_model import StudyData
 
 TITLE = "Prompt cache lab"
 

@@ -14,7 +14,7 @@ from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from xover.records import BenchResult
+from xover.domain.records import BenchResult
 
 # The settings of a llama-bench record that make two tests comparable (flash_attn is the one varied).
 _SAME = ("model_filename", "model_type", "backends", "n_cpu_moe", "n_gpu_layers", "n_batch", "n_ubatch", "n_threads",

@@ -33,12 +33,12 @@ from xover.analysis.crossover import (
 )
 from xover.analysis.stats import summarize
 from xover.report import plots
-from xover.records import TtftSample, backend_name
-from xover.report.data import StudyData, crossover_inputs
+from xover.domain.records import TtftSample, backend_name
+from xover.results.read_model import StudyData, crossover_inputs
 from xover.report.tune import Block, Layout, blocks, layout, section_html, section_markdown
 
 if TYPE_CHECKING:
-    from xover.advise import Advice
+    from xover.analysis.advise import Advice
 
 AGENTIC_BAND = (10_000, 40_000)
 
@@ -231,7 +231,7 @@ def _stored_advice(data: StudyData) -> Advice | None:
     found = [body for _, name, body in data.artifacts if name == "advise"]
     if not found:
         return None
-    from xover.advise import advice_from_dict
+    from xover.analysis.advise import advice_from_dict
 
     return advice_from_dict(found[-1])
 

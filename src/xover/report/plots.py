@@ -20,7 +20,7 @@ from xover.analysis.crossover import (
     measured_totals,
 )
 from xover.analysis.stats import summarize
-from xover.records import BenchResult
+from xover.domain.records import BenchResult
 
 AGENTIC_COLOR = "#f2c14e"
 

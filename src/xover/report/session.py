@@ -1,6 +1,6 @@
 """The agentic-session section of the report: per-turn TTFT and cumulative time per configuration and
 cache mode, and which configuration wins the whole session. Renderers are pure (stored turns in,
-text out); :func:`load_session_series` is the one function that reads the store.
+text out); the series come from the read model (:mod:`xover.results.read_model`).
 """
 
 from __future__ import annotations
@@ -11,79 +11,15 @@ import html
 import statistics
 from collections.abc import Iterable, Sequence
 
-from xover.records import SessionTurn
-from xover.store import Store
+from xover.domain.records import SessionTurn
+from xover.results.read_model import MODE_ORDER, SessionSeries, load_session_series, mode_rank, series_from_rows
 
-MODE_ORDER = ("default", "reuse", "off")  # the verdict's primary mode is the first one measured
 MODE_TEXT = {
     "default": "llama-server's default prompt cache",
     "reuse": "the prompt cache and --cache-reuse",
     "off": "caching off",
 }
 _LINESTYLE = {"default": "-", "reuse": "--", "off": ":"}
-
-
-@dataclasses.dataclass(frozen=True)
-class SessionSeries:
-    """One replay of a session: one configuration, one cache mode, its turns in order."""
-
-    run_id: int
-    label: str
-    mode: str
-    session_id: str
-    feed: str
-    turns: tuple[SessionTurn, ...]
-
-    @property
-    def complete(self) -> bool:
-        return bool(self.turns) and all(
-            t.turn == i and t.error is None and t.end_ns is not None for i, t in enumerate(self.turns))
-
-    @property
-    def total_ns(self) -> int | None:
-        """The session's time, the sum of its turn times; None unless every turn completed."""
-        return sum(t.end_ns for t in self.turns if t.end_ns is not None) if self.complete else None
-
-    def cumulative_s(self) -> list[float]:
-        out, acc = [], 0
-        for t in self.turns:
-            if t.end_ns is None:
-                break
-            acc += t.end_ns
-            out.append(acc / 1e9)
-        return out
-
-
-def series_from_rows(rows: Iterable[tuple[int, str, SessionTurn]]) -> list[SessionSeries]:
-    """(run id, label, turn) rows -> the series of the most recently replayed workload (session id and
-    feed of the latest run), the latest run per label and mode, labels in first-seen order."""
-    groups: dict[tuple[int, str, str, str, str], list[SessionTurn]] = {}
-    for run_id, label, t in rows:
-        groups.setdefault((run_id, label, t.mode, t.session_id, t.feed), []).append(t)
-    if not groups:
-        return []
-    _, _, _, sid, feed = max(groups, key=lambda k: k[0])
-    latest: dict[tuple[str, str], tuple[int, list[SessionTurn]]] = {}
-    for (run_id, label, mode, s, f), turns in groups.items():
-        if (s, f) == (sid, feed) and run_id >= latest.get((label, mode), (-1, []))[0]:
-            latest[(label, mode)] = (run_id, turns)
-    labels = list(dict.fromkeys(label for label, _ in latest))
-    out = []
-    for label in labels:
-        for mode in sorted({m for lb, m in latest if lb == label}, key=_mode_rank):
-            run_id, turns = latest[(label, mode)]
-            out.append(SessionSeries(run_id, label, mode, sid, feed, tuple(sorted(turns, key=lambda t: t.turn))))
-    return out
-
-
-def _mode_rank(mode: str) -> int:
-    return MODE_ORDER.index(mode) if mode in MODE_ORDER else len(MODE_ORDER)
-
-
-def load_session_series(store: Store) -> list[SessionSeries]:
-    """The session series stored in ``store`` (see :func:`series_from_rows`)."""
-    labels = {c.key: c.label for c in store.configs("server")}
-    return series_from_rows((run_id, labels.get(t.config_key, t.config_key[:8]), t) for _, run_id, _, t in store.session_turns())
 
 
 # ---- numbers (pure) -----------------------------------------------------------------------------
@@ -120,7 +56,7 @@ def session_verdict(series: Sequence[SessionSeries], crossover_tokens: float | N
     complete = [s for s in series if s.total_ns is not None]
     if not complete:
         return None
-    primary = min({s.mode for s in complete}, key=_mode_rank)
+    primary = min({s.mode for s in complete}, key=mode_rank)
     ranked = sorted((s for s in complete if s.mode == primary), key=lambda s: s.total_ns or 0)
     win = ranked[0]
     prompts = [t.prompt_tokens for t in win.turns if t.prompt_tokens is not None]

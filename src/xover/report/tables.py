@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from xover.records import BenchConfig, BenchResult, Failure, common_flags, short_labels  # noqa: F401 (re-exported)
+from xover.domain.records import BenchConfig, BenchResult, Failure, common_flags, short_labels  # noqa: F401 (re-exported)
 
 MISSING = "-"
 FAILED = "failed"

@@ -24,7 +24,7 @@ from typing import Any
 
 from xover.analysis.crossover import ConfigData, format_tokens, verdict
 from xover.analysis.tradeoff import Ratio, ServedTradeoff, Tradeoff, ratio, served_tradeoff, tradeoff
-from xover.records import BenchResult, TtftSample
+from xover.domain.records import BenchResult, TtftSample
 
 SCHEMA = "xover.tune/1"
 GAIN_SHOWN = 0.5  # a served gain below half the llama-bench gain counts as not seen through llama-server
@@ -46,7 +46,7 @@ class TuneRecord:
     depths: tuple[int, ...]
     chunk: int | None
     workload: str
-    search: Any | None  # xover.advise.Search; None when the stored search could not be read
+    search: Any | None  # xover.analysis.advise.Search; None when the stored search could not be read
     note: str = ""  # why the search is missing
 
 
@@ -54,7 +54,7 @@ def _record(body: Mapping[str, Any]) -> TuneRecord:
     search, note = None, ""
     if body.get("search") is not None:
         try:
-            from xover.advise import Search, _decode
+            from xover.analysis.advise import Search, _decode
 
             search = _decode(Search, body["search"])
         except Exception as exc:  # a store written by another version: show what can be shown
@@ -162,7 +162,7 @@ def _trial_of(search: Any, knob: str, value: str) -> Any | None:
 
 def knob_rows(search: Any, response: int) -> list[KnobRow]:
     """One row per knob value the search tried (or skipped, or failed on), then the recommendation."""
-    from xover.advise import DEFAULTS, RECHECK
+    from xover.analysis.advise import DEFAULTS, RECHECK
 
     defaults = [t for t in search.trials if t.setting in (DEFAULTS, RECHECK)]
     pp0, tg0 = _trial_rates(defaults)

@@ -1,6 +1,6 @@
 """Shrink the prefill penalty: find the llama.cpp settings with the lowest expected time per turn,
 with few measurements. Pure: measurements arrive through an injected ``measure(setting)``;
-:mod:`xover.advise_run` does the I/O.
+:mod:`xover.measure.advise` does the I/O.
 
 **Objective.** A workload is a distribution of turns (prompt ``L`` tokens, response ``R`` tokens,
 weight ``w``). The expected time per turn is ``sum w (TTFT(L) + R / decode_tps(L)) / sum w``, the
@@ -56,13 +56,13 @@ from typing import TYPE_CHECKING, Any
 
 from xover.analysis import theory
 from xover.analysis.crossover import ConfigData, PairResult, compare_pair, format_tokens
-from xover.config import LlamaConfig
+from xover.domain.study_spec import LlamaConfig
 from xover.errors import XoverError
-from xover.hardware import without_gpu
+from xover.hardware.profiles import without_gpu
 
 if TYPE_CHECKING:
     from xover.analysis.theory import ModelTerms, OffloadConfig
-    from xover.hardware import Hardware
+    from xover.hardware.profiles import Hardware
 
 SCHEMA = "xover.advise/1"
 ARTIFACT = "advise"
@@ -606,7 +606,7 @@ def _mb(n: float) -> str:
 def expectations(terms: ModelTerms, hw: Hardware, knobs: Sequence[Knob], search: Search, workload: Workload,
                  gpu_build: bool) -> tuple[Expectation, ...]:
     """The theory's expected change for each trial of a search (:mod:`xover.analysis.theory` with the
-    :mod:`xover.hardware` profile ``hw``; ``gpu_build`` False: a CPU-only llama.cpp build)."""
+    :mod:`xover.hardware.profiles` profile ``hw``; ``gpu_build`` False: a CPU-only llama.cpp build)."""
     if not gpu_build and hw.gpu is not None:
         hw = without_gpu(hw, "llama.cpp build without a GPU backend")
     n = search.n_cpu_moe or 0

@@ -20,11 +20,11 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from xover.config import LlamaConfig, StudySpec
+from xover.domain.study_spec import LlamaConfig, StudySpec
 from xover.errors import XoverError
 from xover.llamacpp.binaries import Binaries
-from xover.provenance import model_id
-from xover.store import Store
+from xover.measure.provenance import model_id
+from xover.results.store import Store
 
 STAGE_ORDER = ("model", "theory", "tune", "bench", "ttft", "cache", "session", "report")
 DEFAULT_SERVER_TIMEOUT_S = 600.0
@@ -47,7 +47,7 @@ class StudyOutcome:
     report_html: Path | None
     stage_seconds: dict[str, float]
     failures: int
-    tuned: tuple[Any, ...] = ()  # xover.tune.Tuned, one per configuration tuned (or found tuned in the store)
+    tuned: tuple[Any, ...] = ()  # xover.measure.tune.Tuned, one per configuration tuned (or found tuned in the store)
 
 
 Emit = Callable[[StageEvent], None]
@@ -93,7 +93,7 @@ def stage_theory(spec: StudySpec, model: Path, store: Store, emit: Emit) -> None
     from xover.analysis.theory import build_prediction, model_terms
     from xover.gguf.inspect import inspect_gguf, model_table
     from xover.gguf.shapes import total_bytes
-    from xover.detect import resolve as resolve_hw
+    from xover.hardware.detect import resolve as resolve_hw
 
     store.add_artifact(None, "inspect", inspect_gguf(model).to_dict())
     table, name = model_table(model)
@@ -114,8 +114,8 @@ def stage_theory(spec: StudySpec, model: Path, store: Store, emit: Emit) -> None
 
 def stage_tune(spec: StudySpec, model: Path, binaries: Binaries, study_dir: Path, fresh: bool, command: Sequence[str],
                emit: Emit) -> tuple[Any, ...]:
-    """Each configuration's best settings (:mod:`xover.tune`); returns the :class:`xover.tune.Tuned` results."""
-    from xover import tune
+    """Each configuration's best settings (:mod:`xover.measure.tune`); returns the :class:`xover.measure.tune.Tuned` results."""
+    from xover.measure import tune
 
     def on(status: str, detail: str, completed: float | None, total: float | None) -> None:
         emit(StageEvent("tune", status, detail, completed, total))
@@ -125,7 +125,7 @@ def stage_tune(spec: StudySpec, model: Path, binaries: Binaries, study_dir: Path
 
 def stored_tuning(spec: StudySpec, study_dir: Path, emit: Emit) -> tuple[Any, ...]:
     """Tuning results already in the store, used when the tuning stage is skipped this time."""
-    from xover import tune
+    from xover.measure import tune
 
     with Store(study_dir) as store:
         found = tune.stored(store, spec.configs)
@@ -150,7 +150,7 @@ def record_spec(spec: StudySpec, store: Store) -> None:
 
 def stage_bench(spec: StudySpec, model: Path, binaries: Binaries, study_dir: Path, fresh: bool, command: Sequence[str],
                 emit: Emit) -> int:
-    from xover import benchrun
+    from xover.measure import bench as benchrun
 
     sweep = benchrun.SweepSpec(
         model=model, depths=tuple(spec.bench_depths or spec.lengths), n_prompt=spec.pp, n_gen=spec.tg, repetitions=spec.bench_repetitions,
@@ -184,7 +184,7 @@ def stage_ttft(spec: StudySpec, model: Path, binaries: Binaries, study_dir: Path
                emit: Emit) -> int:
     """Cold TTFT for every configuration and length still missing; stores per-server efficiency
     (wall time, load time until /health answered, and the requests' own durations) as an artifact."""
-    from xover import ttftrun
+    from xover.measure import ttft as ttftrun
     from xover.llamacpp.server import ServerSpec, context_size
 
     ctx = context_size(max(spec.lengths), max(spec.response_tokens))
@@ -241,7 +241,7 @@ def stage_ttft(spec: StudySpec, model: Path, binaries: Binaries, study_dir: Path
 def stage_cache(spec: StudySpec, model: Path, binaries: Binaries, study_dir: Path, fresh: bool, command: Sequence[str],
                 emit: Emit) -> int:
     """The prompt-cache lab on the first configuration, at ``cache_length`` (default: the longest length)."""
-    from xover import cachelab
+    from xover.measure import cachelab
 
     config = spec.configs[0]
     length = spec.cache_length or max(spec.lengths)
@@ -277,8 +277,8 @@ def stage_session(spec: StudySpec, model: Path, binaries: Binaries, study_dir: P
                   command: Sequence[str], emit: Emit) -> int:
     """Replay one generated agentic session per configuration and cache mode (recorded replies:
     synthetic models' own replies re-tokenize into many more tokens than they were)."""
-    from xover import sessionrun
-    from xover.workload import WorkloadSpec
+    from xover.measure import session as sessionrun
+    from xover.domain.workload import WorkloadSpec
 
     target = spec.session_target_tokens or max(spec.lengths)
     system = spec.session_system_tokens or min(10240, max(256, target // 4))
@@ -348,7 +348,7 @@ def run_study(
         tuned = None
     if tuned is None:
         tuned = stored_tuning(spec, study_dir, emit)
-    from xover.tune import variants
+    from xover.measure.tune import variants
 
     # Every stage below measures each configuration at its defaults and, where tuning changed a knob, tuned.
     measured = dataclasses.replace(spec, configs=spec.configs + variants(tuned))
@@ -364,3 +364,35 @@ def run_study(
     if res is not None:
         verdicts, html = res
     return StudyOutcome(study_dir, model, verdicts, html, seconds, failures, tuple(tuned))
+
+
+# A typical local GPU, for a default study on a card so large that nothing needs offloading.
+CONSUMER_VRAM_BYTES = 24 << 30
+
+
+def gpu_default_spec(free_vram_bytes: int, preset: str = "qwen3-30b-a3b") -> StudySpec:
+    """The default study on a GPU machine: the seed's question with offload levels chosen by the
+    placement planner for this GPU's free memory: the smallest ``--n-cpu-moe`` that fits an 8K
+    context against the one a 32K context forces. When both are the same (a card big enough for
+    everything), the second level is what a 24 GiB card would need at 32K, so the study still
+    measures a real offload penalty."""
+    from xover.analysis.theory import model_terms, plan_placement
+    from xover.gguf.presets import preset as get_preset
+    from xover.gguf.shapes import tensor_table
+
+    terms = model_terms(tensor_table(get_preset(preset)))
+    short, long_ = (p.n_cpu_moe for p in plan_placement(terms, free_vram_bytes, (8192, 32768 + 512)))
+    if short is None or long_ is None:
+        raise XoverError(f"{preset} does not fit this GPU's {free_vram_bytes / 2**30:.1f} GiB free even with every "
+                         "expert on the CPU: write a spec with a smaller model (examples/*.toml)")
+    if short == long_:
+        (alt,) = (p.n_cpu_moe for p in plan_placement(terms, min(free_vram_bytes, CONSUMER_VRAM_BYTES), (32768 + 512,)))
+        long_ = alt if alt is not None and alt != short else short + max(1, terms.n_layer // 4)
+    return StudySpec(
+        configs=tuple(LlamaConfig(name=f"ncmoe={n}", flags=(("-ncmoe", str(n)), ("-ngl", "99"))) for n in (short, long_)),
+        model_preset=preset,
+        lengths=(1024, 4096, 16384, 32768),
+        response_tokens=(200,),
+        repetitions=3,
+        bench_repetitions=3,
+    )

@@ -1,10 +1,10 @@
 """`xover audit`: re-check every stored TTFT sample against its own cache_n/prompt_n.
 
 A sample's ``cache_ok`` flag was set when it was measured; the audit trusts only the numbers. A
-sample that claims a cache state is checked the way it was measured (:func:`xover.ttftrun.check_cache`):
+sample that claims a cache state is checked the way it was measured (:func:`xover.measure.ttft.check_cache`):
 cold (``cache_n == 0`` and ``prompt_n == length``) or warm (``cache_n == length - 1`` and
 ``prompt_n == 1``). Lab requests (``cache:<case>:<request>``) claim what
-:func:`xover.cachelab.declared_state` says; lab demonstrations that claim nothing (an edited prompt,
+:func:`xover.measure.cachelab.declared_state` says; lab demonstrations that claim nothing (an edited prompt,
 a resend on default settings) are counted, not checked. Samples that ended in an error were never
 averaged and are not checked.
 
@@ -22,11 +22,11 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from xover.analysis.stats import Summary, summarize
-from xover.cachelab import declared_state, parse_mode
+from xover.measure.cachelab import declared_state, parse_mode
 from xover.errors import XoverError
-from xover.records import TtftSample
-from xover.store import STORE_NAME, Store
-from xover.ttftrun import check_cache
+from xover.domain.records import TtftSample
+from xover.results.store import STORE_NAME, Store
+from xover.measure.ttft import check_cache
 
 MEASURED_MODES = ("cold", "warm")
 

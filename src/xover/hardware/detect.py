@@ -1,7 +1,7 @@
 """This machine's hardware, probed: GPU detection (``nvidia-smi`` / ``rocm-smi``), CPU detection
 (``/proc/cpuinfo``), quick micro-measurements (CPU matmul and copy, host-to-device copies through the CUDA
 runtime), and :func:`resolve`, which turns them and a profile or TOML file into a :class:`Hardware`. The
-profiles and the parsers are pure and live in :mod:`xover.hardware`.
+profiles and the parsers are pure and live in :mod:`xover.hardware.profiles`.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from xover.errors import XoverError
-from xover.hardware import (  # noqa: F401
+from xover.hardware.profiles import (  # noqa: F401
     BUILT_IN, DETECTED, MEASURED, MIB, DetectedGpu, Hardware, apply_toml, builtin, match_profile, parse_cpuinfo,
     parse_nvidia_smi, parse_rocm_smi, with_fields, without_gpu,
 )

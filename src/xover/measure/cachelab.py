@@ -12,15 +12,15 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from xover.client import LlamaClient, completion_body
+from xover.client.http import LlamaClient, completion_body
 from xover.errors import XoverError
 from xover.llamacpp.binaries import Binaries
 from xover.llamacpp.server import LlamaServer, ServerSpec, context_size, has_flag, parse_build_info
-from xover.prompts import Prompt, TokenPrompts, token_pool
-from xover.provenance import collect
-from xover.records import Failure, TtftSample
-from xover.store import Store
-from xover.ttftrun import WARMUP_LENGTH, WARMUP_RESPONSE, TtftPoint, build_sample, gguf_token_types
+from xover.domain.prompts import Prompt, TokenPrompts, token_pool
+from xover.measure.provenance import collect
+from xover.domain.records import Failure, TtftSample
+from xover.results.store import Store
+from xover.measure.ttft import WARMUP_LENGTH, WARMUP_RESPONSE, TtftPoint, build_sample, gguf_token_types
 
 from xover.analysis.cachelab import (  # noqa: F401 (the plan and analysis, re-exported)
     MODE_PREFIX,

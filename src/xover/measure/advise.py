@@ -1,7 +1,7 @@
-"""`xover advise`, measured: :func:`xover.advise.coordinate_search` driven through llama-bench, the
+"""`xover advise`, measured: :func:`xover.analysis.advise.coordinate_search` driven through llama-bench, the
 winner confirmed against the defaults through llama-server, the result stored as artifact ``advise``.
 
-Every measurement is one :func:`xover.benchrun.run_sweep` of one configuration into the study's
+Every measurement is one :func:`xover.measure.bench.run_sweep` of one configuration into the study's
 store, so a rerun with the same study directory reuses what was measured (and says so), and the
 raw samples, failures and peak memory sit beside the advice like any ``xover bench`` result.
 """
@@ -15,13 +15,15 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from xover import advise, benchrun
-from xover.advise import Advice, Knob, Measurement, RateSamples, Search, ServerPoint, Setting, Workload
-from xover.config import LlamaConfig
+from xover.analysis import advise
+
+from xover.measure import bench as benchrun
+from xover.analysis.advise import Advice, Knob, Measurement, RateSamples, Search, ServerPoint, Setting, Workload
+from xover.domain.study_spec import LlamaConfig
 from xover.errors import XoverError
 from xover.llamacpp.binaries import Binaries
-from xover.records import BenchConfig, BenchResult
-from xover.store import Store
+from xover.domain.records import BenchConfig, BenchResult
+from xover.results.store import Store
 
 GPU_FREE_BACKENDS = {"CPU", "BLAS", "RPC"}
 
@@ -126,7 +128,7 @@ def is_gpu_build(backends: str) -> bool:
 class _Runner:
     def __init__(self, spec: AdviseSpec, binaries: Binaries, study_dir: Path, command: Sequence[str],
                  on_event: Callable[[object], None]) -> None:
-        from xover.provenance import model_id
+        from xover.measure.provenance import model_id
 
         self.spec, self.binaries, self.study_dir, self.command, self.on_event = spec, binaries, study_dir, command, on_event
         self.model_key = model_id(spec.model).key
@@ -165,10 +167,10 @@ def run_advise(spec: AdviseSpec, binaries: Binaries, study_dir: Path, *, command
                on_event: Callable[[object], None] = lambda e: None) -> Advice:
     """Search every offload level, confirm the winner through llama-server (``spec.confirm``), store
     and return the advice. ``on_event`` gets :data:`AdviseEvent` and, while confirming, the events
-    of :mod:`xover.ttftrun`."""
+    of :mod:`xover.measure.ttft`."""
     from xover.analysis.theory import model_terms
     from xover.gguf.inspect import model_table
-    from xover.detect import resolve as resolve_hw
+    from xover.hardware.detect import resolve as resolve_hw
 
     if not spec.model.is_file():
         raise XoverError(f"model {spec.model} does not exist: pass -m PATH to a .gguf file")
@@ -292,7 +294,7 @@ def _confirm(spec: AdviseSpec, advice: Advice, binaries: Binaries, study_dir: Pa
              on_event: Callable[[object], None]) -> advise.Confirmation | None:
     """Cold TTFT and decode through llama-server: the defaults against the recommendation, at the best
     offload level and the workload's representative lengths."""
-    from xover import ttftrun
+    from xover.measure import ttft as ttftrun
     from xover.llamacpp.server import ServerSpec, context_size, has_flag
 
     best = advice.best

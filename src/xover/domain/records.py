@@ -1,6 +1,6 @@
 """Typed, immutable records: what was measured, under which configuration, on which machine.
 
-No computation and no I/O here; :mod:`xover.store` is the only codec to and from storage.
+No computation and no I/O here; :mod:`xover.results.store` is the only codec to and from storage.
 Times are integer nanoseconds (``_ns``) unless a name says otherwise; missing is ``None``, never 0.
 """
 
@@ -155,7 +155,7 @@ class Failure:
 
 @dataclasses.dataclass(frozen=True)
 class SessionTurn:
-    """One turn of a replayed agentic session (:mod:`xover.sessionrun`): client clocks, the
+    """One turn of a replayed agentic session (:mod:`xover.measure.session`): client clocks, the
     server's usage and timings, and the reply that was fed back into the conversation.
 
     Client times are ``perf_counter_ns`` offsets from the send: ``first_token_ns`` is TTFT,

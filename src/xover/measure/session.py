@@ -38,15 +38,15 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from xover.client import LlamaClient
+from xover.client.http import LlamaClient
 from xover.errors import XoverError
 from xover.llamacpp.binaries import Binaries
 from xover.llamacpp.server import LlamaServer, ServerSpec, context_size, has_flag, parse_build_info
-from xover.provenance import collect
-from xover.records import Failure, ServerConfig, ServerTimings, SessionTurn
-from xover.sse import Chunk, SseParse, parse_sse, timings_from_json
-from xover.store import Store
-from xover.workload import Session, WorkloadSpec, check_feedable, dumps, generate, loads, messages_for_turn, session_id
+from xover.measure.provenance import collect
+from xover.domain.records import Failure, ServerConfig, ServerTimings, SessionTurn
+from xover.client.sse import Chunk, SseParse, parse_sse, timings_from_json
+from xover.results.store import Store
+from xover.domain.workload import Session, WorkloadSpec, check_feedable, dumps, generate, loads, messages_for_turn, session_id
 
 MODES = ("default", "off", "reuse")
 CACHE_REUSE = 256  # the --cache-reuse chunk the llama.cpp maintainers suggest starting with

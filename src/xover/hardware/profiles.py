@@ -2,7 +2,7 @@
 
 The numbers live in frozen dataclasses (:class:`GpuSpec`, :class:`CpuSpec`, :class:`Hardware`) that the
 pure theory (:mod:`xover.analysis.theory`) reads, with the parsers of what the probes read and TOML
-overrides; the probes (GPU and CPU detection, micro-measurements) are in :mod:`xover.detect`. Every field of a :class:`Hardware` carries its source: ``built-in`` (the table here),
+overrides; the probes (GPU and CPU detection, micro-measurements) are in :mod:`xover.hardware.detect`. Every field of a :class:`Hardware` carries its source: ``built-in`` (the table here),
 ``detected``, ``measured`` or ``override`` (a TOML file).
 
 Rates, all per second:
@@ -256,7 +256,7 @@ def parse_bytes(text: str) -> int:
 
 
 # --------------------------------------------------------------------------------------------------
-# Pure parsers of what the probes read (the probes themselves are in :mod:`xover.detect`)
+# Pure parsers of what the probes read (the probes themselves are in :mod:`xover.hardware.detect`)
 
 
 @dataclasses.dataclass(frozen=True)

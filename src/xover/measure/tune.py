@@ -1,8 +1,8 @@
 """The tuning stage of ``xover study``: each configuration's best llama.cpp settings, found on the study's
 own workload, so that the study answers its question for tuned configurations beside llama.cpp's defaults.
 
-For each configuration of the spec, :func:`xover.advise.coordinate_search` varies the knobs of
-:func:`xover.advise.study_knobs` (load mode, ubatch with batch, op offload and its threshold, threads, flash
+For each configuration of the spec, :func:`xover.analysis.advise.coordinate_search` varies the knobs of
+:func:`xover.analysis.advise.study_knobs` (load mode, ubatch with batch, op offload and its threshold, threads, flash
 attention) one at a time on top of the configuration's own flags. Its objective is the expected time per turn
 over the study's prompt lengths and response length, estimated from llama-bench ``pp`` and ``tg`` tests at
 depth 0 and the ``tune-depths`` (short ones by default: llama-bench's depth prefill is untimed but not free;
@@ -24,11 +24,11 @@ from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from xover import advise
-from xover.config import LlamaConfig, StudySpec
+from xover.analysis import advise
+from xover.domain.study_spec import LlamaConfig, StudySpec
 from xover.errors import XoverError
 from xover.llamacpp.binaries import Binaries
-from xover.store import Store
+from xover.results.store import Store
 
 ARTIFACT = "tune"
 SCHEMA = "xover.tune/1"
@@ -151,7 +151,7 @@ Event = Callable[[str, str, float | None, float | None], None]  # (status, detai
 def run_tune(spec: StudySpec, model: Path, binaries: Binaries, study_dir: Path, command: Sequence[str], fresh: bool,
              emit: Event) -> tuple[Tuned, ...]:
     """Search every configuration of ``spec`` still without a stored result (all of them when ``fresh``)."""
-    from xover.advise_run import AdviseSpec, Measured, Measuring, _Runner, is_gpu_build
+    from xover.measure.advise import AdviseSpec, Measured, Measuring, _Runner, is_gpu_build
 
     with Store(study_dir) as store:
         done = {} if fresh else stored(store, spec.configs)

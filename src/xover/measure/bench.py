@@ -23,14 +23,14 @@ from contextlib import closing
 from pathlib import Path
 from typing import Any
 
-from xover.config import LOAD_MODES
+from xover.domain.study_spec import LOAD_MODES
 from xover.errors import XoverError
 from xover.llamacpp import bench, memory
 from xover.llamacpp.bench import BenchJob, Exited, Point, ProgressLine, RecordLine
 from xover.llamacpp.binaries import Binaries
-from xover.provenance import collect, model_id
-from xover.records import short_labels, BenchConfig, BenchResult, Failure
-from xover.store import Store
+from xover.measure.provenance import collect, model_id
+from xover.domain.records import short_labels, BenchConfig, BenchResult, Failure
+from xover.results.store import Store
 
 FLASH_ATTN_CHOICES = ("on", "off", "auto")
 MD_ARTIFACT = "llama-bench-md"  # llama-bench's own markdown for a configuration's tests (-oe md)

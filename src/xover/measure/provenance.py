@@ -11,7 +11,7 @@ from importlib import metadata
 from pathlib import Path
 
 from xover.llamacpp.binaries import Binaries
-from xover.records import backend_name, ModelId, Provenance
+from xover.domain.records import backend_name, ModelId, Provenance
 
 # Enough to cover any realistic GGUF header (metadata + tensor table); a hash of this prefix
 # identifies the model's shape, types and tokenizer without reading gigabytes of weights.

@@ -16,9 +16,9 @@ from pathlib import Path
 from typing import Any
 
 from xover.errors import XoverError
-from xover.records import BenchConfig, BenchResult, Failure
+from xover.domain.records import BenchConfig, BenchResult, Failure
 from xover.report.tables import render_bench_table, short_labels
-from xover.store import STORE_NAME, Store
+from xover.results.store import STORE_NAME, Store
 
 FORMATS = ("md", "csv", "jsonl")
 

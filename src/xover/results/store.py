@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from xover.errors import XoverError
-from xover.records import (
+from xover.domain.records import (
     BenchConfig,
     BenchResult,
     Failure,

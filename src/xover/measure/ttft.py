@@ -25,15 +25,15 @@ from pathlib import Path
 from typing import Any
 
 from xover.analysis.stats import Summary, summarize
-from xover.client import LlamaClient, StreamRecord, completion_body, wait_healthy
+from xover.client.http import LlamaClient, StreamRecord, completion_body, wait_healthy
 from xover.errors import XoverError
 from xover.llamacpp import memory
 from xover.llamacpp.binaries import Binaries
 from xover.llamacpp.server import LlamaServer, ServerSpec, parse_build_info
-from xover.prompts import WORDS, Prompt, TextPrompts, TokenPrompts, token_pool
-from xover.provenance import collect
-from xover.records import Failure, ServerConfig, ServerTimings, TtftSample
-from xover.store import Store
+from xover.domain.prompts import WORDS, Prompt, TextPrompts, TokenPrompts, token_pool
+from xover.measure.provenance import collect
+from xover.domain.records import Failure, ServerConfig, ServerTimings, TtftSample
+from xover.results.store import Store
 
 MODES = ("cold", "warm")
 WARMUP_LENGTH = 8  # tokens in the discarded warm-up prompt

@@ -1,6 +1,6 @@
 """Server-sent events: raw timestamped chunks in, llama-server completion results out. Pure.
 
-The streaming loop in :mod:`xover.client` only appends ``(perf_counter_ns, raw_bytes)`` as chunks
+The streaming loop in :mod:`xover.client.http` only appends ``(perf_counter_ns, raw_bytes)`` as chunks
 arrive; everything here runs afterwards on that list, so parsing never delays a timestamp.
 
 An event's time is the arrival time of the chunk holding the end of its terminating blank line:
@@ -16,7 +16,7 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
-from xover.records import ServerTimings
+from xover.domain.records import ServerTimings
 
 Chunk = tuple[int, bytes]  # (perf_counter_ns at arrival, raw bytes)
 

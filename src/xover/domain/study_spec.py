@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from xover.errors import XoverError
-from xover.records import BenchConfig
+from xover.domain.records import BenchConfig
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -42,7 +42,7 @@ _CHOICES = {
     "flash-attn": ("on", "off", "auto"),
     "load-mode": LOAD_MODES,
 }
-# The knobs the tuning stage can search, (name, short name): xover.advise.study_knobs defines them.
+# The knobs the tuning stage can search, (name, short name): xover.analysis.advise.study_knobs defines them.
 TUNE_KNOBS = (("load-mode", "lm"), ("ubatch-size", "ub"), ("batch-size", "b"), ("no-op-offload", "nopo"),
               ("GGML_OP_OFFLOAD_MIN_BATCH", "GGML_OP_OFFLOAD_MIN_BATCH"), ("threads", "t"), ("flash-attn", "fa"))
 STAGES = ("theory", "tune", "bench", "ttft", "cache", "session", "report")
@@ -161,7 +161,7 @@ def validate_spec(spec: StudySpec) -> None:
     if unknown:
         raise XoverError(f"skip: unknown stage {sorted(unknown)[0]!r}; stages are {', '.join(STAGES)}")
     if spec.hardware not in (None, "measure") and not spec.hardware.endswith(".toml"):
-        from xover.hardware import builtin
+        from xover.hardware.profiles import builtin
 
         builtin(spec.hardware)  # an unknown profile fails here, before anything runs
     if spec.timeout_s is not None and spec.timeout_s <= 0:
@@ -375,36 +375,4 @@ def default_spec() -> StudySpec:
         session_response_tokens=16,
         tune_knobs=("ubatch-size", "batch-size", "threads"),
         tune_values=(("ubatch-size", ("1024", "2048")),),
-    )
-
-
-# A typical local GPU, for a default study on a card so large that nothing needs offloading.
-CONSUMER_VRAM_BYTES = 24 << 30
-
-
-def gpu_default_spec(free_vram_bytes: int, preset: str = "qwen3-30b-a3b") -> StudySpec:
-    """The default study on a GPU machine: the seed's question with offload levels chosen by the
-    placement planner for this GPU's free memory: the smallest ``--n-cpu-moe`` that fits an 8K
-    context against the one a 32K context forces. When both are the same (a card big enough for
-    everything), the second level is what a 24 GiB card would need at 32K, so the study still
-    measures a real offload penalty."""
-    from xover.analysis.theory import model_terms, plan_placement
-    from xover.gguf.presets import preset as get_preset
-    from xover.gguf.shapes import tensor_table
-
-    terms = model_terms(tensor_table(get_preset(preset)))
-    short, long_ = (p.n_cpu_moe for p in plan_placement(terms, free_vram_bytes, (8192, 32768 + 512)))
-    if short is None or long_ is None:
-        raise XoverError(f"{preset} does not fit this GPU's {free_vram_bytes / 2**30:.1f} GiB free even with every "
-                         "expert on the CPU: write a spec with a smaller model (examples/*.toml)")
-    if short == long_:
-        (alt,) = (p.n_cpu_moe for p in plan_placement(terms, min(free_vram_bytes, CONSUMER_VRAM_BYTES), (32768 + 512,)))
-        long_ = alt if alt is not None and alt != short else short + max(1, terms.n_layer // 4)
-    return StudySpec(
-        configs=tuple(LlamaConfig(name=f"ncmoe={n}", flags=(("-ncmoe", str(n)), ("-ngl", "99"))) for n in (short, long_)),
-        model_preset=preset,
-        lengths=(1024, 4096, 16384, 32768),
-        response_tokens=(200,),
-        repetitions=3,
-        bench_repetitions=3,
     )
