@@ -182,10 +182,10 @@ class _FakeCudart:
 
 
 def test_measure_h2d_rates_and_absence(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(D, "_cudart", lambda: None)
+    monkeypatch.setattr(D, "cudart", lambda: None)
     assert D.measure_h2d() is None  # no CUDA runtime: nothing to measure, no error
     fake = _FakeCudart()
-    monkeypatch.setattr(D, "_cudart", lambda: fake)
+    monkeypatch.setattr(D, "cudart", lambda: fake)
     pinned, pageable = D.measure_h2d(budget_s=0.2, copy_bytes=64 * H.MIB)
     assert 35e9 < pinned <= 50e9 and 7e9 < pageable <= 10e9
     assert fake.kinds[0] == "pinned" and fake.kinds[-1] == "pageable" and fake.kinds.count("pinned") >= 4  # warm-up + 3

@@ -35,6 +35,7 @@ def spawn(
     stderr: IO[Any] | int | None = None,
     cwd: Path | None = None,
     text: bool = True,
+    stdin: IO[Any] | int | None = subprocess.DEVNULL,
 ) -> subprocess.Popen[Any]:
     """Start ``argv`` (a list: never a shell string) in a new session and track it."""
     if _interrupted:
@@ -43,7 +44,7 @@ def spawn(
     if env:
         full_env.update(env)
     proc = subprocess.Popen(
-        list(argv), env=full_env, stdout=stdout, stderr=stderr, stdin=subprocess.DEVNULL, cwd=cwd,
+        list(argv), env=full_env, stdout=stdout, stderr=stderr, stdin=stdin, cwd=cwd,
         start_new_session=True, text=text, bufsize=1 if text else -1,
     )
     with _lock:

@@ -1,0 +1,142 @@
+"""The VRAM budget's holder (xover.hardware.vram) on a fake CUDA runtime with known answers: what it holds,
+its refusals, and its life cycle (it ends with xover on normal exit, SIGTERM, SIGINT and SIGKILL)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from xover.errors import XoverError
+from xover.hardware.vram import GIB, VramHolder, parse_budget
+
+MIB = 1 << 20
+FAKE_SRC = Path(__file__).resolve().parents[1] / "fakes" / "fake_cudart.c"
+
+
+@pytest.fixture(scope="module")
+def fake_cudart(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    compiler = shutil.which("cc") or shutil.which("gcc") or shutil.which("g++")
+    if compiler is None:
+        pytest.fail("no C compiler (cc, gcc or g++) to build the fake CUDA runtime")
+    out = tmp_path_factory.mktemp("cudart") / "libfakecudart.so"
+    subprocess.run([compiler, "-shared", "-fPIC", "-O1", "-o", str(out), str(FAKE_SRC)], check=True)
+    return out
+
+
+def card(lib: Path, free: int, total: int = 141 * GIB, context: int = 512 * MIB, devices: int = 1,
+         max_alloc: int | None = None) -> dict[str, str]:
+    env = {"XOVER_CUDART": str(lib), "FAKE_CUDA_FREE": str(free), "FAKE_CUDA_TOTAL": str(total),
+           "FAKE_CUDA_CONTEXT": str(context), "FAKE_CUDA_DEVICES": str(devices)}
+    if max_alloc is not None:
+        env["FAKE_CUDA_MAX_ALLOC"] = str(max_alloc)
+    return env
+
+
+def alive(pid: int) -> bool:
+    """Running (a zombie, or a pid that no longer exists, counts as gone)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (FileNotFoundError, IndexError):
+        return False
+    return state != "Z"
+
+
+def gone_within(pid: int, seconds: float = 10.0) -> bool:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if not alive(pid):
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def test_it_holds_every_free_byte_beyond_the_budget(fake_cudart: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    for k, v in card(fake_cudart, free=100 * GIB).items():
+        monkeypatch.setenv(k, v)
+    with VramHolder(16 * GIB) as hold:
+        assert hold.free_before == 100 * GIB - 512 * MIB  # measured after the holder's own context
+        assert hold.held == 100 * GIB - 512 * MIB - 16 * GIB
+        assert hold.free_after == 16 * GIB  # what llama.cpp will find
+        assert hold.total == 141 * GIB and hold.budget == 16 * GIB and hold.device == 0
+        assert "16.0 GiB VRAM budget on GPU 0 (141.0 GiB)" in hold.describe()
+        assert alive(hold.pid)
+    assert gone_within(hold.pid)
+
+
+def test_when_large_allocations_fail_it_holds_in_smaller_pieces(fake_cudart: Path,
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    for k, v in card(fake_cudart, free=40 * GIB, context=0, max_alloc=300 * MIB).items():
+        monkeypatch.setenv(k, v)
+    with VramHolder(24 * GIB) as hold:
+        assert hold.held == 16 * GIB and hold.free_after == 24 * GIB
+
+
+@pytest.mark.parametrize(("env", "budget", "message"), [
+    ({"free": 8 * GIB}, 16 * GIB, "GPU 0 has 7.5 GiB free (141.0 GiB in all), less than the 16.0 GiB budget: "
+                                  "lower --vram-budget or free the GPU"),
+    ({"free": 80 * GIB, "devices": 0}, 16 * GIB, "--vram-budget needs a CUDA GPU: the CUDA runtime sees none"),
+])
+def test_refusals_are_one_line(fake_cudart: Path, monkeypatch: pytest.MonkeyPatch, env: dict, budget: int,
+                               message: str) -> None:
+    for k, v in card(fake_cudart, **env).items():
+        monkeypatch.setenv(k, v)
+    with pytest.raises(XoverError) as e:
+        with VramHolder(budget):
+            pass
+    assert str(e.value).startswith(message) and "\n" not in str(e.value)
+
+
+def test_without_a_cuda_runtime_it_refuses(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("XOVER_CUDART", str(tmp_path / "no-such-libcudart.so"))
+    with pytest.raises(XoverError, match=r"^--vram-budget needs a CUDA GPU: no CUDA runtime \(libcudart\) found"):
+        with VramHolder(16 * GIB):
+            pass
+
+
+def test_budget_values() -> None:
+    assert parse_budget("16GiB") == 16 * GIB and parse_budget("24G") == 24 * GIB and parse_budget("15000MiB") == 15000 * MIB
+    with pytest.raises(XoverError, match="below 256 MiB"):
+        parse_budget("100MiB")
+    with pytest.raises(XoverError, match="is not an amount of memory"):
+        parse_budget("lots")
+
+
+HOLD_AND_WAIT = textwrap.dedent("""
+    import sys, time
+    from xover.llamacpp import process
+    from xover.hardware.vram import VramHolder
+    process.install_signal_handlers()
+    try:
+        with VramHolder(16 << 30) as hold:
+            print(hold.pid, flush=True)
+            time.sleep(60)
+    except KeyboardInterrupt:
+        print("interrupted", flush=True)
+        sys.exit(130)
+""")
+
+
+@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM, signal.SIGINT])
+def test_the_holder_dies_with_xover(fake_cudart: Path, sig: signal.Signals) -> None:
+    env = {**os.environ, **card(fake_cudart, free=100 * GIB)}
+    parent = subprocess.Popen([sys.executable, "-c", HOLD_AND_WAIT], env=env, stdout=subprocess.PIPE, text=True)
+    try:
+        assert parent.stdout is not None
+        holder = int(parent.stdout.readline())
+        assert alive(holder)
+        parent.send_signal(sig)
+        parent.wait(timeout=20)
+        assert gone_within(holder), f"the VRAM holder {holder} outlived xover ({sig.name})"
+        if sig != signal.SIGKILL:
+            assert parent.returncode == 130 and parent.stdout.read().strip() == "interrupted"
+    finally:
+        if parent.poll() is None:
+            parent.kill()
