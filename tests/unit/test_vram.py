@@ -140,3 +140,21 @@ def test_the_holder_dies_with_xover(fake_cudart: Path, sig: signal.Signals) -> N
     finally:
         if parent.poll() is None:
             parent.kill()
+
+
+def test_xover_ttft_refuses_a_budget_in_one_line(fake_cudart: Path, tmp_path: Path) -> None:
+    from procs import one_line_error
+
+    from xover.gguf.presets import PRESETS
+    from xover.gguf.synth import write_model
+
+    model = str(write_model(PRESETS["tiny-moe"], tmp_path / "tiny.gguf").path)
+
+    def ttft(budget: str, **env: str) -> subprocess.CompletedProcess[str]:
+        argv = [sys.executable, "-m", "xover", "ttft", "-m", model, "--lengths", "512", "-o", str(tmp_path / "st"),
+                "--vram-budget", budget]
+        return subprocess.run(argv, capture_output=True, text=True, timeout=120, env={**os.environ, **env})
+
+    one_line_error(ttft("16GiB", XOVER_CUDART=str(tmp_path / "none.so")), "--vram-budget needs a CUDA GPU")
+    one_line_error(ttft("16GiB", **card(fake_cudart, free=8 * GIB)), "less than the 16.0 GiB budget")
+    one_line_error(ttft("lots"), "is not an amount of memory")

@@ -61,13 +61,16 @@ def _joined(values: tuple[str, ...]) -> str:
 @click.option("--retries", type=click.IntRange(min=0), default=2, show_default=True,
               help="Re-runs of a sample that fails its cache check (it is stored, never averaged).")
 @click.option("--seed", type=int, default=None, help="Prompt seed [default: from the clock, so runs never share prompts].")
+@click.option("--vram-budget", "vram_budget", metavar="SIZE", default=None,
+              help="Answer for a smaller card: hold every byte of GPU 0's memory beyond SIZE (e.g. 16GiB) for the "
+                   "whole run, so llama.cpp sees a card of that size. Needs a CUDA GPU.")
 @click.argument("extra_args", nargs=-1, type=click.UNPROCESSED, metavar="[-- LLAMA-SERVER ARGS]")
 def ttft(
     model: Path | None, ncmoe: tuple[str, ...], lengths: str, response_tokens: int, reps: int, study_dir: Path,
     threads: tuple[str, ...], flash_attn: tuple[str, ...], load_mode: tuple[str, ...], batch: tuple[str, ...],
     ubatch: tuple[str, ...], no_op_offload: tuple[str, ...], env: tuple[str, ...], mode: str, text: bool,
     url: str | None, llama_bin_dir: Path | None, server_timeout: float, retries: int, seed: int | None,
-    extra_args: tuple[str, ...],
+    vram_budget: str | None, extra_args: tuple[str, ...],
 ) -> None:
     """Time-to-first-token, prefill and decode speed through llama-server, per configuration and prompt length.
 
@@ -114,6 +117,11 @@ def ttft(
     )
     n_configs = 1
     binaries = None
+    from xover.hardware.vram import holding, parse_budget
+
+    budget = parse_budget(vram_budget) if vram_budget is not None else None
+    if budget is not None and url is not None:
+        raise XoverError("--vram-budget does not apply with --url: start that server under the budget yourself")
     if url is not None:
         given = [name for name, v in (("--ncmoe", ncmoe), ("--threads", threads), ("--flash-attn", flash_attn),
                                       ("--load-mode", load_mode), ("--batch", batch), ("--ubatch", ubatch),
@@ -156,7 +164,16 @@ def ttft(
         n_configs = len(specs)
 
     total = len(expand(plan)) * n_configs
-    with Store(study_dir) as store, progress_bar() as bar:
+    with holding(budget) as hold, Store(study_dir) as store, progress_bar() as bar:
+        if hold is not None and model is not None:
+            from xover.measure.budget import planner_notes
+
+            console.print(f"[dim]{escape(hold.describe())}[/]")
+            from xover.llamacpp.server import context_size
+
+            ctx = context_size(max(plan.lengths), plan.response_tokens)  # the -c every server gets
+            for expected in planner_notes(model, ints("--ncmoe", ncmoe) or (0,), ctx, budget or 0):
+                console.print(f"[yellow]{escape(expected)}[/]")
         task = bar.add_task("ttft requests", total=total)
 
         def on_event(ev: RunEvent) -> None:

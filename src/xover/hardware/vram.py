@@ -36,6 +36,12 @@ from xover.llamacpp import process
 GIB = 1 << 30
 _MIN_CHUNK = 2 << 20  # below this a failed allocation ends the hold: what is left is the driver's slack
 _READY_TIMEOUT_S = 120.0  # creating a CUDA context and allocating 100+ GiB takes seconds, not minutes
+_active: VramHold | None = None
+
+
+def active_hold() -> VramHold | None:
+    """The budget this process holds the GPU to now (for the provenance of every run under it)."""
+    return _active
 
 
 @dataclasses.dataclass(frozen=True)
@@ -82,6 +88,8 @@ class VramHolder:
         except BaseException:
             self.close()
             raise
+        global _active
+        _active = self.hold
         return self.hold
 
     def _wait_ready(self, proc: subprocess.Popen[str]) -> VramHold:
@@ -103,6 +111,9 @@ class VramHolder:
         raise XoverError(f"the VRAM holder did not finish allocating within {_READY_TIMEOUT_S:.0f} s")
 
     def close(self) -> None:
+        global _active
+        if _active is self.hold:
+            _active = None
         proc, self.proc = self.proc, None
         if proc is None:
             return

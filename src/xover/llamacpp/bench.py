@@ -286,7 +286,7 @@ def run(job: BenchJob, bench: Path, model: Path, timeout_s: float | None = None)
     try:
         proc = process.spawn(
             job.to_argv(bench, model), env=dict(job.config.env),
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=False,
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=False, die_with_parent=True,
         )
     except OSError as e:
         raise XoverError(f"cannot start {bench} ({e.strerror}): point --llama-bin-dir at a working llama.cpp build") from None

@@ -24,6 +24,14 @@ from pathlib import Path
 from typing import IO, Any
 
 _live: dict[int, subprocess.Popen[Any]] = {}
+# argv[1]: the parent's pid (a parent already gone means exit at once); argv[2:]: the command to exec.
+_DIE_WITH_PARENT = (
+    "import ctypes, os, signal, sys\n"
+    "try:\n    ctypes.CDLL(None).prctl(1, int(signal.SIGKILL), 0, 0, 0)\n"
+    "except (OSError, AttributeError):\n    pass\n"
+    "if os.getppid() != int(sys.argv[1]):\n    sys.exit(137)\n"
+    "os.execvp(sys.argv[2], sys.argv[2:])\n"
+)
 _lock = threading.Lock()
 
 
@@ -36,15 +44,28 @@ def spawn(
     cwd: Path | None = None,
     text: bool = True,
     stdin: IO[Any] | int | None = subprocess.DEVNULL,
+    die_with_parent: bool = False,
 ) -> subprocess.Popen[Any]:
-    """Start ``argv`` (a list: never a shell string) in a new session and track it."""
+    """Start ``argv`` (a list: never a shell string) in a new session and track it.
+
+    ``die_with_parent``: the kernel SIGKILLs the child if xover dies first, even by SIGKILL (which no
+    handler of xover's can answer): a Python trampoline sets ``PR_SET_PDEATHSIG`` and then execs ``argv``,
+    so the child keeps its pid. Linux only (elsewhere the trampoline just execs)."""
     if _interrupted:
         raise KeyboardInterrupt  # unwinding after SIGINT/SIGTERM: start nothing new
     full_env = dict(os.environ)
     if env:
         full_env.update(env)
+    argv = list(argv)
+    if die_with_parent:
+        import shutil
+        import sys
+
+        if shutil.which(argv[0]) is None:  # as Popen would: the trampoline could only fail after the fork
+            raise FileNotFoundError(2, "No such file or directory", argv[0])
+        argv = [sys.executable, "-c", _DIE_WITH_PARENT, str(os.getpid()), *argv]
     proc = subprocess.Popen(
-        list(argv), env=full_env, stdout=stdout, stderr=stderr, stdin=stdin, cwd=cwd,
+        argv, env=full_env, stdout=stdout, stderr=stderr, stdin=stdin, cwd=cwd,
         start_new_session=True, text=text, bufsize=1 if text else -1,
     )
     with _lock:

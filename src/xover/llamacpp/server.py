@@ -283,7 +283,8 @@ class LlamaServer:
         with self.log_path.open("wb") as log:  # the child keeps its own descriptor
             log.write(("$ " + " ".join(argv) + "\n").encode())
             log.flush()
-            self.proc = process.spawn(argv, env=dict(self.spec.env), stdout=log, stderr=subprocess.STDOUT, text=False)
+            self.proc = process.spawn(argv, env=dict(self.spec.env), stdout=log, stderr=subprocess.STDOUT, text=False,
+                                      die_with_parent=True)
         self._running = True
         self.url = f"http://{HOST}:{port}"
         self.client = LlamaClient(self.url)

@@ -84,8 +84,19 @@ def collect(binaries: Binaries | None, model: Path | None, build_info: dict[str,
         os=f"{platform.system()} {platform.release()} {platform.machine()}",
         xover_version=xover_version(),
         model=model_id(model) if model else None,
-        extra=_machine_load(),
+        extra=_machine_load() + _vram_budget(),
     )
+
+
+def _vram_budget() -> tuple[tuple[str, str], ...]:
+    """The VRAM budget this process holds the GPU to, if any (:mod:`xover.hardware.vram`): every number measured
+    under it answers for a card of that size, and the report says so."""
+    from xover.hardware.vram import active_hold
+
+    hold = active_hold()
+    if hold is None:
+        return ()
+    return tuple((f"vram_{k}", str(v)) for k, v in hold.as_dict().items() if k != "pid")
 
 
 def cpu_busy_share(stat_before: str, stat_after: str) -> float | None:

@@ -1,0 +1,71 @@
+"""SIGKILL of xover (which no handler can answer) leaves no llama process behind: llama-server and
+llama-bench start with PR_SET_PDEATHSIG (xover.llamacpp.process.spawn(die_with_parent=True)), so the
+kernel kills them with xover."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.real
+
+
+def children_named(parent: int, name: str) -> list[int]:
+    """Pids of the processes whose parent is ``parent`` and whose command is ``name``."""
+    out = []
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit():
+            continue
+        try:
+            stat = (d / "stat").read_text()
+            comm = stat[stat.index("(") + 1: stat.rindex(")")]
+            ppid = int(stat.rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+        if ppid == parent and comm == name[:15]:
+            out.append(int(d.name))
+    return out
+
+
+def running(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state != "Z"
+
+
+@pytest.mark.parametrize("tool", ["llama-server", "llama-bench"])
+def test_sigkill_of_xover_takes_its_llama_process_with_it(tool: str, tiny_model: Path, llama_bins,
+                                                          tmp_path: Path) -> None:
+    if tool == "llama-server":
+        args = ["ttft", "-m", str(tiny_model), "--lengths", "2k", "-r", "200", "-R", "64"]
+    else:
+        args = ["bench", "-m", str(tiny_model), "--depth", "0", "-r", "200", "--pp", "2048", "--tg", "0"]
+    xover = subprocess.Popen([sys.executable, "-m", "xover", *args, "-o", str(tmp_path / "st"),
+                              "--llama-bin-dir", str(llama_bins.bench.parent)],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline, found = time.monotonic() + 60, []
+        while time.monotonic() < deadline and not found and xover.poll() is None:
+            found = children_named(xover.pid, tool)
+            time.sleep(0.1)
+        assert found, f"xover never started {tool}"
+        os.kill(xover.pid, signal.SIGKILL)
+        xover.wait(timeout=10)
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and running(found[0]):
+            time.sleep(0.05)
+        assert not running(found[0]), f"{tool} {found[0]} outlived a SIGKILLed xover"
+    finally:
+        if xover.poll() is None:
+            xover.kill()
+        for pid in children_named(1, tool):
+            if Path(f"/proc/{pid}/cmdline").read_bytes().find(str(tiny_model).encode()) >= 0:
+                os.kill(pid, signal.SIGKILL)
