@@ -32,6 +32,15 @@ t built; wait; tail -1 $ST/synth.log 2>/dev/null; $X llama which | head -3
 (while true; do echo "$(date +%s.%N | cut -c1-14) $(smi)"; sleep 1; done) > $ST/smi.log 2>&1 &
 SMI=$!
 t "before: used,total MiB = $(smi)"
+if [ -n "${EDGE:-}" ]; then
+  for n in $EDGE; do
+    $X ttft -m $M --ncmoe $n --lengths 1k,8k -R 64 -r 1 -o $ST/edge-$n --vram-budget 16GiB > $ST/edge-$n.log 2>&1
+    t "edge ncmoe=$n rc=$? peak used MiB since start: $(awk '{print $2}' $ST/smi.log | tr -d , | sort -n | tail -1)"
+    grep -hE "buffer size|MiB free|CUDA error|out of memory|cudaMalloc" $ST/edge-$n/logs/*.log | cut -c1-150 | head -12
+    tail -3 $ST/edge-$n.log
+  done
+  kill $SMI; touch /tmp/vbjob/done; exit 0
+fi
 CTX=$(python3 -c "from xover.llamacpp.server import context_size; print(context_size(8192, 64))")
 N=$(python3 -c "from pathlib import Path; from xover.measure.budget import smallest_fit; print(smallest_fit(Path('$M'), $CTX, 16 << 30))")
 t "planner: smallest --n-cpu-moe for 16 GiB at -c $CTX: $N"
