@@ -34,8 +34,9 @@ SMI=$!
 t "before: used,total MiB = $(smi)"
 if [ -n "${EDGE:-}" ]; then
   for n in $EDGE; do
+    L0=$(wc -l < $ST/smi.log)
     $X ttft -m $M --ncmoe $n --lengths 1k,8k -R 64 -r 1 -o $ST/edge-$n --vram-budget 16GiB > $ST/edge-$n.log 2>&1
-    t "edge ncmoe=$n rc=$? peak used MiB since start: $(awk '{print $2}' $ST/smi.log | tr -d , | sort -n | tail -1)"
+    t "edge ncmoe=$n rc=$? peak used MiB during it: $(tail -n +$((L0 + 1)) $ST/smi.log | awk '{print $2}' | tr -d , | sort -n | tail -1)"
     grep -hE "buffer size|MiB free|CUDA error|out of memory|cudaMalloc" $ST/edge-$n/logs/*.log | cut -c1-150 | head -12
     tail -3 $ST/edge-$n.log
   done
