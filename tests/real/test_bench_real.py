@@ -22,6 +22,7 @@ from xover.measure import bench as benchrun
 from xover.report import export
 from xover.llamacpp.binaries import Binaries
 from xover.measure.provenance import model_id
+from xover.results.read_model import bench_data, load
 from xover.results.store import Store
 
 pytestmark = pytest.mark.real
@@ -70,7 +71,7 @@ def test_sweep_stores_raw_samples_with_provenance_and_renders_like_llama_bench(
         md_artifacts = {body["config_key"]: body["markdown"] for _, _, body in store.artifacts(benchrun.MD_ARTIFACT)}
 
     # xover's table, rendered from the store, against llama-bench's own -oe md of the same process
-    table = export.render_markdown(export.load(tmp_path))
+    table = export.render_markdown(bench_data(load(tmp_path)))
     lines = table.splitlines()
     header = next(ln for ln in lines if ln.startswith("| test"))
     columns = [c.strip() for c in header.strip("|").split("|")]

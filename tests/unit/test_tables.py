@@ -10,6 +10,7 @@ import json
 from xover.report import export
 from xover.domain.records import BenchConfig, BenchResult, Failure
 from xover.report import tables
+from xover.results.read_model import BenchData, StoredFailure, StoredResult
 
 C12 = BenchConfig("", (("-ncmoe", "12"), ("-t", "8")), env=(("GGML_OP_OFFLOAD_MIN_BATCH", "64"),))
 C18 = BenchConfig("", (("-ncmoe", "18"), ("-t", "8")), env=(("GGML_OP_OFFLOAD_MIN_BATCH", "64"),))
@@ -105,10 +106,10 @@ def test_no_results_says_so() -> None:
 # ---- exports --------------------------------------------------------------------------------------
 
 
-DATA = export.StudyData(
+DATA = BenchData(
     configs=(C12, C18),
-    results=tuple(export.StoredResult(1, "qwen3:1:abc", r) for r in RESULTS),
-    failures=(export.StoredFailure(1, "qwen3:1:abc", Failure(C18.key, "bench", "p", "timed out", "tail")),),
+    results=tuple(StoredResult(1, "qwen3:1:abc", r) for r in RESULTS),
+    failures=(StoredFailure(1, "qwen3:1:abc", Failure(C18.key, "bench", "p", "timed out", "tail")),),
     model_names={"qwen3:1:abc": "qwen3-30b-a3b.gguf"},
 )
 
@@ -118,7 +119,7 @@ def test_markdown_export_is_the_table_per_model() -> None:
 
 
 def test_failures_repaired_by_a_later_run_are_not_shown() -> None:
-    later = tuple(export.StoredResult(2, "qwen3:1:abc", r) for r in (result(C18, 0, 128, 1000, 90, 1),))
+    later = tuple(StoredResult(2, "qwen3:1:abc", r) for r in (result(C18, 0, 128, 1000, 90, 1),))
     repaired = dataclasses.replace(DATA, results=DATA.results + later)
     assert export.standing_failures(DATA) == list(DATA.failures)
     assert export.standing_failures(repaired) == []

@@ -131,6 +131,7 @@ def bench(
     from xover.report import export
     from xover.domain.study_spec import LOAD_MODES
     from xover.llamacpp.binaries import resolve
+    from xover.results.read_model import bench_data, load
     from xover.results.store import Store
 
     def ints(option: str, values: tuple[str, ...], minimum: int = 0) -> tuple[int, ...]:
@@ -157,7 +158,7 @@ def bench(
     binaries = resolve(llama_bin_dir)
     with _ProgressView() as view:
         outcome = benchrun.run_sweep(spec, binaries, study_dir, fresh=fresh, command=sys.argv, on_event=view)
-    click.echo(export.render_markdown(export.load(study_dir, {c.key for c in outcome.configs})), nl=False)
+    click.echo(export.render_markdown(bench_data(load(study_dir), {c.key for c in outcome.configs})), nl=False)
     with Store(study_dir) as store:
         peaks = benchrun.memory_by_config(store)
     for config in outcome.configs:

@@ -12,7 +12,8 @@ A finding is a sample whose numbers contradict its claim: a measurement labelled
 cache-assisted. ``counted`` findings are the dangerous ones: the stored flag says the check passed
 (an older xover, an edited or merged store), so every summary built from the flag includes them.
 The corrected summary shows the median TTFT per configuration, mode and length with and without
-the findings. :func:`audit` is pure; :func:`load_samples` is the thin loader.
+the findings. :func:`audit` is pure; :func:`load_samples` reads the samples through the read model
+(:mod:`xover.results.read_model`).
 """
 
 from __future__ import annotations
@@ -23,20 +24,10 @@ from pathlib import Path
 
 from xover.analysis.stats import Summary, summarize
 from xover.measure.cachelab import declared_state, parse_mode
-from xover.errors import XoverError
-from xover.domain.records import TtftSample
-from xover.results.store import STORE_NAME, Store
+from xover.results.read_model import StoredSample, load
 from xover.measure.ttft import check_cache
 
 MEASURED_MODES = ("cold", "warm")
-
-
-@dataclasses.dataclass(frozen=True)
-class StoredSample:
-    row_id: int
-    run_id: int
-    label: str
-    sample: TtftSample
 
 
 @dataclasses.dataclass(frozen=True)
@@ -141,9 +132,4 @@ def _ttft(group: Sequence[StoredSample]) -> Summary | None:
 
 def load_samples(study_dir: Path) -> list[StoredSample]:
     """Every TTFT sample of a study directory's store, oldest first, with its configuration's label."""
-    if not (study_dir / STORE_NAME).is_file():
-        raise XoverError(f"{study_dir} holds no {STORE_NAME}: pass a study directory written by xover ttft, cache or study")
-    with Store(study_dir) as store:
-        labels = {c.key: c.label for c in store.configs()}
-        return [StoredSample(row_id, run_id, labels.get(s.config_key, s.config_key[:8]), s)
-                for row_id, run_id, _, s in store.ttft_samples()]
+    return list(load(study_dir, written_by="xover ttft, cache or study").ttft_rows)

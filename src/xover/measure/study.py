@@ -6,8 +6,9 @@
 
 Every stage writes into the study directory's one results store as it measures; rerunning a study
 skips every point already measured and valid (``fresh`` redoes them), so an interrupted study
-continues where it stopped. Stage wall time is stored beside the compute time the binaries report,
-so the study's own overhead is visible (``benchmarks/study_efficiency.py``).
+continues where it stopped; what is measured already is read through :mod:`xover.results.read_model`.
+Stage wall time is stored beside the compute time the binaries report, so the study's own overhead is
+visible (``benchmarks/study_efficiency.py``).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from xover.domain.study_spec import LlamaConfig, StudySpec
 from xover.errors import XoverError
 from xover.llamacpp.binaries import Binaries
 from xover.measure.provenance import model_id
+from xover.results.read_model import StoredSample, load
 from xover.results.store import Store
 
 STAGE_ORDER = ("model", "theory", "tune", "bench", "ttft", "cache", "session", "report")
@@ -170,12 +172,16 @@ def stage_bench(spec: StudySpec, model: Path, binaries: Binaries, study_dir: Pat
     return len(outcome.failures)
 
 
-def missing_ttft(store: Store, spec: StudySpec, model_key: str, config_key: str, fresh: bool) -> dict[int, int]:
-    """Prompt length -> cold samples still needed (passing the cold check) for one configuration."""
+def missing_ttft(stored: Sequence[StoredSample], spec: StudySpec, model_key: str, config_key: str,
+                 fresh: bool) -> dict[int, int]:
+    """Prompt length -> cold samples still needed (passing the cold check) for one configuration, given the
+    study's stored samples (the read model's ``ttft_rows``)."""
     have: Counter[int] = Counter()
     if not fresh:
-        for _, _, mk, s in store.ttft_samples(config_key):
-            if mk == model_key and s.mode == "cold" and s.cache_ok and s.error is None:
+        for row in stored:
+            s = row.sample
+            if s.config_key == config_key and row.model_key == model_key and s.mode == "cold" and s.cache_ok \
+                    and s.error is None:
                 have[s.length] += 1
     return {L: spec.repetitions - have[L] for L in spec.lengths if have[L] < spec.repetitions}
 
@@ -190,11 +196,12 @@ def stage_ttft(spec: StudySpec, model: Path, binaries: Binaries, study_dir: Path
     ctx = context_size(max(spec.lengths), max(spec.response_tokens))
     mk = model_id(model).key
     failures = 0
+    stored = () if fresh else load(study_dir).ttft_rows
     with Store(study_dir) as store:
         todo = []
         for c in spec.configs:
             sspec = ServerSpec(model=model, label=c.name, ctx_size=ctx, extra_args=c.server_args_list(), env=c.env)
-            missing = missing_ttft(store, spec, mk, sspec.config().key, fresh)
+            missing = missing_ttft(stored, spec, mk, sspec.config().key, fresh)
             if missing:
                 todo.append((c, sspec, missing))
             else:
@@ -250,10 +257,7 @@ def stage_cache(spec: StudySpec, model: Path, binaries: Binaries, study_dir: Pat
         return 0
     only = None
     if not fresh:
-        with Store(study_dir) as store:
-            labels = {c.key: c.label for c in store.configs()}
-            stored = [(labels.get(x.config_key, x.config_key[:8]), x) for _, _, _, x in store.ttft_samples()]
-        done = cachelab.complete_scenarios(stored, config.name, length)
+        done = cachelab.complete_scenarios(load(study_dir).ttft, config.name, length)
         if done >= set(cachelab.CASES):
             emit(StageEvent("cache", "info", f"{config.name}: cache lab already measured"))
             return 0
@@ -284,10 +288,9 @@ def stage_session(spec: StudySpec, model: Path, binaries: Binaries, study_dir: P
     system = spec.session_system_tokens or min(10240, max(256, target // 4))
     workload = sessionrun.write_workload(study_dir, WorkloadSpec(seed=0, turns=spec.session_turns,
                                                                  system_tokens=system, target_tokens=target))
-    with Store(study_dir) as store:
-        if not fresh and store.session_turns():
-            emit(StageEvent("session", "info", "session already replayed"))
-            return 0
+    if not fresh and load(study_dir).turn_rows:
+        emit(StageEvent("session", "info", "session already replayed"))
+        return 0
     total = spec.session_turns * len(spec.configs) * len(sessionrun.MODES)
     done = 0
 

@@ -112,7 +112,7 @@ def lab_state_bytes(data: StudyData) -> dict[str, int]:
     (:data:`STATE_ARTIFACT`), else, for a study of one model whose header is stored (artifact ``inspect``),
     its F16 KV cache per token."""
     out: dict[str, int] = {}
-    inspects = [body for _, name, body in data.artifacts if name == "inspect"]
+    inspects = data.artifact_bodies("inspect")
     if len(inspects) == 1 and isinstance(inspects[0].get("hparams"), dict):
         from xover.gguf.shapes import Hyperparams, kv_bytes_per_token
 
@@ -122,8 +122,8 @@ def lab_state_bytes(data: StudyData) -> dict[str, int]:
             bpt = None
         if bpt is not None:
             out = {label: bpt for label, _ in lab_samples(data.ttft)}
-    for _, name, body in data.artifacts:
-        if name == STATE_ARTIFACT and isinstance(body.get("state_bytes_per_token"), int):
+    for body in data.artifact_bodies(STATE_ARTIFACT):
+        if isinstance(body.get("state_bytes_per_token"), int):
             out[str(body.get("label"))] = body["state_bytes_per_token"]
     return out
 

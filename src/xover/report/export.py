@@ -1,8 +1,8 @@
 """Export a study's llama-bench results as markdown, CSV or JSONL, re-rendered from the store alone;
 and its raw llama-server samples (cold/warm/cache-lab TTFT samples, agentic session turns) as CSV or JSONL.
 
-:func:`load` reads the store; the ``render_*`` functions are pure (data in, text out);
-:func:`write` is the one place that writes an export file.
+:func:`xover.results.read_model.load` reads the store; the ``render_*`` functions are pure (data in, text
+out); :func:`write` is the one place that writes an export file.
 """
 
 from __future__ import annotations
@@ -11,14 +11,13 @@ import csv
 import dataclasses
 import io
 import json
-from collections.abc import Collection
 from pathlib import Path
 from typing import Any
 
 from xover.errors import XoverError
-from xover.domain.records import BenchConfig, BenchResult, Failure
+from xover.domain.records import BenchConfig
 from xover.report.tables import render_bench_table, short_labels
-from xover.results.store import STORE_NAME, Store
+from xover.results.read_model import BenchData, StoredFailure, StudyData, bench_data, load
 
 FORMATS = ("md", "csv", "jsonl")
 
@@ -29,67 +28,10 @@ _RECORD_COLUMNS = (
 )
 
 
-@dataclasses.dataclass(frozen=True)
-class StoredResult:
-    run_id: int
-    model_key: str
-    result: BenchResult
-
-
-@dataclasses.dataclass(frozen=True)
-class StoredFailure:
-    run_id: int
-    model_key: str | None  # the model of the run that recorded it
-    failure: Failure
-
-
-@dataclasses.dataclass(frozen=True)
-class StudyData:
-    """A study's llama-bench results as stored, oldest first."""
-
-    configs: tuple[BenchConfig, ...]
-    results: tuple[StoredResult, ...]
-    failures: tuple[StoredFailure, ...]
-    model_names: dict[str, str]  # model key -> file name
-
-
-def _require_store(study_dir: Path) -> None:
-    """Fail in one line where there is no store to export (opening one would create an empty one)."""
-    if not (study_dir / STORE_NAME).is_file():
-        raise XoverError(f"{study_dir} holds no {STORE_NAME}: pass a study directory written by xover bench/ttft/study")
-
-
-def load(study_dir: Path, config_keys: Collection[str] | None = None) -> StudyData:
-    """Everything llama-bench-related in a study's store, optionally limited to some configurations."""
-    _require_store(study_dir)
-
-    def wanted(key: str) -> bool:
-        return config_keys is None or key in config_keys
-
-    with Store(study_dir) as store:
-        run_models: dict[int, str | None] = {}
-        names: dict[str, str] = {}
-        for run in store.runs():
-            model = run["provenance"].model
-            run_models[run["id"]] = model.key if model else None
-            if model:
-                names[model.key] = model.name
-        configs = tuple(c for c in store.configs("bench") if isinstance(c, BenchConfig) and wanted(c.key))
-        results = tuple(
-            StoredResult(run_id, model_key, r) for _, run_id, model_key, r in store.bench_results() if wanted(r.config_key)
-        )
-        failures = tuple(
-            StoredFailure(run_id, run_models.get(run_id), f)
-            for run_id, f in store.failures()
-            if f.stage == "bench" and wanted(f.config_key)
-        )
-    return StudyData(configs=configs, results=results, failures=failures, model_names=names)
-
-
 # ---- renderers (pure) -----------------------------------------------------------------------------
 
 
-def standing_failures(data: StudyData) -> list[StoredFailure]:
+def standing_failures(data: BenchData) -> list[StoredFailure]:
     """Failures no later run repaired: a configuration that failed in run k and was measured with the
     same model by a run after k counts as repaired."""
     last_measured: dict[tuple[str, str], int] = {}
@@ -100,7 +42,7 @@ def standing_failures(data: StudyData) -> list[StoredFailure]:
 
 
 
-def render_markdown(data: StudyData) -> str:
+def render_markdown(data: BenchData) -> str:
     """One table per model, columns for the configurations measured (or failed) with it."""
     models = list(dict.fromkeys([s.model_key for s in data.results] + [f.model_key for f in data.failures if f.model_key]))
     tables = []
@@ -122,11 +64,11 @@ def _config_dict(config: BenchConfig | None, label: str) -> dict[str, Any]:
     }
 
 
-def _labels(data: StudyData) -> dict[str, str]:
+def _labels(data: BenchData) -> dict[str, str]:
     return dict(zip((c.key for c in data.configs), short_labels(data.configs)))
 
 
-def render_jsonl(data: StudyData) -> str:
+def render_jsonl(data: BenchData) -> str:
     """One object per stored test (``"type": "bench_result"``, raw samples and llama-bench's record)
     and per failure (``"type": "failure"``)."""
     configs = {c.key: c for c in data.configs}
@@ -152,7 +94,7 @@ def render_jsonl(data: StudyData) -> str:
     return "".join(json.dumps(line, sort_keys=True) + "\n" for line in lines)
 
 
-def render_csv(data: StudyData) -> str:
+def render_csv(data: BenchData) -> str:
     """One row per stored test; samples space-separated; the settings llama-bench reports as columns."""
     labels = _labels(data)
     columns = [
@@ -181,16 +123,18 @@ RENDERERS = {"md": render_markdown, "csv": render_csv, "jsonl": render_jsonl}
 KINDS = ("bench", "ttft", "session")
 
 
-def sample_rows(study_dir: Path, kind: str) -> list[dict[str, Any]]:
-    """Every stored TTFT sample (``kind="ttft"``) or session turn (``"session"``) as a flat dict: the
-    record's own fields (server timings as ``timings.<name>``), its run, model key and configuration label."""
-    _require_store(study_dir)
-    with Store(study_dir) as st:
-        labels = {c.key: c.label for c in st.configs()}
-        rows = st.ttft_samples() if kind == "ttft" else st.session_turns()
+def sample_rows(study: StudyData | Path, kind: str) -> list[dict[str, Any]]:
+    """Every stored TTFT sample (``kind="ttft"``) or session turn (``"session"``) of a study (its read model
+    or its directory) as a flat dict: the record's own fields (server timings as ``timings.<name>``), its run,
+    model key and configuration label."""
+    data = study if isinstance(study, StudyData) else load(study)
+    rows: list[tuple[int, str, Any]] = (
+        [(s.run_id, s.model_key, s.sample) for s in data.ttft_rows] if kind == "ttft"
+        else [(t.run_id, t.model_key, t.turn) for t in data.turn_rows]
+    )
     out = []
-    for _, run_id, model_key, rec in rows:
-        d: dict[str, Any] = {"run_id": run_id, "model_key": model_key, "config": labels.get(rec.config_key, "")}
+    for run_id, model_key, rec in rows:
+        d: dict[str, Any] = {"run_id": run_id, "model_key": model_key, "config": data.labels.get(rec.config_key, "")}
         for key, value in dataclasses.asdict(rec).items():
             if isinstance(value, dict):  # nested records (ServerTimings)
                 d.update({f"{key}.{k}": v for k, v in value.items()})
@@ -202,11 +146,15 @@ def sample_rows(study_dir: Path, kind: str) -> list[dict[str, Any]]:
     return out
 
 
-def render_samples(study_dir: Path, kind: str, fmt: str) -> str:
-    """Raw llama-server samples as CSV (a header from every field seen) or JSONL (one object each)."""
+def _raw_formats_only(kind: str, fmt: str) -> None:
     if fmt == "md":
         raise XoverError(f"--what {kind} exports raw samples: use -f csv or -f jsonl (md is llama-bench's table)")
-    rows = sample_rows(study_dir, kind)
+
+
+def render_samples(data: StudyData, kind: str, fmt: str) -> str:
+    """Raw llama-server samples as CSV (a header from every field seen) or JSONL (one object each)."""
+    _raw_formats_only(kind, fmt)
+    rows = sample_rows(data, kind)
     if fmt == "jsonl":
         return "".join(json.dumps(r, sort_keys=True) + "\n" for r in rows)
     columns = list(dict.fromkeys(k for r in rows for k in r))
@@ -217,7 +165,7 @@ def render_samples(study_dir: Path, kind: str, fmt: str) -> str:
     return buf.getvalue()
 
 
-def render(data: StudyData, fmt: str) -> str:
+def render(data: BenchData, fmt: str) -> str:
     if fmt not in RENDERERS:
         raise XoverError(f"unknown export format {fmt!r}: choose one of {', '.join(FORMATS)}")
     return RENDERERS[fmt](data)
@@ -226,7 +174,10 @@ def render(data: StudyData, fmt: str) -> str:
 def render_kind(study_dir: Path, kind: str, fmt: str) -> str:
     if kind not in KINDS:
         raise XoverError(f"unknown export {kind!r}: choose one of {', '.join(KINDS)}")
-    return render(load(study_dir), fmt) if kind == "bench" else render_samples(study_dir, kind, fmt)
+    if kind == "bench":
+        return render(bench_data(load(study_dir)), fmt)
+    _raw_formats_only(kind, fmt)  # before reading: a wrong format is named even where there is no store
+    return render_samples(load(study_dir), kind, fmt)
 
 
 def write(study_dir: Path, fmt: str, dest: Path | None = None, kind: str = "bench") -> Path:

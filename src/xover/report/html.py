@@ -228,7 +228,7 @@ def point_table(report: Report) -> tuple[list[str], list[list[str]]]:
 
 def _stored_advice(data: StudyData) -> Advice | None:
     """The latest `xover advise` result stored in the study, if any."""
-    found = [body for _, name, body in data.artifacts if name == "advise"]
+    found = data.artifact_bodies("advise")
     if not found:
         return None
     from xover.analysis.advise import advice_from_dict
@@ -314,8 +314,7 @@ def attention_table(report: Report) -> tuple[list[str], list[list[str]]]:
 
 def stored_prediction(data: StudyData) -> dict[str, object] | None:
     """The first prediction stored in the study (made before any measurement), if any."""
-    found = [body for _, name, body in data.artifacts if name == "prediction"]
-    return found[0] if found else None
+    return data.prediction()
 
 
 def prediction_timing(data: StudyData) -> str | None:
@@ -324,22 +323,13 @@ def prediction_timing(data: StudyData) -> str | None:
     if pred is None:
         return None
     made = int(pred.get("created_unix_ns") or 0)  # type: ignore[call-overload]
-    starts = [_run_start_ns(r) for r in data.runs if r["kind"] != "predict"]
+    starts = [r.start_ns for r in data.runs if r.kind != "predict"]
     first = min(starts) if starts else None
     if first is None:
         return f"prediction stored at {pred.get('created_at')}; nothing measured yet"
     order = "before" if made < first else "AFTER"
     return (f"prediction stored at {pred.get('created_at')}, {abs(first - made) / 1e9:.2f} s {order} the first "
             "measurement started" + ("" if made < first else " (it cannot count as a blind prediction)"))
-
-
-def _run_start_ns(run: dict[str, object]) -> int:
-    """A run's start in unix ns: the precise column (schema v2), else its second-resolution timestamp."""
-    if run.get("started_unix_ns"):
-        return int(run["started_unix_ns"])  # type: ignore[call-overload]
-    import datetime
-
-    return int(datetime.datetime.strptime(str(run["started_at"]), "%Y-%m-%dT%H:%M:%S%z").timestamp() * 1e9)
 
 
 def _relabelled(pred: dict[str, object]) -> dict[str, object]:
@@ -413,14 +403,14 @@ def _load_note(p: object) -> str:
 def provenance_rows(data: StudyData) -> list[list[str]]:
     rows = []
     for r in data.runs:
-        p = r["provenance"]
+        p = r.provenance
         model = p.model
         rows.append([
-            str(r["id"]), r["kind"], r["started_at"], r["status"],
+            str(r.id), r.kind, r.started_at, r.status,
             f"{p.llama_build_commit} (build {p.llama_build_number}), {backend_name(p.llama_backend or '')}",
             f"{p.cpu_info or '?'}; GPU: {p.gpu_info or 'none'}; host {p.hostname}{_load_note(p)}",
             f"{model.name}, {model.size_bytes / 1e9:.3f} GB, header sha256 {model.header_sha256[:12]}" if model else "—",
-            " ".join(r["command"]),
+            " ".join(r.command),
         ])
     return rows
 
@@ -449,8 +439,8 @@ def _fa_section(data: StudyData) -> tuple[list[str], list[list[str]], list[str]]
     tests = fa_tests(data.bench)
     if not tests:
         return None
-    memory = {body["config_key"]: body for _, name, body in data.artifacts
-              if name == "memory" and body.get("source") == "llama-bench" and "config_key" in body}
+    memory = {body["config_key"]: body for body in data.artifact_bodies("memory")
+              if body.get("source") == "llama-bench" and "config_key" in body}
     header, rows = fa_table(tests)
     return header, rows, fa_findings(tests, memory)
 

@@ -12,7 +12,7 @@ import statistics
 from collections.abc import Iterable, Sequence
 
 from xover.domain.records import SessionTurn
-from xover.results.read_model import MODE_ORDER, SessionSeries, load_session_series, mode_rank, series_from_rows
+from xover.results.read_model import MODE_ORDER, SessionSeries, mode_rank, series_from_rows
 
 MODE_TEXT = {
     "default": "llama-server's default prompt cache",

@@ -1,20 +1,110 @@
-"""Everything a report shows, read from the results store alone (no measuring, no network)."""
+"""The read model of a study directory: everything its readers use (the report, the exports, the audit,
+a resumed study), read from the results store alone (no measuring, no network).
+
+:func:`load` is the one place that turns the store's rows into what readers use; the store
+(:mod:`xover.results.store`) stays the only codec. Everything else here is pure: typed records and
+views over a :class:`StudyData`.
+"""
 
 from __future__ import annotations
 
 import dataclasses
+import datetime
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from xover.analysis.crossover import ConfigData
-from xover.domain.records import BenchResult, Failure, Provenance, SessionTurn, TtftSample
+from xover.domain.records import (
+    BenchConfig,
+    BenchResult,
+    Failure,
+    Provenance,
+    ServerConfig,
+    SessionTurn,
+    TtftSample,
+)
 from xover.errors import XoverError
 from xover.results.store import STORE_NAME, Store
 
 
 MODE_ORDER = ("default", "reuse", "off")  # the verdict's primary mode is the first one measured
+WRITTEN_BY = "xover bench/ttft/study"
+
+
+# ---- stored records with their place in the store --------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class StoredRun:
+    """One run (one invocation that measured), as stored."""
+
+    id: int
+    kind: str  # bench, ttft, cache, study...
+    command: tuple[str, ...]  # the argv that started it
+    started_at: str
+    started_unix_ns: int | None  # the same instant, precise (schema v2; None in older stores)
+    finished_at: str | None
+    status: str  # running, done, interrupted, failed
+    provenance: Provenance
+
+    @property
+    def start_ns(self) -> int:
+        """The run's start in unix ns: the precise column (schema v2), else its second-resolution timestamp."""
+        if self.started_unix_ns:
+            return int(self.started_unix_ns)
+        return int(datetime.datetime.strptime(self.started_at, "%Y-%m-%dT%H:%M:%S%z").timestamp() * 1e9)
+
+
+class Artifact(NamedTuple):
+    """A stored artifact (server props, theory prediction, tuning, study layout...): its body is the JSON as stored."""
+
+    run_id: int | None
+    name: str
+    body: Any
+
+
+@dataclasses.dataclass(frozen=True)
+class StoredResult:
+    """A llama-bench result with the run and model that measured it."""
+
+    run_id: int
+    model_key: str
+    result: BenchResult
+
+
+@dataclasses.dataclass(frozen=True)
+class StoredFailure:
+    """A failure with the run that recorded it."""
+
+    run_id: int
+    model_key: str | None  # the model of the run that recorded it
+    failure: Failure
+
+
+@dataclasses.dataclass(frozen=True)
+class StoredSample:
+    """A TTFT sample with its row, run, configuration label and model."""
+
+    row_id: int
+    run_id: int
+    label: str
+    sample: TtftSample
+    model_key: str = ""
+
+
+@dataclasses.dataclass(frozen=True)
+class StoredTurn:
+    """An agentic session turn with its row, run and model."""
+
+    row_id: int
+    run_id: int
+    model_key: str
+    turn: SessionTurn
+
+
+# ---- agentic session series ------------------------------------------------------------------------
 
 
 @dataclasses.dataclass(frozen=True)
@@ -74,26 +164,32 @@ def mode_rank(mode: str) -> int:
     return MODE_ORDER.index(mode) if mode in MODE_ORDER else len(MODE_ORDER)
 
 
-def load_session_series(store: Store) -> list[SessionSeries]:
-    """The session series stored in ``store`` (see :func:`series_from_rows`)."""
-    labels = {c.key: c.label for c in store.configs("server")}
-    return series_from_rows((run_id, labels.get(t.config_key, t.config_key[:8]), t) for _, run_id, _, t in store.session_turns())
+# ---- the study ------------------------------------------------------------------------------------
 
 
 @dataclasses.dataclass(frozen=True)
 class StudyData:
+    """Everything stored in one study directory, oldest first. ``bench``, ``ttft`` and ``failures`` are the
+    report's view (each record with its configuration's label); the ``*_rows`` fields hold the same records
+    with their place in the store (row, run, model), for the exports, the audit and a resumed study."""
+
     study_dir: str
-    runs: tuple[dict[str, Any], ...]
+    runs: tuple[StoredRun, ...]
     labels: dict[str, str]  # config key -> label
     bench: tuple[tuple[str, BenchResult], ...]  # (label, result)
     ttft: tuple[tuple[str, TtftSample], ...]  # (label, sample), every stored sample
-    failures: tuple[tuple[str, Failure], ...]
-    artifacts: tuple[tuple[int | None, str, Any], ...]
+    failures: tuple[tuple[str, Failure], ...]  # (label, failure)
+    artifacts: tuple[Artifact, ...]
     session: tuple[SessionSeries, ...] = ()  # the latest replay per config and cache mode
+    configs: tuple[BenchConfig | ServerConfig, ...] = ()  # in the order they were first stored
+    bench_rows: tuple[StoredResult, ...] = ()
+    ttft_rows: tuple[StoredSample, ...] = ()
+    failure_rows: tuple[StoredFailure, ...] = ()
+    turn_rows: tuple[StoredTurn, ...] = ()  # every stored session turn (``session`` keeps the latest replays)
 
     @property
     def provenances(self) -> list[Provenance]:
-        return [r["provenance"] for r in self.runs]
+        return [r.provenance for r in self.runs]
 
     def config_labels(self) -> list[str]:
         """Labels in first-seen order across bench and TTFT results."""
@@ -109,23 +205,101 @@ class StudyData:
         return [(lb, s) for lb, s in self.ttft if s.mode == "cold" and s.cache_ok and s.error is None
                 and s.first_token_ns is not None]
 
+    def artifact_bodies(self, name: str) -> list[Any]:
+        """The bodies of the artifacts called ``name``, oldest first."""
+        return [a.body for a in self.artifacts if a.name == name]
 
-def load(study_dir: Path | str) -> StudyData:
+    def prediction(self) -> dict[str, Any] | None:
+        """The first theory prediction stored in the study (made before any measurement), if any: the
+        dict :func:`xover.analysis.theory.build_prediction` returned."""
+        found = self.artifact_bodies("prediction")
+        return found[0] if found else None
+
+
+def require_store(study_dir: Path, written_by: str = WRITTEN_BY) -> None:
+    """Fail in one line where there is no store to read (opening one would create an empty one)."""
+    if not (study_dir / STORE_NAME).is_file():
+        raise XoverError(f"{study_dir} holds no {STORE_NAME}: pass a study directory written by {written_by}")
+
+
+def _run(d: dict[str, Any]) -> StoredRun:
+    return StoredRun(
+        id=d["id"], kind=d["kind"], command=tuple(d["command"]), started_at=d["started_at"],
+        started_unix_ns=d.get("started_unix_ns"), finished_at=d.get("finished_at"), status=d["status"],
+        provenance=d["provenance"],
+    )
+
+
+def load(study_dir: Path | str, written_by: str = WRITTEN_BY) -> StudyData:
+    """The read model of a study directory; ``written_by`` names, in the error where there is no store,
+    the commands that write one."""
     path = Path(study_dir)
-    if not (path / STORE_NAME).exists():
-        raise XoverError(f"{path} holds no {STORE_NAME}: pass a study directory written by xover bench/ttft/study")
+    require_store(path, written_by)
     with Store(path) as st:
-        labels = {c.key: c.label for c in st.configs()}
-        return StudyData(
-            study_dir=str(path),
-            runs=tuple(st.runs()),
-            labels=labels,
-            bench=tuple((labels.get(r.config_key, r.config_key[:8]), r) for _, _, _, r in st.bench_results()),
-            ttft=tuple((labels.get(s.config_key, s.config_key[:8]), s) for _, _, _, s in st.ttft_samples()),
-            failures=tuple((labels.get(f.config_key, f.config_key[:8]), f) for _, f in st.failures()),
-            artifacts=tuple(st.artifacts()),
-            session=tuple(load_session_series(st)),
-        )
+        configs = tuple(st.configs())
+        runs = tuple(_run(r) for r in st.runs())
+        bench = st.bench_results()
+        ttft = st.ttft_samples()
+        failures = st.failures()
+        turns = st.session_turns()
+        artifacts = tuple(Artifact(run_id, name, body) for run_id, name, body in st.artifacts())
+    labels = {c.key: c.label for c in configs}
+
+    def label(key: str) -> str:
+        return labels.get(key, key[:8])
+
+    run_models = {r.id: r.provenance.model.key if r.provenance.model else None for r in runs}
+    server_labels = {c.key: c.label for c in configs if isinstance(c, ServerConfig)}
+    ttft_rows = tuple(StoredSample(row_id, run_id, label(s.config_key), s, model_key) for row_id, run_id, model_key, s in ttft)
+    turn_rows = tuple(StoredTurn(row_id, run_id, model_key, t) for row_id, run_id, model_key, t in turns)
+    return StudyData(
+        study_dir=str(path),
+        runs=runs,
+        labels=labels,
+        bench=tuple((label(r.config_key), r) for _, _, _, r in bench),
+        ttft=tuple((s.label, s.sample) for s in ttft_rows),
+        failures=tuple((label(f.config_key), f) for _, f in failures),
+        artifacts=artifacts,
+        session=tuple(series_from_rows(
+            (t.run_id, server_labels.get(t.turn.config_key, t.turn.config_key[:8]), t.turn) for t in turn_rows)),
+        configs=configs,
+        bench_rows=tuple(StoredResult(run_id, model_key, r) for _, run_id, model_key, r in bench),
+        ttft_rows=ttft_rows,
+        failure_rows=tuple(StoredFailure(run_id, run_models.get(run_id), f) for run_id, f in failures),
+        turn_rows=turn_rows,
+    )
+
+
+# ---- views ------------------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class BenchData:
+    """A study's llama-bench results as stored, oldest first: what the llama-bench exports render."""
+
+    configs: tuple[BenchConfig, ...]
+    results: tuple[StoredResult, ...]
+    failures: tuple[StoredFailure, ...]
+    model_names: dict[str, str]  # model key -> file name
+
+
+def bench_data(data: StudyData, config_keys: Collection[str] | None = None) -> BenchData:
+    """Everything llama-bench-related in a study, optionally limited to some configurations."""
+
+    def wanted(key: str) -> bool:
+        return config_keys is None or key in config_keys
+
+    names: dict[str, str] = {}
+    for run in data.runs:
+        model = run.provenance.model
+        if model:
+            names[model.key] = model.name
+    return BenchData(
+        configs=tuple(c for c in data.configs if isinstance(c, BenchConfig) and wanted(c.key)),
+        results=tuple(s for s in data.bench_rows if wanted(s.result.config_key)),
+        failures=tuple(f for f in data.failure_rows if f.failure.stage == "bench" and wanted(f.failure.config_key)),
+        model_names=names,
+    )
 
 
 def crossover_inputs(data: StudyData) -> list[ConfigData]:

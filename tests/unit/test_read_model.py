@@ -1,0 +1,85 @@
+"""The read model: one load of a study directory gives every reader (report, export, audit, a resumed study)
+the stored records, typed, with their place in the store."""
+
+import pytest
+
+from xover.domain.records import BenchConfig, BenchResult, Failure, ModelId, Provenance, ServerConfig, ServerTimings, TtftSample
+from xover.domain.study_spec import LlamaConfig, StudySpec
+from xover.errors import XoverError
+from xover.measure.study import missing_ttft
+from xover.results.read_model import Artifact, StoredRun, bench_data, load
+from xover.results.store import Store
+
+
+def _prov(model: str = "m.gguf") -> Provenance:
+    return Provenance(
+        llama_build_commit="0c1e570", llama_build_number=0, llama_backend="CPU", llama_bin_dir="/x", llama_bin_source="cache",
+        cpu_info="cpu", gpu_info=None, hostname="h", os="Linux", xover_version="0.1.0",
+        model=ModelId(path=f"/{model}", name=model, size_bytes=10, header_sha256="ab" * 32),
+    )
+
+
+def _sample(key: str, length: int, rep: int, ok: bool = True) -> TtftSample:
+    t = ServerTimings(cache_n=0, prompt_n=length, prompt_ms=50.5, prompt_per_second=20277.0, predicted_n=16,
+                      predicted_ms=8.0, predicted_per_second=2000.0)
+    return TtftSample(key, "cold", length, rep, f"p{rep}", 1, 100, 51_000_000, 60_000_000, (51_000_000,), 16, t, ok)
+
+
+def test_one_load_gives_typed_rows_and_the_views_of_every_reader(tmp_path):
+    cfg = BenchConfig(label="ncmoe=12", fields=(("-ncmoe", "12"),))
+    other = BenchConfig(label="ncmoe=18", fields=(("-ncmoe", "18"),))
+    scfg = ServerConfig(label="ncmoe=12", args=("--n-cpu-moe", "12"))
+    res = BenchResult(cfg.key, 512, 0, 4000, (1_000_000,), (512.0,), 512.0, 0.0, {"avg_ts": 512.0})
+    with Store(tmp_path) as st:
+        run = st.begin_run("bench", ["xover", "bench"], _prov())
+        for c in (cfg, other, scfg):
+            st.put_config(c)
+        st.add_bench_result(run, "mk", res)
+        st.add_failure(run, Failure(other.key, "bench", "pp512 @ d4000", "exit 1", "oom"))
+        st.add_failure(run, Failure("f" * 16, "server-start", "-", "no port", ""))  # a configuration never stored
+        st.add_ttft_sample(run, "mk", _sample(scfg.key, 1024, 0))
+        st.add_ttft_sample(run, "mk", _sample(scfg.key, 4096, 0))
+        st.add_artifact(None, "prediction", {"created_unix_ns": 1})
+        st.add_artifact(run, "prediction", {"created_unix_ns": 2})
+        st.end_run(run, "done")
+    data = load(tmp_path)
+    (r,) = data.runs
+    assert isinstance(r, StoredRun) and (r.kind, r.status, r.command) == ("bench", "done", ("xover", "bench"))
+    assert r.start_ns == r.started_unix_ns and data.provenances == [_prov()]
+    assert data.artifacts[0] == Artifact(None, "prediction", {"created_unix_ns": 1}) and data.artifacts[1].run_id == run
+    assert data.artifact_bodies("prediction") == [{"created_unix_ns": 1}, {"created_unix_ns": 2}]
+    assert data.prediction() == {"created_unix_ns": 1}
+    assert data.bench == (("ncmoe=12", res),) and data.bench_rows[0].model_key == "mk"
+    assert [lb for lb, _ in data.ttft] == [s.label for s in data.ttft_rows] == ["ncmoe=12", "ncmoe=12"]
+    assert [lb for lb, _ in data.failures] == ["ncmoe=18", "ffffffff"]  # an unknown configuration: its key's start
+    assert [(s.row_id, s.run_id, s.model_key) for s in data.ttft_rows] == [(1, run, "mk"), (2, run, "mk")]
+    assert [f.model_key for f in data.failure_rows] == [_prov().model.key] * 2  # type: ignore[union-attr]
+    bench = bench_data(data)
+    assert bench.configs == (cfg, other) and [f.failure.stage for f in bench.failures] == ["bench"]
+    assert bench.model_names == {_prov().model.key: "m.gguf"}  # type: ignore[union-attr]
+    assert bench_data(data, {cfg.key}).failures == () and bench_data(data, {other.key}).results == ()
+
+
+def test_a_resumed_study_counts_the_stored_cold_samples_of_its_model_and_configuration(tmp_path):
+    scfg = ServerConfig(label="a", args=())
+    with Store(tmp_path) as st:
+        run = st.begin_run("ttft", ["xover"], _prov())
+        st.put_config(scfg)
+        st.add_ttft_sample(run, "mk", _sample(scfg.key, 1024, 0))
+        st.add_ttft_sample(run, "mk", _sample(scfg.key, 1024, 1, ok=False))  # failed its cold check: not counted
+        st.add_ttft_sample(run, "other", _sample(scfg.key, 4096, 0))  # another model
+        st.end_run(run, "done")
+    spec = StudySpec(configs=(LlamaConfig(name="a"),), model_preset="tiny-moe", lengths=(1024, 4096), repetitions=2)
+    rows = load(tmp_path).ttft_rows
+    assert missing_ttft(rows, spec, "mk", scfg.key, fresh=False) == {1024: 1, 4096: 2}
+    assert missing_ttft(rows, spec, "other", scfg.key, fresh=False) == {1024: 2, 4096: 1}
+    assert missing_ttft(rows, spec, "mk", scfg.key, fresh=True) == {1024: 2, 4096: 2}
+    assert missing_ttft(rows, spec, "mk", "another-config", fresh=False) == {1024: 2, 4096: 2}
+
+
+def test_a_directory_without_a_store_is_named_with_the_commands_that_write_one(tmp_path):
+    with pytest.raises(XoverError, match="written by xover bench/ttft/study"):
+        load(tmp_path)
+    with pytest.raises(XoverError, match="written by xover ttft, cache or study"):
+        load(tmp_path, written_by="xover ttft, cache or study")
+    assert list(tmp_path.iterdir()) == []
