@@ -135,3 +135,19 @@ def test_spellings_are_llama_cpps() -> None:
             assert re.search(rf'{{[^}}]*"{re.escape(spelling)}"', server_src), spelling
         if option.record_field:
             assert f'"{option.record_field}"' in bench_src, option.record_field
+
+
+def test_advise_knobs_are_the_tables_options() -> None:
+    from xover.analysis import advise
+
+    knobs = advise.study_knobs(cpu_count=4, gpu_build=True, longest=32768)
+    for k in knobs:
+        option = opts.BY_NAME[k.name]
+        assert (k.flag, k.short, k.default, k.gpu_only, k.env) == (option.bench_flag, option.short, option.default,
+                                                                 option.gpu_only, option.env)
+        assert k.record_field == (None if option.record_values else option.record_field)
+    assert [k.name for k in advise.default_knobs(4)] == [o.name for o, _ in opts.searched(4)]
+    assert dict((k.name, k.candidates) for k in knobs)["ubatch-size"] == ("1024", "2048", "4096", "8192")
+    config = advise.llama_config(knobs, (("no-op-offload", "1"), ("GGML_OP_OFFLOAD_MIN_BATCH", "64")), 3, "x")
+    assert config.bench_config().fields == (("-ncmoe", "3"), ("-nopo", "1"))
+    assert config.env == (("GGML_OP_OFFLOAD_MIN_BATCH", "64"),)

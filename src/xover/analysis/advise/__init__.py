@@ -53,7 +53,6 @@ from xover.analysis.advise.advice import (
     ARTIFACT,
     SCHEMA,
     Advice,
-    _decode,
     advice_from_dict,
 )
 from xover.analysis.advise.confirm import (
@@ -79,6 +78,7 @@ from xover.analysis.advise.knobs import (
     apply_setting,
     default_knobs,
     knob_named,
+    option_knob,
     level_label,
     llama_config,
     normalize,
@@ -149,7 +149,6 @@ __all__ = [
     "Trial",
     "Turn",
     "Workload",
-    "_decode",
     "advice_from_dict",
     "agentic_workload",
     "apply_setting",

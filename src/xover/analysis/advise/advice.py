@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import types
-import typing
 from collections.abc import Mapping
 from typing import Any
 
@@ -22,6 +20,7 @@ from xover.analysis.advise.knobs import (
 from xover.analysis.advise.search import Search
 from xover.analysis.advise.theory_notes import THEORY_NO_EFFECT, Expectation
 from xover.analysis.advise.workload import Workload
+from xover.domain.codec import decode, encode
 from xover.domain.study_spec import LlamaConfig
 from xover.errors import XoverError
 
@@ -99,33 +98,11 @@ class Advice:
         return tuple(out)
 
     def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        return encode(self)
 
 
 def advice_from_dict(data: Mapping[str, Any]) -> Advice:
     """The inverse of :meth:`Advice.to_dict` (a stored artifact back to the records)."""
     if data.get("schema") != SCHEMA:
         raise XoverError(f"not a {SCHEMA} advise record: rerun xover advise with this version")
-    advice = _decode(Advice, data)
-    assert isinstance(advice, Advice)
-    return advice
-
-
-def _decode(tp: Any, value: Any) -> Any:
-    """JSON-shaped data back into the typed frozen records it came from."""
-    if dataclasses.is_dataclass(tp):
-        hints = typing.get_type_hints(tp)
-        fields = {f.name: _decode(hints[f.name], value[f.name]) for f in dataclasses.fields(tp) if f.name in value}
-        return typing.cast(Any, tp)(**fields)
-    origin, args = typing.get_origin(tp), typing.get_args(tp)
-    if origin in (typing.Union, types.UnionType):
-        if value is None:
-            return None
-        return _decode(next(a for a in args if a is not type(None)), value)
-    if origin is tuple:
-        if len(args) == 2 and args[1] is Ellipsis:
-            return tuple(_decode(args[0], v) for v in value)
-        return tuple(_decode(a, v) for a, v in zip(args, value))
-    if tp is float:
-        return float(value)
-    return value
+    return decode(Advice, data)

@@ -6,11 +6,12 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping, Sequence
 
+from xover.domain import llama_options as opts
 from xover.domain.study_spec import LlamaConfig
 from xover.errors import XoverError
 
-LLAMA_DEFAULT_BATCH = 2048  # -b
-LLAMA_DEFAULT_UBATCH = 512  # -ub
+LLAMA_DEFAULT_BATCH = int(opts.BATCH_SIZE.default)  # -b
+LLAMA_DEFAULT_UBATCH = int(opts.UBATCH_SIZE.default)  # -ub
 
 # (knob name, value): the knobs that differ from llama.cpp's defaults, in the knob list's order.
 Setting = tuple[tuple[str, str], ...]
@@ -47,40 +48,40 @@ class Knob:
         return self.flag.lstrip("-")
 
 
+def option_knob(option: opts.LlamaOption, candidates: Sequence[str]) -> Knob:
+    """The knob that varies ``option`` (:mod:`xover.domain.llama_options`) over ``candidates``. The record field
+    is kept only where llama-bench reports the value as given (``-fa on`` reports ``1``), so that a candidate
+    equal to the value in effect can be skipped."""
+    assert option.bench_flag is not None
+    return Knob(option.name, option.bench_flag, option.default, tuple(candidates),
+                None if option.record_values else option.record_field, gpu_only=option.gpu_only, env=option.env)
+
+
 def default_knobs(cpu_count: int) -> tuple[Knob, ...]:
-    """The knobs and candidate values searched unless told otherwise. ``cpu_count``: logical CPUs here."""
-    threads = tuple(dict.fromkeys(str(t) for t in (max(1, cpu_count // 2), cpu_count)))
-    return (
-        Knob("load-mode", "-lm", "auto", ("none",), "load_mode", gpu_only=True),
-        Knob("ubatch-size", "-ub", str(LLAMA_DEFAULT_UBATCH), ("1024", "2048", "4096"), "n_ubatch"),
-        Knob("batch-size", "-b", str(LLAMA_DEFAULT_BATCH), ("4096",), "n_batch"),
-        Knob("no-op-offload", "-nopo", "0", ("1",), "no_op_offload", gpu_only=True),
-        # Above the default ubatch: prompt ubatches of 512 stay on the CPU, larger ones are still copied.
-        Knob("GGML_OP_OFFLOAD_MIN_BATCH", "GGML_OP_OFFLOAD_MIN_BATCH", "32", ("1024",), gpu_only=True, env=True),
-        Knob("threads", "-t", "auto", threads, "n_threads"),
-    )
+    """The knobs and candidate values searched unless told otherwise (the options' ``search`` values).
+    ``cpu_count``: logical CPUs here (threads try half and all of them)."""
+    return tuple(option_knob(option, values) for option, values in opts.searched(cpu_count))
 
 
-FLASH_ATTN = Knob("flash-attn", "-fa", "auto", ("on", "off"), None)
+FLASH_ATTN = option_knob(opts.FLASH_ATTN, opts.FLASH_ATTN.tuned_values)
 """Flash attention (llama-bench and llama-server ``-fa on|off|auto``; llama.cpp's default ``auto`` enables it
 where the backend supports it). Its record field (``flash_attn``) reports -1 for auto, so no value is skipped."""
 
 
 def study_knobs(cpu_count: int, gpu_build: bool, longest: int) -> tuple[Knob, ...]:
-    """The knobs ``xover study``'s tuning stage searches: advise's, plus ``-lm mlock`` (``-lm mmap`` is what
-    ``auto`` resolves to wherever the backends support mmap: llama-model.cpp), ``-ub 8192`` when the study's
-    longest prompt holds two such ubatches, and flash attention. On a CPU-only build the knobs that only change
-    how weights reach a GPU (op offload, its threshold, pinned host memory) are left out: there is nothing to copy."""
+    """The knobs ``xover study``'s tuning stage searches (the options' ``tune_search`` values): advise's, plus
+    ``-lm mlock`` (``-lm mmap`` is what ``auto`` resolves to wherever the backends support mmap:
+    llama-model.cpp), ``-ub 8192`` when the study's longest prompt holds two such ubatches, and flash attention.
+    On a CPU-only build the knobs that only change how weights reach a GPU (op offload, its threshold, pinned
+    host memory) are left out: there is nothing to copy."""
     knobs = []
-    for k in default_knobs(cpu_count):
-        if k.gpu_only and not gpu_build:
+    for option, values in opts.tuned(cpu_count):
+        if option.gpu_only and not gpu_build:
             continue
-        if k.name == "load-mode":
-            k = dataclasses.replace(k, candidates=("none", "mlock"))
-        if k.name == "ubatch-size" and gpu_build and longest >= 2 * 8192:
-            k = dataclasses.replace(k, candidates=(*k.candidates, "8192"))
-        knobs.append(k)
-    return (*knobs, FLASH_ATTN)
+        if option is opts.UBATCH_SIZE and gpu_build and longest >= 2 * 8192:
+            values = (*values, "8192")
+        knobs.append(option_knob(option, values))
+    return tuple(knobs)
 
 
 def with_candidates(knobs: Sequence[Knob], name: str, candidates: Sequence[str]) -> tuple[Knob, ...]:
@@ -109,7 +110,7 @@ def setting_label(knobs: Sequence[Knob], setting: Setting) -> str:
     """``lm=none ub=2048``; ``defaults`` for llama.cpp's defaults."""
     if setting == RECHECK:
         return "defaults (again)"
-    short = {k.name: k.short for k in knobs} | {"batch-size": "b"}
+    short = {k.name: k.short for k in knobs} | {opts.BATCH_SIZE.name: opts.BATCH_SIZE.short}
     return " ".join(f"{short[n]}={v}" for n, v in setting) or "defaults"
 
 
@@ -119,7 +120,7 @@ def level_label(n_cpu_moe: int | None) -> str:
 
 def llama_config(knobs: Sequence[Knob], setting: Setting, n_cpu_moe: int | None, name: str) -> LlamaConfig:
     """The configuration to run: llama-bench fields and llama-server arguments from one place."""
-    flags = (("-ncmoe", str(n_cpu_moe)),) if n_cpu_moe is not None else ()
+    flags = ((opts.N_CPU_MOE.bench[0], str(n_cpu_moe)),) if n_cpu_moe is not None else ()
     return apply_setting(LlamaConfig(name=name, flags=flags), knobs, setting, name)
 
 
@@ -135,10 +136,10 @@ def apply_setting(base: LlamaConfig, knobs: Sequence[Knob], setting: Setting, na
         if knob_name == "recheck":
             env[RECHECK_ENV] = value
         elif knob is None:  # the batch size raised with the ubatch, without a batch knob
-            flags["-b"] = value
+            flags[opts.BATCH_SIZE.bench[0]] = value
         elif knob.env:
             env[knob.flag] = value
-        elif knob.flag == "-nopo":
+        elif knob.flag == opts.NO_OP_OFFLOAD.bench_flag:
             no_op_offload = value == "1"
         else:
             flags[knob.flag] = value
