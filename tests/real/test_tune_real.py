@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from xover.analysis import advise
+from xover.domain.codec import decode
 
 from xover.measure import tune
 from xover.domain.study_spec import load_spec
@@ -62,7 +63,7 @@ def test_a_knob_without_effect_is_reported_as_none_and_keeps_the_defaults(llama_
     with Store(out) as store:
         (body,) = [b for _, _, b in store.artifacts(tune.ARTIFACT)]
         labels = {c.label for c in store.configs()}
-    search = advise._decode(advise.Search, body["search"])
+    search = decode(advise.Search, body["search"])
     (verdict,) = search.verdicts
     assert verdict.knob == "GGML_OP_OFFLOAD_MIN_BATCH" and verdict.effects and verdict.no_effect
     assert verdict.kept is None and search.recommended == advise.DEFAULTS

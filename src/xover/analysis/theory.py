@@ -41,6 +41,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Literal
 
 from xover.analysis.crossover import Crossing
+from xover.domain import llama_options as opts
 from xover.errors import XoverError
 from xover.gguf.shapes import (
     TensorTable,
@@ -425,26 +426,26 @@ def config_from_flags(flags: Iterable[tuple[str, str]] = (), env: Iterable[tuple
         elif has_value:
             pairs.append((a, args[i + 1]))
             i += 1
-        elif a in ("--no-op-offload", "-nopo"):
-            pairs.append(("-nopo", "1"))
+        elif a in opts.NO_OP_OFFLOAD.spellings:
+            pairs.append((opts.NO_OP_OFFLOAD.bench[0], "1"))
         i += 1
     for flag, value in pairs:
-        name = flag.lstrip("-")
+        option = opts.by_spelling(flag)
         try:
-            if name in ("ncmoe", "n-cpu-moe"):
+            if option is opts.N_CPU_MOE:
                 values["n_cpu_moe"] = int(value)
-            elif name in ("ub", "ubatch-size"):
+            elif option is opts.UBATCH_SIZE:
                 values["ubatch"] = int(value)
-            elif name in ("nopo", "no-op-offload"):
+            elif option is opts.NO_OP_OFFLOAD:
                 values["op_offload"] = value in ("0", "false", "off")
-            elif name in ("lm", "load-mode"):
+            elif option is opts.LOAD_MODE:
                 values["pinned"] = value == "none"
-            elif name in ("mmp", "mmap"):
+            elif flag.lstrip("-") in ("mmp", "mmap"):  # llama.cpp before -lm
                 values["pinned"] = value in ("0", "false", "off")
         except ValueError:
             raise XoverError(f"{flag} {value!r} is not a number: fix the configuration's flags") from None
     for name, value in env:
-        if name == "GGML_OP_OFFLOAD_MIN_BATCH":
+        if name == opts.OP_OFFLOAD_MIN_BATCH.name:
             values["op_offload_min_batch"] = int(value)
     return OffloadConfig(**values)
 

@@ -18,7 +18,7 @@ if TYPE_CHECKING:
 
     from xover.analysis.stats import Summary
     from xover.llamacpp.server import ServerSpec
-    from xover.domain.records import BenchConfig
+    from xover.domain.records import ServerConfig
     from xover.measure.ttft import PointSummary, TtftPlan
 
 API_KEY_ENV = "XOVER_API_KEY"
@@ -92,8 +92,8 @@ def ttft(
 
     from rich.markup import escape
 
+    from xover.domain.llama_options import FLASH_ATTN, LOAD_MODE, server_config
     from xover.measure import bench as benchrun
-    from xover.domain.study_spec import LOAD_MODES
     from xover.console import console, out, progress_bar
     from xover.domain.prompts import parse_lengths
     from xover.results.store import Store
@@ -146,9 +146,9 @@ def ttft(
             return benchrun.parse_choice_list(option, _joined(values), allowed) if values else ()
 
         configs = benchrun.combinations(
-            ncmoe=ints("--ncmoe", ncmoe), load_mode=choices("--load-mode", load_mode, LOAD_MODES),
+            ncmoe=ints("--ncmoe", ncmoe), load_mode=choices("--load-mode", load_mode, LOAD_MODE.choices),
             batch=ints("--batch", batch, 1), ubatch=ints("--ubatch", ubatch, 1),
-            flash_attn=choices("--flash-attn", flash_attn, benchrun.FLASH_ATTN_CHOICES),
+            flash_attn=choices("--flash-attn", flash_attn, FLASH_ATTN.choices),
             no_op_offload=tuple(int(v) for v in choices("--no-op-offload", no_op_offload, ("0", "1"))),
             threads=ints("--threads", threads, 1), env=tuple(benchrun.parse_env(e) for e in env),
         )
@@ -159,7 +159,7 @@ def ttft(
         check_offload_and_context(model, ints("--ncmoe", ncmoe), lengths=plan.lengths, extra_tokens=plan.response_tokens)
         check_explicit_context(extra_args, need)
         binaries = resolve(llama_bin_dir)
-        specs = _specs(model, configs, plan, extra_args, has_flag(binaries.server, "-fit"),
+        specs = _specs(model, [server_config(c) for c in configs], plan, extra_args, has_flag(binaries.server, "-fit"),
                        4 if has_flag(binaries.server, "-lv") else None)
         n_configs = len(specs)
 
@@ -236,28 +236,23 @@ def ttft(
 
 
 def _specs(
-    model: Path, configs: Sequence[BenchConfig], plan: TtftPlan, extra_args: Sequence[str], fit_off: bool,
+    model: Path, configs: Sequence[ServerConfig], plan: TtftPlan, extra_args: Sequence[str], fit_off: bool,
     log_verbosity: int | None,
 ) -> list[ServerSpec]:
     """One server configuration per knob combination, in llama-server's flags; the knobs' flags come
     before the arguments after `--`, so those override them."""
+    from xover.domain.llama_options import FLASH_ATTN, N_CPU_MOE, THREADS, take
     from xover.llamacpp.server import ServerSpec, context_size
 
     ctx = context_size(max(plan.lengths), plan.response_tokens)
     specs = []
     for config in configs:
-        fields = dict(config.fields)
-        knob_args: list[str] = []
-        for flag in ("-lm", "-b", "-ub"):
-            if flag in fields:
-                knob_args += [flag, fields[flag]]
-        if "-nopo" in fields:
-            knob_args.append("--no-op-offload" if fields["-nopo"] == "1" else "--op-offload")
+        typed, knob_args = take(config.args, (N_CPU_MOE, THREADS, FLASH_ATTN))
         specs.append(ServerSpec(
             model=model.resolve(), label=config.label, ctx_size=ctx,
-            n_cpu_moe=int(fields["-ncmoe"]) if "-ncmoe" in fields else None,
-            threads=int(fields["-t"]) if "-t" in fields else None, flash_attn=fields.get("-fa"), fit_off=fit_off,
-            extra_args=(*knob_args, *extra_args), env=config.env, log_verbosity=log_verbosity,
+            n_cpu_moe=int(typed[N_CPU_MOE.name]) if N_CPU_MOE.name in typed else None,
+            threads=int(typed[THREADS.name]) if THREADS.name in typed else None, flash_attn=typed.get(FLASH_ATTN.name),
+            fit_off=fit_off, extra_args=(*knob_args, *extra_args), env=config.env, log_verbosity=log_verbosity,
         ))
     return specs
 

@@ -1,6 +1,7 @@
 """Typed, immutable records: what was measured, under which configuration, on which machine.
 
-No computation and no I/O here; :mod:`xover.results.store` is the only codec to and from storage.
+No computation and no I/O here; :mod:`xover.domain.codec` turns them into JSON-shaped data and back, and
+:mod:`xover.results.store` is the only place that stores them.
 Times are integer nanoseconds (``_ns``) unless a name says otherwise; missing is ``None``, never 0.
 """
 

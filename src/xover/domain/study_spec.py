@@ -16,8 +16,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from xover.errors import XoverError
+from xover.domain import llama_options
 from xover.domain.records import BenchConfig
+from xover.errors import XoverError
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -25,26 +26,13 @@ else:  # pragma: no cover
     import tomli as tomllib
 
 # TOML key (llama.cpp long option name) -> the short flag both llama-bench and llama-server accept.
-SHARED_FLAGS: dict[str, str] = {
-    "n-cpu-moe": "-ncmoe",
-    "threads": "-t",
-    "batch-size": "-b",
-    "ubatch-size": "-ub",
-    "flash-attn": "-fa",
-    "cache-type-k": "-ctk",
-    "cache-type-v": "-ctv",
-    "n-gpu-layers": "-ngl",
-    "load-mode": "-lm",
-}
-_INT_KEYS = {"n-cpu-moe", "threads", "batch-size", "ubatch-size", "n-gpu-layers"}
-LOAD_MODES = ("auto", "none", "mmap", "mlock", "mmap+mlock", "dio")  # -lm / --load-mode
-_CHOICES = {
-    "flash-attn": ("on", "off", "auto"),
-    "load-mode": LOAD_MODES,
-}
+SHARED_FLAGS: dict[str, str] = {o.name: o.shared_flag for o in llama_options.OPTIONS if o.shared_flag is not None}
+_INT_KEYS = {name for name in SHARED_FLAGS if llama_options.BY_NAME[name].kind == "int"}
+LOAD_MODES = llama_options.LOAD_MODES  # -lm / --load-mode
+_CHOICES = {name: llama_options.BY_NAME[name].choices for name in SHARED_FLAGS if llama_options.BY_NAME[name].kind == "choice"}
 # The knobs the tuning stage can search, (name, short name): xover.analysis.advise.study_knobs defines them.
-TUNE_KNOBS = (("load-mode", "lm"), ("ubatch-size", "ub"), ("batch-size", "b"), ("no-op-offload", "nopo"),
-              ("GGML_OP_OFFLOAD_MIN_BATCH", "GGML_OP_OFFLOAD_MIN_BATCH"), ("threads", "t"), ("flash-attn", "fa"))
+TUNE_KNOBS = tuple((o.name, o.short) for o in llama_options.OPTIONS if o.tuned_values)
+_NOPO = llama_options.NO_OP_OFFLOAD  # the spec's no-op-offload = true
 STAGES = ("theory", "tune", "bench", "ttft", "cache", "session", "report")
 
 
@@ -63,7 +51,7 @@ class LlamaConfig:
         return dict(self.flags).get(short)
 
     def bench_config(self) -> BenchConfig:
-        fields = self.flags + ((("-nopo", "1"),) if self.no_op_offload else ())
+        fields = self.flags + (((_NOPO.bench[0], "1"),) if self.no_op_offload else ())
         return BenchConfig(label=self.name, fields=fields, env=self.env, extra_args=self.bench_args)
 
     def server_args_list(self) -> tuple[str, ...]:
@@ -71,7 +59,7 @@ class LlamaConfig:
         for flag, value in self.flags:
             args += [flag, value]
         if self.no_op_offload:
-            args.append("--no-op-offload")
+            args += _NOPO.server_args("1")
         return tuple(args) + self.server_args
 
     def llama_server_command(self) -> str:
@@ -189,7 +177,7 @@ def config_from_table(table: Mapping[str, Any], index: int) -> LlamaConfig:
         raise XoverError(f"{where}: give it a name = '...' (used as the column label)")
     where = f"[[config]] {name!r}"
     flags: list[tuple[str, str]] = []
-    known = set(SHARED_FLAGS) | {"name", "no-op-offload", "env", "bench-args", "server-args"}
+    known = set(SHARED_FLAGS) | {"name", _NOPO.name, "env", "bench-args", "server-args"}
     for key, value in table.items():
         if key not in known:
             raise XoverError(f"{where}: unknown key {key!r}; use one of {', '.join(sorted(known))}")
@@ -204,7 +192,7 @@ def config_from_table(table: Mapping[str, Any], index: int) -> LlamaConfig:
         elif not isinstance(value, str):
             raise XoverError(f"{where}: {key} must be a string, got {value!r}")
         flags.append((SHARED_FLAGS[key], str(value)))
-    nopo = table.get("no-op-offload", False)
+    nopo = table.get(_NOPO.name, False)
     if not isinstance(nopo, bool):
         raise XoverError(f"{where}: no-op-offload must be true or false")
     env = table.get("env", {})

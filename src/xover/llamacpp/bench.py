@@ -27,9 +27,10 @@ from collections.abc import Generator, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+from xover.domain import llama_options
+from xover.domain.records import BenchConfig, BenchResult
 from xover.errors import XoverError
 from xover.llamacpp import memory, process
-from xover.domain.records import BenchConfig, BenchResult
 
 # A test point: (n_prompt, n_gen, n_depth), exactly as llama-bench reports it.
 Point = tuple[int, int, int]
@@ -56,8 +57,8 @@ RESERVED_FLAGS: dict[str, str] = {
 
 # Swept xover knobs whose value llama-bench echoes in each JSONL record, to check every record
 # against the configuration it is stored under.
-_RECORD_FIELD = {"-ncmoe": "n_cpu_moe", "-ub": "n_ubatch", "-b": "n_batch", "-t": "n_threads", "-nopo": "no_op_offload", "-fa": "flash_attn"}
-_FLASH_ATTN = {"on": 1, "off": 0, "auto": -1}
+_RECORD_FIELD = {o.bench_flag: o.record_field for o in llama_options.OPTIONS
+                 if o.checked and o.bench_flag is not None and o.record_field is not None}
 
 _PROGRESS = re.compile(r"^llama-bench: benchmark (\d+)/(\d+): (.+?)\s*$")
 _PHASE = re.compile(r"^(depth|prompt|generation) run (\d+)/(\d+)( \(cached\))?$")
@@ -234,7 +235,7 @@ def record_mismatch(config: BenchConfig, record: dict[str, Any]) -> str | None:
         key = _RECORD_FIELD.get(flag)
         if key is None or key not in record:
             continue
-        expected = _FLASH_ATTN[value] if flag == "-fa" else int(value)
+        expected = llama_options.BY_BENCH_FLAG[flag].record_value(value)
         if int(record[key]) != expected:
             return f"llama-bench reported {key}={record[key]} for a configuration with {flag} {value}"
     return None

@@ -23,7 +23,9 @@ from contextlib import closing
 from pathlib import Path
 from typing import Any
 
-from xover.domain.study_spec import LOAD_MODES
+from xover.domain.llama_options import (
+    BATCH_SIZE, FLASH_ATTN, LOAD_MODE, LOAD_MODES, N_CPU_MOE, NO_OP_OFFLOAD, THREADS, UBATCH_SIZE,
+)
 from xover.errors import XoverError
 from xover.llamacpp import bench, memory
 from xover.llamacpp.bench import BenchJob, Exited, Point, ProgressLine, RecordLine
@@ -32,7 +34,7 @@ from xover.measure.provenance import collect, model_id
 from xover.domain.records import short_labels, BenchConfig, BenchResult, Failure
 from xover.results.store import Store
 
-FLASH_ATTN_CHOICES = ("on", "off", "auto")
+FLASH_ATTN_CHOICES = FLASH_ATTN.choices
 MD_ARTIFACT = "llama-bench-md"  # llama-bench's own markdown for a configuration's tests (-oe md)
 
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -135,12 +137,12 @@ def combinations(
     """The cartesian product of knob values as llama-bench configurations labelled by what differs
     (``xover bench`` and ``xover ttft`` name their configurations alike). An empty knob is left out."""
     dims: list[list[tuple[str, str]]] = []
-    for flag, values in (
-        ("-ncmoe", ncmoe), ("-lm", load_mode), ("-b", batch), ("-ub", ubatch),
-        ("-fa", flash_attn), ("-nopo", no_op_offload), ("-t", threads),
+    for option, values in (
+        (N_CPU_MOE, ncmoe), (LOAD_MODE, load_mode), (BATCH_SIZE, batch), (UBATCH_SIZE, ubatch),
+        (FLASH_ATTN, flash_attn), (NO_OP_OFFLOAD, no_op_offload), (THREADS, threads),
     ):
         if values:
-            dims.append([(flag, str(v)) for v in values])
+            dims.append([(option.bench[0], str(v)) for v in values])
     env_dims = [[(name, v) for v in values] for name, values in env]
     n_fields = len(dims)
     configs = []

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from xover.analysis import advise
+from xover.domain.codec import decode
 from xover.domain.study_spec import LlamaConfig, StudySpec
 from xover.errors import XoverError
 from xover.llamacpp.binaries import Binaries
@@ -120,7 +121,7 @@ def _body(config: LlamaConfig, knobs: Sequence[advise.Knob], search: advise.Sear
 
 
 def _from_body(config: LlamaConfig, body: dict[str, Any], reused: bool) -> Tuned:
-    knobs = tuple(advise._decode(advise.Knob, k) for k in body["knobs"])
+    knobs = tuple(decode(advise.Knob, k) for k in body["knobs"])
     setting = _setting_tuple(body["setting"])
     variant = advise.apply_setting(config, knobs, setting, variant_name(config.name)) if body.get("variant") else None
     return Tuned(config, setting, body["setting_label"], variant, body["server_command"], reused)

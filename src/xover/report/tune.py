@@ -54,9 +54,10 @@ def _record(body: Mapping[str, Any]) -> TuneRecord:
     search, note = None, ""
     if body.get("search") is not None:
         try:
-            from xover.analysis.advise import Search, _decode
+            from xover.analysis.advise import Search
+            from xover.domain.codec import decode
 
-            search = _decode(Search, body["search"])
+            search = decode(Search, body["search"])
         except Exception as exc:  # a store written by another version: show what can be shown
             note = f"the stored search could not be read ({type(exc).__name__}: {exc})"
     return TuneRecord(

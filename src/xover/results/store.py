@@ -14,12 +14,12 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from xover.domain.codec import decode, encode
 from xover.errors import XoverError
 from xover.domain.records import (
     BenchConfig,
     BenchResult,
     Failure,
-    ModelId,
     Provenance,
     ServerConfig,
     ServerTimings,
@@ -157,36 +157,25 @@ def _json(obj: Any) -> str:
 
 
 def provenance_to_dict(p: Provenance) -> dict[str, Any]:
-    return dataclasses.asdict(p)
+    return encode(p)
 
 
 def provenance_from_dict(d: dict[str, Any]) -> Provenance:
-    d = dict(d)
-    model = d.get("model")
-    d["model"] = ModelId(**model) if model else None
-    d["extra"] = tuple(tuple(x) for x in d.get("extra", ()))
-    return Provenance(**d)
+    return decode(Provenance, d)
 
 
 def _config_spec(config: BenchConfig | ServerConfig) -> tuple[str, dict[str, Any]]:
     if isinstance(config, BenchConfig):
-        return "bench", dataclasses.asdict(config)
-    return "server", dataclasses.asdict(config)
+        return "bench", encode(config)
+    return "server", encode(config)
 
 
 def bench_config_from_dict(d: dict[str, Any]) -> BenchConfig:
-    return BenchConfig(
-        label=d["label"],
-        fields=tuple(tuple(x) for x in d["fields"]),  # type: ignore[misc]
-        env=tuple(tuple(x) for x in d.get("env", ())),  # type: ignore[misc]
-        extra_args=tuple(d.get("extra_args", ())),
-    )
+    return decode(BenchConfig, d)
 
 
 def server_config_from_dict(d: dict[str, Any]) -> ServerConfig:
-    return ServerConfig(
-        label=d["label"], args=tuple(d["args"]), env=tuple(tuple(x) for x in d.get("env", ()))  # type: ignore[misc]
-    )
+    return decode(ServerConfig, d)
 
 
 class Store:

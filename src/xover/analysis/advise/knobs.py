@@ -1,0 +1,153 @@
+"""advise's knobs: the llama.cpp settings the search varies, a setting (the knobs that differ from llama.cpp's
+defaults) and the configuration that runs it. Pure."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+
+from xover.domain import llama_options as opts
+from xover.domain.study_spec import LlamaConfig
+from xover.errors import XoverError
+
+LLAMA_DEFAULT_BATCH = int(opts.BATCH_SIZE.default)  # -b
+LLAMA_DEFAULT_UBATCH = int(opts.UBATCH_SIZE.default)  # -ub
+
+# (knob name, value): the knobs that differ from llama.cpp's defaults, in the knob list's order.
+Setting = tuple[tuple[str, str], ...]
+DEFAULTS: Setting = ()
+RECHECK: Setting = (("recheck", "1"),)
+"""llama.cpp's defaults measured a second time, after every knob: the drift between the two is noise the
+spread within one llama-bench process cannot show (load that changed in the minutes between). Run with
+``XOVER_RECHECK=1`` in the environment, which llama.cpp ignores, so the store keeps it apart from the first."""
+RECHECK_ENV = "XOVER_RECHECK"
+
+
+@dataclasses.dataclass(frozen=True)
+class Knob:
+    """One llama.cpp setting the search varies, in llama.cpp's own names.
+
+    ``flag`` is what llama-bench and llama-server both take (``-lm``, ``-ub``, ``-b``, ``-t``), ``-nopo``
+    for op offload (llama-server: ``--no-op-offload``), or the variable's name for an environment knob.
+    ``default`` is llama.cpp's, as it documents it; the default is never passed. ``record_field`` is the
+    llama-bench JSONL field reporting the value in effect. ``gpu_only``: it changes only how weights
+    reach a GPU, so a CPU-only build should show no effect.
+    """
+
+    name: str
+    flag: str
+    default: str
+    candidates: tuple[str, ...]
+    record_field: str | None = None
+    gpu_only: bool = False
+    env: bool = False
+
+    @property
+    def short(self) -> str:
+        """The name labels use, like ``xover bench``'s: ``lm``, ``ub``, ``GGML_OP_OFFLOAD_MIN_BATCH``."""
+        return self.flag.lstrip("-")
+
+
+def option_knob(option: opts.LlamaOption, candidates: Sequence[str]) -> Knob:
+    """The knob that varies ``option`` (:mod:`xover.domain.llama_options`) over ``candidates``. The record field
+    is kept only where llama-bench reports the value as given (``-fa on`` reports ``1``), so that a candidate
+    equal to the value in effect can be skipped."""
+    assert option.bench_flag is not None
+    return Knob(option.name, option.bench_flag, option.default, tuple(candidates),
+                None if option.record_values else option.record_field, gpu_only=option.gpu_only, env=option.env)
+
+
+def default_knobs(cpu_count: int) -> tuple[Knob, ...]:
+    """The knobs and candidate values searched unless told otherwise (the options' ``search`` values).
+    ``cpu_count``: logical CPUs here (threads try half and all of them)."""
+    return tuple(option_knob(option, values) for option, values in opts.searched(cpu_count))
+
+
+FLASH_ATTN = option_knob(opts.FLASH_ATTN, opts.FLASH_ATTN.tuned_values)
+"""Flash attention (llama-bench and llama-server ``-fa on|off|auto``; llama.cpp's default ``auto`` enables it
+where the backend supports it). Its record field (``flash_attn``) reports -1 for auto, so no value is skipped."""
+
+
+def study_knobs(cpu_count: int, gpu_build: bool, longest: int) -> tuple[Knob, ...]:
+    """The knobs ``xover study``'s tuning stage searches (the options' ``tune_search`` values): advise's, plus
+    ``-lm mlock`` (``-lm mmap`` is what ``auto`` resolves to wherever the backends support mmap:
+    llama-model.cpp), ``-ub 8192`` when the study's longest prompt holds two such ubatches, and flash attention.
+    On a CPU-only build the knobs that only change how weights reach a GPU (op offload, its threshold, pinned
+    host memory) are left out: there is nothing to copy."""
+    knobs = []
+    for option, values in opts.tuned(cpu_count):
+        if option.gpu_only and not gpu_build:
+            continue
+        if option is opts.UBATCH_SIZE and gpu_build and longest >= 2 * 8192:
+            values = (*values, "8192")
+        knobs.append(option_knob(option, values))
+    return tuple(knobs)
+
+
+def with_candidates(knobs: Sequence[Knob], name: str, candidates: Sequence[str]) -> tuple[Knob, ...]:
+    """``knobs`` with one knob's candidate values replaced."""
+    if name not in {k.name for k in knobs}:
+        raise XoverError(f"unknown knob {name!r}: choose one of {', '.join(k.name for k in knobs)}")
+    return tuple(dataclasses.replace(k, candidates=tuple(candidates)) if k.name == name else k for k in knobs)
+
+
+def knob_named(knobs: Sequence[Knob], name: str) -> Knob | None:
+    return next((k for k in knobs if k.name == name), None)
+
+
+def normalize(knobs: Sequence[Knob], values: Mapping[str, str]) -> Setting:
+    """A setting in knob order, defaults left out. llama.cpp runs ubatches of ``min(-ub, -b)``, so a
+    ubatch above the batch size raises the batch with it."""
+    values = {k: v for k, v in values.items() if (knob := knob_named(knobs, k)) is not None and v != knob.default}
+    ub, b = values.get("ubatch-size"), values.get("batch-size")
+    if ub is not None and int(ub) > int(b or LLAMA_DEFAULT_BATCH):
+        values["batch-size"] = ub
+    order = [k.name for k in knobs] + ["batch-size"]
+    return tuple((name, values[name]) for name in dict.fromkeys(order) if name in values)
+
+
+def setting_label(knobs: Sequence[Knob], setting: Setting) -> str:
+    """``lm=none ub=2048``; ``defaults`` for llama.cpp's defaults."""
+    if setting == RECHECK:
+        return "defaults (again)"
+    short = {k.name: k.short for k in knobs} | {opts.BATCH_SIZE.name: opts.BATCH_SIZE.short}
+    return " ".join(f"{short[n]}={v}" for n, v in setting) or "defaults"
+
+
+def level_label(n_cpu_moe: int | None) -> str:
+    return f"ncmoe={n_cpu_moe}" if n_cpu_moe is not None else "no --n-cpu-moe"
+
+
+def llama_config(knobs: Sequence[Knob], setting: Setting, n_cpu_moe: int | None, name: str) -> LlamaConfig:
+    """The configuration to run: llama-bench fields and llama-server arguments from one place."""
+    flags = ((opts.N_CPU_MOE.bench[0], str(n_cpu_moe)),) if n_cpu_moe is not None else ()
+    return apply_setting(LlamaConfig(name=name, flags=flags), knobs, setting, name)
+
+
+def apply_setting(base: LlamaConfig, knobs: Sequence[Knob], setting: Setting, name: str) -> LlamaConfig:
+    """``base`` (a study's configuration) with a setting's knob values on top: a flag the setting names
+    replaces the base's value in place, new flags follow the base's, environment variables merge."""
+    flags = dict(base.flags)
+    env = dict(base.env)
+    no_op_offload = base.no_op_offload
+    flag_of = {k.name: k for k in knobs}
+    for knob_name, value in setting:
+        knob = flag_of.get(knob_name)
+        if knob_name == "recheck":
+            env[RECHECK_ENV] = value
+        elif knob is None:  # the batch size raised with the ubatch, without a batch knob
+            flags[opts.BATCH_SIZE.bench[0]] = value
+        elif knob.env:
+            env[knob.flag] = value
+        elif knob.flag == opts.NO_OP_OFFLOAD.bench_flag:
+            no_op_offload = value == "1"
+        else:
+            flags[knob.flag] = value
+    return dataclasses.replace(base, name=name, flags=tuple(flags.items()), no_op_offload=no_op_offload,
+                               env=tuple(env.items()))
+
+
+def server_command(config: LlamaConfig, model: str = "MODEL.gguf") -> str:
+    """The llama-server command line to paste, environment first."""
+    env = " ".join(f"{k}={v}" for k, v in config.env)
+    return " ".join(p for p in (env, "llama-server -m", model, config.llama_server_command()) if p)

@@ -1,0 +1,159 @@
+"""advise's coordinate search: one knob at a time from llama.cpp's defaults, over an injected
+``measure(setting)``; the verdict per knob and the recommendation. Pure."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Sequence
+
+from xover.analysis.advise.knobs import (
+    DEFAULTS,
+    RECHECK,
+    Knob,
+    Setting,
+    level_label,
+    normalize,
+    setting_label,
+)
+from xover.analysis.advise.objective import Estimate, Measurement, estimate
+from xover.analysis.advise.workload import Workload
+from xover.errors import XoverError
+
+
+@dataclasses.dataclass(frozen=True)
+class Trial:
+    setting: Setting
+    label: str
+    varied: str | None  # the knob this trial changes from the defaults; None: the defaults or the combination
+    measurement: Measurement
+    estimate: Estimate | None  # None when it could not be measured
+
+
+@dataclasses.dataclass(frozen=True)
+class Effect:
+    """One value of a knob against the defaults."""
+
+    value: str
+    change_s: float  # time per turn minus the defaults' (negative: faster)
+    noise_s: float  # the larger spread of the two
+
+    @property
+    def within_noise(self) -> bool:
+        return abs(self.change_s) <= self.noise_s
+
+
+@dataclasses.dataclass(frozen=True)
+class KnobVerdict:
+    knob: str
+    kept: str | None  # the value kept; None: llama.cpp's default
+    effects: tuple[Effect, ...]  # every value measured
+    skipped: tuple[str, ...]  # not measured: llama.cpp runs them as its default
+    failed: tuple[str, ...]
+
+    @property
+    def best(self) -> Effect | None:
+        """The fastest value measured, kept or not."""
+        return min(self.effects, key=lambda e: e.change_s) if self.effects else None
+
+    @property
+    def no_effect(self) -> bool:
+        """Every value measured is within noise of the defaults (nothing measured: unknown, False)."""
+        return bool(self.effects) and all(e.within_noise for e in self.effects)
+
+
+@dataclasses.dataclass(frozen=True)
+class Search:
+    """One offload level's coordinate search."""
+
+    n_cpu_moe: int | None
+    trials: tuple[Trial, ...]
+    verdicts: tuple[KnobVerdict, ...]
+    combination: Setting  # the kept values together
+    recommended: Setting
+    drift_s: float | None = None  # |defaults again - defaults| per turn; None: not re-measured
+
+    @property
+    def label(self) -> str:
+        return level_label(self.n_cpu_moe)
+
+    @property
+    def measurements(self) -> int:
+        """llama-bench configurations this search needed (reused from the store included)."""
+        return len(self.trials)
+
+    @property
+    def reused(self) -> int:
+        return sum(1 for t in self.trials if t.measurement.reused)
+
+    def trial(self, setting: Setting) -> Trial:
+        return next(t for t in self.trials if t.setting == setting)
+
+    @property
+    def defaults(self) -> Trial:
+        return self.trial(DEFAULTS)
+
+    @property
+    def best(self) -> Trial:
+        return self.trial(self.recommended)
+
+    @property
+    def gain(self) -> float:
+        """Defaults' time per turn over the recommendation's (2.0: twice as fast)."""
+        d, b = self.defaults.estimate, self.best.estimate
+        assert d is not None and b is not None
+        return d.turn_s / b.turn_s
+
+
+def coordinate_search(knobs: Sequence[Knob], measure: Callable[[Setting], Measurement], workload: Workload,
+                      n_cpu_moe: int | None = None, recheck: bool = True) -> Search:
+    """The search of the module docstring; ``measure`` runs one configuration. With ``recheck`` the
+    defaults are measured again after every knob (:data:`RECHECK`) and the drift between the two
+    widens the noise band of every decision."""
+    trials: dict[Setting, Trial] = {}
+
+    def run(setting: Setting, varied: str | None) -> Trial:
+        if setting not in trials:
+            m = measure(setting)
+            trials[setting] = Trial(setting, setting_label(knobs, setting), varied, m, estimate(m, workload) if m.ok else None)
+        return trials[setting]
+
+    base = run(DEFAULTS, None)
+    if base.estimate is None:
+        raise XoverError(f"llama.cpp's defaults could not be measured at {level_label(n_cpu_moe)} "
+                         f"({base.measurement.failure}): fix that first, e.g. with a larger --ncmoe")
+    b = base.estimate
+    effective = dict(base.measurement.effective)
+    tried: list[tuple[Knob, tuple[str, ...], list[tuple[str, Estimate]], list[str]]] = []
+    for knob in knobs:
+        in_effect = effective.get(knob.record_field) if knob.record_field else None
+        values = [v for v in dict.fromkeys(knob.candidates) if v != knob.default]
+        skipped = tuple(v for v in values if v == in_effect)
+        measured, failed = [], []
+        for value in (v for v in values if v not in skipped):
+            e = run(normalize(knobs, {knob.name: value}), knob.name).estimate
+            if e is None:
+                failed.append(value)
+            else:
+                measured.append((value, e))
+        tried.append((knob, skipped, measured, failed))
+    drift = None
+    if recheck:
+        again = run(RECHECK, None).estimate
+        drift = abs(again.turn_s - b.turn_s) if again is not None else None
+    floor = drift or 0.0
+    verdicts, kept = [], {}
+    for knob, skipped, measured, failed in tried:
+        effects = [Effect(value, e.turn_s - b.turn_s, max(e.spread_s, b.spread_s, floor)) for value, e in measured]
+        best = min(effects, key=lambda e: e.change_s) if effects else None
+        if best is not None and best.change_s < 0 and not best.within_noise:
+            kept[knob.name] = best.value
+        verdicts.append(KnobVerdict(knob.name, kept.get(knob.name), tuple(effects), skipped, tuple(failed)))
+    combination = normalize(knobs, kept)
+    run(combination, None)  # already measured unless two or more knobs were kept
+    measured_trials = [t for t in trials.values() if t.estimate is not None and t.setting != RECHECK]
+    best_trial = min(measured_trials, key=lambda t: t.estimate.turn_s)  # type: ignore[union-attr]
+    assert best_trial.estimate is not None
+    e = best_trial.estimate
+    noise = max(e.spread_s, b.spread_s, floor)
+    recommended = DEFAULTS if abs(e.turn_s - b.turn_s) <= noise else best_trial.setting
+    return Search(n_cpu_moe, tuple(trials.values()), tuple(verdicts), combination, recommended, drift)
