@@ -61,7 +61,7 @@ def synth(preset: str, overrides: tuple[str, ...], output: Path | None, seed: in
         from xover.gguf.inspect import format_bytes, format_params
         from xover.gguf.shapes import expert_params, tensor_table, total_bytes, total_params
 
-        for name, shape in p.PRESETS.items():
+        for name, shape in p.ALL_PRESETS.items():
             table = tensor_table(shape)
             kind = f"{shape.n_expert} experts ({shape.n_expert_used} used)" if shape.is_moe else "dense"
             out.print(f"{name:16s} {shape.arch:9s} {shape.n_layer:3d} layers, n_embd {shape.n_embd}, {kind}; "

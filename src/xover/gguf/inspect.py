@@ -280,6 +280,28 @@ def _int(name: str, meta: Mapping[str, Value], key: str, notes: list[str], defau
     return value
 
 
+_SWA_DEFAULT_PATTERN = {"gpt-oss": 2}
+"""``load_swa_pattern(ml, n)``'s default per arch (``src/models/<arch>.cpp``), used when the GGUF has no
+``attention.sliding_window_pattern`` (ggml-org's gpt-oss files have none)."""
+
+
+def _swa_layers(name: str, arch: str, meta: Mapping[str, Value], n_layer: int, notes: list[str]) -> tuple[int, ...]:
+    """The trunk layers with a sliding window: llama.cpp's ``set_swa_pattern(n)`` (layer % n < n - 1; n = 0:
+    all), or the per-layer booleans when the pattern key is an array."""
+    value = meta.get(f"{arch}.attention.sliding_window_pattern")
+    if isinstance(value, tuple):
+        return tuple(i for i, v in enumerate(value[:n_layer]) if v)
+    if isinstance(value, bool) or not isinstance(value, (int, type(None))):
+        raise GGUFError(visible(f"{name}: metadata {arch}.attention.sliding_window_pattern is {value!r}, "
+                                "expected an integer or per-layer booleans"))
+    pattern = value if value is not None else _SWA_DEFAULT_PATTERN.get(arch)
+    if pattern is None:
+        notes.append(f"{arch} has a sliding window but no sliding_window_pattern: the figures treat every layer "
+                     "as full attention")
+        return ()
+    return tuple(i for i in range(n_layer) if pattern == 0 or i % pattern < pattern - 1)
+
+
 def hyperparams(header: GGUFHeader, name: str = "GGUF") -> tuple[Hyperparams, tuple[str, ...]]:
     """The hyperparameters the arithmetic needs, with notes on any approximation."""
     meta = header.metadata
@@ -294,13 +316,20 @@ def hyperparams(header: GGUFHeader, name: str = "GGUF") -> tuple[Hyperparams, tu
             raise GGUFError(visible(f"{name}: no {arch}.{suffix} in the metadata: not a language-model GGUF"))
         return value
 
-    n_embd, n_layer = need("embedding_length"), need("block_count")
+    n_embd, block_count = need("embedding_length"), need("block_count")
+    n_nextn = _int(name, meta, f"{arch}.nextn_predict_layers", notes, 0) or 0
+    if not 0 <= n_nextn <= block_count:
+        raise GGUFError(visible(f"{name}: {arch}.nextn_predict_layers {n_nextn} exceeds block_count {block_count}"))
+    n_layer = block_count - n_nextn  # llama.cpp's n_layer(): the trunk
     n_head = _int(name, meta, f"{arch}.attention.head_count", notes, 0) or 0
     n_head_kv = _int(name, meta, f"{arch}.attention.head_count_kv", notes, n_head) or 0
     default_head_dim = n_embd // n_head if n_head else 0
     tokens = meta.get("tokenizer.ggml.tokens")
     embd = next((t for t in header.tensors if t.name == "token_embd.weight"), None)
     n_vocab = tokens.length if isinstance(tokens, ArrayInfo) else embd.ne[1] if embd and len(embd.ne) > 1 else 0
+    n_expert = _int(name, meta, f"{arch}.expert_count", notes, 0) or 0
+    shexp = next((t for t in header.tensors if t.is_shared_expert and t.name.endswith("gate_shexp.weight")), None)
+    swa_window = _int(name, meta, f"{arch}.attention.sliding_window", notes, 0) or 0
     hp = Hyperparams(
         arch=arch,
         n_layer=n_layer,
@@ -309,10 +338,23 @@ def hyperparams(header: GGUFHeader, name: str = "GGUF") -> tuple[Hyperparams, tu
         n_head_kv=n_head_kv,
         head_dim_k=_int(name, meta, f"{arch}.attention.key_length", notes, default_head_dim) or 0,
         head_dim_v=_int(name, meta, f"{arch}.attention.value_length", notes, default_head_dim) or 0,
-        n_expert=_int(name, meta, f"{arch}.expert_count", notes, 0) or 0,
+        n_expert=n_expert,
         n_expert_used=_int(name, meta, f"{arch}.expert_used_count", notes, 0) or 0,
         n_vocab=n_vocab,
         n_ctx_train=_int(name, meta, f"{arch}.context_length", notes, 0) or 0,
+        n_layer_dense_lead=min(_int(name, meta, f"{arch}.leading_dense_block_count", notes, 0) or 0, n_layer)
+        if n_expert else 0,
+        n_ff_exp=_int(name, meta, f"{arch}.expert_feed_forward_length", notes, 0) or 0 if n_expert else 0,
+        n_expert_shared=_int(name, meta, f"{arch}.expert_shared_count", notes, 0) or 0,
+        n_ff_shexp=shexp.ne[1] if shexp is not None and len(shexp.ne) > 1 else 0,
+        n_layer_nextn=n_nextn,
+        swa_window=swa_window,
+        swa_layers=_swa_layers(name, arch, meta, n_layer, notes) if swa_window else (),
+        rope_dim=_int(name, meta, f"{arch}.rope.dimension_count", notes, 0) or 0,
+        kv_lora_rank=_int(name, meta, f"{arch}.attention.kv_lora_rank", notes, 0) or 0,
+        q_lora_rank=_int(name, meta, f"{arch}.attention.q_lora_rank", notes, 0) or 0,
+        head_dim_k_mla=_int(name, meta, f"{arch}.attention.key_length_mla", notes, 0) or 0,
+        head_dim_v_mla=_int(name, meta, f"{arch}.attention.value_length_mla", notes, 0) or 0,
     )
     return hp, tuple(notes)
 
