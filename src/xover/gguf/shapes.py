@@ -197,8 +197,8 @@ def total_params(table: TensorTable) -> int:
 
 
 def expert_params(table: TensorTable) -> int:
-    """Elements in expert tensors."""
-    return sum(t.n_elements for t in table.tensors if t.is_expert)
+    """Elements in the trunk's expert tensors (NextN/MTP blocks' experts are in :func:`nextn_bytes`)."""
+    return sum(t.n_elements for t in _used(table) if t.is_expert)
 
 
 def total_bytes(table: TensorTable) -> int:
@@ -207,8 +207,8 @@ def total_bytes(table: TensorTable) -> int:
 
 
 def expert_bytes(table: TensorTable) -> int:
-    """Bytes of expert tensors."""
-    return sum(t.nbytes for t in table.tensors if t.is_expert)
+    """Bytes of the trunk's expert tensors: what ``--n-cpu-moe`` with every layer (``-cmoe``) moves."""
+    return sum(t.nbytes for t in _used(table) if t.is_expert)
 
 
 def expert_bytes_per_layer(table: TensorTable) -> tuple[int, ...]:
@@ -742,6 +742,8 @@ def _arch_problems(shape: ModelShape) -> Iterable[str]:
         yield f"{a} has no expert bias: set expert_bias to false"
     if a == "gpt-oss" and not shape.swa_window:
         yield "gpt-oss needs a sliding window (swa_window, 128 in the published models)"
+    if a == "glm4moe" and not shape.expert_bias:
+        yield "glm4moe's loader requires exp_probs_b in every MoE layer: set expert_bias to true"
     if a == "glm4moe" and shape.n_nextn > 1:
         yield "glm4moe supports at most one NextN layer in llama.cpp: set n_nextn to 0 or 1"
     if a == "deepseek2" and shape.n_nextn:
