@@ -184,11 +184,17 @@ def ones_pool(ggml_type: str) -> np.ndarray:
     return _float_values(ggml_type, np.ones((64 << 10) // size * block, dtype=np.float32))
 
 
+ZERO_BIASES = re.compile(r"\.exp_probs_b\.bias$")
+"""The per-expert selection bias of sigmoid routers (GLM-4.5, DeepSeek-V3), written as zeros: trained, it
+balances the load over the experts; random, it would favour some experts in every token's choice."""
+
+
 def pool_kind(name: str, ggml_type: str) -> str:
-    """How a tensor is filled: "norm" (ones), "zero" (a residual writer) or "weight" (random blocks)."""
+    """How a tensor is filled: "norm" (ones), "zero" (a residual writer, an expert-selection bias) or "weight"
+    (random blocks)."""
     if name.endswith("norm.weight") and ggml_type in _FLOAT_TYPES:
         return "norm"
-    return "zero" if RESIDUAL_WRITERS.search(name) else "weight"
+    return "zero" if RESIDUAL_WRITERS.search(name) or ZERO_BIASES.search(name) else "weight"
 
 
 class _Pools:
