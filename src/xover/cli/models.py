@@ -30,6 +30,11 @@ def _parse_overrides(items: tuple[str, ...]) -> dict[str, object]:
         kind = kinds.get(key)
         if kind is None:
             raise XoverError(f"--set {key}: unknown shape field; choose from {', '.join(k for k in kinds if k != 'types')}")
+        if kind == "bool":
+            if value.lower() not in ("true", "false", "1", "0"):
+                raise XoverError(f"--set {item!r}: {key} takes true or false")
+            overrides[key] = value.lower() in ("true", "1")
+            continue
         try:
             overrides[key] = int(value) if kind == "int" else float(value) if kind == "float" else value
         except ValueError:
@@ -41,7 +46,8 @@ def _parse_overrides(items: tuple[str, ...]) -> dict[str, object]:
 
 @click.command()
 @click.option("--preset", default="tiny-moe", show_default=True, metavar="NAME",
-              help="Shape to write: tiny-moe, qwen3-30b-a3b, dense-30b (see --list).")
+              help="Shape to write: tiny-moe, qwen3-30b-a3b, dense-30b, gpt-oss-20b, gpt-oss-120b, glm-4.5-air, "
+                   "deepseek-v2-lite, tiny-gpt-oss, tiny-glm4moe, tiny-deepseek2 (see --list).")
 @click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE",
               help="Override a shape field, repeatable: --set n_layer=8 --set n_expert=64.")
 @click.option("-o", "--output", type=click.Path(path_type=Path), default=None, help="Output .gguf [default: PRESET.gguf].")
@@ -61,7 +67,7 @@ def synth(preset: str, overrides: tuple[str, ...], output: Path | None, seed: in
         from xover.gguf.inspect import format_bytes, format_params
         from xover.gguf.shapes import expert_params, tensor_table, total_bytes, total_params
 
-        for name, shape in p.PRESETS.items():
+        for name, shape in p.ALL_PRESETS.items():
             table = tensor_table(shape)
             kind = f"{shape.n_expert} experts ({shape.n_expert_used} used)" if shape.is_moe else "dense"
             out.print(f"{name:16s} {shape.arch:9s} {shape.n_layer:3d} layers, n_embd {shape.n_embd}, {kind}; "

@@ -262,10 +262,32 @@ class ModelReport:
     notes: tuple[str, ...]  # approximations made, in words
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-serialisable form."""
+        """JSON-serialisable form, with the architecture's features summarised under ``features``."""
         data = dataclasses.asdict(self)
         data["bytes_by_type"] = dict(self.bytes_by_type)
+        data["features"] = arch_features(self.hparams, self.footprint)
         return data
+
+
+def arch_features(hp: Hyperparams, fp: Footprint) -> dict[str, Any]:
+    """What sets the architecture apart for offload and KV sizing, from the header alone."""
+    moe_layers = [i for i in range(hp.n_layer) if hp.n_expert and i not in fp.dense_ffn_layers]
+    return {
+        "swa": {"window": hp.swa_window, "layers": list(hp.swa_layers), "full_attention_layers": hp.full_attention_layers}
+        if hp.swa_layers else None,
+        "shared_experts": {"count": hp.n_expert_shared, "n_ff": hp.n_ff_shexp, "params": fp.shared_expert_params,
+                           "bytes": fp.shared_expert_bytes} if fp.shared_expert_bytes else None,
+        "dense_layers": list(fp.dense_ffn_layers),
+        "mla": {"kv_lora_rank": hp.kv_lora_rank, "q_lora_rank": hp.q_lora_rank, "rope_dim": hp.rope_dim,
+                "head_dim_k": hp.head_dim_k_mla, "head_dim_v": hp.head_dim_v_mla,
+                "cache_row": hp.n_head_kv * hp.head_dim_k} if hp.is_mla else None,
+        "nextn": {"layers": hp.n_layer_nextn, "bytes": fp.nextn_bytes} if hp.n_layer_nextn else None,
+        "n_cpu_moe": {
+            "moves": "ffn_(up|down|gate|gate_up)_(ch|)exps of layers 0..N-1 (llama.cpp's LLM_FFN_EXPS_REGEX)",
+            "first_moe_layer": moe_layers[0] if moe_layers else None,
+            "stays_on_gpu": "attention, norms, router, shared experts, dense FFN layers; token_embd stays in host memory",
+        } if fp.expert_bytes else None,
+    }
 
 
 def _int(name: str, meta: Mapping[str, Value], key: str, notes: list[str], default: int | None = None) -> int | None:
@@ -278,6 +300,28 @@ def _int(name: str, meta: Mapping[str, Value], key: str, notes: list[str], defau
     if isinstance(value, bool) or not isinstance(value, (int, type(None))):
         raise GGUFError(visible(f"{name}: metadata {key} is {value!r}, expected an integer: not a GGUF xover understands"))
     return value
+
+
+_SWA_DEFAULT_PATTERN = {"gpt-oss": 2}
+"""``load_swa_pattern(ml, n)``'s default per arch (``src/models/<arch>.cpp``), used when the GGUF has no
+``attention.sliding_window_pattern`` (ggml-org's gpt-oss files have none)."""
+
+
+def _swa_layers(name: str, arch: str, meta: Mapping[str, Value], n_layer: int, notes: list[str]) -> tuple[int, ...]:
+    """The trunk layers with a sliding window: llama.cpp's ``set_swa_pattern(n)`` (layer % n < n - 1; n = 0:
+    all), or the per-layer booleans when the pattern key is an array."""
+    value = meta.get(f"{arch}.attention.sliding_window_pattern")
+    if isinstance(value, tuple):
+        return tuple(i for i, v in enumerate(value[:n_layer]) if v)
+    if isinstance(value, bool) or not isinstance(value, (int, type(None))):
+        raise GGUFError(visible(f"{name}: metadata {arch}.attention.sliding_window_pattern is {value!r}, "
+                                "expected an integer or per-layer booleans"))
+    pattern = value if value is not None else _SWA_DEFAULT_PATTERN.get(arch)
+    if pattern is None:
+        notes.append(f"{arch} has a sliding window but no sliding_window_pattern: the figures treat every layer "
+                     "as full attention")
+        return ()
+    return tuple(i for i in range(n_layer) if pattern == 0 or i % pattern < pattern - 1)
 
 
 def hyperparams(header: GGUFHeader, name: str = "GGUF") -> tuple[Hyperparams, tuple[str, ...]]:
@@ -294,13 +338,20 @@ def hyperparams(header: GGUFHeader, name: str = "GGUF") -> tuple[Hyperparams, tu
             raise GGUFError(visible(f"{name}: no {arch}.{suffix} in the metadata: not a language-model GGUF"))
         return value
 
-    n_embd, n_layer = need("embedding_length"), need("block_count")
+    n_embd, block_count = need("embedding_length"), need("block_count")
+    n_nextn = _int(name, meta, f"{arch}.nextn_predict_layers", notes, 0) or 0
+    if not 0 <= n_nextn <= block_count:
+        raise GGUFError(visible(f"{name}: {arch}.nextn_predict_layers {n_nextn} exceeds block_count {block_count}"))
+    n_layer = block_count - n_nextn  # llama.cpp's n_layer(): the trunk
     n_head = _int(name, meta, f"{arch}.attention.head_count", notes, 0) or 0
     n_head_kv = _int(name, meta, f"{arch}.attention.head_count_kv", notes, n_head) or 0
     default_head_dim = n_embd // n_head if n_head else 0
     tokens = meta.get("tokenizer.ggml.tokens")
     embd = next((t for t in header.tensors if t.name == "token_embd.weight"), None)
     n_vocab = tokens.length if isinstance(tokens, ArrayInfo) else embd.ne[1] if embd and len(embd.ne) > 1 else 0
+    n_expert = _int(name, meta, f"{arch}.expert_count", notes, 0) or 0
+    shexp = next((t for t in header.tensors if t.is_shared_expert and t.name.endswith("gate_shexp.weight")), None)
+    swa_window = _int(name, meta, f"{arch}.attention.sliding_window", notes, 0) or 0
     hp = Hyperparams(
         arch=arch,
         n_layer=n_layer,
@@ -309,10 +360,23 @@ def hyperparams(header: GGUFHeader, name: str = "GGUF") -> tuple[Hyperparams, tu
         n_head_kv=n_head_kv,
         head_dim_k=_int(name, meta, f"{arch}.attention.key_length", notes, default_head_dim) or 0,
         head_dim_v=_int(name, meta, f"{arch}.attention.value_length", notes, default_head_dim) or 0,
-        n_expert=_int(name, meta, f"{arch}.expert_count", notes, 0) or 0,
+        n_expert=n_expert,
         n_expert_used=_int(name, meta, f"{arch}.expert_used_count", notes, 0) or 0,
         n_vocab=n_vocab,
         n_ctx_train=_int(name, meta, f"{arch}.context_length", notes, 0) or 0,
+        n_layer_dense_lead=min(_int(name, meta, f"{arch}.leading_dense_block_count", notes, 0) or 0, n_layer)
+        if n_expert else 0,
+        n_ff_exp=_int(name, meta, f"{arch}.expert_feed_forward_length", notes, 0) or 0 if n_expert else 0,
+        n_expert_shared=_int(name, meta, f"{arch}.expert_shared_count", notes, 0) or 0,
+        n_ff_shexp=shexp.ne[1] if shexp is not None and len(shexp.ne) > 1 else 0,
+        n_layer_nextn=n_nextn,
+        swa_window=swa_window,
+        swa_layers=_swa_layers(name, arch, meta, n_layer, notes) if swa_window else (),
+        rope_dim=_int(name, meta, f"{arch}.rope.dimension_count", notes, 0) or 0,
+        kv_lora_rank=_int(name, meta, f"{arch}.attention.kv_lora_rank", notes, 0) or 0,
+        q_lora_rank=_int(name, meta, f"{arch}.attention.q_lora_rank", notes, 0) or 0,
+        head_dim_k_mla=_int(name, meta, f"{arch}.attention.key_length_mla", notes, 0) or 0,
+        head_dim_v_mla=_int(name, meta, f"{arch}.attention.value_length_mla", notes, 0) or 0,
     )
     return hp, tuple(notes)
 
@@ -403,7 +467,26 @@ def render_text(report: ModelReport) -> str:
         f"{hp.n_head} heads / {hp.n_head_kv} KV heads x {hp.head_dim_k}, vocab {hp.n_vocab}, context {hp.n_ctx_train}",
     ]
     if hp.n_expert:
-        lines.append(f"  experts     {hp.n_expert_used} of {hp.n_expert} per token")
+        shared = (f", plus {hp.n_expert_shared} shared (width {hp.n_ff_shexp}, {format_bytes(fp.shared_expert_bytes)}, "
+                  "always on the GPU)") if hp.n_expert_shared or fp.shared_expert_bytes else ""
+        lines.append(f"  experts     {hp.n_expert_used} of {hp.n_expert} per token" + shared)
+    if fp.dense_ffn_layers:
+        lo, hi = fp.dense_ffn_layers[0], fp.dense_ffn_layers[-1]
+        which = f"layer {lo}" if lo == hi else f"layers {lo}-{hi}"
+        lines.append(f"  dense       {which}: dense FFN, no experts (--n-cpu-moe moves nothing there)")
+    if hp.swa_layers:
+        shown = ", ".join(str(i) for i in hp.swa_layers[:6]) + (", ..." if len(hp.swa_layers) > 6 else "")
+        lines.append(f"  attention   sliding window of {hp.swa_window} tokens in {len(hp.swa_layers)} of {hp.n_layer} "
+                     f"layers ({shown}); {hp.full_attention_layers} full-attention layers")
+    if hp.is_mla:
+        q = f"q_lora_rank {hp.q_lora_rank}" if hp.q_lora_rank else "no q_lora (Q projected directly)"
+        lines.append(f"  attention   MLA: kv_lora_rank {hp.kv_lora_rank}, {q}, rope {hp.rope_dim} of a K head of "
+                     f"{hp.head_dim_k_mla}, V head {hp.head_dim_v_mla}; cache row {hp.n_head_kv * hp.head_dim_k} (K only)")
+    elif hp.rope_dim and hp.rope_dim < hp.head_dim_k:
+        lines.append(f"  attention   partial rotary: {hp.rope_dim} of {hp.head_dim_k} head dimensions")
+    if hp.n_layer_nextn:
+        lines.append(f"  nextn       {hp.n_layer_nextn} NextN/MTP layer(s) after the trunk, {format_bytes(fp.nextn_bytes)}: "
+                     "in the file, not loaded unless MTP is on")
     lines += [
         f"  params      {format_params(fp.total_params)} total, {format_params(fp.active_params)} active per token "
         f"({format_params(fp.active_params_full_embd)} counting the whole embedding matrix, "
@@ -418,9 +501,14 @@ def render_text(report: ModelReport) -> str:
     kv_types = (("f16", fp.kv_bytes_per_token_f16), ("q8_0", fp.kv_bytes_per_token_q8_0))
     kv = [f"{format_bytes(b)} {t}" for t, b in kv_types if b]
     if kv:
-        lines.append(f"  KV cache    {', '.join(kv)} per token of context")
+        where = " (full-attention layers)" if hp.swa_layers else " (MLA: compressed K only)" if hp.is_mla else ""
+        lines.append(f"  KV cache    {', '.join(kv)} per token of context{where}")
+    if hp.swa_layers and fp.kv_swa_bytes_per_cell_f16:
+        lines.append(f"              + {format_bytes(fp.kv_swa_bytes_per_cell_f16)} f16 per cell in the SWA layers, "
+                     f"at most {hp.swa_window} + n_ubatch cells (padded to 256)")
     if fp.expert_bytes:
-        lines.append("  --n-cpu-moe N (every layer offloaded; token_embd stays in host memory):")
+        stays = "; shared experts and dense layers stay on the GPU" if fp.shared_expert_bytes or fp.dense_ffn_layers else ""
+        lines.append(f"  --n-cpu-moe N (every layer offloaded; token_embd stays in host memory{stays}):")
         lines.append(f"    {'N':>4}  {'experts on CPU':>14}  {'weights on GPU':>14}")
         for n in ncmoe_selection(hp.n_layer):
             row = fp.ncmoe[n]

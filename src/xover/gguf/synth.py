@@ -6,7 +6,7 @@ its shapes and types, not on the values, so these files benchmark like the real 
 difference: a random router spreads tokens evenly over the experts, where trained routers are skewed.
 
 **Routing depends on the token.** The tensors that write into the residual stream (``attn_output`` and
-every ``ffn_down``: dense, expert and shared-expert) are zero, so each layer's hidden state is the
+every ``ffn_down``: dense, expert and shared-expert, weights and biases) are zero, so each layer's hidden state is the
 token's own embedding and each router picks experts by token and layer. With random non-zero
 writers the residual stream fills with context averages that are nearly the same at every position:
 the routers then send most tokens of a long prompt to the same few experts, a 512-token ubatch reads
@@ -36,11 +36,12 @@ from pathlib import Path
 from typing import BinaryIO
 
 import numpy as np
-from gguf import GGUF_DEFAULT_ALIGNMENT, GGMLQuantizationType, GGUFWriter, LlamaFileType, TokenType
+from gguf import (GGUF_DEFAULT_ALIGNMENT, ExpertGatingFuncType, GGMLQuantizationType, GGUFWriter, LlamaFileType,
+                  TokenType)
 from gguf.quants import quant_shape_to_byte_shape
 
 from xover.errors import XoverError
-from xover.gguf.presets import PRESETS
+from xover.gguf.presets import ALL_PRESETS
 from xover.gguf.shapes import ModelShape, TensorInfo, TypeMix, tensor_infos, type_sizes
 
 SYNTHETIC_KEY = "xover.synthetic"
@@ -86,7 +87,11 @@ _QUANT_LAYOUTS: dict[str, _BlockScales] = {
     "Q6_K": _BlockScales((208,), 6.2e-5),
 }
 
-SYNTH_TYPES = _FLOAT_TYPES + tuple(_QUANT_LAYOUTS)
+_MXFP4_EXPONENTS = (119, 120)
+"""E8M0 scales of MXFP4 blocks: ``ggml_e8m0_to_fp32_half(e)`` = 2**(e - 128), 1/512 and 1/256, which with
+the e2m1 values (mean magnitude 4.5) gives weights around 0.01-0.02."""
+
+SYNTH_TYPES = _FLOAT_TYPES + tuple(_QUANT_LAYOUTS) + ("MXFP4",)
 """ggml types :func:`write_model` can fill with valid random data."""
 
 
@@ -154,6 +159,10 @@ def block_pool(ggml_type: str, rng: np.random.Generator, pool_bytes: int = POOL_
     n_blocks = max(1, pool_bytes // size)
     if ggml_type in _FLOAT_TYPES:
         return _float_values(ggml_type, rng.normal(0.0, 0.02, n_blocks * block))
+    if ggml_type == "MXFP4":  # block_mxfp4 (ggml-common.h): uint8 e, then 16 bytes of e2m1 nibbles
+        pool = rng.integers(0, 256, size=(n_blocks, size), dtype=np.uint8)
+        pool[:, 0] = rng.choice(np.array(_MXFP4_EXPONENTS, dtype=np.uint8), n_blocks)
+        return pool.reshape(-1)
     layout = _QUANT_LAYOUTS.get(ggml_type)
     if layout is None:
         raise _unsupported(ggml_type)
@@ -165,7 +174,7 @@ def block_pool(ggml_type: str, rng: np.random.Generator, pool_bytes: int = POOL_
     return pool.reshape(-1)
 
 
-RESIDUAL_WRITERS = re.compile(r"\.(attn_output|ffn_down(_exps|_shexp|_chexps)?)\.weight$")
+RESIDUAL_WRITERS = re.compile(r"\.(attn_output|ffn_down(_exps|_shexp|_chexps)?)\.(weight|bias)$")
 """Tensor names whose output is added to the residual stream: written as zeros (module docstring)."""
 
 
@@ -175,11 +184,17 @@ def ones_pool(ggml_type: str) -> np.ndarray:
     return _float_values(ggml_type, np.ones((64 << 10) // size * block, dtype=np.float32))
 
 
+ZERO_BIASES = re.compile(r"\.exp_probs_b\.bias$")
+"""The per-expert selection bias of sigmoid routers (GLM-4.5, DeepSeek-V3), written as zeros: trained, it
+balances the load over the experts; random, it would favour some experts in every token's choice."""
+
+
 def pool_kind(name: str, ggml_type: str) -> str:
-    """How a tensor is filled: "norm" (ones), "zero" (a residual writer) or "weight" (random blocks)."""
+    """How a tensor is filled: "norm" (ones), "zero" (a residual writer, an expert-selection bias) or "weight"
+    (random blocks)."""
     if name.endswith("norm.weight") and ggml_type in _FLOAT_TYPES:
         return "norm"
-    return "zero" if RESIDUAL_WRITERS.search(name) else "weight"
+    return "zero" if RESIDUAL_WRITERS.search(name) or ZERO_BIASES.search(name) else "weight"
 
 
 class _Pools:
@@ -208,7 +223,9 @@ class _Pools:
 
 def file_type(mix: TypeMix) -> LlamaFileType:
     """``general.file_type`` for a mix, named after its FFN type (what llama.cpp's ftype names mean)."""
-    main = mix.ffn_gate
+    main = mix.expert or mix.ffn_gate
+    if main == "MXFP4":
+        return LlamaFileType.MOSTLY_MXFP4_MOE
     if main in ("Q4_K", "Q5_K"):
         suffix = "M" if mix.more_bits else "S"
         return LlamaFileType[f"MOSTLY_{main}_{suffix}"]
@@ -221,27 +238,50 @@ def file_type(mix: TypeMix) -> LlamaFileType:
 
 def preset_name(shape: ModelShape) -> str | None:
     """The name of the preset equal to ``shape``, else None."""
-    return next((name for name, p in PRESETS.items() if p == shape), None)
+    return next((name for name, p in ALL_PRESETS.items() if p == shape), None)
 
 
 def _add_metadata(w: GGUFWriter, shape: ModelShape, label: str, seed: int) -> None:
+    """The keys llama.cpp reads for the arch (``src/models/<arch>.cpp``), as llama.cpp's converters write them."""
     w.add_name(f"xover synthetic {label}")
     w.add_file_type(int(file_type(shape.types)))
     w.add_quantization_version(QUANT_VERSION)
     w.add_context_length(shape.n_ctx_train)
     w.add_embedding_length(shape.n_embd)
-    w.add_block_count(shape.n_layer)
+    w.add_block_count(shape.block_count)
     w.add_feed_forward_length(shape.n_ff)
     w.add_head_count(shape.n_head)
     w.add_head_count_kv(shape.n_head_kv)
-    w.add_key_length(shape.head_dim)
-    w.add_value_length(shape.head_dim)
+    hp = shape.hparams()
+    w.add_key_length(hp.head_dim_k)
+    w.add_value_length(hp.head_dim_v)
     w.add_layer_norm_rms_eps(shape.rms_eps)
     w.add_rope_freq_base(shape.rope_base)
     if shape.is_moe:
         w.add_expert_count(shape.n_expert)
         w.add_expert_used_count(shape.n_expert_used)
         w.add_expert_feed_forward_length(shape.n_ff_exp)
+    if shape.rope_dim:
+        w.add_rope_dimension_count(shape.rope_dim)
+    if shape.arch == "gpt-oss":
+        w.add_sliding_window(shape.swa_window)
+        if shape.swa_pattern != 2:  # openai-moe.cpp's default pattern is 2
+            w.add_uint32(f"{shape.arch}.attention.sliding_window_pattern", shape.swa_pattern)
+    if shape.arch in ("glm4moe", "deepseek2"):
+        w.add_leading_dense_block_count(shape.n_dense_lead)
+        w.add_expert_shared_count(shape.n_expert_shared)
+        w.add_expert_weights_scale(1.0)
+        w.add_expert_weights_norm(shape.arch == "glm4moe" or shape.expert_bias)
+        sigmoid = shape.arch == "glm4moe" or shape.expert_bias
+        w.add_expert_gating_func(ExpertGatingFuncType.SIGMOID if sigmoid else ExpertGatingFuncType.SOFTMAX)
+    if shape.n_nextn:
+        w.add_nextn_predict_layers(shape.n_nextn)
+    if shape.is_mla:
+        w.add_vocab_size(shape.n_vocab)
+        w.add_q_lora_rank(shape.q_lora_rank)  # 0: Q projected directly (the loader needs the key unless 27 layers)
+        w.add_kv_lora_rank(shape.kv_lora_rank)
+        w.add_key_length_mla(shape.head_dim)
+        w.add_value_length_mla(shape.head_dim_v)
     vocab = synthetic_vocab(shape.n_vocab)
     w.add_tokenizer_model("gpt2")
     w.add_tokenizer_pre("qwen2")
