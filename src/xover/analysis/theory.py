@@ -822,10 +822,18 @@ class Placement:
     headroom_bytes: int
 
 
+# What a llama.cpp CUDA process needs beyond the buffers it logs: its CUDA context (525 MiB on the H200 with
+# CUDA 12, measured: llama.cpp saw 15,859 MiB free of a 16 GiB budget) and the allocations it makes at the first
+# request (cuBLAS workspace, the ggml CUDA pool). Measured on the H200 under a 16 GiB budget (qwen3-30b-a3b,
+# -c 8704, studies/h200-vram-budget): 182 MiB left after the logged buffers and the context crashed the first
+# request (cuBLAS workspace: out of memory), 555 MiB served. 1 GiB covers both with a margin.
+DEFAULT_HEADROOM_BYTES = 1 << 30
+
+
 def plan_placement(terms: ModelTerms, budget_bytes: int, contexts: Sequence[int], ubatch: int = 512,
-                   flash_attn: bool = True, headroom_bytes: int = 512 << 20) -> tuple[Placement, ...]:
-    """For each context, the smallest N whose GPU buffers plus ``headroom_bytes`` (CUDA context,
-    fragmentation) fit in ``budget_bytes`` of free VRAM."""
+                   flash_attn: bool = True, headroom_bytes: int = DEFAULT_HEADROOM_BYTES) -> tuple[Placement, ...]:
+    """For each context, the smallest N whose GPU buffers plus ``headroom_bytes`` (CUDA context, cuBLAS
+    workspace and pool, fragmentation: :data:`DEFAULT_HEADROOM_BYTES`) fit in ``budget_bytes`` of free VRAM."""
     out = []
     for n_ctx in contexts:
         chosen, est = None, memory_estimate(terms, terms.n_layer, n_ctx, ubatch, flash_attn)
@@ -885,7 +893,7 @@ def _scan_lengths(lengths: Sequence[int]) -> list[int]:
 def build_prediction(terms: ModelTerms, hw: Hardware, configs: Sequence[OffloadConfig], lengths: Sequence[int],
                      model: Mapping[str, Any], created_at: str, created_unix_ns: int, response: int = 200,
                      pp_tokens: int = 512, vram_budget_bytes: int | None = None,
-                     headroom_bytes: int = 512 << 20) -> dict[str, Any]:
+                     headroom_bytes: int = DEFAULT_HEADROOM_BYTES) -> dict[str, Any]:
     """The prediction as a JSON-able dict, to be stored before anything is measured.
 
     Schema (``"schema": "xover.prediction/1"``)::
@@ -1001,7 +1009,7 @@ def expert_rows(terms: ModelTerms, hw: Hardware, n_cpu_moe: Sequence[int], ubatc
 def theory_report(terms: ModelTerms, hw: Hardware, configs: Sequence[OffloadConfig], lengths: Sequence[int],
                   model: Mapping[str, Any], created_at: str, created_unix_ns: int, response: int = 200,
                   pp_tokens: int = 512, vram_budget_bytes: int | None = None,
-                  headroom_bytes: int = 512 << 20) -> dict[str, Any]:
+                  headroom_bytes: int = DEFAULT_HEADROOM_BYTES) -> dict[str, Any]:
     """Decode and prefill intensity, ridges, expert coverage, attention growth, predictions and (with a
     VRAM budget) placement, as one JSON-able dict (``"schema": "xover.theory/1"``)."""
     ubatch = configs[0].ubatch if configs else 512
