@@ -13,9 +13,8 @@ import pytest
 
 from xover.errors import XoverError
 from xover.domain.records import ServerTimings, SessionTurn
+from xover.results.read_model import SessionSeries, series_from_rows
 from xover.report.session import (
-    SessionSeries,
-    series_from_rows,
     session_section_html,
     session_section_markdown,
     session_table,

@@ -88,7 +88,8 @@ def session(
     from xover.console import console, out, progress_bar, safe
     from xover.llamacpp.binaries import resolve
     from xover.domain.prompts import parse_length
-    from xover.report.session import series_from_rows, session_table, session_verdict
+    from xover.report.session import session_table, session_verdict
+    from xover.results.read_model import series_from_rows
     from xover.measure.session import (
         Note,
         ReplayDone,

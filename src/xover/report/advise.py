@@ -9,22 +9,10 @@ had no effect, and the crossover of each pair of levels at the defaults and with
 
 from __future__ import annotations
 
-import dataclasses
-import html
-from collections.abc import Sequence
 
+from xover.report.blocks import Block, blocks_html, blocks_markdown
 from xover.analysis.advise import RECHECK, Advice, Search, Trial, setting_label, within_noise
 from xover.analysis.crossover import PairResult, format_tokens
-
-
-@dataclasses.dataclass(frozen=True)
-class Block:
-    """One piece of the section: ``kind`` is h2, h3, p, code, ul or table."""
-
-    kind: str
-    text: str = ""
-    items: tuple[str, ...] = ()  # ul items, or a table's header
-    rows: tuple[tuple[str, ...], ...] = ()
 
 
 def _dur(seconds: float) -> str:
@@ -190,46 +178,9 @@ def blocks(advice: Advice) -> list[Block]:
     return out
 
 
-def _md_cell(text: str) -> str:
-    return text.replace("|", "\\|").replace("\n", " ")
-
-
-def _md_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
-    lines = ["| " + " | ".join(_md_cell(h) for h in header) + " |", "|" + "|".join(" --- " for _ in header) + "|"]
-    return lines + ["| " + " | ".join(_md_cell(c) for c in row) + " |" for row in rows]
-
-
 def advise_section_markdown(advice: Advice) -> str:
-    lines: list[str] = []
-    for block in blocks(advice):
-        if block.kind == "h2":
-            lines += [f"## {block.text}", ""]
-        elif block.kind == "h3":
-            lines += [f"### {block.text}", ""]
-        elif block.kind == "p":
-            lines += [block.text, ""]
-        elif block.kind == "code":
-            lines += ["```sh", block.text, "```", ""]
-        elif block.kind == "ul":
-            lines += [f"- {item}" for item in block.items] + [""]
-        else:
-            lines += _md_table(block.items, block.rows) + [""]
-    return "\n".join(lines)
+    return blocks_markdown(blocks(advice), rule=" --- ")
 
 
 def advise_section_html(advice: Advice) -> str:
-    e = html.escape
-    parts = ['<section class="advise">']
-    for block in blocks(advice):
-        if block.kind in ("h2", "h3", "p"):
-            parts.append(f"<{block.kind}>{e(block.text)}</{block.kind}>")
-        elif block.kind == "code":
-            parts.append(f"<pre><code>{e(block.text)}</code></pre>")
-        elif block.kind == "ul":
-            parts.append("<ul>" + "".join(f"<li>{e(item)}</li>" for item in block.items) + "</ul>")
-        else:
-            head = "".join(f"<th>{e(h)}</th>" for h in block.items)
-            body = "".join("<tr>" + "".join(f"<td>{e(c)}</td>" for c in row) + "</tr>" for row in block.rows)
-            parts.append(f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>")
-    parts.append("</section>")
-    return "\n".join(parts)
+    return "\n".join(['<section class="advise">', *blocks_html(blocks(advice)), "</section>"])

@@ -12,6 +12,7 @@ import base64
 import html
 from collections.abc import Sequence
 
+from xover.report.blocks import md_cell
 from xover.analysis.cachelab import (
     INSERTED,
     OTHERS,
@@ -143,8 +144,7 @@ def cache_section_html(data: StudyData) -> str:
     return "\n".join(parts)
 
 
-def _md_cell(text: str) -> str:
-    return text.replace("|", "\\|").replace("\n", " ")
+_md_cell = md_cell
 
 
 def cache_section_markdown(data: StudyData) -> str:

@@ -17,6 +17,7 @@ from pathlib import Path
 
 from typing import TYPE_CHECKING
 
+from xover.report.blocks import plain_md_table
 from xover.analysis.crossover import (
     ConfigData,
     PairResult,
@@ -508,12 +509,7 @@ def render_html(report: Report) -> str:
     return "\n".join(parts)
 
 
-def _md_table(header: list[str], rows: list[list[str]]) -> str:
-    if not rows:
-        return "_no data_\n"
-    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
-    lines += ["| " + " | ".join(c.replace("|", "\\|") for c in row) + " |" for row in rows]
-    return "\n".join(lines) + "\n"
+_md_table = plain_md_table
 
 
 def render_markdown(report: Report) -> str:

@@ -6,13 +6,13 @@ text out); the series come from the read model (:mod:`xover.results.read_model`)
 from __future__ import annotations
 
 import base64
-import dataclasses
 import html
 import statistics
 from collections.abc import Iterable, Sequence
 
+from xover.report.blocks import plain_md_table
 from xover.domain.records import SessionTurn
-from xover.results.read_model import MODE_ORDER, SessionSeries, mode_rank, series_from_rows
+from xover.results.read_model import SessionSeries, mode_rank
 
 MODE_TEXT = {
     "default": "llama-server's default prompt cache",
@@ -198,12 +198,7 @@ def _html_table(header: list[str], rows: list[list[str]]) -> str:
     return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
 
 
-def _md_table(header: list[str], rows: list[list[str]]) -> str:
-    if not rows:
-        return "_no data_\n"
-    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
-    lines += ["| " + " | ".join(c.replace("|", "\\|") for c in row) + " |" for row in rows]
-    return "\n".join(lines) + "\n"
+_md_table = plain_md_table
 
 
 def session_section_html(series: Sequence[SessionSeries], *, crossover_tokens: float | None = None) -> str:

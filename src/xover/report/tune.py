@@ -17,11 +17,11 @@ the two counts as noise. A change is *within noise* when the two sets of repetit
 from __future__ import annotations
 
 import dataclasses
-import html
 from collections import defaultdict
 from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
+from xover.report.blocks import Block, blocks_html, blocks_markdown, table
 from xover.analysis.crossover import ConfigData, format_tokens, verdict
 from xover.analysis.tradeoff import Ratio, ServedTradeoff, Tradeoff, ratio, served_tradeoff, tradeoff
 from xover.domain.records import BenchResult, TtftSample
@@ -302,18 +302,7 @@ def tradeoff_table(t: ServedTradeoff) -> tuple[list[str], list[list[str]]]:
 # ---- the section ----------------------------------------------------------------------------------
 
 
-@dataclasses.dataclass(frozen=True)
-class Block:
-    """One piece of the section: ``kind`` is h2, h3, p, code, ul or table."""
-
-    kind: str
-    text: str = ""
-    items: tuple[str, ...] = ()  # ul items, or a table's header
-    rows: tuple[tuple[str, ...], ...] = ()
-
-
-def _table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> Block:
-    return Block("table", items=tuple(header), rows=tuple(tuple(r) for r in rows))
+_table = table
 
 
 def _record_blocks(r: TuneRecord, response: int) -> list[Block]:
@@ -389,41 +378,9 @@ def blocks(lay: Layout, configs: Mapping[str, ConfigData], bench: Sequence[tuple
     return out
 
 
-def _md_cell(text: str) -> str:
-    return text.replace("|", "\\|").replace("\n", " ")
-
-
 def section_markdown(bl: Sequence[Block]) -> str:
-    lines: list[str] = []
-    for b in bl:
-        if b.kind == "h2":
-            lines += [f"## {b.text}", ""]
-        elif b.kind == "h3":
-            lines += [f"### {b.text}", ""]
-        elif b.kind == "p":
-            lines += [b.text, ""]
-        elif b.kind == "code":
-            lines += ["```sh", b.text, "```", ""]
-        elif b.kind == "ul":
-            lines += [f"- {i}" for i in b.items] + [""]
-        else:
-            lines += ["| " + " | ".join(_md_cell(h) for h in b.items) + " |", "|" + "|".join("---" for _ in b.items) + "|"]
-            lines += ["| " + " | ".join(_md_cell(c) for c in row) + " |" for row in b.rows] + [""]
-    return "\n".join(lines)
+    return blocks_markdown(bl)
 
 
 def section_html(bl: Sequence[Block]) -> str:
-    e = lambda x: html.escape(str(x), quote=True)  # noqa: E731
-    parts = []
-    for b in bl:
-        if b.kind in ("h2", "h3", "p"):
-            parts.append(f"<{b.kind}>{e(b.text)}</{b.kind}>")
-        elif b.kind == "code":
-            parts.append(f"<pre><code>{e(b.text)}</code></pre>")
-        elif b.kind == "ul":
-            parts.append("<ul>" + "".join(f"<li>{e(i)}</li>" for i in b.items) + "</ul>")
-        else:
-            head = "".join(f"<th>{e(h)}</th>" for h in b.items)
-            body = "".join("<tr>" + "".join(f"<td>{e(c)}</td>" for c in row) + "</tr>" for row in b.rows)
-            parts.append(f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>")
-    return "\n".join(parts)
+    return "\n".join(blocks_html(bl))
