@@ -89,3 +89,11 @@ def blocks_html(blocks: Sequence[Block]) -> list[str]:
             body = "".join("<tr>" + "".join(f"<td>{e(c)}</td>" for c in row) + "</tr>" for row in b.rows)
             parts.append(f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>")
     return parts
+
+
+def html_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    """The report's data tables in HTML, every cell escaped; a muted "No data." without rows."""
+    if not rows:
+        return "<p class='muted'>No data.</p>"
+    (fragment,) = blocks_html([table(header, rows)])
+    return fragment

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from typing import TYPE_CHECKING
 
-from xover.report.blocks import plain_md_table
+from xover.report.blocks import html_table, plain_md_table
 from xover.analysis.crossover import (
     ConfigData,
     PairResult,
@@ -416,12 +416,7 @@ def provenance_rows(data: StudyData) -> list[list[str]]:
     return rows
 
 
-def _table(header: list[str], rows: list[list[str]]) -> str:
-    if not rows:
-        return "<p class='muted'>No data.</p>"
-    head = "".join(f"<th>{_e(h)}</th>" for h in header)
-    body = "".join("<tr>" + "".join(f"<td>{_e(c)}</td>" for c in row) + "</tr>" for row in rows)
-    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+_table = html_table
 
 
 _CSS = """

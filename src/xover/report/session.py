@@ -10,7 +10,7 @@ import html
 import statistics
 from collections.abc import Iterable, Sequence
 
-from xover.report.blocks import plain_md_table
+from xover.report.blocks import html_table, plain_md_table
 from xover.domain.records import SessionTurn
 from xover.results.read_model import SessionSeries, mode_rank
 
@@ -190,12 +190,7 @@ def _e(x: object) -> str:
     return html.escape(str(x), quote=True)
 
 
-def _html_table(header: list[str], rows: list[list[str]]) -> str:
-    if not rows:
-        return "<p class='muted'>No data.</p>"
-    head = "".join(f"<th>{_e(h)}</th>" for h in header)
-    body = "".join("<tr>" + "".join(f"<td>{_e(c)}</td>" for c in row) + "</tr>" for row in rows)
-    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+_html_table = html_table
 
 
 _md_table = plain_md_table
