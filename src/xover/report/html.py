@@ -35,7 +35,7 @@ from xover.analysis.crossover import (
 from xover.analysis.stats import summarize
 from xover.report import plots
 from xover.domain.records import TtftSample, backend_name
-from xover.results.read_model import StudyData, crossover_inputs
+from xover.results.read_model import StudyData, crossover_inputs, vram_budgets
 from xover.report.tune import Block, Layout, blocks, layout, section_html, section_markdown
 
 if TYPE_CHECKING:
@@ -441,11 +441,24 @@ def _fa_section(data: StudyData) -> tuple[list[str], list[list[str]], list[str]]
     return header, rows, fa_findings(tests, memory)
 
 
+def budget_lines(d: StudyData) -> list[str]:
+    """What a VRAM budget emulates and what it does not, for the top of every report page."""
+    out = []
+    for b in vram_budgets(d):
+        gpu = b.gpu or f"GPU {b.device}"
+        out.append(f"{b.budget / 2**30:.0f} GiB VRAM budget on an {gpu} ({b.total / 2**30:.0f} GiB): xover held the "
+                   f"rest, so llama.cpp saw a card of {b.budget / 2**30:.0f} GiB. The host's PCIe link, CPU cores and "
+                   "memory bandwidth are this machine's, not a desktop's: prefill with experts on the CPU and decode "
+                   "transfer to another machine only through the theory.")
+    return out
+
+
 def render_html(report: Report) -> str:
     d = report.data
     parts = [f"<!doctype html><html lang='en'><head><meta charset='utf-8'><title>xover report: {_e(Path(d.study_dir).name)}</title>",
              f"<style>{_CSS}</style></head><body>",
              f"<h1>xover report <span class='muted'>{_e(Path(d.study_dir).name)}</span></h1>"]
+    parts += [f"<p class='budget'><strong>{_e(line)}</strong></p>" for line in budget_lines(d)]
     parts.append("<h2>Verdict</h2>")
     if report.verdicts:
         parts += [f"<p class='verdict'>{_e(v)}</p>" for v in report.verdicts]
@@ -509,7 +522,7 @@ _md_table = plain_md_table
 
 def render_markdown(report: Report) -> str:
     d = report.data
-    out = [f"# xover report: {Path(d.study_dir).name}\n", "## Verdict\n"]
+    out = [f"# xover report: {Path(d.study_dir).name}\n", *(f"**{line}**\n" for line in budget_lines(d)), "## Verdict\n"]
     out += [f"- {v}" for v in report.verdicts] or ["- no pair of configurations with cold TTFT and decode data"]
     if report.matrix is not None:
         out += ["", "### Every pair of configurations\n", _MATRIX_NOTE + "\n", _matrix_markdown(report.matrix)]

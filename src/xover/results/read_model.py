@@ -230,6 +230,34 @@ def _run(d: dict[str, Any]) -> StoredRun:
     )
 
 
+@dataclasses.dataclass(frozen=True)
+class VramBudget:
+    """The VRAM budget runs of the study were held to (``xover.hardware.vram``; provenance extras ``vram_*``)."""
+
+    budget: int
+    device: int
+    held: int
+    free_after: int
+    total: int
+    gpu: str | None
+
+
+def vram_budgets(data: StudyData) -> tuple[VramBudget, ...]:
+    """Every distinct budget a run of the study measured under, in run order (none: the whole card)."""
+    out: dict[tuple[int, str | None], VramBudget] = {}
+    for run in data.runs:
+        extra = dict(run.provenance.extra)
+        if "vram_budget" not in extra:
+            continue
+        try:
+            b = VramBudget(int(extra["vram_budget"]), int(extra.get("vram_device", 0)), int(extra.get("vram_held", 0)),
+                           int(extra.get("vram_free_after", 0)), int(extra.get("vram_total", 0)), run.provenance.gpu_info)
+        except ValueError:
+            continue
+        out.setdefault((b.budget, b.gpu), b)
+    return tuple(out.values())
+
+
 def load(study_dir: Path | str, written_by: str = WRITTEN_BY) -> StudyData:
     """The read model of a study directory; ``written_by`` names, in the error where there is no store,
     the commands that write one."""
