@@ -11,12 +11,12 @@ import dataclasses
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from xover.analysis.advise import Estimate, Measurement
 from xover.domain.records import BenchConfig, BenchResult, Failure, ServerConfig, SessionTurn, TtftSample
 from xover.llamacpp.bench import BenchJob
 
-if TYPE_CHECKING:
-    from xover.measure.bench import Plan  # the sweep's plan imports these events
+if TYPE_CHECKING:  # annotations only: the sweep's plan imports these events; the knob search is not needed at run time
+    from xover.analysis.advise import Estimate, Measurement
+    from xover.measure.bench import Plan
 
 
 # ---- every runner ---------------------------------------------------------------------------------
