@@ -25,7 +25,8 @@ import pytest
 
 from procs import pid_gone
 
-from xover.measure.cachelab import APPENDED, INSERTED, PREFIX, SHORT, CacheLabOutcome, LabEvent, LabServerUp, run_cache_lab
+from xover.measure.cachelab import APPENDED, INSERTED, PREFIX, SHORT, CacheLabOutcome, run_cache_lab
+from xover.measure.events import LabEvent, ServerUp
 from xover.llamacpp.binaries import Binaries
 from xover.domain.records import ServerTimings, TtftSample
 from xover.results.store import Store
@@ -41,7 +42,7 @@ def lab(llama_bins: Binaries, tiny_model: Path, tmp_path_factory: pytest.TempPat
     study = tmp_path_factory.mktemp("cache-lab")
     events: list[LabEvent] = []
     outcome = run_cache_lab(study, llama_bins, tiny_model, L, SERVER_ARGS, "tiny", command=["test"], on_event=events.append)
-    pids = [ev.pid for ev in events if isinstance(ev, LabServerUp) and ev.pid is not None]
+    pids = [ev.pid for ev in events if isinstance(ev, ServerUp) and ev.pid is not None]
     return study, outcome, pids
 
 

@@ -26,7 +26,8 @@ from xover.cli import main
 from xover.llamacpp import process
 from xover.llamacpp.binaries import Binaries
 from xover.domain.records import SessionTurn
-from xover.measure.session import ReplayFailed, SessionEvent, SessionOutcome, Sized, run_session
+from xover.measure.events import ConfigFailed, SessionEvent, Sized
+from xover.measure.session import SessionOutcome, run_session
 from xover.results.store import Store
 from xover.domain.workload import WorkloadSpec, dumps, generate
 
@@ -162,7 +163,7 @@ def test_a_turn_past_the_context_fails_that_replay_only(tmp_path: Path, llama_bi
     out = run_session(tmp_path, llama_bins, tiny_model, short_workload, [("small", THREADS), ("big", THREADS + ("-c", "4096"))],
                       ("off",), RESPONSE, exact=True, ctx_size=2048, on_event=events.append)
     assert [(out.labels[t.config_key], t.turn) for t in out.turns] == [("small", 0), ("big", 0), ("big", 1)]
-    (failed,) = [e for e in events if isinstance(e, ReplayFailed)]
+    (failed,) = [e for e in events if isinstance(e, ConfigFailed)]
     assert failed.label == "small" and failed.skipped == 1
     assert "exceed the server's 2048-token context: pass a larger --ctx-size" in failed.reason
     with Store(tmp_path) as st:

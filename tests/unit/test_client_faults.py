@@ -30,10 +30,9 @@ from xover.llamacpp.binaries import Binaries
 from xover.llamacpp.server import LlamaServer, ServerSpec, context_size, has_flag, log_path_for, parse_build_info
 from xover.domain.records import ServerTimings, TtftSample
 from xover.results.store import Store
+from xover.measure.events import Rerun, TtftEvent
 from xover.measure.ttft import (
     PointSummary,
-    Rerun,
-    RunEvent,
     RunOutcome,
     TtftPlan,
     TtftPoint,
@@ -67,7 +66,7 @@ PLAN = TtftPlan(lengths=(32, 64), reps=3, response_tokens=8, seed=11)
 
 
 def run_url(study: Path, url: str, plan: TtftPlan = PLAN, timeout_s: float = 10.0,
-            events: list[RunEvent] | None = None) -> RunOutcome:
+            events: list[TtftEvent] | None = None) -> RunOutcome:
     with Store(study) as store:
         run = TtftRun(store, plan, ["test"], on_event=(events.append if events is not None else lambda ev: None))
         return asyncio.run(run.run_url(url, startup_timeout_s=timeout_s))
@@ -320,7 +319,7 @@ def test_fault_reaches_the_cli_as_one_line(tmp_path: Path, capsys: pytest.Captur
 
 
 def test_cache_check_failure_is_stored_rerun_and_counted(tmp_path: Path) -> None:
-    events: list[RunEvent] = []
+    events: list[TtftEvent] = []
     plan = TtftPlan(lengths=(64,), reps=2, response_tokens=4, seed=1)
     with FakeLlamaServer(fault="cache-leak", fault_after=2, fault_count=1) as fake:
         out = run_url(tmp_path, fake.url, plan, events=events)

@@ -21,13 +21,11 @@ from xover.report.session import (
     session_verdict,
     turn_table,
 )
+from xover.client.chat import ChatClient, chat_body, parse_chat_stream
 from xover.measure.session import (
-    ChatClient,
-    chat_body,
     common_prefix,
     context_for,
     mode_settings,
-    parse_chat_stream,
     parse_modes,
 )
 from xover.results.store import Store

@@ -82,7 +82,8 @@ def advise(
     """
     from xover.analysis import advise as adv
     from xover.measure import bench as benchrun
-    from xover.measure.advise import AdviseSpec, Measured, Measuring, Note, run_advise
+    from xover.measure.advise import AdviseSpec, run_advise
+    from xover.measure.events import ConfigFailed, Measured, Measuring, Note, SampleDone, ServerUp
     from xover.domain.study_spec import LOAD_MODES
     from xover.console import console
     from xover.llamacpp.binaries import resolve
@@ -162,15 +163,13 @@ def advise(
     def on_event(event: object) -> None:
         from rich.markup import escape
 
-        from xover.measure.ttft import ConfigFailed, SampleDone, ServerUp
-
         if isinstance(event, ServerUp):
             console.print(f"confirming with llama-server: {escape(event.label)}")
         elif isinstance(event, SampleDone) and event.sample.first_token_ns is not None:
             console.print(f"    L={event.sample.length} cold TTFT {event.sample.first_token_ns / 1e6:,.0f} ms")
         elif isinstance(event, ConfigFailed):
             console.print(f"[red]    {escape(event.label)}: {escape(event.reason)}[/]")
-        elif isinstance(event, Note):
+        elif isinstance(event, Note) and event.label is None:  # the confirmation's notes on one point are not shown
             console.print(f"[dim]{escape(event.text)}[/]")
         elif isinstance(event, Measuring):
             console.print(f"[bold]{event.number:>3}[/] {escape(event.label)} ...")

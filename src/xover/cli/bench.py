@@ -35,7 +35,7 @@ class _ProgressView:
             self.bar.stop()
 
     def __call__(self, event: object) -> None:
-        from xover.measure import bench as b
+        from xover.measure import events as b
 
         if isinstance(event, b.SweepPlanned):
             for config in event.plan.skipped:
@@ -54,7 +54,7 @@ class _ProgressView:
             r = event.result
             console.print(f"  {event.config.label:<24} {r.test_name:<18} {r.avg_ts:>10.2f} ± {r.stddev_ts:.2f} t/s")
         elif isinstance(event, b.ConfigFailed):
-            console.print(f"[red]  {event.config.label} failed: {event.failure.reason}[/]")
+            console.print(f"[red]  {event.label} failed: {event.reason}[/]")
 
 
 def _joined(values: tuple[str, ...]) -> str:

@@ -46,7 +46,8 @@ def cache(model: Path | None, ncmoe: int | None, length: str, study_dir: Path, l
     """
     from rich.markup import escape
 
-    from xover.measure.cachelab import LabEvent, LabFailed, LabRequestDone, LabServerUp, lab_plan, run_cache_lab
+    from xover.measure.cachelab import lab_plan, run_cache_lab
+    from xover.measure.events import ConfigFailed, LabEvent, LabRequestDone, ServerUp
     from xover.console import console, progress_bar
     from xover.llamacpp.binaries import resolve
     from xover.domain.prompts import parse_length
@@ -76,9 +77,9 @@ def cache(model: Path | None, ncmoe: int | None, length: str, study_dir: Path, l
                 bar.update(task, completed=ev.done)
                 if ev.sample.error is not None:
                     console.print(f"[red]{escape(f'{ev.scenario} {ev.sample.mode}: {ev.sample.error}')}[/]")
-            elif isinstance(ev, LabServerUp):
+            elif isinstance(ev, ServerUp):
                 console.print(f"[dim]{escape(f'{ev.scenario}: llama-server ({ev.settings}) at {ev.url}, log {ev.log_path}')}[/]")
-            elif isinstance(ev, LabFailed):
+            elif isinstance(ev, ConfigFailed):
                 bar.update(task, advance=ev.skipped)
                 console.print(f"[red]{escape(f'{ev.scenario}: {ev.reason}')}[/]")
 

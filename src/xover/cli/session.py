@@ -90,18 +90,8 @@ def session(
     from xover.domain.prompts import parse_length
     from xover.report.session import session_table, session_verdict
     from xover.results.read_model import series_from_rows
-    from xover.measure.session import (
-        Note,
-        ReplayDone,
-        ReplayFailed,
-        ServerUp,
-        SessionEvent,
-        Sized,
-        TurnDone,
-        parse_modes,
-        run_session,
-        write_workload,
-    )
+    from xover.measure.events import ConfigFailed, Note, ReplayDone, ServerUp, SessionEvent, Sized, TurnDone
+    from xover.measure.session import parse_modes, run_session, write_workload
     from xover.domain.workload import WorkloadSpec, fit_to_context, loads
 
     if not model.is_file():
@@ -185,7 +175,7 @@ def session(
                 console.print(f"[dim]{escape(f'llama-server {ev.label} ({ev.mode} cache) ready at {ev.url}, log {ev.log_path}')}[/]")
             elif isinstance(ev, ReplayDone):
                 console.print(f"{escape(ev.label)} {ev.mode}: session time {ev.total_ns / 1e9:,.2f} s")
-            elif isinstance(ev, ReplayFailed):
+            elif isinstance(ev, ConfigFailed):
                 bar.update(task, advance=ev.skipped)
                 console.print(f"[red]{escape(f'{ev.label} {ev.mode}: {ev.reason}')}[/]")
             elif isinstance(ev, Note):

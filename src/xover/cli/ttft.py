@@ -97,19 +97,8 @@ def ttft(
     from xover.console import console, out, progress_bar
     from xover.domain.prompts import parse_lengths
     from xover.results.store import Store
-    from xover.measure.ttft import (
-        ConfigFailed,
-        Note,
-        Rerun,
-        RunEvent,
-        SampleDone,
-        ServerUp,
-        TtftPlan,
-        TtftRun,
-        expand,
-        gap_note,
-        summarize_points,
-    )
+    from xover.measure.events import ConfigFailed, Note, Rerun, SampleDone, ServerUp, TtftEvent
+    from xover.measure.ttft import TtftPlan, TtftRun, expand, gap_note, summarize_points
 
     plan = TtftPlan(
         lengths=parse_lengths(lengths), reps=reps, response_tokens=response_tokens, mode=mode, text=text,
@@ -176,7 +165,7 @@ def ttft(
                 console.print(f"[yellow]{escape(expected)}[/]")
         task = bar.add_task("ttft requests", total=total)
 
-        def on_event(ev: RunEvent) -> None:
+        def on_event(ev: TtftEvent) -> None:
             nonlocal total
             if isinstance(ev, SampleDone):
                 bar.update(task, advance=1)

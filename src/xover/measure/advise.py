@@ -23,6 +23,7 @@ from xover.domain.study_spec import LlamaConfig
 from xover.errors import XoverError
 from xover.llamacpp.binaries import Binaries
 from xover.domain.records import BenchConfig, BenchResult
+from xover.measure.events import Measured, Measuring, Note
 from xover.results.store import Store
 
 GPU_FREE_BACKENDS = {"CPU", "BLAS", "RPC"}
@@ -61,30 +62,6 @@ class AdviseSpec:
     def chunk_tokens(self) -> int:
         ubatches = [int(v) for k in self.knobs if k.name == "ubatch-size" for v in k.candidates]
         return self.chunk or max([advise.LLAMA_DEFAULT_UBATCH, *ubatches])
-
-
-# ---- events for the UI ----------------------------------------------------------------------------
-
-
-@dataclasses.dataclass(frozen=True)
-class Note:
-    text: str
-
-
-@dataclasses.dataclass(frozen=True)
-class Measuring:
-    label: str
-    number: int  # 1-based, across the whole run
-
-
-@dataclasses.dataclass(frozen=True)
-class Measured:
-    label: str
-    measurement: Measurement
-    estimate: advise.Estimate | None  # None when it could not be measured
-
-
-AdviseEvent = Note | Measuring | Measured
 
 
 # ---- reading measurements back from the store ------------------------------------------------------
@@ -166,8 +143,8 @@ class _Runner:
 def run_advise(spec: AdviseSpec, binaries: Binaries, study_dir: Path, *, command: Sequence[str] = (),
                on_event: Callable[[object], None] = lambda e: None) -> Advice:
     """Search every offload level, confirm the winner through llama-server (``spec.confirm``), store
-    and return the advice. ``on_event`` gets :data:`AdviseEvent` and, while confirming, the events
-    of :mod:`xover.measure.ttft`."""
+    and return the advice. ``on_event`` gets :data:`xover.measure.events.AdviseEvent` and, while confirming,
+    :data:`xover.measure.events.TtftEvent`."""
     from xover.analysis.theory import model_terms
     from xover.gguf.inspect import model_table
     from xover.hardware.detect import resolve as resolve_hw

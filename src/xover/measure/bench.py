@@ -30,8 +30,10 @@ from xover.errors import XoverError
 from xover.llamacpp import bench, memory
 from xover.llamacpp.bench import BenchJob, Exited, Point, ProgressLine, RecordLine
 from xover.llamacpp.binaries import Binaries
-from xover.measure.provenance import collect, model_id
-from xover.domain.records import short_labels, BenchConfig, BenchResult, Failure
+from xover.measure.events import ConfigStarted, Progressed, ResultStored, SweepEvent, SweepPlanned
+from xover.measure.provenance import model_id
+from xover.measure.recorder import Recording
+from xover.domain.records import short_labels, BenchConfig, Failure
 from xover.results.store import Store
 
 FLASH_ATTN_CHOICES = FLASH_ATTN.choices
@@ -213,45 +215,6 @@ def describe_job(job: BenchJob) -> str:
     return f"{job.config.label}: {tests} @ d{','.join(str(d) for d in job.depths)} x{job.repetitions}"
 
 
-# ---- events for the UI ----------------------------------------------------------------------------
-
-
-@dataclasses.dataclass(frozen=True)
-class SweepPlanned:
-    plan: Plan
-    study_dir: Path
-
-
-@dataclasses.dataclass(frozen=True)
-class ConfigStarted:
-    job: BenchJob
-    index: int  # 0-based among plan.jobs
-    count: int
-
-
-@dataclasses.dataclass(frozen=True)
-class Progressed:
-    """Tests completed across the whole sweep, fractional within the running test."""
-
-    completed: float
-    total: int
-
-
-@dataclasses.dataclass(frozen=True)
-class ResultStored:
-    config: BenchConfig
-    result: BenchResult
-
-
-@dataclasses.dataclass(frozen=True)
-class ConfigFailed:
-    config: BenchConfig
-    failure: Failure
-
-
-SweepEvent = SweepPlanned | ConfigStarted | Progressed | ResultStored | ConfigFailed
-
-
 @dataclasses.dataclass(frozen=True)
 class SweepOutcome:
     study_dir: Path
@@ -264,20 +227,6 @@ class SweepOutcome:
 
 
 # ---- the sweep, run -------------------------------------------------------------------------------
-
-
-class _LazyRun:
-    """The store's run row, begun at the first thing to store so that provenance can carry the
-    build identity llama-bench reports in its first record."""
-
-    def __init__(self, store: Store, binaries: Binaries, model: Path, command: Sequence[str]) -> None:
-        self.store, self.binaries, self.model, self.command = store, binaries, model, list(command)
-        self.id: int | None = None
-
-    def ensure(self, record: dict[str, Any] | None) -> int:
-        if self.id is None:
-            self.id = self.store.begin_run("bench", self.command, collect(self.binaries, self.model, record))
-        return self.id
 
 
 def _within_job(line: ProgressLine) -> float:
@@ -317,10 +266,11 @@ def run_sweep(
 
         the_plan = plan(spec, configs, measured)
         on_event(SweepPlanned(the_plan, study_dir))
-        run = _LazyRun(store, binaries, spec.model, command)
+        # begun at the first thing to store, so that provenance carries the build llama-bench reports in its first
+        # record; never written when nothing needs measuring
+        run = Recording(store, "bench", command, binaries=binaries, model=spec.model, always=False, on_event=on_event)
         stored, done_tests = 0, 0
-        failures: list[Failure] = []
-        try:
+        with run:  # ends the run: interrupted, failed or done (xover.measure.recorder)
             for index, job in enumerate(the_plan.jobs):
                 on_event(ConfigStarted(job, index, len(the_plan.jobs)))
                 store.put_config(job.config)
@@ -329,23 +279,15 @@ def run_sweep(
                 done_tests += len(job.points())
                 on_event(Progressed(done_tests, the_plan.total_tests))
                 if failure is not None:
-                    store.add_failure(run.ensure(None), failure)
-                    failures.append(failure)
-                    on_event(ConfigFailed(job.config, failure))
-        except KeyboardInterrupt:
-            if run.id is not None:
-                store.end_run(run.id, "interrupted")
-            raise
-        if run.id is not None:
-            store.end_run(run.id, "failed" if failures and not stored else "done")
+                    run.fail(job.config, failure)
         return SweepOutcome(
             study_dir=study_dir, store_path=store.path, configs=tuple(configs), skipped=the_plan.skipped,
-            stored=stored, failures=tuple(failures), run_id=run.id,
+            stored=stored, failures=tuple(run.failures), run_id=run.run_id,
         )
 
 
 def _run_job(
-    job: BenchJob, spec: SweepSpec, binaries: Binaries, store: Store, run: _LazyRun, model_key: str,
+    job: BenchJob, spec: SweepSpec, binaries: Binaries, store: Store, run: Recording, model_key: str,
     done_before: int, total: int, on_event: Callable[[SweepEvent], None],
 ) -> tuple[int, Failure | None]:
     """One llama-bench process: store its records as they come; return (tests stored, failure or None)."""
@@ -376,11 +318,11 @@ def _run_job(
                 exited = event
     if exited is not None:
         if seen and exited.markdown:
-            store.add_artifact(run.ensure(None), MD_ARTIFACT, {"config_key": job.config.key, "markdown": exited.markdown})
+            run.artifact(MD_ARTIFACT, {"config_key": job.config.key, "markdown": exited.markdown})
         use = memory.MemoryUse(exited.peak_rss_bytes, memory.parse_buffer_lines(exited.buffer_lines))
         if seen and (use.peak_rss_bytes is not None or use.buffers):
-            store.add_artifact(run.ensure(None), memory.ARTIFACT,
-                               {"config_key": job.config.key, "label": job.config.label, "source": "llama-bench", **use.to_dict()})
+            run.artifact(memory.ARTIFACT,
+                         {"config_key": job.config.key, "label": job.config.label, "source": "llama-bench", **use.to_dict()})
         problem = problem or exit_problem(exited, len(seen), len(expected), spec.timeout_s)
     if problem is None:
         return len(seen), None

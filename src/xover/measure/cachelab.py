@@ -15,12 +15,14 @@ from typing import Any
 from xover.client.http import LlamaClient, completion_body
 from xover.errors import XoverError
 from xover.llamacpp.binaries import Binaries
-from xover.llamacpp.server import LlamaServer, ServerSpec, context_size, has_flag, parse_build_info
+from xover.llamacpp.server import ServerSpec, context_size, has_flag
 from xover.domain.prompts import Prompt, TokenPrompts, token_pool
-from xover.measure.provenance import collect
 from xover.domain.records import Failure, TtftSample
+from xover.measure.events import LabEvent, LabRequestDone, ServerUp
+from xover.measure.recorder import Recording
+from xover.measure.server_session import WARMUP_LENGTH, started_server, warm_up
 from xover.results.store import Store
-from xover.measure.ttft import WARMUP_LENGTH, WARMUP_RESPONSE, TtftPoint, build_sample, gguf_token_types
+from xover.measure.ttft import TtftPoint, build_sample, gguf_token_types
 
 from xover.analysis.cachelab import (  # noqa: F401 (the plan and analysis, re-exported)
     MODE_PREFIX,
@@ -86,34 +88,6 @@ def state_bytes_per_token(model: Path, server_args: Sequence[str] = ()) -> int |
 
 
 @dataclasses.dataclass(frozen=True)
-class LabServerUp:
-    scenario: str
-    settings: str
-    url: str
-    pid: int | None
-    log_path: Path | None
-
-
-@dataclasses.dataclass(frozen=True)
-class LabRequestDone:
-    scenario: str
-    sample: TtftSample
-    ok: bool  # cache_n/prompt_n as predicted
-    done: int  # requests finished so far (all scenarios)
-    total: int  # requests planned
-
-
-@dataclasses.dataclass(frozen=True)
-class LabFailed:
-    scenario: str
-    reason: str
-    skipped: int  # planned requests of this scenario that will not run
-
-
-LabEvent = LabServerUp | LabRequestDone | LabFailed
-
-
-@dataclasses.dataclass(frozen=True)
 class CacheLabOutcome:
     run_id: int
     label: str
@@ -172,20 +146,11 @@ class _LabRun:
     def __init__(self, store: Store, binaries: Binaries, model: Path, label: str, server_args: tuple[str, ...],
                  env: tuple[tuple[str, str], ...], command: list[str], on_event: Callable[[LabEvent], None],
                  prompts: TokenPrompts, length: int, state_bytes: dict[str, int]) -> None:
-        self.store = store
-        self.binaries = binaries
-        self.model = model
-        self.label = label
-        self.server_args = server_args
-        self.env = env
-        self.command = command
-        self.on_event = on_event
-        self.prompts = prompts
+        self.store, self.binaries, self.model, self.label = store, binaries, model, label
+        self.server_args, self.env, self.on_event, self.prompts = server_args, env, on_event, prompts
+        self.rec = Recording(store, "cache", command, binaries=binaries, model=model, on_event=on_event)
         self.ctx = context_size(length + INSERTED, RESPONSE_TOKENS)
-        self.run_id: int | None = None
-        self.model_key = ""
         self.samples: list[TtftSample] = []
-        self.failures: list[Failure] = []
         self.done = 0
         self.total = 0
         self._index = itertools.count()
@@ -194,17 +159,12 @@ class _LabRun:
     async def run(self, plan: Sequence[LabServer], store_dir: Path) -> CacheLabOutcome:
         self.total = sum(len(srv.requests()) for srv in plan)
         fit_off = has_flag(self.binaries.server, "-fit")
-        try:
+        with self.rec:  # ends the run: interrupted, failed or done (xover.measure.recorder)
             for srv in plan:
                 await self._scenario(srv, self._spec(srv, store_dir, fit_off), store_dir / "logs")
-        except BaseException:  # Ctrl-C, cancellation or a bug: what was stored stays; the run says so
-            if self.run_id is not None:
-                self.store.end_run(self.run_id, "interrupted")
-            raise
-        run_id = self._ensure_run(None)
-        self.store.end_run(run_id, "failed" if self.failures else "done")
+        assert self.rec.run_id is not None
         samples = tuple(self.samples)
-        return CacheLabOutcome(run_id, self.label, samples, tuple(self.failures),
+        return CacheLabOutcome(self.rec.run_id, self.label, samples, tuple(self.rec.failures),
                                analyse([(self.label, s) for s in samples], self.state_bytes))
 
     def _spec(self, srv: LabServer, store_dir: Path, fit_off: bool) -> ServerSpec:
@@ -218,35 +178,22 @@ class _LabRun:
         return ServerSpec(model=self.model.resolve(), label=self.label, ctx_size=self.ctx, cold_cache=not srv.defaults,
                           fit_off=fit_off, extra_args=(*lab_args, *self.server_args), env=self.env)
 
-    def _ensure_run(self, props: Mapping[str, Any] | None) -> int:
-        if self.run_id is None:
-            prov = collect(self.binaries, self.model, build_info=parse_build_info(props.get("build_info")) if props else None)
-            self.model_key = prov.model.key if prov.model is not None else ""
-            self.run_id = self.store.begin_run("cache", self.command, prov)
-        return self.run_id
-
     def _fail(self, srv: LabServer, spec: ServerSpec, stage: str, reason: str, skipped: int) -> None:
-        run_id = self._ensure_run(None)
         config = spec.config()
-        self.store.put_config(config)
-        f = Failure(config_key=config.key, stage=stage, point=f"cache lab {srv.scenario}", reason=reason)
-        self.store.add_failure(run_id, f)
-        self.failures.append(f)
         self.done += skipped
-        self.on_event(LabFailed(scenario=srv.scenario, reason=reason, skipped=skipped))
+        self.rec.fail(config, Failure(config_key=config.key, stage=stage, point=f"cache lab {srv.scenario}", reason=reason),
+                      skipped=skipped, scenario=srv.scenario)
 
     async def _scenario(self, srv: LabServer, spec: ServerSpec, log_dir: Path) -> None:
         try:
-            async with LlamaServer(self.binaries.server, spec, log_dir) as s:
+            # the lab's servers start within LlamaServer's own timeout (run_cache_lab's startup_timeout_s is not passed on)
+            async with started_server(self.rec, self.binaries, spec, log_dir, scenario=srv.scenario) as s:
                 assert s.client is not None
-                run_id = self._ensure_run(s.props)
+                run_id = self.rec.ensure()
                 config = spec.config()
-                self.store.put_config(config)
-                self.store.add_artifact(run_id, "server-props", {
-                    "config_key": config.key, "label": config.label, "scenario": srv.scenario, "log": str(s.log_path),
-                    "pid": s.pid, "props": dict(s.props), "model_meta": dict(s.model_meta),
-                })
-                self.on_event(LabServerUp(srv.scenario, srv.settings, s.url, s.pid, s.log_path))
+                self.on_event(ServerUp(label=config.label, url=s.url, log_path=s.log_path,
+                                       build_info=str(s.props.get("build_info") or "") or None, scenario=srv.scenario,
+                                       settings=srv.settings, pid=s.pid))
                 await self._steps(s.client, srv, config.key, run_id, s.props)
         except _ScenarioFailedError as e:
             self._fail(srv, spec, "cache", str(e), e.skipped)
@@ -257,11 +204,10 @@ class _LabRun:
                      props: Mapping[str, Any]) -> None:
         """Send every step; a failed request (or erase) raises _ScenarioFailedError with the requests left."""
         prompts = build_prompts(srv, self.prompts, lambda: next(self._index))
-        warmup = self.prompts.make(next(self._index), WARMUP_LENGTH)
-        rec = await client.stream_completion(completion_body(warmup.prompt, WARMUP_RESPONSE, cache_prompt=False))
+        failed = await warm_up(client, self.prompts.make(next(self._index), WARMUP_LENGTH).prompt)
         remaining = len(srv.requests())
-        if rec.result.error is not None:
-            raise _ScenarioFailedError(f"{srv.scenario}: warm-up request failed: {rec.result.error}", remaining)
+        if failed is not None:
+            raise _ScenarioFailedError(f"{srv.scenario}: {failed}", remaining)
         for step in srv.steps:
             if isinstance(step, EraseSlots):
                 n_slots = props.get("total_slots")
@@ -279,7 +225,7 @@ class _LabRun:
             check = None if ok else "not as predicted"
             prompt = Prompt(ids, step.length, f"lab:s{self.prompts.seed}:{step.case}:{step.request}:{_hash(ids)}")
             sample = build_sample(config_key, step.mode, TtftPoint(step.length, 0), prompt, rec, check)
-            self.store.add_ttft_sample(run_id, self.model_key, sample)
+            self.store.add_ttft_sample(run_id, self.rec.model_key, sample)
             self.samples.append(sample)
             remaining -= 1
             self.done += 1

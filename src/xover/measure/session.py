@@ -32,19 +32,19 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import json
 import math
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from xover.client.http import LlamaClient
+from xover.client.chat import ChatClient, chat_body
 from xover.errors import XoverError
 from xover.llamacpp.binaries import Binaries
-from xover.llamacpp.server import LlamaServer, ServerSpec, context_size, has_flag, parse_build_info
-from xover.measure.provenance import collect
-from xover.domain.records import Failure, ServerConfig, ServerTimings, SessionTurn
-from xover.client.sse import Chunk, SseParse, parse_sse, timings_from_json
+from xover.llamacpp.server import LlamaServer, ServerSpec, context_size, has_flag
+from xover.domain.records import Failure, ServerConfig, SessionTurn
+from xover.measure.events import Note, ReplayDone, ServerUp, SessionEvent, Sized, TurnDone
+from xover.measure.recorder import Recording
+from xover.measure.server_session import started_server
 from xover.results.store import Store
 from xover.domain.workload import Session, WorkloadSpec, check_feedable, dumps, generate, loads, messages_for_turn, session_id
 
@@ -55,7 +55,7 @@ REPLY_MARGIN = 1.25  # fed-back reply tokens allowed beyond the measured growth,
 WARMUP = ({"role": "user", "content": "Say hello."},)
 GROWTH_NOTE = 2.0  # a generated reply that re-tokenizes to more than this many times its length gets a note
 
-Config = tuple[str, tuple[str, ...]]  # (label, llama-server arguments)
+SessionConfig = tuple[str, tuple[str, ...]]  # a configuration to replay on: (label, llama-server arguments)
 
 
 # ---- cache modes and request bodies (pure) ------------------------------------------------------
@@ -89,19 +89,6 @@ def parse_modes(text: str) -> tuple[str, ...]:
     return modes
 
 
-def chat_body(messages: Sequence[Mapping[str, Any]], max_tokens: int, *, cache_prompt: bool) -> dict[str, Any]:
-    """The streamed chat request: exactly ``max_tokens`` back (``ignore_eos``), greedy, usage included."""
-    return {
-        "messages": list(messages),
-        "stream": True,
-        "stream_options": {"include_usage": True},
-        "max_tokens": max_tokens,
-        "ignore_eos": True,
-        "temperature": 0.0,
-        "cache_prompt": cache_prompt,
-    }
-
-
 def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
     n = 0
     for x, y in zip(a, b):
@@ -123,191 +110,7 @@ def need_for(turn_tokens: Sequence[int], response_tokens: int, reply_tokens: int
     return max(n + i * reply_tokens for i, n in enumerate(turn_tokens)) + response_tokens
 
 
-# ---- the chat stream (pure) ---------------------------------------------------------------------
-
-
-@dataclasses.dataclass(frozen=True)
-class ChatStream:
-    """What a streamed ``/v1/chat/completions`` response said, client clocks as offsets from the send.
-
-    ``first_token_ns`` is the first event carrying a ``delta`` (llama-server sends the role with the
-    first generated token); ``last_token_ns`` the last one carrying text; ``end_ns`` the ``[DONE]``.
-    """
-
-    first_byte_ns: int | None
-    first_token_ns: int | None
-    last_token_ns: int | None
-    end_ns: int | None
-    content: str
-    n_content_events: int
-    finish_reason: str | None
-    prompt_tokens: int | None
-    cached_tokens: int | None
-    completion_tokens: int | None
-    timings: ServerTimings | None
-    error: str | None
-
-
-def _int(v: Any) -> int | None:
-    return int(v) if isinstance(v, int) and not isinstance(v, bool) else None
-
-
-def _message(err: Any) -> str:
-    return str(err.get("message") or err.get("type") or err) if isinstance(err, dict) else str(err)
-
-
-def parse_chat_stream(chunks: Sequence[Chunk], t0_ns: int, transport_error: str | None = None) -> ChatStream:
-    """Interpret the chunks of one streamed chat completion sent at ``t0_ns`` (perf_counter_ns).
-
-    Chunks carry ``choices[0].delta`` (``role``, ``content``, ``reasoning_content``...), then one
-    with ``finish_reason``, then (``include_usage``) one with empty ``choices``, ``usage`` and
-    llama-server's ``timings``, then ``data: [DONE]``. Every way it can go wrong (cut, malformed
-    event, error event, no ``[DONE]``, no timings) is a one-line ``error``; what came before is kept.
-    """
-    parsed = parse_sse(chunks) if chunks else SseParse(events=(), trailing=b"")
-    first_byte = chunks[0][0] - t0_ns if chunks else None
-    first = last = end = None
-    content: list[str] = []
-    finish: str | None = None
-    usage: dict[str, Any] = {}
-    timings: ServerTimings | None = None
-    error: str | None = None
-    for k, ev in enumerate(parsed.events, start=1):
-        t = ev.t_ns - t0_ns
-        if ev.data == "[DONE]":
-            end = t
-            break
-        try:
-            obj = json.loads(ev.data)
-        except json.JSONDecodeError:
-            error = f"malformed event #{k} after {len(content)} text events: {ev.data[:80]!r}"
-            break
-        if not isinstance(obj, dict):
-            error = f"malformed event #{k}: not a JSON object: {ev.data[:80]!r}"
-            break
-        if "error" in obj:
-            error = f"server error after {len(content)} text events: {_message(obj['error'])}"
-            break
-        choices = obj.get("choices")
-        for choice in choices if isinstance(choices, list) else ():
-            if not isinstance(choice, dict) or choice.get("index", 0) != 0:
-                continue
-            delta = choice.get("delta")
-            if isinstance(delta, dict) and delta:
-                first = t if first is None else first
-                text = delta.get("content")
-                if isinstance(text, str) and text:
-                    content.append(text)
-                    last = t
-            if isinstance(choice.get("finish_reason"), str):
-                finish = choice["finish_reason"]
-        if isinstance(obj.get("usage"), dict):
-            usage = obj["usage"]
-        if isinstance(obj.get("timings"), dict):
-            timings = timings_from_json(obj["timings"])
-    if error is None and end is None:
-        if transport_error is not None:
-            error = f"stream broke after {len(content)} text events: {transport_error}"
-        elif parsed.trailing.strip():
-            error = f"stream ended mid-event after {len(content)} text events: {parsed.trailing[:80]!r}"
-        else:
-            error = f"stream ended after {len(content)} text events without data: [DONE]"
-    elif error is None and timings is None:
-        error = "the stream carried no timings (is this llama-server?)"
-    details = usage.get("prompt_tokens_details")
-    return ChatStream(
-        first_byte_ns=first_byte, first_token_ns=first, last_token_ns=last, end_ns=end, content="".join(content),
-        n_content_events=len(content), finish_reason=finish, prompt_tokens=_int(usage.get("prompt_tokens")),
-        cached_tokens=_int(details.get("cached_tokens")) if isinstance(details, dict) else None,
-        completion_tokens=_int(usage.get("completion_tokens")), timings=timings, error=error,
-    )
-
-
-# ---- the chat client ----------------------------------------------------------------------------
-
-
-@dataclasses.dataclass(frozen=True)
-class ChatRecord:
-    sent_at_unix_ns: int
-    t0_ns: int
-    status: int | None
-    chunks: tuple[Chunk, ...]
-    result: ChatStream
-
-
-class ChatClient(LlamaClient):
-    """:class:`LlamaClient` plus the chat endpoint, ``/apply-template`` and prompt tokenization."""
-
-    async def apply_template(self, messages: Sequence[Mapping[str, Any]]) -> str:
-        out = await self.post_json("/apply-template", {"messages": list(messages)})
-        prompt = out.get("prompt") if isinstance(out, dict) else None
-        if not isinstance(prompt, str):
-            raise self._fail("POST /apply-template at", "no 'prompt' string in the response")
-        return prompt
-
-    async def prompt_tokens(self, messages: Sequence[Mapping[str, Any]]) -> list[int]:
-        """The tokens the chat endpoint evaluates for ``messages`` (template applied, specials parsed)."""
-        return await self.tokenize(await self.apply_template(messages), add_special=True)
-
-    async def stream_chat(self, body: dict[str, Any]) -> ChatRecord:
-        """POST ``/v1/chat/completions`` streamed (timed like :meth:`LlamaClient.stream_raw`) and parse it."""
-        raw = await self.stream_raw("/v1/chat/completions", body)
-        if raw.error is None:
-            result = parse_chat_stream(raw.chunks, raw.t0_ns, raw.transport_error)
-        else:
-            result = dataclasses.replace(parse_chat_stream((), raw.t0_ns), error=raw.error)
-        return ChatRecord(sent_at_unix_ns=raw.sent_at_unix_ns, t0_ns=raw.t0_ns, status=raw.status, chunks=raw.chunks,
-                          result=result)
-
-
-# ---- events and outcome -------------------------------------------------------------------------
-
-
-@dataclasses.dataclass(frozen=True)
-class Sized:
-    ctx_size: int
-    max_prompt_tokens: int  # the longest turn with recorded replies (or without replies, for generated ones)
-    reply_growth: float | None  # fed-back tokens per generated token (generated feed)
-    need_tokens: int = 0  # the longest turn with its fed-back replies, plus the response: what a slot must hold
-
-
-@dataclasses.dataclass(frozen=True)
-class ServerUp:
-    label: str
-    mode: str
-    url: str
-    log_path: Path | None
-    build_info: str | None
-
-
-@dataclasses.dataclass(frozen=True)
-class TurnDone:
-    label: str
-    mode: str
-    turn: SessionTurn
-
-
-@dataclasses.dataclass(frozen=True)
-class ReplayDone:
-    label: str
-    mode: str
-    total_ns: int  # the sum of the turn times
-
-
-@dataclasses.dataclass(frozen=True)
-class ReplayFailed:
-    label: str
-    mode: str
-    reason: str
-    skipped: int  # turns of this configuration and mode that will not run
-
-
-@dataclasses.dataclass(frozen=True)
-class Note:
-    text: str
-
-
-SessionEvent = Sized | ServerUp | TurnDone | ReplayDone | ReplayFailed | Note
+# ---- outcome ------------------------------------------------------------------------------------
 
 
 @dataclasses.dataclass(frozen=True)
@@ -342,7 +145,7 @@ def run_session(
     binaries: Binaries,
     model: Path,
     workload_path: Path,
-    configs: Sequence[Config],
+    configs: Sequence[SessionConfig],
     modes: Sequence[str] = MODES,
     response_tokens: int = 64,
     *,
@@ -368,7 +171,7 @@ async def run_session_async(
     binaries: Binaries,
     model: Path,
     workload_path: Path,
-    configs: Sequence[Config],
+    configs: Sequence[SessionConfig],
     modes: Sequence[str] = MODES,
     response_tokens: int = 64,
     *,
@@ -445,7 +248,8 @@ def reply_allowance(growth: float | None, response_tokens: int) -> int:
 
 def _n_ctx(props: Mapping[str, Any]) -> int | None:
     settings = props.get("default_generation_settings")
-    return _int(settings.get("n_ctx")) if isinstance(settings, dict) else None
+    n_ctx = settings.get("n_ctx") if isinstance(settings, dict) else None
+    return int(n_ctx) if isinstance(n_ctx, int) and not isinstance(n_ctx, bool) else None
 
 
 class _Replay:
@@ -458,43 +262,25 @@ class _Replay:
     ) -> None:
         self.store, self.binaries, self.model, self.session = store, binaries, model, session
         self.sid, self.feed, self.response_tokens, self.cache_reuse = sid, feed, response_tokens, cache_reuse
-        self.ctx_size, self.fit_off, self.log_dir, self.command = ctx_size, fit_off, log_dir, command
+        self.ctx_size, self.fit_off, self.log_dir = ctx_size, fit_off, log_dir
         self.startup_timeout_s, self.on_event = startup_timeout_s, on_event
-        self.run_id: int | None = None
-        self.model_key = ""
+        self.rec = Recording(store, "session", command, binaries=binaries, model=model, on_event=on_event)
         self.turns: list[SessionTurn] = []
-        self.failures: list[Failure] = []
         self.labels: dict[str, str] = {}
         self.noted: set[str] = set()  # notes already given once in this run
 
-    async def run(self, configs: Sequence[Config], modes: Sequence[str]) -> SessionOutcome:
-        try:
+    async def run(self, configs: Sequence[SessionConfig], modes: Sequence[str]) -> SessionOutcome:
+        with self.rec:  # ends the run: interrupted, failed or done (xover.measure.recorder)
             for label, args in configs:
                 for mode in modes:
                     await self._one(label, tuple(args), mode)
-        except BaseException:  # Ctrl-C, cancellation or a bug: what was stored stays; the run says so
-            if self.run_id is not None:
-                self.store.end_run(self.run_id, "interrupted")
-            raise
-        run_id = self._ensure_run(None)
-        self.store.end_run(run_id, "failed" if self.failures else "done")
-        return SessionOutcome(run_id, self.sid, self.ctx_size, tuple(self.turns), tuple(self.failures), dict(self.labels))
-
-    def _ensure_run(self, props: Mapping[str, Any] | None) -> int:
-        if self.run_id is None:
-            build_info = parse_build_info(props.get("build_info")) if props else None
-            prov = collect(self.binaries, self.model, build_info=build_info)
-            self.model_key = prov.model.key if prov.model is not None else ""
-            self.run_id = self.store.begin_run("session", self.command, prov)
-        return self.run_id
+        assert self.rec.run_id is not None
+        return SessionOutcome(self.rec.run_id, self.sid, self.ctx_size, tuple(self.turns), tuple(self.rec.failures),
+                              dict(self.labels))
 
     def _fail(self, config: ServerConfig, mode: str, point: str, reason: str, skipped: int) -> None:
-        run_id = self._ensure_run(None)
-        self.store.put_config(config)
-        f = Failure(config_key=config.key, stage="session", point=f"{mode} {point}", reason=reason)
-        self.store.add_failure(run_id, f)
-        self.failures.append(f)
-        self.on_event(ReplayFailed(label=config.label, mode=mode, reason=reason, skipped=skipped))
+        self.rec.fail(config, Failure(config_key=config.key, stage="session", point=f"{mode} {point}", reason=reason),
+                      skipped=skipped, mode=mode)
 
     async def _one(self, label: str, args: tuple[str, ...], mode: str) -> None:
         settings = mode_settings(mode, self.cache_reuse)
@@ -504,15 +290,12 @@ class _Replay:
         self.labels[config.key] = label
         before = len(self.turns)
         try:
-            async with LlamaServer(self.binaries.server, spec, self.log_dir, startup_timeout_s=self.startup_timeout_s) as srv, \
+            async with started_server(self.rec, self.binaries, spec, self.log_dir, config=config,
+                                      startup_timeout_s=self.startup_timeout_s, mode=mode) as srv, \
                     ChatClient(srv.url) as client:
-                run_id = self._ensure_run(srv.props)
-                self.store.put_config(config)
-                self.store.add_artifact(run_id, "server-props", {
-                    "config_key": config.key, "label": label, "mode": mode, "log": str(srv.log_path), "pid": srv.pid,
-                    "props": srv.props, "model_meta": srv.model_meta,
-                })
-                self.on_event(ServerUp(label, mode, srv.url, srv.log_path, str(srv.props.get("build_info") or "") or None))
+                run_id = self.rec.ensure()
+                self.on_event(ServerUp(label=label, url=srv.url, log_path=srv.log_path,
+                                       build_info=str(srv.props.get("build_info") or "") or None, mode=mode))
                 n_ctx = _n_ctx(srv.props) or self.ctx_size
                 done = await self._turns(client, config, mode, settings.cache_prompt, n_ctx, run_id)
         except (_ReplayError, XoverError) as e:  # XoverError: start-up, or /apply-template, /tokenize between turns
@@ -552,7 +335,7 @@ class _Replay:
                 n_content_events=res.n_content_events, reply=res.content, reply_tokens=reply_tokens, timings=res.timings,
                 error=res.error,
             )
-            self.store.add_session_turn(run_id, self.model_key, turn)
+            self.store.add_session_turn(run_id, self.rec.model_key, turn)
             self.turns.append(turn)
             self.on_event(TurnDone(config.label, mode, turn))
             if res.error is not None or res.end_ns is None:

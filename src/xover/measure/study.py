@@ -153,6 +153,7 @@ def record_spec(spec: StudySpec, store: Store) -> None:
 def stage_bench(spec: StudySpec, model: Path, binaries: Binaries, study_dir: Path, fresh: bool, command: Sequence[str],
                 emit: Emit) -> int:
     from xover.measure import bench as benchrun
+    from xover.measure.events import ConfigFailed, ConfigStarted, Progressed
 
     sweep = benchrun.SweepSpec(
         model=model, depths=tuple(spec.bench_depths or spec.lengths), n_prompt=spec.pp, n_gen=spec.tg, repetitions=spec.bench_repetitions,
@@ -160,12 +161,12 @@ def stage_bench(spec: StudySpec, model: Path, binaries: Binaries, study_dir: Pat
     )
 
     def on_event(ev: object) -> None:
-        if isinstance(ev, benchrun.Progressed):
+        if isinstance(ev, Progressed):
             emit(StageEvent("bench", "progress", "", ev.completed, ev.total))
-        elif isinstance(ev, benchrun.ConfigStarted):
+        elif isinstance(ev, ConfigStarted):
             emit(StageEvent("bench", "progress", f"llama-bench {ev.job.config.label}"))
-        elif isinstance(ev, benchrun.ConfigFailed):
-            emit(StageEvent("bench", "fail", f"{ev.config.label}: {ev.failure.reason}"))
+        elif isinstance(ev, ConfigFailed):
+            emit(StageEvent("bench", "fail", f"{ev.label}: {ev.reason}"))
 
     outcome = benchrun.run_sweep(sweep, binaries, study_dir, fresh=fresh, command=command, on_event=on_event,
                                  configs=[c.bench_config() for c in spec.configs])
@@ -191,6 +192,7 @@ def stage_ttft(spec: StudySpec, model: Path, binaries: Binaries, study_dir: Path
     """Cold TTFT for every configuration and length still missing; stores per-server efficiency
     (wall time, load time until /health answered, and the requests' own durations) as an artifact."""
     from xover.measure import ttft as ttftrun
+    from xover.measure.events import ConfigFailed, Rerun, SampleDone, ServerUp
     from xover.llamacpp.server import ServerSpec, context_size
 
     ctx = context_size(max(spec.lengths), max(spec.response_tokens))
@@ -222,16 +224,16 @@ def stage_ttft(spec: StudySpec, model: Path, binaries: Binaries, study_dir: Path
 
             def on_event(ev: object, label: str = c.name) -> None:
                 nonlocal done
-                if isinstance(ev, ttftrun.ServerUp):
+                if isinstance(ev, ServerUp):
                     t_up.append(time.perf_counter())
-                if isinstance(ev, ttftrun.SampleDone) and ev.sample.end_ns is not None:
+                if isinstance(ev, SampleDone) and ev.sample.end_ns is not None:
                     busy_ns.append(ev.sample.end_ns)
-                if isinstance(ev, ttftrun.SampleDone) and ev.check is None and ev.sample.error is None:
+                if isinstance(ev, SampleDone) and ev.check is None and ev.sample.error is None:
                     done += 1
                     emit(StageEvent("ttft", "progress", f"{label} L={ev.sample.length}", done, total))
-                elif isinstance(ev, ttftrun.ConfigFailed):
+                elif isinstance(ev, ConfigFailed):
                     emit(StageEvent("ttft", "fail", f"{label}: {ev.reason}"))
-                elif isinstance(ev, ttftrun.Rerun):
+                elif isinstance(ev, Rerun):
                     emit(StageEvent("ttft", "progress", f"{label} L={ev.length}: re-run ({ev.reason})"))
 
             run = ttftrun.TtftRun(store, plan, command, binaries=binaries, model=model, on_event=on_event)
@@ -249,6 +251,7 @@ def stage_cache(spec: StudySpec, model: Path, binaries: Binaries, study_dir: Pat
                 emit: Emit) -> int:
     """The prompt-cache lab on the first configuration, at ``cache_length`` (default: the longest length)."""
     from xover.measure import cachelab
+    from xover.measure.events import ConfigFailed, LabRequestDone
 
     config = spec.configs[0]
     length = spec.cache_length or max(spec.lengths)
@@ -266,9 +269,9 @@ def stage_cache(spec: StudySpec, model: Path, binaries: Binaries, study_dir: Pat
             emit(StageEvent("cache", "info", f"{config.name}: cache lab resumes with {', '.join(only)}"))
 
     def on_event(ev: object) -> None:
-        if isinstance(ev, cachelab.LabRequestDone):
+        if isinstance(ev, LabRequestDone):
             emit(StageEvent("cache", "progress", ev.scenario, ev.done, ev.total))
-        elif isinstance(ev, cachelab.LabFailed):
+        elif isinstance(ev, ConfigFailed):
             emit(StageEvent("cache", "fail", f"{ev.scenario}: {ev.reason}"))
 
     outcome = cachelab.run_cache_lab(study_dir, binaries, model, length, config.server_args_list(), config.name,
@@ -282,6 +285,7 @@ def stage_session(spec: StudySpec, model: Path, binaries: Binaries, study_dir: P
     """Replay one generated agentic session per configuration and cache mode (recorded replies:
     synthetic models' own replies re-tokenize into many more tokens than they were)."""
     from xover.measure import session as sessionrun
+    from xover.measure.events import ConfigFailed, TurnDone
     from xover.domain.workload import WorkloadSpec
 
     target = spec.session_target_tokens or max(spec.lengths)
@@ -296,10 +300,10 @@ def stage_session(spec: StudySpec, model: Path, binaries: Binaries, study_dir: P
 
     def on_event(ev: object) -> None:
         nonlocal done
-        if isinstance(ev, sessionrun.TurnDone):
+        if isinstance(ev, TurnDone):
             done += 1
             emit(StageEvent("session", "progress", "", done, total))
-        elif isinstance(ev, sessionrun.ReplayFailed):
+        elif isinstance(ev, ConfigFailed):
             emit(StageEvent("session", "fail", f"{ev.label} {ev.mode}: {ev.reason}"))
 
     outcome = sessionrun.run_session(study_dir, binaries, model, workload,

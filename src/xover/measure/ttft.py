@@ -29,15 +29,15 @@ from xover.client.http import LlamaClient, StreamRecord, completion_body, wait_h
 from xover.errors import XoverError
 from xover.llamacpp import memory
 from xover.llamacpp.binaries import Binaries
-from xover.llamacpp.server import LlamaServer, ServerSpec, parse_build_info
+from xover.llamacpp.server import LlamaServer, ServerSpec
 from xover.domain.prompts import WORDS, Prompt, TextPrompts, TokenPrompts, token_pool
-from xover.measure.provenance import collect
 from xover.domain.records import Failure, ServerConfig, ServerTimings, TtftSample
+from xover.measure.events import Note, Rerun, SampleDone, ServerUp, TtftEvent
+from xover.measure.recorder import Recording
+from xover.measure.server_session import WARMUP_LENGTH, started_server, warm_up
 from xover.results.store import Store
 
 MODES = ("cold", "warm")
-WARMUP_LENGTH = 8  # tokens in the discarded warm-up prompt
-WARMUP_RESPONSE = 4
 # A client-server gap is worth a warning above this many ms, or above this share of TTFT (and 1 ms).
 GAP_WARN_MS = 5.0
 GAP_WARN_SHARE = 0.05
@@ -226,45 +226,6 @@ def gap_note(p: PointSummary, label: str, cold_cache: bool | None, slots: int | 
 
 
 @dataclasses.dataclass(frozen=True)
-class ServerUp:
-    label: str
-    url: str
-    log_path: Path | None
-    build_info: str | None
-
-
-@dataclasses.dataclass(frozen=True)
-class SampleDone:
-    label: str
-    sample: TtftSample
-    attempt: int  # 1 for the first try of a point
-    check: str | None  # None: the cache check passed
-
-
-@dataclasses.dataclass(frozen=True)
-class Rerun:
-    label: str
-    length: int
-    rep: int
-    reason: str
-
-
-@dataclasses.dataclass(frozen=True)
-class ConfigFailed:
-    label: str
-    reason: str
-    skipped: int  # planned requests of this configuration that will not run
-
-
-@dataclasses.dataclass(frozen=True)
-class Note:
-    text: str
-
-
-RunEvent = ServerUp | SampleDone | Rerun | ConfigFailed | Note
-
-
-@dataclasses.dataclass(frozen=True)
 class RunOutcome:
     run_id: int
     samples: tuple[TtftSample, ...]
@@ -307,18 +268,15 @@ class TtftRun:
         *,
         binaries: Binaries | None = None,
         model: Path | None = None,
-        on_event: Callable[[RunEvent], None] = lambda ev: None,
+        on_event: Callable[[TtftEvent], None] = lambda ev: None,
     ) -> None:
         self.store = store
         self.plan = plan
-        self.command = list(command)
         self.binaries = binaries
         self.model = model
         self.on_event = on_event
-        self.run_id: int | None = None
-        self.model_key = ""
+        self.rec = Recording(store, "ttft", command, binaries=binaries, model=model, on_event=on_event)
         self.samples: list[TtftSample] = []
-        self.failures: list[Failure] = []
         self.labels: dict[str, str] = {}
         self.cold_cache: dict[str, bool | None] = {}
         self.slots: dict[str, int | None] = {}
@@ -338,16 +296,11 @@ class TtftRun:
         return await self._guard(self._url(url, api_key, startup_timeout_s))
 
     async def _guard(self, body: Awaitable[None]) -> RunOutcome:
-        try:
+        with self.rec:  # ends the run: interrupted, failed or done (xover.measure.recorder)
             await body
-        except BaseException:  # Ctrl-C, cancellation or a bug: what was stored stays; the run says so
-            if self.run_id is not None:
-                self.store.end_run(self.run_id, "interrupted")
-            raise
-        run_id = self._ensure_run(None)
-        self.store.end_run(run_id, "failed" if self.failures else "done")
-        return RunOutcome(run_id, tuple(self.samples), tuple(self.failures), dict(self.labels), dict(self.cold_cache),
-                          dict(self.slots))
+        assert self.rec.run_id is not None
+        return RunOutcome(self.rec.run_id, tuple(self.samples), tuple(self.rec.failures), dict(self.labels),
+                          dict(self.cold_cache), dict(self.slots))
 
     async def _managed(self, specs: Sequence[ServerSpec], log_dir: Path, startup_timeout_s: float) -> None:
         assert self.binaries is not None
@@ -357,10 +310,9 @@ class TtftRun:
             self.labels[config.key] = spec.label
             self.cold_cache[config.key] = spec.cold_cache
             try:
-                async with LlamaServer(self.binaries.server, spec, log_dir, startup_timeout_s=startup_timeout_s) as srv:
+                async with started_server(self.rec, self.binaries, spec, log_dir, startup_timeout_s=startup_timeout_s) as srv:
                     assert srv.client is not None
-                    extra = {"log": str(srv.log_path), "pid": srv.pid}
-                    await self._measure(srv.client, config, srv.props, srv.model_meta, points, extra)
+                    await self._measure(srv.client, config, srv.props, srv.model_meta, points, srv.log_path)
                     self._record_memory(config, srv)
             except XoverError as e:
                 self._fail(config, "server-start", "llama-server start", str(e), len(points))
@@ -380,36 +332,21 @@ class TtftRun:
                 return
             data = models.get("data") if isinstance(models, dict) else None
             meta = dict(data[0].get("meta") or {}) if isinstance(data, list) and data else {}
-            await self._measure(client, config, props, meta, points, {"url": url})
+            self.rec.server_props(config, props, meta, url=url)
+            await self._measure(client, config, props, meta, points, None)
 
     # -- one server -----------------------------------------------------------------------------
-
-    def _ensure_run(self, props: Mapping[str, Any] | None) -> int:
-        if self.run_id is None:
-            build_info = parse_build_info(props.get("build_info")) if props else None
-            prov = collect(self.binaries, self.model, build_info=build_info)
-            if prov.model is not None:
-                self.model_key = prov.model.key
-            elif props:
-                self.model_key = f"{Path(str(props.get('model_path') or 'unknown')).name}:server"
-            self.run_id = self.store.begin_run("ttft", self.command, prov)
-        return self.run_id
 
     def _record_memory(self, config: ServerConfig, srv: LlamaServer) -> None:
         """The server's peak memory, read before it stops: VmHWM, and the buffers its log reports."""
         if srv.pid is None or srv.log_path is None:
             return
         use = memory.MemoryUse(memory.peak_rss_bytes(srv.pid), memory.parse_buffer_lines(memory.buffer_lines_in(srv.log_path)))
-        self.store.add_artifact(self._ensure_run(None), memory.ARTIFACT,
-                                {"config_key": config.key, "label": config.label, "source": "llama-server", **use.to_dict()})
+        self.rec.artifact(memory.ARTIFACT, {"config_key": config.key, "label": config.label, "source": "llama-server",
+                                            **use.to_dict()})
 
     def _fail(self, config: ServerConfig, stage: str, point: str, reason: str, skipped: int) -> None:
-        run_id = self._ensure_run(None)
-        self.store.put_config(config)
-        f = Failure(config_key=config.key, stage=stage, point=point, reason=reason)
-        self.store.add_failure(run_id, f)
-        self.failures.append(f)
-        self.on_event(ConfigFailed(label=config.label, reason=reason, skipped=skipped))
+        self.rec.fail(config, Failure(config_key=config.key, stage=stage, point=point, reason=reason), skipped=skipped)
 
     async def _measure(
         self,
@@ -418,26 +355,22 @@ class TtftRun:
         props: Mapping[str, Any],
         model_meta: Mapping[str, Any],
         points: Sequence[TtftPoint],
-        extra: Mapping[str, Any],
+        log_path: Path | None,
     ) -> None:
-        run_id = self._ensure_run(props)
+        """Every point on a server whose props are stored (:meth:`Recording.server_props`)."""
+        run_id = self.rec.ensure(props=props)
         reported = props.get("total_slots")
         slots = reported if isinstance(reported, int) and not isinstance(reported, bool) and reported > 0 else None
         self.slots[config.key] = slots
         if slots is not None and slots > 1 and self.cold_cache.get(config.key):  # -np in extra arguments overrode -np 1
             self.cold_cache[config.key] = False
-        self.store.put_config(config)
-        self.store.add_artifact(run_id, "server-props", {
-            "config_key": config.key, "label": config.label, **extra, "props": dict(props), "model_meta": dict(model_meta),
-        })
-        self.on_event(ServerUp(label=config.label, url=client.base_url, log_path=Path(extra["log"]) if "log" in extra else None,
+        self.on_event(ServerUp(label=config.label, url=client.base_url, log_path=log_path,
                                build_info=str(props.get("build_info")) if props.get("build_info") else None))
         done, where = 0, "warm-up"
         try:
-            warmup = await self._prompt(client, model_meta, WARMUP_LENGTH)
-            rec = await client.stream_completion(completion_body(warmup.prompt, WARMUP_RESPONSE, cache_prompt=False))
-            if rec.result.error is not None:
-                raise _PointFailedError(f"warm-up request failed: {rec.result.error}", counted=False)
+            failed = await warm_up(client, (await self._prompt(client, model_meta, WARMUP_LENGTH)).prompt)
+            if failed is not None:
+                raise _PointFailedError(failed, counted=False)
             for point in points:
                 where = f"L={point.length} rep {point.rep + 1}"
                 await self._point(client, config, model_meta, point, run_id)
@@ -463,7 +396,7 @@ class TtftRun:
             )
             check = None if rec.result.error else check_cache(plan.mode, point.length, rec.result.timings)
             sample = build_sample(config.key, plan.mode, point, prompt, rec, check)
-            self.store.add_ttft_sample(run_id, self.model_key, sample)
+            self.store.add_ttft_sample(run_id, self.rec.model_key, sample)
             self.samples.append(sample)
             self.on_event(SampleDone(label=config.label, sample=sample, attempt=attempt, check=check))
             if rec.result.error is not None:
@@ -473,7 +406,7 @@ class TtftRun:
             if attempt <= plan.max_retries:
                 self.on_event(Rerun(label=config.label, length=point.length, rep=point.rep, reason=check))
         self.on_event(Note(f"{config.label} L={point.length} rep {point.rep + 1}: no sample passed the {plan.mode} "
-                           f"check in {plan.max_retries + 1} attempts; it is left out of the summary"))
+                           f"check in {plan.max_retries + 1} attempts; it is left out of the summary", label=config.label))
 
     async def _prompt(self, client: LlamaClient, model_meta: Mapping[str, Any], length: int) -> Prompt:
         index = next(self._index)

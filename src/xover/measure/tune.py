@@ -152,7 +152,8 @@ Event = Callable[[str, str, float | None, float | None], None]  # (status, detai
 def run_tune(spec: StudySpec, model: Path, binaries: Binaries, study_dir: Path, command: Sequence[str], fresh: bool,
              emit: Event) -> tuple[Tuned, ...]:
     """Search every configuration of ``spec`` still without a stored result (all of them when ``fresh``)."""
-    from xover.measure.advise import AdviseSpec, Measured, Measuring, _Runner, is_gpu_build
+    from xover.measure.advise import AdviseSpec, _Runner, is_gpu_build
+    from xover.measure.events import Measured, Measuring
 
     with Store(study_dir) as store:
         done = {} if fresh else stored(store, spec.configs)

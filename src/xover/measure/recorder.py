@@ -1,0 +1,126 @@
+"""One run's lifecycle in the results store, the same for every runner (bench, ttft, cache lab, session).
+
+A :class:`Recording` is the ``runs`` row of one ``xover bench`` / ``ttft`` / ``cache`` / ``session``
+invocation (or study stage) and the failures and artifacts stored under it::
+
+    with Recording(store, "ttft", command, binaries=binaries, model=model, on_event=on_event) as rec:
+        ...  # rec.ensure(props=...) / rec.fail(config, failure) / rec.artifact(name, body)
+    rec.run_id  # the outcome's run
+
+* **Begun lazily**, at the first thing to store (:meth:`Recording.ensure`), so that its provenance
+  carries the build identity the binaries report themselves: llama-bench's first JSON record, or a
+  llama-server's ``/props`` ``build_info``; the build manifest's when a failure comes first.
+* **Failures** are stored the moment they happen, with their configuration (:meth:`Recording.fail`),
+  and announced as :class:`xover.measure.events.ConfigFailed`.
+* **Ended** when the ``with`` block is left, with one meaning of its status:
+
+  - ``interrupted``: the block was left by an exception (Ctrl-C, cancellation, a bug). Everything stored
+    before it stays and the exception goes on; a run not yet begun stays unwritten.
+  - ``failed``: the block finished and at least one failure was recorded, whatever else was measured.
+  - ``done``: the block finished and no failure was recorded.
+
+  With ``always`` (ttft, session, cache lab: their outcome names its run) the run is written even when
+  nothing was stored; without it (the llama-bench sweep) a run with nothing to store is never written.
+
+This is the rule ttft, session and the cache lab followed before they shared it. The llama-bench sweep
+used to end a run ``failed`` only when nothing at all was stored (a sweep with one configuration failed
+and another measured was ``done``), and ``interrupted`` only on Ctrl-C (another exception left it
+``running``); it now follows the rule above.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+from xover.domain.records import BenchConfig, Failure, ServerConfig
+from xover.llamacpp.binaries import Binaries
+from xover.llamacpp.server import parse_build_info
+from xover.measure.events import ConfigFailed
+from xover.measure.provenance import collect
+from xover.results.store import Store
+
+PROPS_ARTIFACT = "server-props"
+
+
+class Recording:
+    """The run of one runner in ``store``: begun lazily, failures and artifacts under it, ended once."""
+
+    def __init__(
+        self,
+        store: Store,
+        kind: str,
+        command: Sequence[str],
+        *,
+        binaries: Binaries | None,
+        model: Path | None,
+        always: bool = True,
+        on_event: Callable[[ConfigFailed], None] = lambda ev: None,
+    ) -> None:
+        self.store = store
+        self.kind = kind
+        self.command = list(command)
+        self.binaries = binaries
+        self.model = model
+        self.always = always
+        self.on_event = on_event
+        self.run_id: int | None = None
+        self.model_key = ""  # the model's key in the store, known once the run is begun
+        self.failures: list[Failure] = []
+
+    def __enter__(self) -> Recording:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        if exc_type is not None:  # Ctrl-C, cancellation or a bug: what was stored stays; the run says so
+            if self.run_id is not None:
+                self.store.end_run(self.run_id, "interrupted")
+            return
+        if self.run_id is None and not self.always:
+            return
+        self.store.end_run(self.ensure(), "failed" if self.failures else "done")
+
+    def ensure(self, build_info: Mapping[str, Any] | None = None, *, props: Mapping[str, Any] | None = None) -> int:
+        """The run's id, begun at the first call with the build identity the binaries report:
+        ``build_info`` (llama-bench's record) or a llama-server's ``props``."""
+        if self.run_id is None:
+            if props:
+                build_info = parse_build_info(props.get("build_info"))
+            prov = collect(self.binaries, self.model, build_info=dict(build_info) if build_info else None)
+            if prov.model is not None:
+                self.model_key = prov.model.key
+            elif props:  # a server at --url with no model file here
+                self.model_key = f"{Path(str(props.get('model_path') or 'unknown')).name}:server"
+            self.run_id = self.store.begin_run(self.kind, self.command, prov)
+        return self.run_id
+
+    def fail(
+        self, config: BenchConfig | ServerConfig, failure: Failure, *, skipped: int = 0, mode: str | None = None,
+        scenario: str | None = None,
+    ) -> None:
+        """Store ``failure`` (and its configuration) under the run and announce it."""
+        run_id = self.ensure()
+        self.store.put_config(config)
+        self.store.add_failure(run_id, failure)
+        self.failures.append(failure)
+        self.on_event(ConfigFailed(label=config.label, reason=failure.reason, skipped=skipped, mode=mode,
+                                   scenario=scenario, config=config, failure=failure))
+
+    def artifact(self, name: str, body: Any) -> None:
+        """Store an artifact under the run."""
+        self.store.add_artifact(self.ensure(), name, body)
+
+    def server_props(self, config: ServerConfig, props: Mapping[str, Any], model_meta: Mapping[str, Any],
+                     **where: Any) -> int:
+        """A server answered: the run begun with its build, its configuration and its ``/props`` (and
+        ``/v1/models`` meta) stored, with ``where`` (its log and pid, or its URL; the mode or scenario)."""
+        run_id = self.ensure(props=props)
+        self.store.put_config(config)
+        self.store.add_artifact(run_id, PROPS_ARTIFACT, {
+            "config_key": config.key, "label": config.label, **where, "props": dict(props), "model_meta": dict(model_meta),
+        })
+        return run_id

@@ -1,0 +1,51 @@
+"""The steps every llama-server runner takes for a configuration (ttft, session, cache lab): start its
+server and wait until it answers ``/health`` (:class:`xover.llamacpp.server.LlamaServer`), store the run
+(begun with the server's build), the configuration and its ``/props`` (:meth:`Recording.server_props`),
+then send one discarded warm-up request before anything is measured (:func:`warm_up`).
+
+The server is stopped on the way out of :func:`started_server`, whatever the way.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+from xover.client.http import LlamaClient, completion_body
+from xover.domain.records import ServerConfig
+from xover.llamacpp.binaries import Binaries
+from xover.llamacpp.server import LlamaServer, ServerSpec
+from xover.measure.recorder import Recording
+
+WARMUP_LENGTH = 8  # tokens in the discarded warm-up prompt
+WARMUP_RESPONSE = 4
+
+
+@contextlib.asynccontextmanager
+async def started_server(
+    recording: Recording,
+    binaries: Binaries,
+    spec: ServerSpec,
+    log_dir: Path,
+    *,
+    config: ServerConfig | None = None,
+    startup_timeout_s: float | None = None,
+    **where: Any,
+) -> AsyncIterator[LlamaServer]:
+    """``spec``'s llama-server, healthy, with its props stored under ``recording`` as those of ``config``
+    (default: ``spec.config()``), ``where`` first (a mode, a scenario) and then its log and pid.
+    ``startup_timeout_s`` None: :class:`LlamaServer`'s own."""
+    timeout = {} if startup_timeout_s is None else {"startup_timeout_s": startup_timeout_s}
+    async with LlamaServer(binaries.server, spec, log_dir, **timeout) as srv:
+        recording.server_props(config or spec.config(), srv.props, srv.model_meta, **where, log=str(srv.log_path),
+                               pid=srv.pid)
+        yield srv
+
+
+async def warm_up(client: LlamaClient, prompt: tuple[int, ...] | str) -> str | None:
+    """The discarded warm-up request on ``/completion`` (``WARMUP_RESPONSE`` tokens back, no prompt cache):
+    why it failed, or None."""
+    rec = await client.stream_completion(completion_body(prompt, WARMUP_RESPONSE, cache_prompt=False))
+    return None if rec.result.error is None else f"warm-up request failed: {rec.result.error}"
