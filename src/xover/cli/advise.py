@@ -115,16 +115,12 @@ def advise(
 
     binaries = resolve(llama_bin_dir)
     backend = binaries.manifest.backend if binaries.manifest is not None else None
+    dropped: list[Knob] = []
     if backend == "cpu" and knob_names is None:
         # pinned memory, op offload and its threshold only change how weights reach a GPU: nothing to copy here
         named = {_CANDIDATE_OPTIONS[option] for option, values in given.items() if values}
         dropped = [k for k in knobs if k.gpu_only and k.name not in named]
-        if dropped:
-            from rich.markup import escape
-
-            knobs = tuple(k for k in knobs if k not in dropped)
-            console.print(escape(f"{', '.join(k.name for k in dropped)} left out: this llama.cpp build is CPU-only and "
-                                 "they only change how weights reach a GPU (name them with --knobs to search them)"))
+        knobs = tuple(k for k in knobs if k not in dropped)
 
     from xover.gguf.inspect import model_context
 
@@ -159,6 +155,11 @@ def advise(
         n_gen=n_gen, chunk=chunk, budget_s=budget_s, confirm=confirm, confirm_repetitions=confirm_reps, timeout_s=timeout_s,
     )
     study_dir = study_dir or Path("studies") / time.strftime("advise-%Y%m%d-%H%M%S")
+    if dropped:  # said once every input is known to be good, so a bad one still gets a one-line error
+        from rich.markup import escape
+
+        console.print(escape(f"{', '.join(k.name for k in dropped)} left out: this llama.cpp build is CPU-only and "
+                             "they only change how weights reach a GPU (name them with --knobs to search them)"))
 
     def on_event(event: object) -> None:
         from rich.markup import escape
