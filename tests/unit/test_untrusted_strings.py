@@ -127,3 +127,17 @@ def test_synth_reports_a_bracketed_output_path(tmp_path: Path) -> None:
     r = run_xover("synth", "--preset", "tiny-moe", "-o", str(out))
     assert r.returncode == 0, r.stderr
     assert f"wrote {out}" in r.stderr.replace("\n", "")
+
+
+def test_report_and_export_print_a_bracketed_study_path(tmp_path: Path) -> None:
+    import shutil
+
+    study = tmp_path / "p[bold]x"
+    study.mkdir()
+    shutil.copy(Path(__file__).resolve().parents[2] / "studies" / "h200-smoke" / "results.sqlite", study)
+    r = run_xover("report", str(study))
+    assert r.returncode == 0, r.stderr
+    assert f"wrote {study}/report.html and {study}/report.md" in " ".join(r.stderr.split())
+    r = run_xover("export", str(study), "--format", "csv", "-o", str(study / "bench[red].csv"))
+    assert r.returncode == 0, r.stderr
+    assert "bench[red].csv" in r.stderr

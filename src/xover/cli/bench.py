@@ -9,7 +9,7 @@ from pathlib import Path
 import click
 from rich.progress import Progress, TaskID
 
-from xover.console import console, progress_bar
+from xover.console import console, progress_bar, safe
 from xover.errors import XoverError
 
 
@@ -39,7 +39,7 @@ class _ProgressView:
 
         if isinstance(event, b.SweepPlanned):
             for config in event.plan.skipped:
-                console.print(f"[dim]skip {config.label}: every test already in {event.study_dir} (--fresh to remeasure)[/]")
+                console.print(f"[dim]skip {safe(config.label)}: every test already in {safe(event.study_dir)} (--fresh to remeasure)[/]")
             if event.plan.jobs:
                 self.bar = progress_bar()
                 self.bar.start()
@@ -52,9 +52,9 @@ class _ProgressView:
             self.bar.update(self.task, completed=event.completed)
         elif isinstance(event, b.ResultStored):
             r = event.result
-            console.print(f"  {event.config.label:<24} {r.test_name:<18} {r.avg_ts:>10.2f} ± {r.stddev_ts:.2f} t/s")
+            console.print(f"  {safe(event.config.label):<24} {r.test_name:<18} {r.avg_ts:>10.2f} ± {r.stddev_ts:.2f} t/s")
         elif isinstance(event, b.ConfigFailed):
-            console.print(f"[red]  {event.label} failed: {event.reason}[/]")
+            console.print(f"[red]  {safe(event.label)} failed: {safe(event.reason)}[/]")
 
 
 def _joined(values: tuple[str, ...]) -> str:

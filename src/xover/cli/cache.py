@@ -48,7 +48,7 @@ def cache(model: Path | None, ncmoe: int | None, length: str, study_dir: Path, l
 
     from xover.measure.cachelab import lab_plan, run_cache_lab
     from xover.measure.events import ConfigFailed, LabEvent, LabRequestDone, ServerUp
-    from xover.console import console, progress_bar
+    from xover.console import console, progress_bar, safe
     from xover.llamacpp.binaries import resolve
     from xover.domain.prompts import parse_length
 
@@ -86,7 +86,7 @@ def cache(model: Path | None, ncmoe: int | None, length: str, study_dir: Path, l
         outcome = run_cache_lab(study_dir, binaries, model, tokens, server_args, label,
                                 command=["xover", *sys.argv[1:]], startup_timeout_s=server_timeout, on_event=on_event)
     _print_lab(outcome.analysis, f"prompt cache lab, {label}, L={tokens:,}")
-    console.print(f"[dim]run {outcome.run_id}: {len(outcome.samples)} samples in {study_dir}[/]")
+    console.print(f"[dim]run {outcome.run_id}: {len(outcome.samples)} samples in {safe(study_dir)}[/]")
     if outcome.failures:
         raise XoverError(f"{len(outcome.failures)} scenario(s) failed, first: {outcome.failures[0].reason}")
 
@@ -135,11 +135,12 @@ def audit(study_dir: Path) -> int:
     from rich.table import Table
 
     from xover.measure.audit import audit as run_audit
+    from xover.console import safe
     from xover.measure.audit import load_samples
 
     result = run_audit(load_samples(study_dir))
     out = _stdout()
-    out.print(f"{study_dir}: {result.n_samples} TTFT samples; {result.n_checked} claim cold or warm and were checked, "
+    out.print(f"{safe(study_dir)}: {result.n_samples} TTFT samples; {result.n_checked} claim cold or warm and were checked, "
               f"{result.n_unclaimed} lab demonstrations claim neither")
     if result.findings:
         t = Table(title="samples whose cache_n/prompt_n contradict their label", box=box.SIMPLE_HEAD, title_justify="left")

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from xover.console import console
+from xover.console import console, safe
 
 
 @click.command("export")
@@ -30,4 +30,4 @@ def export(study_dir: Path, fmt: str, what: str, output: Path | None) -> None:
     if output == Path("-"):
         click.echo(ex.render_kind(study_dir, what, fmt), nl=False)
         return
-    console.print(f"wrote {ex.write(study_dir, fmt, output, kind=what)}")
+    console.print(f"wrote {safe(ex.write(study_dir, fmt, output, kind=what))}")

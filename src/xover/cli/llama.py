@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from xover.console import console, progress_bar
+from xover.console import console, progress_bar, safe
 
 
 @click.group()
@@ -35,10 +35,10 @@ def build(backend: str, cmake_args: tuple[str, ...], source: Path | None, jobs: 
         task = bar.add_task("llama.cpp", total=None)
         manifest = b.build(
             backend=backend, extra_cmake_args=cmake_args, source=source, jobs=jobs,
-            log=lambda s: console.print(f"[dim]{s}[/]"),
+            log=lambda s: console.print(f"[dim]{safe(s)}[/]"),
             on_progress=lambda i, n: bar.update(task, completed=i, total=n),
         )
-    console.print(f"llama.cpp {manifest.commit[:7]} ({manifest.backend}) ready in {manifest.bin_dir}")
+    console.print(f"llama.cpp {manifest.commit[:7]} ({manifest.backend}) ready in {safe(manifest.bin_dir)}")
 
 
 @llama.command()

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from xover.console import console, out
+from xover.console import console, out, safe
 
 
 def _ints(value: str) -> tuple[int, ...]:
@@ -48,7 +48,7 @@ def report(study_dir: Path, response_tokens: str, band: str, bootstrap: int) -> 
         rep = build_report(data, response=r, band=(lo_hi[0], lo_hi[1]), n_boot=bootstrap)
         first = first or rep
         for v in rep.verdicts:
-            out.print(f"[R={r}] {v}")
+            out.print(f"\\[R={r}] {safe(v)}")
     assert first is not None
     html_path, md_path = write_report(first, study_dir)
-    console.print(f"wrote {html_path} and {md_path}")
+    console.print(f"wrote {safe(html_path)} and {safe(md_path)}")

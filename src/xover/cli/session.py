@@ -206,7 +206,7 @@ def session(
         verdict = session_verdict(series)
         if verdict:
             target.print(escape(verdict))
-    console.print(f"[dim]run {outcome.run_id}: {len(outcome.turns)} turns stored in {study_dir / 'results.sqlite'}[/]")
+    console.print(f"[dim]run {outcome.run_id}: {len(outcome.turns)} turns stored in {safe(study_dir / 'results.sqlite')}[/]")
     if outcome.failures:
         raise XoverError(f"{len(outcome.failures)} replay(s) failed, first: {outcome.failures[0].reason}")
 

@@ -64,7 +64,7 @@ def study(spec_file: Path | None, study_dir: Path | None, fresh: bool, llama_bin
         close()
     from rich.markup import escape
 
-    from xover.console import out
+    from xover.console import out, safe
 
     out.print(f"\n[bold]Verdict[/] ({escape(str(out_dir))}):")
     for v in outcome.verdicts or ("no pair of configurations could be compared; see the report",):
@@ -80,7 +80,7 @@ def study(spec_file: Path | None, study_dir: Path | None, fresh: bool, llama_bin
         out.print("stage times: " + ", ".join(f"{k} {v:.0f} s" for k, v in outcome.stage_seconds.items())
                   + f"; total {sum(outcome.stage_seconds.values()):.0f} s")
     if outcome.report_html:
-        out.print(f"report: {outcome.report_html}")
+        out.print(f"report: {safe(outcome.report_html)}")
     if outcome.failures:
         out.print(f"[yellow]{outcome.failures} configuration(s) or point(s) failed; they are recorded in the store "
                   "and listed in the report[/]")

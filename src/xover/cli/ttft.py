@@ -94,7 +94,7 @@ def ttft(
 
     from xover.domain.llama_options import FLASH_ATTN, LOAD_MODE, server_config
     from xover.measure import bench as benchrun
-    from xover.console import console, out, progress_bar
+    from xover.console import console, out, progress_bar, safe
     from xover.domain.prompts import parse_lengths
     from xover.results.store import Store
     from xover.measure.events import ConfigFailed, Note, Rerun, SampleDone, ServerUp, TtftEvent
@@ -219,7 +219,7 @@ def ttft(
     for key, label in outcome.labels.items():
         if key in peaks:
             console.print(f"[dim]memory {escape(label)}: {benchrun.describe_memory(peaks[key])}[/]")
-    console.print(f"[dim]run {outcome.run_id}: {len(outcome.samples)} samples in {store.path}[/]")
+    console.print(f"[dim]run {outcome.run_id}: {len(outcome.samples)} samples in {safe(store.path)}[/]")
     if outcome.failures:
         raise XoverError(f"{len(outcome.failures)} configuration(s) failed, first: {outcome.failures[0].reason}")
 
