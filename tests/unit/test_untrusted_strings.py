@@ -140,4 +140,4 @@ def test_report_and_export_print_a_bracketed_study_path(tmp_path: Path) -> None:
     assert f"wrote{study}/report.htmland{study}/report.md" in "".join(r.stderr.split())  # rich wraps long lines
     r = run_xover("export", str(study), "--format", "csv", "-o", str(study / "bench[red].csv"))
     assert r.returncode == 0, r.stderr
-    assert "bench[red].csv" in r.stderr
+    assert "p[bold]x/bench[red].csv" in "".join(r.stderr.split())
