@@ -288,10 +288,15 @@ def stage_session(spec: StudySpec, model: Path, binaries: Binaries, study_dir: P
     from xover.measure.events import ConfigFailed, TurnDone
     from xover.domain.workload import WorkloadSpec
 
+    from xover.gguf.inspect import model_context
+
     target = spec.session_target_tokens or max(spec.lengths)
     system = spec.session_system_tokens or min(10240, max(256, target // 4))
-    workload = sessionrun.write_workload(study_dir, WorkloadSpec(seed=0, turns=spec.session_turns,
-                                                                 system_tokens=system, target_tokens=target))
+    # Sizes are estimated as characters per token: about 4 for English and code on a real vocabulary, 1 on the
+    # byte-level vocabulary of xover's synthetic models (as `xover session` estimates them).
+    cpt = 1.0 if model_context(model).byte_vocab else 4.0
+    workload = sessionrun.write_workload(study_dir, WorkloadSpec(seed=0, turns=spec.session_turns, system_tokens=system,
+                                                                 target_tokens=target, chars_per_token=cpt))
     if not fresh and load(study_dir).turn_rows:
         emit(StageEvent("session", "info", "session already replayed"))
         return 0
