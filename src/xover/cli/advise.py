@@ -55,13 +55,16 @@ def _joined(values: tuple[str, ...]) -> str:
 @click.option("-o", "--output", "study_dir", type=click.Path(path_type=Path, file_okay=False), default=None,
               help="Study directory [default: studies/advise-<timestamp>]. Reuse it to reuse measurements.")
 @click.option("--timeout", "timeout_s", type=float, default=None, help="Seconds one llama-bench measurement may run.")
+@click.option("--vram-budget", "vram_budget", metavar="SIZE", default=None,
+              help="Answer for a smaller card: hold every byte of GPU 0's memory beyond SIZE (e.g. 16GiB) for the whole "
+                   "run, so llama.cpp sees a card of that size. Needs a CUDA GPU.")
 @click.option("--llama-bin-dir", type=click.Path(path_type=Path, file_okay=False), default=None, help="Folder with llama-bench and llama-server.")
 def advise(
     model: Path, ncmoe: tuple[str, ...], workload: str, lengths: str | None, response_tokens: int, knob_names: str | None,
     load_mode: tuple[str, ...], ubatch: tuple[str, ...], batch: tuple[str, ...], no_op_offload: tuple[str, ...],
     op_offload_min_batch: tuple[str, ...], threads: tuple[str, ...], repetitions: int, chunk: int | None, n_gen: int,
     budget_s: float, confirm: bool, confirm_reps: int, study_dir: Path | None, timeout_s: float | None,
-    llama_bin_dir: Path | None,
+    vram_budget: str | None, llama_bin_dir: Path | None,
 ) -> None:
     """The llama.cpp settings with the lowest expected time per turn, and what they gain over the defaults.
 
@@ -182,7 +185,13 @@ def advise(
             else:
                 console.print(f"    {e.turn_s:.3f} s per turn (TTFT {e.ttft_s:.3f} s, spread {e.spread_s:.3f} s){stored}")
 
-    advice = run_advise(spec, binaries, study_dir, command=["xover", *sys.argv[1:]], on_event=on_event)
+    from xover.console import safe
+    from xover.hardware.vram import holding, parse_budget
+
+    with holding(parse_budget(vram_budget) if vram_budget else None) as hold:
+        if hold is not None:
+            console.print(safe(hold.describe()))
+        advice = run_advise(spec, binaries, study_dir, command=["xover", *sys.argv[1:]], on_event=on_event)
     click.echo(visible(advise_section_markdown(advice), keep_newlines=True), nl=False)  # it quotes the model's path
     console.print(f"{advice.measurements} measurements ({advice.reused} reused); advice stored as artifact "
                   f"{adv.ARTIFACT!r} in {study_dir / 'results.sqlite'}")

@@ -83,12 +83,15 @@ def _joined(values: tuple[str, ...]) -> str:
 @click.option("--fresh", is_flag=True, help="Measure every test again, even those already in the study.")
 @click.option("--timeout", "timeout_s", type=float, default=None, help="Seconds one configuration may run before it is stopped and stored as failed.")
 @click.option("--llama-bin-dir", type=click.Path(path_type=Path), default=None, help="Use llama-bench from this folder.")
+@click.option("--vram-budget", "vram_budget", metavar="SIZE", default=None,
+              help="Answer for a smaller card: hold every byte of GPU 0's memory beyond SIZE (e.g. 16GiB) for the whole "
+                   "run, so llama.cpp sees a card of that size. Needs a CUDA GPU.")
 @click.argument("extra", nargs=-1, type=click.UNPROCESSED, metavar="[-- LLAMA_BENCH_ARGS...]")
 def bench(
     model: Path, ncmoe: tuple[str, ...], depth: str, n_prompt: int, n_gen: int, threads: tuple[str, ...],
     load_mode: tuple[str, ...], batch: tuple[str, ...], ubatch: tuple[str, ...], flash_attn: tuple[str, ...], no_op_offload: tuple[str, ...], env: tuple[str, ...],
     repetitions: int, study_dir: Path | None, fresh: bool, timeout_s: float | None, llama_bin_dir: Path | None,
-    extra: tuple[str, ...],
+    vram_budget: str | None, extra: tuple[str, ...],
 ) -> None:
     """Prefill and decode speed at depth (llama-bench), swept across offload configurations.
 
@@ -156,7 +159,11 @@ def bench(
     )
     study_dir = study_dir or Path("studies") / time.strftime("bench-%Y%m%d-%H%M%S")
     binaries = resolve(llama_bin_dir)
-    with _ProgressView() as view:
+    from xover.hardware.vram import holding, parse_budget
+
+    with holding(parse_budget(vram_budget) if vram_budget else None) as hold, _ProgressView() as view:
+        if hold is not None:
+            console.print(f"[dim]{safe(hold.describe())}[/]")
         outcome = benchrun.run_sweep(spec, binaries, study_dir, fresh=fresh, command=sys.argv, on_event=view)
     click.echo(export.render_markdown(bench_data(load(study_dir), {c.key for c in outcome.configs})), nl=False)
     with Store(study_dir) as store:

@@ -27,11 +27,14 @@ if TYPE_CHECKING:
 @click.option("--configs", "only_configs", default="", metavar="NAME,...",
               help="Measure only these configurations this time (the store keeps the others; the report shows all; "
                    "the cache lab runs on the first one named).")
+@click.option("--vram-budget", "vram_budget", metavar="SIZE", default=None,
+              help="Answer for a smaller card: hold every byte of GPU 0's memory beyond SIZE (e.g. 16GiB) for the whole "
+                   "study, so llama.cpp sees a card of that size (overrides [study] vram-budget). Needs a CUDA GPU.")
 @click.option("-q", "--quiet", is_flag=True, help="No progress bars; only the verdict and errors (for CI).")
 @click.option("--progress-jsonl", type=click.File("w"), default=None, metavar="FILE",
               help="Write progress events as JSON lines to FILE ('-' for stdout), for other programs.")
 def study(spec_file: Path | None, study_dir: Path | None, fresh: bool, llama_bin_dir: Path | None, skip: str,
-          only_configs: str, quiet: bool, progress_jsonl: IO[str] | None) -> None:
+          only_configs: str, vram_budget: str | None, quiet: bool, progress_jsonl: IO[str] | None) -> None:
     """Run the whole investigation: theory and a stored prediction, llama-bench prefill/decode
     sweeps at depth, cold TTFT per configuration and prompt length, then the report and a verdict.
 
@@ -53,6 +56,12 @@ def study(spec_file: Path | None, study_dir: Path | None, fresh: bool, llama_bin
     else:
         spec, intro = _default_for_this_machine(binaries)
     spec = narrow(spec, skip, only_configs)
+    if vram_budget is not None:
+        import dataclasses
+
+        from xover.hardware.vram import parse_budget
+
+        spec = dataclasses.replace(spec, vram_budget=parse_budget(vram_budget))
     out_dir = study_dir or Path("studies") / (spec_file.stem if spec_file else "default")
     emit, close = _progress(quiet, progress_jsonl)
     if intro and not quiet:

@@ -99,6 +99,7 @@ class StudySpec:
     tune_depths: tuple[int, ...] | None = None  # llama-bench depths besides 0 (default: the shortest length)
     tune_repetitions: int = 2
     pairs: tuple[tuple[str, str], ...] = ()  # the pairs the verdict answers first (default: the first two configs)
+    vram_budget: int | None = None  # bytes: xover holds the rest of GPU 0 for the whole study (None: the whole card)
 
     def __post_init__(self) -> None:
         validate_spec(self)
@@ -154,6 +155,8 @@ def validate_spec(spec: StudySpec) -> None:
         builtin(spec.hardware)  # an unknown profile fails here, before anything runs
     if spec.timeout_s is not None and spec.timeout_s <= 0:
         raise XoverError("timeout must be a positive number of seconds")
+    if spec.vram_budget is not None and spec.vram_budget < 256 << 20:
+        raise XoverError("[study] vram-budget must be an amount of GPU memory of at least 256 MiB, e.g. '16GiB'")
     if spec.tune_repetitions < 2:
         raise XoverError("tune-repetitions must be at least 2: telling an effect from noise needs a spread")
     if spec.tune_depths is not None and any(d < 0 for d in spec.tune_depths):
@@ -169,6 +172,35 @@ def validate_spec(spec: StudySpec) -> None:
                              + ", ".join(f"{n} ({s})" if s != n else n for n, s in TUNE_KNOBS))
 
 
+FIT = "fit"
+
+
+def parse_fit(value: str, where: str) -> str:
+    """``n-cpu-moe = "fit"`` (the smallest level that fits the study's longest prompt and response) or
+    ``"fit@8k"`` (that fits an 8K context): ``fit`` or ``fit@8192`` in the config's flags until the study
+    resolves it with the placement planner (:func:`xover.measure.fit.resolve_fits`)."""
+    text = value.strip().lower()
+    if text == FIT:
+        return FIT
+    if text.startswith(FIT + "@"):
+        from xover.domain.prompts import parse_length
+
+        try:
+            return f"{FIT}@{parse_length(text[len(FIT) + 1:])}"
+        except XoverError:
+            pass
+    raise XoverError(f"{where}: n-cpu-moe must be a non-negative integer, 'fit' or 'fit@LENGTH' (e.g. 'fit@8k'), "
+                     f"got {value!r}")
+
+
+def fit_context(value: str | None) -> int | None | bool:
+    """For a config's ``-ncmoe`` value: the context a ``fit@L`` level must hold (L), True for plain ``fit``,
+    None when the level is a number."""
+    if value is None or not value.startswith(FIT):
+        return None
+    return int(value.split("@", 1)[1]) if "@" in value else True
+
+
 def config_from_table(table: Mapping[str, Any], index: int) -> LlamaConfig:
     """One ``[[config]]`` table -> :class:`LlamaConfig`, with one-line errors naming the key."""
     where = f"[[config]] #{index + 1}"
@@ -182,6 +214,9 @@ def config_from_table(table: Mapping[str, Any], index: int) -> LlamaConfig:
         if key not in known:
             raise XoverError(f"{where}: unknown key {key!r}; use one of {', '.join(sorted(known))}")
         if key not in SHARED_FLAGS:
+            continue
+        if key == "n-cpu-moe" and isinstance(value, str):
+            flags.append((SHARED_FLAGS[key], parse_fit(value, where)))
             continue
         if key in _INT_KEYS:
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:
@@ -235,7 +270,7 @@ def spec_from_dict(doc: Mapping[str, Any], base_dir: Path | None = None) -> Stud
     known_study = {"lengths", "response-tokens", "repetitions", "bench-repetitions", "pp", "tg", "band",
                    "cache-length", "skip", "timeout", "session-turns", "session-system-tokens",
                    "session-target-tokens", "session-response-tokens", "bench-depths", "hardware", "tune",
-                   "tune-knobs", "tune-values", "tune-depths", "tune-repetitions", "pairs"}
+                   "tune-knobs", "tune-values", "tune-depths", "tune-repetitions", "pairs", "vram-budget"}
     bad = set(study) - known_study
     if bad:
         raise XoverError(f"[study]: unknown key {sorted(bad)[0]!r}; use one of {', '.join(sorted(known_study))}")
@@ -309,6 +344,11 @@ def _tune_keys(study: Mapping[str, Any]) -> dict[str, Any]:
         if not isinstance(depths, list):
             raise XoverError("[study] tune-depths must be a list of token counts, e.g. ['1k'] ([] for depth 0 only)")
         out["tune_depths"] = tuple(_k(d, "[study] tune-depths") for d in depths)
+    if "vram-budget" in study:
+        from xover.hardware.profiles import parse_bytes
+
+        vb = study["vram-budget"]
+        out["vram_budget"] = parse_bytes(str(vb)) if isinstance(vb, (str, int)) and not isinstance(vb, bool) else -1
     if "tune-repetitions" in study:
         if not isinstance(study["tune-repetitions"], int) or isinstance(study["tune-repetitions"], bool):
             raise XoverError("[study] tune-repetitions must be an integer")

@@ -331,6 +331,16 @@ def run_study(
     """Every stage of ``spec`` in order; ``report`` renders the report from the store (the CLI passes
     :func:`xover.cli.study.write_report`: only the CLI imports the report package) and returns its verdicts."""
     study_dir.mkdir(parents=True, exist_ok=True)
+    from xover.hardware.vram import holding
+
+    with holding(spec.vram_budget) as hold:  # every llama process of the study sees a card of the budget's size
+        if hold is not None:
+            emit(StageEvent("model", "info", hold.describe()))
+        return _run_stages(spec, study_dir, binaries, fresh, command, emit, report)
+
+
+def _run_stages(spec: StudySpec, study_dir: Path, binaries: Binaries, fresh: bool, command: Sequence[str],
+                emit: Emit, report: Reporter | None) -> StudyOutcome:
     seconds: dict[str, float] = {}
     failures = 0
 
@@ -346,6 +356,19 @@ def run_study(
         return result
 
     model = timed("model", lambda: resolve_model(spec, study_dir, emit))
+    from xover.measure import fit
+
+    if fit.has_fits(spec):
+        spec, fits = fit.resolve_fits(spec, model)
+        with Store(study_dir) as store:
+            checked = [body for _, _, body in store.artifacts("fit-check")]
+            if not checked or fresh or [c["n_cpu_moe"] for c in checked[-1]] != [r["n_cpu_moe"] for r in fits]:
+                for r in fits:
+                    emit(StageEvent("model", "info", fit.describe(r)))
+                store.add_artifact(None, "fit", fits)
+                checks = fit.check_fits(spec, model, binaries, fits, study_dir / "logs",
+                                        lambda line: emit(StageEvent("model", "info", line)))
+                store.add_artifact(None, "fit-check", checks)
     from xover.gguf.inspect import check_offload_and_context
 
     check_offload_and_context(model, [int(c.flag("-ncmoe") or 0) for c in spec.configs],

@@ -1,0 +1,155 @@
+"""``n-cpu-moe = "fit"`` configurations: the placement planner's level, and llama.cpp's word on it.
+
+A spec may name a configuration by what it must hold instead of a number: ``"fit"`` is the smallest
+``--n-cpu-moe`` whose GPU buffers hold the study's longest prompt and response, ``"fit@8k"`` the smallest
+that holds an 8K context, under the study's VRAM budget (``[study] vram-budget``; without one, the GPU's
+free memory). ``fit@8k`` against ``fit@32k`` is the seed's pair: the minimum offload for short turns
+against the offload a long context forces.
+
+:func:`resolve_fits` replaces each ``fit`` by the planner's number (:func:`xover.analysis.theory.plan_placement`,
+the same buffer arithmetic as llama.cpp's load log, plus the measured headroom) before anything is measured,
+and stores what it chose as artifact ``fit``. :func:`check_fits` then asks llama.cpp itself: it starts
+llama-server at the chosen level and one below it, with the same context, and sends each one request as long
+as a ubatch (loading is not enough: on an H200 under a 16 GiB budget a level that loaded crashed at its first
+request, allocating the cuBLAS workspace). Both answers are stored as artifact ``fit-check``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from xover.domain.study_spec import FIT, LlamaConfig, StudySpec, fit_context
+from xover.errors import XoverError
+from xover.llamacpp.binaries import Binaries
+
+GIB = 1 << 30
+
+
+def budget_for_fit(spec: StudySpec) -> int:
+    """The VRAM a ``fit`` level must fit: the study's budget, else the GPU's free memory."""
+    if spec.vram_budget is not None:
+        return spec.vram_budget
+    from xover.hardware.detect import detect_gpu
+
+    gpu = detect_gpu()
+    if gpu is None or not gpu.free_bytes:
+        raise XoverError("n-cpu-moe = 'fit' needs a VRAM budget ([study] vram-budget = '16GiB') or a GPU whose free "
+                         "memory nvidia-smi reports")
+    return gpu.free_bytes
+
+
+def has_fits(spec: StudySpec) -> bool:
+    return any(fit_context(c.flag("-ncmoe")) is not None for c in spec.configs)
+
+
+def resolve_fits(spec: StudySpec, model: Path) -> tuple[StudySpec, list[dict[str, Any]]]:
+    """``spec`` with every ``fit`` level replaced by the planner's number, and one record per replacement."""
+    if not has_fits(spec):
+        return spec, []
+    from xover.analysis.theory import model_terms, plan_placement
+    from xover.gguf.inspect import model_table
+    from xover.llamacpp.server import context_size
+
+    budget = budget_for_fit(spec)
+    table, _ = model_table(str(model))
+    terms = model_terms(table)
+    study_ctx = context_size(max(spec.lengths), max(spec.response_tokens))
+    configs, records = [], []
+    for c in spec.configs:
+        want = fit_context(c.flag("-ncmoe"))
+        if want is None:
+            configs.append(c)
+            continue
+        ctx = study_ctx if want is True else context_size(int(want), 0)
+        ubatch = int(c.flag("-ub") or 512)
+        (plan,) = plan_placement(terms, budget, (ctx,), ubatch, flash_attn=c.flag("-fa") != "off")
+        if plan.n_cpu_moe is None:
+            raise XoverError(f"{c.name}: the model does not fit {budget / GIB:.1f} GiB at {ctx:,} tokens of context "
+                             "even with every expert on the CPU: raise vram-budget or shorten the context")
+        n = plan.n_cpu_moe
+        configs.append(dataclasses.replace(c, flags=tuple((f, str(n) if f == "-ncmoe" else v) for f, v in c.flags)))
+        records.append({
+            "config": c.name, "request": c.flag("-ncmoe"), "n_ctx": ctx, "n_cpu_moe": n, "budget_bytes": budget,
+            "headroom_bytes": plan.headroom_bytes, "ubatch": ubatch,
+            "estimate": {"model_bytes": plan.estimate.model_bytes, "kv_bytes": plan.estimate.kv_bytes,
+                         "compute_bytes": plan.estimate.compute_bytes, "total_bytes": plan.estimate.total_bytes},
+        })
+    return dataclasses.replace(spec, configs=tuple(configs)), records
+
+
+def describe(record: dict[str, Any]) -> str:
+    e = record["estimate"]
+    return (f"{record['config']}: --n-cpu-moe {record['n_cpu_moe']} (planner: {e['total_bytes'] / GIB:.2f} GiB of GPU "
+            f"buffers at {record['n_ctx']:,} tokens of context, plus {record['headroom_bytes'] / GIB:.1f} GiB headroom, "
+            f"within {record['budget_bytes'] / GIB:.1f} GiB)")
+
+
+@dataclasses.dataclass(frozen=True)
+class LevelCheck:
+    """llama.cpp's answer for one level: did the server load, and did it serve one ubatch-long request?"""
+
+    n_cpu_moe: int
+    loaded: bool
+    served: bool
+    reason: str | None  # why not, from the server's log or the request's error
+
+    def as_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+async def _check_level(binaries: Binaries, model: Path, config: LlamaConfig, n: int, ctx: int, log_dir: Path,
+                       timeout_s: float | None) -> LevelCheck:
+    from xover.client.http import completion_body
+    from xover.llamacpp.server import LlamaServer, ServerSpec
+
+    flags = tuple((f, str(n) if f == "-ncmoe" else v) for f, v in config.flags)
+    args = dataclasses.replace(config, name=f"{config.name} at {n}", flags=flags).server_args_list()
+    sspec = ServerSpec(model=model, label=f"fitcheck-{config.name}-{n}", ctx_size=ctx, extra_args=args, env=config.env)
+    kwargs = {} if timeout_s is None else {"startup_timeout_s": timeout_s}
+    try:
+        async with LlamaServer(binaries.server, sspec, log_dir, **kwargs) as srv:
+            prompt = tuple(1000 + (i % 200) for i in range(min(512, ctx // 2)))
+            assert srv.client is not None  # set once the server is up
+            rec = await srv.client.stream_completion(completion_body(prompt, 4, cache_prompt=False))
+            if rec.result.error is not None:
+                return LevelCheck(n, True, False, str(rec.result.error))
+            return LevelCheck(n, True, True, None)
+    except XoverError as e:
+        return LevelCheck(n, False, False, str(e))
+
+
+def check_fits(spec: StudySpec, model: Path, binaries: Binaries, records: list[dict[str, Any]], log_dir: Path,
+               note: Callable[[str], None]) -> list[dict[str, Any]]:
+    """For each resolved ``fit``: llama.cpp at the planner's level and one level below it."""
+    out = []
+    by_name = {c.name: c for c in spec.configs}
+    for r in records:
+        config, n, ctx = by_name[r["config"]], int(r["n_cpu_moe"]), int(r["n_ctx"])
+        levels = [m for m in (n, n - 1) if m >= 0]
+        checks = [asyncio.run(_check_level(binaries, model, config, m, ctx, log_dir, spec.timeout_s)) for m in levels]
+        entry = {**r, "checks": [c.as_dict() for c in checks]}
+        out.append(entry)
+        note(check_line(entry))
+    return out
+
+
+def check_line(entry: dict[str, Any]) -> str:
+    """One line: the planner's level against what llama.cpp did at it and one below."""
+    parts = []
+    for c in entry["checks"]:
+        what = "serves" if c["served"] else ("loads but fails its first request" if c["loaded"] else "does not load")
+        why = f" ({c['reason'][:160]})" if c["reason"] and not c["served"] else ""
+        parts.append(f"--n-cpu-moe {c['n_cpu_moe']} {what}{why}")
+    n = entry["n_cpu_moe"]
+    below = next((c for c in entry["checks"] if c["n_cpu_moe"] == n - 1), None)
+    if below is None:
+        verdict = "nothing below it to try"
+    elif below["served"]:
+        verdict = "the planner is conservative here: one level less also serves"
+    else:
+        verdict = "llama.cpp confirms the edge"
+    return f"{entry['config']} ({entry['request'] or FIT}) at {entry['n_ctx']:,} tokens: " + "; ".join(parts) + f": {verdict}"
