@@ -324,8 +324,11 @@ def test_cli_theory_and_predict(tmp_path) -> None:
 def test_mmq_tile_padding_of_expert_matmuls() -> None:
     from xover.analysis.theory import expert_tile_padding, mmq_tile
 
-    # llama.cpp's tile choice: the smallest multiple of 8 (<= 128) giving the fewest tiles
-    assert [mmq_tile(b) for b in (9, 100, 128, 130, 512, 4096)] == [16, 104, 128, 72, 128, 128]
+    # llama.cpp's tile choice: the first of its tiles (mmq-config-ampere.cuh: 8..48, 64, 80, 96, 112, 128) giving
+    # the fewest tiles. Was "any multiple of 8" (100 -> 104, 130 -> 72): the pinned source has no 56/72/88/104/120.
+    assert [mmq_tile(b) for b in (9, 100, 128, 130, 512, 4096)] == [16, 112, 128, 80, 128, 128]
+    # rows not a multiple of 128 (gpt-oss's 2880) leave 8, 16, 32, 64, 128
+    assert [mmq_tile(b, fallback=True) for b in (9, 24, 100, 130, 512)] == [16, 32, 128, 128, 128]
     # 512 tokens, 8 of 128 experts: ~32 tokens per expert, one 128-column tile each -> 4x the useful columns
     assert expert_tile_padding(512, 128, 8) == pytest.approx(4.0, rel=1e-6)
     # 1024: 64 per expert in one tile -> 2x; 4096: 256 +- 15.5 per expert -> 2 or 3 tiles -> ~1.24x
