@@ -1136,6 +1136,22 @@ def expert_rows(terms: ModelTerms, hw: Hardware, n_cpu_moe: Sequence[int], ubatc
     return rows
 
 
+def architecture_terms(terms: ModelTerms, ubatch: int = 512) -> dict[str, Any]:
+    """What the architecture changes in the theory: window-bounded and compressed KV, always-on shared experts,
+    dense leading layers, NextN bytes, the MMQ tile set, and the expert bytes one ubatch copies per CPU layer."""
+    first_moe = min(terms.dense_ffn_layers, terms.n_layer - 1)
+    per_layer = expert_transfer_bytes(terms, first_moe + 1, ubatch) - expert_transfer_bytes(terms, first_moe, ubatch)
+    return {
+        "arch": terms.arch, "n_layer": terms.n_layer, "full_attention_layers": terms.n_layer_full,
+        "swa_layers": terms.n_layer_swa, "swa_window": terms.swa_window, "mla": terms.is_mla,
+        "kv_bytes_per_token": terms.kv_bytes_per_token, "kv_swa_bytes_per_cell": terms.kv_swa_bytes_per_cell,
+        "shared_expert_bytes": terms.shared_expert_bytes, "dense_ffn_layers": terms.dense_ffn_layers,
+        "nextn_bytes": terms.nextn_bytes, "expert_mmq": terms.expert_mmq,
+        "mmq_tiles": list(MMQ_TILES_FALLBACK if terms.expert_mmq_fallback else MMQ_TILES) if terms.expert_mmq else [],
+        "ubatch": ubatch, "ubatch_bytes_per_cpu_layer": per_layer,
+    }
+
+
 def theory_report(terms: ModelTerms, hw: Hardware, configs: Sequence[OffloadConfig], lengths: Sequence[int],
                   model: Mapping[str, Any], created_at: str, created_unix_ns: int, response: int = 200,
                   pp_tokens: int = 512, vram_budget_bytes: int | None = None,
@@ -1177,6 +1193,7 @@ def theory_report(terms: ModelTerms, hw: Hardware, configs: Sequence[OffloadConf
                                  if hw.gpu is not None and pads_expert_tiles(hw.gpu.name) and terms.expert_mmq else {}),
             "rows": expert_rows(terms, hw, sorted({c.n_cpu_moe for c in configs}), ubatch),
         },
+        "architecture": architecture_terms(terms, ubatch),
         "attention": {"ubatch": ubatch, "rows": [dataclasses.asdict(attention_row(terms, L, ubatch)) for L in lengths]},
         "placement": placement,
         "prediction": build_prediction(terms, hw, configs, lengths, model, created_at, created_unix_ns, response,
