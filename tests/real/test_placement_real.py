@@ -7,8 +7,8 @@ without repacking (``-lm none --repack 0``) so that one plain CPU buffer holds t
 
 The other architectures (tiny-gpt-oss: iSWA, two caches; tiny-glm4moe: a NextN block in the file, not
 loaded; tiny-deepseek2: MLA, K only) must match to the logged precision (two decimals of MiB), cache by
-cache and cell count by cell count; their compute buffer within 10 % (measured at 1024 / 4096 cells: gpt-oss -0.3 / -0.2 %,
-glm4moe +7.9 / +5.1 %, deepseek2 +5.5 / +4.0 %).
+cache and cell count by cell count; their compute buffer within 10 % (measured at 1024 / 4096 cells:
+gpt-oss -0.3 / -0.2 %, glm4moe +7.9 / +5.1 %, deepseek2 +5.5 / +4.0 %).
 """
 
 from __future__ import annotations
