@@ -174,7 +174,8 @@ def model_terms(table: TensorTable, cache_type: str = "F16") -> ModelTerms:
     swa = kv_swa_bytes_per_cell(hp, cache_type)
     if swa is None:
         raise XoverError(f"a KV cache of type {cache_type} does not fit this model's head size: use F16 or Q8_0")
-    experts = [t for t in table.tensors if t.is_expert and len(t.ne) == 3 and t.layer is not None and t.layer < hp.n_layer]
+    experts = [t for t in table.tensors
+               if t.is_expert and len(t.ne) == 3 and t.layer is not None and t.layer < hp.n_layer]
     return ModelTerms(
         n_layer=hp.n_layer, n_embd=hp.n_embd, n_head=hp.n_head, n_head_kv=hp.n_head_kv,
         head_dim_k=hp.head_dim_k, head_dim_v=hp.head_dim_v, n_expert=hp.n_expert,
@@ -681,7 +682,8 @@ class _Costs:
         r = self.rates
         flops_per_s = r.gpu_flops if r.gpu else r.cpu_flops
         bw = r.gpu_bw if r.gpu else r.cpu_bw
-        return max(_attn_flops(self.terms, self.terms.n_layer_full, b, 1) / flops_per_s, self.terms.kv_bytes_per_token / bw)
+        t = self.terms
+        return max(_attn_flops(t, t.n_layer_full, b, 1) / flops_per_s, t.kv_bytes_per_token / bw)
 
     def swa_per_key_s(self, b: int) -> float:
         """The same per key of the sliding-window layers (0 without them)."""
