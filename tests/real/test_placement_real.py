@@ -4,6 +4,11 @@ llama-bench -v on the tiny-moe model (CPU build) logs ``CPU model buffer size``,
 and ``CPU compute buffer size``; the model and KV estimates must agree within a few percent, the
 compute buffer estimate (documented as rough) within 25 %. Weights are loaded without mmap and
 without repacking (``-lm none --repack 0``) so that one plain CPU buffer holds them all.
+
+The other architectures (tiny-gpt-oss: iSWA, two caches; tiny-glm4moe: a NextN block in the file, not
+loaded; tiny-deepseek2: MLA, K only) must match to the logged precision (two decimals of MiB), cache by
+cache and cell count by cell count; their compute buffer within 10 % (measured at 1024 / 4096 cells:
+gpt-oss -0.3 / -0.2 %, glm4moe +7.9 / +5.1 %, deepseek2 +5.5 / +4.0 %).
 """
 
 from __future__ import annotations
@@ -15,11 +20,14 @@ from pathlib import Path
 import pytest
 
 from xover.analysis.theory import memory_estimate, model_terms
-from xover.gguf.presets import PRESETS
+from xover.gguf.presets import ALL_PRESETS, PRESETS
 from xover.gguf.shapes import tensor_table
 from xover.llamacpp.process import spawn, stop
 
 pytestmark = pytest.mark.real
+
+_CACHE = re.compile(r"llama_kv_cache: size =\s+(?P<mib>[\d.]+) MiB \(\s*(?P<cells>\d+) cells,\s+(?P<layers>\d+) layers")
+_COMPUTE_EXACT = re.compile(r"CPU compute buffer size is\s+(?P<mib>[\d.]+) MiB")
 
 _BUFFER = re.compile(r"(?P<dev>\S+)\s+(?P<kind>model|KV|compute) buffer size =\s+(?P<mib>[\d.]+) MiB")
 
@@ -65,3 +73,40 @@ def test_buffers_match_the_estimate(llama_bins, tiny_model: Path, tmp_path: Path
     assert logged["model"] == pytest.approx(est.model_bytes / mib, rel=0.03)
     assert logged["KV"] == pytest.approx(est.kv_bytes / mib, rel=0.03)
     assert logged["compute"] == pytest.approx(est.compute_bytes / mib, rel=0.25)
+
+
+def _arch_model(name: str, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from xover.gguf.synth import write_model
+
+    path = tmp_path_factory.mktemp("models") / f"{name}.gguf"
+    write_model(ALL_PRESETS[name], path, seed=0)
+    return path
+
+
+# (preset, n_ctx, the caches llama.cpp must create: (cells, layers) each)
+_ARCH_CASES = [
+    ("tiny-gpt-oss", 1024, [(1024, 2), (768, 2)]),  # full layers 1, 3; SWA layers 0, 2: 128 + 512 -> 768 cells
+    ("tiny-gpt-oss", 4096, [(4096, 2), (768, 2)]),
+    ("tiny-glm4moe", 1024, [(1024, 4)]),  # the NextN block (layer 4) is filtered out
+    ("tiny-glm4moe", 4096, [(4096, 4)]),
+    ("tiny-deepseek2", 1024, [(1024, 4)]),  # MLA: K only, 256 + 32 per cell
+    ("tiny-deepseek2", 4096, [(4096, 4)]),
+]
+
+
+@pytest.mark.parametrize("name,n_ctx,caches", _ARCH_CASES, ids=[f"{c[0]}-{c[1]}" for c in _ARCH_CASES])
+def test_arch_buffers_match_llama_cpp(llama_bins, tmp_path_factory: pytest.TempPathFactory, tmp_path: Path,
+                                      name: str, n_ctx: int, caches: list[tuple[int, int]]) -> None:
+    log = _bench_log(llama_bins, _arch_model(name, tmp_path_factory), n_ctx, 512, True, tmp_path / "bench.log")
+    terms = model_terms(tensor_table(ALL_PRESETS[name]))
+    est = memory_estimate(terms, 0, n_ctx, 512, True, device="cpu")
+    mib = 1 << 20
+    logged = parse_buffer_sizes(log)
+    assert [(int(m["cells"]), int(m["layers"])) for m in _CACHE.finditer(log)] == caches
+    assert logged["model"] == round(est.model_bytes / mib, 2)
+    assert logged["KV"] == pytest.approx(round(est.kv_bytes / mib, 2), abs=0.011)  # two caches, each rounded
+    assert [round(float(m["mib"]), 2) for m in _CACHE.finditer(log)] == [
+        round(terms.kv_bytes_per_token * n_ctx / mib, 2),
+        *([round(terms.kv_swa_bytes_per_cell * terms.swa_cells(n_ctx, 512) / mib, 2)] if terms.n_layer_swa else [])]
+    compute = float(_COMPUTE_EXACT.search(log)["mib"])  # type: ignore[index]
+    assert est.compute_bytes / mib == pytest.approx(compute, rel=0.10)

@@ -324,8 +324,11 @@ def test_cli_theory_and_predict(tmp_path) -> None:
 def test_mmq_tile_padding_of_expert_matmuls() -> None:
     from xover.analysis.theory import expert_tile_padding, mmq_tile
 
-    # llama.cpp's tile choice: the smallest multiple of 8 (<= 128) giving the fewest tiles
-    assert [mmq_tile(b) for b in (9, 100, 128, 130, 512, 4096)] == [16, 104, 128, 72, 128, 128]
+    # llama.cpp's tile choice: the first of its tiles (mmq-config-ampere.cuh: 8..48, 64, 80, 96, 112, 128) giving
+    # the fewest tiles. Was "any multiple of 8" (100 -> 104, 130 -> 72): the pinned source has no 56/72/88/104/120.
+    assert [mmq_tile(b) for b in (9, 100, 128, 130, 512, 4096)] == [16, 112, 128, 80, 128, 128]
+    # rows not a multiple of 128 (gpt-oss's 2880) leave 8, 16, 32, 64, 128
+    assert [mmq_tile(b, fallback=True) for b in (9, 24, 100, 130, 512)] == [16, 32, 128, 128, 128]
     # 512 tokens, 8 of 128 experts: ~32 tokens per expert, one 128-column tile each -> 4x the useful columns
     assert expert_tile_padding(512, 128, 8) == pytest.approx(4.0, rel=1e-6)
     # 1024: 64 per expert in one tile -> 2x; 4096: 256 +- 15.5 per expert -> 2 or 3 tiles -> ~1.24x
@@ -349,3 +352,81 @@ def test_predictions_count_the_padding_and_limits_do_not() -> None:
     assert fast > 1.5
     same = predict_point(terms, rdna, ub4096, 16384, 1).prefill_tps / predict_point(terms, rdna, ub512, 16384, 1).prefill_tps
     assert same < 1.2
+
+
+# --------------------------------------------------------------------------------------------------
+# other architectures (issue 19)
+
+
+def _terms(name: str):  # type: ignore[no-untyped-def]
+    from xover.analysis.theory import model_terms
+    from xover.gguf.presets import preset
+    from xover.gguf.shapes import tensor_table
+
+    return model_terms(tensor_table(preset(name)))
+
+
+def test_gpt_oss_swa_bounds_kv_and_attention() -> None:
+    t = _terms("gpt-oss-120b")
+    assert (t.n_layer_full, t.n_layer_swa, t.swa_window) == (18, 18, 128)
+    assert t.kv_bytes_per_token == t.kv_swa_bytes_per_cell == 18 * 8 * 64 * 2 * 2
+    # the SWA cache stops at window + ubatch, padded to 256 (llama-kv-cache-iswa.cpp): 768 cells
+    assert t.swa_cells(8192, 512) == 768 and t.swa_cells(512, 512) == 512
+    assert t.kv_cache_bytes(32768) == 36864 * (32768 + 768)
+    # one decoded token at 32K: the full layers read 32K keys, the SWA layers at most window + 1
+    full_only = 2.0 * 18 * 64 * 128 * 32768
+    assert T.attention_flops(t, 1, 32768) == full_only + 2.0 * 18 * 64 * 128 * 129
+    assert T.decode_intensity(t, 32768).kv_bytes == 36864 * (32768 + 129)
+    # prefill: the SWA part of 8 ubatches of 512 is capped at 640 keys each, summed in closed form
+    swa = T.prefill_attention_flops(t, 4096, 512) - 2.0 * 18 * 64 * 128 * 512 * 512 * 36
+    assert swa == pytest.approx(2.0 * 18 * 64 * 128 * 512 * (512 + 640 * 7))
+    # MXFP4 experts have MMQ kernels; 2880 rows are not a multiple of 128: the reduced tile set
+    assert t.expert_mmq and t.expert_mmq_fallback
+
+
+def test_swa_prefill_and_decode_costs_match_a_loop() -> None:
+    from xover.analysis.theory import OffloadConfig, _costs
+    from xover.hardware.profiles import builtin
+
+    t = _terms("gpt-oss-20b")
+    c = _costs(t, builtin("h200"), OffloadConfig(ubatch=512), "prediction")
+    looped = sum(c.ubatch_s(512) + e * c.attn_per_key_s(512) + min(e, 128 + 512) * c.swa_per_key_s(512)
+                 for e in range(512, 4097, 512))
+    looped += c.ubatch_s(100) + 4196 * c.attn_per_key_s(100) + min(4196, 228) * c.swa_per_key_s(100)
+    assert c.prefill_s(4196) == pytest.approx(looped, rel=1e-12)
+    assert c.decode_sum_s(100, 300) == pytest.approx(sum(c.decode_s(d) for d in range(100, 400)), rel=1e-12)
+
+
+def test_mla_attention_is_absorbed_and_kv_compressed() -> None:
+    t = _terms("deepseek-v3")
+    assert t.is_mla and (t.head_dim_k, t.head_dim_v, t.n_head_kv) == (576, 512, 1)
+    assert t.kv_bytes_per_token == 61 * 576 * 2 and t.kv_swa_bytes_per_cell == 0
+    assert T.attention_flops(t, 1, 1000) == 2.0 * 61 * 128 * (576 + 512) * 1000
+    assert t.dense_ffn_layers == 3 and t.shared_expert_bytes > 0 and t.expert_bytes_layer[:3] == (0, 0, 0)
+
+
+def test_glm_nextn_is_not_loaded_and_shared_experts_stay_on_the_gpu() -> None:
+    from xover.gguf.presets import preset
+    from xover.gguf.shapes import nextn_bytes, tensor_table, total_bytes
+
+    table = tensor_table(preset("glm-4.5-air"))
+    t = _terms("glm-4.5-air")
+    assert t.nextn_bytes == nextn_bytes(table) > 0 and t.total_bytes == total_bytes(table)
+    cpu = T.memory_estimate(t, 0, 4096, device="cpu")
+    assert cpu.model_bytes == total_bytes(table) - nextn_bytes(table)
+    # every expert on the CPU: the shared experts and the dense layer 0 stay on the GPU
+    gpu = T.memory_estimate(t, t.n_layer, 4096)
+    assert gpu.model_bytes == t.dense_gpu_bytes and t.shared_expert_bytes < t.dense_gpu_bytes
+    # --n-cpu-moe 1 moves nothing (layer 0 is dense)
+    assert T.memory_estimate(t, 1, 4096).model_bytes == T.memory_estimate(t, 0, 4096).model_bytes
+    arch = T.architecture_terms(t)
+    assert arch["dense_ffn_layers"] == 1 and arch["ubatch_bytes_per_cpu_layer"] == pytest.approx(
+        t.expert_bytes_layer[1], rel=1e-3)
+
+
+def test_planner_on_the_new_presets() -> None:
+    gib = 1 << 30
+    for name, expected in (("gpt-oss-120b", (23, 24)), ("gpt-oss-20b", (0, 0)), ("glm-4.5-air", (34, 37)),
+                           ("qwen3-235b-a22b", (83, 86))):
+        plan = T.plan_placement(_terms(name), 24 * gib, (8192, 32768))
+        assert tuple(p.n_cpu_moe for p in plan) == expected, name

@@ -48,14 +48,21 @@ from xover.gguf.shapes import (
     active_params,
     has_tied_embeddings,
     kv_bytes_per_token,
+    kv_swa_bytes_per_cell,
     ncmoe_table,
+    nextn_bytes,
+    shared_expert_bytes,
     total_bytes,
 )
 from xover.hardware.profiles import Hardware
 
 OP_OFFLOAD_MIN_BATCH = 32  # GGML_OP_OFFLOAD_MIN_BATCH default (ggml-cuda.cu)
 COPY_PADDING_BYTES = 512  # extra bytes copied after a run of used experts (ggml-backend.cpp)
-CTX_PAD = 256  # llama.cpp rounds n_ctx up to a multiple of this
+CTX_PAD = 256  # llama.cpp rounds n_ctx up to a multiple of this (and the SWA cache's size)
+MMQ_TYPES = frozenset({"Q1_0", "Q2_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K",
+                       "IQ1_S", "IQ2_XXS", "IQ2_XS", "IQ2_S", "IQ3_XXS", "IQ3_S", "IQ4_XS", "IQ4_NL", "MXFP4", "NVFP4"})
+"""ggml types with an MMQ kernel (``ggml_cuda_should_use_mmq``, ggml-cuda/mmq.cu); F16/BF16/F32 go to cuBLAS."""
+MMQ_ROWS = 128  # mmq.cu: ``fallback = ne01 % 128 != 0`` picks the reduced tile set
 F32 = 4
 
 # --------------------------------------------------------------------------------------------------
@@ -90,7 +97,48 @@ class ModelTerms:
     expert_params_layer: tuple[int, ...]
     expert_bytes_layer: tuple[int, ...]
     expert_copy_tensors_layer: tuple[tuple[int, ...], ...]  # bytes of each 3-D expert tensor, copied by expert
-    kv_bytes_per_token: int
+    kv_bytes_per_token: int  # full-attention layers only: the part of the cache that grows with the context
+    # Per-architecture terms (defaults: a plain transformer, qwen3 / qwen3moe)
+    arch: str = ""
+    n_layer_swa: int = 0  # sliding-window layers (gpt-oss: every other one): they attend to at most the window
+    swa_window: int = 0
+    kv_swa_bytes_per_cell: int = 0  # the SWA layers' cache per cell, summed over them
+    is_mla: bool = False  # MLA (deepseek2): one compressed K row per token, V a view of it
+    nextn_bytes: int = 0  # NextN/MTP blocks: in the file (total_bytes), never loaded
+    shared_expert_bytes: int = 0  # ffn_*_shexp: in dense_gpu_bytes, always read, never moved by --n-cpu-moe
+    dense_ffn_layers: int = 0  # leading dense-FFN layers of a MoE model: no experts to move
+    expert_mmq: bool = True  # the routed experts' type has an MMQ kernel (quantized types, MXFP4): tiles pad
+    expert_mmq_fallback: bool = False  # expert rows not a multiple of 128: MMQ's reduced tile set (gpt-oss's 2880)
+
+    @property
+    def n_layer_full(self) -> int:
+        """Layers whose attention spans the whole context (all but the sliding-window ones)."""
+        return self.n_layer - self.n_layer_swa
+
+    def swa_keys(self, queries: int, end: float) -> float:
+        """Keys a sliding-window layer evaluates for ``queries`` tokens ending at position ``end``: the SWA
+        cache holds at most the window plus the ubatch (``llama-kv-cache-iswa.cpp``), so ``min(end, W + B)``."""
+        return min(end, self.swa_window + queries)
+
+    def swa_cells(self, n_ctx: int, ubatch: int) -> int:
+        """Cells of the SWA cache llama.cpp allocates (one sequence, unified):
+        ``GGML_PAD(min(n_ctx, n_swa + n_ubatch), 256)``, as :func:`xover.gguf.shapes.kv_swa_cells`."""
+        if not self.n_layer_swa:
+            return 0
+        return -(-min(n_ctx, self.swa_window + ubatch) // CTX_PAD) * CTX_PAD
+
+    def kv_cache_bytes(self, n_ctx: int, ubatch: int = 512) -> int:
+        """KV buffer bytes at a (padded) context of ``n_ctx`` cells: the full-attention cache grows with it, the
+        SWA cache stops at :meth:`swa_cells` (iSWA: two caches)."""
+        return self.kv_bytes_per_token * n_ctx + self.kv_swa_bytes_per_cell * self.swa_cells(n_ctx, ubatch)
+
+    def kv_read_bytes(self, queries: int, end: int) -> int:
+        """KV bytes ``queries`` tokens ending at ``end`` read: every cached token of the full-attention
+        layers, at most :meth:`swa_keys` of the sliding-window layers."""
+        out = self.kv_bytes_per_token * end
+        if self.n_layer_swa:
+            out += self.kv_swa_bytes_per_cell * min(end, self.swa_window + queries)
+        return out
 
     @property
     def active_fraction(self) -> float:
@@ -123,6 +171,11 @@ def model_terms(table: TensorTable, cache_type: str = "F16") -> ModelTerms:
     if tied and embd is not None:
         dense_params += embd.n_elements
     gpu_at_zero = ncmoe_table(table)[0].gpu_bytes
+    swa = kv_swa_bytes_per_cell(hp, cache_type)
+    if swa is None:
+        raise XoverError(f"a KV cache of type {cache_type} does not fit this model's head size: use F16 or Q8_0")
+    experts = [t for t in table.tensors
+               if t.is_expert and len(t.ne) == 3 and t.layer is not None and t.layer < hp.n_layer]
     return ModelTerms(
         n_layer=hp.n_layer, n_embd=hp.n_embd, n_head=hp.n_head, n_head_kv=hp.n_head_kv,
         head_dim_k=hp.head_dim_k, head_dim_v=hp.head_dim_v, n_expert=hp.n_expert,
@@ -136,6 +189,16 @@ def model_terms(table: TensorTable, cache_type: str = "F16") -> ModelTerms:
         expert_bytes_layer=tuple(bytes_layer),
         expert_copy_tensors_layer=tuple(tuple(c) for c in copy_layer),
         kv_bytes_per_token=kv,
+        arch=hp.arch,
+        n_layer_swa=len(hp.swa_layers),
+        swa_window=hp.swa_window if hp.swa_layers else 0,
+        kv_swa_bytes_per_cell=swa,
+        is_mla=hp.is_mla,
+        nextn_bytes=nextn_bytes(table),
+        shared_expert_bytes=shared_expert_bytes(table),
+        dense_ffn_layers=len(hp.dense_layers) if hp.n_expert else 0,
+        expert_mmq=all(t.ggml_type in MMQ_TYPES for t in experts),
+        expert_mmq_fallback=any(t.ne[1] % MMQ_ROWS for t in experts),
     )
 
 
@@ -204,10 +267,33 @@ def expert_transfer_bytes(terms: ModelTerms, n_cpu_moe: int, batch: int) -> floa
 # decode and prefill intensity
 
 
+def _attn_flops(terms: ModelTerms, layers: int, queries: int, keys: float) -> float:
+    return 2.0 * layers * terms.n_head * (terms.head_dim_k + terms.head_dim_v) * queries * keys
+
+
 def attention_flops(terms: ModelTerms, queries: int, keys: float) -> float:
-    """FLOPs of attention for ``queries`` tokens each attending to ``keys`` cached tokens:
-    ``2 n_layer n_head (d_k + d_v) q k`` (QK^T and softmax(QK^T)V), i.e. 4 n_layer n_head head_dim q k."""
-    return 2.0 * terms.n_layer * terms.n_head * (terms.head_dim_k + terms.head_dim_v) * queries * keys
+    """FLOPs of attention for ``queries`` tokens ending at position ``keys`` (each attending to ``keys`` cached
+    tokens): ``2 n_layer n_head (d_k + d_v) q k`` (QK^T and softmax(QK^T)V), i.e. 4 n_layer n_head head_dim q k.
+
+    Sliding-window layers evaluate at most ``min(keys, window + queries)`` keys (:meth:`ModelTerms.swa_keys`).
+    MLA (deepseek2) runs the absorbed form llama.cpp's ``deepseek2.cpp`` builds: ``wk_b`` folds into the query
+    and ``wv_b`` is applied after attention, so attention is MQA over the compressed cache with
+    ``d_k = kv_lora_rank + rope`` (576) and ``d_v = kv_lora_rank`` (512) per query head; ``wk_b`` / ``wv_b``
+    themselves are weights (in the dense FLOPs).
+    """
+    out = _attn_flops(terms, terms.n_layer_full, queries, keys)
+    if terms.n_layer_swa:
+        out += _attn_flops(terms, terms.n_layer_swa, queries, terms.swa_keys(queries, keys))
+    return out
+
+
+def _sum_min(first: float, step: float, n: int, cap: float) -> float:
+    """``sum(min(first + i step, cap) for i in range(n))`` in closed form (keys of successive ubatches or
+    decode steps in a sliding-window layer)."""
+    if n <= 0:
+        return 0.0
+    m = 0 if first > cap else min(n, int((cap - first) // step) + 1)
+    return m * first + step * m * (m - 1) / 2 + (n - m) * cap
 
 
 @dataclasses.dataclass(frozen=True)
@@ -236,7 +322,7 @@ def decode_intensity(terms: ModelTerms, depth: int) -> DecodeIntensity:
     experts, one embedding row) plus the KV cache of ``depth`` tokens."""
     weight_bytes = round(terms.dense_gpu_bytes + terms.embd_row_bytes + terms.active_fraction * sum(terms.expert_bytes_layer))
     weight_flops = 2.0 * (terms.dense_params + terms.active_fraction * sum(terms.expert_params_layer))
-    kv = terms.kv_bytes_per_token * depth
+    kv = terms.kv_read_bytes(1, depth)
     attn = attention_flops(terms, 1, depth)
     return DecodeIntensity(
         depth=depth, weight_bytes=weight_bytes, kv_bytes=kv, weight_flops=weight_flops, attention_flops=attn,
@@ -249,7 +335,8 @@ def decode_intensity_note(terms: ModelTerms) -> str:
     d = decode_intensity(terms, 0)
     bits = 8 * d.weight_bytes / (d.weight_flops / 2)
     gqa = terms.n_head / terms.n_head_kv if terms.n_head_kv else float("nan")
-    kv_bytes_per_value = terms.kv_bytes_per_token / (terms.n_layer * terms.n_head_kv * (terms.head_dim_k + terms.head_dim_v))
+    values = terms.n_head_kv * (terms.head_dim_k + (0 if terms.is_mla else terms.head_dim_v))  # MLA: V is a view of K
+    kv_bytes_per_value = terms.kv_bytes_per_token / ((terms.n_layer_full or terms.n_layer) * values)
     return (
         f"each active weight is used once per token: 2 FLOP per {bits / 8:.2f} bytes ({bits:.2f} bits) = "
         f"{d.weight_intensity:.2f} FLOP/byte, set by the quantization, not the model size (F16 gives 1.0); "
@@ -278,7 +365,7 @@ def prefill_intensity(terms: ModelTerms, ubatch: int, depth: int = 0) -> Prefill
     cover = coverage(ubatch, terms.n_expert, terms.n_expert_used)
     weights = terms.dense_gpu_bytes + cover * sum(terms.expert_bytes_layer)
     end = depth + ubatch
-    kv = terms.kv_bytes_per_token * end
+    kv = terms.kv_read_bytes(ubatch, end)
     flops = ubatch * 2.0 * (terms.dense_params + terms.active_fraction * sum(terms.expert_params_layer))
     flops += attention_flops(terms, ubatch, end)
     return PrefillIntensity(
@@ -333,8 +420,9 @@ class AttentionRow:
     """Attention of a prompt of ``length`` tokens prefilled from empty in ubatches of ``ubatch``."""
 
     length: int
-    score_entries: int  # n_layer x n_head x L x L: every query against every key (the causal half masked)
-    kv_bytes: int  # the cache the prompt leaves: linear in L
+    score_entries: int  # n_layer x n_head x L x L: every query against every key (the causal half masked);
+    # sliding-window layers against at most the window
+    kv_bytes: int  # the cache the prompt leaves: linear in L (sliding-window layers: at most window + ubatch)
     attention_flops: float  # what llama.cpp computes: B x (end position) scores per ubatch
     prefill_flops: float  # weights and attention together
     attention_share: float  # of prefill FLOPs
@@ -350,7 +438,10 @@ def prefill_attention_flops(terms: ModelTerms, length: int, ubatch: int, depth: 
     """Attention FLOPs of prefilling ``length`` tokens on top of ``depth`` in ubatches of ``ubatch``."""
     full, rem = _ubatches(length, ubatch)
     ends = full * depth + ubatch * full * (full + 1) / 2  # sum of end positions of full ubatches
-    flops = attention_flops(terms, ubatch, 1) * ends
+    flops = _attn_flops(terms, terms.n_layer_full, ubatch, 1) * ends
+    if terms.n_layer_swa:
+        flops += _attn_flops(terms, terms.n_layer_swa, ubatch, 1) * _sum_min(
+            depth + ubatch, ubatch, full, terms.swa_window + ubatch)
     if rem:
         flops += attention_flops(terms, rem, depth + length)
     return flops
@@ -364,8 +455,9 @@ def attention_row(terms: ModelTerms, length: int, ubatch: int = 512) -> Attentio
     b = min(ubatch, length)
     return AttentionRow(
         length=length,
-        score_entries=terms.n_layer * terms.n_head * length * length,
-        kv_bytes=terms.kv_bytes_per_token * length,
+        score_entries=terms.n_head * length * (terms.n_layer_full * length
+                                                + terms.n_layer_swa * min(length, terms.swa_window)),
+        kv_bytes=terms.kv_read_bytes(b, length),
         attention_flops=attn,
         prefill_flops=weights + attn,
         attention_share=attn / (weights + attn),
@@ -469,11 +561,18 @@ def pads_expert_tiles(gpu_name: str) -> bool:
     return not _RDNA.search(gpu_name)
 
 
-def mmq_tile(batch: int) -> int:
-    """The column tile llama.cpp's MMQ picks for a ubatch of ``batch`` tokens: the smallest multiple of 8
-    (up to 128) that needs the fewest tiles for ``batch`` columns (``ggml_cuda_mul_mat_q_switch_type``)."""
-    tiles = -(-batch // MMQ_MAX_TILE)
-    return min(MMQ_MAX_TILE, -(-(-(-batch // tiles)) // 8) * 8)
+MMQ_TILES = (8, 16, 24, 32, 40, 48, 64, 80, 96, 112, 128)
+"""Column tiles (J) llama.cpp's MMQ has for every quantized type, MXFP4 included, on Volta..Hopper
+(``ggml-cuda/mmq-config-ampere.cuh``; Blackwell uses the same unless activations are FP4)."""
+MMQ_TILES_FALLBACK = (8, 16, 32, 64, 128)
+"""The tiles left when the weight's rows are not a multiple of 128 (``fallback``: gpt-oss's 2880-row experts)."""
+
+
+def mmq_tile(batch: int, fallback: bool = False) -> int:
+    """The column tile llama.cpp's MMQ picks for a ubatch of ``batch`` tokens: the first of its tiles that needs
+    the fewest tiles for ``batch`` columns (``mul_mat_q_switch_J``, ggml-cuda/mmq.cuh)."""
+    tiles = MMQ_TILES_FALLBACK if fallback else MMQ_TILES
+    return min(tiles, key=lambda j: (-(-batch // j), j))
 
 
 def expert_tile_padding(batch: int, n_expert: int, n_expert_used: int, tile: int | None = None) -> float:
@@ -543,6 +642,7 @@ class _Costs:
     terms: ModelTerms
     rates: _Rates
     cfg: OffloadConfig
+    decode_per_swa_key_s: float = 0.0  # sliding-window layers: at most window + 1 keys per decoded token
     _memo: dict[int, float] = dataclasses.field(default_factory=dict, compare=False, repr=False)
 
     def ubatch_s(self, b: int) -> float:
@@ -560,7 +660,9 @@ class _Costs:
         cover = coverage(b, t.n_expert, t.n_expert_used)
         dense_f = 2.0 * b * t.dense_params
         dense_b = t.dense_gpu_bytes
-        pad = expert_tile_padding(b, t.n_expert, t.n_expert_used) if r.gpu and r.tile_padding else 1.0
+        pad = 1.0
+        if r.gpu and r.tile_padding and t.expert_mmq:
+            pad = expert_tile_padding(b, t.n_expert, t.n_expert_used, mmq_tile(b, t.expert_mmq_fallback))
         exp_f = 2.0 * b * frac * gpu_exp_params * pad
         exp_b = cover * gpu_exp_bytes
         flops_per_s = r.gpu_flops if r.gpu else r.cpu_flops
@@ -576,10 +678,19 @@ class _Costs:
         return s
 
     def attn_per_key_s(self, b: int) -> float:
+        """Attention of a ubatch of ``b`` per key of the full-attention layers."""
         r = self.rates
         flops_per_s = r.gpu_flops if r.gpu else r.cpu_flops
         bw = r.gpu_bw if r.gpu else r.cpu_bw
-        return max(attention_flops(self.terms, b, 1) / flops_per_s, self.terms.kv_bytes_per_token / bw)
+        t = self.terms
+        return max(_attn_flops(t, t.n_layer_full, b, 1) / flops_per_s, t.kv_bytes_per_token / bw)
+
+    def swa_per_key_s(self, b: int) -> float:
+        """The same per key of the sliding-window layers (0 without them)."""
+        t, r = self.terms, self.rates
+        flops_per_s = r.gpu_flops if r.gpu else r.cpu_flops
+        bw = r.gpu_bw if r.gpu else r.cpu_bw
+        return max(_attn_flops(t, t.n_layer_swa, b, 1) / flops_per_s, t.kv_swa_bytes_per_cell / bw)
 
     def prefill_s(self, length: int, depth: int = 0) -> float:
         """Seconds to prefill ``length`` tokens on top of ``depth`` cached ones."""
@@ -588,21 +699,32 @@ class _Costs:
         B = self.cfg.ubatch
         full, rem = _ubatches(length, B)
         s = 0.0
+        t = self.terms
         if full:
             ends = full * depth + B * full * (full + 1) / 2
             s += full * self.ubatch_s(B) + ends * self.attn_per_key_s(B)
+            if t.n_layer_swa:
+                s += _sum_min(depth + B, B, full, t.swa_window + B) * self.swa_per_key_s(B)
         if rem:
             s += self.ubatch_s(rem) + (depth + length) * self.attn_per_key_s(rem)
+            if t.n_layer_swa:
+                s += t.swa_keys(rem, depth + length) * self.swa_per_key_s(rem)
         return s
 
     def decode_s(self, depth: int) -> float:
         """Seconds for one decoded token with ``depth`` tokens already in the cache."""
-        return self.decode_base_s + (depth + 1) * self.decode_per_key_s
+        s = self.decode_base_s + (depth + 1) * self.decode_per_key_s
+        if self.terms.n_layer_swa:
+            s += self.terms.swa_keys(1, depth + 1) * self.decode_per_swa_key_s
+        return s
 
     def decode_sum_s(self, depth: int, tokens: int) -> float:
         """Seconds to decode ``tokens`` tokens starting at ``depth`` (depths depth .. depth+tokens-1)."""
         keys = tokens * (depth + 1) + tokens * (tokens - 1) / 2
-        return tokens * self.decode_base_s + keys * self.decode_per_key_s
+        s = tokens * self.decode_base_s + keys * self.decode_per_key_s
+        if self.terms.n_layer_swa:
+            s += _sum_min(depth + 1, 1, tokens, self.terms.swa_window + 1) * self.decode_per_swa_key_s
+        return s
 
     def total_s(self, length: int, response: int) -> float:
         """TTFT of a ``length``-token prompt plus ``response`` decoded tokens (as :mod:`crossover` defines it)."""
@@ -621,8 +743,9 @@ def _costs(terms: ModelTerms, hw: Hardware, cfg: OffloadConfig, basis: Basis) ->
     cpu_f = 2.0 * frac * sum(terms.expert_params_layer[:n])
     cpu_b = terms.embd_row_bytes + frac * sum(terms.expert_bytes_layer[:n])
     base = _roof(resident_f, resident_b, flops_per_s, bw) + _roof(cpu_f, cpu_b, r.cpu_flops, r.cpu_bw)
-    per_key = max(attention_flops(terms, 1, 1) / flops_per_s, terms.kv_bytes_per_token / bw)
-    return _Costs(base, per_key, terms, r, cfg)
+    per_key = max(_attn_flops(terms, terms.n_layer_full, 1, 1) / flops_per_s, terms.kv_bytes_per_token / bw)
+    per_swa_key = max(_attn_flops(terms, terms.n_layer_swa, 1, 1) / flops_per_s, terms.kv_swa_bytes_per_cell / bw)
+    return _Costs(base, per_key, terms, r, cfg, per_swa_key)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -782,6 +905,12 @@ def memory_estimate(terms: ModelTerms, n_cpu_moe: int, n_ctx: int, ubatch: int =
                     n_outputs: int | None = None) -> MemoryEstimate:
     """Model, KV and compute buffers on ``device`` (``cpu`` for a CPU-only build, where all weights sit).
 
+    Model buffer: what ``--n-cpu-moe N`` leaves on the GPU (everything but ``token_embd`` and the first N
+    layers' expert tensors); NextN/MTP blocks (GLM-4.5) are never loaded. KV buffer: the full-attention
+    layers' cache of the padded context, plus, with sliding-window layers (gpt-oss, iSWA), a second cache of
+    :meth:`ModelTerms.swa_cells`; MLA (deepseek2) caches one compressed K row per layer. Model and KV are
+    exact against llama.cpp's load log (``tests/real/test_placement_real.py``).
+
     Compute buffer (rough, fitted to llama.cpp's CPU logs on synthetic qwen3moe shapes): the KQ mask
     (``ubatch x n_kv``, f16 with flash attention, f32 without) plus the largest of three peaks, in f32:
     the FFN (``ubatch x (3 ffn_width + 3 n_embd + n_head d_k)``), attention (``ubatch x (2 n_embd +
@@ -796,6 +925,8 @@ def memory_estimate(terms: ModelTerms, n_cpu_moe: int, n_ctx: int, ubatch: int =
     b = min(ubatch, n_kv)
     outputs = b if n_outputs is None else min(n_outputs, b)
     mask = b * n_kv * (2 if flash_attn else F32)
+    if terms.n_layer_swa:  # iSWA: a second mask over the SWA cache
+        mask += b * terms.swa_cells(n_kv, ubatch) * (2 if flash_attn else F32)
     hd = terms.head_dim_k
     ffn = b * (3 * terms.ffn_width + 3 * terms.n_embd + terms.n_head * hd)
     attn = b * (2 * terms.n_embd + 2 * (terms.n_head + 2 * terms.n_head_kv) * hd)
@@ -803,11 +934,12 @@ def memory_estimate(terms: ModelTerms, n_cpu_moe: int, n_ctx: int, ubatch: int =
         attn += terms.n_head * b * n_kv
     out = outputs * terms.n_vocab + b * terms.n_embd
     compute = mask + F32 * max(ffn, attn, out)
-    model = terms.gpu_weight_bytes(n_cpu_moe) if device == "gpu" else terms.total_bytes
+    loaded = terms.total_bytes - terms.nextn_bytes  # NextN/MTP blocks are in the file, never loaded
+    model = terms.gpu_weight_bytes(n_cpu_moe) if device == "gpu" else loaded
     return MemoryEstimate(
         device=device, n_cpu_moe=n_cpu_moe, n_ctx=n_ctx, ubatch=ubatch, flash_attn=flash_attn, model_bytes=model,
-        kv_bytes=terms.kv_bytes_per_token * n_kv, compute_bytes=compute, host_model_bytes=terms.total_bytes - model
-        if device == "gpu" else 0,
+        kv_bytes=terms.kv_cache_bytes(n_kv, ubatch), compute_bytes=compute,
+        host_model_bytes=loaded - model if device == "gpu" else 0,
     )
 
 
@@ -1006,6 +1138,22 @@ def expert_rows(terms: ModelTerms, hw: Hardware, n_cpu_moe: Sequence[int], ubatc
     return rows
 
 
+def architecture_terms(terms: ModelTerms, ubatch: int = 512) -> dict[str, Any]:
+    """What the architecture changes in the theory: window-bounded and compressed KV, always-on shared experts,
+    dense leading layers, NextN bytes, the MMQ tile set, and the expert bytes one ubatch copies per CPU layer."""
+    first_moe = min(terms.dense_ffn_layers, terms.n_layer - 1)
+    per_layer = expert_transfer_bytes(terms, first_moe + 1, ubatch) - expert_transfer_bytes(terms, first_moe, ubatch)
+    return {
+        "arch": terms.arch, "n_layer": terms.n_layer, "full_attention_layers": terms.n_layer_full,
+        "swa_layers": terms.n_layer_swa, "swa_window": terms.swa_window, "mla": terms.is_mla,
+        "kv_bytes_per_token": terms.kv_bytes_per_token, "kv_swa_bytes_per_cell": terms.kv_swa_bytes_per_cell,
+        "shared_expert_bytes": terms.shared_expert_bytes, "dense_ffn_layers": terms.dense_ffn_layers,
+        "nextn_bytes": terms.nextn_bytes, "expert_mmq": terms.expert_mmq,
+        "mmq_tiles": list(MMQ_TILES_FALLBACK if terms.expert_mmq_fallback else MMQ_TILES) if terms.expert_mmq else [],
+        "ubatch": ubatch, "ubatch_bytes_per_cpu_layer": per_layer,
+    }
+
+
 def theory_report(terms: ModelTerms, hw: Hardware, configs: Sequence[OffloadConfig], lengths: Sequence[int],
                   model: Mapping[str, Any], created_at: str, created_unix_ns: int, response: int = 200,
                   pp_tokens: int = 512, vram_budget_bytes: int | None = None,
@@ -1042,10 +1190,12 @@ def theory_report(terms: ModelTerms, hw: Hardware, configs: Sequence[OffloadConf
         "experts": {
             "n_expert": terms.n_expert, "n_expert_used": terms.n_expert_used,
             "coverage": {str(b): coverage(b, terms.n_expert, terms.n_expert_used) for b in ubatches},
-            "mmq_tile_padding": ({str(b): expert_tile_padding(b, terms.n_expert, terms.n_expert_used) for b in ubatches}
-                                 if hw.gpu is not None and pads_expert_tiles(hw.gpu.name) else {}),
+            "mmq_tile_padding": ({str(b): expert_tile_padding(b, terms.n_expert, terms.n_expert_used,
+                                                              mmq_tile(b, terms.expert_mmq_fallback)) for b in ubatches}
+                                 if hw.gpu is not None and pads_expert_tiles(hw.gpu.name) and terms.expert_mmq else {}),
             "rows": expert_rows(terms, hw, sorted({c.n_cpu_moe for c in configs}), ubatch),
         },
+        "architecture": architecture_terms(terms, ubatch),
         "attention": {"ubatch": ubatch, "rows": [dataclasses.asdict(attention_row(terms, L, ubatch)) for L in lengths]},
         "placement": placement,
         "prediction": build_prediction(terms, hw, configs, lengths, model, created_at, created_unix_ns, response,
