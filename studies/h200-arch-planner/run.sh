@@ -26,7 +26,7 @@ X="python3 -m xover"; ST=/tmp/ap
 T0=$(date +%s); t() { echo "[$(( $(date +%s) - T0 ))s] $*"; }
 declare -A M=([gpt-oss-20b]=/tmp/st/models/gpt-oss-20b.gguf [gpt-oss-120b]=/dev/shm/gpt-oss-120b.gguf)
 declare -A NCMOE=([gpt-oss-20b]="0 12" [gpt-oss-120b]="18 24")
-for p in gpt-oss-20b gpt-oss-120b; do
+for p in ${MODELS:-gpt-oss-20b gpt-oss-120b}; do
   [ -f ${M[$p]} ] || ($X synth --preset $p -o ${M[$p]} > $ST/synth-$p.log 2>&1; echo "synth rc=$?" >> $ST/synth-$p.log) &
 done
 if [ -d /tmp/ll/llama.cpp-0c1e570 ]; then
@@ -35,7 +35,7 @@ fi
 t built; wait; tail -qn1 $ST/synth-*.log
 BENCH=$($X llama which | awk '/^llama-bench:/{print $2}'); SERVER=$($X llama which | awk '/^llama-server:/{print $2}')
 echo "bench $BENCH server $SERVER"
-for p in gpt-oss-20b gpt-oss-120b; do
+for p in ${MODELS:-gpt-oss-20b gpt-oss-120b}; do
   m=${M[$p]}
   # 2. inspect vs llama-bench's own figures (one tg1 on the GPU: enough to get the record)
   $X inspect --json $m > $ST/inspect-$p.json
