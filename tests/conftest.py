@@ -36,3 +36,19 @@ def no_tracked_child_left():
 
     yield
     assert process.live_pids() == [], "a process started by a test is still running"
+
+
+@pytest.fixture(scope="session")
+def fake_cudart(tmp_path_factory) -> Path:
+    """A fake CUDA runtime with known answers (tests/fakes/fake_cudart.c), for the VRAM budget's holder: point
+    XOVER_CUDART at it and describe the card with FAKE_CUDA_FREE / _TOTAL / _CONTEXT / _DEVICES / _MAX_ALLOC."""
+    import shutil
+    import subprocess
+
+    compiler = shutil.which("cc") or shutil.which("gcc") or shutil.which("g++")
+    if compiler is None:
+        pytest.fail("no C compiler (cc, gcc or g++) to build the fake CUDA runtime")
+    out = tmp_path_factory.mktemp("cudart") / "libfakecudart.so"
+    src = Path(__file__).resolve().parent / "fakes" / "fake_cudart.c"
+    subprocess.run([compiler, "-shared", "-fPIC", "-O1", "-o", str(out), str(src)], check=True)
+    return out

@@ -4,7 +4,6 @@ its refusals, and its life cycle (it ends with xover on normal exit, SIGTERM, SI
 from __future__ import annotations
 
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -18,17 +17,6 @@ from xover.errors import XoverError
 from xover.hardware.vram import GIB, VramHolder, parse_budget
 
 MIB = 1 << 20
-FAKE_SRC = Path(__file__).resolve().parents[1] / "fakes" / "fake_cudart.c"
-
-
-@pytest.fixture(scope="module")
-def fake_cudart(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    compiler = shutil.which("cc") or shutil.which("gcc") or shutil.which("g++")
-    if compiler is None:
-        pytest.fail("no C compiler (cc, gcc or g++) to build the fake CUDA runtime")
-    out = tmp_path_factory.mktemp("cudart") / "libfakecudart.so"
-    subprocess.run([compiler, "-shared", "-fPIC", "-O1", "-o", str(out), str(FAKE_SRC)], check=True)
-    return out
 
 
 def card(lib: Path, free: int, total: int = 141 * GIB, context: int = 512 * MIB, devices: int = 1,
