@@ -61,6 +61,7 @@ n-cpu-moe = 0
     (b,) = vram_budgets(data)
     assert b.budget == budget and b.held == 8 * GIB - budget and b.free_after == budget
     report = (out / "report.md").read_text()
-    assert f"{budget / GIB:.0f} GiB VRAM budget on an" in report
+    assert f"{budget / GIB:.0f} GiB VRAM budget on GPU 0 (16 GiB): xover held the rest" in report
+    assert "| fit | fit | 1,536 | 1.0 GiB | 2 |" in report and report.count("loads and serves") == 2
     # the fit config was measured at the planner's level under its own name
     assert {label for label, _ in data.cold_samples()} == {"fit", "ncmoe=0"}

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from xover.report.blocks import html_table, plain_md_table
+from xover.report.fit import fit_blocks
 from xover.analysis.crossover import (
     ConfigData,
     PairResult,
@@ -445,8 +446,8 @@ def budget_lines(d: StudyData) -> list[str]:
     """What a VRAM budget emulates and what it does not, for the top of every report page."""
     out = []
     for b in vram_budgets(d):
-        gpu = b.gpu or f"GPU {b.device}"
-        out.append(f"{b.budget / 2**30:.0f} GiB VRAM budget on an {gpu} ({b.total / 2**30:.0f} GiB): xover held the "
+        gpu = f"an {b.gpu.split(',')[0]}" if b.gpu else f"GPU {b.device}"
+        out.append(f"{b.budget / 2**30:.0f} GiB VRAM budget on {gpu} ({b.total / 2**30:.0f} GiB): xover held the "
                    f"rest, so llama.cpp saw a card of {b.budget / 2**30:.0f} GiB. The host's PCIe link, CPU cores and "
                    "memory bandwidth are this machine's, not a desktop's: prefill with experts on the CPU and decode "
                    "transfer to another machine only through the theory.")
@@ -474,6 +475,9 @@ def render_html(report: Report) -> str:
     for img_id, caption, png in report.images:
         b64 = base64.b64encode(png).decode()
         parts.append(f"<h2>{_e(caption)}</h2><img id='plot-{_e(img_id)}' alt='{_e(caption)}' src='data:image/png;base64,{b64}'>")
+    fits = fit_blocks(d)
+    if fits:
+        parts.append(section_html(fits))
     parts.append(section_html(_tune_blocks(report)))
     parts.append(f"<h2>Prefill and TTFT per configuration and length</h2>{_table(*point_table(report))}")
     parts.append("<p class='muted'>llama-bench's pp @ dN is the speed of the new tokens on top of an untimed, cached "
@@ -526,6 +530,9 @@ def render_markdown(report: Report) -> str:
     out += [f"- {v}" for v in report.verdicts] or ["- no pair of configurations with cold TTFT and decode data"]
     if report.matrix is not None:
         out += ["", "### Every pair of configurations\n", _MATRIX_NOTE + "\n", _matrix_markdown(report.matrix)]
+    fits = section_markdown(fit_blocks(d))
+    if fits:
+        out += ["", fits]
     tuning = section_markdown(_tune_blocks(report))
     if tuning:
         out += ["", tuning]
