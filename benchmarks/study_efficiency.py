@@ -40,18 +40,27 @@ def main() -> None:
     bench_ns = sum(sum(json.loads(r[0])) for r in con.execute("SELECT samples_ns FROM bench_results"))
     eff = [json.loads(r[0]) for r in con.execute("SELECT body FROM artifacts WHERE name='ttft-efficiency'")]
     con.close()
-    print(f"study wall time {total:.1f} s; stages: " + ", ".join(f"{k} {v:.1f} s" for k, v in outcome.stage_seconds.items()))
+    print(
+        f"study wall time {total:.1f} s; stages: "
+        + ", ".join(f"{k} {v:.1f} s" for k, v in outcome.stage_seconds.items())
+    )
     bench_wall = outcome.stage_seconds.get("bench")
     if bench_wall:
-        print(f"llama-bench: wall {bench_wall:.1f} s / timed repetitions {bench_ns / 1e9:.1f} s = "
-              f"{bench_wall / max(bench_ns / 1e9, 1e-9):.2f} (upper bound: includes untimed warm-up and depth prefill)")
+        print(
+            f"llama-bench: wall {bench_wall:.1f} s / timed repetitions {bench_ns / 1e9:.1f} s = "
+            f"{bench_wall / max(bench_ns / 1e9, 1e-9):.2f} (upper bound: includes untimed warm-up and depth prefill)"
+        )
     wall = sum(e["wall_s"] - (e["load_s"] or 0) for e in eff)
     busy = sum(e["requests_s"] for e in eff)
     for e in eff:
-        print(f"  ttft {e['label']}: wall {e['wall_s']:.1f} s, load {e['load_s'] or 0:.1f} s, "
-              f"requests {e['requests_s']:.1f} s over {e['samples']} samples")
+        print(
+            f"  ttft {e['label']}: wall {e['wall_s']:.1f} s, load {e['load_s'] or 0:.1f} s, "
+            f"requests {e['requests_s']:.1f} s over {e['samples']} samples"
+        )
     if busy:
-        print(f"TTFT: wall excluding model loads {wall:.1f} s / request time {busy:.1f} s = {wall / busy:.2f} (target <= 1.2)")
+        print(
+            f"TTFT: wall excluding model loads {wall:.1f} s / request time {busy:.1f} s = {wall / busy:.2f} (target <= 1.2)"
+        )
     if args.keep is None:
         shutil.rmtree(out, ignore_errors=True)
 

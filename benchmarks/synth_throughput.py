@@ -1,7 +1,7 @@
 """Synthesize a preset and print the write speed (GB/s) and the peak resident memory.
 
-    python benchmarks/synth_throughput.py                      # qwen3-30b-a3b into a temp dir, deleted after
-    python benchmarks/synth_throughput.py --preset tiny-moe -o /tmp/tiny.gguf --keep
+python benchmarks/synth_throughput.py                      # qwen3-30b-a3b into a temp dir, deleted after
+python benchmarks/synth_throughput.py --preset tiny-moe -o /tmp/tiny.gguf --keep
 """
 
 from __future__ import annotations

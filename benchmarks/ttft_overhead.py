@@ -25,9 +25,9 @@ from pathlib import Path
 
 from xover.analysis.stats import summarize
 from xover.client.http import LlamaClient, completion_body
+from xover.domain.prompts import TokenPrompts, token_pool
 from xover.llamacpp.binaries import resolve
 from xover.llamacpp.server import LlamaServer, ServerSpec, context_size, has_flag
-from xover.domain.prompts import TokenPrompts, token_pool
 from xover.measure.ttft import gguf_token_types
 
 _CONTENT = re.compile(rb'"tokens":\[\d')
@@ -37,8 +37,10 @@ _TIMINGS = re.compile(rb'"timings":(\{[^}]*\})')
 def raw_ttft(host: str, port: int, body: dict[str, object]) -> tuple[int, float]:
     """(TTFT in ns, server prompt_ms) of one request over a bare socket."""
     payload = json.dumps(body).encode()
-    head = (f"POST /completion HTTP/1.1\r\nHost: {host}:{port}\r\nContent-Type: application/json\r\n"
-            f"Content-Length: {len(payload)}\r\nConnection: close\r\n\r\n").encode()
+    head = (
+        f"POST /completion HTTP/1.1\r\nHost: {host}:{port}\r\nContent-Type: application/json\r\n"
+        f"Content-Length: {len(payload)}\r\nConnection: close\r\n\r\n"
+    ).encode()
     with socket.create_connection((host, port)) as s:
         s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         request = head + payload
@@ -70,8 +72,13 @@ async def xover_ttft(client: LlamaClient, body: dict[str, object]) -> tuple[int,
 
 async def bench(model: Path, bin_dir: Path | None, length: int, pairs: int, response: int, threads: int | None) -> None:
     bins = resolve(bin_dir)
-    spec = ServerSpec(model=model, label="overhead", ctx_size=context_size(length, response), threads=threads,
-                      fit_off=has_flag(bins.server, "-fit"))
+    spec = ServerSpec(
+        model=model,
+        label="overhead",
+        ctx_size=context_size(length, response),
+        threads=threads,
+        fit_off=has_flag(bins.server, "-fit"),
+    )
     with tempfile.TemporaryDirectory() as logs:
         async with LlamaServer(bins.server, spec, Path(logs)) as srv:
             assert srv.client is not None
@@ -95,9 +102,11 @@ async def bench(model: Path, bin_dir: Path | None, length: int, pairs: int, resp
     sx, sr, st, sg = summarize(xs), summarize(rs), summarize(d_ttft), summarize(d_gap)
     print(f"llama-server {srv.props.get('build_info')}, {model.name}, L={length}, response {response}, {pairs} pairs")
     print(f"median TTFT: xover {sx.median / ms:.3f} ms, raw socket {sr.median / ms:.3f} ms")
-    print(f"median paired difference, xover - raw: gap (TTFT - prompt_ms) {sg.median / ms:+.3f} ms "
-          f"(IQR {sg.q1 / ms:+.3f} .. {sg.q3 / ms:+.3f}); "
-          f"TTFT {st.median / ms:+.3f} ms (IQR {st.q1 / ms:+.3f} .. {st.q3 / ms:+.3f})")
+    print(
+        f"median paired difference, xover - raw: gap (TTFT - prompt_ms) {sg.median / ms:+.3f} ms "
+        f"(IQR {sg.q1 / ms:+.3f} .. {sg.q3 / ms:+.3f}); "
+        f"TTFT {st.median / ms:+.3f} ms (IQR {st.q1 / ms:+.3f} .. {st.q3 / ms:+.3f})"
+    )
     print("client overhead target (median gap difference < 1 ms):", "met" if abs(sg.median) < ms else "NOT met")
 
 

@@ -57,6 +57,8 @@ if [ "$mode" = run ]; then
 fi
 
 # Static checks first (import-linter's layer contracts run inside the tests: tests/unit/test_architecture.py).
+"$venv/bin/ruff" check src tests benchmarks || { echo "setup: ruff found lint errors (above; 'ruff check --fix' fixes most)" >&2; exit 1; }
+"$venv/bin/ruff" format --check src tests benchmarks || { echo "setup: files need 'ruff format src tests benchmarks'" >&2; exit 1; }
 "$venv/bin/mypy" || { echo "setup: mypy found type errors (above)" >&2; exit 1; }
 
 set +e

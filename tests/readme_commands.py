@@ -118,7 +118,8 @@ def variants(command: ReadmeCommand) -> list[Variant]:
     out: list[Variant] = []
     gpu_groups = [w for w in words if isinstance(w, list) and " ".join(w) in NEEDS_GPU]
     runs: list[tuple[list[str | list[str]], str | None]] = [
-        ([w for w in words[1:] if not (isinstance(w, list) and w in gpu_groups)], None)]
+        ([w for w in words[1:] if not (isinstance(w, list) and w in gpu_groups)], None)
+    ]
     for g in gpu_groups:
         runs.append((words[1:], NEEDS_GPU[" ".join(g)]))
     for chosen, skip in runs:
@@ -208,8 +209,10 @@ def substitute(argv: Sequence[str], s: Substitutions) -> list[str]:
         elif prev == "--preset" and argv[0] == "synth":
             new = ["tiny-moe"]
         elif PLACEHOLDER.search(word) and word not in ("-", "--"):
-            raise AssertionError(f"README placeholder {word!r} (after {prev!r}) has no substitution rule in "
-                                 "tests/readme_commands.py: teach it one")
+            raise AssertionError(
+                f"README placeholder {word!r} (after {prev!r}) has no substitution rule in "
+                "tests/readme_commands.py: teach it one"
+            )
         else:
             new = [word]
         out += new

@@ -20,7 +20,7 @@ from pathlib import Path
 
 FAKE_SERVER = Path(__file__).resolve().with_name("llama_server.py")
 
-CRASHING_BENCH = '''\
+CRASHING_BENCH = """\
 import os, resource, signal, subprocess, sys
 REAL, MARKER, PIDS = {real!r}, {marker!r}, {pids!r}
 if not os.path.exists(MARKER):
@@ -38,7 +38,7 @@ for line in child.stdout:
 os.kill(child.pid, signal.SIGSEGV)
 child.wait()
 os.kill(os.getpid(), signal.SIGSEGV)
-'''
+"""
 
 
 def _sh(path: Path, body: str) -> None:
@@ -46,8 +46,14 @@ def _sh(path: Path, body: str) -> None:
     path.chmod(0o755)
 
 
-def shim_bin_dir(folder: Path, real_bin_dir: Path, pid_file: Path, *, bench_crash_marker: Path | None = None,
-                 server_start_delay_s: float = 0.0) -> Path:
+def shim_bin_dir(
+    folder: Path,
+    real_bin_dir: Path,
+    pid_file: Path,
+    *,
+    bench_crash_marker: Path | None = None,
+    server_start_delay_s: float = 0.0,
+) -> Path:
     """A folder of pid-recording shims around the real binaries in ``real_bin_dir`` (see the module doc).
 
     ``server_start_delay_s`` delays every real llama-server start (not ``--help``) as a slow
@@ -57,16 +63,23 @@ def shim_bin_dir(folder: Path, real_bin_dir: Path, pid_file: Path, *, bench_cras
     q = shlex.quote
     record = f"echo $$ >> {q(str(pid_file))}\n"
     delay = f'case " $* " in *" --port "*) sleep {server_start_delay_s:g};; esac\n' if server_start_delay_s else ""
-    _sh(folder / "llama-server", record
+    _sh(
+        folder / "llama-server",
+        record
         + 'for a in "$@"; do case "$a" in --fake-*) '
         + f'exec {q(sys.executable)} {q(str(FAKE_SERVER))} "$@";; esac; done\n'
-        + delay + f'exec {q(str(real_bin_dir / "llama-server"))} "$@"\n')
+        + delay
+        + f'exec {q(str(real_bin_dir / "llama-server"))} "$@"\n',
+    )
     if bench_crash_marker is None:
         _sh(folder / "llama-bench", record + f'exec {q(str(real_bin_dir / "llama-bench"))} "$@"\n')
     else:
         wrapper = folder / "crashing_bench.py"
-        wrapper.write_text(CRASHING_BENCH.format(real=str(real_bin_dir / "llama-bench"), marker=str(bench_crash_marker),
-                                                 pids=str(pid_file)))
+        wrapper.write_text(
+            CRASHING_BENCH.format(
+                real=str(real_bin_dir / "llama-bench"), marker=str(bench_crash_marker), pids=str(pid_file)
+            )
+        )
         _sh(folder / "llama-bench", record + f'exec {q(sys.executable)} {q(str(wrapper))} "$@"\n')
     return folder
 

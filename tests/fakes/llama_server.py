@@ -172,19 +172,38 @@ class _Handler(BaseHTTPRequestHandler):
                 self.close_connection = True
                 self.connection.shutdown(socket.SHUT_RDWR)
                 return
-            ev = {"index": 0, "content": chr(97 + i % 26), "tokens": [97 + i % 26], "stop": False,
-                  "id_slot": 0, "tokens_predicted": i + 1, "tokens_evaluated": len(prompt)}
+            ev = {
+                "index": 0,
+                "content": chr(97 + i % 26),
+                "tokens": [97 + i % 26],
+                "stop": False,
+                "id_slot": 0,
+                "tokens_predicted": i + 1,
+                "tokens_evaluated": len(prompt),
+            }
             self._chunk(b"data: " + json.dumps(ev).encode() + b"\n\n")
         predicted_ms = (time.perf_counter() - t_gen) * 1e3
         timings = {
-            "cache_n": cache_n, "prompt_n": prompt_n, "prompt_ms": prompt_ms,
-            "prompt_per_token_ms": prompt_ms / max(prompt_n, 1), "prompt_per_second": prompt_n / (prompt_ms / 1e3),
-            "predicted_n": n_predict, "predicted_ms": predicted_ms,
+            "cache_n": cache_n,
+            "prompt_n": prompt_n,
+            "prompt_ms": prompt_ms,
+            "prompt_per_token_ms": prompt_ms / max(prompt_n, 1),
+            "prompt_per_second": prompt_n / (prompt_ms / 1e3),
+            "predicted_n": n_predict,
+            "predicted_ms": predicted_ms,
             "predicted_per_token_ms": predicted_ms / n_predict,
             "predicted_per_second": n_predict / (predicted_ms / 1e3) if predicted_ms > 0 else None,
         }
-        final = {"index": 0, "content": "", "tokens": [], "stop": True, "id_slot": 0, "timings": timings,
-                 "tokens_predicted": n_predict, "tokens_evaluated": len(prompt)}
+        final = {
+            "index": 0,
+            "content": "",
+            "tokens": [],
+            "stop": True,
+            "id_slot": 0,
+            "timings": timings,
+            "tokens_predicted": n_predict,
+            "tokens_evaluated": len(prompt),
+        }
         self._chunk(b"data: " + json.dumps(final).encode() + b"\n\n")
         self.wfile.write(b"0\r\n\r\n")
         self.wfile.flush()
@@ -257,14 +276,23 @@ def main(argv: list[str]) -> int:
     if args.fake_exit is not None:
         print("llama_model_load: error loading model: fake failure", flush=True)
         return args.fake_exit
-    state = FakeState(prefill_tps=args.fake_prefill_tps, decode_tps=args.fake_decode_tps, n_slots=args.parallel,
-                      cache_ram=args.cache_ram != 0, fault=args.fake_fault, fault_after=args.fake_fault_after,
-                      fault_count=args.fake_fault_count,
-                      load_s=args.fake_load_s)
+    state = FakeState(
+        prefill_tps=args.fake_prefill_tps,
+        decode_tps=args.fake_decode_tps,
+        n_slots=args.parallel,
+        cache_ram=args.cache_ram != 0,
+        fault=args.fake_fault,
+        fault_after=args.fake_fault_after,
+        fault_count=args.fake_fault_count,
+        load_s=args.fake_load_s,
+    )
     try:
         httpd = _Server((args.host, args.port), state)
     except OSError as e:
-        print(f"srv    start: couldn't bind HTTP server socket, hostname: {args.host}, port: {args.port} ({e})", flush=True)
+        print(
+            f"srv    start: couldn't bind HTTP server socket, hostname: {args.host}, port: {args.port} ({e})",
+            flush=True,
+        )
         return 1
     print(f"main: server is listening on http://{args.host}:{args.port}", flush=True)
     timer = threading.Timer(args.fake_max_life_s, httpd.shutdown)

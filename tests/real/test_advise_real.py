@@ -13,11 +13,10 @@ from pathlib import Path
 import pytest
 
 from xover.analysis import advise
-
-from xover.measure import bench as benchrun
 from xover.cli import main
-from xover.llamacpp.binaries import Binaries
 from xover.domain.records import ServerConfig
+from xover.llamacpp.binaries import Binaries
+from xover.measure import bench as benchrun
 from xover.report.advise import advise_section_html, advise_section_markdown
 from xover.results.store import Store
 
@@ -33,11 +32,21 @@ def _run(argv: list[str]) -> None:
         assert e.code in (0, None)
 
 
-def test_bench_sweeps_load_mode_and_batch_and_records_peak_memory(llama_bins: Binaries, tiny_model: Path,
-                                                                  tmp_path: Path) -> None:
+def test_bench_sweeps_load_mode_and_batch_and_records_peak_memory(
+    llama_bins: Binaries, tiny_model: Path, tmp_path: Path
+) -> None:
     spec = benchrun.SweepSpec(
-        model=tiny_model, depths=(0, 512), n_prompt=256, n_gen=16, repetitions=2, load_mode=("none", "mmap"),
-        batch=(1024,), ubatch=(256,), no_op_offload=(1,), threads=(2,), env=(("GGML_OP_OFFLOAD_MIN_BATCH", ("1024",)),),
+        model=tiny_model,
+        depths=(0, 512),
+        n_prompt=256,
+        n_gen=16,
+        repetitions=2,
+        load_mode=("none", "mmap"),
+        batch=(1024,),
+        ubatch=(256,),
+        no_op_offload=(1,),
+        threads=(2,),
+        env=(("GGML_OP_OFFLOAD_MIN_BATCH", ("1024",)),),
     )
     outcome = benchrun.run_sweep(spec, llama_bins, tmp_path, command=["test"])
     assert outcome.failures == () and outcome.stored == 8
@@ -63,11 +72,36 @@ def test_bench_sweeps_load_mode_and_batch_and_records_peak_memory(llama_bins: Bi
         assert use.device_bytes is None  # a CPU build allocates nothing on an accelerator
 
 
-def test_ttft_takes_the_same_knobs_and_records_server_memory(llama_bins: Binaries, tiny_model: Path, tmp_path: Path,
-                                                             capsys: pytest.CaptureFixture[str]) -> None:
-    _run(["ttft", "-m", str(tiny_model), "--load-mode", "none", "--ubatch", "128,256", "--no-op-offload", "1",
-          "--env", "GGML_OP_OFFLOAD_MIN_BATCH=1024", "--lengths", "128,256", "-r", "1", "--response-tokens", "8",
-          "--threads", "2", "-o", str(tmp_path), "--llama-bin-dir", str(llama_bins.bin_dir)])
+def test_ttft_takes_the_same_knobs_and_records_server_memory(
+    llama_bins: Binaries, tiny_model: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    _run(
+        [
+            "ttft",
+            "-m",
+            str(tiny_model),
+            "--load-mode",
+            "none",
+            "--ubatch",
+            "128,256",
+            "--no-op-offload",
+            "1",
+            "--env",
+            "GGML_OP_OFFLOAD_MIN_BATCH=1024",
+            "--lengths",
+            "128,256",
+            "-r",
+            "1",
+            "--response-tokens",
+            "8",
+            "--threads",
+            "2",
+            "-o",
+            str(tmp_path),
+            "--llama-bin-dir",
+            str(llama_bins.bin_dir),
+        ]
+    )
     out = capsys.readouterr().out
     assert "ub=128" in out and "ub=256" in out
     with Store(tmp_path) as store:
@@ -90,9 +124,35 @@ def test_ttft_takes_the_same_knobs_and_records_server_memory(llama_bins: Binarie
 def test_advise_searches_ranks_names_knobs_without_effect_and_stores_its_advice(
     llama_bins: Binaries, tiny_model: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    _run(["advise", "-m", str(tiny_model), "--ncmoe", "0", "--lengths", "512,1024", "--response-tokens", "16",
-          "--knobs", "lm,ub,nopo,GGML_OP_OFFLOAD_MIN_BATCH", "--ubatch", "256", "-r", "2", "--pp", "512", "--tg", "16",
-          "--confirm-reps", "1", "-o", str(tmp_path), "--llama-bin-dir", str(llama_bins.bin_dir)])
+    _run(
+        [
+            "advise",
+            "-m",
+            str(tiny_model),
+            "--ncmoe",
+            "0",
+            "--lengths",
+            "512,1024",
+            "--response-tokens",
+            "16",
+            "--knobs",
+            "lm,ub,nopo,GGML_OP_OFFLOAD_MIN_BATCH",
+            "--ubatch",
+            "256",
+            "-r",
+            "2",
+            "--pp",
+            "512",
+            "--tg",
+            "16",
+            "--confirm-reps",
+            "1",
+            "-o",
+            str(tmp_path),
+            "--llama-bin-dir",
+            str(llama_bins.bin_dir),
+        ]
+    )
     out = capsys.readouterr().out
     with Store(tmp_path) as store:
         (body,) = [b for _, _, b in store.artifacts(advise.ARTIFACT)]
@@ -106,7 +166,11 @@ def test_advise_searches_ranks_names_knobs_without_effect_and_stores_its_advice(
     assert search.measurements == 2 + 4 + (1 if len(kept) >= 2 else 0)  # defaults twice (drift), 4 candidates
     assert search.drift_s is not None
     assert [t.setting for t in search.trials][:5] == [
-        (), (("load-mode", "none"),), (("ubatch-size", "256"),), (("no-op-offload", "1"),), (MIN_BATCH,),
+        (),
+        (("load-mode", "none"),),
+        (("ubatch-size", "256"),),
+        (("no-op-offload", "1"),),
+        (MIN_BATCH,),
     ]
     # the GPU knobs were passed through and are what llama-bench reports having run
     effective = {t.setting: dict(t.measurement.effective) for t in search.trials}
@@ -151,9 +215,34 @@ def test_advise_searches_ranks_names_knobs_without_effect_and_stores_its_advice(
     assert advise_section_html(advice).count("<table>") >= 1
 
     # the same command again reuses every measurement from the store
-    _run(["advise", "-m", str(tiny_model), "--ncmoe", "0", "--lengths", "512,1024", "--response-tokens", "16",
-          "--knobs", "lm,ub,nopo,GGML_OP_OFFLOAD_MIN_BATCH", "--ubatch", "256", "-r", "2", "--pp", "512", "--tg", "16",
-          "--no-confirm", "-o", str(tmp_path), "--llama-bin-dir", str(llama_bins.bin_dir)])
+    _run(
+        [
+            "advise",
+            "-m",
+            str(tiny_model),
+            "--ncmoe",
+            "0",
+            "--lengths",
+            "512,1024",
+            "--response-tokens",
+            "16",
+            "--knobs",
+            "lm,ub,nopo,GGML_OP_OFFLOAD_MIN_BATCH",
+            "--ubatch",
+            "256",
+            "-r",
+            "2",
+            "--pp",
+            "512",
+            "--tg",
+            "16",
+            "--no-confirm",
+            "-o",
+            str(tmp_path),
+            "--llama-bin-dir",
+            str(llama_bins.bin_dir),
+        ]
+    )
     with Store(tmp_path) as store:
         again = advise.advice_from_dict(store.artifacts(advise.ARTIFACT)[-1][2])
     assert again.reused == again.measurements == search.measurements

@@ -17,11 +17,10 @@ from pathlib import Path
 
 import pytest
 
-from xover.measure import bench as benchrun
-
-from xover.report import export
 from xover.llamacpp.binaries import Binaries
+from xover.measure import bench as benchrun
 from xover.measure.provenance import model_id
+from xover.report import export
 from xover.results.read_model import bench_data, load
 from xover.results.store import Store
 
@@ -37,7 +36,11 @@ def _llama_bench_md_cells(markdown: str) -> dict[str, str]:
 
 def _xover(*args: str, cwd: Path) -> subprocess.Popen[str]:
     return subprocess.Popen(
-        [sys.executable, "-m", "xover", *args], cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        [sys.executable, "-m", "xover", *args],
+        cwd=cwd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
         env={**os.environ, "COLUMNS": "200"},
     )
 
@@ -77,7 +80,8 @@ def test_sweep_stores_raw_samples_with_provenance_and_renders_like_llama_bench(
     columns = [c.strip() for c in header.strip("|").split("|")]
     xover_cells = {
         ln.strip("|").split("|")[0].strip(): [c.strip() for c in ln.strip("|").split("|")]
-        for ln in lines if ln.startswith("| ") and not ln.startswith(("| test", "| ---"))
+        for ln in lines
+        if ln.startswith("| ") and not ln.startswith(("| test", "| ---"))
     }
     assert set(md_artifacts) == set(by_config)
     for key, config in by_config.items():
@@ -94,8 +98,26 @@ def test_a_failing_configuration_is_stored_as_failed_and_the_sweep_goes_on(
     # A petabyte of thread stack per OpenMP worker cannot be mapped: that configuration cannot run.
     study = tmp_path / "study"
     proc = _xover(
-        "bench", "-m", str(tiny_model), "--threads", "2", "--env", "OMP_STACKSIZE=1000000G,4M", "--depth", "0,256",
-        "--pp", "64", "--tg", "16", "-r", "2", "-o", str(study), "--llama-bin-dir", str(llama_bins.bin_dir), cwd=tmp_path,
+        "bench",
+        "-m",
+        str(tiny_model),
+        "--threads",
+        "2",
+        "--env",
+        "OMP_STACKSIZE=1000000G,4M",
+        "--depth",
+        "0,256",
+        "--pp",
+        "64",
+        "--tg",
+        "16",
+        "-r",
+        "2",
+        "-o",
+        str(study),
+        "--llama-bin-dir",
+        str(llama_bins.bin_dir),
+        cwd=tmp_path,
     )
     stdout, stderr = proc.communicate(timeout=120)
     assert proc.returncode == 1, stderr
@@ -109,18 +131,42 @@ def test_a_failing_configuration_is_stored_as_failed_and_the_sweep_goes_on(
         assert {r.config_key for _, _, _, r in results} == {good.key}
         assert sorted(r.test_name for _, _, _, r in results) == ["pp64", "pp64 @ d256", "tg16", "tg16 @ d256"]
     assert "| pp64 @ d256 |" in stdout and "failed" in stdout
-    assert "OMP_STACKSIZE=1000000G failed: llama-bench exited with code 1 after 0 of 4 tests: libgomp: Thread creation failed" in stdout
+    assert (
+        "OMP_STACKSIZE=1000000G failed: llama-bench exited with code 1 after 0 of 4 tests: libgomp: Thread creation failed"
+        in stdout
+    )
 
     # a bad argument for llama-bench fails every configuration, each stored, in one line each
     proc = _xover(
-        "bench", "-m", str(tiny_model), "--ncmoe", "0,2", "--depth", "0", "--pp", "64", "--tg", "16", "-r", "1",
-        "-o", str(study), "--llama-bin-dir", str(llama_bins.bin_dir), "--", "--bogus", cwd=tmp_path,
+        "bench",
+        "-m",
+        str(tiny_model),
+        "--ncmoe",
+        "0,2",
+        "--depth",
+        "0",
+        "--pp",
+        "64",
+        "--tg",
+        "16",
+        "-r",
+        "1",
+        "-o",
+        str(study),
+        "--llama-bin-dir",
+        str(llama_bins.bin_dir),
+        "--",
+        "--bogus",
+        cwd=tmp_path,
     )
     _, stderr = proc.communicate(timeout=60)
     assert proc.returncode == 1 and "2 of 2 configurations failed" in stderr
     with Store(study) as store:
         reasons = [f.reason for _, f in store.failures()][1:]
-    assert reasons == ["llama-bench exited with code 1 after 0 of 2 tests: error: invalid parameter for argument: --bogus"] * 2
+    assert (
+        reasons
+        == ["llama-bench exited with code 1 after 0 of 2 tests: error: invalid parameter for argument: --bogus"] * 2
+    )
 
 
 def _children(pid: int, name: str) -> list[int]:
@@ -163,8 +209,25 @@ def test_ctrl_c_keeps_completed_records_leaves_no_child_and_resume_skips_measure
 ) -> None:
     study = tmp_path / "study"
     args = [
-        "bench", "-m", str(tiny_model), "--ncmoe", "0,2", "--threads", "1", "--depth", "0,4096", "--pp", "64",
-        "--tg", "16", "-r", "2", "-o", str(study), "--llama-bin-dir", str(llama_bins.bin_dir),
+        "bench",
+        "-m",
+        str(tiny_model),
+        "--ncmoe",
+        "0,2",
+        "--threads",
+        "1",
+        "--depth",
+        "0,4096",
+        "--pp",
+        "64",
+        "--tg",
+        "16",
+        "-r",
+        "2",
+        "-o",
+        str(study),
+        "--llama-bin-dir",
+        str(llama_bins.bin_dir),
     ]
     proc = _xover(*args, cwd=tmp_path)
     # Interrupt during the second configuration: the first is complete, the second has its depth-0
@@ -190,7 +253,12 @@ def test_ctrl_c_keeps_completed_records_leaves_no_child_and_resume_skips_measure
         kept = store.bench_results()
         c0, c2 = store.configs("bench")
     assert 5 <= len(kept) < 8
-    assert sorted(r.test_name for _, _, _, r in kept if r.config_key == c0.key) == ["pp64", "pp64 @ d4096", "tg16", "tg16 @ d4096"]
+    assert sorted(r.test_name for _, _, _, r in kept if r.config_key == c0.key) == [
+        "pp64",
+        "pp64 @ d4096",
+        "tg16",
+        "tg16 @ d4096",
+    ]
 
     # the same command again: ncmoe=0 is skipped, ncmoe=2 measures only what it lacks
     proc = _xover(*args, cwd=tmp_path)

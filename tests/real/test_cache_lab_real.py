@@ -24,11 +24,10 @@ from pathlib import Path
 import pytest
 
 from procs import pid_gone
-
+from xover.domain.records import ServerTimings, TtftSample
+from xover.llamacpp.binaries import Binaries
 from xover.measure.cachelab import APPENDED, INSERTED, PREFIX, SHORT, CacheLabOutcome, run_cache_lab
 from xover.measure.events import LabEvent, ServerUp
-from xover.llamacpp.binaries import Binaries
-from xover.domain.records import ServerTimings, TtftSample
 from xover.results.store import Store
 
 pytestmark = pytest.mark.real
@@ -38,10 +37,14 @@ SERVER_ARGS = ("-t", "1")
 
 
 @pytest.fixture(scope="module")
-def lab(llama_bins: Binaries, tiny_model: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, CacheLabOutcome, list[int]]:
+def lab(
+    llama_bins: Binaries, tiny_model: Path, tmp_path_factory: pytest.TempPathFactory
+) -> tuple[Path, CacheLabOutcome, list[int]]:
     study = tmp_path_factory.mktemp("cache-lab")
     events: list[LabEvent] = []
-    outcome = run_cache_lab(study, llama_bins, tiny_model, L, SERVER_ARGS, "tiny", command=["test"], on_event=events.append)
+    outcome = run_cache_lab(
+        study, llama_bins, tiny_model, L, SERVER_ARGS, "tiny", command=["test"], on_event=events.append
+    )
     pids = [ev.pid for ev in events if isinstance(ev, ServerUp) and ev.pid is not None]
     return study, outcome, pids
 
@@ -52,7 +55,9 @@ def _timings(outcome: CacheLabOutcome, mode: str) -> tuple[TtftSample, ServerTim
     return s, s.timings
 
 
-def test_every_scenario_ran_on_its_own_server_and_every_server_is_gone(lab: tuple[Path, CacheLabOutcome, list[int]]) -> None:
+def test_every_scenario_ran_on_its_own_server_and_every_server_is_gone(
+    lab: tuple[Path, CacheLabOutcome, list[int]],
+) -> None:
     study, outcome, pids = lab
     assert outcome.failures == () and len(outcome.samples) == 20
     assert len(pids) == 4 and len(set(pids)) == 4 and all(pid_gone(p) for p in pids)
@@ -76,19 +81,29 @@ def test_cached_resend_is_detected(lab: tuple[Path, CacheLabOutcome, list[int]])
     assert row is not None and row.ok and row.verdict.startswith("from the slot (cache_n = L-1)")
 
 
-def test_cache_reuse_after_an_edit_raises_cache_n_above_the_common_prefix(lab: tuple[Path, CacheLabOutcome, list[int]]) -> None:
+def test_cache_reuse_after_an_edit_raises_cache_n_above_the_common_prefix(
+    lab: tuple[Path, CacheLabOutcome, list[int]],
+) -> None:
     _, outcome, _ = lab
     kept = L - PREFIX - (L - PREFIX) // 2
     _, on = _timings(outcome, "cache:edit-move:edited")
     _, off = _timings(outcome, "cache:edit-move-noreuse:edited")
-    assert (on.cache_n, on.prompt_n) == (PREFIX + kept, APPENDED)  # the chunk after the dropped one was shifted, not prefilled
-    assert (off.cache_n, off.prompt_n) == (PREFIX, kept + APPENDED)  # n_cache_reuse 0 in the request overrides --cache-reuse
+    assert (on.cache_n, on.prompt_n) == (
+        PREFIX + kept,
+        APPENDED,
+    )  # the chunk after the dropped one was shifted, not prefilled
+    assert (off.cache_n, off.prompt_n) == (
+        PREFIX,
+        kept + APPENDED,
+    )  # n_cache_reuse 0 in the request overrides --cache-reuse
     for mode in ("cache:edit-move:original", "cache:edit-move-noreuse:original"):
         _, t = _timings(outcome, mode)
         assert (t.cache_n, t.prompt_n) == (0, L)
 
 
-def test_reuse_stops_helping_below_the_threshold_and_at_an_insertion(lab: tuple[Path, CacheLabOutcome, list[int]]) -> None:
+def test_reuse_stops_helping_below_the_threshold_and_at_an_insertion(
+    lab: tuple[Path, CacheLabOutcome, list[int]],
+) -> None:
     _, outcome, _ = lab
     _, short = _timings(outcome, "cache:edit-move-short:edited")
     assert (short.cache_n, short.prompt_n) == (PREFIX, SHORT + APPENDED)  # the common prefix only
@@ -99,7 +114,9 @@ def test_reuse_stops_helping_below_the_threshold_and_at_an_insertion(lab: tuple[
     assert "nothing reused past the common prefix (common prefix 64, cache_n 64" in headlines
 
 
-def test_default_settings_serve_a_should_be_cold_prompt_from_cache(lab: tuple[Path, CacheLabOutcome, list[int]]) -> None:
+def test_default_settings_serve_a_should_be_cold_prompt_from_cache(
+    lab: tuple[Path, CacheLabOutcome, list[int]],
+) -> None:
     _, outcome, _ = lab
     _, leaked = _timings(outcome, "cache:hidden-defaults:again")
     _, cold = _timings(outcome, "cache:hidden-cold:again")
@@ -111,7 +128,9 @@ def test_default_settings_serve_a_should_be_cold_prompt_from_cache(lab: tuple[Pa
             assert (t.cache_n, t.prompt_n) == (0, L) and s.cache_ok
             assert s.first_token_ns is not None and t.prompt_ms is not None
             assert s.first_token_ns >= t.prompt_ms * 1e6  # client TTFT contains the server's prefill
-    assert any("client TTFT - server prompt_ms after another 1,024-token prompt" in h for h in outcome.analysis.headlines)
+    assert any(
+        "client TTFT - server prompt_ms after another 1,024-token prompt" in h for h in outcome.analysis.headlines
+    )
     # the prediction knew the states fit: tiny-moe's F16 KV is 4 layers x 2 heads x (64 + 64) x 2 bytes per token
     study = lab[0]
     with Store(study) as st:
@@ -123,7 +142,9 @@ def _xover(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "xover", *args], capture_output=True, text=True, timeout=300)
 
 
-def test_audit_passes_the_lab_and_flags_a_polluted_copy(lab: tuple[Path, CacheLabOutcome, list[int]], tmp_path: Path) -> None:
+def test_audit_passes_the_lab_and_flags_a_polluted_copy(
+    lab: tuple[Path, CacheLabOutcome, list[int]], tmp_path: Path
+) -> None:
     study, outcome, _ = lab
     clean = _xover("audit", str(study))
     assert clean.returncode == 0, clean.stderr
@@ -145,11 +166,27 @@ def test_audit_passes_the_lab_and_flags_a_polluted_copy(lab: tuple[Path, CacheLa
 
 
 def test_cli_end_to_end(llama_bins: Binaries, tiny_model: Path, tmp_path: Path) -> None:
-    done = _xover("cache", "-m", str(tiny_model), "--length", "1k", "-o", str(tmp_path), "--llama-bin-dir",
-                  str(llama_bins.bin_dir), "--", *SERVER_ARGS)
+    done = _xover(
+        "cache",
+        "-m",
+        str(tiny_model),
+        "--length",
+        "1k",
+        "-o",
+        str(tmp_path),
+        "--llama-bin-dir",
+        str(llama_bins.bin_dir),
+        "--",
+        *SERVER_ARGS,
+    )
     assert done.returncode == 0, done.stderr
-    for text in ("resend", "edit-move-short", "hidden-cold", "from the slot (cache_n = L-1)",
-                 "should be cold, but came from a hidden cache"):
+    for text in (
+        "resend",
+        "edit-move-short",
+        "hidden-cold",
+        "from the slot (cache_n = L-1)",
+        "should be cold, but came from a hidden cache",
+    ):
         assert text in done.stdout
     with Store(tmp_path) as st:
         pids = [body["pid"] for _, _, body in st.artifacts("server-props")]

@@ -24,7 +24,7 @@ def children_named(parent: int, name: str) -> list[int]:
             continue
         try:
             stat = (d / "stat").read_text()
-            comm = stat[stat.index("(") + 1: stat.rindex(")")]
+            comm = stat[stat.index("(") + 1 : stat.rindex(")")]
             ppid = int(stat.rsplit(")", 1)[1].split()[1])
         except (OSError, ValueError, IndexError):
             continue
@@ -42,15 +42,27 @@ def running(pid: int) -> bool:
 
 
 @pytest.mark.parametrize("tool", ["llama-server", "llama-bench"])
-def test_sigkill_of_xover_takes_its_llama_process_with_it(tool: str, tiny_model: Path, llama_bins,
-                                                          tmp_path: Path) -> None:
+def test_sigkill_of_xover_takes_its_llama_process_with_it(
+    tool: str, tiny_model: Path, llama_bins, tmp_path: Path
+) -> None:
     if tool == "llama-server":
         args = ["ttft", "-m", str(tiny_model), "--lengths", "2k", "-r", "200", "-R", "64"]
     else:
         args = ["bench", "-m", str(tiny_model), "--depth", "0", "-r", "200", "--pp", "2048", "--tg", "0"]
-    xover = subprocess.Popen([sys.executable, "-m", "xover", *args, "-o", str(tmp_path / "st"),
-                              "--llama-bin-dir", str(llama_bins.bench.parent)],
-                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    xover = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "xover",
+            *args,
+            "-o",
+            str(tmp_path / "st"),
+            "--llama-bin-dir",
+            str(llama_bins.bench.parent),
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     try:
         deadline, found = time.monotonic() + 60, []
         while time.monotonic() < deadline and not found and xover.poll() is None:

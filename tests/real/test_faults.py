@@ -29,6 +29,7 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+
 from fakes.bins import FAKE_SERVER, recorded_pids, running, shim_bin_dir
 
 pytestmark = pytest.mark.real
@@ -62,14 +63,22 @@ def _query(db: Path, sql: str, *params: object) -> list[tuple]:
 
 def _good_cold(db: Path) -> Counter:
     """(label, length) -> cold samples that passed their check."""
-    return Counter(_query(db, "SELECT c.label, s.length FROM ttft_samples s JOIN configs c ON c.key = s.config_key "
-                              "WHERE s.mode = 'cold' AND s.cache_ok = 1 AND s.error IS NULL"))
+    return Counter(
+        _query(
+            db,
+            "SELECT c.label, s.length FROM ttft_samples s JOIN configs c ON c.key = s.config_key "
+            "WHERE s.mode = 'cold' AND s.cache_ok = 1 AND s.error IS NULL",
+        )
+    )
 
 
 def _failures(db: Path) -> list[tuple[str, str, str, str]]:
     """(label or config key, stage, point, reason) of every stored failure."""
-    return _query(db, "SELECT COALESCE(c.label, f.config_key), f.stage, f.point, f.reason FROM failures f "
-                      "LEFT JOIN configs c ON c.key = f.config_key ORDER BY f.id")
+    return _query(
+        db,
+        "SELECT COALESCE(c.label, f.config_key), f.stage, f.point, f.reason FROM failures f "
+        "LEFT JOIN configs c ON c.key = f.config_key ORDER BY f.id",
+    )
 
 
 def _check_store(db: Path) -> None:
@@ -106,8 +115,12 @@ def shims(tmp_path: Path, llama_bins) -> tuple[Path, Path]:
 
 
 def _study(spec: Path, out: Path, bin_dir: Path, *extra: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(_xover("study", str(spec), "-o", str(out), "-q", "--llama-bin-dir", str(bin_dir), *extra),
-                          capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(
+        _xover("study", str(spec), "-o", str(out), "-q", "--llama-bin-dir", str(bin_dir), *extra),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 # ---- the port xover chose is already taken --------------------------------------------------------
@@ -133,8 +146,20 @@ class _OtherServer:
     def __init__(self, log: Path) -> None:
         self.port = _free_port()
         with log.open("w") as f:
-            self.proc = subprocess.Popen([sys.executable, str(FAKE_SERVER), "--port", str(self.port), "--fake-load-s", "0",
-                                          "--fake-max-life-s", "120"], stdout=f, stderr=subprocess.STDOUT)
+            self.proc = subprocess.Popen(
+                [
+                    sys.executable,
+                    str(FAKE_SERVER),
+                    "--port",
+                    str(self.port),
+                    "--fake-load-s",
+                    "0",
+                    "--fake-max-life-s",
+                    "120",
+                ],
+                stdout=f,
+                stderr=subprocess.STDOUT,
+            )
         deadline = time.monotonic() + 30
         while "listening" not in log.read_text():
             assert self.proc.poll() is None and time.monotonic() < deadline, log.read_text()
@@ -152,8 +177,9 @@ def _free_port() -> int:
 
 
 @pytest.mark.parametrize("intruder, taken_calls", [("silent", 1), ("http", 1), ("silent", 3)])
-def test_port_already_taken(intruder: str, taken_calls: int, tmp_path: Path, tiny_model: Path, llama_bins,
-                            monkeypatch) -> None:
+def test_port_already_taken(
+    intruder: str, taken_calls: int, tmp_path: Path, tiny_model: Path, llama_bins, monkeypatch
+) -> None:
     """The first ``taken_calls`` ports xover picks are held by another program: a silent listener, or
     an HTTP server that answers /health 200 (whose numbers must never be stored as the configuration's).
     With one taken port, xover retries on another; with every attempt taken, the configuration's failure
@@ -166,10 +192,15 @@ def test_port_already_taken(intruder: str, taken_calls: int, tmp_path: Path, tin
     pid_file = tmp_path / "llama-pids"
     # a slow start, as on a GPU: the other server's answer comes long before this one fails to bind
     bin_dir = shim_bin_dir(tmp_path / "bin", llama_bins.bin_dir, pid_file, server_start_delay_s=0.3)
-    spec = load_spec(_spec(tmp_path / "spec.toml", tiny_model,
-                           'lengths = [256]\nresponse-tokens = [8]\nrepetitions = 2\n'
-                           'skip = ["tune", "bench", "cache", "session", "report"]',
-                           _configs(("first", "threads = 2"), ("second", "threads = 1"))))
+    spec = load_spec(
+        _spec(
+            tmp_path / "spec.toml",
+            tiny_model,
+            "lengths = [256]\nresponse-tokens = [8]\nrepetitions = 2\n"
+            'skip = ["tune", "bench", "cache", "session", "report"]',
+            _configs(("first", "threads = 2"), ("second", "threads = 1")),
+        )
+    )
     out = tmp_path / "out"
     holder = _Silent() if intruder == "silent" else _OtherServer(tmp_path / "other-server.log")
     taken = holder.port
@@ -210,7 +241,9 @@ def test_port_already_taken(intruder: str, taken_calls: int, tmp_path: Path, tin
 
 
 def _store_artifacts(db: Path, name: str) -> list[tuple[int | None, str, dict]]:
-    return [(r, n, json.loads(b)) for r, n, b in _query(db, "SELECT run_id, name, body FROM artifacts WHERE name = ?", name)]
+    return [
+        (r, n, json.loads(b)) for r, n, b in _query(db, "SELECT run_id, name, body FROM artifacts WHERE name = ?", name)
+    ]
 
 
 # ---- configurations that cannot load, a server that never becomes healthy --------------------------
@@ -231,12 +264,18 @@ def test_configuration_that_cannot_load(fault: str, tmp_path: Path, tiny_model: 
     is stored with llama.cpp's own reason, the other configuration is measured in the same run, and a
     resume re-measures nothing that succeeded and records the failure again."""
     bin_dir, pid_file = shims
-    broken = (f'server-args = ["-c", "{_beyond_memory_context()}"]' if fault == "context-beyond-memory"
-              else 'server-args = ["--no-such-flag"]\nbench-args = ["--no-such-flag"]')
-    spec = _spec(tmp_path / "spec.toml", tiny_model,
-                 'lengths = [256]\nresponse-tokens = [8]\nrepetitions = 2\nbench-repetitions = 1\npp = 32\ntg = 8\n'
-                 'skip = ["tune", "cache", "session", "report"]',
-                 _configs(("broken", broken), ("ok", "threads = 2")))
+    broken = (
+        f'server-args = ["-c", "{_beyond_memory_context()}"]'
+        if fault == "context-beyond-memory"
+        else 'server-args = ["--no-such-flag"]\nbench-args = ["--no-such-flag"]'
+    )
+    spec = _spec(
+        tmp_path / "spec.toml",
+        tiny_model,
+        "lengths = [256]\nresponse-tokens = [8]\nrepetitions = 2\nbench-repetitions = 1\npp = 32\ntg = 8\n"
+        'skip = ["tune", "cache", "session", "report"]',
+        _configs(("broken", broken), ("ok", "threads = 2")),
+    )
     out = tmp_path / "out"
     db = out / "results.sqlite"
     r = _study(spec, out, bin_dir)
@@ -253,15 +292,21 @@ def test_configuration_that_cannot_load(fault: str, tmp_path: Path, tiny_model: 
     else:
         assert bench_failed == []
     assert _good_cold(db) == {("ok", 256): 2}
-    ids = set(_query(db, "SELECT id FROM ttft_samples")) | {("b", i) for (i,) in _query(db, "SELECT id FROM bench_results")}
+    ids = set(_query(db, "SELECT id FROM ttft_samples")) | {
+        ("b", i) for (i,) in _query(db, "SELECT id FROM bench_results")
+    }
     _check_store(db)
     _none_running(pid_file)
 
     r = _study(spec, out, bin_dir)  # the resume
     assert r.returncode == 0, r.stderr
-    assert set(_query(db, "SELECT id FROM ttft_samples")) | {("b", i) for (i,) in _query(db, "SELECT id FROM bench_results")} == ids
+    assert (
+        set(_query(db, "SELECT id FROM ttft_samples"))
+        | {("b", i) for (i,) in _query(db, "SELECT id FROM bench_results")}
+        == ids
+    )
     assert len(_failures(db)) == 2 * len(failures)  # tried again, failed again for the same reason
-    again = _failures(db)[len(failures):]
+    again = _failures(db)[len(failures) :]
     assert [f[:2] for f in again] == [f[:2] for f in failures]
     assert want in [f for f in again if f[1] == "server-start"][0][3]
     _check_store(db)
@@ -272,10 +317,13 @@ def test_server_never_healthy(tmp_path: Path, tiny_model: Path, shims) -> None:
     """A server that listens but answers /health 503 forever (the fake: a real one cannot be made to) is
     given up after the spec's timeout, stopped, and recorded; the real configuration is measured."""
     bin_dir, pid_file = shims
-    spec = _spec(tmp_path / "spec.toml", tiny_model,
-                 'lengths = [256]\nresponse-tokens = [8]\nrepetitions = 2\ntimeout = 3\n'
-                 'skip = ["tune", "bench", "cache", "session", "report"]',
-                 _configs(("stuck", 'server-args = ["--fake-fault", "never-healthy"]'), ("ok", "threads = 2")))
+    spec = _spec(
+        tmp_path / "spec.toml",
+        tiny_model,
+        "lengths = [256]\nresponse-tokens = [8]\nrepetitions = 2\ntimeout = 3\n"
+        'skip = ["tune", "bench", "cache", "session", "report"]',
+        _configs(("stuck", 'server-args = ["--fake-fault", "never-healthy"]'), ("ok", "threads = 2")),
+    )
     out = tmp_path / "out"
     db = out / "results.sqlite"
     for attempt in (1, 2):  # the run, then the resume: the fault persists, the measured point stays
@@ -320,13 +368,20 @@ def test_server_sigkilled_mid_request(tmp_path: Path, tiny_model: Path, shims) -
     samples before it stay, the cut request is stored as an errored sample and a failure with the
     reason, the next configuration is measured, and the resume completes exactly the missing samples."""
     bin_dir, pid_file = shims
-    spec = _spec(tmp_path / "spec.toml", tiny_model,
-                 'lengths = [256, 512]\nresponse-tokens = [96]\nrepetitions = 3\nskip = ["tune", "bench", "cache", "session", "report"]',
-                 _configs(("victim", "threads = 2"), ("other", "threads = 1")))
+    spec = _spec(
+        tmp_path / "spec.toml",
+        tiny_model,
+        'lengths = [256, 512]\nresponse-tokens = [96]\nrepetitions = 3\nskip = ["tune", "bench", "cache", "session", "report"]',
+        _configs(("victim", "threads = 2"), ("other", "threads = 1")),
+    )
     out = tmp_path / "out"
     db = out / "results.sqlite"
-    proc = subprocess.Popen(_xover("study", str(spec), "-o", str(out), "-q", "--llama-bin-dir", str(bin_dir)),
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        _xover("study", str(spec), "-o", str(out), "-q", "--llama-bin-dir", str(bin_dir)),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     killed = None
     deadline = time.monotonic() + 120
     while killed is None and proc.poll() is None and time.monotonic() < deadline:
@@ -370,9 +425,12 @@ def test_llama_bench_crashes_mid_sweep(tmp_path: Path, tiny_model: Path, llama_b
     pid_file, marker = tmp_path / "llama-pids", tmp_path / "crash-once"
     marker.touch()
     bin_dir = shim_bin_dir(tmp_path / "bin", llama_bins.bin_dir, pid_file, bench_crash_marker=marker)
-    spec = _spec(tmp_path / "spec.toml", tiny_model,
-                 'lengths = [256, 512]\nbench-repetitions = 2\npp = 32\ntg = 8\nskip = ["tune", "ttft", "cache", "session", "report"]',
-                 _configs(("crashed", "threads = 2"), ("other", "threads = 1")))
+    spec = _spec(
+        tmp_path / "spec.toml",
+        tiny_model,
+        'lengths = [256, 512]\nbench-repetitions = 2\npp = 32\ntg = 8\nskip = ["tune", "ttft", "cache", "session", "report"]',
+        _configs(("crashed", "threads = 2"), ("other", "threads = 1")),
+    )
     out = tmp_path / "out"
     db = out / "results.sqlite"
     tests = "SELECT c.label, b.test, b.id FROM bench_results b JOIN configs c ON c.key = b.config_key"
@@ -392,8 +450,9 @@ def test_llama_bench_crashes_mid_sweep(tmp_path: Path, tiny_model: Path, llama_b
     assert r.returncode == 0, r.stderr
     after = _query(db, tests)
     assert set(stored) <= set(after)
-    assert Counter((c, t) for c, t, _ in after) == {(c, t): 1 for c in ("crashed", "other")
-                                                     for t in ("pp32 @ d256", "tg8 @ d256", "pp32 @ d512", "tg8 @ d512")}
+    assert Counter((c, t) for c, t, _ in after) == {
+        (c, t): 1 for c in ("crashed", "other") for t in ("pp32 @ d256", "tg8 @ d256", "pp32 @ d512", "tg8 @ d512")
+    }
     assert len(_failures(db)) == 1
     _check_store(db)
     _none_running(pid_file)
@@ -401,8 +460,10 @@ def test_llama_bench_crashes_mid_sweep(tmp_path: Path, tiny_model: Path, llama_b
 
 # ---- SIGINT / SIGTERM to `xover study` at random moments --------------------------------------------
 
-SIGNAL_SPEC = ('lengths = [256, 512, 1024]\nresponse-tokens = [16]\nrepetitions = 2\nbench-repetitions = 2\n'
-               'pp = 64\ntg = 16\nskip = ["tune", "cache", "session", "report"]')
+SIGNAL_SPEC = (
+    "lengths = [256, 512, 1024]\nresponse-tokens = [16]\nrepetitions = 2\nbench-repetitions = 2\n"
+    'pp = 64\ntg = 16\nskip = ["tune", "cache", "session", "report"]'
+)
 EXPECTED_BENCH = 2 * 3 * 2  # configurations x depths x (pp, tg)
 
 
@@ -415,11 +476,19 @@ def test_signal_at_a_random_moment(sig: signal.Signals, seed: int, tmp_path: Pat
     resume completes every point exactly once without re-measuring what was stored."""
     rng = random.Random(seed)
     bin_dir, pid_file = shims
-    spec = _spec(tmp_path / "spec.toml", tiny_model, SIGNAL_SPEC, _configs(("t=1", "threads = 1"), ("t=2", "threads = 2")))
+    spec = _spec(
+        tmp_path / "spec.toml", tiny_model, SIGNAL_SPEC, _configs(("t=1", "threads = 1"), ("t=2", "threads = 2"))
+    )
     out, events = tmp_path / "out", tmp_path / "events.jsonl"
     db = out / "results.sqlite"
-    proc = subprocess.Popen(_xover("study", str(spec), "-o", str(out), "-q", "--llama-bin-dir", str(bin_dir),
-                                   "--progress-jsonl", str(events)), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        _xover(
+            "study", str(spec), "-o", str(out), "-q", "--llama-bin-dir", str(bin_dir), "--progress-jsonl", str(events)
+        ),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     deadline = time.monotonic() + 60
     while proc.poll() is None and not (events.exists() and events.stat().st_size) and time.monotonic() < deadline:
         time.sleep(0.005)  # the study has started (imports done, first stage begun)
@@ -439,14 +508,21 @@ def test_signal_at_a_random_moment(sig: signal.Signals, seed: int, tmp_path: Pat
     announced = Counter()
     for line in events.read_text().splitlines():
         ev = json.loads(line)
-        if ev["stage"] == "ttft" and ev["status"] == "progress" and " L=" in ev["detail"] and "re-run" not in ev["detail"]:
+        if (
+            ev["stage"] == "ttft"
+            and ev["status"] == "progress"
+            and " L=" in ev["detail"]
+            and "re-run" not in ev["detail"]
+        ):
             label, length = ev["detail"].split(" L=")
             announced[(label, int(length))] += 1
     if db.exists():
         _check_store(db)
         stored = _good_cold(db)
         assert all(stored[k] >= n for k, n in announced.items()), (announced, stored)  # nothing announced was lost
-        before = set(_query(db, "SELECT id FROM ttft_samples")) | {("b", i) for (i,) in _query(db, "SELECT id FROM bench_results")}
+        before = set(_query(db, "SELECT id FROM ttft_samples")) | {
+            ("b", i) for (i,) in _query(db, "SELECT id FROM bench_results")
+        }
     else:
         assert not announced
         before = set()
@@ -454,7 +530,9 @@ def test_signal_at_a_random_moment(sig: signal.Signals, seed: int, tmp_path: Pat
 
     r = _study(spec, out, bin_dir)  # the resume
     assert r.returncode == 0, r.stderr
-    after = set(_query(db, "SELECT id FROM ttft_samples")) | {("b", i) for (i,) in _query(db, "SELECT id FROM bench_results")}
+    after = set(_query(db, "SELECT id FROM ttft_samples")) | {
+        ("b", i) for (i,) in _query(db, "SELECT id FROM bench_results")
+    }
     assert before <= after
     assert _good_cold(db) == {(c, L): 2 for c in ("t=1", "t=2") for L in (256, 512, 1024)}
     bench = Counter(_query(db, "SELECT config_key, test FROM bench_results"))

@@ -19,8 +19,9 @@ pytestmark = pytest.mark.real
 GIB = 1 << 30
 
 
-def test_a_budgeted_study_with_fit_configurations(tiny_model: Path, llama_bins, fake_cudart: Path,
-                                                  tmp_path: Path) -> None:
+def test_a_budgeted_study_with_fit_configurations(
+    tiny_model: Path, llama_bins, fake_cudart: Path, tmp_path: Path
+) -> None:
     from xover.analysis.theory import memory_estimate, model_terms
     from xover.gguf.inspect import model_table
     from xover.llamacpp.server import context_size
@@ -46,18 +47,40 @@ n-cpu-moe = "fit"
 name = "ncmoe=0"
 n-cpu-moe = 0
 """)
-    env = {**os.environ, "XOVER_CUDART": str(fake_cudart), "FAKE_CUDA_FREE": str(8 * GIB),
-           "FAKE_CUDA_TOTAL": str(16 * GIB)}
+    env = {
+        **os.environ,
+        "XOVER_CUDART": str(fake_cudart),
+        "FAKE_CUDA_FREE": str(8 * GIB),
+        "FAKE_CUDA_TOTAL": str(16 * GIB),
+    }
     out = tmp_path / "st"
-    r = subprocess.run([sys.executable, "-m", "xover", "study", str(spec), "-o", str(out), "-q",
-                        "--llama-bin-dir", str(llama_bins.bench.parent)], env=env, capture_output=True, text=True,
-                       timeout=600)
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "xover",
+            "study",
+            str(spec),
+            "-o",
+            str(out),
+            "-q",
+            "--llama-bin-dir",
+            str(llama_bins.bench.parent),
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert r.returncode == 0, r.stderr[-3000:]
     data = load(out)
     (fits,) = data.artifact_bodies("fit")
     assert [(f["config"], f["n_cpu_moe"], f["n_ctx"], f["budget_bytes"]) for f in fits] == [("fit", 2, ctx, budget)]
     (checks,) = data.artifact_bodies("fit-check")
-    assert [(c["n_cpu_moe"], c["loaded"], c["served"]) for c in checks[0]["checks"]] == [(2, True, True), (1, True, True)]
+    assert [(c["n_cpu_moe"], c["loaded"], c["served"]) for c in checks[0]["checks"]] == [
+        (2, True, True),
+        (1, True, True),
+    ]
     (b,) = vram_budgets(data)
     assert b.budget == budget and b.held == 8 * GIB - budget and b.free_after == budget
     report = (out / "report.md").read_text()

@@ -41,18 +41,42 @@ def parse_buffer_sizes(log: str) -> dict[str, float]:
 
 
 def test_parse_buffer_sizes() -> None:
-    log = ("load_tensors:          CPU model buffer size =     4.46 MiB\n"
-           "llama_kv_cache:        CPU KV buffer size =     1.00 MiB\n"
-           "sched_reserve:      CUDA0 compute buffer size =   342.01 MiB\n"
-           "sched_reserve:  CUDA_Host compute buffer size =     8.51 MiB\n"
-           "~llama_context:        CPU compute buffer size is   5.5137 MiB, matches expectation of   5.5137 MiB\n")
+    log = (
+        "load_tensors:          CPU model buffer size =     4.46 MiB\n"
+        "llama_kv_cache:        CPU KV buffer size =     1.00 MiB\n"
+        "sched_reserve:      CUDA0 compute buffer size =   342.01 MiB\n"
+        "sched_reserve:  CUDA_Host compute buffer size =     8.51 MiB\n"
+        "~llama_context:        CPU compute buffer size is   5.5137 MiB, matches expectation of   5.5137 MiB\n"
+    )
     assert parse_buffer_sizes(log) == {"model": 4.46, "KV": 1.0, "compute": pytest.approx(350.52)}
 
 
 def _bench_log(llama_bins, model: Path, n_ctx: int, ubatch: int, flash_attn: bool, log_path: Path) -> str:
     """Run llama-bench so that its context is exactly ``n_ctx`` (pp512 on top of n_ctx - 512) and return its log."""
-    argv = [str(llama_bins.bench), "-m", str(model), "-p", "512", "-n", "0", "-d", str(n_ctx - 512), "-r", "1",
-            "-t", "2", "-ub", str(ubatch), "-fa", "1" if flash_attn else "0", "-lm", "none", "--repack", "0", "-v"]
+    argv = [
+        str(llama_bins.bench),
+        "-m",
+        str(model),
+        "-p",
+        "512",
+        "-n",
+        "0",
+        "-d",
+        str(n_ctx - 512),
+        "-r",
+        "1",
+        "-t",
+        "2",
+        "-ub",
+        str(ubatch),
+        "-fa",
+        "1" if flash_attn else "0",
+        "-lm",
+        "none",
+        "--repack",
+        "0",
+        "-v",
+    ]
     with log_path.open("w") as log:
         proc = spawn(argv, stdout=subprocess.DEVNULL, stderr=log)
         try:
@@ -65,8 +89,9 @@ def _bench_log(llama_bins, model: Path, n_ctx: int, ubatch: int, flash_attn: boo
 
 
 @pytest.mark.parametrize("n_ctx,ubatch,flash_attn", [(512, 512, True), (4096, 256, True), (4608, 512, False)])
-def test_buffers_match_the_estimate(llama_bins, tiny_model: Path, tmp_path: Path, n_ctx: int, ubatch: int,
-                                    flash_attn: bool) -> None:
+def test_buffers_match_the_estimate(
+    llama_bins, tiny_model: Path, tmp_path: Path, n_ctx: int, ubatch: int, flash_attn: bool
+) -> None:
     logged = parse_buffer_sizes(_bench_log(llama_bins, tiny_model, n_ctx, ubatch, flash_attn, tmp_path / "bench.log"))
     est = memory_estimate(model_terms(tensor_table(PRESETS["tiny-moe"])), 0, n_ctx, ubatch, flash_attn, device="cpu")
     mib = 1 << 20
@@ -95,8 +120,14 @@ _ARCH_CASES = [
 
 
 @pytest.mark.parametrize("name,n_ctx,caches", _ARCH_CASES, ids=[f"{c[0]}-{c[1]}" for c in _ARCH_CASES])
-def test_arch_buffers_match_llama_cpp(llama_bins, tmp_path_factory: pytest.TempPathFactory, tmp_path: Path,
-                                      name: str, n_ctx: int, caches: list[tuple[int, int]]) -> None:
+def test_arch_buffers_match_llama_cpp(
+    llama_bins,
+    tmp_path_factory: pytest.TempPathFactory,
+    tmp_path: Path,
+    name: str,
+    n_ctx: int,
+    caches: list[tuple[int, int]],
+) -> None:
     log = _bench_log(llama_bins, _arch_model(name, tmp_path_factory), n_ctx, 512, True, tmp_path / "bench.log")
     terms = model_terms(tensor_table(ALL_PRESETS[name]))
     est = memory_estimate(terms, 0, n_ctx, 512, True, device="cpu")
@@ -107,6 +138,7 @@ def test_arch_buffers_match_llama_cpp(llama_bins, tmp_path_factory: pytest.TempP
     assert logged["KV"] == pytest.approx(round(est.kv_bytes / mib, 2), abs=0.011)  # two caches, each rounded
     assert [round(float(m["mib"]), 2) for m in _CACHE.finditer(log)] == [
         round(terms.kv_bytes_per_token * n_ctx / mib, 2),
-        *([round(terms.kv_swa_bytes_per_cell * terms.swa_cells(n_ctx, 512) / mib, 2)] if terms.n_layer_swa else [])]
+        *([round(terms.kv_swa_bytes_per_cell * terms.swa_cells(n_ctx, 512) / mib, 2)] if terms.n_layer_swa else []),
+    ]
     compute = float(_COMPUTE_EXACT.search(log)["mib"])  # type: ignore[index]
     assert est.compute_bytes / mib == pytest.approx(compute, rel=0.10)

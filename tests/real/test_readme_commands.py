@@ -44,8 +44,8 @@ import time
 from pathlib import Path
 
 import pytest
-from readme_commands import Substitutions, Variant, describe, readme_variants, substitute
 
+from readme_commands import Substitutions, Variant, describe, readme_variants, substitute
 from xover.llamacpp.binaries import Binaries
 
 pytestmark = pytest.mark.real
@@ -99,13 +99,21 @@ def setting(tmp_path_factory: pytest.TempPathFactory) -> Substitutions:
     spec.write_text(SPEC.format(model=model))
     workload = base / "workload.txt"
     workload.write_text("# prompt tokens, response tokens\n256,16\n")
-    return Substitutions(model=model, out=out, spec=spec, spec_configs="t1,t2", workload=workload, n_layer=shape.n_layer)
+    return Substitutions(
+        model=model, out=out, spec=spec, spec_configs="t1,t2", workload=workload, n_layer=shape.n_layer
+    )
 
 
 def _run(argv: list[str], cwd: Path, bins: Binaries) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "XOVER_LLAMA_BIN_DIR": str(bins.bin_dir)}
-    return subprocess.run([sys.executable, "-m", "xover", *argv], cwd=cwd, env=env, capture_output=True, text=True,
-                          timeout=COMMAND_TIMEOUT_S)
+    return subprocess.run(
+        [sys.executable, "-m", "xover", *argv],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=COMMAND_TIMEOUT_S,
+    )
 
 
 def test_every_readme_command_runs_as_written(setting: Substitutions, llama_bins: Binaries) -> None:

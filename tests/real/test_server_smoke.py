@@ -33,9 +33,25 @@ def test_server_answers_text_and_token_prompts(llama_bins, tiny_model: Path, tmp
     port = _free_port()
     log = (tmp_path / "server.log").open("w")
     proc = process.spawn(
-        [str(llama_bins.server), "-m", str(tiny_model), "--host", "127.0.0.1", "--port", str(port), "-c", "2048",
-         "-np", "1", "-t", "2", "--cache-ram", "0"],
-        stdout=log, stderr=subprocess.STDOUT,
+        [
+            str(llama_bins.server),
+            "-m",
+            str(tiny_model),
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "-c",
+            "2048",
+            "-np",
+            "1",
+            "-t",
+            "2",
+            "--cache-ram",
+            "0",
+        ],
+        stdout=log,
+        stderr=subprocess.STDOUT,
     )
     try:
         deadline = time.monotonic() + 60

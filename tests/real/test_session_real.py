@@ -23,13 +23,13 @@ from pathlib import Path
 import pytest
 
 from xover.cli import main
+from xover.domain.records import SessionTurn
+from xover.domain.workload import WorkloadSpec, dumps, generate
 from xover.llamacpp import process
 from xover.llamacpp.binaries import Binaries
-from xover.domain.records import SessionTurn
 from xover.measure.events import ConfigFailed, SessionEvent, Sized
 from xover.measure.session import SessionOutcome, run_session
 from xover.results.store import Store
-from xover.domain.workload import WorkloadSpec, dumps, generate
 
 pytestmark = pytest.mark.real
 
@@ -50,18 +50,36 @@ def workload(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def short_workload(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Two turns, about 1.1K and 2.5K tokens."""
     path = tmp_path_factory.mktemp("workload") / "short.jsonl"
-    path.write_text(dumps(generate(WorkloadSpec(seed=2, turns=2, system_tokens=1024, target_tokens=2048, rewrite_every=0,
-                                                chars_per_token=1.0))), encoding="utf-8")
+    path.write_text(
+        dumps(
+            generate(
+                WorkloadSpec(
+                    seed=2, turns=2, system_tokens=1024, target_tokens=2048, rewrite_every=0, chars_per_token=1.0
+                )
+            )
+        ),
+        encoding="utf-8",
+    )
     return path
 
 
 @pytest.fixture(scope="module")
-def replay(tmp_path_factory: pytest.TempPathFactory, llama_bins: Binaries, tiny_model: Path,
-           workload: Path) -> tuple[SessionOutcome, list[SessionEvent], Path]:
+def replay(
+    tmp_path_factory: pytest.TempPathFactory, llama_bins: Binaries, tiny_model: Path, workload: Path
+) -> tuple[SessionOutcome, list[SessionEvent], Path]:
     study = tmp_path_factory.mktemp("study")
     events: list[SessionEvent] = []
-    out = run_session(study, llama_bins, tiny_model, workload, [("tiny", THREADS)], ("default", "off", "reuse"), RESPONSE,
-                      command=["test"], on_event=events.append)
+    out = run_session(
+        study,
+        llama_bins,
+        tiny_model,
+        workload,
+        [("tiny", THREADS)],
+        ("default", "off", "reuse"),
+        RESPONSE,
+        command=["test"],
+        on_event=events.append,
+    )
     assert process.live_pids() == []
     return out, events, study
 
@@ -82,7 +100,9 @@ def test_every_turn_is_measured_and_consistent(replay: tuple[SessionOutcome, lis
     out, events, _ = replay
     assert out.failures == ()
     modes = _by_mode(out)
-    assert {m: [t.turn for t in ts] for m, ts in modes.items()} == {m: list(range(SPEC.turns)) for m in ("default", "off", "reuse")}
+    assert {m: [t.turn for t in ts] for m, ts in modes.items()} == {
+        m: list(range(SPEC.turns)) for m in ("default", "off", "reuse")
+    }
     sized = [e for e in events if isinstance(e, Sized)]
     assert len(sized) == 1 and sized[0].reply_growth is not None and out.ctx_size == sized[0].ctx_size
     for t in out.turns:
@@ -141,27 +161,50 @@ def test_turns_and_provenance_are_stored(replay: tuple[SessionOutcome, list[Sess
     assert {"-np", "--cache-ram"} <= set(args["off"]) and "--cache-reuse" not in args["off"]
     assert "--cache-reuse" in args["reuse"] and "--cache-ram" not in args["default"]
     logs = sorted(p.name for p in (study / "logs").iterdir())
-    assert logs == ["server-sizing-1.log", "server-tiny-default-1.log", "server-tiny-off-1.log", "server-tiny-reuse-1.log"]
+    assert logs == [
+        "server-sizing-1.log",
+        "server-tiny-default-1.log",
+        "server-tiny-off-1.log",
+        "server-tiny-reuse-1.log",
+    ]
     from xover.report.export import sample_rows
 
     rows = sample_rows(study, "session")  # `xover export --what session`: one flat row per stored turn
-    assert [(r["mode"], r["turn"], r["prompt_tokens"]) for r in rows] == [(t.mode, t.turn, t.prompt_tokens) for t in stored]
+    assert [(r["mode"], r["turn"], r["prompt_tokens"]) for r in rows] == [
+        (t.mode, t.turn, t.prompt_tokens) for t in stored
+    ]
 
 
-def test_exact_replay_sends_the_recorded_replies(tmp_path: Path, llama_bins: Binaries, tiny_model: Path,
-                                                 short_workload: Path) -> None:
-    out = run_session(tmp_path, llama_bins, tiny_model, short_workload, [("tiny", THREADS)], ("default",), RESPONSE,
-                      exact=True)
+def test_exact_replay_sends_the_recorded_replies(
+    tmp_path: Path, llama_bins: Binaries, tiny_model: Path, short_workload: Path
+) -> None:
+    out = run_session(
+        tmp_path, llama_bins, tiny_model, short_workload, [("tiny", THREADS)], ("default",), RESPONSE, exact=True
+    )
     assert out.failures == () and [t.turn for t in out.turns] == [0, 1]
     assert all(t.feed == "recorded" and t.reply_tokens is None for t in out.turns)
-    assert _n(out.turns[1]) == (out.turns[1].prefix_tokens, (out.turns[1].prompt_tokens or 0) - out.turns[0].prompt_tokens)
+    assert _n(out.turns[1]) == (
+        out.turns[1].prefix_tokens,
+        (out.turns[1].prompt_tokens or 0) - out.turns[0].prompt_tokens,
+    )
 
 
-def test_a_turn_past_the_context_fails_that_replay_only(tmp_path: Path, llama_bins: Binaries, tiny_model: Path,
-                                                        short_workload: Path) -> None:
+def test_a_turn_past_the_context_fails_that_replay_only(
+    tmp_path: Path, llama_bins: Binaries, tiny_model: Path, short_workload: Path
+) -> None:
     events: list[SessionEvent] = []
-    out = run_session(tmp_path, llama_bins, tiny_model, short_workload, [("small", THREADS), ("big", THREADS + ("-c", "4096"))],
-                      ("off",), RESPONSE, exact=True, ctx_size=2048, on_event=events.append)
+    out = run_session(
+        tmp_path,
+        llama_bins,
+        tiny_model,
+        short_workload,
+        [("small", THREADS), ("big", THREADS + ("-c", "4096"))],
+        ("off",),
+        RESPONSE,
+        exact=True,
+        ctx_size=2048,
+        on_event=events.append,
+    )
     assert [(out.labels[t.config_key], t.turn) for t in out.turns] == [("small", 0), ("big", 0), ("big", 1)]
     (failed,) = [e for e in events if isinstance(e, ConfigFailed)]
     assert failed.label == "small" and failed.skipped == 1
@@ -170,11 +213,35 @@ def test_a_turn_past_the_context_fails_that_replay_only(tmp_path: Path, llama_bi
         assert st.runs()[-1]["status"] == "failed" and len(st.failures()) == 1
 
 
-def test_cli_end_to_end(tmp_path: Path, tiny_model: Path, llama_bins: Binaries, capsys: pytest.CaptureFixture[str]) -> None:
+def test_cli_end_to_end(
+    tmp_path: Path, tiny_model: Path, llama_bins: Binaries, capsys: pytest.CaptureFixture[str]
+) -> None:
     try:
-        main(["session", "-m", str(tiny_model), "--turns", "2", "--system-tokens", "512", "--target-tokens", "1k",
-              "--chars-per-token", "1", "--response-tokens", "4", "--cache-modes", "default",
-              "--threads", "2", "-o", str(tmp_path), "--llama-bin-dir", str(llama_bins.bin_dir)])
+        main(
+            [
+                "session",
+                "-m",
+                str(tiny_model),
+                "--turns",
+                "2",
+                "--system-tokens",
+                "512",
+                "--target-tokens",
+                "1k",
+                "--chars-per-token",
+                "1",
+                "--response-tokens",
+                "4",
+                "--cache-modes",
+                "default",
+                "--threads",
+                "2",
+                "-o",
+                str(tmp_path),
+                "--llama-bin-dir",
+                str(llama_bins.bin_dir),
+            ]
+        )
     except SystemExit as e:
         assert e.code in (0, None)
     captured = capsys.readouterr()
@@ -183,5 +250,7 @@ def test_cli_end_to_end(tmp_path: Path, tiny_model: Path, llama_bins: Binaries, 
     (generated,) = tmp_path.glob("session-seed0-turns2-*.jsonl")
     with Store(tmp_path) as st:
         assert [t.turn for _, _, _, t in st.session_turns()] == [0, 1]
-    assert generated.read_bytes() == dumps(generate(WorkloadSpec(turns=2, system_tokens=512, target_tokens=1024,
-                                                                 chars_per_token=1.0))).encode()
+    assert (
+        generated.read_bytes()
+        == dumps(generate(WorkloadSpec(turns=2, system_tokens=512, target_tokens=1024, chars_per_token=1.0))).encode()
+    )

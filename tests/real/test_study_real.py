@@ -89,8 +89,13 @@ def study_dir(tmp_path_factory, tiny_model: Path, llama_bins) -> Path:
     spec.write_text(SPEC.format(model=tiny_model))
     out = root / "out"
     env = dict(os.environ, XOVER_LLAMA_BIN_DIR=str(llama_bins.bin_dir))
-    proc = subprocess.Popen(_xover("study", str(spec), "-o", str(out), "-q"), env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        _xover("study", str(spec), "-o", str(out), "-q"),
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     llama_pids: set[int] = set()
     deadline = time.monotonic() + 240
     while time.monotonic() < deadline and proc.poll() is None:
@@ -111,8 +116,9 @@ def study_dir(tmp_path_factory, tiny_model: Path, llama_bins) -> Path:
     assert con.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
     con.close()
 
-    done = subprocess.run(_xover("study", str(spec), "-o", str(out), "-q"), env=env, capture_output=True, text=True,
-                          timeout=300)
+    done = subprocess.run(
+        _xover("study", str(spec), "-o", str(out), "-q"), env=env, capture_output=True, text=True, timeout=300
+    )
     assert done.returncode == 0, done.stderr
     after = _ids(out / "results.sqlite")
     # nothing measured before the interruption was lost or measured again
@@ -124,8 +130,12 @@ def study_dir(tmp_path_factory, tiny_model: Path, llama_bins) -> Path:
 def test_resumed_study_measured_each_point_once(study_dir: Path) -> None:
     con = sqlite3.connect(study_dir / "results.sqlite")
     labels = dict(con.execute("SELECT key, label FROM configs"))
-    ok = Counter((labels[k], L) for k, L in con.execute(
-        "SELECT config_key, length FROM ttft_samples WHERE mode='cold' AND cache_ok=1 AND error IS NULL"))
+    ok = Counter(
+        (labels[k], L)
+        for k, L in con.execute(
+            "SELECT config_key, length FROM ttft_samples WHERE mode='cold' AND cache_ok=1 AND error IS NULL"
+        )
+    )
     bench = Counter((labels[k], t) for k, t in con.execute("SELECT config_key, test FROM bench_results"))
     con.close()
     assert ok == {(c, L): 2 for c in ("t=1", "t=2") for L in (256, 1024)}
@@ -147,6 +157,7 @@ def test_report_shows_the_blind_prediction_beside_every_point(study_dir: Path) -
 
 def test_report_rebuilds_offline_and_renders_in_chromium(study_dir: Path, tmp_path: Path) -> None:
     from playwright import sync_api as playwright  # the test extra installs it; never skipped
+
     chromium = shutil.which("chromium") or shutil.which("chromium-browser")
     assert chromium, "Chromium is needed: scripts/setup.sh test installs Debian's chromium package"
     copy = tmp_path / "copied-study"
@@ -156,9 +167,17 @@ def test_report_rebuilds_offline_and_renders_in_chromium(study_dir: Path, tmp_pa
     html = copy / "report.html"
     assert "http://" not in html.read_text() and "https://" not in html.read_text()  # nothing to fetch
     with playwright.sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=chromium, args=[
-            "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
-            "--disable-sync", "--no-first-run"])
+        browser = p.chromium.launch(
+            executable_path=chromium,
+            args=[
+                "--no-sandbox",
+                "--disable-gpu",
+                "--disable-background-networking",
+                "--disable-component-update",
+                "--disable-sync",
+                "--no-first-run",
+            ],
+        )
         try:
             page = browser.new_page()
             errors: list[str] = []

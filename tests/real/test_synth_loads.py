@@ -22,8 +22,9 @@ pytestmark = pytest.mark.real
 
 SHAPES = {
     "tiny-moe": PRESETS["tiny-moe"],
-    "dense-small": make_shape("dense-30b", n_layer=2, n_embd=256, n_head=4, n_head_kv=2, head_dim=64, n_ff=512,
-                              n_vocab=1024),
+    "dense-small": make_shape(
+        "dense-30b", n_layer=2, n_embd=256, n_head=4, n_head_kv=2, head_dim=64, n_ff=512, n_vocab=1024
+    ),
     # qwen3-30b-a3b's layer dimensions (2048 / 32x128 / 4 KV heads / experts of 768), cut to one layer
     "qwen-slice": make_shape("qwen3-30b-a3b", n_layer=1, n_expert=4, n_expert_used=2, n_vocab=1024),
     # issue 19: one tiny variant per added architecture (SWA + sinks + MXFP4; shared experts + dense lead +
@@ -41,7 +42,9 @@ def test_llama_bench_loads_and_runs(name: str, llama_bins: Binaries, tmp_path: P
     start = time.perf_counter()
     proc = subprocess.run(
         [str(llama_bins.bench), "-m", str(model), "-p", "64", "-n", "16", "-r", "1", "-t", "2", "-o", "jsonl"],
-        capture_output=True, text=True, timeout=120,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     seconds = time.perf_counter() - start
     assert proc.returncode == 0, proc.stderr[-2000:]
@@ -62,13 +65,16 @@ NEW_ARCHS = ("tiny-gpt-oss", "tiny-glm4moe", "tiny-deepseek2")
 def test_inspect_json_matches_llama_bench_exactly(name: str, llama_bins: Binaries, tmp_path: Path) -> None:
     """``xover inspect --json`` (header only) against llama-bench's model_size and model_n_params."""
     model = write_model(SHAPES[name], tmp_path / f"{name}.gguf").path
-    inspect = subprocess.run([sys.executable, "-m", "xover", "inspect", "--json", str(model)],
-                             capture_output=True, text=True, timeout=120)
+    inspect = subprocess.run(
+        [sys.executable, "-m", "xover", "inspect", "--json", str(model)], capture_output=True, text=True, timeout=120
+    )
     assert inspect.returncode == 0, inspect.stderr[-2000:]
     report = json.loads(inspect.stdout)
     proc = subprocess.run(
         [str(llama_bins.bench), "-m", str(model), "-p", "512", "-n", "16", "-r", "1", "-t", "2", "-o", "jsonl"],
-        capture_output=True, text=True, timeout=180,
+        capture_output=True,
+        text=True,
+        timeout=180,
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
     records = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
@@ -92,9 +98,25 @@ def test_llama_server_loads_and_completes(name: str, llama_bins: Binaries, tmp_p
     log_path = tmp_path / "server.log"
     with log_path.open("w") as log:
         proc = process.spawn(
-            [str(llama_bins.server), "-m", str(model), "--host", "127.0.0.1", "--port", str(port), "-c", "2048",
-             "-np", "1", "-t", "2", "--cache-ram", "0"],
-            stdout=log, stderr=subprocess.STDOUT,
+            [
+                str(llama_bins.server),
+                "-m",
+                str(model),
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(port),
+                "-c",
+                "2048",
+                "-np",
+                "1",
+                "-t",
+                "2",
+                "--cache-ram",
+                "0",
+            ],
+            stdout=log,
+            stderr=subprocess.STDOUT,
         )
         try:
             deadline = time.monotonic() + 90
@@ -109,8 +131,11 @@ def test_llama_server_loads_and_completes(name: str, llama_bins: Binaries, tmp_p
                 assert time.monotonic() < deadline, "server never became healthy"
                 time.sleep(0.1)
             body = {"prompt": list(range(300, 600)), "n_predict": 8, "ignore_eos": True, "cache_prompt": False}
-            req = urllib.request.Request(f"http://127.0.0.1:{port}/completion", data=json.dumps(body).encode(),
-                                         headers={"Content-Type": "application/json"})
+            req = urllib.request.Request(
+                f"http://127.0.0.1:{port}/completion",
+                data=json.dumps(body).encode(),
+                headers={"Content-Type": "application/json"},
+            )
             with urllib.request.urlopen(req, timeout=60) as r:
                 answer = json.loads(r.read())
             assert answer["timings"]["prompt_n"] == 300 and answer["timings"]["predicted_n"] == 8

@@ -24,9 +24,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from xover.client.http import completion_body
+from xover.domain.prompts import TextPrompts
 from xover.llamacpp.binaries import Binaries
 from xover.llamacpp.server import LlamaServer, ServerSpec, context_size
-from xover.domain.prompts import TextPrompts
 from xover.measure.ttft import check_cache
 
 pytestmark = pytest.mark.real
@@ -82,7 +82,9 @@ class _Server:
 
     def cold_prompt_n(self, text: str) -> str | None:
         assert self.srv.client is not None
-        rec = self.loop.run_until_complete(self.srv.client.stream_completion(completion_body(text, 2, cache_prompt=False)))
+        rec = self.loop.run_until_complete(
+            self.srv.client.stream_completion(completion_body(text, 2, cache_prompt=False))
+        )
         assert rec.result.error is None, rec.result.error
         return check_cache("cold", self.count(text), rec.result.timings)
 

@@ -18,14 +18,13 @@ from pathlib import Path
 import pytest
 
 from procs import pid_gone
-
 from xover.cli import main
 from xover.client.http import completion_body
+from xover.domain.prompts import TokenPrompts, token_pool
 from xover.llamacpp.binaries import Binaries
 from xover.llamacpp.server import LlamaServer, ServerSpec, context_size
-from xover.domain.prompts import TokenPrompts, token_pool
-from xover.results.store import Store
 from xover.measure.ttft import TtftPlan, TtftRun, check_cache, gguf_token_types, summarize_points
+from xover.results.store import Store
 
 pytestmark = pytest.mark.real
 
@@ -51,20 +50,27 @@ def _spec(model: Path, label: str = "tiny", max_len: int = 1024, **kw: object) -
 
 def _run(tmp_path: Path, bins: Binaries, model: Path, plan: TtftPlan, specs: list[ServerSpec]):  # type: ignore[no-untyped-def]
     with Store(tmp_path) as store:
-        out = asyncio.run(TtftRun(store, plan, ["test"], binaries=bins, model=model).run_managed(specs, tmp_path / "logs"))
+        out = asyncio.run(
+            TtftRun(store, plan, ["test"], binaries=bins, model=model).run_managed(specs, tmp_path / "logs")
+        )
         pids = [body["pid"] for _, _, body in store.artifacts("server-props")]
         prov = store.runs()[-1]["provenance"]
     return out, pids, prov
 
 
-def test_cold_samples_pass_the_cold_check_at_several_lengths(tmp_path: Path, llama_bins: Binaries, tiny_model: Path) -> None:
+def test_cold_samples_pass_the_cold_check_at_several_lengths(
+    tmp_path: Path, llama_bins: Binaries, tiny_model: Path
+) -> None:
     plan = TtftPlan(lengths=(64, 256, 1024), reps=2, response_tokens=8, seed=1)
     out, pids, prov = _run(tmp_path, llama_bins, tiny_model, plan, [_spec(tiny_model)])
     assert out.failures == ()
     assert len(out.samples) == 6
     for s in out.samples:
         assert s.error is None and s.cache_ok
-        assert s.timings is not None and (s.timings.cache_n, s.timings.prompt_n) == (0, s.length)  # no BOS on id prompts
+        assert s.timings is not None and (s.timings.cache_n, s.timings.prompt_n) == (
+            0,
+            s.length,
+        )  # no BOS on id prompts
         assert s.timings.predicted_n == 8  # ignore_eos: exactly n_predict
         # random weights emit raw bytes; a last token that ends inside a UTF-8 character is never streamed
         assert s.n_tokens_received in (7, 8)
@@ -88,12 +94,16 @@ def test_warm_resend_is_served_from_the_slot(tmp_path: Path, llama_bins: Binarie
 
 
 @pytest.mark.parametrize("text", [False, True], ids=["ids", "text"])
-def test_length_is_exact_on_a_model_that_adds_bos(tmp_path: Path, llama_bins: Binaries, bos_model: Path, text: bool) -> None:
+def test_length_is_exact_on_a_model_that_adds_bos(
+    tmp_path: Path, llama_bins: Binaries, bos_model: Path, text: bool
+) -> None:
     plan = TtftPlan(lengths=(64, 300), reps=1, response_tokens=8, text=text, seed=3)
     out, _, _ = _run(tmp_path, llama_bins, bos_model, plan, [_spec(bos_model)])
     assert out.failures == ()
     assert [(s.length, s.timings.prompt_n if s.timings else None, s.cache_ok) for s in out.samples] == [
-        (64, 64, True), (300, 300, True)]
+        (64, 64, True),
+        (300, 300, True),
+    ]
     assert all(s.prompt_id.startswith("text:" if text else "ids:") for s in out.samples)
 
 
@@ -138,10 +148,31 @@ def test_server_is_gone_after_the_context_even_on_error(tmp_path: Path, llama_bi
     assert len(pids) == 1 and pid_gone(pids[0])
 
 
-def test_cli_end_to_end(tmp_path: Path, tiny_model: Path, llama_bins: Binaries, capsys: pytest.CaptureFixture[str]) -> None:
+def test_cli_end_to_end(
+    tmp_path: Path, tiny_model: Path, llama_bins: Binaries, capsys: pytest.CaptureFixture[str]
+) -> None:
     try:
-        main(["ttft", "-m", str(tiny_model), "--ncmoe", "0,2", "--lengths", "64,256", "-r", "1", "--response-tokens", "8",
-              "--threads", str(THREADS), "-o", str(tmp_path), "--llama-bin-dir", str(llama_bins.bin_dir)])
+        main(
+            [
+                "ttft",
+                "-m",
+                str(tiny_model),
+                "--ncmoe",
+                "0,2",
+                "--lengths",
+                "64,256",
+                "-r",
+                "1",
+                "--response-tokens",
+                "8",
+                "--threads",
+                str(THREADS),
+                "-o",
+                str(tmp_path),
+                "--llama-bin-dir",
+                str(llama_bins.bin_dir),
+            ]
+        )
     except SystemExit as e:
         assert e.code in (0, None)
     out = capsys.readouterr().out

@@ -20,9 +20,8 @@ import pytest
 
 from xover.analysis import advise
 from xover.domain.codec import decode
-
-from xover.measure import tune
 from xover.domain.study_spec import load_spec
+from xover.measure import tune
 from xover.results.store import Store
 
 pytestmark = pytest.mark.real
@@ -49,12 +48,18 @@ name = "cpu"
 
 def _study(spec: Path, out: Path, bins: Path, *extra: str) -> subprocess.CompletedProcess[str]:
     env = dict(os.environ, XOVER_LLAMA_BIN_DIR=str(bins))
-    return subprocess.run([sys.executable, "-m", "xover", "study", str(spec), "-o", str(out), "-q", *extra], env=env,
-                          capture_output=True, text=True, timeout=600)
+    return subprocess.run(
+        [sys.executable, "-m", "xover", "study", str(spec), "-o", str(out), "-q", *extra],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
 
 
-def test_a_knob_without_effect_is_reported_as_none_and_keeps_the_defaults(llama_bins, tiny_model: Path,
-                                                                          tmp_path: Path) -> None:
+def test_a_knob_without_effect_is_reported_as_none_and_keeps_the_defaults(
+    llama_bins, tiny_model: Path, tmp_path: Path
+) -> None:
     spec = tmp_path / "spec.toml"
     spec.write_text(SPEC.format(model=tiny_model))
     out = tmp_path / "out"
@@ -82,8 +87,9 @@ def test_a_knob_without_effect_is_reported_as_none_and_keeps_the_defaults(llama_
         assert len(store.artifacts(tune.ARTIFACT)) == 1
 
 
-def test_a_tuned_setting_is_measured_as_its_own_variant_through_the_whole_study(llama_bins, tiny_model: Path,
-                                                                               tmp_path: Path) -> None:
+def test_a_tuned_setting_is_measured_as_its_own_variant_through_the_whole_study(
+    llama_bins, tiny_model: Path, tmp_path: Path
+) -> None:
     spec_path = tmp_path / "spec.toml"
     spec_path.write_text(SPEC.format(model=tiny_model))
     spec = load_spec(spec_path)
@@ -99,8 +105,12 @@ def test_a_tuned_setting_is_measured_as_its_own_variant_through_the_whole_study(
     assert "cpu: ub=256" in r.stdout and "llama-server -m " in r.stdout and "-ub 256" in r.stdout
     con = sqlite3.connect(out / "results.sqlite")
     labels = dict(con.execute("SELECT key, label FROM configs"))
-    cold = Counter((labels[k], L) for k, L in con.execute(
-        "SELECT config_key, length FROM ttft_samples WHERE mode='cold' AND cache_ok=1 AND error IS NULL"))
+    cold = Counter(
+        (labels[k], L)
+        for k, L in con.execute(
+            "SELECT config_key, length FROM ttft_samples WHERE mode='cold' AND cache_ok=1 AND error IS NULL"
+        )
+    )
     bench = Counter(labels[k] for (k,) in con.execute("SELECT config_key FROM bench_results"))
     args = {labels[k]: spec_json for k, spec_json in con.execute("SELECT key, spec FROM configs")}
     con.close()
@@ -109,20 +119,29 @@ def test_a_tuned_setting_is_measured_as_its_own_variant_through_the_whole_study(
     assert '"-ub"' in args["cpu tuned"] and '"256"' in args["cpu tuned"] and '"-ub"' not in args["cpu"]
 
 
-def test_ctrl_c_during_tuning_keeps_what_was_measured_and_leaves_no_llama_process(llama_bins, tiny_model: Path,
-                                                                                 tmp_path: Path) -> None:
+def test_ctrl_c_during_tuning_keeps_what_was_measured_and_leaves_no_llama_process(
+    llama_bins, tiny_model: Path, tmp_path: Path
+) -> None:
     import signal
     import time
 
     from test_study_real import _alive, _children
 
     spec = tmp_path / "spec.toml"
-    spec.write_text(SPEC.format(model=tiny_model).replace('tune-knobs = ["GGML_OP_OFFLOAD_MIN_BATCH"]',
-                                                          'tune-knobs = ["ubatch-size", "batch-size"]'))
+    spec.write_text(
+        SPEC.format(model=tiny_model).replace(
+            'tune-knobs = ["GGML_OP_OFFLOAD_MIN_BATCH"]', 'tune-knobs = ["ubatch-size", "batch-size"]'
+        )
+    )
     out = tmp_path / "out"
     env = dict(os.environ, XOVER_LLAMA_BIN_DIR=str(llama_bins.bin_dir))
-    proc = subprocess.Popen([sys.executable, "-m", "xover", "study", str(spec), "-o", str(out), "-q"], env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "xover", "study", str(spec), "-o", str(out), "-q"],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     tune_db = out / "tune" / "results.sqlite"
 
     def tune_results() -> int:

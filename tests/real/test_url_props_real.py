@@ -20,8 +20,8 @@ from xover.analysis.stats import summarize
 from xover.cli import main
 from xover.llamacpp.binaries import Binaries
 from xover.llamacpp.server import LlamaServer, ServerSpec, context_size
-from xover.results.store import Store
 from xover.measure.ttft import TtftPlan, TtftRun, gap_note, summarize_points
+from xover.results.store import Store
 
 pytestmark = pytest.mark.real
 
@@ -35,8 +35,9 @@ def _measure_url(bins: Binaries, model: Path, tmp_path: Path, cold_cache: bool, 
             with Store(tmp_path / "run") as store:
                 outcome = await TtftRun(store, plan, ["test"]).run_url(srv.url)
             # the CLI as a user types it, against the same server
-            await asyncio.to_thread(_cli, ["ttft", "--url", srv.url, "--lengths", "64", "-r", "1", "-R", "4",
-                                           "-o", str(tmp_path / "cli")])
+            await asyncio.to_thread(
+                _cli, ["ttft", "--url", srv.url, "--lengths", "64", "-r", "1", "-R", "4", "-o", str(tmp_path / "cli")]
+            )
             return outcome, srv.props
 
     return asyncio.run(go())
@@ -54,8 +55,9 @@ def _large_gap(outcome):  # type: ignore[no-untyped-def]
     return dataclasses.replace(point, ttft_ns=summarize([30_000e6]), gap_ns=summarize([1_100e6]))
 
 
-def test_one_slot_no_cache_ram_server_is_not_blamed_on_slots(llama_bins: Binaries, tiny_model: Path, tmp_path: Path,
-                                                             capsys: pytest.CaptureFixture[str]) -> None:
+def test_one_slot_no_cache_ram_server_is_not_blamed_on_slots(
+    llama_bins: Binaries, tiny_model: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     outcome, props = _measure_url(llama_bins, tiny_model, tmp_path, True, capsys)
     assert props["total_slots"] == 1 and "cache_ram" not in str(props)  # what /props says, and what it does not
     (key,) = outcome.labels
@@ -66,10 +68,13 @@ def test_one_slot_no_cache_ram_server_is_not_blamed_on_slots(llama_bins: Binarie
     assert "several slots" not in capsys.readouterr().err
 
 
-def test_default_server_reports_its_slots(llama_bins: Binaries, tiny_model: Path, tmp_path: Path,
-                                          capsys: pytest.CaptureFixture[str]) -> None:
+def test_default_server_reports_its_slots(
+    llama_bins: Binaries, tiny_model: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     outcome, props = _measure_url(llama_bins, tiny_model, tmp_path, False, capsys)
     (key,) = outcome.labels
     assert outcome.slots[key] == props["total_slots"] > 1
     note = gap_note(_large_gap(outcome), outcome.labels[key], outcome.cold_cache[key], outcome.slots[key])
-    assert note is not None and f"reports {props['total_slots']} slots (/props)" in note and "-np 1 --cache-ram 0" in note
+    assert (
+        note is not None and f"reports {props['total_slots']} slots (/props)" in note and "-np 1 --cache-ram 0" in note
+    )

@@ -38,10 +38,18 @@ def _samples(value: float, reps: int, jitter: float) -> tuple[float, ...]:
     return tuple(value * (1 + jitter * (i - (reps - 1) / 2)) for i in range(reps))
 
 
-def fake(pp_factor: Callable[[dict[str, str]], float], tg_factor: Callable[[dict[str, str]], float] = lambda s: 1.0,
-         calls: list[Setting] | None = None, reps: int = 3, jitter: float = 0.002, pp0: float = 3000.0,
-         tg0: float = 60.0, fail: Callable[[dict[str, str]], bool] = lambda s: False) -> Callable[[Setting], Measurement]:
+def fake(
+    pp_factor: Callable[[dict[str, str]], float],
+    tg_factor: Callable[[dict[str, str]], float] = lambda s: 1.0,
+    calls: list[Setting] | None = None,
+    reps: int = 3,
+    jitter: float = 0.002,
+    pp0: float = 3000.0,
+    tg0: float = 60.0,
+    fail: Callable[[dict[str, str]], bool] = lambda s: False,
+) -> Callable[[Setting], Measurement]:
     """A machine whose prefill slows linearly with depth and whose knobs scale prefill and decode."""
+
     def measure(setting: Setting) -> Measurement:
         if calls is not None:
             calls.append(setting)
@@ -51,6 +59,7 @@ def fake(pp_factor: Callable[[dict[str, str]], float], tg_factor: Callable[[dict
         pp = tuple(RateSamples(d, 4096, _samples(pp0 * pp_factor(s) / (1 + d / 20_000), reps, jitter)) for d in DEPTHS)
         tg = tuple(RateSamples(d, 64, _samples(tg0 * tg_factor(s) / (1 + d / 80_000), reps, jitter)) for d in DEPTHS)
         return Measurement(pp, tg, effective=(("n_threads", "2"), ("backends", "CUDA")), peak_rss_bytes=1 << 30)
+
     return measure
 
 
@@ -82,7 +91,9 @@ def test_ttft_integrates_prefill_time_over_depth() -> None:
 
 def test_estimate_is_the_workload_average_with_a_spread_from_repetitions() -> None:
     w = Workload("two", (Turn(1000, 10), Turn(3000, 10, weight=3.0)))
-    m = Measurement(prefill=(RateSamples(0, 500, (900.0, 1000.0, 1100.0)),), decode=(RateSamples(0, 10, (10.0, 10.0, 10.0)),))
+    m = Measurement(
+        prefill=(RateSamples(0, 500, (900.0, 1000.0, 1100.0)),), decode=(RateSamples(0, 10, (10.0, 10.0, 10.0)),)
+    )
     e = advise.estimate(m, w)
     assert e.ttft_s == pytest.approx((1.0 + 3 * 3.0) / 4)
     assert e.turn_s == pytest.approx(e.ttft_s + 1.0)
@@ -143,6 +154,7 @@ def test_drift_between_measurements_widens_the_noise_band() -> None:
     """Load grows while the search runs (each measurement 1 % slower than the one before): a knob
     really worth 5 % measures as a 1-2 % gain, beyond the spread within one llama-bench process. The
     defaults measured again at the end show the drift, and the gain is then within noise."""
+
     def drifting(recheck: bool) -> advise.Search:
         count = [0]
         inner = fake(lambda s: 1.05 if s.get("ubatch-size") == "2048" else 1.0)
@@ -165,11 +177,16 @@ def test_drift_between_measurements_widens_the_noise_band() -> None:
     assert ub.kept is None and all(e.within_noise for e in ub.effects)
     assert seen.trial(advise.RECHECK).label == "defaults (again)"
     config = advise.llama_config(KNOBS, advise.RECHECK, 18, "x")
-    assert config.env == ((advise.RECHECK_ENV, "1"),) and config.bench_config().key != advise.llama_config(KNOBS, DEFAULTS, 18, "x").bench_config().key
+    assert (
+        config.env == ((advise.RECHECK_ENV, "1"),)
+        and config.bench_config().key != advise.llama_config(KNOBS, DEFAULTS, 18, "x").bench_config().key
+    )
 
 
 def test_failed_candidates_are_recorded_and_never_recommended() -> None:
-    search = advise.coordinate_search(KNOBS, fake(planted, fail=lambda s: s.get("ubatch-size") in ("2048", "4096")), AGENTIC)
+    search = advise.coordinate_search(
+        KNOBS, fake(planted, fail=lambda s: s.get("ubatch-size") in ("2048", "4096")), AGENTIC
+    )
     ub = next(v for v in search.verdicts if v.knob == "ubatch-size")
     assert ub.failed == ("2048", "4096") and ub.kept == "1024"
     assert search.recommended == (("load-mode", "none"), ("ubatch-size", "1024"))
@@ -186,14 +203,36 @@ def test_defaults_that_cannot_run_say_what_to_change() -> None:
 
 
 def test_settings_become_llama_bench_and_llama_server_configurations() -> None:
-    setting = advise.normalize(KNOBS, {"threads": "8", "GGML_OP_OFFLOAD_MIN_BATCH": "1024", "no-op-offload": "1",
-                                       "ubatch-size": "4096", "load-mode": "none", "batch-size": "2048"})
-    assert setting == (("load-mode", "none"), ("ubatch-size", "4096"), ("batch-size", "4096"), ("no-op-offload", "1"),
-                       ("GGML_OP_OFFLOAD_MIN_BATCH", "1024"), ("threads", "8"))
+    setting = advise.normalize(
+        KNOBS,
+        {
+            "threads": "8",
+            "GGML_OP_OFFLOAD_MIN_BATCH": "1024",
+            "no-op-offload": "1",
+            "ubatch-size": "4096",
+            "load-mode": "none",
+            "batch-size": "2048",
+        },
+    )
+    assert setting == (
+        ("load-mode", "none"),
+        ("ubatch-size", "4096"),
+        ("batch-size", "4096"),
+        ("no-op-offload", "1"),
+        ("GGML_OP_OFFLOAD_MIN_BATCH", "1024"),
+        ("threads", "8"),
+    )
     assert advise.normalize(KNOBS, {"ubatch-size": "512", "threads": "auto"}) == DEFAULTS  # llama.cpp's defaults
     config = advise.llama_config(KNOBS, setting, 18, "x")
     bench = config.bench_config()
-    assert bench.fields == (("-ncmoe", "18"), ("-lm", "none"), ("-ub", "4096"), ("-b", "4096"), ("-t", "8"), ("-nopo", "1"))
+    assert bench.fields == (
+        ("-ncmoe", "18"),
+        ("-lm", "none"),
+        ("-ub", "4096"),
+        ("-b", "4096"),
+        ("-t", "8"),
+        ("-nopo", "1"),
+    )
     assert bench.env == (("GGML_OP_OFFLOAD_MIN_BATCH", "1024"),)
     assert advise.server_command(config, "m.gguf") == (
         "GGML_OP_OFFLOAD_MIN_BATCH=1024 llama-server -m m.gguf -ncmoe 18 -lm none -ub 4096 -b 4096 -t 8 --no-op-offload"
@@ -208,9 +247,18 @@ def test_settings_become_llama_bench_and_llama_server_configurations() -> None:
 
 def test_workload_files_lengths_and_representative_points() -> None:
     w = advise.parse_workload("# turns of a session\n12k, 300\n20000\n\n30k 100 2\n", 200, "w.txt")
-    assert [(t.length, t.response, t.weight) for t in w.turns] == [(12288, 300, 1.0), (20000, 200, 1.0), (30720, 100, 2.0)]
+    assert [(t.length, t.response, t.weight) for t in w.turns] == [
+        (12288, 300, 1.0),
+        (20000, 200, 1.0),
+        (30720, 100, 2.0),
+    ]
     assert w.depths() == (0, 12288, 20000, 30720)
-    for bad, message in (("x", "not a token count"), ("1,2,3,4", "PROMPT_TOKENS"), ("1,2,w", "weight"), ("#", "no turns")):
+    for bad, message in (
+        ("x", "not a token count"),
+        ("1,2,3,4", "PROMPT_TOKENS"),
+        ("1,2,w", "weight"),
+        ("#", "no turns"),
+    ):
         with pytest.raises(XoverError, match=message):
             advise.parse_workload(bad, 200, "w.txt")
     many = Workload("many", tuple(Turn(L, 10) for L in range(1000, 9000, 1000)))
@@ -239,7 +287,12 @@ def test_theory_expects_pinned_copies_and_no_effect_on_cpu_only_builds() -> None
     search = advise.coordinate_search(KNOBS, fake(planted), AGENTIC, n_cpu_moe=18)
     gpu = {e.setting: e for e in advise.expectations(terms, builtin("h200"), KNOBS, search, AGENTIC, gpu_build=True)}
     lm, nopo = gpu[(("load-mode", "none"),)], gpu[(("no-op-offload", "1"),)]
-    assert lm.change is not None and lm.change < 0.8 and "pinned memory at 55.5 GB/s" in lm.note and "pageable at 7.3" in lm.note
+    assert (
+        lm.change is not None
+        and lm.change < 0.8
+        and "pinned memory at 55.5 GB/s" in lm.note
+        and "pageable at 7.3" in lm.note
+    )
     assert nopo.change is not None and nopo.change != pytest.approx(1.0) and "computed on the CPU" in nopo.note
     assert gpu[(("ubatch-size", "2048"),)].change < 1.0  # type: ignore[operator]
     assert gpu[(("batch-size", "4096"),)].change == pytest.approx(1.0)
@@ -257,8 +310,10 @@ def test_theory_expects_pinned_copies_and_no_effect_on_cpu_only_builds() -> None
 def _flat(pp: float, tg: float) -> Measurement:
     """Speeds that do not depend on depth: TTFT(L) = L / pp exactly."""
     depths = (0, 4096, 8192, 16384)
-    return Measurement(tuple(RateSamples(d, 512, _samples(pp, 3, 1e-4)) for d in depths),
-                       tuple(RateSamples(d, 64, _samples(tg, 3, 1e-4)) for d in depths))
+    return Measurement(
+        tuple(RateSamples(d, 512, _samples(pp, 3, 1e-4)) for d in depths),
+        tuple(RateSamples(d, 64, _samples(tg, 3, 1e-4)) for d in depths),
+    )
 
 
 def test_crossover_revisited_moves_with_the_recommended_settings() -> None:
@@ -267,7 +322,10 @@ def test_crossover_revisited_moves_with_the_recommended_settings() -> None:
     # knobs     L/4000 + 10 = L/1500 + 5  -> 12,000 tokens
     lengths = (2000, 4000, 8000, 12000, 16000)
     (pair,) = advise.revisit_crossovers(
-        [("ncmoe=0", _flat(2000, 20), _flat(4000, 20)), ("ncmoe=18", _flat(1000, 40), _flat(1500, 40))], lengths, 200, n_boot=0,
+        [("ncmoe=0", _flat(2000, 20), _flat(4000, 20)), ("ncmoe=18", _flat(1000, 40), _flat(1500, 40))],
+        lengths,
+        200,
+        n_boot=0,
     )
     assert (pair.a, pair.b) == ("ncmoe=0", "ncmoe=18")
     assert [c.length for c in pair.at_defaults.interpolated] == [pytest.approx(10_000, rel=1e-3)]
@@ -288,17 +346,35 @@ def test_server_confirmation_averages_over_the_workload() -> None:
 
 def _advice() -> Advice:
     terms = model_terms(tensor_table(PRESETS["qwen3-30b-a3b"]))
-    searches = tuple(advise.coordinate_search(KNOBS, fake(planted, pp0=pp0, tg0=tg0), AGENTIC, n)
-                     for n, pp0, tg0 in ((0, 4000.0, 30.0), (18, 3000.0, 60.0)))
+    searches = tuple(
+        advise.coordinate_search(KNOBS, fake(planted, pp0=pp0, tg0=tg0), AGENTIC, n)
+        for n, pp0, tg0 in ((0, 4000.0, 30.0), (18, 3000.0, 60.0))
+    )
     lengths = AGENTIC.representative()
     return Advice(
-        model="models/<qwen>.gguf", backend="CUDA", hardware="h200", workload=AGENTIC, workload_note="",
-        chunk=4096, n_gen=64, repetitions=3, knobs=KNOBS, searches=searches,
-        expectations=tuple(e for s in searches for e in advise.expectations(terms, builtin("h200"), KNOBS, s, AGENTIC, True)),
-        crossovers=advise.revisit_crossovers([(s.label, s.defaults.measurement, s.best.measurement) for s in searches],
-                                             lengths, 200, n_boot=20),
-        confirmation=advise.confirmation(18, [ServerPoint(L, L / 2000, 50.0) for L in lengths],
-                                         [ServerPoint(L, L / 6000, 50.0) for L in lengths], AGENTIC, 2),
+        model="models/<qwen>.gguf",
+        backend="CUDA",
+        hardware="h200",
+        workload=AGENTIC,
+        workload_note="",
+        chunk=4096,
+        n_gen=64,
+        repetitions=3,
+        knobs=KNOBS,
+        searches=searches,
+        expectations=tuple(
+            e for s in searches for e in advise.expectations(terms, builtin("h200"), KNOBS, s, AGENTIC, True)
+        ),
+        crossovers=advise.revisit_crossovers(
+            [(s.label, s.defaults.measurement, s.best.measurement) for s in searches], lengths, 200, n_boot=20
+        ),
+        confirmation=advise.confirmation(
+            18,
+            [ServerPoint(L, L / 2000, 50.0) for L in lengths],
+            [ServerPoint(L, L / 6000, 50.0) for L in lengths],
+            AGENTIC,
+            2,
+        ),
     )
 
 
@@ -318,7 +394,11 @@ def test_renderers_show_the_recommendation_the_command_and_the_crossovers() -> N
     assert "Recommendation: ncmoe=18 lm=none ub=2048" in md
     assert "llama-server -m models/<qwen>.gguf -ncmoe 18 -lm none -ub 2048" in md
     assert "Confirmed through llama-server" in md and "The crossover, revisited" in md
-    assert "defaults measured again after the knobs:" in md and "(drift 0.0 ms, 0.0%)" in md and "| defaults (again) |" in md
+    assert (
+        "defaults measured again after the knobs:" in md
+        and "(drift 0.0 ms, 0.0%)" in md
+        and "| defaults (again) |" in md
+    )
     assert "| ncmoe=0 vs ncmoe=18 |" in md
     assert "batch-size: no effect on this hardware" in md
     page = advise_section_html(advice)
@@ -330,10 +410,10 @@ def test_renderers_show_the_recommendation_the_command_and_the_crossovers() -> N
 
 
 def test_measurements_are_read_back_from_the_store(tmp_path: Path) -> None:
+    from xover.domain.records import BenchResult, Provenance
+    from xover.llamacpp import memory
     from xover.measure import bench as benchrun
     from xover.measure.advise import is_gpu_build, measurement_from_store
-    from xover.llamacpp import memory
-    from xover.domain.records import BenchResult, Provenance
     from xover.results.store import Store
 
     config = advise.llama_config(KNOBS, (("load-mode", "none"),), 18, "ncmoe=18 lm=none").bench_config()
@@ -349,20 +429,35 @@ def test_measurements_are_read_back_from_the_store(tmp_path: Path) -> None:
         store.put_config(config)
         for r in (result(512, 0, 0, 5000.0), result(0, 16, 0, 90.0), result(512, 0, 1024, 4000.0)):
             store.add_bench_result(run, "mk", r)
-        assert measurement_from_store(store, config, "mk", sweep, None, False).failure == "llama-bench left tests unmeasured"
+        assert (
+            measurement_from_store(store, config, "mk", sweep, None, False).failure
+            == "llama-bench left tests unmeasured"
+        )
         store.add_bench_result(run, "mk", result(0, 16, 1024, 80.0))
         store.add_bench_result(run, "other-model", result(512, 0, 1024, 1.0))
-        store.add_artifact(run, memory.ARTIFACT, {"config_key": config.key, "source": "llama-bench",
-                                                  **memory.MemoryUse(5 << 30, (("CUDA0", "model", 9 << 30),)).to_dict()})
+        store.add_artifact(
+            run,
+            memory.ARTIFACT,
+            {
+                "config_key": config.key,
+                "source": "llama-bench",
+                **memory.MemoryUse(5 << 30, (("CUDA0", "model", 9 << 30),)).to_dict(),
+            },
+        )
         m = measurement_from_store(store, config, "mk", sweep, None, True)
         failed = measurement_from_store(store, config, "mk", sweep, "llama-bench exited with code 1", False)
     assert m.ok and m.reused and m.repetitions == 2
-    assert [(r.depth, r.tokens, r.samples_tps) for r in m.prefill] == [(0, 512, (5000.0, 5500.0)), (1024, 512, (4000.0, 4400.0))]
+    assert [(r.depth, r.tokens, r.samples_tps) for r in m.prefill] == [
+        (0, 512, (5000.0, 5500.0)),
+        (1024, 512, (4000.0, 4400.0)),
+    ]
     assert [r.depth for r in m.decode] == [0, 1024]
     assert dict(m.effective) == {"n_threads": "16", "load_mode": "none", "no_op_offload": "0", "backends": "CUDA"}
     assert (m.peak_rss_bytes, m.device_bytes) == (5 << 30, 9 << 30)
     assert failed.failure == "llama-bench exited with code 1" and not failed.ok
-    assert is_gpu_build("CUDA") and is_gpu_build("CPU,Vulkan") and not is_gpu_build("CPU") and not is_gpu_build("BLAS,CPU")
+    assert (
+        is_gpu_build("CUDA") and is_gpu_build("CPU,Vulkan") and not is_gpu_build("CPU") and not is_gpu_build("BLAS,CPU")
+    )
 
 
 def test_doubts_name_kept_values_the_theory_rules_out_and_combinations_that_do_not_add_up() -> None:
@@ -375,8 +470,13 @@ def test_doubts_name_kept_values_the_theory_rules_out_and_combinations_that_do_n
     search = advise.coordinate_search(KNOBS, fake(interacting), AGENTIC, n_cpu_moe=0)
     assert search.recommended == (("ubatch-size", "2048"),)  # the fastest measured, not the combination
     terms = model_terms(tensor_table(PRESETS["tiny-moe"]))
-    advice = dataclasses.replace(_advice(), searches=(search,), crossovers=(), confirmation=None,
-                                 expectations=advise.expectations(terms, builtin("cpu"), KNOBS, search, AGENTIC, False))
+    advice = dataclasses.replace(
+        _advice(),
+        searches=(search,),
+        crossovers=(),
+        confirmation=None,
+        expectations=advise.expectations(terms, builtin("cpu"), KNOBS, search, AGENTIC, False),
+    )
     doubts = advice.doubts(search)
     assert len(doubts) == 2
     assert doubts[0].startswith("no-op-offload=1 was kept, but the theory expects no effect here")
@@ -387,8 +487,13 @@ def test_doubts_name_kept_values_the_theory_rules_out_and_combinations_that_do_n
 def test_a_confirmation_slower_than_the_defaults_is_reported_as_not_confirmed() -> None:
     advice = _advice()
     lengths = AGENTIC.representative()
-    slower = advise.confirmation(18, [ServerPoint(L, L / 6000, 50.0) for L in lengths],
-                                 [ServerPoint(L, L / 2000, 50.0) for L in lengths], AGENTIC, 2)
+    slower = advise.confirmation(
+        18,
+        [ServerPoint(L, L / 6000, 50.0) for L in lengths],
+        [ServerPoint(L, L / 2000, 50.0) for L in lengths],
+        AGENTIC,
+        2,
+    )
     md = advise_section_markdown(dataclasses.replace(advice, confirmation=slower))
     assert "NOT confirmed through llama-server" in md and "Keep the defaults" in md
     assert "Confirmed through" not in md

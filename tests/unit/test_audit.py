@@ -6,20 +6,41 @@ from pathlib import Path
 
 import pytest
 
-from xover.measure.audit import StoredSample, audit, claim, load_samples
 from xover.cli import main
-from xover.errors import XoverError
 from xover.domain.records import ModelId, Provenance, ServerConfig, ServerTimings, TtftSample
+from xover.errors import XoverError
+from xover.measure.audit import StoredSample, audit, claim, load_samples
 from xover.results.store import Store
 
 
-def _sample(mode: str, length: int, cache_n: int | None, prompt_n: int | None, ttft_ms: float, cache_ok: bool = True,
-            error: str | None = None, config_key: str = "k") -> TtftSample:
+def _sample(
+    mode: str,
+    length: int,
+    cache_n: int | None,
+    prompt_n: int | None,
+    ttft_ms: float,
+    cache_ok: bool = True,
+    error: str | None = None,
+    config_key: str = "k",
+) -> TtftSample:
     ttft = round(ttft_ms * 1e6)
     timings = ServerTimings(cache_n, prompt_n, ttft_ms - 1, None, 8, 1.0, None) if cache_n is not None else None
-    return TtftSample(config_key=config_key, mode=mode, length=length, rep=0, prompt_id="p", sent_at_unix_ns=0,
-                      first_byte_ns=ttft, first_token_ns=ttft, end_ns=ttft + 1, token_times_ns=(ttft,), n_tokens_received=1,
-                      timings=timings, cache_ok=cache_ok, error=error)
+    return TtftSample(
+        config_key=config_key,
+        mode=mode,
+        length=length,
+        rep=0,
+        prompt_id="p",
+        sent_at_unix_ns=0,
+        first_byte_ns=ttft,
+        first_token_ns=ttft,
+        end_ns=ttft + 1,
+        token_times_ns=(ttft,),
+        n_tokens_received=1,
+        timings=timings,
+        cache_ok=cache_ok,
+        error=error,
+    )
 
 
 def _stored(*samples: TtftSample, label: str = "A") -> list[StoredSample]:
@@ -34,11 +55,18 @@ def test_claims() -> None:
 
 
 def test_clean_samples_give_no_findings() -> None:
-    r = audit(_stored(_sample("cold", 1000, 0, 1000, 100.0), _sample("warm", 1000, 999, 1, 5.0),
-                      _sample("cache:edit-move:edited", 608, 544, 64, 9.0)))
+    r = audit(
+        _stored(
+            _sample("cold", 1000, 0, 1000, 100.0),
+            _sample("warm", 1000, 999, 1, 5.0),
+            _sample("cache:edit-move:edited", 608, 544, 64, 9.0),
+        )
+    )
     assert r.findings == () and (r.n_samples, r.n_checked, r.n_unclaimed) == (3, 2, 1)
     assert [(row.mode, row.stored.median, row.changed) for row in r.summary] == [  # type: ignore[union-attr]
-        ("cold", 100e6, False), ("warm", 5e6, False)]
+        ("cold", 100e6, False),
+        ("warm", 5e6, False),
+    ]
 
 
 def test_a_cache_hit_in_disguise_is_found_and_the_summary_corrected() -> None:
@@ -52,8 +80,12 @@ def test_a_cache_hit_in_disguise_is_found_and_the_summary_corrected() -> None:
         _sample("cache:resend:first", 1024, 1023, 1, 4.0, cache_ok=True),
     )
     r = audit(samples)
-    assert [(f.row_id, f.claim, f.counted) for f in r.findings] == [(3, "cold", True), (4, "cold", False), (6, "warm", True),
-                                                                   (7, "cold", True)]
+    assert [(f.row_id, f.claim, f.counted) for f in r.findings] == [
+        (3, "cold", True),
+        (4, "cold", False),
+        (6, "warm", True),
+        (7, "cold", True),
+    ]
     assert r.n_counted == 3
     assert r.findings[0].reason == "cold check failed: cache_n=999 prompt_n=1, expected cache_n=0 prompt_n=1000"
     cold = next(row for row in r.summary if row.mode == "cold")
@@ -77,9 +109,19 @@ def test_a_directory_without_a_store_is_one_line(tmp_path: Path) -> None:
 
 
 def _prov() -> Provenance:
-    return Provenance(llama_build_commit="0c1e570", llama_build_number=0, llama_backend="CPU", llama_bin_dir="/x",
-                      llama_bin_source="cache", cpu_info="cpu", gpu_info=None, hostname="h", os="Linux", xover_version="0",
-                      model=ModelId(path="/m.gguf", name="m.gguf", size_bytes=1, header_sha256="ab" * 32))
+    return Provenance(
+        llama_build_commit="0c1e570",
+        llama_build_number=0,
+        llama_backend="CPU",
+        llama_bin_dir="/x",
+        llama_bin_source="cache",
+        cpu_info="cpu",
+        gpu_info=None,
+        hostname="h",
+        os="Linux",
+        xover_version="0",
+        model=ModelId(path="/m.gguf", name="m.gguf", size_bytes=1, header_sha256="ab" * 32),
+    )
 
 
 def _write(study: Path, polluted: bool) -> None:

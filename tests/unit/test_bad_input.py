@@ -12,8 +12,8 @@ import tracemalloc
 from pathlib import Path
 
 import pytest
-from procs import one_line_error, run_xover
 
+from procs import one_line_error, run_xover
 from xover.errors import GGUFError
 from xover.gguf.inspect import parse_header, read_header
 
@@ -71,7 +71,11 @@ def _boundaries(data: bytes) -> list[int]:
             pos += 12
             for i in range(count):
                 if item == 8:
-                    pos = string(pos) if i < 3 or i == count - 1 else pos + 8 + struct.unpack_from(order + "Q", data, pos)[0]
+                    pos = (
+                        string(pos)
+                        if i < 3 or i == count - 1
+                        else pos + 8 + struct.unpack_from(order + "Q", data, pos)[0]
+                    )
                 else:
                     pos += scalar[item]
             cuts.append(pos - 1)
@@ -100,52 +104,73 @@ def test_truncated_at_every_header_boundary(model: Path) -> None:
 
 
 def _kv_file(key: bytes, vtype: int, payload: bytes, n_tensors: int = 0, n_kv: int = 1) -> bytes:
-    return (b"GGUF" + struct.pack("<IQQ", 3, n_tensors, n_kv) + struct.pack("<Q", len(key)) + key
-            + struct.pack("<I", vtype) + payload)
+    return (
+        b"GGUF"
+        + struct.pack("<IQQ", 3, n_tensors, n_kv)
+        + struct.pack("<Q", len(key))
+        + key
+        + struct.pack("<I", vtype)
+        + payload
+    )
 
 
-@pytest.mark.parametrize("data, needle", [
-    (b"GGML" + b"\0" * 60, "not a GGUF file"),
-    (b"\x7fELF" + b"\0" * 60, "not a GGUF file"),
-    (b"GGUF" + struct.pack("<I", 99) + b"\0" * 56, "version"),
-    (b"GGUF" + struct.pack("<IQQ", 3, 2**63, 0), "claims 9223372036854775808 tensors"),
-    (b"GGUF" + struct.pack("<IQQ", 3, 0, 2**64 - 1), "metadata keys"),
-    # a key whose length is beyond the file, and one far beyond any honest string
-    (b"GGUF" + struct.pack("<IQQ", 3, 0, 1) + struct.pack("<Q", 1000) + b"abc" + b"\0" * 16, "needs 1000 bytes"),
-    (b"GGUF" + struct.pack("<IQQ", 3, 0, 1) + struct.pack("<Q", 2**62) + b"\0" * 16, "claims 4611686018427387904 bytes"),
-    # a string value whose length is beyond the file
-    (_kv_file(b"general.name", 8, struct.pack("<Q", 2**40) + b"tiny"), "claims 1099511627776 bytes"),
-    # arrays claiming absurd lengths of numbers and of strings
-    (_kv_file(b"tokenizer.ggml.scores", 9, struct.pack("<IQ", 6, 2**61) + b"\0" * 32), "claims 2305843009213693952 items"),
-    (_kv_file(b"tokenizer.ggml.tokens", 9, struct.pack("<IQ", 8, 2**60) + b"\0" * 32), "more than the file holds"),
-    (_kv_file(b"x", 9, struct.pack("<IQ", 8, 3) + struct.pack("<Q", 2**50) + b"\0" * 32), "claims 1125899906842624 bytes"),
-    (_kv_file(b"x", 9, struct.pack("<IQ", 9, 2) + b"\0" * 64), "nests arrays"),
-    (_kv_file(b"x", 77, b"\0" * 16), "unknown value type 77"),
-    (_kv_file(b"x", 9, struct.pack("<IQ", 1234, 1) + b"\0" * 16), "unknown item type 1234"),
-])
+@pytest.mark.parametrize(
+    "data, needle",
+    [
+        (b"GGML" + b"\0" * 60, "not a GGUF file"),
+        (b"\x7fELF" + b"\0" * 60, "not a GGUF file"),
+        (b"GGUF" + struct.pack("<I", 99) + b"\0" * 56, "version"),
+        (b"GGUF" + struct.pack("<IQQ", 3, 2**63, 0), "claims 9223372036854775808 tensors"),
+        (b"GGUF" + struct.pack("<IQQ", 3, 0, 2**64 - 1), "metadata keys"),
+        # a key whose length is beyond the file, and one far beyond any honest string
+        (b"GGUF" + struct.pack("<IQQ", 3, 0, 1) + struct.pack("<Q", 1000) + b"abc" + b"\0" * 16, "needs 1000 bytes"),
+        (
+            b"GGUF" + struct.pack("<IQQ", 3, 0, 1) + struct.pack("<Q", 2**62) + b"\0" * 16,
+            "claims 4611686018427387904 bytes",
+        ),
+        # a string value whose length is beyond the file
+        (_kv_file(b"general.name", 8, struct.pack("<Q", 2**40) + b"tiny"), "claims 1099511627776 bytes"),
+        # arrays claiming absurd lengths of numbers and of strings
+        (
+            _kv_file(b"tokenizer.ggml.scores", 9, struct.pack("<IQ", 6, 2**61) + b"\0" * 32),
+            "claims 2305843009213693952 items",
+        ),
+        (_kv_file(b"tokenizer.ggml.tokens", 9, struct.pack("<IQ", 8, 2**60) + b"\0" * 32), "more than the file holds"),
+        (
+            _kv_file(b"x", 9, struct.pack("<IQ", 8, 3) + struct.pack("<Q", 2**50) + b"\0" * 32),
+            "claims 1125899906842624 bytes",
+        ),
+        (_kv_file(b"x", 9, struct.pack("<IQ", 9, 2) + b"\0" * 64), "nests arrays"),
+        (_kv_file(b"x", 77, b"\0" * 16), "unknown value type 77"),
+        (_kv_file(b"x", 9, struct.pack("<IQ", 1234, 1) + b"\0" * 16), "unknown item type 1234"),
+    ],
+)
 def test_hostile_header(data: bytes, needle: str) -> None:
     _rejected(data, needle)
 
 
 def _tensor_file(n_dims: int, dims: list[int], ggml_type: int = 0) -> bytes:
     name = b"blk.0.attn_q.weight"
-    info = struct.pack("<Q", len(name)) + name + struct.pack("<I", n_dims) + b"".join(struct.pack("<Q", d) for d in dims)
+    info = (
+        struct.pack("<Q", len(name)) + name + struct.pack("<I", n_dims) + b"".join(struct.pack("<Q", d) for d in dims)
+    )
     return b"GGUF" + struct.pack("<IQQ", 3, 1, 0) + info + struct.pack("<IQ", ggml_type, 0) + b"\0" * 64
 
 
-@pytest.mark.parametrize("data, needle", [
-    (_tensor_file(99, [1] * 4), "has 99 dimensions"),
-    (_tensor_file(0, []), "has 0 dimensions"),
-    (_tensor_file(4, [2**40] * 4), "blk.0.attn_q.weight"),
-    (_tensor_file(2, [4096, 4096], ggml_type=999), "blk.0.attn_q.weight"),
-])
+@pytest.mark.parametrize(
+    "data, needle",
+    [
+        (_tensor_file(99, [1] * 4), "has 99 dimensions"),
+        (_tensor_file(0, []), "has 0 dimensions"),
+        (_tensor_file(4, [2**40] * 4), "blk.0.attn_q.weight"),
+        (_tensor_file(2, [4096, 4096], ggml_type=999), "blk.0.attn_q.weight"),
+    ],
+)
 def test_hostile_tensor_table(data: bytes, needle: str) -> None:
     _rejected(data, needle)
 
 
 # ---- options of the commands that start servers ----------------------------------------------------
-
-
 
 
 def _usage_error(r: subprocess.CompletedProcess[str], needle: str) -> None:
@@ -154,64 +179,91 @@ def _usage_error(r: subprocess.CompletedProcess[str], needle: str) -> None:
     assert needle in [ln for ln in r.stderr.splitlines() if ln.startswith("Error:")][0], r.stderr
 
 
-@pytest.mark.parametrize("command", [
-    ("ttft", "--ncmoe", "2,9", "--lengths", "256"),
-    ("cache", "--ncmoe", "9", "--length", "1k"),
-    ("session", "--ncmoe", "2,9", "--turns", "2", "--target-tokens", "2k", "--system-tokens", "512"),
-])
+@pytest.mark.parametrize(
+    "command",
+    [
+        ("ttft", "--ncmoe", "2,9", "--lengths", "256"),
+        ("cache", "--ncmoe", "9", "--length", "1k"),
+        ("session", "--ncmoe", "2,9", "--turns", "2", "--target-tokens", "2k", "--system-tokens", "512"),
+    ],
+)
 def test_offload_beyond_layers_fails_before_any_server(command: tuple[str, ...], model: Path, tmp_path: Path) -> None:
     out = tmp_path / "out"
-    line = one_line_error(run_xover(*command, "-m", str(model), "-o", str(out), "--llama-bin-dir", str(tmp_path / "none")),
-                           "--n-cpu-moe 9 is beyond")
+    line = one_line_error(
+        run_xover(*command, "-m", str(model), "-o", str(out), "--llama-bin-dir", str(tmp_path / "none")),
+        "--n-cpu-moe 9 is beyond",
+    )
     assert "use 0..4" in line
     assert not (out / "results.sqlite").exists()
 
 
-@pytest.mark.parametrize("command, needle", [
-    (("ttft", "--lengths", "64k"), "exceed"),
-    (("cache", "--length", "40k"), "exceed"),
-    (("session", "--turns", "2", "--target-tokens", "64k", "--system-tokens", "1k"), "exceed"),
-    (("ttft", "--lengths", "1k", "--", "-c", "512"), "-c 512 after `--` is shorter than the longest prompt plus response"),
-    (("cache", "--length", "2k", "--", "--ctx-size=1024"), "--ctx-size 1024 after `--` is shorter"),
-    (("session", "--turns", "2", "--target-tokens", "4k", "--system-tokens", "1k", "--ctx-size", "1024"),
-     "--ctx-size 1024 is shorter than the session's last turn"),
-    (("ttft", "--lengths", "0"), "prompt length '0' must be at least 1 token"),
-    (("ttft", "--lengths=-5"), "prompt length '-5' is not a number of tokens"),
-    (("ttft", "--lengths", "1k,abc"), "prompt length 'abc' is not a number of tokens"),
-    (("ttft", "--lengths", "256", "--ncmoe", "x"), "--ncmoe"),
-])
+@pytest.mark.parametrize(
+    "command, needle",
+    [
+        (("ttft", "--lengths", "64k"), "exceed"),
+        (("cache", "--length", "40k"), "exceed"),
+        (("session", "--turns", "2", "--target-tokens", "64k", "--system-tokens", "1k"), "exceed"),
+        (
+            ("ttft", "--lengths", "1k", "--", "-c", "512"),
+            "-c 512 after `--` is shorter than the longest prompt plus response",
+        ),
+        (("cache", "--length", "2k", "--", "--ctx-size=1024"), "--ctx-size 1024 after `--` is shorter"),
+        (
+            ("session", "--turns", "2", "--target-tokens", "4k", "--system-tokens", "1k", "--ctx-size", "1024"),
+            "--ctx-size 1024 is shorter than the session's last turn",
+        ),
+        (("ttft", "--lengths", "0"), "prompt length '0' must be at least 1 token"),
+        (("ttft", "--lengths=-5"), "prompt length '-5' is not a number of tokens"),
+        (("ttft", "--lengths", "1k,abc"), "prompt length 'abc' is not a number of tokens"),
+        (("ttft", "--lengths", "256", "--ncmoe", "x"), "--ncmoe"),
+    ],
+)
 def test_lengths_and_contexts(command: tuple[str, ...], needle: str, model: Path, tmp_path: Path) -> None:
     # a bin dir that does not exist: every check must come before the binaries are even looked up
     args = list(command)
-    tail = args[args.index("--"):] if "--" in args else []
+    tail = args[args.index("--") :] if "--" in args else []
     head = args[: len(args) - len(tail)]
-    one_line_error(run_xover(*head, "-m", str(model), "-o", str(tmp_path / "o"), "--llama-bin-dir", str(tmp_path / "none"),
-                         *tail), needle)
+    one_line_error(
+        run_xover(*head, "-m", str(model), "-o", str(tmp_path / "o"), "--llama-bin-dir", str(tmp_path / "none"), *tail),
+        needle,
+    )
 
 
-@pytest.mark.parametrize("command, needle", [
-    (("ttft", "-r", "0"), "-r"),
-    (("ttft", "--response-tokens", "0"), "--response-tokens"),
-    (("session", "--turns", "0"), "--turns"),
-    (("session", "--ctx-size", "-1"), "--ctx-size"),
-    (("cache", "--ncmoe", "-1"), "--ncmoe"),
-])
+@pytest.mark.parametrize(
+    "command, needle",
+    [
+        (("ttft", "-r", "0"), "-r"),
+        (("ttft", "--response-tokens", "0"), "--response-tokens"),
+        (("session", "--turns", "0"), "--turns"),
+        (("session", "--ctx-size", "-1"), "--ctx-size"),
+        (("cache", "--ncmoe", "-1"), "--ncmoe"),
+    ],
+)
 def test_zero_and_negative_counts(command: tuple[str, ...], needle: str, model: Path) -> None:
     _usage_error(run_xover(*command, "-m", str(model)), needle)
 
 
-@pytest.mark.parametrize("text, needle", [
-    ('[model]\npreset = "no-such-model"\n[[config]]\nname = "a"\n', "no-such-model"),
-    ('[model]\npreset = "tiny-moe"\n[study]\nlengths = [0]\n[[config]]\nname = "a"\n', "lengths must be positive"),
-    ('[model]\npreset = "tiny-moe"\n[study]\nrepetitions = 0\n[[config]]\nname = "a"\n', "repetitions must be at least 1"),
-    ('[model]\npreset = "tiny-moe"\n[study]\nlenghts = [1024]\n[[config]]\nname = "a"\n', "unknown key 'lenghts'"),
-    ('[model]\npreset = "tiny-moe"\n[[config]]\nname = "a"\nthreds = 2\n', "unknown key 'threds'"),
-    ('[model]\npreset = "tiny-moe"\n[[config]]\nname = "a"\nserver-args = "-c 4096"\n', "server-args must be a list"),
-    ('[model]\npreset = "tiny-moe"\n[study]\ntimeout = -1\n[[config]]\nname = "a"\n', "timeout must be a positive"),
-    ('[model]\npreset = "tiny-moe"\n', "at least one configuration"),
-    ('[model\npreset = "tiny-moe"\n', "spec"),  # not TOML at all
-    ('[model]\npreset = "tiny-moe"\n[[config]]\nname = "a"\nn-cpu-moe = 9\n', "--n-cpu-moe 9 is beyond"),
-])
+@pytest.mark.parametrize(
+    "text, needle",
+    [
+        ('[model]\npreset = "no-such-model"\n[[config]]\nname = "a"\n', "no-such-model"),
+        ('[model]\npreset = "tiny-moe"\n[study]\nlengths = [0]\n[[config]]\nname = "a"\n', "lengths must be positive"),
+        (
+            '[model]\npreset = "tiny-moe"\n[study]\nrepetitions = 0\n[[config]]\nname = "a"\n',
+            "repetitions must be at least 1",
+        ),
+        ('[model]\npreset = "tiny-moe"\n[study]\nlenghts = [1024]\n[[config]]\nname = "a"\n', "unknown key 'lenghts'"),
+        ('[model]\npreset = "tiny-moe"\n[[config]]\nname = "a"\nthreds = 2\n', "unknown key 'threds'"),
+        (
+            '[model]\npreset = "tiny-moe"\n[[config]]\nname = "a"\nserver-args = "-c 4096"\n',
+            "server-args must be a list",
+        ),
+        ('[model]\npreset = "tiny-moe"\n[study]\ntimeout = -1\n[[config]]\nname = "a"\n', "timeout must be a positive"),
+        ('[model]\npreset = "tiny-moe"\n', "at least one configuration"),
+        ('[model\npreset = "tiny-moe"\n', "spec"),  # not TOML at all
+        ('[model]\npreset = "tiny-moe"\n[[config]]\nname = "a"\nn-cpu-moe = 9\n', "--n-cpu-moe 9 is beyond"),
+    ],
+)
 def test_malformed_study_specs(text: str, needle: str, tmp_path: Path) -> None:
     spec = tmp_path / "spec.toml"
     spec.write_text(text)
@@ -221,18 +273,24 @@ def test_malformed_study_specs(text: str, needle: str, tmp_path: Path) -> None:
 
 # ---- no shell strings ---------------------------------------------------------------------------------
 
-_SHELL = re.compile(r"shell\s*=\s*True|os\.system\s*\(|os\.popen\s*\(|subprocess\.(getoutput|getstatusoutput)\s*\("
-                    r"|create_subprocess_shell|os\.exec\w*p?e?\s*\(\s*['\"]/bin/sh")
+_SHELL = re.compile(
+    r"shell\s*=\s*True|os\.system\s*\(|os\.popen\s*\(|subprocess\.(getoutput|getstatusoutput)\s*\("
+    r"|create_subprocess_shell|os\.exec\w*p?e?\s*\(\s*['\"]/bin/sh"
+)
 
 
 def test_no_shell_strings_in_the_sources() -> None:
     """Every child process is started from an argument list: nothing in src/ goes through a shell."""
     files = sorted(SRC.rglob("*.py"))
     assert len(files) > 30
-    hits = [f"{f.relative_to(SRC)}:{i}: {line.strip()}" for f in files
-            for i, line in enumerate(f.read_text().splitlines(), 1) if _SHELL.search(line)]
+    hits = [
+        f"{f.relative_to(SRC)}:{i}: {line.strip()}"
+        for f in files
+        for i, line in enumerate(f.read_text().splitlines(), 1)
+        if _SHELL.search(line)
+    ]
     assert hits == []
     spawners = [f.relative_to(SRC).as_posix() for f in files if re.search(r"subprocess\.(Popen|run)\(", f.read_text())]
     for name in spawners:  # and each call passes a list
         for m in re.finditer(r"subprocess\.(Popen|run)\(\s*([^,)]+)", (SRC / name).read_text()):
-            assert not m.group(2).lstrip().startswith(("f\"", "\"", "'", "f'")), f"{name}: {m.group(0)}"
+            assert not m.group(2).lstrip().startswith(('f"', '"', "'", "f'")), f"{name}: {m.group(0)}"

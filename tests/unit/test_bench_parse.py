@@ -13,11 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from xover.measure import bench as benchrun
+from xover.domain.records import BenchConfig
 from xover.errors import XoverError
 from xover.llamacpp import bench, process
 from xover.llamacpp.bench import BenchJob, Exited, MarkdownLine, OtherLine, ProgressLine, RecordLine
-from xover.domain.records import BenchConfig
+from xover.measure import bench as benchrun
 
 # stdout: one JSON object per test (the 3rd test of the run: pp64 @ d256)
 PP_D256 = (
@@ -81,7 +81,9 @@ def test_progress_lines_parse_into_phases() -> None:
 
 def test_classify_separates_records_progress_markdown_and_errors() -> None:
     assert isinstance(bench.classify("stdout", PP_D256), RecordLine)
-    assert bench.classify("stdout", "usage: llama-bench [options]") == OtherLine("stdout", "usage: llama-bench [options]")
+    assert bench.classify("stdout", "usage: llama-bench [options]") == OtherLine(
+        "stdout", "usage: llama-bench [options]"
+    )
     assert bench.classify("stdout", PP_D256[:200]) == OtherLine("stdout", PP_D256[:200])  # truncated by a crash
     assert bench.classify("stdout", '{"n_prompt": 1}') == OtherLine("stdout", '{"n_prompt": 1}')  # not a test record
     kinds = [type(bench.classify("stderr", ln)) for ln in STDERR.splitlines()]
@@ -120,17 +122,44 @@ def test_record_must_match_its_configuration() -> None:
 
 
 def test_job_argv_and_points_follow_llama_bench_order() -> None:
-    config = BenchConfig("ncmoe=12", (("-ncmoe", "12"), ("-t", "8")), env=(("GGML_OP_OFFLOAD_MIN_BATCH", "64"),), extra_args=("-ngl", "99"))
+    config = BenchConfig(
+        "ncmoe=12",
+        (("-ncmoe", "12"), ("-t", "8")),
+        env=(("GGML_OP_OFFLOAD_MIN_BATCH", "64"),),
+        extra_args=("-ngl", "99"),
+    )
     job = BenchJob(config, n_prompt=512, n_gen=128, depths=(1000, 4000), repetitions=5)
     assert job.points() == [(512, 0, 1000), (0, 128, 1000), (512, 0, 4000), (0, 128, 4000)]
     assert job.to_argv(Path("/b/llama-bench"), Path("m.gguf")) == [
-        "/b/llama-bench", "-m", "m.gguf", "-p", "512", "-n", "128", "-d", "1000,4000", "-r", "5",
-        "-ncmoe", "12", "-t", "8", "-ngl", "99", "-o", "jsonl", "-oe", "md", "--progress",
+        "/b/llama-bench",
+        "-m",
+        "m.gguf",
+        "-p",
+        "512",
+        "-n",
+        "128",
+        "-d",
+        "1000,4000",
+        "-r",
+        "5",
+        "-ncmoe",
+        "12",
+        "-t",
+        "8",
+        "-ngl",
+        "99",
+        "-o",
+        "jsonl",
+        "-oe",
+        "md",
+        "--progress",
     ]
     assert BenchJob(config, 0, 128, (0,), 1).points() == [(0, 128, 0)]
 
 
-@pytest.mark.parametrize("arg, hint", [("-t", "--threads"), ("--n_prompt", "--pp"), ("-ncmoe", "--ncmoe"), ("-o", "JSONL")])
+@pytest.mark.parametrize(
+    "arg, hint", [("-t", "--threads"), ("--n_prompt", "--pp"), ("-ncmoe", "--ncmoe"), ("-o", "JSONL")]
+)
 def test_extra_args_that_collide_with_xover_are_refused(arg: str, hint: str) -> None:
     with pytest.raises(XoverError, match=hint):
         bench.check_extra_args(["-ngl", "99", arg, "4"])
@@ -156,14 +185,17 @@ def test_option_parsing_says_what_to_change() -> None:
         benchrun.parse_choice_list("--flash-attn", "on,yes", benchrun.FLASH_ATTN_CHOICES)
 
 
-@pytest.mark.parametrize("kwargs, message", [
-    ({"depths": ()}, "--depth"),
-    ({"n_prompt": 0, "n_gen": 0}, "not both 0"),
-    ({"no_op_offload": (2,)}, "--no-op-offload"),
-    ({"repetitions": 0}, "-r"),
-    ({"extra_args": ("-d", "5")}, "--depth"),
-    ({"env": (("A", ("1",)), ("A", ("2",)))}, "twice"),
-])
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"depths": ()}, "--depth"),
+        ({"n_prompt": 0, "n_gen": 0}, "not both 0"),
+        ({"no_op_offload": (2,)}, "--no-op-offload"),
+        ({"repetitions": 0}, "-r"),
+        ({"extra_args": ("-d", "5")}, "--depth"),
+        ({"env": (("A", ("1",)), ("A", ("2",)))}, "twice"),
+    ],
+)
 def test_spec_validation(kwargs: dict, message: str) -> None:
     base = {"model": Path("m.gguf"), "depths": (0,)}
     with pytest.raises(XoverError, match=message):
@@ -172,12 +204,18 @@ def test_spec_validation(kwargs: dict, message: str) -> None:
 
 def test_expand_is_the_cartesian_product_with_short_labels() -> None:
     spec = benchrun.SweepSpec(
-        model=Path("m.gguf"), depths=(0,), ncmoe=(12, 18), threads=(8,), env=(("GGML_OP_OFFLOAD_MIN_BATCH", ("32", "4096")),),
+        model=Path("m.gguf"),
+        depths=(0,),
+        ncmoe=(12, 18),
+        threads=(8,),
+        env=(("GGML_OP_OFFLOAD_MIN_BATCH", ("32", "4096")),),
     )
     configs = benchrun.expand(spec)
     assert [c.label for c in configs] == [
-        "ncmoe=12 GGML_OP_OFFLOAD_MIN_BATCH=32", "ncmoe=12 GGML_OP_OFFLOAD_MIN_BATCH=4096",
-        "ncmoe=18 GGML_OP_OFFLOAD_MIN_BATCH=32", "ncmoe=18 GGML_OP_OFFLOAD_MIN_BATCH=4096",
+        "ncmoe=12 GGML_OP_OFFLOAD_MIN_BATCH=32",
+        "ncmoe=12 GGML_OP_OFFLOAD_MIN_BATCH=4096",
+        "ncmoe=18 GGML_OP_OFFLOAD_MIN_BATCH=32",
+        "ncmoe=18 GGML_OP_OFFLOAD_MIN_BATCH=4096",
     ]
     assert configs[0].fields == (("-ncmoe", "12"), ("-t", "8"))
     assert configs[0].env == (("GGML_OP_OFFLOAD_MIN_BATCH", "32"),)
@@ -186,11 +224,15 @@ def test_expand_is_the_cartesian_product_with_short_labels() -> None:
 
 
 def test_plan_skips_measured_configs_and_reruns_only_missing_depths() -> None:
-    spec = benchrun.SweepSpec(model=Path("m.gguf"), depths=(1000, 4000, 16000), n_prompt=512, n_gen=128, ncmoe=(12, 18, 24))
+    spec = benchrun.SweepSpec(
+        model=Path("m.gguf"), depths=(1000, 4000, 16000), n_prompt=512, n_gen=128, ncmoe=(12, 18, 24)
+    )
     c12, c18, c24 = benchrun.expand(spec)
-    done = {
-        (c12.key, p) for p in BenchJob(c12, 512, 128, (1000, 4000, 16000), 5).points()
-    } | {(c18.key, (512, 0, 1000)), (c18.key, (0, 128, 1000)), (c18.key, (512, 0, 4000))}
+    done = {(c12.key, p) for p in BenchJob(c12, 512, 128, (1000, 4000, 16000), 5).points()} | {
+        (c18.key, (512, 0, 1000)),
+        (c18.key, (0, 128, 1000)),
+        (c18.key, (512, 0, 4000)),
+    }
     plan = benchrun.plan(spec, [c12, c18, c24], lambda c, p: (c.key, p) in done)
     assert plan.skipped == (c12,)
     j18_tg, j18, j24 = plan.jobs
@@ -233,14 +275,16 @@ def test_runner_streams_records_and_enforces_the_timeout(tmp_path: Path) -> None
     """A stand-in llama-bench prints a progress line and a record, then hangs: the record arrives
     before the timeout, and the timeout stops the process and reports it."""
     fake = tmp_path / "llama-bench"
-    fake.write_text(textwrap.dedent(f"""\
+    fake.write_text(
+        textwrap.dedent(f"""\
         #!{sys.executable}
         import sys, time
         sys.stderr.write("llama-bench: benchmark 1/2: prompt run 1/1\\n"); sys.stderr.flush()
         sys.stdout.write({PP_D256!r} + "\\n"); sys.stdout.flush()
         sys.stderr.write("error: something hangs\\n"); sys.stderr.flush()
         time.sleep(60)
-    """))
+    """)
+    )
     fake.chmod(0o755)
     job = BenchJob(BenchConfig("t=1", (("-t", "1"),)), 64, 16, (256,), 2)
     events = list(bench.run(job, fake, tmp_path / "m.gguf", timeout_s=1.5))
@@ -271,8 +315,9 @@ load_tensors:        CUDA0 model buffer size =  9216.00 MiB"""
 
 
 def test_load_mode_and_batch_sweep_like_the_other_knobs() -> None:
-    spec = benchrun.SweepSpec(model=Path("m.gguf"), depths=(0,), ncmoe=(18,), load_mode=("none", "mmap"), batch=(4096,),
-                              ubatch=(512, 2048))
+    spec = benchrun.SweepSpec(
+        model=Path("m.gguf"), depths=(0,), ncmoe=(18,), load_mode=("none", "mmap"), batch=(4096,), ubatch=(512, 2048)
+    )
     configs = benchrun.expand(spec)
     assert [c.label for c in configs] == ["lm=none ub=512", "lm=none ub=2048", "lm=mmap ub=512", "lm=mmap ub=2048"]
     assert configs[1].fields == (("-ncmoe", "18"), ("-lm", "none"), ("-b", "4096"), ("-ub", "2048"))
@@ -304,23 +349,34 @@ def test_buffer_sizes_keep_the_peak_of_each_device_and_kind() -> None:
     buffers = memory.parse_buffer_lines(VERBOSE_STDERR.splitlines())
     mib = 1 << 20
     assert buffers == (
-        ("CPU", "model", round(1.26 * mib)), ("CPU_REPACK", "model", round(3.2 * mib)), ("CPU", "output", 0),
-        ("CPU", "KV", round(1.5 * mib)), ("CPU", "compute", round(5.76 * mib)), ("CUDA0", "compute", round(342.01 * mib)),
+        ("CPU", "model", round(1.26 * mib)),
+        ("CPU_REPACK", "model", round(3.2 * mib)),
+        ("CPU", "output", 0),
+        ("CPU", "KV", round(1.5 * mib)),
+        ("CPU", "compute", round(5.76 * mib)),
+        ("CUDA0", "compute", round(342.01 * mib)),
         ("CUDA0", "model", 9216 * mib),
     )
     use = memory.MemoryUse(123 * mib, buffers)
     assert use.device_bytes == round((342.01 + 9216) * mib)
     assert use.host_buffer_bytes == round((1.26 + 3.2 + 1.5 + 5.76) * mib)
     assert memory.MemoryUse.from_dict(use.to_dict()) == use
-    assert memory.is_host_device("CUDA_Host") and memory.is_host_device("CPU_Mapped") and not memory.is_host_device("ROCm0")
+    assert (
+        memory.is_host_device("CUDA_Host")
+        and memory.is_host_device("CPU_Mapped")
+        and not memory.is_host_device("ROCm0")
+    )
     assert memory.parse_vmhwm("Name:\tllama-bench\nVmPeak:\t  9000 kB\nVmHWM:\t    4096 kB\n") == 4 << 20
     assert memory.parse_vmhwm("Name:\tzombie\nState:\tZ (zombie)\n") is None
-    assert benchrun.describe_memory(use).startswith("peak RSS 123.0 MiB; buffers: CPU model 1.3 MiB, CPU_REPACK model 3.2 MiB")
+    assert benchrun.describe_memory(use).startswith(
+        "peak RSS 123.0 MiB; buffers: CPU model 1.3 MiB, CPU_REPACK model 3.2 MiB"
+    )
 
 
 def test_runner_keeps_buffer_lines_and_the_peak_resident_set(tmp_path: Path) -> None:
     fake = tmp_path / "llama-bench"
-    fake.write_text(textwrap.dedent(f"""\
+    fake.write_text(
+        textwrap.dedent(f"""\
         #!{sys.executable}
         import sys
         ballast = bytearray(64 << 20)  # resident: touched below
@@ -329,7 +385,8 @@ def test_runner_keeps_buffer_lines_and_the_peak_resident_set(tmp_path: Path) -> 
         sys.stderr.write({VERBOSE_STDERR!r} + "\\n"); sys.stderr.flush()
         sys.stderr.write("llama-bench: benchmark 1/1: prompt run 1/1\\n"); sys.stderr.flush()
         sys.stdout.write({PP_D256!r} + "\\n"); sys.stdout.flush()
-    """))
+    """)
+    )
     fake.chmod(0o755)
     job = BenchJob(BenchConfig("t=1", (("-t", "1"),)), 64, 0, (256,), 1, verbose=True)
     end = list(bench.run(job, fake, tmp_path / "m.gguf", timeout_s=30))[-1]

@@ -79,8 +79,15 @@ def test_resolution_order(tmp_path, monkeypatch):
     key = "0c1e570-cpu-deadbeef"
     cached = _fake_bin_dir(tmp_path / "cache" / "builds" / key / "build" / "bin")
     manifest = build.BuildManifest(
-        key=key, backend="cpu", commit=build.PINNED.commit, build_number=0, origin="test", cmake_args=(),
-        bin_dir=str(cached), built_at="2026-01-01T00:00:00+0000", build_seconds=1.0,
+        key=key,
+        backend="cpu",
+        commit=build.PINNED.commit,
+        build_number=0,
+        origin="test",
+        cmake_args=(),
+        bin_dir=str(cached),
+        built_at="2026-01-01T00:00:00+0000",
+        build_seconds=1.0,
     )
     (tmp_path / "cache" / "builds" / key / "manifest.json").write_text(manifest.to_json())
     got = binaries.resolve()

@@ -8,14 +8,17 @@ import re
 
 import pytest
 
+from xover.domain.prompts import TokenPrompts
+from xover.domain.records import ServerTimings, TtftSample
+from xover.errors import XoverError
 from xover.measure.cachelab import (
     APPENDED,
+    CASES,
     INSERTED,
     MIN_LENGTH,
     PREFIX,
     SHORT,
     LabRequest,
-    CASES,
     analyse,
     build_prompts,
     complete_scenarios,
@@ -25,9 +28,6 @@ from xover.measure.cachelab import (
     parse_mode,
     plan_requests,
 )
-from xover.errors import XoverError
-from xover.domain.prompts import TokenPrompts
-from xover.domain.records import ServerTimings, TtftSample
 from xover.report.cache import cache_section_html, cache_section_markdown, lab_table
 from xover.results.read_model import StudyData
 
@@ -47,7 +47,11 @@ def simulate(cache: list[int], new: list[int], n_reuse: int) -> tuple[int, int]:
         head_c = head_p = n_past
         while head_c < len(cache) and head_p < len(new):
             n_match = 0
-            while head_c + n_match < len(cache) and head_p + n_match < len(new) and cache[head_c + n_match] == new[head_p + n_match]:
+            while (
+                head_c + n_match < len(cache)
+                and head_p + n_match < len(new)
+                and cache[head_c + n_match] == new[head_p + n_match]
+            ):
                 n_match += 1
             if n_match >= n_reuse:
                 for i in range(n_match):
@@ -112,7 +116,7 @@ def test_prompts_share_chunks_within_a_case_only() -> None:
     assert by_mode["cache:resend:resend"] == by_mode["cache:resend:first"]
     original, edited = by_mode["cache:edit-move:original"], by_mode["cache:edit-move:edited"]
     assert edited[:PREFIX] == original[:PREFIX] and edited[PREFIX] != original[PREFIX]
-    assert edited[PREFIX:-APPENDED] == original[-(len(edited) - PREFIX - APPENDED):]
+    assert edited[PREFIX:-APPENDED] == original[-(len(edited) - PREFIX - APPENDED) :]
     firsts = [ids[0] for mode, ids in by_mode.items() if mode.endswith((":original", ":first"))]
     assert len(set(firsts)) == len(firsts)  # no two cases share a prefix
 
@@ -137,13 +141,25 @@ def test_modes_and_claims() -> None:
 # ---- analysis and report on constructed samples --------------------------------------------------
 
 
-def _sample(mode: str, length: int, cache_n: int, prompt_n: int, ttft_ms: float, prompt_ms: float,
-            error: str | None = None) -> TtftSample:
+def _sample(
+    mode: str, length: int, cache_n: int, prompt_n: int, ttft_ms: float, prompt_ms: float, error: str | None = None
+) -> TtftSample:
     ttft = round(ttft_ms * 1e6)
     return TtftSample(
-        config_key="k", mode=mode, length=length, rep=0, prompt_id=f"lab:{mode}", sent_at_unix_ns=0,
-        first_byte_ns=ttft - 10, first_token_ns=ttft, end_ns=ttft + 10**6, token_times_ns=(ttft,), n_tokens_received=1,
-        timings=ServerTimings(cache_n, prompt_n, prompt_ms, None, 8, 1.0, None), cache_ok=error is None, error=error,
+        config_key="k",
+        mode=mode,
+        length=length,
+        rep=0,
+        prompt_id=f"lab:{mode}",
+        sent_at_unix_ns=0,
+        first_byte_ns=ttft - 10,
+        first_token_ns=ttft,
+        end_ns=ttft + 10**6,
+        token_times_ns=(ttft,),
+        n_tokens_received=1,
+        timings=ServerTimings(cache_n, prompt_n, prompt_ms, None, 8, 1.0, None),
+        cache_ok=error is None,
+        error=error,
     )
 
 
@@ -162,13 +178,17 @@ def test_analysis_of_a_lab_that_went_as_predicted() -> None:
     assert len(a.rows) == 20 and all(r.ok for r in a.rows)
     assert a.row("cfg", "resend", "resend").verdict == "from the slot (cache_n = L-1): 512x faster than cold"  # type: ignore[union-attr]
     assert a.row("cfg", "edit-move", "edited").verdict == "reuse kept 480 tokens past the edit; 64 prefilled"  # type: ignore[union-attr]
-    assert a.row("cfg", "edit-insert", "edited").verdict.startswith("no reuse: all 512 tokens after the common prefix (544)")  # type: ignore[union-attr]
+    assert a.row("cfg", "edit-insert", "edited").verdict.startswith(
+        "no reuse: all 512 tokens after the common prefix (544)"
+    )  # type: ignore[union-attr]
     assert a.row("cfg", "hidden-defaults", "again").verdict.startswith("should be cold, but came from a hidden cache")  # type: ignore[union-attr]
     assert a.row("cfg", "hidden-cold", "again").verdict == "cold: no hidden cache"  # type: ignore[union-attr]
     assert a.row("cfg", "hidden-cold", "other-1").gap_ns == 10**6  # type: ignore[union-attr]
     text = "\n".join(a.headlines)
     assert "TTFT 1,025.0 ms cold, 2.0 ms from the slot (512x)" in text
-    assert "--cache-reuse 256 gave cache_n 544, prompt_n 64" in text and "cache_n 64, prompt_n 544 without reuse" in text
+    assert (
+        "--cache-reuse 256 gave cache_n 544, prompt_n 64" in text and "cache_n 64, prompt_n 544 without reuse" in text
+    )
     assert "inserted mid-prompt: nothing reused past the common prefix (common prefix 544" in text
     assert "cache_n 1023 of 1,024 with default settings, 0 with -np 1 --cache-ram 0" in text
     assert "5.0 ms with default settings" in text and "vs 1.0 ms with -np 1 --cache-ram 0" in text
@@ -186,7 +206,10 @@ def test_analysis_flags_what_went_otherwise() -> None:
     a = analyse(samples)
     bad = {(r.case, r.request): r for r in a.rows if not r.ok}
     assert set(bad) == {("hidden-cold", "again"), ("edit-move", "edited"), ("resend", "first")}
-    assert bad[("hidden-cold", "again")].verdict == "should be cold, but came from a hidden cache (cache_n = L-1) (predicted cache_n=0 prompt_n=1024)"
+    assert (
+        bad[("hidden-cold", "again")].verdict
+        == "should be cold, but came from a hidden cache (cache_n = L-1) (predicted cache_n=0 prompt_n=1024)"
+    )
     assert bad[("edit-move", "edited")].verdict.startswith("no reuse: all 544 tokens after the common prefix (64)")
     assert bad[("resend", "first")].verdict == "labelled cold but cache-assisted: cache_n=100 prompt_n=924"
     assert not any("resending" in h for h in a.headlines)  # no caching effect from a first request that was not cold
@@ -212,13 +235,20 @@ def test_complete_scenarios_lets_an_interrupted_lab_resume_where_it_stopped() ->
     cut = [x for x in full if not x[1].mode.startswith(lab_mode("hidden-cold", "again"))]
     assert complete_scenarios(cut, "cfg", L) == set(CASES) - {"hidden-cold"}
     # a request that failed does not count as measured
-    broken = [(lab, _sample(s.mode, s.length, 0, 0, 1.0, 1.0, error="boom") if s.mode == lab_mode("resend", "resend") else s)
-              for lab, s in full]
+    broken = [
+        (lab, _sample(s.mode, s.length, 0, 0, 1.0, 1.0, error="boom") if s.mode == lab_mode("resend", "resend") else s)
+        for lab, s in full
+    ]
     assert "resend" not in complete_scenarios(broken, "cfg", L)
 
 
 def test_requests_without_their_opening_request_are_shown_not_judged() -> None:
-    a = analyse([("cfg", _sample("cache:edit-move:edited", 608, 544, 64, 5.0, 4.0)), ("cfg", _sample("cold", L, 0, L, 9.0, 8.0))])
+    a = analyse(
+        [
+            ("cfg", _sample("cache:edit-move:edited", 608, 544, 64, 5.0, 4.0)),
+            ("cfg", _sample("cold", L, 0, L, 9.0, 8.0)),
+        ]
+    )
     (row,) = a.rows
     assert row.expect is None and not row.ok and row.verdict.startswith("not part of a complete lab run")
 
@@ -270,7 +300,9 @@ def test_the_host_cache_prediction_follows_its_size() -> None:
     a = analyse(samples, {"big": 98_304})
     row = a.row("big", "hidden-defaults", "again")
     assert row is not None and row.ok and row.verdict == "cold: " + note
-    assert any("cache_n 0 of 32,768 with default settings, 0 with -np 1 --cache-ram 0: cold: --cache-ram" in h
-               for h in a.headlines)
+    assert any(
+        "cache_n 0 of 32,768 with default settings, 0 with -np 1 --cache-ram 0: cold: --cache-ram" in h
+        for h in a.headlines
+    )
     unknown = analyse(samples).row("big", "hidden-defaults", "again")
     assert unknown is not None and not unknown.ok and "predicted cache_n=32767" in unknown.verdict

@@ -5,9 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+
 from procs import one_line_error, run_xover
-
-
 
 
 def test_inspect_bad_files(tmp_path: Path) -> None:
@@ -41,7 +40,9 @@ def test_invalid_options(args: tuple[str, ...], needle: str) -> None:
 def test_malformed_spec(tmp_path: Path) -> None:
     spec = tmp_path / "bad.toml"
     spec.write_text('[model]\npreset = "tiny-moe"\n[[config]]\nname = "a"\nn-cpu-moe = -3\n')
-    one_line_error(run_xover("study", str(spec), "-o", str(tmp_path / "out")), "n-cpu-moe must be a non-negative integer")
+    one_line_error(
+        run_xover("study", str(spec), "-o", str(tmp_path / "out")), "n-cpu-moe must be a non-negative integer"
+    )
     assert not (tmp_path / "out").exists()  # failed before anything expensive started
 
 

@@ -19,17 +19,15 @@ from pathlib import Path
 import httpx
 import pytest
 
-from procs import pid_gone
 from fakes.llama_server import FakeLlamaServer, pid_from_log, write_bin_dir
-
+from procs import pid_gone
 from xover.analysis.stats import summarize
 from xover.cli import main
 from xover.client.http import LlamaClient, RequestError, completion_body
+from xover.domain.records import ServerTimings, TtftSample
 from xover.errors import XoverError
 from xover.llamacpp.binaries import Binaries
 from xover.llamacpp.server import LlamaServer, ServerSpec, context_size, has_flag, log_path_for, parse_build_info
-from xover.domain.records import ServerTimings, TtftSample
-from xover.results.store import Store
 from xover.measure.events import Rerun, TtftEvent
 from xover.measure.ttft import (
     PointSummary,
@@ -43,6 +41,7 @@ from xover.measure.ttft import (
     sample_metrics,
     summarize_points,
 )
+from xover.results.store import Store
 
 
 @pytest.fixture(scope="module")
@@ -65,8 +64,9 @@ def model_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
 PLAN = TtftPlan(lengths=(32, 64), reps=3, response_tokens=8, seed=11)
 
 
-def run_url(study: Path, url: str, plan: TtftPlan = PLAN, timeout_s: float = 10.0,
-            events: list[TtftEvent] | None = None) -> RunOutcome:
+def run_url(
+    study: Path, url: str, plan: TtftPlan = PLAN, timeout_s: float = 10.0, events: list[TtftEvent] | None = None
+) -> RunOutcome:
     with Store(study) as store:
         run = TtftRun(store, plan, ["test"], on_event=(events.append if events is not None else lambda ev: None))
         return asyncio.run(run.run_url(url, startup_timeout_s=timeout_s))
@@ -105,7 +105,10 @@ def _t(cache_n: int | None, prompt_n: int | None) -> ServerTimings:
 
 def test_check_cache() -> None:
     assert check_cache("cold", 64, _t(0, 64)) is None
-    assert check_cache("cold", 64, _t(32, 32)) == "cold check failed: cache_n=32 prompt_n=32, expected cache_n=0 prompt_n=64"
+    assert (
+        check_cache("cold", 64, _t(32, 32))
+        == "cold check failed: cache_n=32 prompt_n=32, expected cache_n=0 prompt_n=64"
+    )
     assert check_cache("cold", 64, _t(0, 65)) is not None  # a BOS the plan did not count is caught too
     assert check_cache("warm", 64, _t(63, 1)) is None
     assert check_cache("warm", 64, _t(0, 64)) is not None
@@ -113,15 +116,32 @@ def test_check_cache() -> None:
     assert check_cache("cold", 64, _t(None, 64)) is not None
 
 
-def _sample(ttft_ms: float, prompt_ms: float, *, rep: int = 0, ok: bool = True, length: int = 1000,
-            times: tuple[int, ...] | None = None, error: str | None = None) -> TtftSample:
+def _sample(
+    ttft_ms: float,
+    prompt_ms: float,
+    *,
+    rep: int = 0,
+    ok: bool = True,
+    length: int = 1000,
+    times: tuple[int, ...] | None = None,
+    error: str | None = None,
+) -> TtftSample:
     t0 = int(ttft_ms * 1e6)
     return TtftSample(
-        config_key="k", mode="cold", length=length, rep=rep, prompt_id="p", sent_at_unix_ns=0,
-        first_byte_ns=t0, first_token_ns=t0, end_ns=t0 + 30_000_000,
+        config_key="k",
+        mode="cold",
+        length=length,
+        rep=rep,
+        prompt_id="p",
+        sent_at_unix_ns=0,
+        first_byte_ns=t0,
+        first_token_ns=t0,
+        end_ns=t0 + 30_000_000,
         token_times_ns=times if times is not None else (t0, t0 + 10_000_000, t0 + 20_000_000),
-        n_tokens_received=3, timings=ServerTimings(0, length, prompt_ms, length / prompt_ms * 1e3, 3, 20.0, 150.0),
-        cache_ok=ok, error=error,
+        n_tokens_received=3,
+        timings=ServerTimings(0, length, prompt_ms, length / prompt_ms * 1e3, 3, 20.0, 150.0),
+        cache_ok=ok,
+        error=error,
     )
 
 
@@ -161,9 +181,21 @@ def test_summaries_average_only_checked_samples_and_count_everything() -> None:
 
 def _point(ttft_ms: float, gap_ms: float) -> PointSummary:
     return PointSummary(
-        config_key="k", mode="cold", length=4096, n_samples=3, n_ok=3, n_reps=3, n_reruns=0, n_errors=0,
-        n_first_two_together=0, ttft_ns=summarize([ttft_ms * 1e6]), prefill_tps_client=None, prefill_tps_server=None,
-        decode_tps_client=None, decode_tps_server=None, gap_ns=summarize([gap_ms * 1e6]),
+        config_key="k",
+        mode="cold",
+        length=4096,
+        n_samples=3,
+        n_ok=3,
+        n_reps=3,
+        n_reruns=0,
+        n_errors=0,
+        n_first_two_together=0,
+        ttft_ns=summarize([ttft_ms * 1e6]),
+        prefill_tps_client=None,
+        prefill_tps_server=None,
+        decode_tps_client=None,
+        decode_tps_server=None,
+        gap_ns=summarize([gap_ms * 1e6]),
     )
 
 
@@ -180,10 +212,37 @@ def test_gap_note_names_the_likely_cause() -> None:
 
 
 def test_server_spec_args_and_helpers(tmp_path: Path, fake_bins: Binaries) -> None:
-    spec = ServerSpec(model=Path("/m.gguf"), label="ncmoe=12", ctx_size=context_size(32768, 200), n_cpu_moe=12,
-                      threads=8, flash_attn="on", extra_args=("-ub", "1024"))
-    assert spec.args() == ("-m", "/m.gguf", "-c", "33280", "-ngl", "99", "--n-cpu-moe", "12", "-t", "8", "-fa", "on",
-                           "-np", "1", "--cache-ram", "0", "-fit", "off", "-ub", "1024")
+    spec = ServerSpec(
+        model=Path("/m.gguf"),
+        label="ncmoe=12",
+        ctx_size=context_size(32768, 200),
+        n_cpu_moe=12,
+        threads=8,
+        flash_attn="on",
+        extra_args=("-ub", "1024"),
+    )
+    assert spec.args() == (
+        "-m",
+        "/m.gguf",
+        "-c",
+        "33280",
+        "-ngl",
+        "99",
+        "--n-cpu-moe",
+        "12",
+        "-t",
+        "8",
+        "-fa",
+        "on",
+        "-np",
+        "1",
+        "--cache-ram",
+        "0",
+        "-fit",
+        "off",
+        "-ub",
+        "1024",
+    )
     assert spec.to_argv(Path("/bin/llama-server"), 5000)[-4:] == ["--host", "127.0.0.1", "--port", "5000"]
     assert "--port" not in spec.config().args  # the port changes per start; the configuration does not
     assert context_size(1024, 16) == 1536
@@ -285,11 +344,14 @@ def test_never_healthy_times_out_with_a_clear_error(tmp_path: Path) -> None:
     assert out.samples == ()
 
 
-@pytest.mark.parametrize(("fault", "message"), [
-    ("cut", "L=32 rep 2: stream broke after 4 tokens: RemoteProtocolError"),
-    ("http500", "L=32 rep 2: HTTP 500: fake internal error"),
-    ("malformed", "L=32 rep 2: malformed event #5 after 4 tokens: "),
-])
+@pytest.mark.parametrize(
+    ("fault", "message"),
+    [
+        ("cut", "L=32 rep 2: stream broke after 4 tokens: RemoteProtocolError"),
+        ("http500", "L=32 rep 2: HTTP 500: fake internal error"),
+        ("malformed", "L=32 rep 2: malformed event #5 after 4 tokens: "),
+    ],
+)
 def test_fault_mid_run_keeps_every_earlier_sample(tmp_path: Path, fault: str, message: str) -> None:
     # warm-up + 2 good samples, then the fault on the third sample
     with FakeLlamaServer(fault=fault, fault_after=3) as fake:
@@ -298,20 +360,30 @@ def test_fault_mid_run_keeps_every_earlier_sample(tmp_path: Path, fault: str, me
     assert message in f.reason and "\n" not in f.reason
     rows = stored(tmp_path)
     assert [(s.length, s.rep, s.cache_ok, s.error is None) for s in rows] == [
-        (32, 0, True, True), (64, 0, True, True), (32, 1, False, False)]
+        (32, 0, True, True),
+        (64, 0, True, True),
+        (32, 1, False, False),
+    ]
     assert rows[2].error is not None and rows[2].error in f.reason
     with Store(tmp_path) as store:
         assert store.runs()[-1]["status"] == "failed"
         assert [x.reason for _, x in store.failures()] == [f.reason]
 
 
-@pytest.mark.parametrize(("fault", "message"), [
-    ("http500", "HTTP 500: fake internal error"),
-    ("malformed", "malformed event #3 after 2 tokens: '{\"content\": \"x\", \"tokens\": [1'"),  # markup-like text
-])
-def test_fault_reaches_the_cli_as_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str], fault: str, message: str) -> None:
+@pytest.mark.parametrize(
+    ("fault", "message"),
+    [
+        ("http500", "HTTP 500: fake internal error"),
+        ("malformed", 'malformed event #3 after 2 tokens: \'{"content": "x", "tokens": [1\''),  # markup-like text
+    ],
+)
+def test_fault_reaches_the_cli_as_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], fault: str, message: str
+) -> None:
     with FakeLlamaServer(fault=fault, fault_after=2) as fake, pytest.raises(SystemExit) as e:
-        main(["ttft", "--url", fake.url, "--lengths", "32,64", "-r", "2", "--response-tokens", "4", "-o", str(tmp_path)])
+        main(
+            ["ttft", "--url", fake.url, "--lengths", "32,64", "-r", "2", "--response-tokens", "4", "-o", str(tmp_path)]
+        )
     assert e.value.code == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert err[-1] == f"xover: error: 1 configuration(s) failed, first: L=64 rep 1: {message}"
@@ -326,7 +398,8 @@ def test_cache_check_failure_is_stored_rerun_and_counted(tmp_path: Path) -> None
     assert out.failures == ()
     assert [(s.rep, s.cache_ok) for s in stored(tmp_path)] == [(0, True), (1, False), (1, True)]
     assert [e.reason for e in events if isinstance(e, Rerun)] == [
-        "cold check failed: cache_n=32 prompt_n=32, expected cache_n=0 prompt_n=64"]
+        "cold check failed: cache_n=32 prompt_n=32, expected cache_n=0 prompt_n=64"
+    ]
     (p,) = summarize_points(out.samples)
     assert (p.n_ok, p.n_samples, p.n_reruns) == (2, 3, 1)
     assert len({s.prompt_id for s in out.samples}) == 3  # every attempt had its own prompt
@@ -365,10 +438,13 @@ def _spec(model: Path, *fake_args: str) -> ServerSpec:
     return ServerSpec(model=model, label="fake", ctx_size=1024, extra_args=fake_args)
 
 
-def test_server_never_healthy_stops_it_and_quotes_the_log(tmp_path: Path, fake_bins: Binaries, model_file: Path) -> None:
+def test_server_never_healthy_stops_it_and_quotes_the_log(
+    tmp_path: Path, fake_bins: Binaries, model_file: Path
+) -> None:
     async def go() -> None:
-        async with LlamaServer(fake_bins.server, _spec(model_file, "--fake-fault", "never-healthy"), tmp_path,
-                               startup_timeout_s=1.0):
+        async with LlamaServer(
+            fake_bins.server, _spec(model_file, "--fake-fault", "never-healthy"), tmp_path, startup_timeout_s=1.0
+        ):
             pass
 
     with pytest.raises(XoverError) as e:
@@ -387,8 +463,11 @@ def test_server_dying_early_is_reported_at_once(tmp_path: Path, fake_bins: Binar
             pass
 
     t = time.monotonic()
-    with pytest.raises(XoverError, match=r"^llama-server \(fake\) exited with code 3 while starting; log tail: .*"
-                                         r"error loading model: fake failure \(.*server-fake-1.log\)$"):
+    with pytest.raises(
+        XoverError,
+        match=r"^llama-server \(fake\) exited with code 3 while starting; log tail: .*"
+        r"error loading model: fake failure \(.*server-fake-1.log\)$",
+    ):
         asyncio.run(go())
     assert time.monotonic() - t < 10
 
@@ -414,8 +493,9 @@ def test_no_server_outlives_its_context(tmp_path: Path, fake_bins: Binaries, mod
 def test_managed_run_known_answers(tmp_path: Path, fake_bins: Binaries, model_file: Path) -> None:
     """Fake rates: 20,000 tok/s prefill, 500 tok/s decode -> TTFT of 2,000 tokens is about 100 ms."""
     plan = TtftPlan(lengths=(500, 2000), reps=3, response_tokens=11, seed=5)
-    specs = [ServerSpec(model=model_file, label=f"ncmoe={n}", ctx_size=context_size(2000, 11), n_cpu_moe=n)
-             for n in (0, 2)]
+    specs = [
+        ServerSpec(model=model_file, label=f"ncmoe={n}", ctx_size=context_size(2000, 11), n_cpu_moe=n) for n in (0, 2)
+    ]
     with Store(tmp_path) as store:
         run = TtftRun(store, plan, ["test"], binaries=fake_bins, model=model_file)
         out = asyncio.run(run.run_managed(specs, tmp_path / "logs"))
@@ -436,14 +516,18 @@ def test_managed_run_known_answers(tmp_path: Path, fake_bins: Binaries, model_fi
     assert p.prefill_tps_server is not None and 8_000 < p.prefill_tps_server.median <= 20_000
     assert p.decode_tps_client is not None and 150 < p.decode_tps_client.median <= 505
     assert p.gap_ns is not None and 0 < p.gap_ns.median < 50e6
-    assert (tmp_path / "logs" / "server-ncmoe=0-1.log").exists() and (tmp_path / "logs" / "server-ncmoe=2-1.log").exists()
+    assert (tmp_path / "logs" / "server-ncmoe=0-1.log").exists() and (
+        tmp_path / "logs" / "server-ncmoe=2-1.log"
+    ).exists()
 
 
 def test_managed_warm_mode(tmp_path: Path, fake_bins: Binaries, model_file: Path) -> None:
     plan = TtftPlan(lengths=(64, 256), reps=2, response_tokens=4, mode="warm", seed=5)
     spec = ServerSpec(model=model_file, label="fake", ctx_size=1024)
     with Store(tmp_path) as store:
-        out = asyncio.run(TtftRun(store, plan, ["test"], binaries=fake_bins, model=model_file).run_managed([spec], tmp_path))
+        out = asyncio.run(
+            TtftRun(store, plan, ["test"], binaries=fake_bins, model=model_file).run_managed([spec], tmp_path)
+        )
     assert len(out.samples) == 4 and all(s.cache_ok and s.mode == "warm" for s in out.samples)
     assert all(s.timings and (s.timings.cache_n, s.timings.prompt_n) == (s.length - 1, 1) for s in out.samples)
 
@@ -452,19 +536,42 @@ def test_a_server_that_cannot_start_is_a_failure_and_the_next_config_runs(
     tmp_path: Path, fake_bins: Binaries, model_file: Path
 ) -> None:
     plan = TtftPlan(lengths=(64,), reps=1, response_tokens=4, seed=5)
-    specs = [ServerSpec(model=model_file, label="broken", ctx_size=1024, extra_args=("--fake-exit", "1")),
-             ServerSpec(model=model_file, label="fine", ctx_size=1024)]
+    specs = [
+        ServerSpec(model=model_file, label="broken", ctx_size=1024, extra_args=("--fake-exit", "1")),
+        ServerSpec(model=model_file, label="fine", ctx_size=1024),
+    ]
     with Store(tmp_path) as store:
-        out = asyncio.run(TtftRun(store, plan, ["test"], binaries=fake_bins, model=model_file).run_managed(specs, tmp_path))
+        out = asyncio.run(
+            TtftRun(store, plan, ["test"], binaries=fake_bins, model=model_file).run_managed(specs, tmp_path)
+        )
     assert [f.stage for f in out.failures] == ["server-start"]
     assert [out.labels[s.config_key] for s in out.samples] == ["fine"]
 
 
-def test_ctrl_c_stops_the_server_keeps_samples_and_exits_130(tmp_path: Path, fake_bins: Binaries, model_file: Path) -> None:
+def test_ctrl_c_stops_the_server_keeps_samples_and_exits_130(
+    tmp_path: Path, fake_bins: Binaries, model_file: Path
+) -> None:
     study = tmp_path / "study"
     xover = Path(sys.executable).parent / "xover"
-    cmd = [str(xover), "ttft", "-m", str(model_file), "--llama-bin-dir", str(fake_bins.bin_dir), "--lengths", "64",
-           "-r", "100", "--response-tokens", "10", "-o", str(study), "--", "--fake-decode-tps", "40"]
+    cmd = [
+        str(xover),
+        "ttft",
+        "-m",
+        str(model_file),
+        "--llama-bin-dir",
+        str(fake_bins.bin_dir),
+        "--lengths",
+        "64",
+        "-r",
+        "100",
+        "--response-tokens",
+        "10",
+        "-o",
+        str(study),
+        "--",
+        "--fake-decode-tps",
+        "40",
+    ]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         deadline = time.monotonic() + 60
@@ -497,7 +604,9 @@ def test_cli_url_mode_prints_the_table_and_keeps_the_api_key_out_of_the_store(
 ) -> None:
     monkeypatch.setenv("XOVER_API_KEY", "sekret-key-123")
     with FakeLlamaServer() as fake:
-        main_ok(["ttft", "--url", fake.url, "--lengths", "32,1k", "-r", "2", "--response-tokens", "4", "-o", str(tmp_path)])
+        main_ok(
+            ["ttft", "--url", fake.url, "--lengths", "32,1k", "-r", "2", "--response-tokens", "4", "-o", str(tmp_path)]
+        )
     out = capsys.readouterr().out
     assert "time to first token" in out and "1,024" in out and "2/2" in out
     assert b"sekret-key-123" not in (tmp_path / "results.sqlite").read_bytes()
@@ -509,7 +618,8 @@ def test_cli_rejects_server_flags_with_url(capsys: pytest.CaptureFixture[str], t
         main(["ttft", "--url", "http://127.0.0.1:9", "--ncmoe", "12", "-o", str(tmp_path)])
     assert e.value.code == 2
     assert capsys.readouterr().err.strip() == (
-        "xover: error: --ncmoe does not apply with --url: that server's flags are already set; drop it")
+        "xover: error: --ncmoe does not apply with --url: that server's flags are already set; drop it"
+    )
 
 
 def main_ok(argv: list[str]) -> None:
@@ -522,8 +632,12 @@ def main_ok(argv: list[str]) -> None:
 def test_extra_args_that_add_slots_are_noticed(tmp_path: Path, fake_bins: Binaries, model_file: Path) -> None:
     """`-- -np 4` overrides xover's -np 1: the gap warning must then name slot saving, not rule it out."""
     plan = TtftPlan(lengths=(64,), reps=1, response_tokens=4, seed=5)
-    specs = [ServerSpec(model=model_file, label="np4", ctx_size=1024, extra_args=("-np", "4")),
-             ServerSpec(model=model_file, label="np1", ctx_size=1024)]
+    specs = [
+        ServerSpec(model=model_file, label="np4", ctx_size=1024, extra_args=("-np", "4")),
+        ServerSpec(model=model_file, label="np1", ctx_size=1024),
+    ]
     with Store(tmp_path) as store:
-        out = asyncio.run(TtftRun(store, plan, ["test"], binaries=fake_bins, model=model_file).run_managed(specs, tmp_path))
+        out = asyncio.run(
+            TtftRun(store, plan, ["test"], binaries=fake_bins, model=model_file).run_managed(specs, tmp_path)
+        )
     assert {out.labels[k]: v for k, v in out.cold_cache.items()} == {"np4": False, "np1": True}

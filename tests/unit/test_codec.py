@@ -19,8 +19,9 @@ def test_records_round_trip_through_json() -> None:
     model = ModelId(path="/m.gguf", name="m.gguf", size_bytes=1, header_sha256="ab" * 32)
     prov = Provenance("abc", 1, "CPU", "/bin", "flag", "cpu", None, "host", "linux", "0.1", model, (("k", "v"),))
     assert _json_round_trip(prov) == prov
-    assert _json_round_trip(Provenance(None, None, None, None, None, None, None, "h", "os", "v", None)) == \
-        Provenance(None, None, None, None, None, None, None, "h", "os", "v", None)
+    assert _json_round_trip(Provenance(None, None, None, None, None, None, None, "h", "os", "v", None)) == Provenance(
+        None, None, None, None, None, None, None, "h", "os", "v", None
+    )
     bench = BenchConfig("ncmoe=1", (("-ncmoe", "1"),), (("GGML_OP_OFFLOAD_MIN_BATCH", "64"),), ("-ngl", "99"))
     server = ServerConfig("x", ("-m", "m.gguf", "--no-op-offload"), (("A", "1"),))
     assert _json_round_trip(bench) == bench and _json_round_trip(server) == server

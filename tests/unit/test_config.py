@@ -20,8 +20,13 @@ def test_shipped_example_reproduces_the_seed():
 
 
 def test_config_translates_to_both_binaries():
-    c = LlamaConfig(name="x", flags=(("-ncmoe", "18"), ("-ub", "2048"), ("-fa", "on")), no_op_offload=True,
-                    env=(("GGML_OP_OFFLOAD_MIN_BATCH", "64"),), server_args=("--mlock",))
+    c = LlamaConfig(
+        name="x",
+        flags=(("-ncmoe", "18"), ("-ub", "2048"), ("-fa", "on")),
+        no_op_offload=True,
+        env=(("GGML_OP_OFFLOAD_MIN_BATCH", "64"),),
+        server_args=("--mlock",),
+    )
     b = c.bench_config()
     assert b.fields == (("-ncmoe", "18"), ("-ub", "2048"), ("-fa", "on"), ("-nopo", "1"))
     assert b.env == (("GGML_OP_OFFLOAD_MIN_BATCH", "64"),) and b.label == "x"
@@ -50,9 +55,18 @@ def test_lengths_accept_k_suffix():
         ({"model": {"preset": "tiny-moe"}, "config": [{"name": "a"}], "study": {"skip": ["nap"]}}, "unknown stage"),
         ({"model": {"preset": "tiny-moe"}, "config": [{"name": "a"}], "studdy": {}}, "unknown section"),
         ({"model": {"preset": "tiny-moe"}, "config": [{}]}, "give it a name"),
-        ({"model": {"preset": "tiny-moe"}, "config": [{"name": "a"}], "study": {"bench-depths": 4096}}, "non-empty list"),
-        ({"model": {"preset": "tiny-moe"}, "config": [{"name": "a"}], "study": {"bench-depths": ["x"]}}, "bench-depths"),
-        ({"model": {"preset": "tiny-moe"}, "config": [{"name": "a"}], "study": {"hardware": "h300"}}, "unknown hardware"),
+        (
+            {"model": {"preset": "tiny-moe"}, "config": [{"name": "a"}], "study": {"bench-depths": 4096}},
+            "non-empty list",
+        ),
+        (
+            {"model": {"preset": "tiny-moe"}, "config": [{"name": "a"}], "study": {"bench-depths": ["x"]}},
+            "bench-depths",
+        ),
+        (
+            {"model": {"preset": "tiny-moe"}, "config": [{"name": "a"}], "study": {"hardware": "h300"}},
+            "unknown hardware",
+        ),
     ],
 )
 def test_bad_specs_are_one_line_errors(doc, message):

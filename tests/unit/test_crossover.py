@@ -6,11 +6,11 @@ import pytest
 from xover.analysis.crossover import (
     ConfigData,
     compare_pair,
+    fastest,
     fit_cost_model,
     interpolate_crossings,
     measured_totals,
     model_crossings,
-    fastest,
     verdict,
 )
 
@@ -151,8 +151,12 @@ def test_verdict_calls_overlapping_samples_noise_not_a_crossover():
 
 def test_verdict_ignores_a_noisy_length_and_names_a_single_crossover():
     # A wins short prompts clearly, B long ones; at 16K the samples overlap.
-    base = {1000: ([1.0, 1.1, 1.05], [2.0, 2.1, 2.05]), 4000: ([2.0, 2.1, 2.05], [3.0, 3.1, 3.05]),
-            16000: ([5.0, 6.0, 5.5], [5.2, 5.9, 5.4]), 32000: ([12.0, 12.5, 12.2], [8.0, 8.2, 8.1])}
+    base = {
+        1000: ([1.0, 1.1, 1.05], [2.0, 2.1, 2.05]),
+        4000: ([2.0, 2.1, 2.05], [3.0, 3.1, 3.05]),
+        16000: ([5.0, 6.0, 5.5], [5.2, 5.9, 5.4]),
+        32000: ([12.0, 12.5, 12.2], [8.0, 8.2, 8.1]),
+    }
     a = ConfigData("A", {L: v[0] for L, v in base.items()}, {L: [100.0] for L in base})
     b = ConfigData("B", {L: v[1] for L, v in base.items()}, {L: [100.0] for L in base})
     r = compare_pair(a, b, 200, n_boot=0)

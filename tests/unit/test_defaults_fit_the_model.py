@@ -15,14 +15,10 @@ from pathlib import Path
 
 import click
 import pytest
+
 from fakes.llama_server import FakeLlamaServer
 from procs import one_line_error, run_xover
-
 from xover.analysis.stats import summarize
-from xover.errors import XoverError
-from xover.gguf.inspect import check_offload_and_context, context_advice, fitting_lengths, model_context
-from xover.results.store import Store
-from xover.measure.ttft import PointSummary, TtftPlan, TtftRun, gap_note
 from xover.domain.workload import (
     CONTEXT_USE,
     MIN_TURN_CHARS,
@@ -33,6 +29,10 @@ from xover.domain.workload import (
     last_turn_tokens,
     min_session_tokens,
 )
+from xover.errors import XoverError
+from xover.gguf.inspect import check_offload_and_context, context_advice, fitting_lengths, model_context
+from xover.measure.ttft import PointSummary, TtftPlan, TtftRun, gap_note
+from xover.results.store import Store
 
 
 @pytest.fixture(scope="module")
@@ -48,8 +48,10 @@ def tiny(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def test_default_session_scales_to_a_32k_context_with_one_line() -> None:
     spec, line = fit_to_context(WorkloadSpec(chars_per_token=1.0), 32768, 64, frozenset(), "tiny-moe")
-    assert line == ("agentic session scaled to tiny-moe's training context of 32,768 tokens: 15 turns (default 30), "
-                    "a 7.1K-token system prompt (default 10K), growing to 28.5K tokens (default 40K)")
+    assert line == (
+        "agentic session scaled to tiny-moe's training context of 32,768 tokens: 15 turns (default 30), "
+        "a 7.1K-token system prompt (default 10K), growing to 28.5K tokens (default 40K)"
+    )
     assert spec.target_tokens + 64 <= 32768 and spec.system_tokens * 4 == spec.target_tokens
     assert min_session_tokens(spec) <= spec.target_tokens
     assert last_turn_tokens(spec) + 64 <= 32768 * CONTEXT_USE
@@ -75,7 +77,9 @@ def test_given_turns_are_kept_or_refused_with_what_fits() -> None:
     kept, line = fit_to_context(WorkloadSpec(turns=6, chars_per_token=1.0), 32768, 64, frozenset({"turns"}), "tiny")
     assert kept.turns == 6 and line is not None and "turns" not in line.split(":")[1]
     assert last_turn_tokens(kept) + 64 <= 32768
-    with pytest.raises(XoverError, match=r"--turns 30: each turn adds at least about 1,500 tokens .* at most 16 turns fit"):
+    with pytest.raises(
+        XoverError, match=r"--turns 30: each turn adds at least about 1,500 tokens .* at most 16 turns fit"
+    ):
         fit_to_context(WorkloadSpec(turns=30, chars_per_token=1.0), 32768, 64, frozenset({"turns"}), "tiny")
     assert MIN_TURN_CHARS == 1500
     sixteen, _ = fit_to_context(WorkloadSpec(turns=16, chars_per_token=1.0), 32768, 64, frozenset({"turns"}), "tiny")
@@ -83,8 +87,11 @@ def test_given_turns_are_kept_or_refused_with_what_fits() -> None:
 
 
 def test_given_target_beyond_the_context_is_refused_with_what_fits() -> None:
-    with pytest.raises(XoverError, match=r"--target-tokens 40,960 plus 64 response tokens exceed tiny's training context "
-                                         r"of 32,768 tokens: at most 32,704 fit"):
+    with pytest.raises(
+        XoverError,
+        match=r"--target-tokens 40,960 plus 64 response tokens exceed tiny's training context "
+        r"of 32,768 tokens: at most 32,704 fit",
+    ):
         fit_to_context(WorkloadSpec(), 32768, 64, frozenset({"target_tokens"}), "tiny")
     kept, _ = fit_to_context(WorkloadSpec(system_tokens=2048), 32768, 64, frozenset({"system_tokens"}), "tiny")
     assert kept.system_tokens == 2048  # a given system prompt is kept while the target scales
@@ -110,8 +117,10 @@ def test_context_advice_names_the_lengths_that_fit() -> None:
     assert fitting_lengths((1024, 4096, 16384, 32768), 200, 32768) == (1024, 4096, 16384)
     assert fitting_lengths((1024, 65536), 200, 0) == (1024, 65536)
     line = context_advice("tiny", 32768, (1024, 4096, 16384, 32768), 200, "--lengths", "response tokens")
-    assert line == ("--lengths 32k with 200 response tokens exceeds tiny's training context of 32,768 tokens: "
-                    "of those given, --lengths 1k,4k,16k fit (any length up to 32,568 tokens does)")
+    assert line == (
+        "--lengths 32k with 200 response tokens exceeds tiny's training context of 32,768 tokens: "
+        "of those given, --lengths 1k,4k,16k fit (any length up to 32,568 tokens does)"
+    )
     none = context_advice("tiny", 4096, (8192, 16384), 200, "--lengths", "response tokens")
     assert none.endswith("none of them fits; any length up to 3,896 tokens does")
 
@@ -124,13 +133,19 @@ def test_check_offload_and_context_with_lengths(tiny: Path) -> None:
         check_offload_and_context(tiny, [0], 40000)
 
 
-@pytest.mark.parametrize(("args", "needle"), [
-    (("ttft", "--lengths", "1k,4k,16k,32k", "-R", "200"), "of those given, --lengths 1k,4k,16k fit"),
-    (("advise", "--lengths", "8k,32k"), "exceeds xover synthetic tiny-moe's training context of 32,768 tokens: "
-                                        "of those given, --lengths 8k fit"),
-])
-def test_commands_whose_lengths_exceed_the_context_say_which_fit(tiny: Path, tmp_path: Path, args: tuple[str, ...],
-                                                                  needle: str) -> None:
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (("ttft", "--lengths", "1k,4k,16k,32k", "-R", "200"), "of those given, --lengths 1k,4k,16k fit"),
+        (
+            ("advise", "--lengths", "8k,32k"),
+            "exceeds xover synthetic tiny-moe's training context of 32,768 tokens: of those given, --lengths 8k fit",
+        ),
+    ],
+)
+def test_commands_whose_lengths_exceed_the_context_say_which_fit(
+    tiny: Path, tmp_path: Path, args: tuple[str, ...], needle: str
+) -> None:
     one_line_error(run_xover(*args, "-m", str(tiny), "-o", str(tmp_path / "o")), needle)
     assert not (tmp_path / "o").exists()
 
@@ -156,9 +171,9 @@ def test_advise_band_scales_to_the_context(tiny: Path) -> None:
 
 
 def test_advise_band_on_a_context_too_small_for_the_prefill_test(tmp_path: Path) -> None:
-    from xover.measure.advise import _agentic_for_context
     from xover.gguf.presets import make_shape
     from xover.gguf.synth import write_model
+    from xover.measure.advise import _agentic_for_context
 
     small = write_model(make_shape("tiny-moe", n_ctx_train=4096), tmp_path / "small.gguf").path
     spec = _advise_spec(small)
@@ -170,8 +185,8 @@ def test_advise_band_on_a_context_too_small_for_the_prefill_test(tmp_path: Path)
 
 
 def test_advise_cli_leaves_out_ubatches_above_half_the_context(tmp_path: Path) -> None:
-    from xover.cli.advise import _ubatches_that_fit
     from xover.analysis.advise import default_knobs
+    from xover.cli.advise import _ubatches_that_fit
 
     printed: list[str] = []
 
@@ -181,7 +196,9 @@ def test_advise_cli_leaves_out_ubatches_above_half_the_context(tmp_path: Path) -
 
     knobs = _ubatches_that_fit(default_knobs(2), 4096, "small", Console())
     assert next(k for k in knobs if k.name == "ubatch-size").candidates == ("1024", "2048")
-    assert printed == ["-ub 4096 left out: more than half of small's training context of 4,096 tokens (--ubatch to choose)"]
+    assert printed == [
+        "-ub 4096 left out: more than half of small's training context of 4,096 tokens (--ubatch to choose)"
+    ]
     assert _ubatches_that_fit(default_knobs(2), 32768, "tiny", Console()) == default_knobs(2)
 
 
@@ -212,9 +229,21 @@ def test_theory_keeps_its_old_long_spelling() -> None:
 
 def _point(ttft_ms: float, gap_ms: float) -> PointSummary:
     return PointSummary(
-        config_key="k", mode="cold", length=4096, n_samples=3, n_ok=3, n_reps=3, n_reruns=0, n_errors=0,
-        n_first_two_together=0, ttft_ns=summarize([ttft_ms * 1e6]), prefill_tps_client=None, prefill_tps_server=None,
-        decode_tps_client=None, decode_tps_server=None, gap_ns=summarize([gap_ms * 1e6]),
+        config_key="k",
+        mode="cold",
+        length=4096,
+        n_samples=3,
+        n_ok=3,
+        n_reps=3,
+        n_reruns=0,
+        n_errors=0,
+        n_first_two_together=0,
+        ttft_ns=summarize([ttft_ms * 1e6]),
+        prefill_tps_client=None,
+        prefill_tps_server=None,
+        decode_tps_client=None,
+        decode_tps_server=None,
+        gap_ns=summarize([gap_ms * 1e6]),
     )
 
 
@@ -241,10 +270,13 @@ def test_url_run_records_the_slots_the_server_reports(tmp_path: Path, n_slots: i
     assert out.cold_cache[key] is None  # xover did not start it: what it knows is what /props says
 
 
-@pytest.mark.parametrize("spec", [
-    WorkloadSpec(seed=0, turns=30, system_tokens=3840, target_tokens=15360, chars_per_token=4.0),
-    WorkloadSpec(seed=1, turns=25, system_tokens=9664, target_tokens=38656, chars_per_token=1.0),
-])
+@pytest.mark.parametrize(
+    "spec",
+    [
+        WorkloadSpec(seed=0, turns=30, system_tokens=3840, target_tokens=15360, chars_per_token=4.0),
+        WorkloadSpec(seed=1, turns=25, system_tokens=9664, target_tokens=38656, chars_per_token=1.0),
+    ],
+)
 def test_a_file_edited_down_to_one_function_can_be_edited_again(spec: WorkloadSpec) -> None:
     """These sizes crashed the generator (a second edit of a file a delete had left with one function)."""
     session = generate(spec)

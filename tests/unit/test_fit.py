@@ -16,9 +16,15 @@ GIB = 1 << 30
 
 
 def doc(**study: object) -> dict:
-    return {"model": {"preset": "tiny-moe"}, "study": {"lengths": ["1k", "4k"], **study},
-            "config": [{"name": "fit@1k", "n-cpu-moe": "fit@1k"}, {"name": "fit", "n-cpu-moe": "fit"},
-                       {"name": "ncmoe=2", "n-cpu-moe": 2}]}
+    return {
+        "model": {"preset": "tiny-moe"},
+        "study": {"lengths": ["1k", "4k"], **study},
+        "config": [
+            {"name": "fit@1k", "n-cpu-moe": "fit@1k"},
+            {"name": "fit", "n-cpu-moe": "fit"},
+            {"name": "ncmoe=2", "n-cpu-moe": 2},
+        ],
+    }
 
 
 def test_fit_values_and_the_budget_parse() -> None:
@@ -29,10 +35,13 @@ def test_fit_values_and_the_budget_parse() -> None:
     assert has_fits(spec) and not has_fits(spec_from_dict({**doc(), "config": doc()["config"][2:]}))
 
 
-@pytest.mark.parametrize(("value", "message"), [
-    ("most", "n-cpu-moe must be a non-negative integer, 'fit' or 'fit@LENGTH' (e.g. 'fit@8k'), got 'most'"),
-    ("fit@lots", "got 'fit@lots'"),
-])
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        ("most", "n-cpu-moe must be a non-negative integer, 'fit' or 'fit@LENGTH' (e.g. 'fit@8k'), got 'most'"),
+        ("fit@lots", "got 'fit@lots'"),
+    ],
+)
 def test_bad_fit_values_are_one_line_errors(value: str, message: str) -> None:
     bad = doc()
     bad["config"][0]["n-cpu-moe"] = value
@@ -74,10 +83,19 @@ def test_the_planner_resolves_each_fit_to_a_level(tmp_path: Path) -> None:
 
 
 def test_the_check_line_names_what_llama_cpp_did() -> None:
-    entry = {"config": "fit@8k", "request": "fit@8192", "n_ctx": 8704, "n_cpu_moe": 9,
-             "checks": [{"n_cpu_moe": 9, "loaded": True, "served": True, "reason": None},
-                        {"n_cpu_moe": 8, "loaded": True, "served": False, "reason": "stream broke after 0 tokens"}]}
-    assert check_line(entry) == ("fit@8k (fit@8192) at 8,704 tokens: --n-cpu-moe 9 serves; --n-cpu-moe 8 loads but "
-                                 "fails its first request (stream broke after 0 tokens): llama.cpp confirms the edge")
+    entry = {
+        "config": "fit@8k",
+        "request": "fit@8192",
+        "n_ctx": 8704,
+        "n_cpu_moe": 9,
+        "checks": [
+            {"n_cpu_moe": 9, "loaded": True, "served": True, "reason": None},
+            {"n_cpu_moe": 8, "loaded": True, "served": False, "reason": "stream broke after 0 tokens"},
+        ],
+    }
+    assert check_line(entry) == (
+        "fit@8k (fit@8192) at 8,704 tokens: --n-cpu-moe 9 serves; --n-cpu-moe 8 loads but "
+        "fails its first request (stream broke after 0 tokens): llama.cpp confirms the edge"
+    )
     entry["checks"][1] = {"n_cpu_moe": 8, "loaded": True, "served": True, "reason": None}
     assert check_line(entry).endswith("the planner is conservative here: one level less also serves")

@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
+from xover.errors import XoverError
 from xover.hardware import detect as D
 from xover.hardware import profiles as H
-from xover.errors import XoverError
 
 
 def test_builtin_profiles_are_sane() -> None:
@@ -28,20 +28,23 @@ def test_builtin_profiles_are_sane() -> None:
         H.builtin("tpu")
 
 
-@pytest.mark.parametrize("name,key", [
-    ("NVIDIA H200", "h200"),
-    ("NVIDIA H100 80GB HBM3", "h100-sxm"),
-    ("NVIDIA H100 PCIe", "h100-pcie"),
-    ("NVIDIA A100-SXM4-80GB", "a100"),
-    ("NVIDIA L40S", "l40s"),
-    ("NVIDIA GeForce RTX 4090", "rtx-4090"),
-    ("NVIDIA GeForce RTX 3090", "rtx-3090"),
-    ("NVIDIA GeForce RTX 5090", "rtx-5090"),
-    ("AMD Radeon RX 7900 XTX", "rx-7900-xtx"),
-    ("AMD Instinct MI300X", "mi300x"),
-    ("AMD Instinct MI210", "mi210"),
-    ("Tesla T4", None),
-])
+@pytest.mark.parametrize(
+    "name,key",
+    [
+        ("NVIDIA H200", "h200"),
+        ("NVIDIA H100 80GB HBM3", "h100-sxm"),
+        ("NVIDIA H100 PCIe", "h100-pcie"),
+        ("NVIDIA A100-SXM4-80GB", "a100"),
+        ("NVIDIA L40S", "l40s"),
+        ("NVIDIA GeForce RTX 4090", "rtx-4090"),
+        ("NVIDIA GeForce RTX 3090", "rtx-3090"),
+        ("NVIDIA GeForce RTX 5090", "rtx-5090"),
+        ("AMD Radeon RX 7900 XTX", "rx-7900-xtx"),
+        ("AMD Instinct MI300X", "mi300x"),
+        ("AMD Instinct MI210", "mi210"),
+        ("Tesla T4", None),
+    ],
+)
 def test_match_profile(name: str, key: str | None) -> None:
     assert H.match_profile(name) == key
 
@@ -54,7 +57,10 @@ def test_detection_parsers() -> None:
     rocm = "============ Product Info ============\nGPU[0]\t\t: Card Series: \t\tAMD Instinct MI300X OAM\nGPU[0]\t\t: Card SKU: \tD65209\n"
     assert H.parse_rocm_smi(rocm).name == "AMD Instinct MI300X OAM"  # type: ignore[union-attr]
     assert H.parse_rocm_smi("no cards") is None
-    assert H.parse_cpuinfo("processor\t: 0\nmodel name\t: AMD EPYC 9654 96-Core Processor\n") == "AMD EPYC 9654 96-Core Processor"
+    assert (
+        H.parse_cpuinfo("processor\t: 0\nmodel name\t: AMD EPYC 9654 96-Core Processor\n")
+        == "AMD EPYC 9654 96-Core Processor"
+    )
     assert H.parse_cpuinfo("nothing") is None
 
 

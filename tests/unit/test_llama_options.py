@@ -41,7 +41,8 @@ def test_every_shared_option_round_trips_through_the_spec(option: opts.LlamaOpti
     assert config.bench_config().fields == ((option.bench_flag, str(value)),)
     assert config.server_args_list() == opts.BY_BENCH_FLAG[option.bench_flag].server_args(str(value))
     assert theory.config_from_flags(config.bench_config().fields) == theory.config_from_flags(
-        args=config.server_args_list())
+        args=config.server_args_list()
+    )
 
 
 def test_the_spec_takes_every_option_with_one_flag_for_both_tools() -> None:
@@ -55,8 +56,12 @@ def test_the_spec_takes_every_option_with_one_flag_for_both_tools() -> None:
 
 def test_search_values_and_tuning_knobs() -> None:
     assert [(o.name, v) for o, v in opts.searched(cpu_count=8)] == [
-        ("load-mode", ("none",)), ("ubatch-size", ("1024", "2048", "4096")), ("batch-size", ("4096",)),
-        ("no-op-offload", ("1",)), ("GGML_OP_OFFLOAD_MIN_BATCH", ("1024",)), ("threads", ("4", "8")),
+        ("load-mode", ("none",)),
+        ("ubatch-size", ("1024", "2048", "4096")),
+        ("batch-size", ("4096",)),
+        ("no-op-offload", ("1",)),
+        ("GGML_OP_OFFLOAD_MIN_BATCH", ("1024",)),
+        ("threads", ("4", "8")),
     ]
     assert dict((o.name, v) for o, v in opts.tuned(cpu_count=1))["threads"] == ("1",)
     assert TUNE_KNOBS == tuple((o.name, o.short) for o, _ in opts.tuned(cpu_count=1))
@@ -69,15 +74,32 @@ def test_search_values_and_tuning_knobs() -> None:
 def test_record_values() -> None:
     assert opts.FLASH_ATTN.record_value("auto") == -1 and opts.NO_OP_OFFLOAD.record_value("1") == 1
     assert opts.LOAD_MODE.record_value("none") is None and opts.UBATCH_SIZE.record_value("256") == 256
-    assert bench._RECORD_FIELD == {"-ncmoe": "n_cpu_moe", "-ub": "n_ubatch", "-b": "n_batch", "-t": "n_threads",
-                                   "-nopo": "no_op_offload", "-fa": "flash_attn"}
-    assert bench.record_mismatch(BenchConfig("x", (("-nopo", "1"), ("-lm", "none"))), {"no_op_offload": 1,
-                                                                                      "load_mode": "auto"}) is None
+    assert bench._RECORD_FIELD == {
+        "-ncmoe": "n_cpu_moe",
+        "-ub": "n_ubatch",
+        "-b": "n_batch",
+        "-t": "n_threads",
+        "-nopo": "no_op_offload",
+        "-fa": "flash_attn",
+    }
+    assert (
+        bench.record_mismatch(
+            BenchConfig("x", (("-nopo", "1"), ("-lm", "none"))), {"no_op_offload": 1, "load_mode": "auto"}
+        )
+        is None
+    )
 
 
 def test_what_xover_passes_is_spelled_as_the_table_says() -> None:
-    configs = benchrun.combinations(ncmoe=(12,), load_mode=("none",), batch=(4096,), ubatch=(2048,),
-                                    flash_attn=("on",), no_op_offload=(0, 1), threads=(4,))
+    configs = benchrun.combinations(
+        ncmoe=(12,),
+        load_mode=("none",),
+        batch=(4096,),
+        ubatch=(2048,),
+        flash_attn=("on",),
+        no_op_offload=(0, 1),
+        threads=(4,),
+    )
     argv = bench.BenchJob(configs[1], 512, 128, (0,), 2).to_argv(Path("llama-bench"), Path("m.gguf"))
     bench_flags = [a for a in argv if a.startswith("-") and not re.fullmatch(r"-\d+", a)]
     known = {s for o in opts.OPTIONS for s in o.bench}
@@ -89,7 +111,12 @@ def test_what_xover_passes_is_spelled_as_the_table_says() -> None:
 
     server_known = {s for o in opts.OPTIONS for s in (*o.server, *o.server_off)}
     spec = ServerSpec(Path("m.gguf"), "x", 4096, n_cpu_moe=12, threads=4, flash_attn="on")
-    assert {"--n-cpu-moe", "-t", "-fa", "-ngl"} <= set(spec.args()) and {"--n-cpu-moe", "-t", "-fa", "-ngl"} <= server_known
+    assert {"--n-cpu-moe", "-t", "-fa", "-ngl"} <= set(spec.args()) and {
+        "--n-cpu-moe",
+        "-t",
+        "-fa",
+        "-ngl",
+    } <= server_known
     assert [opts.server_config(c).args for c in configs] == [
         ("-ncmoe", "12", "-lm", "none", "-b", "4096", "-ub", "2048", "-fa", "on", "--op-offload", "-t", "4"),
         ("-ncmoe", "12", "-lm", "none", "-b", "4096", "-ub", "2048", "-fa", "on", "--no-op-offload", "-t", "4"),
@@ -99,20 +126,56 @@ def test_what_xover_passes_is_spelled_as_the_table_says() -> None:
 def test_ttft_server_configurations() -> None:
     from xover.cli.ttft import _specs
 
-    configs = benchrun.combinations(ncmoe=(12,), load_mode=("none",), batch=(4096,), ubatch=(2048,), flash_attn=("on",),
-                                    no_op_offload=(1,), threads=(4,), env=(("GGML_OP_OFFLOAD_MIN_BATCH", ("64",)),))
+    configs = benchrun.combinations(
+        ncmoe=(12,),
+        load_mode=("none",),
+        batch=(4096,),
+        ubatch=(2048,),
+        flash_attn=("on",),
+        no_op_offload=(1,),
+        threads=(4,),
+        env=(("GGML_OP_OFFLOAD_MIN_BATCH", ("64",)),),
+    )
     plan = TtftPlan(lengths=(1024,), reps=1, response_tokens=8, mode="cold", text=False, seed=1, max_retries=0)
     [spec] = _specs(Path("/m.gguf"), [opts.server_config(c) for c in configs], plan, ("--jinja",), True, 4)
-    assert spec.args() == ("-m", "/m.gguf", "-c", "1536", "-ngl", "99", "--n-cpu-moe", "12", "-t", "4", "-fa", "on",
-                           "-np", "1", "--cache-ram", "0", "-fit", "off", "-lm", "none", "-b", "4096", "-ub", "2048",
-                           "--no-op-offload", "--jinja")
+    assert spec.args() == (
+        "-m",
+        "/m.gguf",
+        "-c",
+        "1536",
+        "-ngl",
+        "99",
+        "--n-cpu-moe",
+        "12",
+        "-t",
+        "4",
+        "-fa",
+        "on",
+        "-np",
+        "1",
+        "--cache-ram",
+        "0",
+        "-fit",
+        "off",
+        "-lm",
+        "none",
+        "-b",
+        "4096",
+        "-ub",
+        "2048",
+        "--no-op-offload",
+        "--jinja",
+    )
     assert spec.env == (("GGML_OP_OFFLOAD_MIN_BATCH", "64"),)
     assert opts.take(("-lm", "none", "-t", "4", "--x"), (opts.THREADS,)) == ({"threads": "4"}, ("-lm", "none", "--x"))
 
 
 def test_theory_reads_every_spelling() -> None:
-    for option, value, field, expected in ((opts.N_CPU_MOE, "7", "n_cpu_moe", 7), (opts.UBATCH_SIZE, "256", "ubatch", 256),
-                                           (opts.LOAD_MODE, "none", "pinned", True)):
+    for option, value, field, expected in (
+        (opts.N_CPU_MOE, "7", "n_cpu_moe", 7),
+        (opts.UBATCH_SIZE, "256", "ubatch", 256),
+        (opts.LOAD_MODE, "none", "pinned", True),
+    ):
         for spelling in option.spellings:
             assert getattr(theory.config_from_flags([(spelling, value)]), field) == expected, spelling
             assert getattr(theory.config_from_flags(args=[spelling, value]), field) == expected, spelling
@@ -143,8 +206,13 @@ def test_advise_knobs_are_the_tables_options() -> None:
     knobs = advise.study_knobs(cpu_count=4, gpu_build=True, longest=32768)
     for k in knobs:
         option = opts.BY_NAME[k.name]
-        assert (k.flag, k.short, k.default, k.gpu_only, k.env) == (option.bench_flag, option.short, option.default,
-                                                                 option.gpu_only, option.env)
+        assert (k.flag, k.short, k.default, k.gpu_only, k.env) == (
+            option.bench_flag,
+            option.short,
+            option.default,
+            option.gpu_only,
+            option.env,
+        )
         assert k.record_field == (None if option.record_values else option.record_field)
     assert [k.name for k in advise.default_knobs(4)] == [o.name for o, _ in opts.searched(4)]
     assert dict((k.name, k.candidates) for k in knobs)["ubatch-size"] == ("1024", "2048", "4096", "8192")

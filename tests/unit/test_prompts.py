@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from xover.errors import XoverError
 from xover.domain.prompts import TextPrompts, TokenPrompts, fit_text, parse_length, parse_lengths, token_pool
+from xover.errors import XoverError
 
 
 @pytest.mark.parametrize(("text", "n"), [("1k", 1024), ("32K", 32768), ("4096", 4096), (" 16k ", 16384), ("1", 1)])

@@ -3,7 +3,16 @@ the stored records, typed, with their place in the store."""
 
 import pytest
 
-from xover.domain.records import BenchConfig, BenchResult, Failure, ModelId, Provenance, ServerConfig, ServerTimings, TtftSample
+from xover.domain.records import (
+    BenchConfig,
+    BenchResult,
+    Failure,
+    ModelId,
+    Provenance,
+    ServerConfig,
+    ServerTimings,
+    TtftSample,
+)
 from xover.domain.study_spec import LlamaConfig, StudySpec
 from xover.errors import XoverError
 from xover.measure.study import missing_ttft
@@ -13,15 +22,30 @@ from xover.results.store import Store
 
 def _prov(model: str = "m.gguf") -> Provenance:
     return Provenance(
-        llama_build_commit="0c1e570", llama_build_number=0, llama_backend="CPU", llama_bin_dir="/x", llama_bin_source="cache",
-        cpu_info="cpu", gpu_info=None, hostname="h", os="Linux", xover_version="0.1.0",
+        llama_build_commit="0c1e570",
+        llama_build_number=0,
+        llama_backend="CPU",
+        llama_bin_dir="/x",
+        llama_bin_source="cache",
+        cpu_info="cpu",
+        gpu_info=None,
+        hostname="h",
+        os="Linux",
+        xover_version="0.1.0",
         model=ModelId(path=f"/{model}", name=model, size_bytes=10, header_sha256="ab" * 32),
     )
 
 
 def _sample(key: str, length: int, rep: int, ok: bool = True) -> TtftSample:
-    t = ServerTimings(cache_n=0, prompt_n=length, prompt_ms=50.5, prompt_per_second=20277.0, predicted_n=16,
-                      predicted_ms=8.0, predicted_per_second=2000.0)
+    t = ServerTimings(
+        cache_n=0,
+        prompt_n=length,
+        prompt_ms=50.5,
+        prompt_per_second=20277.0,
+        predicted_n=16,
+        predicted_ms=8.0,
+        predicted_per_second=2000.0,
+    )
     return TtftSample(key, "cold", length, rep, f"p{rep}", 1, 100, 51_000_000, 60_000_000, (51_000_000,), 16, t, ok)
 
 

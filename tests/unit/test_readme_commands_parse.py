@@ -14,16 +14,22 @@ from pathlib import Path
 
 import click
 import pytest
-from readme_commands import Substitutions, Variant, describe, extract, readme_variants, substitute, variants
 
+from readme_commands import Substitutions, Variant, describe, extract, readme_variants, substitute, variants
 from xover.cli import cli
 
 VARIANTS = readme_variants()
 
 
 def _subs(tmp: Path) -> Substitutions:
-    return Substitutions(model=tmp / "tiny.gguf", out=tmp, spec=tmp / "spec.toml", spec_configs="a,b",
-                         workload=tmp / "workload.txt", n_layer=4)
+    return Substitutions(
+        model=tmp / "tiny.gguf",
+        out=tmp,
+        spec=tmp / "spec.toml",
+        spec_configs="a,b",
+        workload=tmp / "workload.txt",
+        n_layer=4,
+    )
 
 
 def parse(argv: list[str]) -> None:
@@ -51,14 +57,32 @@ def test_readme_command_parses(variant: Variant, tmp_path: Path) -> None:
 
 def test_the_readme_shows_every_command() -> None:
     names = {v.argv[0] for v in VARIANTS}
-    assert names == {"study", "bench", "ttft", "cache", "audit", "session", "advise", "report", "export", "theory",
-                     "predict", "synth", "inspect", "llama"}
-    assert [v.skip for v in VARIANTS if v.skip] == ["builds llama.cpp for CUDA: needs the CUDA toolkit and an NVIDIA GPU"]
+    assert names == {
+        "study",
+        "bench",
+        "ttft",
+        "cache",
+        "audit",
+        "session",
+        "advise",
+        "report",
+        "export",
+        "theory",
+        "predict",
+        "synth",
+        "inspect",
+        "llama",
+    }
+    assert [v.skip for v in VARIANTS if v.skip] == [
+        "builds llama.cpp for CUDA: needs the CUDA toolkit and an NVIDIA GPU"
+    ]
 
 
 def test_an_unknown_flag_in_a_code_block_or_the_table_fails(tmp_path: Path) -> None:
-    text = ("```bash\n$ xover ttft -m M --lengths 1k --bogus-flag 3   # a comment\n```\n\n"
-            "| command | what |\n|---|---|\n| `xover bench -m M [--nope]` / `xover llama which` | x |\n")
+    text = (
+        "```bash\n$ xover ttft -m M --lengths 1k --bogus-flag 3   # a comment\n```\n\n"
+        "| command | what |\n|---|---|\n| `xover bench -m M [--nope]` / `xover llama which` | x |\n"
+    )
     commands = extract(text)
     assert [(c.source, c.text) for c in commands] == [
         ("code block, line 2", "xover ttft -m M --lengths 1k --bogus-flag 3"),
@@ -77,11 +101,33 @@ def test_an_unknown_flag_in_a_code_block_or_the_table_fails(tmp_path: Path) -> N
 def test_substitutions_change_only_placeholders_and_sizes(tmp_path: Path) -> None:
     s = _subs(tmp_path)
     argv = ("ttft", "-m", "M", "--ncmoe", "12,18", "--lengths", "1k,4k,16k,32k", "-R", "200", "-r", "3")
-    assert substitute(argv, s) == ["ttft", "-m", str(s.model), "--ncmoe", "1,2", "--lengths", "64,256,1024,2048",
-                                   "-R", "200", "-r", "3"]
+    assert substitute(argv, s) == [
+        "ttft",
+        "-m",
+        str(s.model),
+        "--ncmoe",
+        "1,2",
+        "--lengths",
+        "64,256,1024,2048",
+        "-R",
+        "200",
+        "-r",
+        "3",
+    ]
     assert substitute(("bench", "--depth", "1000,32000", "--", "ARGS"), s) == [
-        "bench", "--depth", "62,2000", "--", "-ngl", "99"]
+        "bench",
+        "--depth",
+        "62,2000",
+        "--",
+        "-ngl",
+        "99",
+    ]
     assert substitute(("synth", "--preset", "qwen3-30b-a3b", "-o", "q.gguf"), s) == [
-        "synth", "--preset", "tiny-moe", "-o", str(tmp_path / "q.gguf")]
+        "synth",
+        "--preset",
+        "tiny-moe",
+        "-o",
+        str(tmp_path / "q.gguf"),
+    ]
     with pytest.raises(AssertionError, match="no substitution rule"):
         substitute(("report", "NEWTHING"), s)

@@ -3,8 +3,8 @@
 import pytest
 
 from xover.domain.records import BenchConfig, BenchResult, ModelId, Provenance, ServerConfig, ServerTimings, TtftSample
-from xover.results.read_model import crossover_inputs, load
 from xover.report.html import build_report, render_html, render_markdown, write_report
+from xover.results.read_model import crossover_inputs, load
 from xover.results.store import Store
 
 LENGTHS = (1000, 4000, 16000, 32000)
@@ -12,8 +12,16 @@ LENGTHS = (1000, 4000, 16000, 32000)
 
 def _prov(name: str) -> Provenance:
     return Provenance(
-        llama_build_commit="0c1e570", llama_build_number=0, llama_backend="CPU", llama_bin_dir="/x", llama_bin_source="cache",
-        cpu_info="cpu", gpu_info=None, hostname="h", os="Linux", xover_version="0.1.0",
+        llama_build_commit="0c1e570",
+        llama_build_number=0,
+        llama_backend="CPU",
+        llama_bin_dir="/x",
+        llama_bin_source="cache",
+        cpu_info="cpu",
+        gpu_info=None,
+        hostname="h",
+        os="Linux",
+        xover_version="0.1.0",
         model=ModelId(path="/m.gguf", name=name, size_bytes=10, header_sha256="ab" * 32),
     )
 
@@ -32,12 +40,48 @@ def _fill(study, model_name="m.gguf"):
                 for rep in range(3):
                     ttft_ns = int((0.1 + L / prefill) * 1e9)
                     t = ServerTimings(0, L, ttft_ns / 1e6 - 1.0, prefill, 200, 200 / decode * 1000, decode)
-                    st.add_ttft_sample(run, "mk", TtftSample(cfg.key, "cold", L, rep, f"{label}{L}{rep}", 0, ttft_ns - 10,
-                                                            ttft_ns, ttft_ns + 2 * 10**9, (ttft_ns,), 200, t, True))
-                st.add_bench_result(run, "mk", BenchResult(bcfg.key, 512, 0, L, (1, 2), (prefill, prefill), prefill, 1.5, {}))
+                    st.add_ttft_sample(
+                        run,
+                        "mk",
+                        TtftSample(
+                            cfg.key,
+                            "cold",
+                            L,
+                            rep,
+                            f"{label}{L}{rep}",
+                            0,
+                            ttft_ns - 10,
+                            ttft_ns,
+                            ttft_ns + 2 * 10**9,
+                            (ttft_ns,),
+                            200,
+                            t,
+                            True,
+                        ),
+                    )
+                st.add_bench_result(
+                    run, "mk", BenchResult(bcfg.key, 512, 0, L, (1, 2), (prefill, prefill), prefill, 1.5, {})
+                )
             # one polluted sample: stored, never averaged
-            st.add_ttft_sample(run, "mk", TtftSample(cfg.key, "cold", 1000, 9, "bad", 0, 1, 2, 3, (2,), 1,
-                                                    ServerTimings(999, 1, 0.1, 1.0, 1, 1.0, 1.0), False))
+            st.add_ttft_sample(
+                run,
+                "mk",
+                TtftSample(
+                    cfg.key,
+                    "cold",
+                    1000,
+                    9,
+                    "bad",
+                    0,
+                    1,
+                    2,
+                    3,
+                    (2,),
+                    1,
+                    ServerTimings(999, 1, 0.1, 1.0, 1, 1.0, 1.0),
+                    False,
+                ),
+            )
         st.end_run(run, "done")
 
 

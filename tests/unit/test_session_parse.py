@@ -11,9 +11,15 @@ from pathlib import Path
 import httpx
 import pytest
 
-from xover.errors import XoverError
+from xover.client.chat import ChatClient, chat_body, parse_chat_stream
 from xover.domain.records import ServerTimings, SessionTurn
-from xover.results.read_model import SessionSeries, series_from_rows
+from xover.errors import XoverError
+from xover.measure.session import (
+    common_prefix,
+    context_for,
+    mode_settings,
+    parse_modes,
+)
 from xover.report.session import (
     session_section_html,
     session_section_markdown,
@@ -21,13 +27,7 @@ from xover.report.session import (
     session_verdict,
     turn_table,
 )
-from xover.client.chat import ChatClient, chat_body, parse_chat_stream
-from xover.measure.session import (
-    common_prefix,
-    context_for,
-    mode_settings,
-    parse_modes,
-)
+from xover.results.read_model import SessionSeries, series_from_rows
 from xover.results.store import Store
 
 # Recorded from llama-server 0c1e570 (CPU, tiny-moe): /v1/chat/completions, max_tokens 3, include_usage.
@@ -35,15 +35,24 @@ from xover.results.store import Store
 # delta and the first token arrive in one chunk.
 _TAIL = b',"object":"chat.completion.chunk"}\n\n'
 RECORDED = [
-    (38_056_137, b'data: {"choices":[{"finish_reason":null,"index":0,"delta":{"role":"assistant","content":null}}]' + _TAIL
-     + b'data: {"choices":[{"finish_reason":null,"index":0,"delta":{"content":"<xover_pad_682>"}}]' + _TAIL),
+    (
+        38_056_137,
+        b'data: {"choices":[{"finish_reason":null,"index":0,"delta":{"role":"assistant","content":null}}]'
+        + _TAIL
+        + b'data: {"choices":[{"finish_reason":null,"index":0,"delta":{"content":"<xover_pad_682>"}}]'
+        + _TAIL,
+    ),
     (39_512_714, b'data: {"choices":[{"finish_reason":null,"index":0,"delta":{"content":"<xover_pad_283>"}}]' + _TAIL),
     (40_397_234, b'data: {"choices":[{"finish_reason":null,"index":0,"delta":{"content":"<xover_pad_249>"}}]' + _TAIL),
-    (41_115_964, b'data: {"choices":[{"finish_reason":"length","index":0,"delta":{}}]' + _TAIL
-     + b'data: {"choices":[],"usage":{"completion_tokens":3,"prompt_tokens":95,"total_tokens":98,'
-       b'"prompt_tokens_details":{"cached_tokens":94}},"timings":{"cache_n":94,"prompt_n":1,"prompt_ms":10.251,'
-       b'"prompt_per_token_ms":10.251,"prompt_per_second":97.551458394303,"predicted_n":3,"predicted_ms":2.135,'
-       b'"predicted_per_token_ms":1.0675,"predicted_per_second":936.768149882904}' + _TAIL),
+    (
+        41_115_964,
+        b'data: {"choices":[{"finish_reason":"length","index":0,"delta":{}}]'
+        + _TAIL
+        + b'data: {"choices":[],"usage":{"completion_tokens":3,"prompt_tokens":95,"total_tokens":98,'
+        b'"prompt_tokens_details":{"cached_tokens":94}},"timings":{"cache_n":94,"prompt_n":1,"prompt_ms":10.251,'
+        b'"prompt_per_token_ms":10.251,"prompt_per_second":97.551458394303,"predicted_n":3,"predicted_ms":2.135,'
+        b'"predicted_per_token_ms":1.0675,"predicted_per_second":936.768149882904}' + _TAIL,
+    ),
     (41_398_482, b"data: [DONE]\n\n"),
 ]
 
@@ -62,21 +71,28 @@ def test_recorded_stream() -> None:
 
 def test_split_anywhere_gives_the_same_result_with_the_completing_chunk_times() -> None:
     raw = b"".join(c for _, c in RECORDED)
-    chunks = [(1000 + i, raw[i:i + 7]) for i in range(0, len(raw), 7)]
+    chunks = [(1000 + i, raw[i : i + 7]) for i in range(0, len(raw), 7)]
     r = parse_chat_stream(chunks, t0_ns=1000)
     assert r.error is None and r.content == parse_chat_stream(RECORDED, 0).content
     assert r.end_ns == len(raw) - 1 - (len(raw) - 1) % 7  # the chunk holding the last byte
 
 
-@pytest.mark.parametrize(("chunks", "transport", "match"), [
-    (RECORDED[:3], None, "without data: \\[DONE\\]"),
-    (RECORDED[:3], "ReadError: reset", "stream broke after 3 text events: ReadError"),
-    ([*RECORDED[:2], (5, b'data: {"choi')], None, "mid-event"),
-    ([*RECORDED[:1], (5, b"data: nope\n\n")], None, "malformed event #3"),
-    ([(5, b'data: {"error": {"message": "context full"}}\n\n')], None, "server error after 0 text events: context full"),
-    ([(5, b"data: [1]\n\n")], None, "not a JSON object"),
-    ([*RECORDED[:3], (9, b"data: [DONE]\n\n")], None, "no timings"),
-])
+@pytest.mark.parametrize(
+    ("chunks", "transport", "match"),
+    [
+        (RECORDED[:3], None, "without data: \\[DONE\\]"),
+        (RECORDED[:3], "ReadError: reset", "stream broke after 3 text events: ReadError"),
+        ([*RECORDED[:2], (5, b'data: {"choi')], None, "mid-event"),
+        ([*RECORDED[:1], (5, b"data: nope\n\n")], None, "malformed event #3"),
+        (
+            [(5, b'data: {"error": {"message": "context full"}}\n\n')],
+            None,
+            "server error after 0 text events: context full",
+        ),
+        ([(5, b"data: [1]\n\n")], None, "not a JSON object"),
+        ([*RECORDED[:3], (9, b"data: [DONE]\n\n")], None, "no timings"),
+    ],
+)
 def test_every_failure_is_one_line(chunks: list[tuple[int, bytes]], transport: str | None, match: str) -> None:
     r = parse_chat_stream(chunks, 0, transport)
     assert r.error is not None and re.search(match, r.error) and "\n" not in r.error
@@ -148,26 +164,53 @@ def test_chat_client_streams_through_a_mock_transport() -> None:
 # ---- storage -------------------------------------------------------------------------------------
 
 
-def _turn(i: int, *, key: str = "k1", mode: str = "default", ttft_ms: float = 100.0, total_ms: float = 200.0,
-          cache_n: int = 0, prompt_n: int = 100, rewrite: bool = False, error: str | None = None,
-          sid: str = "s1") -> SessionTurn:
+def _turn(
+    i: int,
+    *,
+    key: str = "k1",
+    mode: str = "default",
+    ttft_ms: float = 100.0,
+    total_ms: float = 200.0,
+    cache_n: int = 0,
+    prompt_n: int = 100,
+    rewrite: bool = False,
+    error: str | None = None,
+    sid: str = "s1",
+) -> SessionTurn:
     return SessionTurn(
-        config_key=key, mode=mode, session_id=sid, feed="generated", turn=i, rewrite=rewrite, sent_at_unix_ns=10 ** 18 + i,
-        prompt_tokens=cache_n + prompt_n, prefix_tokens=None if i == 0 else cache_n, cached_tokens=cache_n,
-        completion_tokens=8, first_byte_ns=round(ttft_ms * 1e6), first_token_ns=round(ttft_ms * 1e6),
-        last_token_ns=round(total_ms * 1e6) - 1, end_ns=None if error else round(total_ms * 1e6), n_content_events=8,
-        reply="<b>hi</b>", reply_tokens=30,
-        timings=None if error else ServerTimings(cache_n, prompt_n, 1.0, 100.0, 8, 2.0, 400.0), error=error,
+        config_key=key,
+        mode=mode,
+        session_id=sid,
+        feed="generated",
+        turn=i,
+        rewrite=rewrite,
+        sent_at_unix_ns=10**18 + i,
+        prompt_tokens=cache_n + prompt_n,
+        prefix_tokens=None if i == 0 else cache_n,
+        cached_tokens=cache_n,
+        completion_tokens=8,
+        first_byte_ns=round(ttft_ms * 1e6),
+        first_token_ns=round(ttft_ms * 1e6),
+        last_token_ns=round(total_ms * 1e6) - 1,
+        end_ns=None if error else round(total_ms * 1e6),
+        n_content_events=8,
+        reply="<b>hi</b>",
+        reply_tokens=30,
+        timings=None if error else ServerTimings(cache_n, prompt_n, 1.0, 100.0, 8, 2.0, 400.0),
+        error=error,
     )
 
 
 def test_store_round_trips_session_turns(tmp_path: Path) -> None:
-    from xover.measure.provenance import collect
     from xover.domain.records import ServerConfig
+    from xover.measure.provenance import collect
 
     key = ServerConfig(label="a", args=("-c", "512")).key
-    turns = [_turn(0, key=key), _turn(1, key=key, cache_n=100, prompt_n=20, rewrite=True),
-             _turn(2, key=key, error="HTTP 500: boom")]
+    turns = [
+        _turn(0, key=key),
+        _turn(1, key=key, cache_n=100, prompt_n=20, rewrite=True),
+        _turn(2, key=key, error="HTTP 500: boom"),
+    ]
     with Store(tmp_path) as st:
         run = st.begin_run("session", ["xover", "session"], collect(None, None))
         st.put_config(ServerConfig(label="a", args=("-c", "512")))
@@ -181,14 +224,25 @@ def test_store_round_trips_session_turns(tmp_path: Path) -> None:
 # ---- report --------------------------------------------------------------------------------------
 
 
-def _series(label: str, mode: str, ttfts: list[float], *, run_id: int = 1, cache: int = 0) -> list[tuple[int, str, SessionTurn]]:
-    return [(run_id, label, _turn(i, key=label, mode=mode, ttft_ms=x, total_ms=x + 100, cache_n=cache * i,
-                                  rewrite=(i == 2))) for i, x in enumerate(ttfts)]
+def _series(
+    label: str, mode: str, ttfts: list[float], *, run_id: int = 1, cache: int = 0
+) -> list[tuple[int, str, SessionTurn]]:
+    return [
+        (
+            run_id,
+            label,
+            _turn(i, key=label, mode=mode, ttft_ms=x, total_ms=x + 100, cache_n=cache * i, rewrite=(i == 2)),
+        )
+        for i, x in enumerate(ttfts)
+    ]
 
 
 def test_series_keep_the_latest_run_of_the_latest_workload() -> None:
-    rows = (_series("a", "off", [900, 900, 900]) + _series("a", "default", [500, 500, 500], run_id=1)
-            + _series("a", "default", [100, 100, 100], run_id=2))
+    rows = (
+        _series("a", "off", [900, 900, 900])
+        + _series("a", "default", [500, 500, 500], run_id=1)
+        + _series("a", "default", [100, 100, 100], run_id=2)
+    )
     series = series_from_rows(rows)
     assert [(s.label, s.mode, s.run_id) for s in series] == [("a", "default", 2), ("a", "off", 1)]
     assert series[0].total_ns == 3 * 200_000_000
@@ -197,19 +251,28 @@ def test_series_keep_the_latest_run_of_the_latest_workload() -> None:
 
 
 def test_verdict_names_the_winner_and_compares_with_the_crossover() -> None:
-    rows = (_series("ncmoe=12", "default", [300, 200, 200], cache=1000)
-            + _series("ncmoe=18", "default", [200, 100, 100], cache=1000)
-            + _series("ncmoe=12", "off", [300, 600, 900]) + _series("ncmoe=18", "off", [400, 900, 1500]))
+    rows = (
+        _series("ncmoe=12", "default", [300, 200, 200], cache=1000)
+        + _series("ncmoe=18", "default", [200, 100, 100], cache=1000)
+        + _series("ncmoe=12", "off", [300, 600, 900])
+        + _series("ncmoe=18", "off", [400, 900, 1500])
+    )
     series = series_from_rows(rows)
     v = session_verdict(series, crossover_tokens=1500)
     assert v is not None
     # ncmoe=18: 0.3 + 0.2 + 0.2 = 0.7 s; ncmoe=12: 0.4 + 0.3 + 0.3 = 1.0 s
-    assert "with llama-server's default prompt cache ncmoe=18 wins: 0.70 s in total against 1.00 s for ncmoe=12 (30% less)" in v
+    assert (
+        "with llama-server's default prompt cache ncmoe=18 wins: 0.70 s in total against 1.00 s for ncmoe=12 (30% less)"
+        in v
+    )
     assert "3-turn" in v and "1 context rewrite)" in v
     assert "crossover is 1,500 tokens and 1 of 3 turns send longer prompts" in v  # prompts 100, 1100, 2100
     assert "median of 100 new tokens, below the crossover" in v
     assert "Against caching off the cache saves 77% of ncmoe=18's session time" in v  # 0.7 vs 3.1 s
-    assert "caching off (every turn a cold prefill) ncmoe=12 wins (2.10 s), not ncmoe=18: the cache changes the answer" in v
+    assert (
+        "caching off (every turn a cold prefill) ncmoe=12 wins (2.10 s), not ncmoe=18: the cache changes the answer"
+        in v
+    )
     assert session_verdict(series) is not None and "crossover" not in (session_verdict(series) or "")
 
 
@@ -225,7 +288,10 @@ def test_tables_and_sections_escape_text() -> None:
     rows = _series("<script>x</script>", "default", [100, 200, 300], cache=50) + _series("b&c", "reuse", [90, 90, 90])
     series = series_from_rows(rows)
     header, table = turn_table(series)
-    assert header[-2:] == ["<script>x</script> default: TTFT ms (cache_n/prompt_n)", "b&c reuse: TTFT ms (cache_n/prompt_n)"]
+    assert header[-2:] == [
+        "<script>x</script> default: TTFT ms (cache_n/prompt_n)",
+        "b&c reuse: TTFT ms (cache_n/prompt_n)",
+    ]
     assert table[2][:4] == ["2", "200", "100", "yes"] and table[2][4] == "300.0 (100/100)"
     html = session_section_html(series, crossover_tokens=1000)
     assert "<script>x" not in html and "&lt;script&gt;x&lt;/script&gt;" in html and "b&amp;c" in html
@@ -242,8 +308,8 @@ def test_series_of_constructed_turns_sum_turn_times() -> None:
 
 
 def test_write_workload_names_the_spec_and_is_idempotent(tmp_path: Path) -> None:
-    from xover.measure.session import write_workload
     from xover.domain.workload import WorkloadSpec, dumps, generate
+    from xover.measure.session import write_workload
 
     spec = WorkloadSpec(seed=4, turns=3, system_tokens=512, target_tokens=2048, chars_per_token=1.0)
     path = write_workload(tmp_path / "study", spec)

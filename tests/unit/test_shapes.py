@@ -48,7 +48,8 @@ def test_qwen3_30b_a3b_params() -> None:
     expert = 48 * 128 * 3 * 2048 * 768
     embd = 2048 * 151936
     per_layer = (
-        2 * 2048 + 2 * 128  # attn_norm, ffn_norm, attn_q_norm, attn_k_norm
+        2 * 2048
+        + 2 * 128  # attn_norm, ffn_norm, attn_q_norm, attn_k_norm
         + 2048 * 4096 * 2  # attn_q, attn_output (32 heads x 128)
         + 2048 * 512 * 2  # attn_k, attn_v (4 KV heads x 128)
         + 2048 * 128  # ffn_gate_inp
@@ -176,8 +177,19 @@ def test_dense_30b_numbers() -> None:
 
 
 def _hp(**kw: int) -> Hyperparams:
-    base = dict(arch="x", n_layer=2, n_embd=64, n_head=2, n_head_kv=1, head_dim_k=32, head_dim_v=32,
-                n_expert=4, n_expert_used=1, n_vocab=100, n_ctx_train=1024)
+    base = dict(
+        arch="x",
+        n_layer=2,
+        n_embd=64,
+        n_head=2,
+        n_head_kv=1,
+        head_dim_k=32,
+        head_dim_v=32,
+        n_expert=4,
+        n_expert_used=1,
+        n_vocab=100,
+        n_ctx_train=1024,
+    )
     return Hyperparams(**{**base, **kw})  # type: ignore[arg-type]
 
 
@@ -255,9 +267,28 @@ def test_make_shape_rejects_with_one_line_saying_what_to_change(overrides: dict,
 
 
 def test_make_shape_overrides_and_small_block_types() -> None:
-    shape = make_shape("tiny-moe", n_layer=2, n_embd=64, head_dim=16, n_ff_exp=64, types={
-        k: "Q8_0" for k in ("token_embd", "output", "attn_q", "attn_k", "attn_v", "attn_output",
-                            "ffn_gate", "ffn_up", "ffn_down", "more_bits")})
+    shape = make_shape(
+        "tiny-moe",
+        n_layer=2,
+        n_embd=64,
+        head_dim=16,
+        n_ff_exp=64,
+        types={
+            k: "Q8_0"
+            for k in (
+                "token_embd",
+                "output",
+                "attn_q",
+                "attn_k",
+                "attn_v",
+                "attn_output",
+                "ffn_gate",
+                "ffn_up",
+                "ffn_down",
+                "more_bits",
+            )
+        },
+    )
     assert shape.n_layer == 2 and shape.types.attn_q == "Q8_0"
     assert PRESETS["tiny-moe"].n_layer == 4  # presets untouched
     assert make_shape(PRESETS["tiny-moe"]) == PRESETS["tiny-moe"]

@@ -11,23 +11,44 @@ from xover.client.sse import SseEvent, parse_completion_stream, parse_sse
 # cache_prompt false. Offsets in ns from the send; the final event's generation_settings and
 # prompt are cut for length.
 RECORDED = [
-    (4_910_589, b'data: {"index":0,"content":"*","tokens":[42],"stop":false,"id_slot":-1,"tokens_predicted":1,"tokens_evaluated":4}\n\n'),
-    (5_745_878, b'data: {"index":0,"content":"\\\\","tokens":[92],"stop":false,"id_slot":-1,"tokens_predicted":2,"tokens_evaluated":4}\n\n'),
-    (13_047_267, b'data: {"index":0,"content":"\xef\xbf\xbd","tokens":[136],"stop":false,"id_slot":-1,"tokens_predicted":3,"tokens_evaluated":4}\n\n'),
-    (13_073_957, b'data: {"index":0,"content":"","tokens":[],"id_slot":0,"stop":true,"model":"/tmp/tiny-moe.gguf",'
-                 b'"tokens_predicted":3,"tokens_evaluated":4,"has_new_line":false,"truncated":false,"stop_type":"limit",'
-                 b'"stopping_word":"","tokens_cached":6,"timings":{"cache_n":0,"prompt_n":4,"prompt_ms":1.531,'
-                 b'"prompt_per_token_ms":0.38275,"prompt_per_second":2612.6714565643374,"predicted_n":3,"predicted_ms":5.735,'
-                 b'"predicted_per_token_ms":2.8675,"predicted_per_second":348.73583260680033}}\n\n'),
+    (
+        4_910_589,
+        b'data: {"index":0,"content":"*","tokens":[42],"stop":false,"id_slot":-1,"tokens_predicted":1,"tokens_evaluated":4}\n\n',
+    ),
+    (
+        5_745_878,
+        b'data: {"index":0,"content":"\\\\","tokens":[92],"stop":false,"id_slot":-1,"tokens_predicted":2,"tokens_evaluated":4}\n\n',
+    ),
+    (
+        13_047_267,
+        b'data: {"index":0,"content":"\xef\xbf\xbd","tokens":[136],"stop":false,"id_slot":-1,"tokens_predicted":3,"tokens_evaluated":4}\n\n',
+    ),
+    (
+        13_073_957,
+        b'data: {"index":0,"content":"","tokens":[],"id_slot":0,"stop":true,"model":"/tmp/tiny-moe.gguf",'
+        b'"tokens_predicted":3,"tokens_evaluated":4,"has_new_line":false,"truncated":false,"stop_type":"limit",'
+        b'"stopping_word":"","tokens_cached":6,"timings":{"cache_n":0,"prompt_n":4,"prompt_ms":1.531,'
+        b'"prompt_per_token_ms":0.38275,"prompt_per_second":2612.6714565643374,"predicted_n":3,"predicted_ms":5.735,'
+        b'"predicted_per_token_ms":2.8675,"predicted_per_second":348.73583260680033}}\n\n',
+    ),
 ]
 
 # Recorded too: the first token ended inside a UTF-8 character, so the server held it (and the
 # next) back and released them with the third (tokens_predicted 3).
 HELD_BACK = [
-    (3_357_994, b'data: {"index":0,"content":"\xef\xbf\xbdR<xover_pad_308>","tokens":[565],"stop":false,"id_slot":-1,"tokens_predicted":3,"tokens_evaluated":3}\n\n'),
-    (3_958_343, b'data: {"index":0,"content":"<xover_pad_538>","tokens":[795],"stop":false,"id_slot":-1,"tokens_predicted":4,"tokens_evaluated":3}\n\n'),
-    (4_600_000, b'data: {"index":0,"content":"","tokens":[],"id_slot":0,"stop":true,"tokens_predicted":4,"timings":{"cache_n":0,'
-                b'"prompt_n":3,"prompt_ms":2.9,"prompt_per_second":1034.5,"predicted_n":4,"predicted_ms":1.8,"predicted_per_second":2222.2}}\n\n'),
+    (
+        3_357_994,
+        b'data: {"index":0,"content":"\xef\xbf\xbdR<xover_pad_308>","tokens":[565],"stop":false,"id_slot":-1,"tokens_predicted":3,"tokens_evaluated":3}\n\n',
+    ),
+    (
+        3_958_343,
+        b'data: {"index":0,"content":"<xover_pad_538>","tokens":[795],"stop":false,"id_slot":-1,"tokens_predicted":4,"tokens_evaluated":3}\n\n',
+    ),
+    (
+        4_600_000,
+        b'data: {"index":0,"content":"","tokens":[],"id_slot":0,"stop":true,"tokens_predicted":4,"timings":{"cache_n":0,'
+        b'"prompt_n":3,"prompt_ms":2.9,"prompt_per_second":1034.5,"predicted_n":4,"predicted_ms":1.8,"predicted_per_second":2222.2}}\n\n',
+    ),
 ]
 
 
@@ -156,7 +177,11 @@ def test_missing_timing_fields_stay_none() -> None:
 
 
 def test_events_without_token_ids_count_content() -> None:
-    chunks = [(1, _event('{"content": "a", "stop": false}')), (2, _event('{"content": "", "stop": false}')),
-              (3, _event('{"content": "b", "stop": false}')), (4, _event('{"stop": true, "timings": {}}'))]
+    chunks = [
+        (1, _event('{"content": "a", "stop": false}')),
+        (2, _event('{"content": "", "stop": false}')),
+        (3, _event('{"content": "b", "stop": false}')),
+        (4, _event('{"stop": true, "timings": {}}')),
+    ]
     r = parse_completion_stream(chunks, 0)
     assert r.token_times_ns == (1, 3) and r.first_event_n_decoded == 1

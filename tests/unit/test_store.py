@@ -4,26 +4,54 @@ import sqlite3
 
 import pytest
 
+from xover.domain.records import (
+    BenchConfig,
+    BenchResult,
+    Failure,
+    ModelId,
+    Provenance,
+    ServerConfig,
+    ServerTimings,
+    TtftSample,
+)
 from xover.errors import XoverError
-from xover.domain.records import BenchConfig, BenchResult, Failure, ModelId, Provenance, ServerConfig, ServerTimings, TtftSample
 from xover.results.store import SCHEMA_VERSION, Store, iter_rows
 
 
 def _prov() -> Provenance:
     return Provenance(
-        llama_build_commit="0c1e570", llama_build_number=0, llama_backend="CPU", llama_bin_dir="/x", llama_bin_source="cache",
-        cpu_info="cpu", gpu_info=None, hostname="h", os="Linux", xover_version="0.1.0",
+        llama_build_commit="0c1e570",
+        llama_build_number=0,
+        llama_backend="CPU",
+        llama_bin_dir="/x",
+        llama_bin_source="cache",
+        cpu_info="cpu",
+        gpu_info=None,
+        hostname="h",
+        os="Linux",
+        xover_version="0.1.0",
         model=ModelId(path="/m.gguf", name="m.gguf", size_bytes=10, header_sha256="ab" * 32),
     )
 
 
 def test_round_trip(tmp_path):
-    cfg = BenchConfig(label="ncmoe=12", fields=(("-ncmoe", "12"), ("-ub", "512")), env=(("GGML_OP_OFFLOAD_MIN_BATCH", "32"),))
+    cfg = BenchConfig(
+        label="ncmoe=12", fields=(("-ncmoe", "12"), ("-ub", "512")), env=(("GGML_OP_OFFLOAD_MIN_BATCH", "32"),)
+    )
     res = BenchResult(cfg.key, 512, 0, 4000, (1_000_000, 1_100_000), (512.0, 465.45), 488.7, 33.2, {"avg_ts": 488.7})
     scfg = ServerConfig(label="ncmoe=12", args=("--n-cpu-moe", "12", "-np", "1"))
-    t = ServerTimings(cache_n=0, prompt_n=1024, prompt_ms=50.5, prompt_per_second=20277.0, predicted_n=16, predicted_ms=8.0,
-                      predicted_per_second=2000.0)
-    sample = TtftSample(scfg.key, "cold", 1024, 0, "p0", 1, 100, 51_000_000, 60_000_000, (51_000_000, 51_500_000), 16, t, True)
+    t = ServerTimings(
+        cache_n=0,
+        prompt_n=1024,
+        prompt_ms=50.5,
+        prompt_per_second=20277.0,
+        predicted_n=16,
+        predicted_ms=8.0,
+        predicted_per_second=2000.0,
+    )
+    sample = TtftSample(
+        scfg.key, "cold", 1024, 0, "p0", 1, 100, 51_000_000, 60_000_000, (51_000_000, 51_500_000), 16, t, True
+    )
     with Store(tmp_path) as st:
         run = st.begin_run("bench", ["xover", "bench"], _prov())
         st.put_config(cfg)
@@ -103,10 +131,33 @@ def test_raw_server_samples_export_as_csv_and_jsonl(tmp_path):
     from xover.report import export
 
     scfg = ServerConfig(label="ncmoe=<18>", args=("--n-cpu-moe", "18"))
-    t = ServerTimings(cache_n=0, prompt_n=1024, prompt_ms=50.5, prompt_per_second=20277.0, predicted_n=16,
-                      predicted_ms=8.0, predicted_per_second=2000.0)
-    samples = [TtftSample(scfg.key, "cold", 1024, rep, f"p{rep}", 1, 100, 51_000_000 + rep, 60_000_000, (51_000_000, 51_500_000),
-                          16, t, True) for rep in range(2)]
+    t = ServerTimings(
+        cache_n=0,
+        prompt_n=1024,
+        prompt_ms=50.5,
+        prompt_per_second=20277.0,
+        predicted_n=16,
+        predicted_ms=8.0,
+        predicted_per_second=2000.0,
+    )
+    samples = [
+        TtftSample(
+            scfg.key,
+            "cold",
+            1024,
+            rep,
+            f"p{rep}",
+            1,
+            100,
+            51_000_000 + rep,
+            60_000_000,
+            (51_000_000, 51_500_000),
+            16,
+            t,
+            True,
+        )
+        for rep in range(2)
+    ]
     with Store(tmp_path) as st:
         run = st.begin_run("ttft", ["xover", "ttft"], _prov())
         st.put_config(scfg)

@@ -15,11 +15,11 @@ import numpy as np
 import pytest
 from gguf.quants import dequantize
 
+from xover.analysis.theory import coverage
 from xover.errors import GGUFError, XoverError
 from xover.gguf.inspect import inspect_gguf, ncmoe_selection, read_header, render_text
 from xover.gguf.presets import PRESETS, make_shape
 from xover.gguf.shapes import ModelShape, footprint, tensor_table
-from xover.analysis.theory import coverage
 from xover.gguf.synth import RESIDUAL_WRITERS, SYNTH_TYPES, block_pool, gpt2_byte_tokens, write_model
 
 TINY = PRESETS["tiny-moe"]
@@ -31,8 +31,10 @@ QWEN_SLICE = make_shape("qwen3-30b-a3b", n_layer=1, n_expert=4, n_expert_used=2,
 @pytest.fixture(scope="module")
 def models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     d = tmp_path_factory.mktemp("models")
-    return {name: write_model(shape, d / f"{name}.gguf").path
-            for name, shape in (("tiny", TINY), ("dense", DENSE_SMALL), ("slice", QWEN_SLICE))}
+    return {
+        name: write_model(shape, d / f"{name}.gguf").path
+        for name, shape in (("tiny", TINY), ("dense", DENSE_SMALL), ("slice", QWEN_SLICE))
+    }
 
 
 def _pad32(n: int) -> int:
@@ -97,9 +99,16 @@ def test_metadata_that_llama_cpp_requires(models: dict[str, Path]) -> None:
     meta = read_header(models["tiny"]).metadata
     assert meta["general.architecture"] == "qwen3moe"
     expected = {
-        "context_length": 32768, "embedding_length": 256, "block_count": 4, "attention.head_count": 4,
-        "attention.head_count_kv": 2, "attention.key_length": 64, "attention.value_length": 64,
-        "expert_count": 8, "expert_used_count": 2, "expert_feed_forward_length": 256,
+        "context_length": 32768,
+        "embedding_length": 256,
+        "block_count": 4,
+        "attention.head_count": 4,
+        "attention.head_count_kv": 2,
+        "attention.key_length": 64,
+        "attention.value_length": 64,
+        "expert_count": 8,
+        "expert_used_count": 2,
+        "expert_feed_forward_length": 256,
     }
     for key, value in expected.items():
         assert meta[f"qwen3moe.{key}"] == value, key
@@ -129,8 +138,9 @@ def test_residual_writers_are_zero_so_routing_follows_the_token(tmp_path: Path) 
     """With attn_output and ffn_down zero, a layer's router input is the token's normalised embedding.
     A 512-token ubatch of distinct tokens then touches nearly every expert, as the theory's uniform
     coverage 1 - (1 - k/n)^b predicts (and as llama-bench's random-token prefill feeds it)."""
-    shape = make_shape("qwen3-30b-a3b", n_layer=2, n_embd=256, n_head=4, n_head_kv=2, head_dim=64,
-                       n_ff_exp=256, n_vocab=4096)
+    shape = make_shape(
+        "qwen3-30b-a3b", n_layer=2, n_embd=256, n_head=4, n_head_kv=2, head_dim=64, n_ff_exp=256, n_vocab=4096
+    )
     ref = gguf.GGUFReader(write_model(shape, tmp_path / "r.gguf").path)
     tensors = {t.name: t for t in ref.tensors}
     writers = [n for n in tensors if RESIDUAL_WRITERS.search(n)]
@@ -307,8 +317,13 @@ def test_missing_and_non_gguf_files(tmp_path: Path) -> None:
 def test_truncated_files(models: dict[str, Path], tmp_path: Path) -> None:
     data = models["tiny"].read_bytes()
     data_offset = read_header(models["tiny"]).data_offset
-    for name, cut in (("half", len(data) // 2), ("tail", len(data) - 1), ("header", data_offset // 2),
-                      ("preamble", 20), ("kv", 40)):
+    for name, cut in (
+        ("half", len(data) // 2),
+        ("tail", len(data) - 1),
+        ("header", data_offset // 2),
+        ("preamble", 20),
+        ("kv", 40),
+    ):
         (tmp_path / name).write_bytes(data[:cut])
         _fails(tmp_path / name, "truncated")
 
@@ -323,12 +338,15 @@ def test_hostile_headers(tmp_path: Path) -> None:
         "key": (_preamble(0, 1) + struct.pack("<Q", 2**50) + b"x" * 16, "claims 1125899906842624 bytes"),
         "vtype": (_preamble(0, 1) + _kv("a", 99, b"\0" * 16), "unknown value type 99"),
         "dims": (_preamble(1, 0) + struct.pack("<Q", 1) + b"t" + struct.pack("<I", 9) + b"\0" * 64, "9 dimensions"),
-        "shape": (_preamble(1, 0) + struct.pack("<Q", 1) + b"t" + struct.pack("<IQQIQ", 2, 2**40, 2**40, 0, 0),
-                  "claims shape"),
-        "type": (_preamble(1, 0) + struct.pack("<Q", 1) + b"t" + struct.pack("<IQIQ", 1, 32, 250, 0),
-                 "ggml type 250"),
-        "data": (_preamble(1, 0) + struct.pack("<Q", 1) + b"t" + struct.pack("<IQIQ", 1, 2**20, 0, 0),
-                 "truncated GGUF: tensor t ends at byte"),
+        "shape": (
+            _preamble(1, 0) + struct.pack("<Q", 1) + b"t" + struct.pack("<IQQIQ", 2, 2**40, 2**40, 0, 0),
+            "claims shape",
+        ),
+        "type": (_preamble(1, 0) + struct.pack("<Q", 1) + b"t" + struct.pack("<IQIQ", 1, 32, 250, 0), "ggml type 250"),
+        "data": (
+            _preamble(1, 0) + struct.pack("<Q", 1) + b"t" + struct.pack("<IQIQ", 1, 2**20, 0, 0),
+            "truncated GGUF: tensor t ends at byte",
+        ),
     }
     for name, (data, message) in cases.items():
         (tmp_path / name).write_bytes(data + b"\0" * 64)

@@ -7,24 +7,38 @@ import dataclasses
 import io
 import json
 
-from xover.report import export
 from xover.domain.records import BenchConfig, BenchResult, Failure
-from xover.report import tables
+from xover.report import export, tables
 from xover.results.read_model import BenchData, StoredFailure, StoredResult
 
 C12 = BenchConfig("", (("-ncmoe", "12"), ("-t", "8")), env=(("GGML_OP_OFFLOAD_MIN_BATCH", "64"),))
 C18 = BenchConfig("", (("-ncmoe", "18"), ("-t", "8")), env=(("GGML_OP_OFFLOAD_MIN_BATCH", "64"),))
 RECORD = {
-    "build_commit": "0c1e570", "build_number": 0, "backends": "CUDA", "cpu_info": "AMD EPYC", "gpu_info": "NVIDIA H200",
-    "model_filename": "/m/qwen3-30b-a3b.gguf", "model_type": "qwen3moe 30B.A3B Q4_K - Medium",
-    "model_size": 18_556_686_336, "model_n_params": 30_532_122_624, "n_threads": 8,
+    "build_commit": "0c1e570",
+    "build_number": 0,
+    "backends": "CUDA",
+    "cpu_info": "AMD EPYC",
+    "gpu_info": "NVIDIA H200",
+    "model_filename": "/m/qwen3-30b-a3b.gguf",
+    "model_type": "qwen3moe 30B.A3B Q4_K - Medium",
+    "model_size": 18_556_686_336,
+    "model_n_params": 30_532_122_624,
+    "n_threads": 8,
 }
 
 
-def result(config: BenchConfig, n_prompt: int, n_gen: int, depth: int, avg: float, sd: float, samples: int = 3) -> BenchResult:
+def result(
+    config: BenchConfig, n_prompt: int, n_gen: int, depth: int, avg: float, sd: float, samples: int = 3
+) -> BenchResult:
     return BenchResult(
-        config_key=config.key, n_prompt=n_prompt, n_gen=n_gen, n_depth=depth,
-        samples_ns=tuple(range(1, samples + 1)), samples_ts=(avg,) * samples, avg_ts=avg, stddev_ts=sd,
+        config_key=config.key,
+        n_prompt=n_prompt,
+        n_gen=n_gen,
+        n_depth=depth,
+        samples_ns=tuple(range(1, samples + 1)),
+        samples_ts=(avg,) * samples,
+        avg_ts=avg,
+        stddev_ts=sd,
         record={**RECORD, "n_prompt": n_prompt, "n_gen": n_gen, "n_depth": depth},
     )
 
@@ -52,7 +66,8 @@ def test_labels_name_what_differs_and_common_flags_what_does_not() -> None:
     extra = BenchConfig("", (("-ncmoe", "12"),), extra_args=("-ngl", "99"))
     assert tables.short_labels([bare, extra]) == ["(no extra args)", "-- -ngl 99"]
     assert tables.short_labels([bare, C18]) == [
-        "ncmoe=12 t=default GGML_OP_OFFLOAD_MIN_BATCH=default", "ncmoe=18 t=8 GGML_OP_OFFLOAD_MIN_BATCH=64",
+        "ncmoe=12 t=default GGML_OP_OFFLOAD_MIN_BATCH=default",
+        "ncmoe=18 t=8 GGML_OP_OFFLOAD_MIN_BATCH=64",
     ]
     assert tables.short_labels([BenchConfig("", ())]) == ["default"]
 
@@ -79,12 +94,19 @@ def test_table_reads_across_configurations_in_llama_bench_row_order() -> None:
 
 
 def test_failed_configuration_is_marked_and_explained() -> None:
-    oom = Failure(C18.key, "bench", "ncmoe=18: pp512,tg128 @ d1000,4000 x3", "llama-bench exited with code 1 after 1 of 4 tests: out of memory")
+    oom = Failure(
+        C18.key,
+        "bench",
+        "ncmoe=18: pp512,tg128 @ d1000,4000 x3",
+        "llama-bench exited with code 1 after 1 of 4 tests: out of memory",
+    )
     text = tables.render_bench_table([C12, C18], RESULTS, [oom])
     assert "| tg128 @ d4000 |    72.12 ± 0.50 |        failed |\n" in text
     assert text.endswith("\n- ncmoe=18 failed: llama-bench exited with code 1 after 1 of 4 tests: out of memory\n")
     # a configuration whose failure left no missing row (it stopped before its last depth) is still explained
-    assert tables.render_bench_table([C18], [RESULTS[4]], [oom]).endswith(f"- {tables.short_labels([C18])[0]} failed: {oom.reason}\n")
+    assert tables.render_bench_table([C18], [RESULTS[4]], [oom]).endswith(
+        f"- {tables.short_labels([C18])[0]} failed: {oom.reason}\n"
+    )
 
 
 def test_latest_measurement_of_a_point_wins() -> None:
@@ -96,7 +118,10 @@ def test_latest_measurement_of_a_point_wins() -> None:
 def test_mixed_builds_are_flagged() -> None:
     other = BenchResult(**{**RESULTS[4].__dict__, "record": {**RESULTS[4].record, "build_commit": "abcdef0"}})
     text = tables.render_bench_table([C12, C18], [*RESULTS[:4], other])
-    assert "llama.cpp 0c1e570 (0), backend CUDA; llama.cpp abcdef0 (0), backend CUDA (results from different builds" in text
+    assert (
+        "llama.cpp 0c1e570 (0), backend CUDA; llama.cpp abcdef0 (0), backend CUDA (results from different builds"
+        in text
+    )
 
 
 def test_no_results_says_so() -> None:
@@ -115,7 +140,9 @@ DATA = BenchData(
 
 
 def test_markdown_export_is_the_table_per_model() -> None:
-    assert export.render(DATA, "md") == tables.render_bench_table([C12, C18], RESULTS, [DATA.failures[0].failure], "qwen3-30b-a3b.gguf")
+    assert export.render(DATA, "md") == tables.render_bench_table(
+        [C12, C18], RESULTS, [DATA.failures[0].failure], "qwen3-30b-a3b.gguf"
+    )
 
 
 def test_failures_repaired_by_a_later_run_are_not_shown() -> None:
@@ -131,7 +158,12 @@ def test_csv_export_has_one_row_per_test_with_raw_samples() -> None:
     rows = list(csv.DictReader(io.StringIO(export.render(DATA, "csv"))))
     assert len(rows) == 5
     first = rows[0]
-    assert (first["config"], first["test"], first["n_depth"], first["repetitions"]) == ("ncmoe=12", "pp512 @ d4000", "4000", "3")
+    assert (first["config"], first["test"], first["n_depth"], first["repetitions"]) == (
+        "ncmoe=12",
+        "pp512 @ d4000",
+        "4000",
+        "3",
+    )
     assert float(first["avg_ts"]) == 2100.004 and first["samples_ns"] == "1 2 3" and first["n_threads"] == "8"
     assert first["build_commit"] == "0c1e570" and first["model"] == "qwen3-30b-a3b.gguf"
 

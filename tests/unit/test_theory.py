@@ -27,8 +27,19 @@ def _t(name: str, ne: tuple[int, ...], ggml_type: str = "F16") -> TensorInfo:
 # experts: 256*128*4 = 131072 params, 262144 bytes per layer; one embedding row: 512 bytes;
 # KV cache: 2 layers * 2 KV heads * (64 + 64) * 2 bytes = 1024 bytes per token.
 HAND = TensorTable(
-    hparams=Hyperparams(arch="qwen3moe", n_layer=2, n_embd=256, n_head=4, n_head_kv=2, head_dim_k=64, head_dim_v=64,
-                        n_expert=4, n_expert_used=1, n_vocab=512, n_ctx_train=4096),
+    hparams=Hyperparams(
+        arch="qwen3moe",
+        n_layer=2,
+        n_embd=256,
+        n_head=4,
+        n_head_kv=2,
+        head_dim_k=64,
+        head_dim_v=64,
+        n_expert=4,
+        n_expert_used=1,
+        n_vocab=512,
+        n_ctx_train=4096,
+    ),
     tensors=(
         _t("token_embd.weight", (256, 512)),
         _t("output.weight", (256, 512)),
@@ -42,8 +53,16 @@ TERMS = T.model_terms(HAND)
 # Round rates: GPU 1 TFLOP/s (2 at peak), 1 GB/s; CPU 1 GFLOP/s, 1 TB/s (compute-bound); link 120 MB/s.
 HW = Hardware(
     name="hand",
-    gpu=GpuSpec(name="gpu", backend="CUDA", fp16_flops_per_s=2e12, quant_flops_per_s=1e12, mem_bw_bytes_per_s=1e9,
-                mem_bytes=1 << 30, h2d_pinned_bytes_per_s=1.2e8, h2d_pageable_bytes_per_s=0.6e8),
+    gpu=GpuSpec(
+        name="gpu",
+        backend="CUDA",
+        fp16_flops_per_s=2e12,
+        quant_flops_per_s=1e12,
+        mem_bw_bytes_per_s=1e9,
+        mem_bytes=1 << 30,
+        h2d_pinned_bytes_per_s=1.2e8,
+        h2d_pageable_bytes_per_s=0.6e8,
+    ),
     cpu=CpuSpec(name="cpu", cores=1, flops_per_s=1e9, mem_bw_bytes_per_s=1e12),
 )
 QWEN = T.model_terms(tensor_table(PRESETS["qwen3-30b-a3b"]))
@@ -94,7 +113,9 @@ def test_decode_intensity_by_hand() -> None:
     assert "1.00 FLOP/byte" in T.decode_intensity_note(TERMS)
     # quantized weights: Q4_K_M-like ~5 bits per weight -> ~3.2 FLOP/byte whatever the size
     assert T.decode_intensity(QWEN, 0).weight_intensity == pytest.approx(16 / 5.05, rel=0.01)
-    assert T.decode_intensity(TINY, 0).weight_intensity == pytest.approx(T.decode_intensity(QWEN, 0).weight_intensity, rel=0.1)
+    assert T.decode_intensity(TINY, 0).weight_intensity == pytest.approx(
+        T.decode_intensity(QWEN, 0).weight_intensity, rel=0.1
+    )
 
 
 def test_prefill_intensity_grows_with_the_ubatch() -> None:
@@ -215,13 +236,17 @@ def test_memory_estimate_matches_llama_cpp_cpu_logs() -> None:
     assert on.model_bytes == TINY.total_bytes
     assert on.kv_bytes == 1 * MIB
     assert on.compute_bytes / MIB == pytest.approx(5.51, rel=0.01)
-    assert T.memory_estimate(TINY, 0, 512, 512, flash_attn=False, device="cpu").compute_bytes / MIB == pytest.approx(8.01, rel=0.01)
+    assert T.memory_estimate(TINY, 0, 512, 512, flash_attn=False, device="cpu").compute_bytes / MIB == pytest.approx(
+        8.01, rel=0.01
+    )
     off = T.memory_estimate(TINY, 0, 4608, 512, flash_attn=False, device="cpu")
     assert off.kv_bytes == 9 * MIB
     assert off.compute_bytes / MIB == pytest.approx(48.01, rel=0.01)
     # CUDA on an H200, qwen3-30b-a3b shape, n_ctx 512: CUDA0 model buffer 11197.43 MiB at -ncmoe 18,
     # 17524.43 MiB at 0; KV 48 MiB; compute 342 MiB (the estimate is rough: 12 % under)
-    assert T.memory_estimate(QWEN, 18, 512).model_bytes / MIB == pytest.approx(11197.43, abs=0.05)  # + tensor alignment padding
+    assert T.memory_estimate(QWEN, 18, 512).model_bytes / MIB == pytest.approx(
+        11197.43, abs=0.05
+    )  # + tensor alignment padding
     gpu0 = T.memory_estimate(QWEN, 0, 512)
     assert gpu0.model_bytes / MIB == pytest.approx(17524.43, abs=0.05)
     assert gpu0.kv_bytes == 48 * MIB
@@ -243,8 +268,9 @@ def test_placement_picks_the_smallest_ncmoe_that_fits() -> None:
 
 
 def test_config_from_flags_and_labels() -> None:
-    bench = T.config_from_flags([("-ncmoe", "18"), ("-nopo", "1"), ("-ub", "256")],
-                                env=[("GGML_OP_OFFLOAD_MIN_BATCH", "64")])
+    bench = T.config_from_flags(
+        [("-ncmoe", "18"), ("-nopo", "1"), ("-ub", "256")], env=[("GGML_OP_OFFLOAD_MIN_BATCH", "64")]
+    )
     assert bench == T.OffloadConfig(n_cpu_moe=18, op_offload=False, ubatch=256, op_offload_min_batch=64)
     server = T.config_from_flags(args=["--jinja", "--n-cpu-moe", "12", "--no-op-offload", "--no-mmap", "-c", "4096"])
     assert server == T.OffloadConfig(n_cpu_moe=12, op_offload=False, pinned=True)
@@ -258,8 +284,16 @@ def test_config_from_flags_and_labels() -> None:
 
 def _prediction() -> dict:
     configs = [T.OffloadConfig(n_cpu_moe=12), T.OffloadConfig(n_cpu_moe=18)]
-    return T.build_prediction(QWEN, builtin("h200"), configs, [1024, 4096], {"name": "qwen"}, "2026-11-30T00:00:00+0000",
-                              1, vram_budget_bytes=24 << 30)
+    return T.build_prediction(
+        QWEN,
+        builtin("h200"),
+        configs,
+        [1024, 4096],
+        {"name": "qwen"},
+        "2026-11-30T00:00:00+0000",
+        1,
+        vram_budget_bytes=24 << 30,
+    )
 
 
 def test_prediction_schema_and_lookup() -> None:
@@ -280,14 +314,30 @@ def test_prediction_schema_and_lookup() -> None:
         T.predicted_value(pred, "ncmoe=18", 1024, "speed")
     with pytest.raises(XoverError):
         T.predicted_value({"schema": "other"}, "ncmoe=18", 1024, "ttft_s")
-    assert pred["crossovers"] == [{"a": "ncmoe=12", "b": "ncmoe=18", "lengths": [], "faster_short": "ncmoe=12",
-                                   "faster_long": "ncmoe=12", "max_length": 16384}]
+    assert pred["crossovers"] == [
+        {
+            "a": "ncmoe=12",
+            "b": "ncmoe=18",
+            "lengths": [],
+            "faster_short": "ncmoe=12",
+            "faster_long": "ncmoe=12",
+            "max_length": 16384,
+        }
+    ]
     assert any("uniform expert routing" in a for a in pred["assumptions"])
 
 
 def test_theory_report_on_cpu_only() -> None:
-    report = T.theory_report(TINY, builtin("cpu"), [T.OffloadConfig(n_cpu_moe=0), T.OffloadConfig(n_cpu_moe=2)],
-                             [1024, 4096], {"name": "tiny"}, "now", 0, vram_budget_bytes=1 << 30)
+    report = T.theory_report(
+        TINY,
+        builtin("cpu"),
+        [T.OffloadConfig(n_cpu_moe=0), T.OffloadConfig(n_cpu_moe=2)],
+        [1024, 4096],
+        {"name": "tiny"},
+        "now",
+        0,
+        vram_budget_bytes=1 << 30,
+    )
     assert report["schema"] == T.THEORY_SCHEMA
     assert report["placement"] is None  # no GPU to place on
     assert report["experts"]["coverage"]["1"] == pytest.approx(2 / 8)
@@ -298,7 +348,9 @@ def test_theory_report_on_cpu_only() -> None:
     # tiny-moe: 2 of 8 experts; at 512 tokens each expert gets ~128 (one or two tiles of 128)
     assert gpu["experts"]["mmq_tile_padding"]["512"] == pytest.approx(T.expert_tile_padding(512, 8, 2))
     assert gpu["experts"]["mmq_tile_padding"]["1"] == 1.0
-    assert math.isclose(report["attention"]["rows"][1]["score_entries"] / report["attention"]["rows"][0]["score_entries"], 16)
+    assert math.isclose(
+        report["attention"]["rows"][1]["score_entries"] / report["attention"]["rows"][0]["score_entries"], 16
+    )
     assert report["prediction"]["crossovers"][0]["lengths"] == []
 
 
@@ -310,8 +362,26 @@ def test_cli_theory_and_predict(tmp_path) -> None:
     r = runner.invoke(cli, ["theory", "-m", "preset:tiny-moe", "--hw", "cpu", "--ncmoe", "0,2", "--lengths", "1k,2k"])
     assert r.exit_code == 0, r.output
     assert "Expert coverage" in r.output and "Predicted TTFT" in r.output
-    r = runner.invoke(cli, ["predict", "--preset", "qwen3-30b-a3b", "--hw", "h200", "--ncmoe", "12,18", "--lengths", "1k",
-                            "--op-offload", "on", "-o", str(tmp_path), "--json"], catch_exceptions=False)
+    r = runner.invoke(
+        cli,
+        [
+            "predict",
+            "--preset",
+            "qwen3-30b-a3b",
+            "--hw",
+            "h200",
+            "--ncmoe",
+            "12,18",
+            "--lengths",
+            "1k",
+            "--op-offload",
+            "on",
+            "-o",
+            str(tmp_path),
+            "--json",
+        ],
+        catch_exceptions=False,
+    )
     assert r.exit_code == 0, r.output
     with Store(tmp_path) as st:
         ((_, name, body),) = st.artifacts("prediction")
@@ -348,9 +418,15 @@ def test_predictions_count_the_padding_and_limits_do_not() -> None:
     h200, rdna = builtin("h200"), builtin("rx-7900-xtx")
     ub512, ub4096 = OffloadConfig(n_cpu_moe=0, ubatch=512), OffloadConfig(n_cpu_moe=0, ubatch=4096)
     # at -ub 4096 the padding is 1.24x instead of 4x: prefill predicted faster on the H200, not on RDNA3
-    fast = predict_point(terms, h200, ub4096, 16384, 1).prefill_tps / predict_point(terms, h200, ub512, 16384, 1).prefill_tps
+    fast = (
+        predict_point(terms, h200, ub4096, 16384, 1).prefill_tps
+        / predict_point(terms, h200, ub512, 16384, 1).prefill_tps
+    )
     assert fast > 1.5
-    same = predict_point(terms, rdna, ub4096, 16384, 1).prefill_tps / predict_point(terms, rdna, ub512, 16384, 1).prefill_tps
+    same = (
+        predict_point(terms, rdna, ub4096, 16384, 1).prefill_tps
+        / predict_point(terms, rdna, ub512, 16384, 1).prefill_tps
+    )
     assert same < 1.2
 
 
@@ -390,8 +466,10 @@ def test_swa_prefill_and_decode_costs_match_a_loop() -> None:
 
     t = _terms("gpt-oss-20b")
     c = _costs(t, builtin("h200"), OffloadConfig(ubatch=512), "prediction")
-    looped = sum(c.ubatch_s(512) + e * c.attn_per_key_s(512) + min(e, 128 + 512) * c.swa_per_key_s(512)
-                 for e in range(512, 4097, 512))
+    looped = sum(
+        c.ubatch_s(512) + e * c.attn_per_key_s(512) + min(e, 128 + 512) * c.swa_per_key_s(512)
+        for e in range(512, 4097, 512)
+    )
     looped += c.ubatch_s(100) + 4196 * c.attn_per_key_s(100) + min(4196, 228) * c.swa_per_key_s(100)
     assert c.prefill_s(4196) == pytest.approx(looped, rel=1e-12)
     assert c.decode_sum_s(100, 300) == pytest.approx(sum(c.decode_s(d) for d in range(100, 400)), rel=1e-12)
@@ -421,12 +499,17 @@ def test_glm_nextn_is_not_loaded_and_shared_experts_stay_on_the_gpu() -> None:
     assert T.memory_estimate(t, 1, 4096).model_bytes == T.memory_estimate(t, 0, 4096).model_bytes
     arch = T.architecture_terms(t)
     assert arch["dense_ffn_layers"] == 1 and arch["ubatch_bytes_per_cpu_layer"] == pytest.approx(
-        t.expert_bytes_layer[1], rel=1e-3)
+        t.expert_bytes_layer[1], rel=1e-3
+    )
 
 
 def test_planner_on_the_new_presets() -> None:
     gib = 1 << 30
-    for name, expected in (("gpt-oss-120b", (23, 24)), ("gpt-oss-20b", (0, 0)), ("glm-4.5-air", (34, 37)),
-                           ("qwen3-235b-a22b", (83, 86))):
+    for name, expected in (
+        ("gpt-oss-120b", (23, 24)),
+        ("gpt-oss-20b", (0, 0)),
+        ("glm-4.5-air", (34, 37)),
+        ("qwen3-235b-a22b", (83, 86)),
+    ):
         plan = T.plan_placement(_terms(name), 24 * gib, (8192, 32768))
         assert tuple(p.n_cpu_moe for p in plan) == expected, name

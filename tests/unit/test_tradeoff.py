@@ -36,8 +36,15 @@ def test_break_even_balances_the_prefill_gain_against_the_decode_loss():
 
 
 def test_tradeoff_from_samples_names_who_wins_each_side_of_the_break_even():
-    t = tradeoff("defaults", [990.0, 1000.0, 1010.0], [99.0, 100.0, 101.0],
-                 "ub=4096", [1980.0, 2000.0, 2020.0], [49.0, 50.0, 51.0], 200)
+    t = tradeoff(
+        "defaults",
+        [990.0, 1000.0, 1010.0],
+        [99.0, 100.0, 101.0],
+        "ub=4096",
+        [1980.0, 2000.0, 2020.0],
+        [49.0, 50.0, 51.0],
+        200,
+    )
     assert t.break_even == pytest.approx(4000)
     assert t.is_tradeoff and t.beyond_noise
     assert t.long_winner == "ub=4096" and t.short_winner == "defaults"

@@ -10,11 +10,10 @@ from pathlib import Path
 import pytest
 
 from xover.analysis import advise
-
-from xover.measure import tune
 from xover.analysis.advise import DEFAULTS, Measurement, RateSamples, Setting
 from xover.domain.study_spec import LlamaConfig, StudySpec, spec_from_dict
 from xover.errors import XoverError
+from xover.measure import tune
 from xover.results.store import Store
 
 BASE = LlamaConfig("ncmoe=18", flags=(("-ncmoe", "18"), ("-ngl", "99"), ("-ub", "512")))
@@ -26,15 +25,27 @@ def _spec(**kw: object) -> StudySpec:
 
 def test_setting_on_top_of_a_configuration_replaces_its_flags_in_place() -> None:
     knobs = tune.knobs_for(_spec(), gpu_build=True)
-    setting = advise.normalize(knobs, {"ubatch-size": "4096", "load-mode": "none", "no-op-offload": "1",
-                                        "GGML_OP_OFFLOAD_MIN_BATCH": "1024"})
+    setting = advise.normalize(
+        knobs, {"ubatch-size": "4096", "load-mode": "none", "no-op-offload": "1", "GGML_OP_OFFLOAD_MIN_BATCH": "1024"}
+    )
     c = advise.apply_setting(BASE, knobs, setting, "ncmoe=18 tuned")
     assert c.name == "ncmoe=18 tuned"
     # -ub keeps its place, -lm and -b (raised with the ubatch) follow the base's flags
     assert c.flags == (("-ncmoe", "18"), ("-ngl", "99"), ("-ub", "4096"), ("-lm", "none"), ("-b", "4096"))
     assert c.no_op_offload and c.env == (("GGML_OP_OFFLOAD_MIN_BATCH", "1024"),)
-    assert c.server_args_list() == ("-ncmoe", "18", "-ngl", "99", "-ub", "4096", "-lm", "none", "-b", "4096",
-                                    "--no-op-offload")
+    assert c.server_args_list() == (
+        "-ncmoe",
+        "18",
+        "-ngl",
+        "99",
+        "-ub",
+        "4096",
+        "-lm",
+        "none",
+        "-b",
+        "4096",
+        "--no-op-offload",
+    )
     # the defaults change nothing but the name
     assert advise.apply_setting(BASE, knobs, DEFAULTS, "x") == dataclasses.replace(BASE, name="x")
 
@@ -42,8 +53,15 @@ def test_setting_on_top_of_a_configuration_replaces_its_flags_in_place() -> None
 def test_study_knobs_per_build() -> None:
     gpu = {k.name: k for k in tune.knobs_for(_spec(lengths=(1024, 32768)), gpu_build=True)}
     cpu = {k.name: k for k in tune.knobs_for(_spec(lengths=(1024, 8192)), gpu_build=False)}
-    assert set(gpu) == {"load-mode", "ubatch-size", "batch-size", "no-op-offload", "GGML_OP_OFFLOAD_MIN_BATCH",
-                        "threads", "flash-attn"}
+    assert set(gpu) == {
+        "load-mode",
+        "ubatch-size",
+        "batch-size",
+        "no-op-offload",
+        "GGML_OP_OFFLOAD_MIN_BATCH",
+        "threads",
+        "flash-attn",
+    }
     assert gpu["load-mode"].candidates == ("none", "mlock")
     assert gpu["ubatch-size"].candidates[-1] == "8192"  # a 32K prompt holds two 8K ubatches
     # nothing is copied to a GPU on a CPU-only build: those knobs are left out; no 8K ubatch for 8K prompts
@@ -63,25 +81,36 @@ def test_spec_keys_narrow_the_search() -> None:
 
 
 def test_spec_from_toml_dict() -> None:
-    doc = {"model": {"preset": "tiny-moe"},
-           "study": {"tune": True, "tune-knobs": ["load-mode", "ub"], "tune-values": {"ub": [2048, 4096]},
-                     "tune-depths": ["1k"], "tune-repetitions": 3, "pairs": [["a", "b"]]},
-           "config": [{"name": "a"}, {"name": "b", "n-cpu-moe": 4}]}
+    doc = {
+        "model": {"preset": "tiny-moe"},
+        "study": {
+            "tune": True,
+            "tune-knobs": ["load-mode", "ub"],
+            "tune-values": {"ub": [2048, 4096]},
+            "tune-depths": ["1k"],
+            "tune-repetitions": 3,
+            "pairs": [["a", "b"]],
+        },
+        "config": [{"name": "a"}, {"name": "b", "n-cpu-moe": 4}],
+    }
     spec = spec_from_dict(doc)
     assert spec.tune and spec.tune_knobs == ("load-mode", "ub") and spec.tune_values == (("ub", ("2048", "4096")),)
     assert spec.tune_depths == (1024,) and spec.tune_repetitions == 3 and spec.pairs == (("a", "b"),)
     assert not spec_from_dict({**doc, "study": {"tune": False}}).tune
 
 
-@pytest.mark.parametrize(("study", "message"), [
-    ({"tune": "yes"}, "tune must be true or false"),
-    ({"tune-knobs": ["warp-speed"]}, "unknown knob 'warp-speed'"),
-    ({"tune-values": {"warp": [1]}}, "unknown knob 'warp'"),
-    ({"tune-repetitions": 1}, "at least 2"),
-    ({"pairs": [["a", "c"]]}, "'c' is not a configuration"),
-    ({"pairs": ["a"]}, "pairs must be a list of [NAME, NAME]"),
-    ({"tune-depths": "1k"}, "tune-depths must be a list"),
-])
+@pytest.mark.parametrize(
+    ("study", "message"),
+    [
+        ({"tune": "yes"}, "tune must be true or false"),
+        ({"tune-knobs": ["warp-speed"]}, "unknown knob 'warp-speed'"),
+        ({"tune-values": {"warp": [1]}}, "unknown knob 'warp'"),
+        ({"tune-repetitions": 1}, "at least 2"),
+        ({"pairs": [["a", "c"]]}, "'c' is not a configuration"),
+        ({"pairs": ["a"]}, "pairs must be a list of [NAME, NAME]"),
+        ({"tune-depths": "1k"}, "tune-depths must be a list"),
+    ],
+)
 def test_bad_tune_keys_are_one_line_errors(study: dict[str, object], message: str) -> None:
     doc = {"model": {"preset": "tiny-moe"}, "study": study, "config": [{"name": "a"}, {"name": "b"}]}
     with pytest.raises(XoverError, match=message.replace("[", r"\[").replace("]", r"\]")) as e:
@@ -91,11 +120,14 @@ def test_bad_tune_keys_are_one_line_errors(study: dict[str, object], message: st
 
 # ---- the search on a fake machine with known rates --------------------------------------------------
 
+
 def _rates(pp: float, tg: float, reps: int = 3) -> Measurement:
     jitter = (0.998, 1.0, 1.002)[:reps]
-    return Measurement(prefill=(RateSamples(0, 4096, tuple(pp * j for j in jitter)),),
-                       decode=(RateSamples(0, 128, tuple(tg * j for j in jitter)),),
-                       effective=(("n_threads", "16"), ("backends", "CUDA")))
+    return Measurement(
+        prefill=(RateSamples(0, 4096, tuple(pp * j for j in jitter)),),
+        decode=(RateSamples(0, 128, tuple(tg * j for j in jitter)),),
+        effective=(("n_threads", "16"), ("backends", "CUDA")),
+    )
 
 
 def machine(setting: Setting) -> Measurement:
@@ -145,8 +177,10 @@ def test_stored_result_round_trip_and_signature(tmp_path: Path) -> None:
         store.add_artifact(None, tune.ARTIFACT, body)
         found = tune.stored(store, spec.configs)
         assert set(found) == {"ncmoe=18"} and found["ncmoe=18"].reused
-        assert tune.variants(found.values())[0].server_args_list() == \
-            advise.apply_setting(BASE, knobs, search.recommended, "x").server_args_list()
+        assert (
+            tune.variants(found.values())[0].server_args_list()
+            == advise.apply_setting(BASE, knobs, search.recommended, "x").server_args_list()
+        )
         # a configuration whose flags changed since is tuned again
         changed = dataclasses.replace(BASE, flags=(("-ncmoe", "20"),))
         assert tune.stored(store, (changed,)) == {}

@@ -10,9 +10,9 @@ from xover.analysis import advise
 from xover.analysis.advise import Knob, Measurement, RateSamples
 from xover.analysis.tradeoff import ratio
 from xover.domain.records import BenchConfig, BenchResult, ModelId, Provenance, ServerConfig, ServerTimings, TtftSample
-from xover.results.read_model import load
 from xover.report.html import build_report, render_html, render_markdown
 from xover.report.tune import ServedRow, knob_rows, layout, pooled_rates, tune_records
+from xover.results.read_model import load
 from xover.results.store import Store
 
 LENGTHS = (1024, 4096, 16384, 32768)
@@ -25,14 +25,30 @@ KNOBS = (
 # (prefill t/s, server decode t/s) per configuration; the tuned variants prefill faster.
 RATES = {"gpu": (4000.0, 100.0), "gpu tuned": (5000.0, 100.0), "cpu": (500.0, 50.0), "cpu tuned": (1000.0, 48.0)}
 # llama-bench pp @ dL per configuration: cpu tuned gains 2x at 1K (as served) but 4x at 4K (not served)
-BENCH_PP = {("gpu", 1024): 4000.0, ("gpu", 4096): 3800.0, ("gpu tuned", 1024): 5000.0, ("gpu tuned", 4096): 4750.0,
-            ("cpu", 1024): 500.0, ("cpu", 4096): 480.0, ("cpu tuned", 1024): 1000.0, ("cpu tuned", 4096): 1920.0}
+BENCH_PP = {
+    ("gpu", 1024): 4000.0,
+    ("gpu", 4096): 3800.0,
+    ("gpu tuned", 1024): 5000.0,
+    ("gpu tuned", 4096): 4750.0,
+    ("cpu", 1024): 500.0,
+    ("cpu", 4096): 480.0,
+    ("cpu tuned", 1024): 1000.0,
+    ("cpu tuned", 4096): 1920.0,
+}
 
 
 def _prov() -> Provenance:
     return Provenance(
-        llama_build_commit="0c1e570", llama_build_number=0, llama_backend="CUDA", llama_bin_dir="/x", llama_bin_source="cache",
-        cpu_info="cpu", gpu_info="gpu", hostname="h", os="Linux", xover_version="0.1.0",
+        llama_build_commit="0c1e570",
+        llama_build_number=0,
+        llama_backend="CUDA",
+        llama_bin_dir="/x",
+        llama_bin_source="cache",
+        cpu_info="cpu",
+        gpu_info="gpu",
+        hostname="h",
+        os="Linux",
+        xover_version="0.1.0",
         model=ModelId(path="/m.gguf", name="m.gguf", size_bytes=10, header_sha256="ab" * 32),
     )
 
@@ -43,13 +59,17 @@ def _jitter(value: float, reps: int = 3, rel: float = 0.004) -> tuple[float, ...
 
 def fake_measure(pp0: float, tg0: float):
     """ub=4096 doubles prefill and costs 4% decode (a trade-off); lm=none speeds prefill 1.3x; threads do nothing."""
+
     def measure(setting):
         s = dict(setting)
         pp = pp0 * (2.0 if s.get("ubatch-size") == "4096" else 1.0) * (1.3 if s.get("load-mode") == "none" else 1.0)
         tg = tg0 * (0.96 if s.get("ubatch-size") == "4096" else 1.0)
-        return Measurement(tuple(RateSamples(d, 4096, _jitter(pp / (1 + d / 20_000))) for d in DEPTHS),
-                           tuple(RateSamples(d, 64, _jitter(tg / (1 + d / 80_000))) for d in DEPTHS),
-                           effective=(("n_threads", "16"),))
+        return Measurement(
+            tuple(RateSamples(d, 4096, _jitter(pp / (1 + d / 20_000))) for d in DEPTHS),
+            tuple(RateSamples(d, 64, _jitter(tg / (1 + d / 80_000))) for d in DEPTHS),
+            effective=(("n_threads", "16"),),
+        )
+
     return measure
 
 
@@ -59,11 +79,22 @@ def search(pp0: float = 500.0, tg0: float = 50.0) -> advise.Search:
 
 def tune_body(config: str, variant: str | None, s: advise.Search) -> dict:
     label = advise.setting_label(KNOBS, s.recommended)
-    return {"schema": "xover.tune/1", "config": config, "variant": variant, "setting": [list(x) for x in s.recommended],
-            "setting_label": label, "server_args": ["-ncmoe", "18"], "env": [],
-            "server_command": f"llama-server -m m.gguf -ncmoe 18 {label} <b>",
-            "response": 200, "depths": list(DEPTHS), "chunk": 4096, "workload": "uniform over 4 lengths, R=200",
-            "knobs": [dataclasses.asdict(k) for k in KNOBS], "search": dataclasses.asdict(s)}
+    return {
+        "schema": "xover.tune/1",
+        "config": config,
+        "variant": variant,
+        "setting": [list(x) for x in s.recommended],
+        "setting_label": label,
+        "server_args": ["-ncmoe", "18"],
+        "env": [],
+        "server_command": f"llama-server -m m.gguf -ncmoe 18 {label} <b>",
+        "response": 200,
+        "depths": list(DEPTHS),
+        "chunk": 4096,
+        "workload": "uniform over 4 lengths, R=200",
+        "knobs": [dataclasses.asdict(k) for k in KNOBS],
+        "search": dataclasses.asdict(s),
+    }
 
 
 def fill(study, rates=RATES, tune=True, study_artifact=True):
@@ -79,17 +110,39 @@ def fill(study, rates=RATES, tune=True, study_artifact=True):
                     ns = int(ttft_s * 1e9)
                     dec = _jitter(decode)[rep]
                     t = ServerTimings(0, L, ns / 1e6 - 1.0, prefill, 200, 200 / dec * 1000, dec)
-                    st.add_ttft_sample(run, "mk", TtftSample(cfg.key, "cold", L, rep, f"{label}{L}{rep}", 0, ns - 10, ns,
-                                                            ns + 2 * 10**9, (ns,), 200, t, True))
+                    st.add_ttft_sample(
+                        run,
+                        "mk",
+                        TtftSample(
+                            cfg.key,
+                            "cold",
+                            L,
+                            rep,
+                            f"{label}{L}{rep}",
+                            0,
+                            ns - 10,
+                            ns,
+                            ns + 2 * 10**9,
+                            (ns,),
+                            200,
+                            t,
+                            True,
+                        ),
+                    )
                 if (label, L) in BENCH_PP:
                     pp = BENCH_PP[(label, L)]
-                    st.add_bench_result(run, "mk", BenchResult(bcfg.key, 512, 0, L, (1, 2, 3), _jitter(pp), pp, 1.0, {}))
+                    st.add_bench_result(
+                        run, "mk", BenchResult(bcfg.key, 512, 0, L, (1, 2, 3), _jitter(pp), pp, 1.0, {})
+                    )
         if tune:
             st.add_artifact(None, "tune", tune_body("gpu", "gpu tuned", search(4000.0, 100.0)))
             st.add_artifact(None, "tune", tune_body("cpu", "cpu tuned", search()))
         if study_artifact:
-            st.add_artifact(None, "study", {"configs": ["gpu", "cpu"], "pairs": [], "response_tokens": [200],
-                                            "band": [10000, 40000]})
+            st.add_artifact(
+                None,
+                "study",
+                {"configs": ["gpu", "cpu"], "pairs": [], "response_tokens": [200], "band": [10000, 40000]},
+            )
         st.end_run(run, "done")
 
 
@@ -134,10 +187,12 @@ def test_verdicts_answer_the_question_at_the_defaults_and_at_each_configuration_
     # 16K: cpu (0.1 + 16384/500 + 4) / gpu (0.1 + 16384/4000 + 2) at the defaults; tuned alike
     at_defaults = (0.1 + 16384 / 500 + 4) / (0.1 + 16384 / 4000 + 2)
     tuned = (0.1 + 16384 / 1000 + 200 / 48) / (0.1 + 16384 / 5000 + 2)
-    assert v[3] == (f"Tuning and the offload penalty (200-token responses): a turn on cpu takes, against gpu, at 16K "
-                    f"{at_defaults:.2f}x at llama.cpp's defaults and {tuned:.2f}x when both are tuned; at 32K "
-                    f"{(0.1 + 32768 / 500 + 4) / (0.1 + 32768 / 4000 + 2):.2f}x at llama.cpp's defaults and "
-                    f"{(0.1 + 32768 / 1000 + 200 / 48) / (0.1 + 32768 / 5000 + 2):.2f}x when both are tuned.")
+    assert v[3] == (
+        f"Tuning and the offload penalty (200-token responses): a turn on cpu takes, against gpu, at 16K "
+        f"{at_defaults:.2f}x at llama.cpp's defaults and {tuned:.2f}x when both are tuned; at 32K "
+        f"{(0.1 + 32768 / 500 + 4) / (0.1 + 32768 / 4000 + 2):.2f}x at llama.cpp's defaults and "
+        f"{(0.1 + 32768 / 1000 + 200 / 48) / (0.1 + 32768 / 5000 + 2):.2f}x when both are tuned."
+    )
     # every other pair is in the matrix, not in a verdict
     assert rep.matrix is not None and rep.matrix.labels == ("gpu", "gpu tuned", "cpu", "cpu tuned")
     assert rep.matrix.cells[0][1] == "slower" and rep.matrix.cells[1][0] == "faster"
@@ -170,7 +225,9 @@ def test_when_tuning_kept_every_default_both_verdicts_are_still_told(tmp_path):
         st.add_artifact(None, "tune", tune_body("cpu", None, search()))
     v = build_report(load(tmp_path), response=200, n_boot=0).verdicts
     assert v[0].startswith("At llama.cpp's defaults: gpu vs cpu: gpu is faster at every measured length"), v
-    assert v[1] == "Each configuration at its best: tuning kept llama.cpp's defaults for both, so the answer above stands."
+    assert (
+        v[1] == "Each configuration at its best: tuning kept llama.cpp's defaults for both, so the answer above stands."
+    )
     assert len(v) == 2
 
 

@@ -15,9 +15,9 @@ import json
 from pathlib import Path
 
 import pytest
-from procs import run_xover
 from rich.table import Table
 
+from procs import run_xover
 from xover.console import InertConsole, safe
 from xover.gguf.inspect import inspect_gguf, render_text
 from xover.untrusted import visible

@@ -19,10 +19,21 @@ from xover.hardware.vram import GIB, VramHolder, parse_budget
 MIB = 1 << 20
 
 
-def card(lib: Path, free: int, total: int = 141 * GIB, context: int = 512 * MIB, devices: int = 1,
-         max_alloc: int | None = None) -> dict[str, str]:
-    env = {"XOVER_CUDART": str(lib), "FAKE_CUDA_FREE": str(free), "FAKE_CUDA_TOTAL": str(total),
-           "FAKE_CUDA_CONTEXT": str(context), "FAKE_CUDA_DEVICES": str(devices)}
+def card(
+    lib: Path,
+    free: int,
+    total: int = 141 * GIB,
+    context: int = 512 * MIB,
+    devices: int = 1,
+    max_alloc: int | None = None,
+) -> dict[str, str]:
+    env = {
+        "XOVER_CUDART": str(lib),
+        "FAKE_CUDA_FREE": str(free),
+        "FAKE_CUDA_TOTAL": str(total),
+        "FAKE_CUDA_CONTEXT": str(context),
+        "FAKE_CUDA_DEVICES": str(devices),
+    }
     if max_alloc is not None:
         env["FAKE_CUDA_MAX_ALLOC"] = str(max_alloc)
     return env
@@ -59,21 +70,30 @@ def test_it_holds_every_free_byte_beyond_the_budget(fake_cudart: Path, monkeypat
     assert gone_within(hold.pid)
 
 
-def test_when_large_allocations_fail_it_holds_in_smaller_pieces(fake_cudart: Path,
-                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+def test_when_large_allocations_fail_it_holds_in_smaller_pieces(
+    fake_cudart: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     for k, v in card(fake_cudart, free=40 * GIB, context=0, max_alloc=300 * MIB).items():
         monkeypatch.setenv(k, v)
     with VramHolder(24 * GIB) as hold:
         assert hold.held == 16 * GIB and hold.free_after == 24 * GIB
 
 
-@pytest.mark.parametrize(("env", "budget", "message"), [
-    ({"free": 8 * GIB}, 16 * GIB, "GPU 0 has 7.5 GiB free (141.0 GiB in all), less than the 16.0 GiB budget: "
-                                  "lower --vram-budget or free the GPU"),
-    ({"free": 80 * GIB, "devices": 0}, 16 * GIB, "--vram-budget needs a CUDA GPU: the CUDA runtime sees none"),
-])
-def test_refusals_are_one_line(fake_cudart: Path, monkeypatch: pytest.MonkeyPatch, env: dict, budget: int,
-                               message: str) -> None:
+@pytest.mark.parametrize(
+    ("env", "budget", "message"),
+    [
+        (
+            {"free": 8 * GIB},
+            16 * GIB,
+            "GPU 0 has 7.5 GiB free (141.0 GiB in all), less than the 16.0 GiB budget: "
+            "lower --vram-budget or free the GPU",
+        ),
+        ({"free": 80 * GIB, "devices": 0}, 16 * GIB, "--vram-budget needs a CUDA GPU: the CUDA runtime sees none"),
+    ],
+)
+def test_refusals_are_one_line(
+    fake_cudart: Path, monkeypatch: pytest.MonkeyPatch, env: dict, budget: int, message: str
+) -> None:
     for k, v in card(fake_cudart, **env).items():
         monkeypatch.setenv(k, v)
     with pytest.raises(XoverError) as e:
@@ -90,7 +110,11 @@ def test_without_a_cuda_runtime_it_refuses(monkeypatch: pytest.MonkeyPatch, tmp_
 
 
 def test_budget_values() -> None:
-    assert parse_budget("16GiB") == 16 * GIB and parse_budget("24G") == 24 * GIB and parse_budget("15000MiB") == 15000 * MIB
+    assert (
+        parse_budget("16GiB") == 16 * GIB
+        and parse_budget("24G") == 24 * GIB
+        and parse_budget("15000MiB") == 15000 * MIB
+    )
     with pytest.raises(XoverError, match="below 256 MiB"):
         parse_budget("100MiB")
     with pytest.raises(XoverError, match="is not an amount of memory"):
@@ -132,15 +156,26 @@ def test_the_holder_dies_with_xover(fake_cudart: Path, sig: signal.Signals) -> N
 
 def test_xover_ttft_refuses_a_budget_in_one_line(fake_cudart: Path, tmp_path: Path) -> None:
     from procs import one_line_error
-
     from xover.gguf.presets import PRESETS
     from xover.gguf.synth import write_model
 
     model = str(write_model(PRESETS["tiny-moe"], tmp_path / "tiny.gguf").path)
 
     def ttft(budget: str, **env: str) -> subprocess.CompletedProcess[str]:
-        argv = [sys.executable, "-m", "xover", "ttft", "-m", model, "--lengths", "512", "-o", str(tmp_path / "st"),
-                "--vram-budget", budget]
+        argv = [
+            sys.executable,
+            "-m",
+            "xover",
+            "ttft",
+            "-m",
+            model,
+            "--lengths",
+            "512",
+            "-o",
+            str(tmp_path / "st"),
+            "--vram-budget",
+            budget,
+        ]
         return subprocess.run(argv, capture_output=True, text=True, timeout=120, env={**os.environ, **env})
 
     one_line_error(ttft("16GiB", XOVER_CUDART=str(tmp_path / "none.so")), "--vram-budget needs a CUDA GPU")

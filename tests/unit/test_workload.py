@@ -10,7 +10,6 @@ import sys
 
 import pytest
 
-from xover.errors import XoverError
 from xover.domain.workload import (
     FORMAT,
     Session,
@@ -24,6 +23,7 @@ from xover.domain.workload import (
     messages_for_turn,
     session_id,
 )
+from xover.errors import XoverError
 
 SMALL = WorkloadSpec(seed=7, turns=12, system_tokens=2048, target_tokens=8192, rewrite_every=4)
 
@@ -40,13 +40,24 @@ def test_same_seed_same_bytes_other_seed_other_bytes() -> None:
 
 def test_bytes_do_not_depend_on_the_interpreter_hash_seed() -> None:
     """Sets or hash-ordered containers would make the file differ between processes."""
-    code = ("import hashlib, sys; from xover.domain.workload import WorkloadSpec, dumps, generate; "
-            "sys.stdout.write(hashlib.sha256(dumps(generate(WorkloadSpec(seed=3, turns=6, system_tokens=1024, "
-            "target_tokens=4096, rewrite_every=2))).encode()).hexdigest())")
-    digests = {subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
-                              env={**os.environ, "PYTHONHASHSEED": seed}).stdout for seed in ("1", "2")}
-    here = hashlib.sha256(_text(WorkloadSpec(seed=3, turns=6, system_tokens=1024, target_tokens=4096,
-                                             rewrite_every=2)).encode()).hexdigest()
+    code = (
+        "import hashlib, sys; from xover.domain.workload import WorkloadSpec, dumps, generate; "
+        "sys.stdout.write(hashlib.sha256(dumps(generate(WorkloadSpec(seed=3, turns=6, system_tokens=1024, "
+        "target_tokens=4096, rewrite_every=2))).encode()).hexdigest())"
+    )
+    digests = {
+        subprocess.run(
+            [sys.executable, "-c", code],
+            capture_output=True,
+            text=True,
+            check=True,
+            env={**os.environ, "PYTHONHASHSEED": seed},
+        ).stdout
+        for seed in ("1", "2")
+    }
+    here = hashlib.sha256(
+        _text(WorkloadSpec(seed=3, turns=6, system_tokens=1024, target_tokens=4096, rewrite_every=2)).encode()
+    ).hexdigest()
     assert digests == {here}
 
 
@@ -122,31 +133,51 @@ def test_generated_replies_replace_the_recorded_ones() -> None:
 
 def test_a_few_shot_prefix_is_not_taken_for_replies() -> None:
     shot = ({"role": "system", "content": "s"}, {"role": "user", "content": "q"}, {"role": "assistant", "content": "a"})
-    s = Session(turns=(Turn(0, (*shot, {"role": "user", "content": "u0"}), "x0"),
-                       Turn(1, (*shot, {"role": "user", "content": "u0"}, {"role": "assistant", "content": "x0"},
-                                {"role": "user", "content": "u1"}), "x1")))
+    s = Session(
+        turns=(
+            Turn(0, (*shot, {"role": "user", "content": "u0"}), "x0"),
+            Turn(
+                1,
+                (
+                    *shot,
+                    {"role": "user", "content": "u0"},
+                    {"role": "assistant", "content": "x0"},
+                    {"role": "user", "content": "u1"},
+                ),
+                "x1",
+            ),
+        )
+    )
     check_feedable(s)
     assert [m["content"] for m in messages_for_turn(s, 1, ["gen"]) if m["role"] == "assistant"] == ["a", "gen"]
 
 
 def test_a_session_that_drops_replies_needs_exact() -> None:
-    s = Session(turns=(Turn(0, ({"role": "user", "content": "a"},), "x"), Turn(1, ({"role": "user", "content": "b"},), "y")))
+    s = Session(
+        turns=(Turn(0, ({"role": "user", "content": "a"},), "x"), Turn(1, ({"role": "user", "content": "b"},), "y"))
+    )
     with pytest.raises(XoverError, match="--exact"):
         check_feedable(s)
 
 
-@pytest.mark.parametrize(("text", "match"), [
-    ("", "holds no turns"),
-    ("not json\n", "line 1 is not JSON"),
-    ("[1]\n", "not a JSON object"),
-    ('{"turn": 1, "messages": [{"role": "user", "content": "x"}]}\n', "expected 0"),
-    ('{"turn": 0, "messages": []}\n', "non-empty list"),
-    ('{"turn": 0, "messages": [{"content": "x"}]}\n', "has no \"role\""),
-    ('{"turn": 0, "messages": [{"role": "assistant", "content": "x"}]}\n', "last message is the assistant"),
-    ('{"turn": 0, "messages": [{"role": "user", "content": "x"}], "assistant": 3}\n', "must be a string"),
-    ('{"format": "other/9"}\n', "regenerate"),
-    ('{"turn": 0, "messages": [{"role": "user", "content": "x"}]}\n{"format": "xover-session/1"}\n', "only come first"),
-])
+@pytest.mark.parametrize(
+    ("text", "match"),
+    [
+        ("", "holds no turns"),
+        ("not json\n", "line 1 is not JSON"),
+        ("[1]\n", "not a JSON object"),
+        ('{"turn": 1, "messages": [{"role": "user", "content": "x"}]}\n', "expected 0"),
+        ('{"turn": 0, "messages": []}\n', "non-empty list"),
+        ('{"turn": 0, "messages": [{"content": "x"}]}\n', 'has no "role"'),
+        ('{"turn": 0, "messages": [{"role": "assistant", "content": "x"}]}\n', "last message is the assistant"),
+        ('{"turn": 0, "messages": [{"role": "user", "content": "x"}], "assistant": 3}\n', "must be a string"),
+        ('{"format": "other/9"}\n', "regenerate"),
+        (
+            '{"turn": 0, "messages": [{"role": "user", "content": "x"}]}\n{"format": "xover-session/1"}\n',
+            "only come first",
+        ),
+    ],
+)
 def test_bad_files_are_one_line_errors(text: str, match: str) -> None:
     with pytest.raises(XoverError, match=match) as e:
         loads(text, source="f.jsonl")
@@ -158,8 +189,9 @@ def test_a_recorded_session_without_header_or_replies_loads() -> None:
     assert s.header is None and s.turns[0].assistant == ""
 
 
-@pytest.mark.parametrize("kw", [{"turns": 1}, {"system_tokens": 10}, {"target_tokens": 1000}, {"rewrite_every": 1},
-                                {"chars_per_token": 0}])
+@pytest.mark.parametrize(
+    "kw", [{"turns": 1}, {"system_tokens": 10}, {"target_tokens": 1000}, {"rewrite_every": 1}, {"chars_per_token": 0}]
+)
 def test_spec_validation(kw: dict[str, object]) -> None:
     with pytest.raises(XoverError):
         WorkloadSpec(**kw)  # type: ignore[arg-type]

@@ -40,10 +40,9 @@ import dataclasses
 from collections.abc import Callable, Mapping, Sequence
 
 from xover.analysis.stats import summarize
-from xover.errors import XoverError
 from xover.domain.prompts import TokenPrompts
 from xover.domain.records import TtftSample
-
+from xover.errors import XoverError
 
 MODE_PREFIX = "cache:"
 REUSE_MIN = 256  # --cache-reuse: the maintainers' suggested starting value
@@ -72,7 +71,7 @@ def parse_mode(mode: str) -> tuple[str, str] | None:
     """(case, request) of a lab mode; None for any other mode (``cold``, ``warm``)."""
     if not mode.startswith(MODE_PREFIX):
         return None
-    case, sep, request = mode[len(MODE_PREFIX):].partition(":")
+    case, sep, request = mode[len(MODE_PREFIX) :].partition(":")
     return (case, request) if sep and case and request else None
 
 
@@ -155,24 +154,34 @@ def host_cache_note(length: int, state_bytes_per_token: int | None) -> tuple[boo
     keeps = OTHERS * state <= CACHE_RAM_DEFAULT_BYTES
     size = f"{state / 2**30:.2f} GiB" if state >= 2**30 else f"{state / 2**20:.1f} MiB"
     what = "so the first is still there" if keeps else "so the first was evicted to make room"
-    return keeps, (f"--cache-ram's 8 GiB holds {fits} prompt state(s) of {size}; {OTHERS} are saved before the "
-                   f"prompt comes again, {what}")
+    return keeps, (
+        f"--cache-ram's 8 GiB holds {fits} prompt state(s) of {size}; {OTHERS} are saved before the "
+        f"prompt comes again, {what}"
+    )
 
 
 def lab_plan(length: int, state_bytes_per_token: int | None = None) -> tuple[LabServer, ...]:
     """Every server and request of the lab for prompts of ``length`` tokens; ``state_bytes_per_token``
     (the KV cache's) sizes the host prompt cache's prediction (:func:`host_cache_note`)."""
     if length < MIN_LENGTH:
-        raise XoverError(f"the cache lab needs prompts of at least {MIN_LENGTH} tokens (got {length}), so the chunk kept "
-                         f"after an edit is well above the --cache-reuse threshold {REUSE_MIN}: raise --length")
+        raise XoverError(
+            f"the cache lab needs prompts of at least {MIN_LENGTH} tokens (got {length}), so the chunk kept "
+            f"after an edit is well above the --cache-reuse threshold {REUSE_MIN}: raise --length"
+        )
     L = length
     half = (L - PREFIX) // 2
     p, c1, c2 = ("P", PREFIX), ("C1", half), ("C2", L - PREFIX - half)
     e, n, s = ("E", INSERTED), ("N", APPENDED), ("S", SHORT)
     a = (("A", L),)
 
-    def edit(case: str, kept: Segment, edited: tuple[Segment, ...], expect: tuple[int, int], common: int,
-             reuse: int | None = None) -> tuple[LabRequest, LabRequest]:
+    def edit(
+        case: str,
+        kept: Segment,
+        edited: tuple[Segment, ...],
+        expect: tuple[int, int],
+        common: int,
+        reuse: int | None = None,
+    ) -> tuple[LabRequest, LabRequest]:
         first = _cold(case, "original", (p, (c1[0], L - PREFIX - kept[1]), kept))
         return first, LabRequest(case, "edited", edited, expect, common_prefix=common, n_cache_reuse=reuse)
 
@@ -181,18 +190,37 @@ def lab_plan(length: int, state_bytes_per_token: int | None = None) -> tuple[Lab
         keeps, note = host_cache_note(L, state_bytes_per_token) if defaults else (False, None)
         again = LabRequest(case, "again", a, expect=(L - 1, 1) if keeps else (0, L), note=note)
         settings = "defaults (-np auto, --cache-ram 8 GiB)" if defaults else "-np 1 --cache-ram 0"
-        return LabServer(case, f"{settings}, --slot-save-path", defaults, None, True,
-                         (_cold(case, "first", a), *others, EraseSlots(), again))
+        return LabServer(
+            case,
+            f"{settings}, --slot-save-path",
+            defaults,
+            None,
+            True,
+            (_cold(case, "first", a), *others, EraseSlots(), again),
+        )
 
     return (
-        LabServer("resend", "-np 1 --cache-ram 0", False, None, False,
-                  (_cold("resend", "first", a), LabRequest("resend", "resend", a, expect=(L - 1, 1)))),
-        LabServer("edit", f"--cache-reuse {REUSE_MIN}, -np 1 --cache-ram 0", False, REUSE_MIN, False, (
-            *edit("edit-insert", c2, (p, c1, e, c2), (PREFIX + half, INSERTED + c2[1]), PREFIX + half),
-            *edit("edit-move-noreuse", c2, (p, c2, n), (PREFIX, c2[1] + APPENDED), PREFIX, reuse=0),
-            *edit("edit-move", c2, (p, c2, n), (PREFIX + c2[1], APPENDED), PREFIX),
-            *edit("edit-move-short", s, (p, s, n), (PREFIX, SHORT + APPENDED), PREFIX),
-        )),
+        LabServer(
+            "resend",
+            "-np 1 --cache-ram 0",
+            False,
+            None,
+            False,
+            (_cold("resend", "first", a), LabRequest("resend", "resend", a, expect=(L - 1, 1))),
+        ),
+        LabServer(
+            "edit",
+            f"--cache-reuse {REUSE_MIN}, -np 1 --cache-ram 0",
+            False,
+            REUSE_MIN,
+            False,
+            (
+                *edit("edit-insert", c2, (p, c1, e, c2), (PREFIX + half, INSERTED + c2[1]), PREFIX + half),
+                *edit("edit-move-noreuse", c2, (p, c2, n), (PREFIX, c2[1] + APPENDED), PREFIX, reuse=0),
+                *edit("edit-move", c2, (p, c2, n), (PREFIX + c2[1], APPENDED), PREFIX),
+                *edit("edit-move-short", s, (p, s, n), (PREFIX, SHORT + APPENDED), PREFIX),
+            ),
+        ),
         hidden("hidden-defaults", True),
         hidden("hidden-cold", False),
     )
@@ -203,7 +231,9 @@ def plan_requests(length: int, state_bytes_per_token: int | None = None) -> dict
     return {(r.case, r.request): r for srv in lab_plan(length, state_bytes_per_token) for r in srv.requests()}
 
 
-def build_prompts(server: LabServer, prompts: TokenPrompts, index: Callable[[], int]) -> dict[LabRequest, tuple[int, ...]]:
+def build_prompts(
+    server: LabServer, prompts: TokenPrompts, index: Callable[[], int]
+) -> dict[LabRequest, tuple[int, ...]]:
     """Token ids of every request of ``server``: each (case, chunk) drawn once from ``prompts``
     under a fresh index, so chunks start with distinct tokens and common prefixes are exact."""
     chunks: dict[tuple[str, str], tuple[int, ...]] = {}
@@ -309,7 +339,9 @@ def _verdict(req: LabRequest | None, s: TtftSample, cold_ttft_ns: int | None) ->
     if declared == "warm":
         if got != req.expect:
             return f"expected from the slot, got cache_n={t.cache_n} prompt_n={t.prompt_n}"
-        speedup = f": {cold_ttft_ns / s.first_token_ns:,.0f}x faster than cold" if cold_ttft_ns and s.first_token_ns else ""
+        speedup = (
+            f": {cold_ttft_ns / s.first_token_ns:,.0f}x faster than cold" if cold_ttft_ns and s.first_token_ns else ""
+        )
         return "from the slot (cache_n = L-1)" + speedup
     if got == req.expect:
         return "cold"
@@ -331,15 +363,26 @@ def analyse(samples: Sequence[tuple[str, TtftSample]], state_bytes: Mapping[str,
             _, request = parse_mode(s.mode) or ("", "")
             req = plan.get((case, request))
             t = s.timings
-            rows.append(LabRow(
-                label=label, case=case, request=request, length=s.length, ttft_ns=s.first_token_ns,
-                cache_n=t.cache_n if t else None, prompt_n=t.prompt_n if t else None,
-                prompt_ms=t.prompt_ms if t else None,
-                gap_ns=(s.first_token_ns - round(t.prompt_ms * 1e6)
-                        if s.first_token_ns is not None and t is not None and t.prompt_ms is not None else None),
-                expect=req.expect if req else None, common_prefix=req.common_prefix if req else None,
-                verdict=_verdict(req, s, cold_ttft),
-            ))
+            rows.append(
+                LabRow(
+                    label=label,
+                    case=case,
+                    request=request,
+                    length=s.length,
+                    ttft_ns=s.first_token_ns,
+                    cache_n=t.cache_n if t else None,
+                    prompt_n=t.prompt_n if t else None,
+                    prompt_ms=t.prompt_ms if t else None,
+                    gap_ns=(
+                        s.first_token_ns - round(t.prompt_ms * 1e6)
+                        if s.first_token_ns is not None and t is not None and t.prompt_ms is not None
+                        else None
+                    ),
+                    expect=req.expect if req else None,
+                    common_prefix=req.common_prefix if req else None,
+                    verdict=_verdict(req, s, cold_ttft),
+                )
+            )
     return LabAnalysis(rows=tuple(rows), headlines=tuple(_headlines(rows)))
 
 
@@ -368,37 +411,55 @@ def _headlines(rows: Sequence[LabRow]) -> list[str]:
         mine = {(r.case, r.request): r for r in rows if r.label == label}
         first, again = mine.get(("resend", "first")), mine.get(("resend", "resend"))
         if first and again and first.ttft_ns and again.ttft_ns and first.ok and again.ok:
-            out.append(f"{label}: resending a {first.length:,}-token prompt: TTFT {_ms(first.ttft_ns)} ms cold, "
-                       f"{_ms(again.ttft_ns)} ms from the slot ({first.ttft_ns / again.ttft_ns:,.0f}x), "
-                       f"cache_n {again.cache_n}, prompt_n {again.prompt_n}")
+            out.append(
+                f"{label}: resending a {first.length:,}-token prompt: TTFT {_ms(first.ttft_ns)} ms cold, "
+                f"{_ms(again.ttft_ns)} ms from the slot ({first.ttft_ns / again.ttft_ns:,.0f}x), "
+                f"cache_n {again.cache_n}, prompt_n {again.prompt_n}"
+            )
         on, off = mine.get(("edit-move", "edited")), mine.get(("edit-move-noreuse", "edited"))
         if on and off and on.ttft_ns and off.ttft_ns:
-            out.append(f"{label}: after dropping a chunk from the middle, --cache-reuse {REUSE_MIN} gave cache_n "
-                       f"{on.cache_n}, prompt_n {on.prompt_n} (TTFT {_ms(on.ttft_ns)} ms) vs cache_n {off.cache_n}, "
-                       f"prompt_n {off.prompt_n} without reuse (TTFT {_ms(off.ttft_ns)} ms)")
-        for case, what in (("edit-insert", f"an edit of {INSERTED} tokens inserted mid-prompt"),
-                           ("edit-move-short", f"a kept chunk of {SHORT} tokens (under {REUSE_MIN})")):
+            out.append(
+                f"{label}: after dropping a chunk from the middle, --cache-reuse {REUSE_MIN} gave cache_n "
+                f"{on.cache_n}, prompt_n {on.prompt_n} (TTFT {_ms(on.ttft_ns)} ms) vs cache_n {off.cache_n}, "
+                f"prompt_n {off.prompt_n} without reuse (TTFT {_ms(off.ttft_ns)} ms)"
+            )
+        for case, what in (
+            ("edit-insert", f"an edit of {INSERTED} tokens inserted mid-prompt"),
+            ("edit-move-short", f"a kept chunk of {SHORT} tokens (under {REUSE_MIN})"),
+        ):
             r = mine.get((case, "edited"))
             if r and r.common_prefix is not None and r.cache_n is not None:
-                helped = "reused past the edit" if r.cache_n > r.common_prefix else "nothing reused past the common prefix"
-                out.append(f"{label}: with --cache-reuse {REUSE_MIN}, {what}: {helped} "
-                           f"(common prefix {r.common_prefix}, cache_n {r.cache_n}, prompt_n {r.prompt_n})")
+                helped = (
+                    "reused past the edit" if r.cache_n > r.common_prefix else "nothing reused past the common prefix"
+                )
+                out.append(
+                    f"{label}: with --cache-reuse {REUSE_MIN}, {what}: {helped} "
+                    f"(common prefix {r.common_prefix}, cache_n {r.cache_n}, prompt_n {r.prompt_n})"
+                )
         hd, hc = mine.get(("hidden-defaults", "again")), mine.get(("hidden-cold", "again"))
         if hd and hd.cache_n is not None:
-            control = (f", {hc.cache_n} with -np 1 --cache-ram 0" if hc and hc.cache_n is not None
-                       else " (the -np 1 --cache-ram 0 control was not measured)")
+            control = (
+                f", {hc.cache_n} with -np 1 --cache-ram 0"
+                if hc and hc.cache_n is not None
+                else " (the -np 1 --cache-ram 0 control was not measured)"
+            )
             why = f": {hd.verdict}" if hd.cache_n == 0 and hd.ok else ""
-            out.append(f"{label}: a prompt sent again after {OTHERS} others and an erase of every slot: cache_n "
-                       f"{hd.cache_n} of {hd.length:,} with default settings{control}{why}")
+            out.append(
+                f"{label}: a prompt sent again after {OTHERS} others and an erase of every slot: cache_n "
+                f"{hd.cache_n} of {hd.length:,} with default settings{control}{why}"
+            )
         gd = _median_gap_ms([r for r in rows if r.label == label and r.case == "hidden-defaults"])
         gc = _median_gap_ms([r for r in rows if r.label == label and r.case == "hidden-cold"])
         if gd is not None:
             length = max(r.length for r in rows if r.label == label and r.request.startswith("other-"))
-            control = (f" vs {gc:,.1f} ms with -np 1 --cache-ram 0" if gc is not None
-                       else " (the -np 1 --cache-ram 0 control was not measured)")
-            out.append(f"{label}: client TTFT - server prompt_ms after another {length:,}-token prompt: {gd:,.1f} ms "
-                       f"with default settings (the previous slot saved to host memory first){control} "
-                       f"(median of {OTHERS})")
+            control = (
+                f" vs {gc:,.1f} ms with -np 1 --cache-ram 0"
+                if gc is not None
+                else " (the -np 1 --cache-ram 0 control was not measured)"
+            )
+            out.append(
+                f"{label}: client TTFT - server prompt_ms after another {length:,}-token prompt: {gd:,.1f} ms "
+                f"with default settings (the previous slot saved to host memory first){control} "
+                f"(median of {OTHERS})"
+            )
     return out
-
-

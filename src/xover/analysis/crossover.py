@@ -113,6 +113,7 @@ def separation(a: ConfigData, b: ConfigData, length: int, response: int) -> int:
     With 3 samples a side, ranges that do not overlap happen by chance with probability 0.1 when the two
     are equal (2 of the 20 ways to order six samples), so a difference called here is a real one
     far more often than not; a smaller one is reported as noise rather than as a winner."""
+
     def span(d: ConfigData) -> tuple[float, float]:
         dec = response / _decode_tps_at(d, length)
         xs = [t + dec for t in d.ttft_s[length]]
@@ -221,8 +222,11 @@ def bootstrap_crossing(
     for _ in range(n_boot):
         ra = ConfigData(a.label, _resample(a.ttft_s, rng), _resample(a.decode_tps, rng))
         rb = ConfigData(b.label, _resample(b.ttft_s, rng), _resample(b.decode_tps, rng))
-        xs = [c.length for c in model_crossings(fit_cost_model(ra), fit_cost_model(rb), response, lo, hi)
-              if c.kind == "cross" and c.length <= hi * 4]
+        xs = [
+            c.length
+            for c in model_crossings(fit_cost_model(ra), fit_cost_model(rb), response, lo, hi)
+            if c.kind == "cross" and c.length <= hi * 4
+        ]
         if xs:
             found.append(xs[0])
         else:
@@ -247,8 +251,9 @@ def compare_pair(a: ConfigData, b: ConfigData, response: int, n_boot: int = 1000
     if n_boot > 0:
         ci, none_frac = bootstrap_crossing(a, b, response, lo, hi, n_boot=n_boot, seed=seed)
     sep = tuple(separation(a, b, L, response) for L in lengths)
-    return PairResult(a.label, b.label, response, lengths, tuple(da), tuple(db), tuple(interp), fitted, ci, none_frac,
-                      sep)
+    return PairResult(
+        a.label, b.label, response, lengths, tuple(da), tuple(db), tuple(interp), fitted, ci, none_frac, sep
+    )
 
 
 def format_tokens(n: float) -> str:
@@ -310,7 +315,9 @@ def claimed_crossing(pair: PairResult) -> ClaimedCrossing | None:
         return None
     j = s.changes[0]
     lo_i, hi_i = s.clear[j - 1][0], s.clear[j][0]
-    inside = [c for c in pair.interpolated if c.kind == "cross" and pair.lengths[lo_i] <= c.length <= pair.lengths[hi_i]]
+    inside = [
+        c for c in pair.interpolated if c.kind == "cross" and pair.lengths[lo_i] <= c.length <= pair.lengths[hi_i]
+    ]
     x = inside[0].length if inside else (pair.lengths[lo_i] + pair.lengths[hi_i]) / 2
     return ClaimedCrossing(x, False, False)
 
@@ -331,8 +338,10 @@ def verdict(pair: PairResult, band: tuple[int, int] = (10_000, 40_000)) -> str:
     span = f"{_k(pair.lengths[0])}-{_k(pair.lengths[-1])} tokens, {pair.response}-token responses"
     if not s.clear:
         gap = max(abs(x - y) / min(x, y) for x, y in zip(pair.total_a, pair.total_b))
-        return (head + f"within noise of each other at every measured length ({span}; sample ranges overlap, "
-                f"medians differ by at most {gap:.0%}): either serves agentic turns of {_k(lo_b)}-{_k(hi_b)} tokens.")
+        return (
+            head + f"within noise of each other at every measured length ({span}; sample ranges overlap, "
+            f"medians differ by at most {gap:.0%}): either serves agentic turns of {_k(lo_b)}-{_k(hi_b)} tokens."
+        )
     winners = [w for _, w in s.clear]
     ties = [_k(pair.lengths[i]) for i in s.ties]
     tie_note = f"; within noise at {', '.join(ties)}" if ties else ""
@@ -349,13 +358,17 @@ def verdict(pair: PairResult, band: tuple[int, int] = (10_000, 40_000)) -> str:
                 # The fit says the order flips past the data, before the band's end: the measurements alone
                 # cannot answer for the band, so say so instead of naming the measured winner.
                 part = "the whole agentic band" if claim.length <= lo_b else "part of the agentic band"
-                return sentence + (f", past which {other} would be faster: {part} ({_k(lo_b)}-{_k(hi_b)} tokens) lies "
-                                   f"beyond both the measured lengths and that crossing, so measure prompts up to "
-                                   f"{_k(hi_b)} tokens before choosing (measured, {winner} wins).")
+                return sentence + (
+                    f", past which {other} would be faster: {part} ({_k(lo_b)}-{_k(hi_b)} tokens) lies "
+                    f"beyond both the measured lengths and that crossing, so measure prompts up to "
+                    f"{_k(hi_b)} tokens before choosing (measured, {winner} wins)."
+                )
         return sentence + f", so agentic turns of {_k(lo_b)}-{_k(hi_b)} tokens are best served by {winner}."
     if claim is None:
         runs = ", ".join(f"{w} at {_k(pair.lengths[i])}" for i, w in s.clear)
-        return head + f"no consistent winner ({runs}{tie_note}): the order flips more than once, so neither is preferred."
+        return (
+            head + f"no consistent winner ({runs}{tie_note}): the order flips more than once, so neither is preferred."
+        )
     x = claim.length
     short, long_ = winners[0], winners[-1]
     ci = f" (95% CI {_k(pair.ci[0])}-{_k(pair.ci[1])})" if pair.ci else ""
@@ -364,8 +377,7 @@ def verdict(pair: PairResult, band: tuple[int, int] = (10_000, 40_000)) -> str:
     elif lo_b >= x:
         where = f"the whole agentic band ({_k(lo_b)}-{_k(hi_b)}) lies above it, so {long_} wins agentic turns"
     else:
-        where = (f"it falls inside the agentic band ({_k(lo_b)}-{_k(hi_b)}): {short} wins turns below it, "
-                 f"{long_} above")
+        where = f"it falls inside the agentic band ({_k(lo_b)}-{_k(hi_b)}): {short} wins turns below it, {long_} above"
     return head + f"{short} is faster below ~{_k(x)} tokens and {long_} above{ci}{tie_note}; {where}."
 
 
@@ -380,8 +392,11 @@ def relation(pair: PairResult) -> str:
     claim = claimed_crossing(pair)
     if not s.changes:
         word = "faster" if s.clear[0][1] == pair.a else "slower"
-        fit = (f"; fit crosses ~{_k(claim.length)}{' (extrapolated)' if claim.extrapolated else ''}"
-               if claim is not None else "")
+        fit = (
+            f"; fit crosses ~{_k(claim.length)}{' (extrapolated)' if claim.extrapolated else ''}"
+            if claim is not None
+            else ""
+        )
         return word + ties + fit
     if claim is None:
         return "no consistent winner" + ties
@@ -391,8 +406,14 @@ def relation(pair: PairResult) -> str:
 
 def swapped(pair: PairResult) -> PairResult:
     """The same comparison read from B's side (A and B exchanged)."""
-    return dataclasses.replace(pair, a=pair.b, b=pair.a, total_a=pair.total_b, total_b=pair.total_a,
-                               separated=tuple(-s for s in pair.separated))
+    return dataclasses.replace(
+        pair,
+        a=pair.b,
+        b=pair.a,
+        total_a=pair.total_b,
+        total_b=pair.total_a,
+        separated=tuple(-s for s in pair.separated),
+    )
 
 
 def fastest(configs: Sequence[ConfigData], response: int) -> str | None:
@@ -407,5 +428,7 @@ def fastest(configs: Sequence[ConfigData], response: int) -> str | None:
     for L in lengths:
         ranked = sorted(totals, key=lambda label: totals[label][L])
         best, second = ranked[0], ranked[1]
-        parts.append(f"{_k(L)} {best} ({totals[best][L]:.2f} s; next {second}, {totals[second][L] / totals[best][L]:.2f}x)")
+        parts.append(
+            f"{_k(L)} {best} ({totals[best][L]:.2f} s; next {second}, {totals[second][L] / totals[best][L]:.2f}x)"
+        )
     return f"Fastest total time per turn ({response}-token responses): " + "; ".join(parts) + "."

@@ -49,8 +49,14 @@ def summarize(values: Sequence[float]) -> Summary:
     mean = math.fsum(xs) / n
     sd = math.sqrt(math.fsum((x - mean) ** 2 for x in xs) / (n - 1)) if n > 1 else None
     return Summary(
-        n=n, mean=mean, sd=sd, median=quantile(xs, 0.5), minimum=xs[0], maximum=xs[-1],
-        q1=quantile(xs, 0.25), q3=quantile(xs, 0.75),
+        n=n,
+        mean=mean,
+        sd=sd,
+        median=quantile(xs, 0.5),
+        minimum=xs[0],
+        maximum=xs[-1],
+        q1=quantile(xs, 0.25),
+        q3=quantile(xs, 0.75),
     )
 
 

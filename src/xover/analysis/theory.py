@@ -59,8 +59,32 @@ from xover.hardware.profiles import Hardware
 OP_OFFLOAD_MIN_BATCH = 32  # GGML_OP_OFFLOAD_MIN_BATCH default (ggml-cuda.cu)
 COPY_PADDING_BYTES = 512  # extra bytes copied after a run of used experts (ggml-backend.cpp)
 CTX_PAD = 256  # llama.cpp rounds n_ctx up to a multiple of this (and the SWA cache's size)
-MMQ_TYPES = frozenset({"Q1_0", "Q2_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K",
-                       "IQ1_S", "IQ2_XXS", "IQ2_XS", "IQ2_S", "IQ3_XXS", "IQ3_S", "IQ4_XS", "IQ4_NL", "MXFP4", "NVFP4"})
+MMQ_TYPES = frozenset(
+    {
+        "Q1_0",
+        "Q2_0",
+        "Q4_0",
+        "Q4_1",
+        "Q5_0",
+        "Q5_1",
+        "Q8_0",
+        "Q2_K",
+        "Q3_K",
+        "Q4_K",
+        "Q5_K",
+        "Q6_K",
+        "IQ1_S",
+        "IQ2_XXS",
+        "IQ2_XS",
+        "IQ2_S",
+        "IQ3_XXS",
+        "IQ3_S",
+        "IQ4_XS",
+        "IQ4_NL",
+        "MXFP4",
+        "NVFP4",
+    }
+)
 """ggml types with an MMQ kernel (``ggml_cuda_should_use_mmq``, ggml-cuda/mmq.cu); F16/BF16/F32 go to cuBLAS."""
 MMQ_ROWS = 128  # mmq.cu: ``fallback = ne01 % 128 != 0`` picks the reduced tile set
 F32 = 4
@@ -167,19 +191,29 @@ def model_terms(table: TensorTable, cache_type: str = "F16") -> ModelTerms:
                 copy_layer[t.layer].append(t.nbytes)
     embd = table.get("token_embd.weight")
     tied = has_tied_embeddings(table)
-    dense_params = active_params(table, "none") - (sum(params_layer) * hp.n_expert_used // hp.n_expert if hp.n_expert else 0)
+    dense_params = active_params(table, "none") - (
+        sum(params_layer) * hp.n_expert_used // hp.n_expert if hp.n_expert else 0
+    )
     if tied and embd is not None:
         dense_params += embd.n_elements
     gpu_at_zero = ncmoe_table(table)[0].gpu_bytes
     swa = kv_swa_bytes_per_cell(hp, cache_type)
     if swa is None:
         raise XoverError(f"a KV cache of type {cache_type} does not fit this model's head size: use F16 or Q8_0")
-    experts = [t for t in table.tensors
-               if t.is_expert and len(t.ne) == 3 and t.layer is not None and t.layer < hp.n_layer]
+    experts = [
+        t for t in table.tensors if t.is_expert and len(t.ne) == 3 and t.layer is not None and t.layer < hp.n_layer
+    ]
     return ModelTerms(
-        n_layer=hp.n_layer, n_embd=hp.n_embd, n_head=hp.n_head, n_head_kv=hp.n_head_kv,
-        head_dim_k=hp.head_dim_k, head_dim_v=hp.head_dim_v, n_expert=hp.n_expert,
-        n_expert_used=hp.n_expert_used, n_vocab=hp.n_vocab, n_ctx_train=hp.n_ctx_train,
+        n_layer=hp.n_layer,
+        n_embd=hp.n_embd,
+        n_head=hp.n_head,
+        n_head_kv=hp.n_head_kv,
+        head_dim_k=hp.head_dim_k,
+        head_dim_v=hp.head_dim_v,
+        n_expert=hp.n_expert,
+        n_expert_used=hp.n_expert_used,
+        n_vocab=hp.n_vocab,
+        n_ctx_train=hp.n_ctx_train,
         ffn_width=_ffn_width(table),
         dense_params=dense_params,
         dense_gpu_bytes=gpu_at_zero - sum(bytes_layer),
@@ -320,13 +354,20 @@ class DecodeIntensity:
 def decode_intensity(terms: ModelTerms, depth: int) -> DecodeIntensity:
     """Bytes and FLOPs of one decoded token at ``depth``: active weights (non-expert, ``k/E`` of the
     experts, one embedding row) plus the KV cache of ``depth`` tokens."""
-    weight_bytes = round(terms.dense_gpu_bytes + terms.embd_row_bytes + terms.active_fraction * sum(terms.expert_bytes_layer))
+    weight_bytes = round(
+        terms.dense_gpu_bytes + terms.embd_row_bytes + terms.active_fraction * sum(terms.expert_bytes_layer)
+    )
     weight_flops = 2.0 * (terms.dense_params + terms.active_fraction * sum(terms.expert_params_layer))
     kv = terms.kv_read_bytes(1, depth)
     attn = attention_flops(terms, 1, depth)
     return DecodeIntensity(
-        depth=depth, weight_bytes=weight_bytes, kv_bytes=kv, weight_flops=weight_flops, attention_flops=attn,
-        weight_intensity=weight_flops / weight_bytes, intensity=(weight_flops + attn) / (weight_bytes + kv),
+        depth=depth,
+        weight_bytes=weight_bytes,
+        kv_bytes=kv,
+        weight_flops=weight_flops,
+        attention_flops=attn,
+        weight_intensity=weight_flops / weight_bytes,
+        intensity=(weight_flops + attn) / (weight_bytes + kv),
     )
 
 
@@ -369,8 +410,14 @@ def prefill_intensity(terms: ModelTerms, ubatch: int, depth: int = 0) -> Prefill
     flops = ubatch * 2.0 * (terms.dense_params + terms.active_fraction * sum(terms.expert_params_layer))
     flops += attention_flops(terms, ubatch, end)
     return PrefillIntensity(
-        ubatch=ubatch, depth=depth, coverage=cover, weight_bytes=weights, kv_bytes=kv, flops=flops,
-        flops_per_token=flops / ubatch, intensity=flops / (weights + kv),
+        ubatch=ubatch,
+        depth=depth,
+        coverage=cover,
+        weight_bytes=weights,
+        kv_bytes=kv,
+        flops=flops,
+        flops_per_token=flops / ubatch,
+        intensity=flops / (weights + kv),
     )
 
 
@@ -441,7 +488,8 @@ def prefill_attention_flops(terms: ModelTerms, length: int, ubatch: int, depth: 
     flops = _attn_flops(terms, terms.n_layer_full, ubatch, 1) * ends
     if terms.n_layer_swa:
         flops += _attn_flops(terms, terms.n_layer_swa, ubatch, 1) * _sum_min(
-            depth + ubatch, ubatch, full, terms.swa_window + ubatch)
+            depth + ubatch, ubatch, full, terms.swa_window + ubatch
+        )
     if rem:
         flops += attention_flops(terms, rem, depth + length)
     return flops
@@ -455,8 +503,9 @@ def attention_row(terms: ModelTerms, length: int, ubatch: int = 512) -> Attentio
     b = min(ubatch, length)
     return AttentionRow(
         length=length,
-        score_entries=terms.n_head * length * (terms.n_layer_full * length
-                                                + terms.n_layer_swa * min(length, terms.swa_window)),
+        score_entries=terms.n_head
+        * length
+        * (terms.n_layer_full * length + terms.n_layer_swa * min(length, terms.swa_window)),
         kv_bytes=terms.kv_read_bytes(b, length),
         attention_flops=attn,
         prefill_flops=weights + attn,
@@ -487,8 +536,11 @@ class OffloadConfig:
     def dims(self) -> dict[str, str]:
         """The settings as llama-bench names them, for labels."""
         return {
-            "ncmoe": str(self.n_cpu_moe), "ub": str(self.ubatch), "nopo": "0" if self.op_offload else "1",
-            "lm": "none" if self.pinned else "mmap", "GGML_OP_OFFLOAD_MIN_BATCH": str(self.op_offload_min_batch),
+            "ncmoe": str(self.n_cpu_moe),
+            "ub": str(self.ubatch),
+            "nopo": "0" if self.op_offload else "1",
+            "lm": "none" if self.pinned else "mmap",
+            "GGML_OP_OFFLOAD_MIN_BATCH": str(self.op_offload_min_batch),
         }
 
 
@@ -502,8 +554,9 @@ def config_labels(configs: Sequence[OffloadConfig]) -> list[str]:
     return [" ".join(f"{n}={d[n]}" for n in varying) for d in dims]
 
 
-def config_from_flags(flags: Iterable[tuple[str, str]] = (), env: Iterable[tuple[str, str]] = (),
-                      args: Sequence[str] = ()) -> OffloadConfig:
+def config_from_flags(
+    flags: Iterable[tuple[str, str]] = (), env: Iterable[tuple[str, str]] = (), args: Sequence[str] = ()
+) -> OffloadConfig:
     """The :class:`OffloadConfig` of a measured configuration: llama-bench ``(flag, value)`` fields,
     environment pairs, and/or a llama-server argv (``--n-cpu-moe 18 --no-op-offload -ub 256 --no-mmap``).
     Settings not given keep llama.cpp's defaults (op offload on, ubatch 512, mmap)."""
@@ -591,8 +644,13 @@ def expert_tile_padding(batch: int, n_expert: int, n_expert_used: int, tile: int
     log_p, log_q = math.log(p), math.log1p(-p) if p < 1 else -math.inf
     expected_tiles = 0.0
     for n in range(1, batch + 1):
-        log_pmf = math.lgamma(batch + 1) - math.lgamma(n + 1) - math.lgamma(batch - n + 1) + n * log_p + (
-            (batch - n) * log_q if batch > n else 0.0)
+        log_pmf = (
+            math.lgamma(batch + 1)
+            - math.lgamma(n + 1)
+            - math.lgamma(batch - n + 1)
+            + n * log_p
+            + ((batch - n) * log_q if batch > n else 0.0)
+        )
         if log_pmf > -60:
             expected_tiles += math.exp(log_pmf) * -(-n // t)
     return n_expert * expected_tiles * t / (batch * n_expert_used)
@@ -758,13 +816,15 @@ class RooflineLimit:
     decode_tps: float  # one token at depth (llama-bench tg @ dN)
 
 
-def roofline_limit(terms: ModelTerms, hw: Hardware, config: OffloadConfig, depth: int,
-                   pp_tokens: int = 512) -> RooflineLimit:
+def roofline_limit(
+    terms: ModelTerms, hw: Hardware, config: OffloadConfig, depth: int, pp_tokens: int = 512
+) -> RooflineLimit:
     """The roofline ceiling on prefill and decode tok/s at ``depth``: the theory at the datasheet fp16
     peak and the bandwidth ceilings. Show a measured ``pp512 @ dN`` / ``tg128 @ dN`` as a share of it."""
     c = _costs(terms, hw, config, "limit")
     return RooflineLimit(
-        depth=depth, pp_tokens=pp_tokens,
+        depth=depth,
+        pp_tokens=pp_tokens,
         prefill_tps=pp_tokens / c.prefill_s(pp_tokens, depth),
         decode_tps=1.0 / c.decode_s(depth),
     )
@@ -788,16 +848,21 @@ class PredictedPoint:
     limit_decode_tps: float
 
 
-def predict_point(terms: ModelTerms, hw: Hardware, config: OffloadConfig, length: int, response: int = 200,
-                  pp_tokens: int = 512) -> PredictedPoint:
+def predict_point(
+    terms: ModelTerms, hw: Hardware, config: OffloadConfig, length: int, response: int = 200, pp_tokens: int = 512
+) -> PredictedPoint:
     """Predicted prefill, decode, TTFT and total time at one prompt length."""
-    return _point(_costs(terms, hw, config, "prediction"), _costs(terms, hw, config, "limit"), length, response, pp_tokens)
+    return _point(
+        _costs(terms, hw, config, "prediction"), _costs(terms, hw, config, "limit"), length, response, pp_tokens
+    )
 
 
 def _point(c: _Costs, lim: _Costs, length: int, response: int, pp_tokens: int) -> PredictedPoint:
     ttft = c.prefill_s(length)
     return PredictedPoint(
-        length=length, ttft_s=ttft, prefill_tps=length / ttft,
+        length=length,
+        ttft_s=ttft,
+        prefill_tps=length / ttft,
         pp_tps=pp_tokens / c.prefill_s(pp_tokens, length),
         decode_tps=1.0 / c.decode_s(length),
         total_s=ttft + c.decode_sum_s(length, response),
@@ -829,6 +894,7 @@ class PredictedPair:
 
 def crossings(a: _Costs, b: _Costs, response: int, max_length: int, measured: tuple[int, int]) -> tuple[Crossing, ...]:
     """Exact integer crossovers of two totals: scan the grid for sign changes, then bisect each."""
+
     def diff(length: int) -> float:
         return a.total_s(length, response) - b.total_s(length, response)
 
@@ -849,8 +915,14 @@ def crossings(a: _Costs, b: _Costs, response: int, max_length: int, measured: tu
     return tuple(out)
 
 
-def predicted_pairs(terms: ModelTerms, hw: Hardware, configs: Sequence[OffloadConfig], lengths: Sequence[int],
-                    response: int = 200, max_length: int | None = None) -> tuple[PredictedPair, ...]:
+def predicted_pairs(
+    terms: ModelTerms,
+    hw: Hardware,
+    configs: Sequence[OffloadConfig],
+    lengths: Sequence[int],
+    response: int = 200,
+    max_length: int | None = None,
+) -> tuple[PredictedPair, ...]:
     """Every pair of configurations: where the faster one changes, scanned up to ``max_length``
     (default: 4x the longest length, within the model's training context)."""
     labels = config_labels(configs)
@@ -900,9 +972,15 @@ def _pad_ctx(n_ctx: int) -> int:
     return -(-n_ctx // CTX_PAD) * CTX_PAD
 
 
-def memory_estimate(terms: ModelTerms, n_cpu_moe: int, n_ctx: int, ubatch: int = 512, flash_attn: bool = True,
-                    device: Literal["gpu", "cpu"] = "gpu",
-                    n_outputs: int | None = None) -> MemoryEstimate:
+def memory_estimate(
+    terms: ModelTerms,
+    n_cpu_moe: int,
+    n_ctx: int,
+    ubatch: int = 512,
+    flash_attn: bool = True,
+    device: Literal["gpu", "cpu"] = "gpu",
+    n_outputs: int | None = None,
+) -> MemoryEstimate:
     """Model, KV and compute buffers on ``device`` (``cpu`` for a CPU-only build, where all weights sit).
 
     Model buffer: what ``--n-cpu-moe N`` leaves on the GPU (everything but ``token_embd`` and the first N
@@ -937,8 +1015,14 @@ def memory_estimate(terms: ModelTerms, n_cpu_moe: int, n_ctx: int, ubatch: int =
     loaded = terms.total_bytes - terms.nextn_bytes  # NextN/MTP blocks are in the file, never loaded
     model = terms.gpu_weight_bytes(n_cpu_moe) if device == "gpu" else loaded
     return MemoryEstimate(
-        device=device, n_cpu_moe=n_cpu_moe, n_ctx=n_ctx, ubatch=ubatch, flash_attn=flash_attn, model_bytes=model,
-        kv_bytes=terms.kv_cache_bytes(n_kv, ubatch), compute_bytes=compute,
+        device=device,
+        n_cpu_moe=n_cpu_moe,
+        n_ctx=n_ctx,
+        ubatch=ubatch,
+        flash_attn=flash_attn,
+        model_bytes=model,
+        kv_bytes=terms.kv_cache_bytes(n_kv, ubatch),
+        compute_bytes=compute,
         host_model_bytes=loaded - model if device == "gpu" else 0,
     )
 
@@ -962,8 +1046,14 @@ class Placement:
 DEFAULT_HEADROOM_BYTES = 1 << 30
 
 
-def plan_placement(terms: ModelTerms, budget_bytes: int, contexts: Sequence[int], ubatch: int = 512,
-                   flash_attn: bool = True, headroom_bytes: int = DEFAULT_HEADROOM_BYTES) -> tuple[Placement, ...]:
+def plan_placement(
+    terms: ModelTerms,
+    budget_bytes: int,
+    contexts: Sequence[int],
+    ubatch: int = 512,
+    flash_attn: bool = True,
+    headroom_bytes: int = DEFAULT_HEADROOM_BYTES,
+) -> tuple[Placement, ...]:
     """For each context, the smallest N whose GPU buffers plus ``headroom_bytes`` (CUDA context, cuBLAS
     workspace and pool, fragmentation: :data:`DEFAULT_HEADROOM_BYTES`) fit in ``budget_bytes`` of free VRAM."""
     out = []
@@ -987,8 +1077,10 @@ PREDICTION_SCHEMA = "xover.prediction/1"
 def assumptions(hw: Hardware, configs: Sequence[OffloadConfig]) -> list[str]:
     """The assumptions every stored prediction states."""
     out = [
-        ("roofline: each part of the model costs max(FLOPs / FLOP/s, bytes / bandwidth) on the device holding it; "
-         "parts run one after another (no CPU/GPU overlap)"),
+        (
+            "roofline: each part of the model costs max(FLOPs / FLOP/s, bytes / bandwidth) on the device holding it; "
+            "parts run one after another (no CPU/GPU overlap)"
+        ),
         "uniform expert routing: a ubatch of B tokens reads 1 - (1 - k/E)^B of each layer's experts",
         "no kernel-launch, synchronisation or CPU<->GPU activation-transfer overheads (decode on fast GPUs lands far below)",
         "flash attention on; attention computes the whole B x n_kv tile of each ubatch; KV cache f16",
@@ -999,18 +1091,27 @@ def assumptions(hw: Hardware, configs: Sequence[OffloadConfig]) -> list[str]:
     else:
         out += [
             "every layer on the GPU (-ngl all); --n-cpu-moe N keeps the experts of the first N layers in host memory",
-            (f"GPU matmuls at {hw.gpu.quant_flops_per_s / 1e12:.0f} TFLOP/s (llama.cpp quantized kernels); "
-             f"limits at the {hw.gpu.fp16_flops_per_s / 1e12:.0f} TFLOP/s fp16 peak"),
-            ("expert matmuls on the GPU fill whole MMQ column tiles sized by the ubatch (up to 128 tokens), not by "
-             "each expert's tokens: predictions count the padded work (4x at -ub 512 for 8 of 128 experts, 1.24x at "
-             "4096); limits count only the useful work") if pads_expert_tiles(hw.gpu.name) else
-            "expert matmuls: RDNA3/4 size MMQ tiles by each expert's tokens, so no tile padding is counted",
-            ("op offload: ubatches of >= GGML_OP_OFFLOAD_MIN_BATCH tokens copy the used CPU-resident experts to the GPU "
-             "(host-to-device rate: pinned with -lm none, pageable with mmap) and compute them there; decode and smaller "
-             "batches compute them on the CPU"),
+            (
+                f"GPU matmuls at {hw.gpu.quant_flops_per_s / 1e12:.0f} TFLOP/s (llama.cpp quantized kernels); "
+                f"limits at the {hw.gpu.fp16_flops_per_s / 1e12:.0f} TFLOP/s fp16 peak"
+            ),
+            (
+                "expert matmuls on the GPU fill whole MMQ column tiles sized by the ubatch (up to 128 tokens), not by "
+                "each expert's tokens: predictions count the padded work (4x at -ub 512 for 8 of 128 experts, 1.24x at "
+                "4096); limits count only the useful work"
+            )
+            if pads_expert_tiles(hw.gpu.name)
+            else "expert matmuls: RDNA3/4 size MMQ tiles by each expert's tokens, so no tile padding is counted",
+            (
+                "op offload: ubatches of >= GGML_OP_OFFLOAD_MIN_BATCH tokens copy the used CPU-resident experts to the GPU "
+                "(host-to-device rate: pinned with -lm none, pageable with mmap) and compute them there; decode and smaller "
+                "batches compute them on the CPU"
+            ),
         ]
     if any(c.n_cpu_moe for c in configs) and hw.gpu is not None:
-        out.append(f"CPU experts at {hw.cpu.flops_per_s / 1e12:.2f} TFLOP/s and {hw.cpu.mem_bw_bytes_per_s / 1e9:.0f} GB/s")
+        out.append(
+            f"CPU experts at {hw.cpu.flops_per_s / 1e12:.2f} TFLOP/s and {hw.cpu.mem_bw_bytes_per_s / 1e9:.0f} GB/s"
+        )
     return out
 
 
@@ -1022,10 +1123,19 @@ def _scan_lengths(lengths: Sequence[int]) -> list[int]:
     return sorted(grid | set(lengths))
 
 
-def build_prediction(terms: ModelTerms, hw: Hardware, configs: Sequence[OffloadConfig], lengths: Sequence[int],
-                     model: Mapping[str, Any], created_at: str, created_unix_ns: int, response: int = 200,
-                     pp_tokens: int = 512, vram_budget_bytes: int | None = None,
-                     headroom_bytes: int = DEFAULT_HEADROOM_BYTES) -> dict[str, Any]:
+def build_prediction(
+    terms: ModelTerms,
+    hw: Hardware,
+    configs: Sequence[OffloadConfig],
+    lengths: Sequence[int],
+    model: Mapping[str, Any],
+    created_at: str,
+    created_unix_ns: int,
+    response: int = 200,
+    pp_tokens: int = 512,
+    vram_budget_bytes: int | None = None,
+    headroom_bytes: int = DEFAULT_HEADROOM_BYTES,
+) -> dict[str, Any]:
     """The prediction as a JSON-able dict, to be stored before anything is measured.
 
     Schema (``"schema": "xover.prediction/1"``)::
@@ -1074,14 +1184,22 @@ def build_prediction(terms: ModelTerms, hw: Hardware, configs: Sequence[OffloadC
         "lengths": list(lengths),
         "configs": entries,
         "crossovers": [
-            {"a": p.a, "b": p.b, "lengths": [int(x.length) for x in p.crossings], "faster_short": p.faster_short,
-             "faster_long": p.faster_long, "max_length": p.max_length}
+            {
+                "a": p.a,
+                "b": p.b,
+                "lengths": [int(x.length) for x in p.crossings],
+                "faster_short": p.faster_short,
+                "faster_long": p.faster_long,
+                "max_length": p.max_length,
+            }
             for p in pairs
         ],
     }
 
 
-def predicted_value(prediction: Mapping[str, Any], config: str | OffloadConfig, length: int, metric: str) -> float | None:
+def predicted_value(
+    prediction: Mapping[str, Any], config: str | OffloadConfig, length: int, metric: str
+) -> float | None:
     """The value a stored prediction gave for ``metric`` of ``config`` at ``length``.
 
     ``config`` is a stored label or the :class:`OffloadConfig` of what was measured (see
@@ -1125,16 +1243,18 @@ def expert_rows(terms: ModelTerms, hw: Hardware, n_cpu_moe: Sequence[int], ubatc
         _check_ncmoe(terms, n)
         moved = expert_transfer_bytes(terms, n, ubatch)
         cpu_f = 2.0 * ubatch * terms.active_fraction * sum(terms.expert_params_layer[:n])
-        rows.append({
-            "n_cpu_moe": n,
-            "cpu_expert_bytes": cpu_expert_bytes(terms, n),
-            "decode_bytes": terms.active_fraction * cpu_expert_bytes(terms, n),
-            "ubatch": ubatch,
-            "ubatch_bytes": moved,
-            "copy_s_pinned": moved / hw.gpu.h2d_pinned_bytes_per_s if hw.gpu else None,
-            "copy_s_pageable": moved / hw.gpu.h2d_pageable_bytes_per_s if hw.gpu else None,
-            "cpu_compute_s": _roof(cpu_f, moved, hw.cpu.flops_per_s, hw.cpu.mem_bw_bytes_per_s),
-        })
+        rows.append(
+            {
+                "n_cpu_moe": n,
+                "cpu_expert_bytes": cpu_expert_bytes(terms, n),
+                "decode_bytes": terms.active_fraction * cpu_expert_bytes(terms, n),
+                "ubatch": ubatch,
+                "ubatch_bytes": moved,
+                "copy_s_pinned": moved / hw.gpu.h2d_pinned_bytes_per_s if hw.gpu else None,
+                "copy_s_pageable": moved / hw.gpu.h2d_pageable_bytes_per_s if hw.gpu else None,
+                "cpu_compute_s": _roof(cpu_f, moved, hw.cpu.flops_per_s, hw.cpu.mem_bw_bytes_per_s),
+            }
+        )
     return rows
 
 
@@ -1144,20 +1264,37 @@ def architecture_terms(terms: ModelTerms, ubatch: int = 512) -> dict[str, Any]:
     first_moe = min(terms.dense_ffn_layers, terms.n_layer - 1)
     per_layer = expert_transfer_bytes(terms, first_moe + 1, ubatch) - expert_transfer_bytes(terms, first_moe, ubatch)
     return {
-        "arch": terms.arch, "n_layer": terms.n_layer, "full_attention_layers": terms.n_layer_full,
-        "swa_layers": terms.n_layer_swa, "swa_window": terms.swa_window, "mla": terms.is_mla,
-        "kv_bytes_per_token": terms.kv_bytes_per_token, "kv_swa_bytes_per_cell": terms.kv_swa_bytes_per_cell,
-        "shared_expert_bytes": terms.shared_expert_bytes, "dense_ffn_layers": terms.dense_ffn_layers,
-        "nextn_bytes": terms.nextn_bytes, "expert_mmq": terms.expert_mmq,
+        "arch": terms.arch,
+        "n_layer": terms.n_layer,
+        "full_attention_layers": terms.n_layer_full,
+        "swa_layers": terms.n_layer_swa,
+        "swa_window": terms.swa_window,
+        "mla": terms.is_mla,
+        "kv_bytes_per_token": terms.kv_bytes_per_token,
+        "kv_swa_bytes_per_cell": terms.kv_swa_bytes_per_cell,
+        "shared_expert_bytes": terms.shared_expert_bytes,
+        "dense_ffn_layers": terms.dense_ffn_layers,
+        "nextn_bytes": terms.nextn_bytes,
+        "expert_mmq": terms.expert_mmq,
         "mmq_tiles": list(MMQ_TILES_FALLBACK if terms.expert_mmq_fallback else MMQ_TILES) if terms.expert_mmq else [],
-        "ubatch": ubatch, "ubatch_bytes_per_cpu_layer": per_layer,
+        "ubatch": ubatch,
+        "ubatch_bytes_per_cpu_layer": per_layer,
     }
 
 
-def theory_report(terms: ModelTerms, hw: Hardware, configs: Sequence[OffloadConfig], lengths: Sequence[int],
-                  model: Mapping[str, Any], created_at: str, created_unix_ns: int, response: int = 200,
-                  pp_tokens: int = 512, vram_budget_bytes: int | None = None,
-                  headroom_bytes: int = DEFAULT_HEADROOM_BYTES) -> dict[str, Any]:
+def theory_report(
+    terms: ModelTerms,
+    hw: Hardware,
+    configs: Sequence[OffloadConfig],
+    lengths: Sequence[int],
+    model: Mapping[str, Any],
+    created_at: str,
+    created_unix_ns: int,
+    response: int = 200,
+    pp_tokens: int = 512,
+    vram_budget_bytes: int | None = None,
+    headroom_bytes: int = DEFAULT_HEADROOM_BYTES,
+) -> dict[str, Any]:
     """Decode and prefill intensity, ridges, expert coverage, attention growth, predictions and (with a
     VRAM budget) placement, as one JSON-able dict (``"schema": "xover.theory/1"``)."""
     ubatch = configs[0].ubatch if configs else 512
@@ -1165,10 +1302,16 @@ def theory_report(terms: ModelTerms, hw: Hardware, configs: Sequence[OffloadConf
     placement = None
     if vram_budget_bytes is not None and hw.gpu is not None:
         placement = {
-            "budget_bytes": vram_budget_bytes, "headroom_bytes": headroom_bytes, "ubatch": ubatch,
+            "budget_bytes": vram_budget_bytes,
+            "headroom_bytes": headroom_bytes,
+            "ubatch": ubatch,
             "rows": [
-                {"n_ctx": p.n_ctx, "n_cpu_moe": p.n_cpu_moe, **dataclasses.asdict(p.estimate),
-                 "total_bytes": p.estimate.total_bytes}
+                {
+                    "n_ctx": p.n_ctx,
+                    "n_cpu_moe": p.n_cpu_moe,
+                    **dataclasses.asdict(p.estimate),
+                    "total_bytes": p.estimate.total_bytes,
+                }
                 for p in plan_placement(terms, vram_budget_bytes, lengths, ubatch, headroom_bytes=headroom_bytes)
             ],
         }
@@ -1179,25 +1322,52 @@ def theory_report(terms: ModelTerms, hw: Hardware, configs: Sequence[OffloadConf
         "hardware": hw.to_dict(),
         "decode": {
             "note": decode_intensity_note(terms),
-            "rows": [{**dataclasses.asdict(d), "bytes": d.bytes, "flops": d.flops}
-                     for d in (decode_intensity(terms, L) for L in (0, *lengths))],
+            "rows": [
+                {**dataclasses.asdict(d), "bytes": d.bytes, "flops": d.flops}
+                for d in (decode_intensity(terms, L) for L in (0, *lengths))
+            ],
         },
         "prefill": {
             "rows": [dataclasses.asdict(prefill_intensity(terms, b)) for b in ubatches],
-            "ridges": [{"name": r.name, "flop_per_byte": r.flop_per_byte, "compute_bound_ubatch": compute_bound_ubatch(terms, r)}
-                       for r in ridges(hw)],
+            "ridges": [
+                {
+                    "name": r.name,
+                    "flop_per_byte": r.flop_per_byte,
+                    "compute_bound_ubatch": compute_bound_ubatch(terms, r),
+                }
+                for r in ridges(hw)
+            ],
         },
         "experts": {
-            "n_expert": terms.n_expert, "n_expert_used": terms.n_expert_used,
+            "n_expert": terms.n_expert,
+            "n_expert_used": terms.n_expert_used,
             "coverage": {str(b): coverage(b, terms.n_expert, terms.n_expert_used) for b in ubatches},
-            "mmq_tile_padding": ({str(b): expert_tile_padding(b, terms.n_expert, terms.n_expert_used,
-                                                              mmq_tile(b, terms.expert_mmq_fallback)) for b in ubatches}
-                                 if hw.gpu is not None and pads_expert_tiles(hw.gpu.name) and terms.expert_mmq else {}),
+            "mmq_tile_padding": (
+                {
+                    str(b): expert_tile_padding(
+                        b, terms.n_expert, terms.n_expert_used, mmq_tile(b, terms.expert_mmq_fallback)
+                    )
+                    for b in ubatches
+                }
+                if hw.gpu is not None and pads_expert_tiles(hw.gpu.name) and terms.expert_mmq
+                else {}
+            ),
             "rows": expert_rows(terms, hw, sorted({c.n_cpu_moe for c in configs}), ubatch),
         },
         "architecture": architecture_terms(terms, ubatch),
         "attention": {"ubatch": ubatch, "rows": [dataclasses.asdict(attention_row(terms, L, ubatch)) for L in lengths]},
         "placement": placement,
-        "prediction": build_prediction(terms, hw, configs, lengths, model, created_at, created_unix_ns, response,
-                                       pp_tokens, vram_budget_bytes, headroom_bytes),
+        "prediction": build_prediction(
+            terms,
+            hw,
+            configs,
+            lengths,
+            model,
+            created_at,
+            created_unix_ns,
+            response,
+            pp_tokens,
+            vram_budget_bytes,
+            headroom_bytes,
+        ),
     }

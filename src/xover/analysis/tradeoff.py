@@ -58,7 +58,9 @@ def ratio(a: Sequence[float], b: Sequence[float]) -> Ratio:
     return Ratio(_median(b) / _median(a), min(b) / max(a), max(b) / min(a))
 
 
-def break_even_length(prefill_a: float, decode_a: float, prefill_b: float, decode_b: float, response: int) -> float | None:
+def break_even_length(
+    prefill_a: float, decode_a: float, prefill_b: float, decode_b: float, response: int
+) -> float | None:
     """The prompt length L where A and B take equally long per turn, with constant rates (tokens/s):
 
         L / p_a + R / d_a = L / p_b + R / d_b   =>   L (1/p_a - 1/p_b) = R (1/d_b - 1/d_a)
@@ -106,8 +108,15 @@ class Tradeoff:
         return self.a if self.prefill.median > 1 else self.b
 
 
-def tradeoff(a: str, prefill_a: Sequence[float], decode_a: Sequence[float], b: str, prefill_b: Sequence[float],
-             decode_b: Sequence[float], response: int) -> Tradeoff:
+def tradeoff(
+    a: str,
+    prefill_a: Sequence[float],
+    decode_a: Sequence[float],
+    b: str,
+    prefill_b: Sequence[float],
+    decode_b: Sequence[float],
+    response: int,
+) -> Tradeoff:
     """B against A from raw speed samples (tokens/s), and the break-even of :func:`break_even_length` at
     the median rates, for responses of ``response`` tokens.
 
@@ -160,8 +169,15 @@ def served_tradeoff(a: ConfigData, b: ConfigData, response: int) -> ServedTradeo
     pair = compare_pair(a, b, response, n_boot=0)
     points = []
     for i, length in enumerate(pair.lengths):
-        t = tradeoff(a.label, [length / s for s in a.ttft_s[length]], _decode_samples(a, length),
-                     b.label, [length / s for s in b.ttft_s[length]], _decode_samples(b, length), response)
+        t = tradeoff(
+            a.label,
+            [length / s for s in a.ttft_s[length]],
+            _decode_samples(a, length),
+            b.label,
+            [length / s for s in b.ttft_s[length]],
+            _decode_samples(b, length),
+            response,
+        )
         points.append(ServedPoint(length, t, pair.total_a[i], pair.total_b[i], pair.separated[i]))
     claim = claimed_crossing(pair)
     be = claim.length if claim is not None and not claim.fitted else None

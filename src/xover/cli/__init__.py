@@ -49,7 +49,9 @@ COMMANDS = {
 }
 
 
-@click.group(cls=_LazyGroup, lazy=COMMANDS, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.group(
+    cls=_LazyGroup, lazy=COMMANDS, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100}
+)
 @click.version_option(package_name="xover")
 def cli() -> None:
     """xover: where does llama.cpp expert offload (--n-cpu-moe) stop paying?

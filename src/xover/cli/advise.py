@@ -19,8 +19,12 @@ if TYPE_CHECKING:
 
 # --option -> knob name (xover.analysis.advise.default_knobs)
 _CANDIDATE_OPTIONS = {
-    "load_mode": "load-mode", "ubatch": "ubatch-size", "batch": "batch-size", "no_op_offload": "no-op-offload",
-    "op_offload_min_batch": "GGML_OP_OFFLOAD_MIN_BATCH", "threads": "threads",
+    "load_mode": "load-mode",
+    "ubatch": "ubatch-size",
+    "batch": "batch-size",
+    "no_op_offload": "no-op-offload",
+    "op_offload_min_batch": "GGML_OP_OFFLOAD_MIN_BATCH",
+    "threads": "threads",
 }
 
 
@@ -30,41 +34,126 @@ def _joined(values: tuple[str, ...]) -> str:
 
 @click.command(context_settings={"show_default": True})
 @click.option("-m", "--model", type=click.Path(path_type=Path, dir_okay=False), required=True, help="The GGUF model.")
-@click.option("--ncmoe", multiple=True, metavar="N,...", help="--n-cpu-moe levels, each searched on its own [default: none passed].")
-@click.option("--workload", default="agentic", metavar="agentic|FILE",
-              help="agentic: prompts uniform over 10K-40K tokens (scaled down to fit the model's training context, "
-                   "then --budget); FILE: one turn per line, PROMPT_TOKENS[,RESPONSE_TOKENS[,WEIGHT]].")
-@click.option("--lengths", default=None, metavar="L,...", help="Prompt lengths, uniform (overrides --workload agentic; 4k = 4096).")
+@click.option(
+    "--ncmoe",
+    multiple=True,
+    metavar="N,...",
+    help="--n-cpu-moe levels, each searched on its own [default: none passed].",
+)
+@click.option(
+    "--workload",
+    default="agentic",
+    metavar="agentic|FILE",
+    help="agentic: prompts uniform over 10K-40K tokens (scaled down to fit the model's training context, "
+    "then --budget); FILE: one turn per line, PROMPT_TOKENS[,RESPONSE_TOKENS[,WEIGHT]].",
+)
+@click.option(
+    "--lengths",
+    default=None,
+    metavar="L,...",
+    help="Prompt lengths, uniform (overrides --workload agentic; 4k = 4096).",
+)
 @click.option("-R", "--response-tokens", type=click.IntRange(min=1), default=200, help="Tokens generated per turn.")
-@click.option("--knobs", "knob_names", default=None, metavar="NAME,...",
-              help="Knobs to search [default: all]: load-mode (lm), ubatch-size (ub), batch-size (b), no-op-offload (nopo), "
-                   "GGML_OP_OFFLOAD_MIN_BATCH, threads (t).")
+@click.option(
+    "--knobs",
+    "knob_names",
+    default=None,
+    metavar="NAME,...",
+    help="Knobs to search [default: all]: load-mode (lm), ubatch-size (ub), batch-size (b), no-op-offload (nopo), "
+    "GGML_OP_OFFLOAD_MIN_BATCH, threads (t).",
+)
 @click.option("--load-mode", multiple=True, metavar="V,...", help="-lm values to try [default: none].")
-@click.option("--ubatch", multiple=True, metavar="N,...",
-              help="-ub values to try [default: 1024,2048,4096, those above half the model's training context left out].")
+@click.option(
+    "--ubatch",
+    multiple=True,
+    metavar="N,...",
+    help="-ub values to try [default: 1024,2048,4096, those above half the model's training context left out].",
+)
 @click.option("--batch", multiple=True, metavar="N,...", help="-b values to try [default: 4096].")
 @click.option("--no-op-offload", multiple=True, metavar="0,1", help="-nopo values to try [default: 1].")
-@click.option("--op-offload-min-batch", multiple=True, metavar="N,...", help="GGML_OP_OFFLOAD_MIN_BATCH values to try [default: 1024].")
-@click.option("-t", "--threads", multiple=True, metavar="N,...", help="-t values to try [default: half and all logical CPUs].")
-@click.option("-r", "--repetitions", type=int, default=3, help="llama-bench repetitions per test (at least 2: the noise rule needs a spread).")
-@click.option("--pp", "chunk", type=int, default=None, help="Prompt tokens per llama-bench prefill test [default: the largest ubatch tried, at least 512].")
+@click.option(
+    "--op-offload-min-batch",
+    multiple=True,
+    metavar="N,...",
+    help="GGML_OP_OFFLOAD_MIN_BATCH values to try [default: 1024].",
+)
+@click.option(
+    "-t", "--threads", multiple=True, metavar="N,...", help="-t values to try [default: half and all logical CPUs]."
+)
+@click.option(
+    "-r",
+    "--repetitions",
+    type=int,
+    default=3,
+    help="llama-bench repetitions per test (at least 2: the noise rule needs a spread).",
+)
+@click.option(
+    "--pp",
+    "chunk",
+    type=int,
+    default=None,
+    help="Prompt tokens per llama-bench prefill test [default: the largest ubatch tried, at least 512].",
+)
 @click.option("--tg", "n_gen", type=int, default=64, help="Tokens per llama-bench decode test.")
-@click.option("--budget", "budget_s", type=float, default=120.0, help="Seconds one measurement may take: the agentic workload is scaled down to fit.")
-@click.option("--confirm/--no-confirm", default=True, help="Confirm the winner against the defaults with llama-server cold TTFT.")
-@click.option("--confirm-reps", type=click.IntRange(min=1), default=2, help="Repetitions per length of the server confirmation.")
-@click.option("-o", "--output", "study_dir", type=click.Path(path_type=Path, file_okay=False), default=None,
-              help="Study directory [default: studies/advise-<timestamp>]. Reuse it to reuse measurements.")
+@click.option(
+    "--budget",
+    "budget_s",
+    type=float,
+    default=120.0,
+    help="Seconds one measurement may take: the agentic workload is scaled down to fit.",
+)
+@click.option(
+    "--confirm/--no-confirm", default=True, help="Confirm the winner against the defaults with llama-server cold TTFT."
+)
+@click.option(
+    "--confirm-reps", type=click.IntRange(min=1), default=2, help="Repetitions per length of the server confirmation."
+)
+@click.option(
+    "-o",
+    "--output",
+    "study_dir",
+    type=click.Path(path_type=Path, file_okay=False),
+    default=None,
+    help="Study directory [default: studies/advise-<timestamp>]. Reuse it to reuse measurements.",
+)
 @click.option("--timeout", "timeout_s", type=float, default=None, help="Seconds one llama-bench measurement may run.")
-@click.option("--vram-budget", "vram_budget", metavar="SIZE", default=None,
-              help="Answer for a smaller card: hold every byte of GPU 0's memory beyond SIZE (e.g. 16GiB) for the whole "
-                   "run, so llama.cpp sees a card of that size. Needs a CUDA GPU.")
-@click.option("--llama-bin-dir", type=click.Path(path_type=Path, file_okay=False), default=None, help="Folder with llama-bench and llama-server.")
+@click.option(
+    "--vram-budget",
+    "vram_budget",
+    metavar="SIZE",
+    default=None,
+    help="Answer for a smaller card: hold every byte of GPU 0's memory beyond SIZE (e.g. 16GiB) for the whole "
+    "run, so llama.cpp sees a card of that size. Needs a CUDA GPU.",
+)
+@click.option(
+    "--llama-bin-dir",
+    type=click.Path(path_type=Path, file_okay=False),
+    default=None,
+    help="Folder with llama-bench and llama-server.",
+)
 def advise(
-    model: Path, ncmoe: tuple[str, ...], workload: str, lengths: str | None, response_tokens: int, knob_names: str | None,
-    load_mode: tuple[str, ...], ubatch: tuple[str, ...], batch: tuple[str, ...], no_op_offload: tuple[str, ...],
-    op_offload_min_batch: tuple[str, ...], threads: tuple[str, ...], repetitions: int, chunk: int | None, n_gen: int,
-    budget_s: float, confirm: bool, confirm_reps: int, study_dir: Path | None, timeout_s: float | None,
-    vram_budget: str | None, llama_bin_dir: Path | None,
+    model: Path,
+    ncmoe: tuple[str, ...],
+    workload: str,
+    lengths: str | None,
+    response_tokens: int,
+    knob_names: str | None,
+    load_mode: tuple[str, ...],
+    ubatch: tuple[str, ...],
+    batch: tuple[str, ...],
+    no_op_offload: tuple[str, ...],
+    op_offload_min_batch: tuple[str, ...],
+    threads: tuple[str, ...],
+    repetitions: int,
+    chunk: int | None,
+    n_gen: int,
+    budget_s: float,
+    confirm: bool,
+    confirm_reps: int,
+    study_dir: Path | None,
+    timeout_s: float | None,
+    vram_budget: str | None,
+    llama_bin_dir: Path | None,
 ) -> None:
     """The llama.cpp settings with the lowest expected time per turn, and what they gain over the defaults.
 
@@ -84,18 +173,24 @@ def advise(
     xover advise -m model.gguf --ncmoe 18 --lengths 8k,16k,32k --knobs lm,ub -r 3
     """
     from xover.analysis import advise as adv
+    from xover.console import console
+    from xover.domain.study_spec import LOAD_MODES
+    from xover.llamacpp.binaries import resolve
     from xover.measure import bench as benchrun
     from xover.measure.advise import AdviseSpec, run_advise
     from xover.measure.events import ConfigFailed, Measured, Measuring, Note, SampleDone, ServerUp
-    from xover.domain.study_spec import LOAD_MODES
-    from xover.console import console
-    from xover.llamacpp.binaries import resolve
     from xover.report.advise import advise_section_markdown
     from xover.untrusted import visible
 
     knobs = adv.default_knobs(os.cpu_count() or 1)
-    given = {"load_mode": load_mode, "ubatch": ubatch, "batch": batch, "no_op_offload": no_op_offload,
-             "op_offload_min_batch": op_offload_min_batch, "threads": threads}
+    given = {
+        "load_mode": load_mode,
+        "ubatch": ubatch,
+        "batch": batch,
+        "no_op_offload": no_op_offload,
+        "op_offload_min_batch": op_offload_min_batch,
+        "threads": threads,
+    }
     for option, values in given.items():
         if not values:
             continue
@@ -112,7 +207,9 @@ def advise(
         known = {k.name: k for k in knobs} | {k.short: k for k in knobs}
         bad = [n for n in wanted if n not in known]
         if bad or not wanted:
-            raise XoverError(f"--knobs {knob_names!r}: choose from {', '.join(k.name for k in knobs)} (or lm, ub, b, nopo, t)")
+            raise XoverError(
+                f"--knobs {knob_names!r}: choose from {', '.join(k.name for k in knobs)} (or lm, ub, b, nopo, t)"
+            )
         names = {known[n].name for n in wanted}
         knobs = tuple(k for k in knobs if k.name in names)
 
@@ -147,22 +244,38 @@ def advise(
         try:
             text = path.read_text()
         except OSError as e:
-            raise XoverError(f"--workload {workload}: cannot read it ({e.strerror or e}); give agentic or a file of turns") from None
+            raise XoverError(
+                f"--workload {workload}: cannot read it ({e.strerror or e}); give agentic or a file of turns"
+            ) from None
         the_workload = adv.parse_workload(text, response, path.name)
 
     levels = tuple(benchrun.parse_int_list("--ncmoe", _joined(ncmoe))) if ncmoe else (None,)
     if the_workload is not None:
         _check_context(model, levels, the_workload, knobs, chunk, n_gen, "--lengths" if lengths else "--workload")
     spec = AdviseSpec(
-        model=model, knobs=knobs, ncmoe=levels, workload=the_workload, response_tokens=response, repetitions=repetitions,
-        n_gen=n_gen, chunk=chunk, budget_s=budget_s, confirm=confirm, confirm_repetitions=confirm_reps, timeout_s=timeout_s,
+        model=model,
+        knobs=knobs,
+        ncmoe=levels,
+        workload=the_workload,
+        response_tokens=response,
+        repetitions=repetitions,
+        n_gen=n_gen,
+        chunk=chunk,
+        budget_s=budget_s,
+        confirm=confirm,
+        confirm_repetitions=confirm_reps,
+        timeout_s=timeout_s,
     )
     study_dir = study_dir or Path("studies") / time.strftime("advise-%Y%m%d-%H%M%S")
     if dropped:  # said once every input is known to be good, so a bad one still gets a one-line error
         from rich.markup import escape
 
-        console.print(escape(f"{', '.join(k.name for k in dropped)} left out: this llama.cpp build is CPU-only and "
-                             "they only change how weights reach a GPU (name them with --knobs to search them)"))
+        console.print(
+            escape(
+                f"{', '.join(k.name for k in dropped)} left out: this llama.cpp build is CPU-only and "
+                "they only change how weights reach a GPU (name them with --knobs to search them)"
+            )
+        )
 
     def on_event(event: object) -> None:
         from rich.markup import escape
@@ -183,7 +296,9 @@ def advise(
             if e is None:
                 console.print(f"[red]    failed: {escape(m.failure or '')}[/]")
             else:
-                console.print(f"    {e.turn_s:.3f} s per turn (TTFT {e.ttft_s:.3f} s, spread {e.spread_s:.3f} s){stored}")
+                console.print(
+                    f"    {e.turn_s:.3f} s per turn (TTFT {e.ttft_s:.3f} s, spread {e.spread_s:.3f} s){stored}"
+                )
 
     from xover.console import safe
     from xover.hardware.vram import holding, parse_budget
@@ -193,8 +308,10 @@ def advise(
             console.print(safe(hold.describe()))
         advice = run_advise(spec, binaries, study_dir, command=["xover", *sys.argv[1:]], on_event=on_event)
     click.echo(visible(advise_section_markdown(advice), keep_newlines=True), nl=False)  # it quotes the model's path
-    console.print(f"{advice.measurements} measurements ({advice.reused} reused); advice stored as artifact "
-                  f"{adv.ARTIFACT!r} in {study_dir / 'results.sqlite'}")
+    console.print(
+        f"{advice.measurements} measurements ({advice.reused} reused); advice stored as artifact "
+        f"{adv.ARTIFACT!r} in {study_dir / 'results.sqlite'}"
+    )
 
 
 def _ubatches_that_fit(knobs: tuple[Knob, ...], n_ctx: int, name: str, console: Console) -> tuple[Knob, ...]:
@@ -211,15 +328,26 @@ def _ubatches_that_fit(knobs: tuple[Knob, ...], n_ctx: int, name: str, console: 
     if len(keep) == len(knob.candidates):
         return knobs
     dropped = [v for v in knob.candidates if v not in keep]
-    console.print(escape(f"-ub {','.join(dropped)} left out: more than half of {name}'s training context of "
-                         f"{n_ctx:,} tokens (--ubatch to choose)"))
+    console.print(
+        escape(
+            f"-ub {','.join(dropped)} left out: more than half of {name}'s training context of "
+            f"{n_ctx:,} tokens (--ubatch to choose)"
+        )
+    )
     if not keep:
         return tuple(k for k in knobs if k.name != "ubatch-size")
     return adv.with_candidates(knobs, "ubatch-size", keep)
 
 
-def _check_context(model: Path, levels: tuple[int | None, ...], workload: Workload, knobs: tuple[Knob, ...],
-                   chunk: int | None, n_gen: int, option: str) -> None:
+def _check_context(
+    model: Path,
+    levels: tuple[int | None, ...],
+    workload: Workload,
+    knobs: tuple[Knob, ...],
+    chunk: int | None,
+    n_gen: int,
+    option: str,
+) -> None:
     """Fail before measuring when a given workload's prompts, as llama-bench depths with the prefill and
     decode tests on top, exceed the model's training context; the message names the lengths that fit."""
     from xover.analysis import advise as adv
@@ -227,6 +355,11 @@ def _check_context(model: Path, levels: tuple[int | None, ...], workload: Worklo
 
     ubatches = [int(v) for k in knobs if k.name == "ubatch-size" for v in k.candidates]
     pp = chunk or max([adv.LLAMA_DEFAULT_UBATCH, *ubatches])
-    check_offload_and_context(model, [n for n in levels if n is not None], lengths=workload.lengths,
-                              extra_tokens=pp + n_gen, option=option,
-                              extra_what=f"llama-bench test tokens (pp{pp} + tg{n_gen})")
+    check_offload_and_context(
+        model,
+        [n for n in levels if n is not None],
+        lengths=workload.lengths,
+        extra_tokens=pp + n_gen,
+        option=option,
+        extra_what=f"llama-bench test tokens (pp{pp} + tg{n_gen})",
+    )

@@ -39,7 +39,9 @@ class _ProgressView:
 
         if isinstance(event, b.SweepPlanned):
             for config in event.plan.skipped:
-                console.print(f"[dim]skip {safe(config.label)}: every test already in {safe(event.study_dir)} (--fresh to remeasure)[/]")
+                console.print(
+                    f"[dim]skip {safe(config.label)}: every test already in {safe(event.study_dir)} (--fresh to remeasure)[/]"
+                )
             if event.plan.jobs:
                 self.bar = progress_bar()
                 self.bar.start()
@@ -52,7 +54,9 @@ class _ProgressView:
             self.bar.update(self.task, completed=event.completed)
         elif isinstance(event, b.ResultStored):
             r = event.result
-            console.print(f"  {safe(event.config.label):<24} {r.test_name:<18} {r.avg_ts:>10.2f} ± {r.stddev_ts:.2f} t/s")
+            console.print(
+                f"  {safe(event.config.label):<24} {r.test_name:<18} {r.avg_ts:>10.2f} ± {r.stddev_ts:.2f} t/s"
+            )
         elif isinstance(event, b.ConfigFailed):
             console.print(f"[red]  {safe(event.label)} failed: {safe(event.reason)}[/]")
 
@@ -64,34 +68,108 @@ def _joined(values: tuple[str, ...]) -> str:
 
 @click.command(context_settings={"show_default": True})
 @click.option("-m", "--model", type=click.Path(path_type=Path), required=True, help="The GGUF model to benchmark.")
-@click.option("--ncmoe", multiple=True, metavar="N,...", help="--n-cpu-moe values to sweep: experts of the first N layers stay in host memory.")
-@click.option("--depth", default="1000,4000,16000,32000", metavar="N,...", help="Context depths: tokens already in the KV cache before each test.")
+@click.option(
+    "--ncmoe",
+    multiple=True,
+    metavar="N,...",
+    help="--n-cpu-moe values to sweep: experts of the first N layers stay in host memory.",
+)
+@click.option(
+    "--depth",
+    default="1000,4000,16000,32000",
+    metavar="N,...",
+    help="Context depths: tokens already in the KV cache before each test.",
+)
 @click.option("--pp", "n_prompt", type=int, default=512, help="Prefill test size in tokens (0: no prefill tests).")
 @click.option("--tg", "n_gen", type=int, default=128, help="Decode test size in tokens (0: no decode tests).")
-@click.option("-t", "--threads", multiple=True, metavar="N,...", help="CPU threads (llama-bench -t) to sweep [default: llama-bench's].")
-@click.option("--load-mode", multiple=True, metavar="none,mmap,...",
-              help="Model load modes (-lm) to sweep: none keeps weights in (pinned, on GPU builds) host buffers, mmap maps the file.")
-@click.option("--batch", multiple=True, metavar="N,...", help="Logical batch sizes (-b) to sweep; llama.cpp caps the ubatch at the batch.")
-@click.option("--ubatch", multiple=True, metavar="N,...", help="Micro-batch sizes (-ub) to sweep: tokens per expert copy when op offload runs prefill on the GPU.")
+@click.option(
+    "-t",
+    "--threads",
+    multiple=True,
+    metavar="N,...",
+    help="CPU threads (llama-bench -t) to sweep [default: llama-bench's].",
+)
+@click.option(
+    "--load-mode",
+    multiple=True,
+    metavar="none,mmap,...",
+    help="Model load modes (-lm) to sweep: none keeps weights in (pinned, on GPU builds) host buffers, mmap maps the file.",
+)
+@click.option(
+    "--batch",
+    multiple=True,
+    metavar="N,...",
+    help="Logical batch sizes (-b) to sweep; llama.cpp caps the ubatch at the batch.",
+)
+@click.option(
+    "--ubatch",
+    multiple=True,
+    metavar="N,...",
+    help="Micro-batch sizes (-ub) to sweep: tokens per expert copy when op offload runs prefill on the GPU.",
+)
 @click.option("--flash-attn", multiple=True, metavar="on,off,auto", help="Flash attention (-fa) values to sweep.")
-@click.option("--no-op-offload", multiple=True, metavar="0,1", help="-nopo values to sweep: 1 keeps large batches of CPU-resident experts on the CPU.")
-@click.option("--env", "env", multiple=True, metavar="NAME=V[,V...]",
-              help="Environment variable to sweep, repeatable, e.g. --env GGML_OP_OFFLOAD_MIN_BATCH=32,4096.")
+@click.option(
+    "--no-op-offload",
+    multiple=True,
+    metavar="0,1",
+    help="-nopo values to sweep: 1 keeps large batches of CPU-resident experts on the CPU.",
+)
+@click.option(
+    "--env",
+    "env",
+    multiple=True,
+    metavar="NAME=V[,V...]",
+    help="Environment variable to sweep, repeatable, e.g. --env GGML_OP_OFFLOAD_MIN_BATCH=32,4096.",
+)
 @click.option("-r", "--repetitions", type=int, default=5, help="Repetitions per test (llama-bench -r).")
-@click.option("-o", "--output", "study_dir", type=click.Path(path_type=Path), default=None,
-              help="Study directory holding results.sqlite [default: studies/bench-<timestamp>]. Reuse it to resume.")
+@click.option(
+    "-o",
+    "--output",
+    "study_dir",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="Study directory holding results.sqlite [default: studies/bench-<timestamp>]. Reuse it to resume.",
+)
 @click.option("--fresh", is_flag=True, help="Measure every test again, even those already in the study.")
-@click.option("--timeout", "timeout_s", type=float, default=None, help="Seconds one configuration may run before it is stopped and stored as failed.")
-@click.option("--llama-bin-dir", type=click.Path(path_type=Path), default=None, help="Use llama-bench from this folder.")
-@click.option("--vram-budget", "vram_budget", metavar="SIZE", default=None,
-              help="Answer for a smaller card: hold every byte of GPU 0's memory beyond SIZE (e.g. 16GiB) for the whole "
-                   "run, so llama.cpp sees a card of that size. Needs a CUDA GPU.")
+@click.option(
+    "--timeout",
+    "timeout_s",
+    type=float,
+    default=None,
+    help="Seconds one configuration may run before it is stopped and stored as failed.",
+)
+@click.option(
+    "--llama-bin-dir", type=click.Path(path_type=Path), default=None, help="Use llama-bench from this folder."
+)
+@click.option(
+    "--vram-budget",
+    "vram_budget",
+    metavar="SIZE",
+    default=None,
+    help="Answer for a smaller card: hold every byte of GPU 0's memory beyond SIZE (e.g. 16GiB) for the whole "
+    "run, so llama.cpp sees a card of that size. Needs a CUDA GPU.",
+)
 @click.argument("extra", nargs=-1, type=click.UNPROCESSED, metavar="[-- LLAMA_BENCH_ARGS...]")
 def bench(
-    model: Path, ncmoe: tuple[str, ...], depth: str, n_prompt: int, n_gen: int, threads: tuple[str, ...],
-    load_mode: tuple[str, ...], batch: tuple[str, ...], ubatch: tuple[str, ...], flash_attn: tuple[str, ...], no_op_offload: tuple[str, ...], env: tuple[str, ...],
-    repetitions: int, study_dir: Path | None, fresh: bool, timeout_s: float | None, llama_bin_dir: Path | None,
-    vram_budget: str | None, extra: tuple[str, ...],
+    model: Path,
+    ncmoe: tuple[str, ...],
+    depth: str,
+    n_prompt: int,
+    n_gen: int,
+    threads: tuple[str, ...],
+    load_mode: tuple[str, ...],
+    batch: tuple[str, ...],
+    ubatch: tuple[str, ...],
+    flash_attn: tuple[str, ...],
+    no_op_offload: tuple[str, ...],
+    env: tuple[str, ...],
+    repetitions: int,
+    study_dir: Path | None,
+    fresh: bool,
+    timeout_s: float | None,
+    llama_bin_dir: Path | None,
+    vram_budget: str | None,
+    extra: tuple[str, ...],
 ) -> None:
     """Prefill and decode speed at depth (llama-bench), swept across offload configurations.
 
@@ -130,10 +208,10 @@ def bench(
     Example (module 6.3):
       xover bench -m qwen3-30b-a3b.gguf --ncmoe 12,18 --depth 1000,4000,16000,32000 -t 8
     """
-    from xover.measure import bench as benchrun
-    from xover.report import export
     from xover.domain.study_spec import LOAD_MODES
     from xover.llamacpp.binaries import resolve
+    from xover.measure import bench as benchrun
+    from xover.report import export
     from xover.results.read_model import bench_data, load
     from xover.results.store import Store
 
@@ -150,7 +228,9 @@ def bench(
         load_mode=benchrun.parse_choice_list("--load-mode", _joined(load_mode), LOAD_MODES) if load_mode else (),
         batch=ints("--batch", batch, minimum=1),
         ubatch=ints("--ubatch", ubatch, minimum=1),
-        flash_attn=benchrun.parse_choice_list("--flash-attn", _joined(flash_attn), benchrun.FLASH_ATTN_CHOICES) if flash_attn else (),
+        flash_attn=benchrun.parse_choice_list("--flash-attn", _joined(flash_attn), benchrun.FLASH_ATTN_CHOICES)
+        if flash_attn
+        else (),
         no_op_offload=ints("--no-op-offload", no_op_offload),
         threads=ints("--threads", threads, minimum=1),
         env=tuple(benchrun.parse_env(e) for e in env),

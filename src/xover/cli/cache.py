@@ -18,19 +18,45 @@ if TYPE_CHECKING:
 
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})
-@click.option("-m", "--model", type=click.Path(path_type=Path, dir_okay=False), default=None, help="GGUF model to serve.")
+@click.option(
+    "-m", "--model", type=click.Path(path_type=Path, dir_okay=False), default=None, help="GGUF model to serve."
+)
 @click.option("--ncmoe", type=click.IntRange(min=0), default=None, metavar="N", help="llama-server --n-cpu-moe N.")
-@click.option("--length", default="16k", show_default=True, metavar="L",
-              help="Prompt length in tokens (1k = 1024), at least 1k.")
-@click.option("-o", "--out", "study_dir", type=click.Path(path_type=Path, file_okay=False), default=Path("xover-study"),
-              show_default=True, help="Study directory: results.sqlite and logs/.")
-@click.option("--llama-bin-dir", type=click.Path(path_type=Path, file_okay=False), default=None,
-              help="Folder with llama-server [default: see `xover llama which`].")
-@click.option("--server-timeout", type=click.FloatRange(min=1), default=600.0, show_default=True,
-              help="Seconds to wait for each server's /health to answer 200.")
+@click.option(
+    "--length", default="16k", show_default=True, metavar="L", help="Prompt length in tokens (1k = 1024), at least 1k."
+)
+@click.option(
+    "-o",
+    "--out",
+    "study_dir",
+    type=click.Path(path_type=Path, file_okay=False),
+    default=Path("xover-study"),
+    show_default=True,
+    help="Study directory: results.sqlite and logs/.",
+)
+@click.option(
+    "--llama-bin-dir",
+    type=click.Path(path_type=Path, file_okay=False),
+    default=None,
+    help="Folder with llama-server [default: see `xover llama which`].",
+)
+@click.option(
+    "--server-timeout",
+    type=click.FloatRange(min=1),
+    default=600.0,
+    show_default=True,
+    help="Seconds to wait for each server's /health to answer 200.",
+)
 @click.argument("extra_args", nargs=-1, type=click.UNPROCESSED, metavar="[-- LLAMA-SERVER ARGS]")
-def cache(model: Path | None, ncmoe: int | None, length: str, study_dir: Path, llama_bin_dir: Path | None,
-          server_timeout: float, extra_args: tuple[str, ...]) -> None:
+def cache(
+    model: Path | None,
+    ncmoe: int | None,
+    length: str,
+    study_dir: Path,
+    llama_bin_dir: Path | None,
+    server_timeout: float,
+    extra_args: tuple[str, ...],
+) -> None:
     """Prompt-cache lab: cold vs cached, --cache-reuse after a mid-prompt edit, hidden warm caches.
 
     Each scenario runs on a freshly started llama-server and every response is checked against
@@ -46,11 +72,11 @@ def cache(model: Path | None, ncmoe: int | None, length: str, study_dir: Path, l
     """
     from rich.markup import escape
 
+    from xover.console import console, progress_bar, safe
+    from xover.domain.prompts import parse_length
+    from xover.llamacpp.binaries import resolve
     from xover.measure.cachelab import lab_plan, run_cache_lab
     from xover.measure.events import ConfigFailed, LabEvent, LabRequestDone, ServerUp
-    from xover.console import console, progress_bar, safe
-    from xover.llamacpp.binaries import resolve
-    from xover.domain.prompts import parse_length
 
     if model is None:
         raise XoverError("no model: pass -m MODEL.gguf")
@@ -58,9 +84,9 @@ def cache(model: Path | None, ncmoe: int | None, length: str, study_dir: Path, l
         raise XoverError(f"model {model} does not exist: fix -m")
     tokens = parse_length(length)
     planned = sum(len(srv.requests()) for srv in lab_plan(tokens))  # a length the lab cannot use fails here
-    from xover.measure.cachelab import INSERTED, RESPONSE_TOKENS
     from xover.gguf.inspect import check_offload_and_context
     from xover.llamacpp.server import check_explicit_context
+    from xover.measure.cachelab import INSERTED, RESPONSE_TOKENS
 
     need = tokens + INSERTED + RESPONSE_TOKENS
     check_offload_and_context(model, [ncmoe] if ncmoe is not None else [], need)
@@ -78,13 +104,24 @@ def cache(model: Path | None, ncmoe: int | None, length: str, study_dir: Path, l
                 if ev.sample.error is not None:
                     console.print(f"[red]{escape(f'{ev.scenario} {ev.sample.mode}: {ev.sample.error}')}[/]")
             elif isinstance(ev, ServerUp):
-                console.print(f"[dim]{escape(f'{ev.scenario}: llama-server ({ev.settings}) at {ev.url}, log {ev.log_path}')}[/]")
+                console.print(
+                    f"[dim]{escape(f'{ev.scenario}: llama-server ({ev.settings}) at {ev.url}, log {ev.log_path}')}[/]"
+                )
             elif isinstance(ev, ConfigFailed):
                 bar.update(task, advance=ev.skipped)
                 console.print(f"[red]{escape(f'{ev.scenario}: {ev.reason}')}[/]")
 
-        outcome = run_cache_lab(study_dir, binaries, model, tokens, server_args, label,
-                                command=["xover", *sys.argv[1:]], startup_timeout_s=server_timeout, on_event=on_event)
+        outcome = run_cache_lab(
+            study_dir,
+            binaries,
+            model,
+            tokens,
+            server_args,
+            label,
+            command=["xover", *sys.argv[1:]],
+            startup_timeout_s=server_timeout,
+            on_event=on_event,
+        )
     _print_lab(outcome.analysis, f"prompt cache lab, {label}, L={tokens:,}")
     console.print(f"[dim]run {outcome.run_id}: {len(outcome.samples)} samples in {safe(study_dir)}[/]")
     if outcome.failures:
@@ -134,36 +171,61 @@ def audit(study_dir: Path) -> int:
     from rich.markup import escape
     from rich.table import Table
 
-    from xover.measure.audit import audit as run_audit
     from xover.console import safe
+    from xover.measure.audit import audit as run_audit
     from xover.measure.audit import load_samples
 
     result = run_audit(load_samples(study_dir))
     out = _stdout()
-    out.print(f"{safe(study_dir)}: {result.n_samples} TTFT samples; {result.n_checked} claim cold or warm and were checked, "
-              f"{result.n_unclaimed} lab demonstrations claim neither")
+    out.print(
+        f"{safe(study_dir)}: {result.n_samples} TTFT samples; {result.n_checked} claim cold or warm and were checked, "
+        f"{result.n_unclaimed} lab demonstrations claim neither"
+    )
     if result.findings:
-        t = Table(title="samples whose cache_n/prompt_n contradict their label", box=box.SIMPLE_HEAD, title_justify="left")
+        t = Table(
+            title="samples whose cache_n/prompt_n contradict their label", box=box.SIMPLE_HEAD, title_justify="left"
+        )
         for name in ("row", "run", "config", "mode", "L", "cache_n", "prompt_n", "stored flag", "why"):
             t.add_column(name)
         for f in result.findings:
-            t.add_row(str(f.row_id), str(f.run_id), escape(f.label), escape(f.mode), f"{f.length:,}", str(f.cache_n),
-                      str(f.prompt_n), "[red]ok (counted)[/]" if f.counted else "failed (excluded)", escape(f.reason))
+            t.add_row(
+                str(f.row_id),
+                str(f.run_id),
+                escape(f.label),
+                escape(f.mode),
+                f"{f.length:,}",
+                str(f.cache_n),
+                str(f.prompt_n),
+                "[red]ok (counted)[/]" if f.counted else "failed (excluded)",
+                escape(f.reason),
+            )
         out.print(t)
     if result.summary:
-        t = Table(title="median TTFT ms per configuration and length: as stored vs without the flagged samples",
-                  box=box.SIMPLE_HEAD, title_justify="left")
+        t = Table(
+            title="median TTFT ms per configuration and length: as stored vs without the flagged samples",
+            box=box.SIMPLE_HEAD,
+            title_justify="left",
+        )
         for name in ("config", "mode", "L", "stored (n)", "corrected (n)", "removed"):
             t.add_column(name, justify="left" if name in ("config", "mode") else "right")
         for row in result.summary:
-            t.add_row(escape(row.label), row.mode, f"{row.length:,}", _median(row.stored), _median(row.corrected),
-                      f"[red]{row.n_removed}[/]" if row.changed else "0")
+            t.add_row(
+                escape(row.label),
+                row.mode,
+                f"{row.length:,}",
+                _median(row.stored),
+                _median(row.corrected),
+                f"[red]{row.n_removed}[/]" if row.changed else "0",
+            )
         out.print(t)
     if not result.findings:
         out.print("no sample contradicts its label")
         return 0
-    click.echo(f"xover audit: {len(result.findings)} sample(s) labelled cold or warm were cache-assisted, "
-               f"{result.n_counted} of them counted as passing", err=True)
+    click.echo(
+        f"xover audit: {len(result.findings)} sample(s) labelled cold or warm were cache-assisted, "
+        f"{result.n_counted} of them counted as passing",
+        err=True,
+    )
     return 1
 
 

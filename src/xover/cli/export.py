@@ -11,13 +11,30 @@ from xover.console import console, safe
 
 @click.command("export")
 @click.argument("study_dir", type=click.Path(path_type=Path))
-@click.option("-f", "--format", "fmt", type=click.Choice(["md", "csv", "jsonl"]), default="md", show_default=True,
-              help="md: llama-bench-style table per model; csv: one row per test; jsonl: every test with raw samples, and failures.")
-@click.option("--what", type=click.Choice(["bench", "ttft", "session"]), default="bench", show_default=True,
-              help="bench: llama-bench tests; ttft: every llama-server sample (cold, warm, cache lab; csv/jsonl); "
-                   "session: every agentic session turn (csv/jsonl).")
-@click.option("-o", "--output", type=click.Path(path_type=Path), default=None,
-              help="File to write [default: STUDY_DIR/WHAT.FORMAT]; `-` prints to stdout.")
+@click.option(
+    "-f",
+    "--format",
+    "fmt",
+    type=click.Choice(["md", "csv", "jsonl"]),
+    default="md",
+    show_default=True,
+    help="md: llama-bench-style table per model; csv: one row per test; jsonl: every test with raw samples, and failures.",
+)
+@click.option(
+    "--what",
+    type=click.Choice(["bench", "ttft", "session"]),
+    default="bench",
+    show_default=True,
+    help="bench: llama-bench tests; ttft: every llama-server sample (cold, warm, cache lab; csv/jsonl); "
+    "session: every agentic session turn (csv/jsonl).",
+)
+@click.option(
+    "-o",
+    "--output",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="File to write [default: STUDY_DIR/WHAT.FORMAT]; `-` prints to stdout.",
+)
 def export(study_dir: Path, fmt: str, what: str, output: Path | None) -> None:
     """Re-render a study's results without measuring anything.
 

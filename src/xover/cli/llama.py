@@ -15,13 +15,29 @@ def llama() -> None:
 
 
 @llama.command()
-@click.option("--backend", type=click.Choice(["cpu", "cuda", "hip", "vulkan", "metal"]), default="cpu", show_default=True,
-              help="ggml backend to build.")
-@click.option("--cmake-arg", "cmake_args", multiple=True, metavar="ARG",
-              help="Extra cmake argument, repeatable, e.g. --cmake-arg=-DCMAKE_CUDA_ARCHITECTURES=90.")
-@click.option("--source", type=click.Path(path_type=Path), default=None,
-              help="llama-cpp-python sdist (.tar.gz) or unpacked llama.cpp tree, for machines without registry access.")
-@click.option("-j", "--jobs", type=click.IntRange(min=1), default=None, help="Parallel compile jobs [default: all cores].")
+@click.option(
+    "--backend",
+    type=click.Choice(["cpu", "cuda", "hip", "vulkan", "metal"]),
+    default="cpu",
+    show_default=True,
+    help="ggml backend to build.",
+)
+@click.option(
+    "--cmake-arg",
+    "cmake_args",
+    multiple=True,
+    metavar="ARG",
+    help="Extra cmake argument, repeatable, e.g. --cmake-arg=-DCMAKE_CUDA_ARCHITECTURES=90.",
+)
+@click.option(
+    "--source",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="llama-cpp-python sdist (.tar.gz) or unpacked llama.cpp tree, for machines without registry access.",
+)
+@click.option(
+    "-j", "--jobs", type=click.IntRange(min=1), default=None, help="Parallel compile jobs [default: all cores]."
+)
 def build(backend: str, cmake_args: tuple[str, ...], source: Path | None, jobs: int | None) -> None:
     """Build llama-bench and llama-server from a pinned llama.cpp (cached per version+backend+flags).
 
@@ -34,7 +50,10 @@ def build(backend: str, cmake_args: tuple[str, ...], source: Path | None, jobs: 
     with progress_bar("compiling", transient=True) as bar:
         task = bar.add_task("llama.cpp", total=None)
         manifest = b.build(
-            backend=backend, extra_cmake_args=cmake_args, source=source, jobs=jobs,
+            backend=backend,
+            extra_cmake_args=cmake_args,
+            source=source,
+            jobs=jobs,
             log=lambda s: console.print(f"[dim]{safe(s)}[/]"),
             on_progress=lambda i, n: bar.update(task, completed=i, total=n),
         )

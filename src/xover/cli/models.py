@@ -25,11 +25,13 @@ def _parse_overrides(items: tuple[str, ...]) -> dict[str, object]:
         if not sep or not key or not value:
             raise XoverError(f"--set {item!r} is not KEY=VALUE (e.g. --set n_layer=8 or --set types.attn_v=Q8_0)")
         if key.startswith("types."):
-            types[key[len("types."):]] = value
+            types[key[len("types.") :]] = value
             continue
         kind = kinds.get(key)
         if kind is None:
-            raise XoverError(f"--set {key}: unknown shape field; choose from {', '.join(k for k in kinds if k != 'types')}")
+            raise XoverError(
+                f"--set {key}: unknown shape field; choose from {', '.join(k for k in kinds if k != 'types')}"
+            )
         if kind == "bool":
             if value.lower() not in ("true", "false", "1", "0"):
                 raise XoverError(f"--set {item!r}: {key} takes true or false")
@@ -45,12 +47,24 @@ def _parse_overrides(items: tuple[str, ...]) -> dict[str, object]:
 
 
 @click.command()
-@click.option("--preset", default="tiny-moe", show_default=True, metavar="NAME",
-              help="Shape to write: tiny-moe, qwen3-30b-a3b, dense-30b, gpt-oss-20b, gpt-oss-120b, glm-4.5-air, "
-                   "deepseek-v2-lite, tiny-gpt-oss, tiny-glm4moe, tiny-deepseek2 (see --list).")
-@click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE",
-              help="Override a shape field, repeatable: --set n_layer=8 --set n_expert=64.")
-@click.option("-o", "--output", type=click.Path(path_type=Path), default=None, help="Output .gguf [default: PRESET.gguf].")
+@click.option(
+    "--preset",
+    default="tiny-moe",
+    show_default=True,
+    metavar="NAME",
+    help="Shape to write: tiny-moe, qwen3-30b-a3b, dense-30b, gpt-oss-20b, gpt-oss-120b, glm-4.5-air, "
+    "deepseek-v2-lite, tiny-gpt-oss, tiny-glm4moe, tiny-deepseek2 (see --list).",
+)
+@click.option(
+    "--set",
+    "overrides",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="Override a shape field, repeatable: --set n_layer=8 --set n_expert=64.",
+)
+@click.option(
+    "-o", "--output", type=click.Path(path_type=Path), default=None, help="Output .gguf [default: PRESET.gguf]."
+)
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed for the random (valid) weights.")
 @click.option("--list", "list_presets", is_flag=True, help="List the presets and exit.")
 def synth(preset: str, overrides: tuple[str, ...], output: Path | None, seed: int, list_presets: bool) -> None:
@@ -70,19 +84,25 @@ def synth(preset: str, overrides: tuple[str, ...], output: Path | None, seed: in
         for name, shape in p.ALL_PRESETS.items():
             table = tensor_table(shape)
             kind = f"{shape.n_expert} experts ({shape.n_expert_used} used)" if shape.is_moe else "dense"
-            out.print(f"{name:16s} {shape.arch:9s} {shape.n_layer:3d} layers, n_embd {shape.n_embd}, {kind}; "
-                      f"{format_params(total_params(table))} params ({format_params(expert_params(table))} in experts), "
-                      f"{format_bytes(total_bytes(table))}")
+            out.print(
+                f"{name:16s} {shape.arch:9s} {shape.n_layer:3d} layers, n_embd {shape.n_embd}, {kind}; "
+                f"{format_params(total_params(table))} params ({format_params(expert_params(table))} in experts), "
+                f"{format_bytes(total_bytes(table))}"
+            )
         return
     shape = p.make_shape(preset, **_parse_overrides(overrides))
     path = output or Path(f"{preset}.gguf")
     with progress_bar() as bar:
         task = bar.add_task(f"writing {safe(path.name)}", total=None)
-        result = write_model(shape, path, seed=seed, progress=lambda done, total: bar.update(task, completed=done, total=total))
+        result = write_model(
+            shape, path, seed=seed, progress=lambda done, total: bar.update(task, completed=done, total=total)
+        )
     from xover.gguf.inspect import format_bytes
 
     rate = result.bytes / 1e9 / max(result.seconds, 1e-9)
-    console.print(f"wrote {safe(result.path)} ({format_bytes(result.bytes)}) in {result.seconds:.1f} s, {rate:.2f} GB/s")
+    console.print(
+        f"wrote {safe(result.path)} ({format_bytes(result.bytes)}) in {result.seconds:.1f} s, {rate:.2f} GB/s"
+    )
 
 
 @click.command("inspect")

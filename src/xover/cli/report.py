@@ -23,11 +23,21 @@ def _ints(value: str) -> tuple[int, ...]:
 
 @click.command()
 @click.argument("study_dir", type=click.Path(path_type=Path))
-@click.option("--response-tokens", "-R", default="200", show_default=True,
-              help="Response length(s) R for total(L) = TTFT(L) + R / decode_tok_s(L); comma list allowed.")
+@click.option(
+    "--response-tokens",
+    "-R",
+    default="200",
+    show_default=True,
+    help="Response length(s) R for total(L) = TTFT(L) + R / decode_tok_s(L); comma list allowed.",
+)
 @click.option("--band", default="10000,40000", show_default=True, help="Agentic-turn band LO,HI in prompt tokens.")
-@click.option("--bootstrap", default=500, show_default=True, type=click.IntRange(min=0),
-              help="Bootstrap resamples for the crossover interval (0 to skip).")
+@click.option(
+    "--bootstrap",
+    default=500,
+    show_default=True,
+    type=click.IntRange(min=0),
+    help="Bootstrap resamples for the crossover interval (0 to skip).",
+)
 def report(study_dir: Path, response_tokens: str, band: str, bootstrap: int) -> None:
     """Rebuild the HTML and markdown report of a study directory from its results store alone.
 
@@ -36,8 +46,8 @@ def report(study_dir: Path, response_tokens: str, band: str, bootstrap: int) -> 
     lengths the first one drives the plots; each gets its own verdict lines.
     """
     from xover.errors import XoverError
-    from xover.results.read_model import load
     from xover.report.html import build_report, write_report
+    from xover.results.read_model import load
 
     lo_hi = _ints(band)
     if len(lo_hi) != 2 or lo_hi[0] >= lo_hi[1]:

@@ -25,47 +25,128 @@ def _ncmoe(text: str | None) -> tuple[int, ...]:
 
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})
-@click.option("-m", "--model", type=click.Path(path_type=Path, dir_okay=False), required=True, help="GGUF model to serve.")
-@click.option("--ncmoe", default=None, metavar="N,N,...", help="--n-cpu-moe values, one configuration each, e.g. 12,18.")
-@click.option("--workload", type=click.Path(path_type=Path, dir_okay=False), default=None,
-              help="Replay this session file (xover-session/1 JSONL) instead of generating one.")
-@click.option("--turns", type=click.IntRange(min=2), default=30,
-              help="Turns of the generated session [default: 30, or as many as the model's training context holds].")
-@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the generated session (same seed, same file).")
-@click.option("--system-tokens", default="10k", show_default=True,
-              help="Size of the system prompt with its tool definitions (scaled with --target-tokens to fit the model).")
-@click.option("--target-tokens", default="40k",
-              help="Prompt size the last turn grows to [default: 40k, or 95% of what the model's training context "
-                   "holds with the response when that is less].")
-@click.option("--rewrite-every", type=click.IntRange(min=0), default=6, show_default=True,
-              help="Every Nth turn edits a file shown earlier and rewrites that earlier result in place (0: never).")
-@click.option("--chars-per-token", type=click.FloatRange(min=0.1), default=None,
-              help="Characters per token when sizing the generated session [default: 1 for xover's synthetic byte "
-                   "vocabularies, else 4].")
-@click.option("-R", "--response-tokens", type=click.IntRange(min=1), default=64, show_default=True,
-              help="Tokens generated per turn (exactly: max_tokens + ignore_eos).")
-@click.option("--cache-modes", default="default,off,reuse", show_default=True,
-              help="default: llama-server's prompt cache; off: every turn cold (cache_prompt false, -np 1 --cache-ram 0); "
-                   "reuse: the defaults plus --cache-reuse.")
-@click.option("--cache-reuse", type=click.IntRange(min=1), default=256, show_default=True,
-              help="--cache-reuse chunk (tokens) of the reuse mode.")
+@click.option(
+    "-m", "--model", type=click.Path(path_type=Path, dir_okay=False), required=True, help="GGUF model to serve."
+)
+@click.option(
+    "--ncmoe", default=None, metavar="N,N,...", help="--n-cpu-moe values, one configuration each, e.g. 12,18."
+)
+@click.option(
+    "--workload",
+    type=click.Path(path_type=Path, dir_okay=False),
+    default=None,
+    help="Replay this session file (xover-session/1 JSONL) instead of generating one.",
+)
+@click.option(
+    "--turns",
+    type=click.IntRange(min=2),
+    default=30,
+    help="Turns of the generated session [default: 30, or as many as the model's training context holds].",
+)
+@click.option(
+    "--seed", type=int, default=0, show_default=True, help="Seed of the generated session (same seed, same file)."
+)
+@click.option(
+    "--system-tokens",
+    default="10k",
+    show_default=True,
+    help="Size of the system prompt with its tool definitions (scaled with --target-tokens to fit the model).",
+)
+@click.option(
+    "--target-tokens",
+    default="40k",
+    help="Prompt size the last turn grows to [default: 40k, or 95% of what the model's training context "
+    "holds with the response when that is less].",
+)
+@click.option(
+    "--rewrite-every",
+    type=click.IntRange(min=0),
+    default=6,
+    show_default=True,
+    help="Every Nth turn edits a file shown earlier and rewrites that earlier result in place (0: never).",
+)
+@click.option(
+    "--chars-per-token",
+    type=click.FloatRange(min=0.1),
+    default=None,
+    help="Characters per token when sizing the generated session [default: 1 for xover's synthetic byte "
+    "vocabularies, else 4].",
+)
+@click.option(
+    "-R",
+    "--response-tokens",
+    type=click.IntRange(min=1),
+    default=64,
+    show_default=True,
+    help="Tokens generated per turn (exactly: max_tokens + ignore_eos).",
+)
+@click.option(
+    "--cache-modes",
+    default="default,off,reuse",
+    show_default=True,
+    help="default: llama-server's prompt cache; off: every turn cold (cache_prompt false, -np 1 --cache-ram 0); "
+    "reuse: the defaults plus --cache-reuse.",
+)
+@click.option(
+    "--cache-reuse",
+    type=click.IntRange(min=1),
+    default=256,
+    show_default=True,
+    help="--cache-reuse chunk (tokens) of the reuse mode.",
+)
 @click.option("--exact", is_flag=True, help="Feed back the recorded replies instead of the server's own.")
 @click.option("--threads", type=click.IntRange(min=1), default=None, help="llama-server -t.")
-@click.option("--ctx-size", type=click.IntRange(min=256), default=None,
-              help="llama-server -c [default: sized to the session by a short tokenizing run].")
-@click.option("-o", "--out", "study_dir", type=click.Path(path_type=Path, file_okay=False), default=Path("xover-study"),
-              show_default=True, help="Study directory: results.sqlite, logs/ and the generated session file.")
-@click.option("--llama-bin-dir", type=click.Path(path_type=Path, file_okay=False), default=None,
-              help="Folder with llama-server [default: see `xover llama which`].")
-@click.option("--server-timeout", type=click.FloatRange(min=1), default=600.0, show_default=True,
-              help="Seconds to wait for /health to answer 200.")
+@click.option(
+    "--ctx-size",
+    type=click.IntRange(min=256),
+    default=None,
+    help="llama-server -c [default: sized to the session by a short tokenizing run].",
+)
+@click.option(
+    "-o",
+    "--out",
+    "study_dir",
+    type=click.Path(path_type=Path, file_okay=False),
+    default=Path("xover-study"),
+    show_default=True,
+    help="Study directory: results.sqlite, logs/ and the generated session file.",
+)
+@click.option(
+    "--llama-bin-dir",
+    type=click.Path(path_type=Path, file_okay=False),
+    default=None,
+    help="Folder with llama-server [default: see `xover llama which`].",
+)
+@click.option(
+    "--server-timeout",
+    type=click.FloatRange(min=1),
+    default=600.0,
+    show_default=True,
+    help="Seconds to wait for /health to answer 200.",
+)
 @click.argument("extra_args", nargs=-1, type=click.UNPROCESSED, metavar="[-- LLAMA-SERVER ARGS]")
 @click.pass_context
 def session(
-    ctx: click.Context, model: Path, ncmoe: str | None, workload: Path | None, turns: int, seed: int, system_tokens: str,
-    target_tokens: str, rewrite_every: int, chars_per_token: float | None, response_tokens: int, cache_modes: str,
-    cache_reuse: int, exact: bool, threads: int | None, ctx_size: int | None, study_dir: Path,
-    llama_bin_dir: Path | None, server_timeout: float, extra_args: tuple[str, ...],
+    ctx: click.Context,
+    model: Path,
+    ncmoe: str | None,
+    workload: Path | None,
+    turns: int,
+    seed: int,
+    system_tokens: str,
+    target_tokens: str,
+    rewrite_every: int,
+    chars_per_token: float | None,
+    response_tokens: int,
+    cache_modes: str,
+    cache_reuse: int,
+    exact: bool,
+    threads: int | None,
+    ctx_size: int | None,
+    study_dir: Path,
+    llama_bin_dir: Path | None,
+    server_timeout: float,
+    extra_args: tuple[str, ...],
 ) -> None:
     """Replay an agentic coding session through llama-server's chat endpoint, turn by turn.
 
@@ -86,13 +167,13 @@ def session(
     from rich.markup import escape
 
     from xover.console import console, out, progress_bar, safe
-    from xover.llamacpp.binaries import resolve
     from xover.domain.prompts import parse_length
-    from xover.report.session import session_table, session_verdict
-    from xover.results.read_model import series_from_rows
+    from xover.domain.workload import WorkloadSpec, fit_to_context, loads
+    from xover.llamacpp.binaries import resolve
     from xover.measure.events import ConfigFailed, Note, ReplayDone, ServerUp, SessionEvent, Sized, TurnDone
     from xover.measure.session import parse_modes, run_session, write_workload
-    from xover.domain.workload import WorkloadSpec, fit_to_context, loads
+    from xover.report.session import session_table, session_verdict
+    from xover.results.read_model import series_from_rows
 
     if not model.is_file():
         raise XoverError(f"model {model} does not exist: fix -m")
@@ -106,12 +187,20 @@ def session(
     given: frozenset[str] = frozenset()
     vocab = ""
     if workload is None:
-        given = frozenset(name for name in ("turns", "system_tokens", "target_tokens")
-                          if ctx.get_parameter_source(name) is not click.core.ParameterSource.DEFAULT)
+        given = frozenset(
+            name
+            for name in ("turns", "system_tokens", "target_tokens")
+            if ctx.get_parameter_source(name) is not click.core.ParameterSource.DEFAULT
+        )
         byte_vocab = chars_per_token is None and context.byte_vocab
         requested = WorkloadSpec(
-            seed=seed, turns=turns, system_tokens=parse_length(system_tokens), target_tokens=parse_length(target_tokens),
-            rewrite_every=rewrite_every, chars_per_token=chars_per_token or (1.0 if byte_vocab else 4.0))
+            seed=seed,
+            turns=turns,
+            system_tokens=parse_length(system_tokens),
+            target_tokens=parse_length(target_tokens),
+            rewrite_every=rewrite_every,
+            chars_per_token=chars_per_token or (1.0 if byte_vocab else 4.0),
+        )
         spec, line = fit_to_context(requested, context.n_ctx_train, response_tokens, given, context.name)
         vocab = "sized at 1 character per token (xover's synthetic byte vocabulary)" if byte_vocab else ""
     need = None if spec is None else spec.target_tokens + response_tokens
@@ -119,14 +208,21 @@ def session(
     if need is not None:
         check_explicit_context(extra_args, need)
         if ctx_size is not None and ctx_size < need:
-            raise XoverError(f"--ctx-size {ctx_size} is shorter than the session's last turn plus its response "
-                             f"(about {need} tokens): raise it or leave it out (xover sizes it)")
+            raise XoverError(
+                f"--ctx-size {ctx_size} is shorter than the session's last turn plus its response "
+                f"(about {need} tokens): raise it or leave it out (xover sizes it)"
+            )
     if spec is None:
         assert workload is not None
-        shaping = [name for name in _GENERATION_OPTIONS
-                   if ctx.get_parameter_source(name) not in (click.core.ParameterSource.DEFAULT, None)]
+        shaping = [
+            name
+            for name in _GENERATION_OPTIONS
+            if ctx.get_parameter_source(name) not in (click.core.ParameterSource.DEFAULT, None)
+        ]
         if shaping:
-            raise XoverError(f"--{shaping[0].replace('_', '-')} shapes a generated session; --workload replays a file: drop one")
+            raise XoverError(
+                f"--{shaping[0].replace('_', '-')} shapes a generated session; --workload replays a file: drop one"
+            )
         if not workload.is_file():
             raise XoverError(f"workload {workload} does not exist: fix --workload")
 
@@ -138,8 +234,20 @@ def session(
         sized = None
         if context.n_ctx_train and ctx_size is None:
             # the real token counts, and what the server's own replies become when fed back, decide
-            spec, line, sized = _fit_by_sizing(requested, spec, line, given, context, response_tokens, exact, binaries,
-                                               model.resolve(), configs[0][1], study_dir, server_timeout)
+            spec, line, sized = _fit_by_sizing(
+                requested,
+                spec,
+                line,
+                given,
+                context,
+                response_tokens,
+                exact,
+                binaries,
+                model.resolve(),
+                configs[0][1],
+                study_dir,
+                server_timeout,
+            )
             ctx_size = sized.ctx_size
         sizing = "; ".join(x for x in (line, vocab) if x)
         if sizing:
@@ -147,8 +255,10 @@ def session(
         path = write_workload(study_dir, spec)
         console.print(f"[dim]session written to {safe(path)}[/]")
         if sized is not None:
-            console.print(f"[dim]context sized to {sized.ctx_size} tokens (longest turn {sized.max_prompt_tokens} "
-                          f"tokens; llama-server holds at most {context.n_ctx_train:,} per slot)[/]")
+            console.print(
+                f"[dim]context sized to {sized.ctx_size} tokens (longest turn {sized.max_prompt_tokens} "
+                f"tokens; llama-server holds at most {context.n_ctx_train:,} per slot)[/]"
+            )
     else:
         assert workload is not None
         path = workload
@@ -163,16 +273,25 @@ def session(
                 if ev.turn.error is not None:
                     console.print(f"[red]{escape(f'{ev.label} {ev.mode} turn {ev.turn.turn}: {ev.turn.error}')}[/]")
             elif isinstance(ev, Sized):
-                console.print(f"[dim]context sized to {ev.ctx_size} tokens (longest turn {ev.max_prompt_tokens} tokens)[/]")
+                console.print(
+                    f"[dim]context sized to {ev.ctx_size} tokens (longest turn {ev.max_prompt_tokens} tokens)[/]"
+                )
                 if context.n_ctx_train and ev.need_tokens > context.n_ctx_train:
-                    replies = ("" if ev.reply_growth is None else
-                               f"; each fed-back reply of {response_tokens} tokens comes back as about "
-                               f"{ev.reply_growth * response_tokens:,.0f} (--exact feeds the recorded replies)")
-                    beyond = (f"the longest turn needs {ev.need_tokens:,} tokens, beyond {context.name}'s training context "
-                              f"of {context.n_ctx_train:,}: llama-server caps a slot there, so turns past it fail{replies}")
+                    replies = (
+                        ""
+                        if ev.reply_growth is None
+                        else f"; each fed-back reply of {response_tokens} tokens comes back as about "
+                        f"{ev.reply_growth * response_tokens:,.0f} (--exact feeds the recorded replies)"
+                    )
+                    beyond = (
+                        f"the longest turn needs {ev.need_tokens:,} tokens, beyond {context.name}'s training context "
+                        f"of {context.n_ctx_train:,}: llama-server caps a slot there, so turns past it fail{replies}"
+                    )
                     console.print(f"[yellow]{escape(beyond)}[/]")
             elif isinstance(ev, ServerUp):
-                console.print(f"[dim]{escape(f'llama-server {ev.label} ({ev.mode} cache) ready at {ev.url}, log {ev.log_path}')}[/]")
+                console.print(
+                    f"[dim]{escape(f'llama-server {ev.label} ({ev.mode} cache) ready at {ev.url}, log {ev.log_path}')}[/]"
+                )
             elif isinstance(ev, ReplayDone):
                 console.print(f"{escape(ev.label)} {ev.mode}: session time {ev.total_ns / 1e9:,.2f} s")
             elif isinstance(ev, ConfigFailed):
@@ -182,9 +301,19 @@ def session(
                 console.print(f"[yellow]{escape(ev.text)}[/]")
 
         outcome = run_session(
-            study_dir, binaries, model.resolve(), path, configs, modes, response_tokens, exact=exact,
-            cache_reuse=cache_reuse, ctx_size=ctx_size, command=["xover", *sys.argv[1:]],
-            startup_timeout_s=server_timeout, on_event=on_event,
+            study_dir,
+            binaries,
+            model.resolve(),
+            path,
+            configs,
+            modes,
+            response_tokens,
+            exact=exact,
+            cache_reuse=cache_reuse,
+            ctx_size=ctx_size,
+            command=["xover", *sys.argv[1:]],
+            startup_timeout_s=server_timeout,
+            on_event=on_event,
         )
 
     series = series_from_rows((outcome.run_id, outcome.labels[t.config_key], t) for t in outcome.turns)
@@ -206,13 +335,27 @@ def session(
         verdict = session_verdict(series)
         if verdict:
             target.print(escape(verdict))
-    console.print(f"[dim]run {outcome.run_id}: {len(outcome.turns)} turns stored in {safe(study_dir / 'results.sqlite')}[/]")
+    console.print(
+        f"[dim]run {outcome.run_id}: {len(outcome.turns)} turns stored in {safe(study_dir / 'results.sqlite')}[/]"
+    )
     if outcome.failures:
         raise XoverError(f"{len(outcome.failures)} replay(s) failed, first: {outcome.failures[0].reason}")
 
 
-def _fit_by_sizing(requested, spec, line, given, context, response_tokens, exact, binaries, model, args,  # type: ignore[no-untyped-def]
-                   study_dir, startup_timeout_s):
+def _fit_by_sizing(
+    requested,
+    spec,
+    line,
+    given,
+    context,
+    response_tokens,
+    exact,
+    binaries,
+    model,
+    args,  # type: ignore[no-untyped-def]
+    study_dir,
+    startup_timeout_s,
+):
     """The generated session refitted until its real size fits the model's training context.
 
     llama-server caps a slot at the training context, so the longest turn, with the replies fed back
@@ -222,25 +365,40 @@ def _fit_by_sizing(requested, spec, line, given, context, response_tokens, exact
     session spec, its one-line description and the sizing (whose context the replay then uses)."""
     import asyncio
 
+    from xover.domain.workload import fit_to_context, generate, last_turn_tokens
     from xover.llamacpp.server import has_flag
     from xover.measure.session import reply_allowance, size_context
-    from xover.domain.workload import fit_to_context, generate, last_turn_tokens
 
     reply, slack = 0, 0
     for _ in range(4):
         session = generate(spec)
-        sized = asyncio.run(size_context(binaries, model, args, session, exact, response_tokens, study_dir / "logs",
-                                         has_flag(binaries.server, "-fit"), startup_timeout_s))
+        sized = asyncio.run(
+            size_context(
+                binaries,
+                model,
+                args,
+                session,
+                exact,
+                response_tokens,
+                study_dir / "logs",
+                has_flag(binaries.server, "-fit"),
+                startup_timeout_s,
+            )
+        )
         if sized.need_tokens <= context.n_ctx_train:
             return spec, line, sized
         if not exact:
             reply = max(reply, reply_allowance(sized.reply_growth, response_tokens))
         slack += max(0, sized.max_prompt_tokens - last_turn_tokens(spec)) + 64
-        spec, line = fit_to_context(requested, context.n_ctx_train, response_tokens, given, context.name,
-                                    reply_tokens=reply, slack=slack)
+        spec, line = fit_to_context(
+            requested, context.n_ctx_train, response_tokens, given, context.name, reply_tokens=reply, slack=slack
+        )
         if line is None:  # every size was given: nothing left to scale
             break
-    raise XoverError(f"the session's longest turn needs {sized.need_tokens:,} tokens with its response"
-                     + ("" if exact else " and the fed-back replies") + f", beyond {context.name}'s training context of "
-                     f"{context.n_ctx_train:,} (llama-server caps a slot there): lower --target-tokens or --turns"
-                     + ("" if exact else ", or replay --exact"))
+    raise XoverError(
+        f"the session's longest turn needs {sized.need_tokens:,} tokens with its response"
+        + ("" if exact else " and the fed-back replies")
+        + f", beyond {context.name}'s training context of "
+        f"{context.n_ctx_train:,} (llama-server caps a slot there): lower --target-tokens or --turns"
+        + ("" if exact else ", or replay --exact")
+    )

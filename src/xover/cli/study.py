@@ -16,25 +16,65 @@ if TYPE_CHECKING:
 
 @click.command()
 @click.argument("spec_file", required=False, type=click.Path(path_type=Path, dir_okay=False))
-@click.option("-o", "--out", "study_dir", type=click.Path(path_type=Path, file_okay=False), default=None,
-              help="Study directory [default: studies/<spec name>, or studies/default].")
-@click.option("--fresh", is_flag=True, help="Measure everything again instead of skipping what the store already holds.")
-@click.option("--llama-bin-dir", type=click.Path(path_type=Path, file_okay=False), default=None,
-              help="Folder with llama-bench and llama-server [default: see `xover llama which`].")
-@click.option("--skip", default="", metavar="STAGE,...",
-              help="Stages to leave out this time, on top of the spec's skip (theory, tune, bench, ttft, cache, session, "
-                   "report). Skipping tune still measures tuned variants already stored.")
-@click.option("--configs", "only_configs", default="", metavar="NAME,...",
-              help="Measure only these configurations this time (the store keeps the others; the report shows all; "
-                   "the cache lab runs on the first one named).")
-@click.option("--vram-budget", "vram_budget", metavar="SIZE", default=None,
-              help="Answer for a smaller card: hold every byte of GPU 0's memory beyond SIZE (e.g. 16GiB) for the whole "
-                   "study, so llama.cpp sees a card of that size (overrides [study] vram-budget). Needs a CUDA GPU.")
+@click.option(
+    "-o",
+    "--out",
+    "study_dir",
+    type=click.Path(path_type=Path, file_okay=False),
+    default=None,
+    help="Study directory [default: studies/<spec name>, or studies/default].",
+)
+@click.option(
+    "--fresh", is_flag=True, help="Measure everything again instead of skipping what the store already holds."
+)
+@click.option(
+    "--llama-bin-dir",
+    type=click.Path(path_type=Path, file_okay=False),
+    default=None,
+    help="Folder with llama-bench and llama-server [default: see `xover llama which`].",
+)
+@click.option(
+    "--skip",
+    default="",
+    metavar="STAGE,...",
+    help="Stages to leave out this time, on top of the spec's skip (theory, tune, bench, ttft, cache, session, "
+    "report). Skipping tune still measures tuned variants already stored.",
+)
+@click.option(
+    "--configs",
+    "only_configs",
+    default="",
+    metavar="NAME,...",
+    help="Measure only these configurations this time (the store keeps the others; the report shows all; "
+    "the cache lab runs on the first one named).",
+)
+@click.option(
+    "--vram-budget",
+    "vram_budget",
+    metavar="SIZE",
+    default=None,
+    help="Answer for a smaller card: hold every byte of GPU 0's memory beyond SIZE (e.g. 16GiB) for the whole "
+    "study, so llama.cpp sees a card of that size (overrides [study] vram-budget). Needs a CUDA GPU.",
+)
 @click.option("-q", "--quiet", is_flag=True, help="No progress bars; only the verdict and errors (for CI).")
-@click.option("--progress-jsonl", type=click.File("w"), default=None, metavar="FILE",
-              help="Write progress events as JSON lines to FILE ('-' for stdout), for other programs.")
-def study(spec_file: Path | None, study_dir: Path | None, fresh: bool, llama_bin_dir: Path | None, skip: str,
-          only_configs: str, vram_budget: str | None, quiet: bool, progress_jsonl: IO[str] | None) -> None:
+@click.option(
+    "--progress-jsonl",
+    type=click.File("w"),
+    default=None,
+    metavar="FILE",
+    help="Write progress events as JSON lines to FILE ('-' for stdout), for other programs.",
+)
+def study(
+    spec_file: Path | None,
+    study_dir: Path | None,
+    fresh: bool,
+    llama_bin_dir: Path | None,
+    skip: str,
+    only_configs: str,
+    vram_budget: str | None,
+    quiet: bool,
+    progress_jsonl: IO[str] | None,
+) -> None:
     """Run the whole investigation: theory and a stored prediction, llama-bench prefill/decode
     sweeps at depth, cold TTFT per configuration and prompt length, then the report and a verdict.
 
@@ -44,11 +84,10 @@ def study(spec_file: Path | None, study_dir: Path | None, fresh: bool, llama_bin
     redoes them); an interrupted study continues where it stopped. --configs and --skip narrow one
     invocation (e.g. reach the cache lab before a slow configuration's TTFT) without changing the spec.
     """
+    from xover.console import console
     from xover.domain.study_spec import load_spec
     from xover.llamacpp.binaries import resolve
     from xover.measure.study import run_study
-
-    from xover.console import console
 
     binaries = resolve(llama_bin_dir)
     if spec_file is not None:
@@ -67,8 +106,9 @@ def study(spec_file: Path | None, study_dir: Path | None, fresh: bool, llama_bin
     if intro and not quiet:
         console.print(intro)
     try:
-        outcome = run_study(spec, out_dir, binaries, fresh=fresh, command=["xover", *sys.argv[1:]], emit=emit,
-                            report=write_report)
+        outcome = run_study(
+            spec, out_dir, binaries, fresh=fresh, command=["xover", *sys.argv[1:]], emit=emit, report=write_report
+        )
     finally:
         close()
     from rich.markup import escape
@@ -79,27 +119,34 @@ def study(spec_file: Path | None, study_dir: Path | None, fresh: bool, llama_bin
     for v in outcome.verdicts or ("no pair of configurations could be compared; see the report",):
         out.print(f"  - {escape(v)}")
     if outcome.tuned:
-        out.print("\n[bold]Tuned settings[/] (each configuration's fastest measured, llama-bench over the study's lengths):")
+        out.print(
+            "\n[bold]Tuned settings[/] (each configuration's fastest measured, llama-bench over the study's lengths):"
+        )
         for t in outcome.tuned:
             if t.changed:
                 out.print(f"  - {escape(t.config.name)}: {escape(t.label)}\n      {escape(t.server_command)}")
             else:
                 out.print(f"  - {escape(t.config.name)}: llama.cpp's defaults (no knob beat the noise)")
     if outcome.stage_seconds:
-        out.print("stage times: " + ", ".join(f"{k} {v:.0f} s" for k, v in outcome.stage_seconds.items())
-                  + f"; total {sum(outcome.stage_seconds.values()):.0f} s")
+        out.print(
+            "stage times: "
+            + ", ".join(f"{k} {v:.0f} s" for k, v in outcome.stage_seconds.items())
+            + f"; total {sum(outcome.stage_seconds.values()):.0f} s"
+        )
     if outcome.report_html:
         out.print(f"report: {safe(outcome.report_html)}")
     if outcome.failures:
-        out.print(f"[yellow]{outcome.failures} configuration(s) or point(s) failed; they are recorded in the store "
-                  "and listed in the report[/]")
+        out.print(
+            f"[yellow]{outcome.failures} configuration(s) or point(s) failed; they are recorded in the store "
+            "and listed in the report[/]"
+        )
 
 
 def write_report(spec: StudySpec, study_dir: Path) -> tuple[tuple[str, ...], Path]:
     """The study's report stage: report.html/.md rebuilt from the store, and the verdicts per response length."""
-    from xover.results.read_model import load
     from xover.report.html import build_report
     from xover.report.html import write_report as write_files
+    from xover.results.read_model import load
 
     data = load(study_dir)
     verdicts: list[str] = []
@@ -138,8 +185,8 @@ def _default_for_this_machine(binaries: object) -> tuple[StudySpec, str]:
     """The embedded default: offload levels from the placement planner when a GPU and a GPU build are
     present, else the CPU comparison on tiny-moe."""
     from xover.domain.study_spec import default_spec
-    from xover.measure.study import gpu_default_spec
     from xover.hardware.detect import detect_gpu
+    from xover.measure.study import gpu_default_spec
 
     manifest = getattr(binaries, "manifest", None)
     gpu = detect_gpu()
@@ -147,15 +194,19 @@ def _default_for_this_machine(binaries: object) -> tuple[StudySpec, str]:
     if gpu is not None and free and (manifest is None or manifest.backend != "cpu"):
         spec = gpu_default_spec(free)
         names = " vs ".join(c.name for c in spec.configs)
-        return spec, (f"[bold]Default study[/] on {gpu.name} ({free / 2**30:.0f} GiB free): the synthetic "
-                      f"qwen3-30b-a3b shape, {names} (the placement planner's minimum offload for an 8K context vs "
-                      "the offload a 32K context forces), prompts of 1K-32K tokens.")
-    return default_spec(), ("[bold]Default study[/]: tiny-moe on this machine's CPU. Without a GPU, --n-cpu-moe moves "
-                            "nothing, so it asks the same question (does what wins short turns lose long ones?) of "
-                            "flash attention on vs off, which trade prefill for decode on a CPU, each at llama.cpp's "
-                            "defaults and at the settings the tuning stage finds best here. For the offload question, "
-                            "run a spec with --n-cpu-moe configurations on a GPU machine "
-                            "(examples/seed-qwen3-coder-30b.toml).")
+        return spec, (
+            f"[bold]Default study[/] on {gpu.name} ({free / 2**30:.0f} GiB free): the synthetic "
+            f"qwen3-30b-a3b shape, {names} (the placement planner's minimum offload for an 8K context vs "
+            "the offload a 32K context forces), prompts of 1K-32K tokens."
+        )
+    return default_spec(), (
+        "[bold]Default study[/]: tiny-moe on this machine's CPU. Without a GPU, --n-cpu-moe moves "
+        "nothing, so it asks the same question (does what wins short turns lose long ones?) of "
+        "flash attention on vs off, which trade prefill for decode on a CPU, each at llama.cpp's "
+        "defaults and at the settings the tuning stage finds best here. For the offload question, "
+        "run a spec with --n-cpu-moe configurations on a GPU machine "
+        "(examples/seed-qwen3-coder-30b.toml)."
+    )
 
 
 def _progress(quiet: bool, jsonl: IO[str] | None):  # type: ignore[no-untyped-def]

@@ -19,49 +19,136 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 def _options(study_required: bool) -> Callable[[F], F]:
     """The options `theory` and `predict` share."""
+
     def wrap(fn: F) -> F:
-        for decorator in reversed((
-            click.option("-m", "--model", "model", metavar="FILE|preset:NAME", default=None,
-                         help="A GGUF file, or preset:NAME for a built-in shape (no file needed)."),
-            click.option("--preset", default=None, metavar="NAME", help="Same as -m preset:NAME (tiny-moe, qwen3-30b-a3b...)."),
-            click.option("--hw", "hw_spec", default=None, metavar="NAME|FILE.toml",
-                         help="Hardware profile (h200, rtx-4090, cpu...; xover theory --list-hw) or a TOML file of "
-                              "overrides [default: detect this machine]."),
-            click.option("--measure", is_flag=True, help="Measure this CPU's FLOP/s and bandwidth and, with a CUDA GPU, its host-to-device rates (about 4 s)."),
-            click.option("--ncmoe", default="0", metavar="N,...", show_default=True, help="--n-cpu-moe values."),
-            click.option("--op-offload", "op_offload", default="on,off", show_default=True, metavar="on,off",
-                         help="Op offload (off = llama.cpp --no-op-offload)."),
-            click.option("--ubatch", default="512", show_default=True, metavar="N,...", help="Micro-batch sizes (-ub)."),
-            click.option("--load-mode", "load_mode", default="mmap", show_default=True, metavar="mmap,none",
-                         help="How CPU-resident weights are held: mmap (pageable) or none (pinned, -lm none)."),
-            click.option("--lengths", default="1k,4k,16k,32k", show_default=True, metavar="L,...",
-                         help="Prompt lengths in tokens: 1k = 1024."),
-            click.option("-R", "--response-tokens", "--response", "response", type=int, default=200, show_default=True,
-                         help="Response tokens R in total time = TTFT + R decode steps (--response is the old spelling)."),
-            click.option("--pp", "pp_tokens", type=int, default=512, show_default=True,
-                         help="New tokens of the pp @ depth prediction (llama-bench -p)."),
-            click.option("--ctk", "cache_type", default="F16", show_default=True, help="KV cache type (F16, Q8_0)."),
-            click.option("--vram", default=None, metavar="BYTES",
-                         help="VRAM budget for the placement plan (16GiB) [default: free VRAM nvidia-smi reports, if any]."),
-            click.option("--headroom", default="1GiB", show_default=True, metavar="BYTES",
-                         help="VRAM kept free beyond the estimated buffers: the CUDA context (about 0.5 GiB) and what llama.cpp allocates at the first request (cuBLAS workspace, CUDA pool); 512 MiB crashed an H200 run under a 16 GiB budget."),
-            click.option("-o", "--output", "study_dir", type=click.Path(path_type=Path), required=study_required,
-                         default=None, help="Study directory to store the result in."),
-            click.option("--json", "as_json", is_flag=True, help="Print JSON instead of tables."),
-        )):
+        for decorator in reversed(
+            (
+                click.option(
+                    "-m",
+                    "--model",
+                    "model",
+                    metavar="FILE|preset:NAME",
+                    default=None,
+                    help="A GGUF file, or preset:NAME for a built-in shape (no file needed).",
+                ),
+                click.option(
+                    "--preset",
+                    default=None,
+                    metavar="NAME",
+                    help="Same as -m preset:NAME (tiny-moe, qwen3-30b-a3b...).",
+                ),
+                click.option(
+                    "--hw",
+                    "hw_spec",
+                    default=None,
+                    metavar="NAME|FILE.toml",
+                    help="Hardware profile (h200, rtx-4090, cpu...; xover theory --list-hw) or a TOML file of "
+                    "overrides [default: detect this machine].",
+                ),
+                click.option(
+                    "--measure",
+                    is_flag=True,
+                    help="Measure this CPU's FLOP/s and bandwidth and, with a CUDA GPU, its host-to-device rates (about 4 s).",
+                ),
+                click.option("--ncmoe", default="0", metavar="N,...", show_default=True, help="--n-cpu-moe values."),
+                click.option(
+                    "--op-offload",
+                    "op_offload",
+                    default="on,off",
+                    show_default=True,
+                    metavar="on,off",
+                    help="Op offload (off = llama.cpp --no-op-offload).",
+                ),
+                click.option(
+                    "--ubatch", default="512", show_default=True, metavar="N,...", help="Micro-batch sizes (-ub)."
+                ),
+                click.option(
+                    "--load-mode",
+                    "load_mode",
+                    default="mmap",
+                    show_default=True,
+                    metavar="mmap,none",
+                    help="How CPU-resident weights are held: mmap (pageable) or none (pinned, -lm none).",
+                ),
+                click.option(
+                    "--lengths",
+                    default="1k,4k,16k,32k",
+                    show_default=True,
+                    metavar="L,...",
+                    help="Prompt lengths in tokens: 1k = 1024.",
+                ),
+                click.option(
+                    "-R",
+                    "--response-tokens",
+                    "--response",
+                    "response",
+                    type=int,
+                    default=200,
+                    show_default=True,
+                    help="Response tokens R in total time = TTFT + R decode steps (--response is the old spelling).",
+                ),
+                click.option(
+                    "--pp",
+                    "pp_tokens",
+                    type=int,
+                    default=512,
+                    show_default=True,
+                    help="New tokens of the pp @ depth prediction (llama-bench -p).",
+                ),
+                click.option(
+                    "--ctk", "cache_type", default="F16", show_default=True, help="KV cache type (F16, Q8_0)."
+                ),
+                click.option(
+                    "--vram",
+                    default=None,
+                    metavar="BYTES",
+                    help="VRAM budget for the placement plan (16GiB) [default: free VRAM nvidia-smi reports, if any].",
+                ),
+                click.option(
+                    "--headroom",
+                    default="1GiB",
+                    show_default=True,
+                    metavar="BYTES",
+                    help="VRAM kept free beyond the estimated buffers: the CUDA context (about 0.5 GiB) and what llama.cpp allocates at the first request (cuBLAS workspace, CUDA pool); 512 MiB crashed an H200 run under a 16 GiB budget.",
+                ),
+                click.option(
+                    "-o",
+                    "--output",
+                    "study_dir",
+                    type=click.Path(path_type=Path),
+                    required=study_required,
+                    default=None,
+                    help="Study directory to store the result in.",
+                ),
+                click.option("--json", "as_json", is_flag=True, help="Print JSON instead of tables."),
+            )
+        ):
             fn = decorator(fn)
         return fn
+
     return wrap
 
 
-def _inputs(model: str | None, preset: str | None, hw_spec: str | None, measure: bool, ncmoe: str, op_offload: str,
-            ubatch: str, load_mode: str, lengths: str, cache_type: str, vram: str | None, headroom: str) -> dict[str, Any]:
+def _inputs(
+    model: str | None,
+    preset: str | None,
+    hw_spec: str | None,
+    measure: bool,
+    ncmoe: str,
+    op_offload: str,
+    ubatch: str,
+    load_mode: str,
+    lengths: str,
+    cache_type: str,
+    vram: str | None,
+    headroom: str,
+) -> dict[str, Any]:
     """Options -> model terms, hardware, configurations, lengths, budget (one call each into the library)."""
     from xover.analysis.theory import OffloadConfig, model_terms
-    from xover.measure.bench import parse_choice_list, parse_int_list
+    from xover.domain.prompts import parse_lengths
     from xover.hardware.detect import resolve
     from xover.hardware.profiles import parse_bytes
-    from xover.domain.prompts import parse_lengths
+    from xover.measure.bench import parse_choice_list, parse_int_list
 
     table, model_info = _load_model(model, preset)
     terms = model_terms(table, cache_type)
@@ -75,8 +162,15 @@ def _inputs(model: str | None, preset: str | None, hw_spec: str | None, measure:
         for lm in parse_choice_list("--load-mode", load_mode, ("mmap", "none"))
     ]
     budget = parse_bytes(vram) if vram else detected.free_bytes if detected and hw_spec is None else None
-    return {"terms": terms, "hw": hw, "configs": configs, "lengths": parse_lengths(lengths), "model": model_info,
-            "vram_budget_bytes": budget, "headroom_bytes": parse_bytes(headroom)}
+    return {
+        "terms": terms,
+        "hw": hw,
+        "configs": configs,
+        "lengths": parse_lengths(lengths),
+        "model": model_info,
+        "vram_budget_bytes": budget,
+        "headroom_bytes": parse_bytes(headroom),
+    }
 
 
 def _load_model(model: str | None, preset: str | None) -> tuple[Any, dict[str, Any]]:
@@ -85,7 +179,7 @@ def _load_model(model: str | None, preset: str | None) -> tuple[Any, dict[str, A
 
     if model and preset:
         raise XoverError("give either -m or --preset, not both")
-    name = preset or (model[len("preset:"):] if model and model.startswith("preset:") else None)
+    name = preset or (model[len("preset:") :] if model and model.startswith("preset:") else None)
     if name:
         table = tensor_table(get_preset(name))
         return table, {"name": name, "source": f"preset:{name}", "total_bytes": total_bytes(table)}
@@ -141,9 +235,19 @@ def render_hardware(hw: dict[str, Any]) -> Table:
             t.add_row(part, "-", "none: CPU-only", sources.get(part, "built-in"))
             continue
         for field, value in spec.items():
-            shown = value if isinstance(value, str) else (
-                _b(value) if field == "mem_bytes" else _si(value, "FLOP/s") if "flops" in field
-                else _si(value, "B/s") if "bytes_per_s" in field else str(value))
+            shown = (
+                value
+                if isinstance(value, str)
+                else (
+                    _b(value)
+                    if field == "mem_bytes"
+                    else _si(value, "FLOP/s")
+                    if "flops" in field
+                    else _si(value, "B/s")
+                    if "bytes_per_s" in field
+                    else str(value)
+                )
+            )
             t.add_row(part, field, shown, sources.get(f"{part}.{field}", "built-in"))
     return t
 
@@ -166,40 +270,72 @@ def render(report: dict[str, Any]) -> None:
     for col in ("B", "experts read", "weights read", "FLOPs/token", "FLOP/byte"):
         t.add_column(col, justify="right")
     for r in report["prefill"]["rows"]:
-        t.add_row(str(r["ubatch"]), f"{r['coverage']:.1%}", _b(r["weight_bytes"]), _si(r["flops_per_token"]), f"{r['intensity']:.1f}")
+        t.add_row(
+            str(r["ubatch"]),
+            f"{r['coverage']:.1%}",
+            _b(r["weight_bytes"]),
+            _si(r["flops_per_token"]),
+            f"{r['intensity']:.1f}",
+        )
     out.print(t)
     for r in report["prefill"]["ridges"]:
         b = r["compute_bound_ubatch"]
-        out.print(f"  ridge {r['name']}: {r['flop_per_byte']:.1f} FLOP/byte; compute-bound from B = "
-                  f"{b if b is not None else 'never (below 65536)'}")
+        out.print(
+            f"  ridge {r['name']}: {r['flop_per_byte']:.1f} FLOP/byte; compute-bound from B = "
+            f"{b if b is not None else 'never (below 65536)'}"
+        )
 
     ex = report["experts"]
     if ex["n_expert"]:
         cov = ex["coverage"]
-        out.print(f"Expert coverage, {ex['n_expert_used']} of {ex['n_expert']} experts per token, uniform routing "
-                  f"1 - (1 - k/E)^B: " + ", ".join(f"B={b} {c:.4g}" for b, c in cov.items()))
+        out.print(
+            f"Expert coverage, {ex['n_expert_used']} of {ex['n_expert']} experts per token, uniform routing "
+            f"1 - (1 - k/E)^B: " + ", ".join(f"B={b} {c:.4g}" for b, c in cov.items())
+        )
         pad = ex.get("mmq_tile_padding") or {}
         if pad:
-            out.print("GPU expert matmuls: llama.cpp's MMQ tiles are sized by the ubatch, not by each expert's tokens, "
-                      "so they compute " + ", ".join(f"B={b} {p:.2f}x" for b, p in pad.items()) + " the useful work")
-        t = Table(title="CPU-resident experts (--n-cpu-moe N): read per decode token and per ubatch", title_justify="left")
+            out.print(
+                "GPU expert matmuls: llama.cpp's MMQ tiles are sized by the ubatch, not by each expert's tokens, "
+                "so they compute " + ", ".join(f"B={b} {p:.2f}x" for b, p in pad.items()) + " the useful work"
+            )
+        t = Table(
+            title="CPU-resident experts (--n-cpu-moe N): read per decode token and per ubatch", title_justify="left"
+        )
         for col in ("N", "in host", "per token", "per ubatch", "copy pinned", "copy pageable", "on CPU"):
             t.add_column(col, justify="right")
         for r in ex["rows"]:
-            t.add_row(str(r["n_cpu_moe"]), _b(r["cpu_expert_bytes"]), _b(r["decode_bytes"]), _b(r["ubatch_bytes"]),
-                      _time(r["copy_s_pinned"]), _time(r["copy_s_pageable"]), _time(r["cpu_compute_s"]))
+            t.add_row(
+                str(r["n_cpu_moe"]),
+                _b(r["cpu_expert_bytes"]),
+                _b(r["decode_bytes"]),
+                _b(r["ubatch_bytes"]),
+                _time(r["copy_s_pinned"]),
+                _time(r["copy_s_pageable"]),
+                _time(r["cpu_compute_s"]),
+            )
         out.print(t)
 
     att = report["attention"]
     rows = att["rows"]
-    t = Table(title=f"Attention: score entries and FLOPs grow as L^2, the KV cache as L (ubatch {att['ubatch']}); "
-                    "FA off keeps an f32 n_head x ubatch x n_kv score matrix per layer, FA on an f16 mask", title_justify="left")
+    t = Table(
+        title=f"Attention: score entries and FLOPs grow as L^2, the KV cache as L (ubatch {att['ubatch']}); "
+        "FA off keeps an f32 n_head x ubatch x n_kv score matrix per layer, FA on an f16 mask",
+        title_justify="left",
+    )
     for col in ("L", "scores", "x", "KV", "x", "attn FLOPs", "of prefill", "FA off/layer", "FA on mask"):
         t.add_column(col, justify="right")
     for r in rows:
-        t.add_row(_k(r["length"]), _si(r["score_entries"]), f"{r['score_entries'] / rows[0]['score_entries']:.0f}x",
-                  _b(r["kv_bytes"]), f"{r['kv_bytes'] / rows[0]['kv_bytes']:.0f}x", _si(r["attention_flops"]),
-                  f"{r['attention_share']:.1%}", _b(r["fa_off_scores_bytes"]), _b(r["mask_bytes_fa_on"]))
+        t.add_row(
+            _k(r["length"]),
+            _si(r["score_entries"]),
+            f"{r['score_entries'] / rows[0]['score_entries']:.0f}x",
+            _b(r["kv_bytes"]),
+            f"{r['kv_bytes'] / rows[0]['kv_bytes']:.0f}x",
+            _si(r["attention_flops"]),
+            f"{r['attention_share']:.1%}",
+            _b(r["fa_off_scores_bytes"]),
+            _b(r["mask_bytes_fa_on"]),
+        )
     out.print(t)
     out.print("  flash attention removes the score matrix from memory, not the quadratic FLOPs")
 
@@ -209,13 +345,22 @@ def render(report: dict[str, Any]) -> None:
 
 
 def render_placement(pl: dict[str, Any]) -> None:
-    t = Table(title=f"Placement: smallest --n-cpu-moe that fits {_b(pl['budget_bytes'])} of VRAM "
-                    f"(keeping {_b(pl['headroom_bytes'])} free, ubatch {pl['ubatch']})", title_justify="left")
+    t = Table(
+        title=f"Placement: smallest --n-cpu-moe that fits {_b(pl['budget_bytes'])} of VRAM "
+        f"(keeping {_b(pl['headroom_bytes'])} free, ubatch {pl['ubatch']})",
+        title_justify="left",
+    )
     for col in ("context", "--n-cpu-moe", "weights", "KV", "compute (rough)", "total"):
         t.add_column(col, justify="right")
     for r in pl["rows"]:
-        t.add_row(_k(r["n_ctx"]), "does not fit" if r["n_cpu_moe"] is None else str(r["n_cpu_moe"]),
-                  _b(r["model_bytes"]), _b(r["kv_bytes"]), _b(r["compute_bytes"]), _b(r["total_bytes"]))
+        t.add_row(
+            _k(r["n_ctx"]),
+            "does not fit" if r["n_cpu_moe"] is None else str(r["n_cpu_moe"]),
+            _b(r["model_bytes"]),
+            _b(r["kv_bytes"]),
+            _b(r["compute_bytes"]),
+            _b(r["total_bytes"]),
+        )
     out.print(t)
 
 
@@ -249,14 +394,21 @@ def render_prediction(pred: dict[str, Any]) -> None:
     crossing = [x for x in pred["crossovers"] if x["lengths"]]
     for x in crossing:
         ls = x["lengths"]
-        where = (f"at {ls[0]:,} tokens" if len(ls) == 1 else
-                 f"{len(ls)} sign changes from {ls[0]:,} to {ls[-1]:,} tokens (partial last ubatches make a sawtooth)")
-        out.print(f"  crossover {x['a']} vs {x['b']}: {where}; faster for short prompts: {x['faster_short']}, "
-                  f"at {x['max_length']:,} tokens: {x['faster_long']}")
+        where = (
+            f"at {ls[0]:,} tokens"
+            if len(ls) == 1
+            else f"{len(ls)} sign changes from {ls[0]:,} to {ls[-1]:,} tokens (partial last ubatches make a sawtooth)"
+        )
+        out.print(
+            f"  crossover {x['a']} vs {x['b']}: {where}; faster for short prompts: {x['faster_short']}, "
+            f"at {x['max_length']:,} tokens: {x['faster_long']}"
+        )
     never = [x for x in pred["crossovers"] if not x["lengths"]]
     if never:
-        out.print(f"  {len(never)} other pair(s) never cross up to {never[0]['max_length']:,} tokens: one configuration "
-                  "is faster at every length")
+        out.print(
+            f"  {len(never)} other pair(s) never cross up to {never[0]['max_length']:,} tokens: one configuration "
+            "is faster at every length"
+        )
     out.print("  assumptions:")
     for a in pred["assumptions"]:
         out.print(f"    - {a}")
@@ -281,16 +433,26 @@ def _list_hw(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
 
     for key, profile in PROFILES.items():
         hw = builtin(key)
-        gpu = (f"{hw.gpu.name}: {_si(hw.gpu.fp16_flops_per_s, 'FLOP/s')} fp16, {_si(hw.gpu.mem_bw_bytes_per_s, 'B/s')}, "
-               f"{_b(hw.gpu.mem_bytes)}" if hw.gpu else "no GPU")
+        gpu = (
+            f"{hw.gpu.name}: {_si(hw.gpu.fp16_flops_per_s, 'FLOP/s')} fp16, {_si(hw.gpu.mem_bw_bytes_per_s, 'B/s')}, "
+            f"{_b(hw.gpu.mem_bytes)}"
+            if hw.gpu
+            else "no GPU"
+        )
         out.print(f"{key:12s} {gpu}; host: {HOSTS[profile.host].name}")
     ctx.exit()
 
 
 @click.command()
 @_options(study_required=False)
-@click.option("--list-hw", is_flag=True, expose_value=False, is_eager=True, callback=_list_hw,
-              help="List the built-in hardware profiles and exit.")
+@click.option(
+    "--list-hw",
+    is_flag=True,
+    expose_value=False,
+    is_eager=True,
+    callback=_list_hw,
+    help="List the built-in hardware profiles and exit.",
+)
 def theory(**kw: Any) -> None:
     """Roofline theory of a model on a machine: intensity, expert coverage, quadratic attention,
     ridge points, predicted tok/s, TTFT and crossovers, and where --n-cpu-moe must start to fit VRAM.
@@ -301,10 +463,17 @@ def theory(**kw: Any) -> None:
     """
     from xover.analysis.theory import theory_report
 
-    study_dir, as_json, response, pp_tokens = kw.pop("study_dir"), kw.pop("as_json"), kw.pop("response"), kw.pop("pp_tokens")
+    study_dir, as_json, response, pp_tokens = (
+        kw.pop("study_dir"),
+        kw.pop("as_json"),
+        kw.pop("response"),
+        kw.pop("pp_tokens"),
+    )
     inputs = _inputs(**kw)
     created_at, created_ns = _now()
-    report = theory_report(created_at=created_at, created_unix_ns=created_ns, response=response, pp_tokens=pp_tokens, **inputs)
+    report = theory_report(
+        created_at=created_at, created_unix_ns=created_ns, response=response, pp_tokens=pp_tokens, **inputs
+    )
     if as_json:
         click.echo(json.dumps(report, indent=2))
     else:
@@ -325,16 +494,25 @@ def predict(**kw: Any) -> None:
     from xover.analysis.theory import build_prediction
     from xover.results.store import Store
 
-    study_dir, as_json, response, pp_tokens = kw.pop("study_dir"), kw.pop("as_json"), kw.pop("response"), kw.pop("pp_tokens")
+    study_dir, as_json, response, pp_tokens = (
+        kw.pop("study_dir"),
+        kw.pop("as_json"),
+        kw.pop("response"),
+        kw.pop("pp_tokens"),
+    )
     inputs = _inputs(**kw)
     created_at, created_ns = _now()
-    pred = build_prediction(created_at=created_at, created_unix_ns=created_ns, response=response, pp_tokens=pp_tokens, **inputs)
+    pred = build_prediction(
+        created_at=created_at, created_unix_ns=created_ns, response=response, pp_tokens=pp_tokens, **inputs
+    )
     with Store(study_dir) as st:
         measured = len(st.bench_results()) + len(st.ttft_samples())
     pred["measurements_before"] = measured
     if measured:
-        console.print(f"[yellow]warning:[/yellow] {safe(study_dir)} already holds {measured} measurements: this prediction is "
-                      "not blind; predict into a fresh study before measuring")
+        console.print(
+            f"[yellow]warning:[/yellow] {safe(study_dir)} already holds {measured} measurements: this prediction is "
+            "not blind; predict into a fresh study before measuring"
+        )
     if as_json:
         click.echo(json.dumps(pred, indent=2))
     else:

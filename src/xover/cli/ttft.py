@@ -17,8 +17,8 @@ if TYPE_CHECKING:
     from rich.table import Table
 
     from xover.analysis.stats import Summary
-    from xover.llamacpp.server import ServerSpec
     from xover.domain.records import ServerConfig
+    from xover.llamacpp.server import ServerSpec
     from xover.measure.ttft import PointSummary, TtftPlan
 
 API_KEY_ENV = "XOVER_API_KEY"
@@ -30,47 +30,143 @@ def _joined(values: tuple[str, ...]) -> str:
 
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})
-@click.option("-m", "--model", type=click.Path(path_type=Path, dir_okay=False), default=None,
-              help="GGUF model to serve (with --url: optional, only used to pick prompt token ids and identify results).")
+@click.option(
+    "-m",
+    "--model",
+    type=click.Path(path_type=Path, dir_okay=False),
+    default=None,
+    help="GGUF model to serve (with --url: optional, only used to pick prompt token ids and identify results).",
+)
 @click.option("--ncmoe", multiple=True, metavar="N,...", help="--n-cpu-moe values, e.g. 12,18.")
-@click.option("--lengths", default="1k,4k,16k,32k", show_default=True, metavar="L,L,...",
-              help="Prompt lengths in tokens: 1k = 1024, 4096, 32K.")
-@click.option("-R", "--response-tokens", type=click.IntRange(min=1), default=200, show_default=True,
-              help="Tokens generated per request (exactly: ignore_eos).")
+@click.option(
+    "--lengths",
+    default="1k,4k,16k,32k",
+    show_default=True,
+    metavar="L,L,...",
+    help="Prompt lengths in tokens: 1k = 1024, 4096, 32K.",
+)
+@click.option(
+    "-R",
+    "--response-tokens",
+    type=click.IntRange(min=1),
+    default=200,
+    show_default=True,
+    help="Tokens generated per request (exactly: ignore_eos).",
+)
 @click.option("-r", "--reps", type=click.IntRange(min=1), default=3, show_default=True, help="Repetitions per length.")
-@click.option("-o", "--out", "study_dir", type=click.Path(path_type=Path, file_okay=False), default=Path("xover-study"),
-              show_default=True, help="Study directory: results.sqlite and logs/.")
+@click.option(
+    "-o",
+    "--out",
+    "study_dir",
+    type=click.Path(path_type=Path, file_okay=False),
+    default=Path("xover-study"),
+    show_default=True,
+    help="Study directory: results.sqlite and logs/.",
+)
 @click.option("-t", "--threads", multiple=True, metavar="N,...", help="llama-server -t values [default: the server's].")
-@click.option("--flash-attn", multiple=True, metavar="on,off,auto", help="llama-server -fa values [default: the server's auto].")
-@click.option("--load-mode", multiple=True, metavar="none,mmap,...", help="-lm values: none keeps weights in (pinned, on GPU builds) host buffers.")
-@click.option("--batch", multiple=True, metavar="N,...", help="-b values (logical batch; llama.cpp caps the ubatch at it).")
-@click.option("--ubatch", multiple=True, metavar="N,...", help="-ub values: tokens per expert copy when op offload runs prefill on the GPU.")
-@click.option("--no-op-offload", multiple=True, metavar="0,1", help="1: --no-op-offload (CPU-resident experts computed on the CPU), 0: --op-offload.")
-@click.option("--env", "env", multiple=True, metavar="NAME=V[,V...]",
-              help="Environment variable for the server, swept, repeatable: e.g. --env GGML_OP_OFFLOAD_MIN_BATCH=32,4096.")
-@click.option("--mode", type=click.Choice(["cold", "warm"]), default="cold", show_default=True,
-              help="cold: unique prompts, cache_prompt false, -np 1 --cache-ram 0, checked cache_n == 0 and prompt_n == L. "
-                   "warm: each prompt sent twice with cache_prompt true, the second checked cache_n == L-1 and prompt_n == 1.")
-@click.option("--text", is_flag=True, help="Text prompts counted with the server's /tokenize instead of token-id prompts.")
-@click.option("--url", default=None, help="Measure the llama-server already running here (no lifecycle; same checks). "
-                                          f"An API key is read from ${API_KEY_ENV} and sent only to this URL.")
-@click.option("--llama-bin-dir", type=click.Path(path_type=Path, file_okay=False), default=None,
-              help="Folder with llama-server [default: see `xover llama which`].")
-@click.option("--server-timeout", type=click.FloatRange(min=1), default=600.0, show_default=True,
-              help="Seconds to wait for /health to answer 200.")
-@click.option("--retries", type=click.IntRange(min=0), default=2, show_default=True,
-              help="Re-runs of a sample that fails its cache check (it is stored, never averaged).")
-@click.option("--seed", type=int, default=None, help="Prompt seed [default: from the clock, so runs never share prompts].")
-@click.option("--vram-budget", "vram_budget", metavar="SIZE", default=None,
-              help="Answer for a smaller card: hold every byte of GPU 0's memory beyond SIZE (e.g. 16GiB) for the "
-                   "whole run, so llama.cpp sees a card of that size. Needs a CUDA GPU.")
+@click.option(
+    "--flash-attn", multiple=True, metavar="on,off,auto", help="llama-server -fa values [default: the server's auto]."
+)
+@click.option(
+    "--load-mode",
+    multiple=True,
+    metavar="none,mmap,...",
+    help="-lm values: none keeps weights in (pinned, on GPU builds) host buffers.",
+)
+@click.option(
+    "--batch", multiple=True, metavar="N,...", help="-b values (logical batch; llama.cpp caps the ubatch at it)."
+)
+@click.option(
+    "--ubatch",
+    multiple=True,
+    metavar="N,...",
+    help="-ub values: tokens per expert copy when op offload runs prefill on the GPU.",
+)
+@click.option(
+    "--no-op-offload",
+    multiple=True,
+    metavar="0,1",
+    help="1: --no-op-offload (CPU-resident experts computed on the CPU), 0: --op-offload.",
+)
+@click.option(
+    "--env",
+    "env",
+    multiple=True,
+    metavar="NAME=V[,V...]",
+    help="Environment variable for the server, swept, repeatable: e.g. --env GGML_OP_OFFLOAD_MIN_BATCH=32,4096.",
+)
+@click.option(
+    "--mode",
+    type=click.Choice(["cold", "warm"]),
+    default="cold",
+    show_default=True,
+    help="cold: unique prompts, cache_prompt false, -np 1 --cache-ram 0, checked cache_n == 0 and prompt_n == L. "
+    "warm: each prompt sent twice with cache_prompt true, the second checked cache_n == L-1 and prompt_n == 1.",
+)
+@click.option(
+    "--text", is_flag=True, help="Text prompts counted with the server's /tokenize instead of token-id prompts."
+)
+@click.option(
+    "--url",
+    default=None,
+    help="Measure the llama-server already running here (no lifecycle; same checks). "
+    f"An API key is read from ${API_KEY_ENV} and sent only to this URL.",
+)
+@click.option(
+    "--llama-bin-dir",
+    type=click.Path(path_type=Path, file_okay=False),
+    default=None,
+    help="Folder with llama-server [default: see `xover llama which`].",
+)
+@click.option(
+    "--server-timeout",
+    type=click.FloatRange(min=1),
+    default=600.0,
+    show_default=True,
+    help="Seconds to wait for /health to answer 200.",
+)
+@click.option(
+    "--retries",
+    type=click.IntRange(min=0),
+    default=2,
+    show_default=True,
+    help="Re-runs of a sample that fails its cache check (it is stored, never averaged).",
+)
+@click.option(
+    "--seed", type=int, default=None, help="Prompt seed [default: from the clock, so runs never share prompts]."
+)
+@click.option(
+    "--vram-budget",
+    "vram_budget",
+    metavar="SIZE",
+    default=None,
+    help="Answer for a smaller card: hold every byte of GPU 0's memory beyond SIZE (e.g. 16GiB) for the "
+    "whole run, so llama.cpp sees a card of that size. Needs a CUDA GPU.",
+)
 @click.argument("extra_args", nargs=-1, type=click.UNPROCESSED, metavar="[-- LLAMA-SERVER ARGS]")
 def ttft(
-    model: Path | None, ncmoe: tuple[str, ...], lengths: str, response_tokens: int, reps: int, study_dir: Path,
-    threads: tuple[str, ...], flash_attn: tuple[str, ...], load_mode: tuple[str, ...], batch: tuple[str, ...],
-    ubatch: tuple[str, ...], no_op_offload: tuple[str, ...], env: tuple[str, ...], mode: str, text: bool,
-    url: str | None, llama_bin_dir: Path | None, server_timeout: float, retries: int, seed: int | None,
-    vram_budget: str | None, extra_args: tuple[str, ...],
+    model: Path | None,
+    ncmoe: tuple[str, ...],
+    lengths: str,
+    response_tokens: int,
+    reps: int,
+    study_dir: Path,
+    threads: tuple[str, ...],
+    flash_attn: tuple[str, ...],
+    load_mode: tuple[str, ...],
+    batch: tuple[str, ...],
+    ubatch: tuple[str, ...],
+    no_op_offload: tuple[str, ...],
+    env: tuple[str, ...],
+    mode: str,
+    text: bool,
+    url: str | None,
+    llama_bin_dir: Path | None,
+    server_timeout: float,
+    retries: int,
+    seed: int | None,
+    vram_budget: str | None,
+    extra_args: tuple[str, ...],
 ) -> None:
     """Time-to-first-token, prefill and decode speed through llama-server, per configuration and prompt length.
 
@@ -92,17 +188,22 @@ def ttft(
 
     from rich.markup import escape
 
-    from xover.domain.llama_options import FLASH_ATTN, LOAD_MODE, server_config
-    from xover.measure import bench as benchrun
     from xover.console import console, out, progress_bar, safe
+    from xover.domain.llama_options import FLASH_ATTN, LOAD_MODE, server_config
     from xover.domain.prompts import parse_lengths
-    from xover.results.store import Store
+    from xover.measure import bench as benchrun
     from xover.measure.events import ConfigFailed, Note, Rerun, SampleDone, ServerUp, TtftEvent
     from xover.measure.ttft import TtftPlan, TtftRun, expand, gap_note, summarize_points
+    from xover.results.store import Store
 
     plan = TtftPlan(
-        lengths=parse_lengths(lengths), reps=reps, response_tokens=response_tokens, mode=mode, text=text,
-        seed=seed if seed is not None else time.time_ns() % 1_000_000_007, max_retries=retries,
+        lengths=parse_lengths(lengths),
+        reps=reps,
+        response_tokens=response_tokens,
+        mode=mode,
+        text=text,
+        seed=seed if seed is not None else time.time_ns() % 1_000_000_007,
+        max_retries=retries,
     )
     n_configs = 1
     binaries = None
@@ -112,10 +213,22 @@ def ttft(
     if budget is not None and url is not None:
         raise XoverError("--vram-budget does not apply with --url: start that server under the budget yourself")
     if url is not None:
-        given = [name for name, v in (("--ncmoe", ncmoe), ("--threads", threads), ("--flash-attn", flash_attn),
-                                      ("--load-mode", load_mode), ("--batch", batch), ("--ubatch", ubatch),
-                                      ("--no-op-offload", no_op_offload), ("--env", env),
-                                      ("--llama-bin-dir", llama_bin_dir), ("llama-server args", extra_args)) if v]
+        given = [
+            name
+            for name, v in (
+                ("--ncmoe", ncmoe),
+                ("--threads", threads),
+                ("--flash-attn", flash_attn),
+                ("--load-mode", load_mode),
+                ("--batch", batch),
+                ("--ubatch", ubatch),
+                ("--no-op-offload", no_op_offload),
+                ("--env", env),
+                ("--llama-bin-dir", llama_bin_dir),
+                ("llama-server args", extra_args),
+            )
+            if v
+        ]
         if given:
             raise XoverError(f"{given[0]} does not apply with --url: that server's flags are already set; drop it")
         if model is not None and not model.is_file():
@@ -135,21 +248,32 @@ def ttft(
             return benchrun.parse_choice_list(option, _joined(values), allowed) if values else ()
 
         configs = benchrun.combinations(
-            ncmoe=ints("--ncmoe", ncmoe), load_mode=choices("--load-mode", load_mode, LOAD_MODE.choices),
-            batch=ints("--batch", batch, 1), ubatch=ints("--ubatch", ubatch, 1),
+            ncmoe=ints("--ncmoe", ncmoe),
+            load_mode=choices("--load-mode", load_mode, LOAD_MODE.choices),
+            batch=ints("--batch", batch, 1),
+            ubatch=ints("--ubatch", ubatch, 1),
             flash_attn=choices("--flash-attn", flash_attn, FLASH_ATTN.choices),
             no_op_offload=tuple(int(v) for v in choices("--no-op-offload", no_op_offload, ("0", "1"))),
-            threads=ints("--threads", threads, 1), env=tuple(benchrun.parse_env(e) for e in env),
+            threads=ints("--threads", threads, 1),
+            env=tuple(benchrun.parse_env(e) for e in env),
         )
         from xover.gguf.inspect import check_offload_and_context
         from xover.llamacpp.server import check_explicit_context
 
         need = max(plan.lengths) + plan.response_tokens
-        check_offload_and_context(model, ints("--ncmoe", ncmoe), lengths=plan.lengths, extra_tokens=plan.response_tokens)
+        check_offload_and_context(
+            model, ints("--ncmoe", ncmoe), lengths=plan.lengths, extra_tokens=plan.response_tokens
+        )
         check_explicit_context(extra_args, need)
         binaries = resolve(llama_bin_dir)
-        specs = _specs(model, [server_config(c) for c in configs], plan, extra_args, has_flag(binaries.server, "-fit"),
-                       4 if has_flag(binaries.server, "-lv") else None)
+        specs = _specs(
+            model,
+            [server_config(c) for c in configs],
+            plan,
+            extra_args,
+            has_flag(binaries.server, "-fit"),
+            4 if has_flag(binaries.server, "-lv") else None,
+        )
         n_configs = len(specs)
 
     total = len(expand(plan)) * n_configs
@@ -173,12 +297,16 @@ def ttft(
                 if s.error is not None:
                     console.print(f"[red]{escape(f'{ev.label} L={s.length} rep {s.rep + 1}: {s.error}')}[/]")
                 elif ev.check is not None:
-                    console.print(f"[yellow]{escape(f'{ev.label} L={s.length} rep {s.rep + 1}: {ev.check}')}; "
-                                  "stored, not averaged[/]")
+                    console.print(
+                        f"[yellow]{escape(f'{ev.label} L={s.length} rep {s.rep + 1}: {ev.check}')}; "
+                        "stored, not averaged[/]"
+                    )
             elif isinstance(ev, Rerun):
                 total += 1
                 bar.update(task, total=total)
-                console.print(f"[dim]{escape(ev.label)} L={ev.length} rep {ev.rep + 1}: re-running with a fresh prompt[/]")
+                console.print(
+                    f"[dim]{escape(ev.label)} L={ev.length} rep {ev.rep + 1}: re-running with a fresh prompt[/]"
+                )
             elif isinstance(ev, ServerUp):
                 where = f", log {ev.log_path}" if ev.log_path else ""
                 line = f"llama-server {ev.label} ready at {ev.url} (build {ev.build_info or 'unknown'}){where}"
@@ -191,7 +319,9 @@ def ttft(
 
         run = TtftRun(store, plan, ["xover", *sys.argv[1:]], binaries=binaries, model=model, on_event=on_event)
         if url is not None:
-            outcome = asyncio.run(run.run_url(url, api_key=os.environ.get(API_KEY_ENV) or None, startup_timeout_s=server_timeout))
+            outcome = asyncio.run(
+                run.run_url(url, api_key=os.environ.get(API_KEY_ENV) or None, startup_timeout_s=server_timeout)
+            )
         else:
             outcome = asyncio.run(run.run_managed(specs, study_dir / "logs", startup_timeout_s=server_timeout))
         peaks = benchrun.memory_by_config(store, source="llama-server")
@@ -209,13 +339,17 @@ def ttft(
         if note:
             console.print(f"[yellow]warning: {escape(note)}[/]")
         if p.n_first_two_together:
-            console.print(f"[yellow]warning: {escape(label)} L={p.length}: in {p.n_first_two_together} of {p.n_ok} "
-                          "samples the first two tokens arrived together (the server held the first one back inside a "
-                          "UTF-8 character, or the client read late): their TTFT includes a decode step[/]")
+            console.print(
+                f"[yellow]warning: {escape(label)} L={p.length}: in {p.n_first_two_together} of {p.n_ok} "
+                "samples the first two tokens arrived together (the server held the first one back inside a "
+                "UTF-8 character, or the client read late): their TTFT includes a decode step[/]"
+            )
         if p.n_ok < p.n_reps:
             errored = f" ({p.n_errors} failed with an error)" if p.n_errors else ""
-            console.print(f"[yellow]warning: {escape(label)} L={p.length}: only {p.n_ok} of {p.n_reps} repetitions passed the "
-                          f"{p.mode} check{errored}[/]")
+            console.print(
+                f"[yellow]warning: {escape(label)} L={p.length}: only {p.n_ok} of {p.n_reps} repetitions passed the "
+                f"{p.mode} check{errored}[/]"
+            )
     for key, label in outcome.labels.items():
         if key in peaks:
             console.print(f"[dim]memory {escape(label)}: {benchrun.describe_memory(peaks[key])}[/]")
@@ -225,7 +359,11 @@ def ttft(
 
 
 def _specs(
-    model: Path, configs: Sequence[ServerConfig], plan: TtftPlan, extra_args: Sequence[str], fit_off: bool,
+    model: Path,
+    configs: Sequence[ServerConfig],
+    plan: TtftPlan,
+    extra_args: Sequence[str],
+    fit_off: bool,
     log_verbosity: int | None,
 ) -> list[ServerSpec]:
     """One server configuration per knob combination, in llama-server's flags; the knobs' flags come
@@ -237,12 +375,20 @@ def _specs(
     specs = []
     for config in configs:
         typed, knob_args = take(config.args, (N_CPU_MOE, THREADS, FLASH_ATTN))
-        specs.append(ServerSpec(
-            model=model.resolve(), label=config.label, ctx_size=ctx,
-            n_cpu_moe=int(typed[N_CPU_MOE.name]) if N_CPU_MOE.name in typed else None,
-            threads=int(typed[THREADS.name]) if THREADS.name in typed else None, flash_attn=typed.get(FLASH_ATTN.name),
-            fit_off=fit_off, extra_args=(*knob_args, *extra_args), env=config.env, log_verbosity=log_verbosity,
-        ))
+        specs.append(
+            ServerSpec(
+                model=model.resolve(),
+                label=config.label,
+                ctx_size=ctx,
+                n_cpu_moe=int(typed[N_CPU_MOE.name]) if N_CPU_MOE.name in typed else None,
+                threads=int(typed[THREADS.name]) if THREADS.name in typed else None,
+                flash_attn=typed.get(FLASH_ATTN.name),
+                fit_off=fit_off,
+                extra_args=(*knob_args, *extra_args),
+                env=config.env,
+                log_verbosity=log_verbosity,
+            )
+        )
     return specs
 
 
@@ -261,20 +407,35 @@ def render_table(summaries: Sequence[PointSummary], labels: Mapping[str, str], m
     from rich.markup import escape
     from rich.table import Table
 
-    t = Table(title=f"time to first token, {mode} (medians over samples that passed the {mode} check)",
-              box=box.SIMPLE_HEAD, title_justify="left")
+    t = Table(
+        title=f"time to first token, {mode} (medians over samples that passed the {mode} check)",
+        box=box.SIMPLE_HEAD,
+        title_justify="left",
+    )
     t.add_column("config")
-    for name in ("L", "TTFT ms", "q1-q3 ms", "prefill tok/s\nL/TTFT | server", "decode tok/s\nclient | server",
-                 f"{mode} check\npassed/total", "re-runs", "gap ms\nTTFT-prompt_ms"):
+    for name in (
+        "L",
+        "TTFT ms",
+        "q1-q3 ms",
+        "prefill tok/s\nL/TTFT | server",
+        "decode tok/s\nclient | server",
+        f"{mode} check\npassed/total",
+        "re-runs",
+        "gap ms\nTTFT-prompt_ms",
+    ):
         t.add_column(name, justify="right")
     for p in summaries:
         ttft, gap = p.ttft_ns, p.gap_ns
         gap_text = "-" if gap is None else _ms(gap.median)
         t.add_row(
-            escape(labels.get(p.config_key, p.config_key)), f"{p.length:,}",
-            _ms(ttft.median) if ttft else "-", f"{_ms(ttft.q1)}-{_ms(ttft.q3)}" if ttft else "-",
+            escape(labels.get(p.config_key, p.config_key)),
+            f"{p.length:,}",
+            _ms(ttft.median) if ttft else "-",
+            f"{_ms(ttft.q1)}-{_ms(ttft.q3)}" if ttft else "-",
             f"{_tps(p.prefill_tps_client)} | {_tps(p.prefill_tps_server)}",
             f"{_tps(p.decode_tps_client)} | {_tps(p.decode_tps_server)}",
-            f"{p.n_ok}/{p.n_samples}", str(p.n_reruns), f"[yellow]{gap_text}[/]" if p.gap_is_large else gap_text,
+            f"{p.n_ok}/{p.n_samples}",
+            str(p.n_reruns),
+            f"[yellow]{gap_text}[/]" if p.gap_is_large else gap_text,
         )
     return t

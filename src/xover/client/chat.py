@@ -121,10 +121,18 @@ def parse_chat_stream(chunks: Sequence[Chunk], t0_ns: int, transport_error: str 
         error = "the stream carried no timings (is this llama-server?)"
     details = usage.get("prompt_tokens_details")
     return ChatStream(
-        first_byte_ns=first_byte, first_token_ns=first, last_token_ns=last, end_ns=end, content="".join(content),
-        n_content_events=len(content), finish_reason=finish, prompt_tokens=_int(usage.get("prompt_tokens")),
+        first_byte_ns=first_byte,
+        first_token_ns=first,
+        last_token_ns=last,
+        end_ns=end,
+        content="".join(content),
+        n_content_events=len(content),
+        finish_reason=finish,
+        prompt_tokens=_int(usage.get("prompt_tokens")),
         cached_tokens=_int(details.get("cached_tokens")) if isinstance(details, dict) else None,
-        completion_tokens=_int(usage.get("completion_tokens")), timings=timings, error=error,
+        completion_tokens=_int(usage.get("completion_tokens")),
+        timings=timings,
+        error=error,
     )
 
 
@@ -161,5 +169,6 @@ class ChatClient(LlamaClient):
             result = parse_chat_stream(raw.chunks, raw.t0_ns, raw.transport_error)
         else:
             result = dataclasses.replace(parse_chat_stream((), raw.t0_ns), error=raw.error)
-        return ChatRecord(sent_at_unix_ns=raw.sent_at_unix_ns, t0_ns=raw.t0_ns, status=raw.status, chunks=raw.chunks,
-                          result=result)
+        return ChatRecord(
+            sent_at_unix_ns=raw.sent_at_unix_ns, t0_ns=raw.t0_ns, status=raw.status, chunks=raw.chunks, result=result
+        )

@@ -20,8 +20,8 @@ from typing import Any, TypeVar
 
 import httpx
 
-from xover.errors import XoverError
 from xover.client.sse import Chunk, CompletionStream, parse_completion_stream
+from xover.errors import XoverError
 
 
 class RequestError(XoverError):
@@ -73,8 +73,12 @@ class LlamaClient:
         # One connection at a time, opened before a measured request starts its clock (see
         # stream_completion); never through a proxy from the environment, which would be measured too.
         self._http = httpx.AsyncClient(
-            base_url=self.base_url, headers=headers, transport=transport, trust_env=False,
-            timeout=httpx.Timeout(timeout_s, connect=10.0), limits=httpx.Limits(max_connections=1),
+            base_url=self.base_url,
+            headers=headers,
+            transport=transport,
+            trust_env=False,
+            timeout=httpx.Timeout(timeout_s, connect=10.0),
+            limits=httpx.Limits(max_connections=1),
         )
 
     async def __aenter__(self: _Client) -> _Client:
@@ -143,7 +147,6 @@ class LlamaClient:
             raise self._fail("POST /tokenize at", "no 'tokens' list in the response")
         return [int(t) for t in tokens]
 
-
     async def stream_raw(self, path: str, body: dict[str, Any]) -> RawStream:
         """POST a streamed request to ``path``; every body chunk is timestamped on arrival.
 
@@ -155,7 +158,9 @@ class LlamaClient:
             # outside the clock, with a request whose plain response keeps it alive for this one.
             await self._request("GET", "/health", timeout=10.0)
         except httpx.HTTPError as e:
-            return RawStream(time.time_ns(), time.perf_counter_ns(), None, (), f"no connection: {type(e).__name__}: {e}", None)
+            return RawStream(
+                time.time_ns(), time.perf_counter_ns(), None, (), f"no connection: {type(e).__name__}: {e}", None
+            )
         # Everything that can be prepared is prepared before the clock starts (JSON, URL, headers).
         request = self._http.build_request(
             "POST", path, content=json.dumps(body).encode(), headers={"Content-Type": "application/json"}
@@ -183,7 +188,9 @@ class LlamaClient:
             transport_error = f"{type(e).__name__}: {e}" if str(e) else type(e).__name__
         error = None
         if status != 200:
-            error = f"HTTP {status}: {error_text(error_body)}" if status is not None else f"no response: {transport_error}"
+            error = (
+                f"HTTP {status}: {error_text(error_body)}" if status is not None else f"no response: {transport_error}"
+            )
         return RawStream(sent_at, t0, status, tuple(chunks), error, transport_error)
 
     async def stream_completion(self, body: dict[str, Any]) -> StreamRecord:
@@ -193,8 +200,9 @@ class LlamaClient:
             result = parse_completion_stream(raw.chunks, raw.t0_ns, raw.transport_error)
         else:
             result = dataclasses.replace(parse_completion_stream((), raw.t0_ns), error=raw.error)
-        return StreamRecord(sent_at_unix_ns=raw.sent_at_unix_ns, t0_ns=raw.t0_ns, status=raw.status, chunks=raw.chunks,
-                            result=result)
+        return StreamRecord(
+            sent_at_unix_ns=raw.sent_at_unix_ns, t0_ns=raw.t0_ns, status=raw.status, chunks=raw.chunks, result=result
+        )
 
 
 @dataclasses.dataclass(frozen=True)

@@ -66,10 +66,13 @@ def parse_sse(chunks: Sequence[Chunk]) -> SseParse:
         pos = m.end()
         if not line:
             if data:
-                events.append(SseEvent(
-                    t_ns=time_at(pos), event=(event_type or b"message").decode("utf-8", "replace"),
-                    data=b"\n".join(data).decode("utf-8", "replace"),
-                ))
+                events.append(
+                    SseEvent(
+                        t_ns=time_at(pos),
+                        event=(event_type or b"message").decode("utf-8", "replace"),
+                        data=b"\n".join(data).decode("utf-8", "replace"),
+                    )
+                )
             data, event_type = [], b""
             consumed = pos
             continue
@@ -136,7 +139,9 @@ def _error_message(err: Any) -> str:
     return str(err)
 
 
-def parse_completion_stream(chunks: Sequence[Chunk], t0_ns: int, transport_error: str | None = None) -> CompletionStream:
+def parse_completion_stream(
+    chunks: Sequence[Chunk], t0_ns: int, transport_error: str | None = None
+) -> CompletionStream:
     """Interpret the chunks of one ``/completion`` stream sent at ``t0_ns`` (perf_counter_ns).
 
     Content events carry ``tokens`` (ids) and ``stop: false``; the final event has ``stop: true``
@@ -190,6 +195,11 @@ def parse_completion_stream(chunks: Sequence[Chunk], t0_ns: int, transport_error
     elif error is None and timings is None:
         error = "final event (stop: true) carried no timings"
     return CompletionStream(
-        first_byte_ns=first_byte, first_token_ns=first_token, end_ns=end, token_times_ns=tuple(token_times),
-        first_event_n_decoded=first_event_n_decoded, timings=timings, error=error,
+        first_byte_ns=first_byte,
+        first_token_ns=first_token,
+        end_ns=end,
+        token_times_ns=tuple(token_times),
+        first_event_n_decoded=first_event_n_decoded,
+        timings=timings,
+        error=error,
     )

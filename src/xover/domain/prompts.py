@@ -169,10 +169,10 @@ async def fit_text(draft: Callable[[int], str], length: int, count: Callable[[st
         if not text[cut - 1].isspace():
             return text[:cut]
     if exact:
-        return text[:exact[0]]
+        return text[: exact[0]]
     short = [c for c in near if await at(c) < length]
     if short:
-        return await _complete(text[:max(short)], counts[max(short)], length, count)
+        return await _complete(text[: max(short)], counts[max(short)], length, count)
     raise XoverError(
         f"no prefix of the drafted text is exactly {length} tokens for this tokenizer: use token-id prompts (drop --text)"
     )
@@ -189,6 +189,8 @@ async def _complete(text: str, n: int, length: int, count: Callable[[str], Await
                 text, n = text + ch, grown
                 break
         else:
-            raise XoverError(f"no prefix of the drafted text is exactly {length} tokens for this tokenizer, and no "
-                             f"single character adds exactly one token after {n}: use token-id prompts (drop --text)")
+            raise XoverError(
+                f"no prefix of the drafted text is exactly {length} tokens for this tokenizer, and no "
+                f"single character adds exactly one token after {n}: use token-id prompts (drop --text)"
+            )
     return text

@@ -188,8 +188,17 @@ class SessionTurn:
     error: str | None = None
 
 
-_BACKEND_NAMES = {"cpu": "CPU", "cuda": "CUDA", "hip": "HIP", "rocm": "HIP", "vulkan": "Vulkan", "metal": "Metal",
-                  "sycl": "SYCL", "musa": "MUSA", "blas": "BLAS"}
+_BACKEND_NAMES = {
+    "cpu": "CPU",
+    "cuda": "CUDA",
+    "hip": "HIP",
+    "rocm": "HIP",
+    "vulkan": "Vulkan",
+    "metal": "Metal",
+    "sycl": "SYCL",
+    "musa": "MUSA",
+    "blas": "BLAS",
+}
 
 
 def backend_name(text: str) -> str:

@@ -29,7 +29,9 @@ else:  # pragma: no cover
 SHARED_FLAGS: dict[str, str] = {o.name: o.shared_flag for o in llama_options.OPTIONS if o.shared_flag is not None}
 _INT_KEYS = {name for name in SHARED_FLAGS if llama_options.BY_NAME[name].kind == "int"}
 LOAD_MODES = llama_options.LOAD_MODES  # -lm / --load-mode
-_CHOICES = {name: llama_options.BY_NAME[name].choices for name in SHARED_FLAGS if llama_options.BY_NAME[name].kind == "choice"}
+_CHOICES = {
+    name: llama_options.BY_NAME[name].choices for name in SHARED_FLAGS if llama_options.BY_NAME[name].kind == "choice"
+}
 # The knobs the tuning stage can search, (name, short name): xover.analysis.advise.study_knobs defines them.
 TUNE_KNOBS = tuple((o.name, o.short) for o in llama_options.OPTIONS if o.tuned_values)
 _NOPO = llama_options.NO_OP_OFFLOAD  # the spec's no-op-offload = true
@@ -168,8 +170,10 @@ def validate_spec(spec: StudySpec) -> None:
     known = {n for pair in TUNE_KNOBS for n in pair}
     for name in (*(spec.tune_knobs or ()), *(k for k, _ in spec.tune_values)):
         if name not in known:
-            raise XoverError(f"[study] tune: unknown knob {name!r}; use some of "
-                             + ", ".join(f"{n} ({s})" if s != n else n for n, s in TUNE_KNOBS))
+            raise XoverError(
+                f"[study] tune: unknown knob {name!r}; use some of "
+                + ", ".join(f"{n} ({s})" if s != n else n for n, s in TUNE_KNOBS)
+            )
 
 
 FIT = "fit"
@@ -186,11 +190,12 @@ def parse_fit(value: str, where: str) -> str:
         from xover.domain.prompts import parse_length
 
         try:
-            return f"{FIT}@{parse_length(text[len(FIT) + 1:])}"
+            return f"{FIT}@{parse_length(text[len(FIT) + 1 :])}"
         except XoverError:
             pass
-    raise XoverError(f"{where}: n-cpu-moe must be a non-negative integer, 'fit' or 'fit@LENGTH' (e.g. 'fit@8k'), "
-                     f"got {value!r}")
+    raise XoverError(
+        f"{where}: n-cpu-moe must be a non-negative integer, 'fit' or 'fit@LENGTH' (e.g. 'fit@8k'), got {value!r}"
+    )
 
 
 def fit_context(value: str | None) -> int | None | bool:
@@ -240,9 +245,12 @@ def config_from_table(table: Mapping[str, Any], index: int) -> LlamaConfig:
             raise XoverError(f"{where}: {key} must be a list of strings, e.g. ['--mlock']")
         lists[key] = tuple(v)
     return LlamaConfig(
-        name=name.strip(), flags=tuple(flags), no_op_offload=nopo,
+        name=name.strip(),
+        flags=tuple(flags),
+        no_op_offload=nopo,
         env=tuple(sorted((k, str(v)) for k, v in env.items())),
-        bench_args=lists["bench-args"], server_args=lists["server-args"],
+        bench_args=lists["bench-args"],
+        server_args=lists["server-args"],
     )
 
 
@@ -267,10 +275,31 @@ def spec_from_dict(doc: Mapping[str, Any], base_dir: Path | None = None) -> Stud
         if base_dir is not None and not model_path.is_absolute():
             model_path = base_dir / model_path
     study = dict(doc.get("study", {}))
-    known_study = {"lengths", "response-tokens", "repetitions", "bench-repetitions", "pp", "tg", "band",
-                   "cache-length", "skip", "timeout", "session-turns", "session-system-tokens",
-                   "session-target-tokens", "session-response-tokens", "bench-depths", "hardware", "tune",
-                   "tune-knobs", "tune-values", "tune-depths", "tune-repetitions", "pairs", "vram-budget"}
+    known_study = {
+        "lengths",
+        "response-tokens",
+        "repetitions",
+        "bench-repetitions",
+        "pp",
+        "tg",
+        "band",
+        "cache-length",
+        "skip",
+        "timeout",
+        "session-turns",
+        "session-system-tokens",
+        "session-target-tokens",
+        "session-response-tokens",
+        "bench-depths",
+        "hardware",
+        "tune",
+        "tune-knobs",
+        "tune-values",
+        "tune-depths",
+        "tune-repetitions",
+        "pairs",
+        "vram-budget",
+    }
     bad = set(study) - known_study
     if bad:
         raise XoverError(f"[study]: unknown key {sorted(bad)[0]!r}; use one of {', '.join(sorted(known_study))}")
@@ -281,7 +310,9 @@ def spec_from_dict(doc: Mapping[str, Any], base_dir: Path | None = None) -> Stud
     if "lengths" in study:
         kwargs["lengths"] = parse_lengths(study["lengths"], "[study] lengths")
     if "bench-depths" in study:
-        kwargs["bench_depths"] = tuple(_k(d, "[study] bench-depths") for d in _as_list(study["bench-depths"], "bench-depths"))
+        kwargs["bench_depths"] = tuple(
+            _k(d, "[study] bench-depths") for d in _as_list(study["bench-depths"], "bench-depths")
+        )
     if "hardware" in study:
         hw = study["hardware"]
         if not isinstance(hw, str) or not hw.strip():
@@ -290,7 +321,12 @@ def spec_from_dict(doc: Mapping[str, Any], base_dir: Path | None = None) -> Stud
     if "response-tokens" in study:
         rt = study["response-tokens"]
         kwargs["response_tokens"] = tuple(rt) if isinstance(rt, list) else (rt,)
-    for key, attr in (("repetitions", "repetitions"), ("bench-repetitions", "bench_repetitions"), ("pp", "pp"), ("tg", "tg")):
+    for key, attr in (
+        ("repetitions", "repetitions"),
+        ("bench-repetitions", "bench_repetitions"),
+        ("pp", "pp"),
+        ("tg", "tg"),
+    ):
         if key in study:
             if not isinstance(study[key], int) or isinstance(study[key], bool):
                 raise XoverError(f"[study] {key} must be an integer")
@@ -317,7 +353,9 @@ def spec_from_dict(doc: Mapping[str, Any], base_dir: Path | None = None) -> Stud
             kwargs[key.replace("-", "_")] = _k(study[key], f"[study] {key}")
     return StudySpec(
         configs=tuple(config_from_table(t, i) for i, t in enumerate(tables)),
-        model_path=model_path, model_preset=preset, **kwargs,
+        model_path=model_path,
+        model_preset=preset,
+        **kwargs,
     )
 
 
@@ -336,9 +374,12 @@ def _tune_keys(study: Mapping[str, Any]) -> dict[str, Any]:
     if "tune-values" in study:
         table = study["tune-values"]
         if not isinstance(table, dict):
-            raise XoverError("[study] tune-values must be a table of knob = [values], e.g. { ubatch-size = [2048, 4096] }")
-        out["tune_values"] = tuple((str(k), tuple(str(v) for v in _as_list(vals, f"tune-values.{k}")))
-                                   for k, vals in table.items())
+            raise XoverError(
+                "[study] tune-values must be a table of knob = [values], e.g. { ubatch-size = [2048, 4096] }"
+            )
+        out["tune_values"] = tuple(
+            (str(k), tuple(str(v) for v in _as_list(vals, f"tune-values.{k}"))) for k, vals in table.items()
+        )
     if "tune-depths" in study:
         depths = study["tune-depths"]
         if not isinstance(depths, list):
@@ -355,8 +396,9 @@ def _tune_keys(study: Mapping[str, Any]) -> dict[str, Any]:
         out["tune_repetitions"] = study["tune-repetitions"]
     if "pairs" in study:
         pairs = study["pairs"]
-        if not isinstance(pairs, list) or not all(isinstance(p, list) and len(p) == 2 and all(isinstance(x, str) for x in p)
-                                                  for p in pairs):
+        if not isinstance(pairs, list) or not all(
+            isinstance(p, list) and len(p) == 2 and all(isinstance(x, str) for x in p) for p in pairs
+        ):
             raise XoverError("[study] pairs must be a list of [NAME, NAME], e.g. [['ncmoe=0', 'ncmoe=18']]")
         out["pairs"] = tuple((a, b) for a, b in pairs)
     return out

@@ -47,7 +47,10 @@ from typing import Any
 from xover.errors import XoverError
 
 FORMAT = "xover-session/1"
-EDIT_KINDS = ("delete", "modify")  # rewrite turns cycle through these: a deleted block lets --cache-reuse recover the rest
+EDIT_KINDS = (
+    "delete",
+    "modify",
+)  # rewrite turns cycle through these: a deleted block lets --cache-reuse recover the rest
 
 Message = Mapping[str, Any]  # an OpenAI chat message; treated as read-only
 
@@ -72,8 +75,10 @@ class WorkloadSpec:
         if self.system_tokens < 64:
             raise XoverError(f"--system-tokens {self.system_tokens}: give at least 64 tokens")
         if self.target_tokens < self.system_tokens + 64 * self.turns:
-            raise XoverError(f"--target-tokens {self.target_tokens} leaves under 64 tokens per turn above the "
-                             f"{self.system_tokens}-token system prompt: raise it or lower --turns")
+            raise XoverError(
+                f"--target-tokens {self.target_tokens} leaves under 64 tokens per turn above the "
+                f"{self.system_tokens}-token system prompt: raise it or lower --turns"
+            )
         if self.rewrite_every < 0 or self.rewrite_every == 1:
             raise XoverError(f"rewrite every {self.rewrite_every} turns: use 0 (never) or at least 2")
         if not self.chars_per_token > 0:
@@ -108,8 +113,16 @@ def _k(n: int) -> str:
     return f"{n / 1024:.1f}K".replace(".0K", "K") if n >= 1024 else str(n)
 
 
-def fit_to_context(spec: WorkloadSpec, n_ctx: int, response_tokens: int, given: frozenset[str] = frozenset(),
-                   model: str = "the model", *, reply_tokens: int = 0, slack: int = 0) -> tuple[WorkloadSpec, str | None]:
+def fit_to_context(
+    spec: WorkloadSpec,
+    n_ctx: int,
+    response_tokens: int,
+    given: frozenset[str] = frozenset(),
+    model: str = "the model",
+    *,
+    reply_tokens: int = 0,
+    slack: int = 0,
+) -> tuple[WorkloadSpec, str | None]:
     """``spec`` fitted to a model's training context of ``n_ctx`` tokens, and one line saying what changed.
 
     The last turn's prompt (as generated, estimated at ``chars_per_token``) must fit :data:`CONTEXT_USE`
@@ -130,12 +143,17 @@ def fit_to_context(spec: WorkloadSpec, n_ctx: int, response_tokens: int, given: 
         return int((room - slack) * CONTEXT_USE) - (turns - 1) * reply_tokens
 
     if budget(2) < 256:
-        raise XoverError(f"{model}'s training context of {n_ctx:,} tokens leaves no room for a session with "
-                         f"{response_tokens}-token responses" + (f" fed back as {reply_tokens:,} tokens each" if reply_tokens
-                                                                 else "") + ": lower --response-tokens, or replay --exact")
+        raise XoverError(
+            f"{model}'s training context of {n_ctx:,} tokens leaves no room for a session with "
+            f"{response_tokens}-token responses"
+            + (f" fed back as {reply_tokens:,} tokens each" if reply_tokens else "")
+            + ": lower --response-tokens, or replay --exact"
+        )
     if spec.target_tokens > room and "target_tokens" in given:
-        raise XoverError(f"--target-tokens {spec.target_tokens:,} plus {response_tokens} response tokens exceed {model}'s "
-                         f"training context of {n_ctx:,} tokens: at most {room:,} fit; give --target-tokens {room:,} or less")
+        raise XoverError(
+            f"--target-tokens {spec.target_tokens:,} plus {response_tokens} response tokens exceed {model}'s "
+            f"training context of {n_ctx:,} tokens: at most {room:,} fit; give --target-tokens {room:,} or less"
+        )
     per_turn = math.ceil(MIN_TURN_CHARS / spec.chars_per_token)
 
     def turns_error(turns: int, system: int, limit: int) -> XoverError:
@@ -143,19 +161,29 @@ def fit_to_context(spec: WorkloadSpec, n_ctx: int, response_tokens: int, given: 
         return XoverError(
             f"--turns {turns}: each turn adds at least about {per_turn:,} tokens ({MIN_TURN_CHARS:,} characters at "
             f"{spec.chars_per_token:g} per token){replies}, so after a {_k(system)}-token system prompt {turns} turns "
-            f"outgrow {model}'s training context of {n_ctx:,} tokens: " +
-            (f"at most {limit} turns fit; give --turns {limit} or fewer" if limit >= 2 else
-             "not even 2 turns fit; give a smaller --system-tokens or --response-tokens, or replay --exact"))
+            f"outgrow {model}'s training context of {n_ctx:,} tokens: "
+            + (
+                f"at most {limit} turns fit; give --turns {limit} or fewer"
+                if limit >= 2
+                else "not even 2 turns fit; give a smaller --system-tokens or --response-tokens, or replay --exact"
+            )
+        )
 
     def sized(target: int, turns: int) -> WorkloadSpec:
         """The spec at final size ``target`` (system prompt scaled alike unless given), ``turns`` turns."""
-        system = spec.system_tokens if "system_tokens" in given else \
-            max(64, round(spec.system_tokens * target / spec.target_tokens))
+        system = (
+            spec.system_tokens
+            if "system_tokens" in given
+            else max(64, round(spec.system_tokens * target / spec.target_tokens))
+        )
         if system + 64 * 2 > target:
-            raise XoverError(f"--system-tokens {system:,} leaves no room for turns in the {_k(target)}-token session "
-                             f"that fits {model}'s training context of {n_ctx:,} tokens: lower --system-tokens")
-        return dataclasses.replace(spec, system_tokens=system, target_tokens=max(target, system + 64 * turns),
-                                   turns=turns)
+            raise XoverError(
+                f"--system-tokens {system:,} leaves no room for turns in the {_k(target)}-token session "
+                f"that fits {model}'s training context of {n_ctx:,} tokens: lower --system-tokens"
+            )
+        return dataclasses.replace(
+            spec, system_tokens=system, target_tokens=max(target, system + 64 * turns), turns=turns
+        )
 
     def at(turns: int) -> WorkloadSpec:
         """The largest final size ``turns`` turns get (the given one, else the default or what fits)."""
@@ -181,26 +209,37 @@ def fit_to_context(spec: WorkloadSpec, n_ctx: int, response_tokens: int, given: 
     for _ in range(12):
         if size <= budget(fitted.turns) or "target_tokens" in given or target <= 256:
             break
-        target = max(256, int(target * budget(fitted.turns) / size) // 256 * 256
-                     - (256 if size <= budget(fitted.turns) * 1.02 else 0))
+        target = max(
+            256,
+            int(target * budget(fitted.turns) / size) // 256 * 256
+            - (256 if size <= budget(fitted.turns) * 1.02 else 0),
+        )
         fitted = sized(target, fitted.turns)
         while "turns" not in given and fitted.turns > 2 and not fits(fitted):
             fitted = sized(target, fitted.turns - 1)
         size = last_turn_tokens(fitted)
     if size > budget(fitted.turns):
-        raise XoverError(f"the session these sizes generate grows to about {size:,} tokens, beyond the "
-                         f"{budget(fitted.turns):,} that fit {model}'s training context of {n_ctx:,} tokens with "
-                         f"{response_tokens}-token responses: lower --target-tokens, --system-tokens or --turns")
+        raise XoverError(
+            f"the session these sizes generate grows to about {size:,} tokens, beyond the "
+            f"{budget(fitted.turns):,} that fit {model}'s training context of {n_ctx:,} tokens with "
+            f"{response_tokens}-token responses: lower --target-tokens, --system-tokens or --turns"
+        )
     if fitted == spec:
         return spec, None
-    changed = [f"{fitted.turns} turns (default {spec.turns})" if fitted.turns != spec.turns else "",
-               f"a {_k(fitted.system_tokens)}-token system prompt (default {_k(spec.system_tokens)})"
-               if fitted.system_tokens != spec.system_tokens else "",
-               f"growing to {_k(fitted.target_tokens)} tokens (default {_k(spec.target_tokens)})"
-               if fitted.target_tokens != spec.target_tokens else ""]
+    changed = [
+        f"{fitted.turns} turns (default {spec.turns})" if fitted.turns != spec.turns else "",
+        f"a {_k(fitted.system_tokens)}-token system prompt (default {_k(spec.system_tokens)})"
+        if fitted.system_tokens != spec.system_tokens
+        else "",
+        f"growing to {_k(fitted.target_tokens)} tokens (default {_k(spec.target_tokens)})"
+        if fitted.target_tokens != spec.target_tokens
+        else "",
+    ]
     replies = f", with room for fed-back replies of {reply_tokens:,} tokens" if reply_tokens else ""
-    return fitted, (f"agentic session scaled to {model}'s training context of {n_ctx:,} tokens{replies}: "
-                    + ", ".join(c for c in changed if c))
+    return fitted, (
+        f"agentic session scaled to {model}'s training context of {n_ctx:,} tokens{replies}: "
+        + ", ".join(c for c in changed if c)
+    )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -260,34 +299,38 @@ def loads(text: str, source: str = "workload") -> Session:
         except json.JSONDecodeError as e:
             raise XoverError(f"{where} is not JSON ({e.msg}): each line must be one JSON object") from None
         if not isinstance(obj, dict):
-            raise XoverError(f"{where} is not a JSON object: each line must be {{\"turn\": i, \"messages\": [...]}}")
+            raise XoverError(f'{where} is not a JSON object: each line must be {{"turn": i, "messages": [...]}}')
         if "format" in obj:
             if turns or header is not None:
                 raise XoverError(f"{where}: a header line may only come first")
             if obj["format"] != FORMAT:
-                raise XoverError(f"{where}: format {obj['format']!r} is not {FORMAT!r}: regenerate the file with this xover")
+                raise XoverError(
+                    f"{where}: format {obj['format']!r} is not {FORMAT!r}: regenerate the file with this xover"
+                )
             header = obj
             continue
         turns.append(_turn(obj, len(turns), where))
     if not turns:
-        raise XoverError(f"{source} holds no turns: it needs lines like {{\"turn\": 0, \"messages\": [...]}}")
+        raise XoverError(f'{source} holds no turns: it needs lines like {{"turn": 0, "messages": [...]}}')
     return Session(turns=tuple(turns), header=header)
 
 
 def _turn(obj: dict[str, Any], expected: int, where: str) -> Turn:
     if obj.get("turn") != expected:
-        raise XoverError(f"{where}: \"turn\" is {obj.get('turn')!r}, expected {expected}: turns must be numbered 0, 1, 2, ... in order")
+        raise XoverError(
+            f'{where}: "turn" is {obj.get("turn")!r}, expected {expected}: turns must be numbered 0, 1, 2, ... in order'
+        )
     messages = obj.get("messages")
     if not isinstance(messages, list) or not messages:
-        raise XoverError(f"{where}: \"messages\" must be a non-empty list of chat messages")
+        raise XoverError(f'{where}: "messages" must be a non-empty list of chat messages')
     for k, m in enumerate(messages):
         if not isinstance(m, dict) or not isinstance(m.get("role"), str):
-            raise XoverError(f"{where}: message {k} has no \"role\": each message is {{\"role\": ..., \"content\": ...}}")
+            raise XoverError(f'{where}: message {k} has no "role": each message is {{"role": ..., "content": ...}}')
     if messages[-1]["role"] == "assistant":
         raise XoverError(f"{where}: the last message is the assistant's; a turn must end with what the client sends")
     assistant = obj.get("assistant", "")
     if not isinstance(assistant, str):
-        raise XoverError(f"{where}: \"assistant\" must be a string (the recorded reply)")
+        raise XoverError(f'{where}: "assistant" must be a string (the recorded reply)')
     return Turn(index=expected, messages=tuple(messages), assistant=assistant)
 
 
@@ -302,8 +345,10 @@ def check_feedable(session: Session) -> None:
     for t in session.turns:
         have = len(_assistant_positions(t.messages))
         if have != base + t.index:
-            raise XoverError(f"turn {t.index} holds {have} assistant messages, expected {base + t.index} (one reply per "
-                             "earlier turn): replay it with --exact, which sends the recorded replies as they are")
+            raise XoverError(
+                f"turn {t.index} holds {have} assistant messages, expected {base + t.index} (one reply per "
+                "earlier turn): replay it with --exact, which sends the recorded replies as they are"
+            )
 
 
 def messages_for_turn(session: Session, i: int, replies: Sequence[str] | None) -> list[dict[str, Any]]:
@@ -314,7 +359,7 @@ def messages_for_turn(session: Session, i: int, replies: Sequence[str] | None) -
         return msgs
     if len(replies) < i:
         raise ValueError(f"turn {i} needs {i} earlier replies, got {len(replies)}")
-    for k, j in enumerate(_assistant_positions(msgs)[session.prior_assistant:]):
+    for k, j in enumerate(_assistant_positions(msgs)[session.prior_assistant :]):
         msgs[j]["content"] = replies[k]
     return msgs
 
@@ -333,29 +378,118 @@ def estimate_tokens(messages: Sequence[Message], chars_per_token: float) -> int:
 
 # ---- the generator ------------------------------------------------------------------------------
 
-_VERBS = ("get", "set", "load", "parse", "build", "render", "update", "validate", "compute", "fetch", "resolve",
-          "merge", "split", "encode", "decode", "normalize", "apply", "collect", "format", "write", "read", "flush",
-          "reset", "schedule", "dispatch", "register", "filter", "sort", "group", "refresh")
-_NOUNS = ("config", "user", "session", "token", "cache", "record", "request", "response", "item", "entry", "path",
-          "buffer", "index", "batch", "report", "metric", "event", "handler", "client", "server", "queue", "task",
-          "node", "graph", "schema", "payload", "header", "layout", "widget", "order", "invoice", "account", "column",
-          "row", "limit", "window", "snapshot", "profile", "plugin", "route")
+_VERBS = (
+    "get",
+    "set",
+    "load",
+    "parse",
+    "build",
+    "render",
+    "update",
+    "validate",
+    "compute",
+    "fetch",
+    "resolve",
+    "merge",
+    "split",
+    "encode",
+    "decode",
+    "normalize",
+    "apply",
+    "collect",
+    "format",
+    "write",
+    "read",
+    "flush",
+    "reset",
+    "schedule",
+    "dispatch",
+    "register",
+    "filter",
+    "sort",
+    "group",
+    "refresh",
+)
+_NOUNS = (
+    "config",
+    "user",
+    "session",
+    "token",
+    "cache",
+    "record",
+    "request",
+    "response",
+    "item",
+    "entry",
+    "path",
+    "buffer",
+    "index",
+    "batch",
+    "report",
+    "metric",
+    "event",
+    "handler",
+    "client",
+    "server",
+    "queue",
+    "task",
+    "node",
+    "graph",
+    "schema",
+    "payload",
+    "header",
+    "layout",
+    "widget",
+    "order",
+    "invoice",
+    "account",
+    "column",
+    "row",
+    "limit",
+    "window",
+    "snapshot",
+    "profile",
+    "plugin",
+    "route",
+)
 _TYPES = ("int", "str", "float", "bool", "bytes", "list[str]", "dict[str, int]", "Path", "None", "tuple[int, ...]")
 _PACKAGES = ("core", "api", "storage", "billing", "auth", "ui", "jobs", "utils")
-_DOC = ("Return the {a} for the given {b}.", "Build a {a} from the {b} fields.", "Check that the {a} matches the {b}.",
-        "Apply every pending {a} to the {b}.", "Convert the {a} into a {b} the caller can store.",
-        "Drop stale {a} entries older than the {b}.", "Merge two {a} lists, keeping the newest {b}.")
-_STMTS = ("{x} = {y}.get({q}, {n})", "if not {x}:\n{i}    raise ValueError({q})", "{x} = [{y} for {y} in {z} if {y}]",
-          "for {y} in {z}:\n{i}    {x}.append({y})", "{x} = {n} * len({z})", "logger.debug({q}, {x})",
-          "{x} = self.{y}.{v}({z})", "{x}.update({y}={z})", "{x} = sorted({z}, key=lambda item: item.{y})",
-          "assert {x} is not None, {q}", "{x} = {y} or {z}", "{x} += {n}")
-_REQUESTS = ("The {noun} {verb} step fails when the {noun2} is empty. Find the cause and fix it, then run the tests.",
-             "Add a {verb}_{noun} helper to the {pkg} package and use it where the {noun2} is built by hand.",
-             "Refactor the {pkg} module so the {noun} cache is invalidated when the {noun2} changes.",
-             "The CI run reports a flaky test around {verb}_{noun}. Make it deterministic.")
-_FEEDBACK = ("Keep the public API unchanged.", "Please also update the docstrings.",
-             "Don't touch the migrations folder.", "Prefer small functions over one big one.",
-             "Run only the {pkg} tests, the full suite is slow.")
+_DOC = (
+    "Return the {a} for the given {b}.",
+    "Build a {a} from the {b} fields.",
+    "Check that the {a} matches the {b}.",
+    "Apply every pending {a} to the {b}.",
+    "Convert the {a} into a {b} the caller can store.",
+    "Drop stale {a} entries older than the {b}.",
+    "Merge two {a} lists, keeping the newest {b}.",
+)
+_STMTS = (
+    "{x} = {y}.get({q}, {n})",
+    "if not {x}:\n{i}    raise ValueError({q})",
+    "{x} = [{y} for {y} in {z} if {y}]",
+    "for {y} in {z}:\n{i}    {x}.append({y})",
+    "{x} = {n} * len({z})",
+    "logger.debug({q}, {x})",
+    "{x} = self.{y}.{v}({z})",
+    "{x}.update({y}={z})",
+    "{x} = sorted({z}, key=lambda item: item.{y})",
+    "assert {x} is not None, {q}",
+    "{x} = {y} or {z}",
+    "{x} += {n}",
+)
+_REQUESTS = (
+    "The {noun} {verb} step fails when the {noun2} is empty. Find the cause and fix it, then run the tests.",
+    "Add a {verb}_{noun} helper to the {pkg} package and use it where the {noun2} is built by hand.",
+    "Refactor the {pkg} module so the {noun} cache is invalidated when the {noun2} changes.",
+    "The CI run reports a flaky test around {verb}_{noun}. Make it deterministic.",
+)
+_FEEDBACK = (
+    "Keep the public API unchanged.",
+    "Please also update the docstrings.",
+    "Don't touch the migrations folder.",
+    "Prefer small functions over one big one.",
+    "Run only the {pkg} tests, the full suite is slow.",
+)
 
 
 def _ident(rng: random.Random) -> str:
@@ -363,13 +497,23 @@ def _ident(rng: random.Random) -> str:
 
 
 def _words(rng: random.Random) -> dict[str, str]:
-    return {"noun": rng.choice(_NOUNS), "noun2": rng.choice(_NOUNS), "verb": rng.choice(_VERBS), "pkg": rng.choice(_PACKAGES)}
+    return {
+        "noun": rng.choice(_NOUNS),
+        "noun2": rng.choice(_NOUNS),
+        "verb": rng.choice(_VERBS),
+        "pkg": rng.choice(_PACKAGES),
+    }
 
 
 def _stmt(rng: random.Random, indent: str) -> str:
     text = rng.choice(_STMTS).format(
-        x=rng.choice(_NOUNS), y=rng.choice(_NOUNS), z=rng.choice(_NOUNS) + "s", v=_ident(rng),
-        q=repr(f"{rng.choice(_NOUNS)} {rng.choice(_VERBS)}"), n=rng.randint(0, 512), i=indent,
+        x=rng.choice(_NOUNS),
+        y=rng.choice(_NOUNS),
+        z=rng.choice(_NOUNS) + "s",
+        v=_ident(rng),
+        q=repr(f"{rng.choice(_NOUNS)} {rng.choice(_VERBS)}"),
+        n=rng.randint(0, 512),
+        i=indent,
     )
     return indent + text
 
@@ -378,16 +522,20 @@ def _function(rng: random.Random) -> str:
     name, a, b = _ident(rng), rng.choice(_NOUNS), rng.choice(_NOUNS)
     args = ", ".join(f"{rng.choice(_NOUNS)}: {rng.choice(_TYPES)}" for _ in range(rng.randint(1, 3)))
     body = [_stmt(rng, "    ") for _ in range(rng.randint(2, 8))]
-    return (f"def {name}({args}) -> {rng.choice(_TYPES)}:\n"
-            f'    """{rng.choice(_DOC).format(a=a, b=b)}"""\n' + "\n".join(body) + f"\n    return {rng.choice(_NOUNS)}")
+    return (
+        f"def {name}({args}) -> {rng.choice(_TYPES)}:\n"
+        f'    """{rng.choice(_DOC).format(a=a, b=b)}"""\n' + "\n".join(body) + f"\n    return {rng.choice(_NOUNS)}"
+    )
 
 
 def _file_blocks(rng: random.Random, path: str, n_chars: int) -> list[str]:
     """A Python module as blocks (header, then functions) whose text is about ``n_chars`` long."""
     mod = path.rsplit("/", 1)[-1].removesuffix(".py")
     imports = "\n".join(f"from {rng.choice(_PACKAGES)}.{rng.choice(_NOUNS)} import {_ident(rng)}" for _ in range(3))
-    blocks = [f'"""{mod}: {rng.choice(_DOC).format(a=rng.choice(_NOUNS), b=rng.choice(_NOUNS))}"""\n\n'
-              f"from __future__ import annotations\n\nimport logging\n{imports}\n\nlogger = logging.getLogger(__name__)"]
+    blocks = [
+        f'"""{mod}: {rng.choice(_DOC).format(a=rng.choice(_NOUNS), b=rng.choice(_NOUNS))}"""\n\n'
+        f"from __future__ import annotations\n\nimport logging\n{imports}\n\nlogger = logging.getLogger(__name__)"
+    ]
     size = len(blocks[0])
     while size < n_chars or len(blocks) < 3:  # at least two functions, so that one before the last can be edited
         blocks.append(_function(rng))
@@ -401,21 +549,46 @@ def _render_file(blocks: Sequence[str]) -> str:
 
 def _core_tools() -> list[str]:
     tools = [
-        ("read_file", "Read the contents of a file at the specified path. Use this when you need to examine the "
-         "contents of an existing file, for example to analyze code or review text files.", ["path"]),
-        ("write_to_file", "Write content to a file at the specified path. If the file exists it is overwritten; "
-         "if not, it is created, along with any directories it needs.", ["path", "content"]),
-        ("replace_in_file", "Replace sections of content in an existing file using SEARCH/REPLACE blocks that "
-         "define exact changes to specific parts of the file.", ["path", "diff"]),
-        ("execute_command", "Execute a CLI command on the system. Tailor the command to the user's system and "
-         "explain what it does.", ["command", "requires_approval"]),
-        ("search_files", "Perform a regex search across files in a directory, with context-rich results.",
-         ["path", "regex", "file_pattern"]),
+        (
+            "read_file",
+            "Read the contents of a file at the specified path. Use this when you need to examine the "
+            "contents of an existing file, for example to analyze code or review text files.",
+            ["path"],
+        ),
+        (
+            "write_to_file",
+            "Write content to a file at the specified path. If the file exists it is overwritten; "
+            "if not, it is created, along with any directories it needs.",
+            ["path", "content"],
+        ),
+        (
+            "replace_in_file",
+            "Replace sections of content in an existing file using SEARCH/REPLACE blocks that "
+            "define exact changes to specific parts of the file.",
+            ["path", "diff"],
+        ),
+        (
+            "execute_command",
+            "Execute a CLI command on the system. Tailor the command to the user's system and explain what it does.",
+            ["command", "requires_approval"],
+        ),
+        (
+            "search_files",
+            "Perform a regex search across files in a directory, with context-rich results.",
+            ["path", "regex", "file_pattern"],
+        ),
         ("list_files", "List files and directories within the specified directory.", ["path", "recursive"]),
-        ("list_code_definition_names", "List definition names (classes, functions, methods) in source files at "
-         "the top level of the specified directory.", ["path"]),
-        ("ask_followup_question", "Ask the user a question to gather additional information needed to complete "
-         "the task.", ["question", "options"]),
+        (
+            "list_code_definition_names",
+            "List definition names (classes, functions, methods) in source files at "
+            "the top level of the specified directory.",
+            ["path"],
+        ),
+        (
+            "ask_followup_question",
+            "Ask the user a question to gather additional information needed to complete the task.",
+            ["question", "options"],
+        ),
         ("attempt_completion", "Once the task is complete, present the result to the user.", ["result", "command"]),
     ]
     out = []
@@ -434,24 +607,35 @@ def _mcp_tools(rng: random.Random) -> Iterator[str]:
         name = f"{rng.choice(_NOUNS)}-{rng.choice(_NOUNS)}-{server}"
         yield f"## {name} (`npx -y @acme/{name}-mcp`)\n\n### Available Tools\n"
         for _ in range(rng.randint(3, 6)):
-            props = {f"{rng.choice(_NOUNS)}_{k}": {"type": rng.choice(("string", "integer", "boolean")),
-                                                   "description": rng.choice(_DOC).format(a=rng.choice(_NOUNS), b=rng.choice(_NOUNS))}
-                     for k in range(rng.randint(2, 5))}
-            schema = json.dumps({"type": "object", "properties": props, "required": sorted(props)[:1]}, indent=2,
-                                sort_keys=True)
-            yield f"- {_ident(rng)}: {rng.choice(_DOC).format(a=rng.choice(_NOUNS), b=rng.choice(_NOUNS))}\n" \
-                  f"    Input Schema:\n    {schema}\n"
+            props = {
+                f"{rng.choice(_NOUNS)}_{k}": {
+                    "type": rng.choice(("string", "integer", "boolean")),
+                    "description": rng.choice(_DOC).format(a=rng.choice(_NOUNS), b=rng.choice(_NOUNS)),
+                }
+                for k in range(rng.randint(2, 5))
+            }
+            schema = json.dumps(
+                {"type": "object", "properties": props, "required": sorted(props)[:1]}, indent=2, sort_keys=True
+            )
+            yield (
+                f"- {_ident(rng)}: {rng.choice(_DOC).format(a=rng.choice(_NOUNS), b=rng.choice(_NOUNS))}\n"
+                f"    Input Schema:\n    {schema}\n"
+            )
 
 
 def _system_prompt(rng: random.Random, n_chars: int) -> str:
-    head = ("You are Xover Agent, a highly skilled software engineer with extensive knowledge in many programming "
-            "languages, frameworks, design patterns, and best practices.\n\n====\n\nTOOL USE\n\nYou have access to a "
-            "set of tools that are executed upon the user's approval. You can use one tool per message, and will "
-            "receive the result of that tool use in the user's response. Tool use is formatted using XML-style "
-            "tags:\n\n<tool_name>\n<parameter1_name>value1</parameter1_name>\n</tool_name>\n\n# Tools\n\n")
-    tail = ("\n====\n\nRULES\n\n- Your current working directory is: /home/dev/project\n- Do not ask for more "
-            "information than necessary.\n- Wait for the user's response after each tool use.\n\n====\n\nSYSTEM "
-            "INFORMATION\n\nOperating System: Linux 6.8\nDefault Shell: /bin/bash\n")
+    head = (
+        "You are Xover Agent, a highly skilled software engineer with extensive knowledge in many programming "
+        "languages, frameworks, design patterns, and best practices.\n\n====\n\nTOOL USE\n\nYou have access to a "
+        "set of tools that are executed upon the user's approval. You can use one tool per message, and will "
+        "receive the result of that tool use in the user's response. Tool use is formatted using XML-style "
+        "tags:\n\n<tool_name>\n<parameter1_name>value1</parameter1_name>\n</tool_name>\n\n# Tools\n\n"
+    )
+    tail = (
+        "\n====\n\nRULES\n\n- Your current working directory is: /home/dev/project\n- Do not ask for more "
+        "information than necessary.\n- Wait for the user's response after each tool use.\n\n====\n\nSYSTEM "
+        "INFORMATION\n\nOperating System: Linux 6.8\nDefault Shell: /bin/bash\n"
+    )
     parts, size = [head], len(head) + len(tail)
     # Core tools, then MCP servers' tools, while a block brings the size closer to the budget.
     for block in itertools.chain(_core_tools(), ["\n====\n\nMCP SERVERS\n\n"], _mcp_tools(rng)):
@@ -464,19 +648,27 @@ def _system_prompt(rng: random.Random, n_chars: int) -> str:
 
 def _env_details(turn: int, visible: str, tabs: Sequence[str]) -> str:
     when = datetime.datetime(2026, 3, 14, 9, 0, 0) + datetime.timedelta(seconds=41 * turn)
-    return (f"\n\n<environment_details>\n# VSCode Visible Files\n{visible}\n\n# VSCode Open Tabs\n{', '.join(tabs)}\n\n"
-            f"# Current Time\n{when.strftime('%m/%d/%Y, %H:%M:%S')} (UTC)\n\n# Current Mode\nACT MODE\n</environment_details>")
+    return (
+        f"\n\n<environment_details>\n# VSCode Visible Files\n{visible}\n\n# VSCode Open Tabs\n{', '.join(tabs)}\n\n"
+        f"# Current Time\n{when.strftime('%m/%d/%Y, %H:%M:%S')} (UTC)\n\n# Current Mode\nACT MODE\n</environment_details>"
+    )
 
 
 def _thinking(rng: random.Random, what: str) -> str:
     w = _words(rng)
-    return (f"<thinking>\nTo {w['verb']} the {w['noun']} correctly I need {what}. The {w['noun2']} handling in the "
-            f"{w['pkg']} package looks related, so I will check it next.\n</thinking>\n\n")
+    return (
+        f"<thinking>\nTo {w['verb']} the {w['noun']} correctly I need {what}. The {w['noun2']} handling in the "
+        f"{w['pkg']} package looks related, so I will check it next.\n</thinking>\n\n"
+    )
 
 
 def _pytest_output(rng: random.Random, n_chars: int, files: Sequence[str]) -> str:
-    lines = ["============================= test session starts ==============================",
-             "platform linux -- Python 3.12.3, pytest-8.3.2, pluggy-1.5.0", "rootdir: /home/dev/project", ""]
+    lines = [
+        "============================= test session starts ==============================",
+        "platform linux -- Python 3.12.3, pytest-8.3.2, pluggy-1.5.0",
+        "rootdir: /home/dev/project",
+        "",
+    ]
     size = sum(len(x) + 1 for x in lines)
     failures = []
     while size < n_chars * 0.6:
@@ -489,12 +681,17 @@ def _pytest_output(rng: random.Random, n_chars: int, files: Sequence[str]) -> st
     lines.append("\n=================================== FAILURES ===================================")
     while size < n_chars:
         path = rng.choice(files) if files else f"src/{rng.choice(_PACKAGES)}/{rng.choice(_NOUNS)}.py"
-        lines += [f"___________________________ test_{_ident(rng)} ___________________________",
-                  f"{path}:{rng.randint(10, 400)}: in {_ident(rng)}", _stmt(rng, "    "),
-                  f"E   AssertionError: expected {rng.randint(0, 99)} {rng.choice(_NOUNS)}s, got {rng.randint(0, 99)}"]
+        lines += [
+            f"___________________________ test_{_ident(rng)} ___________________________",
+            f"{path}:{rng.randint(10, 400)}: in {_ident(rng)}",
+            _stmt(rng, "    "),
+            f"E   AssertionError: expected {rng.randint(0, 99)} {rng.choice(_NOUNS)}s, got {rng.randint(0, 99)}",
+        ]
         size += sum(len(x) + 1 for x in lines[-4:])
-    lines.append(f"========================= {len(failures)} failed, {rng.randint(40, 400)} passed in "
-                 f"{rng.randint(2, 90)}.{rng.randint(10, 99)}s =========================")
+    lines.append(
+        f"========================= {len(failures)} failed, {rng.randint(40, 400)} passed in "
+        f"{rng.randint(2, 90)}.{rng.randint(10, 99)}s ========================="
+    )
     return "\n".join(lines)
 
 
@@ -510,7 +707,9 @@ def _search_output(rng: random.Random, n_chars: int, regex: str) -> str:
 
 
 def _list_output(rng: random.Random) -> str:
-    return "\n".join(sorted({f"src/{rng.choice(_PACKAGES)}/{rng.choice(_NOUNS)}.py" for _ in range(rng.randint(12, 30))}))
+    return "\n".join(
+        sorted({f"src/{rng.choice(_PACKAGES)}/{rng.choice(_NOUNS)}.py" for _ in range(rng.randint(12, 30))})
+    )
 
 
 @dataclasses.dataclass
@@ -547,8 +746,10 @@ class _Generator:
         spec, rng = self.spec, self.rng
         w = _words(rng)
         task = rng.choice(_REQUESTS).format(**w)
-        self.messages = [{"role": "system", "content": _system_prompt(rng, self.chars(spec.system_tokens))},
-                         {"role": "user", "content": f"<task>\n{task}\n</task>" + _env_details(0, "(none)", ())}]
+        self.messages = [
+            {"role": "system", "content": _system_prompt(rng, self.chars(spec.system_tokens))},
+            {"role": "user", "content": f"<task>\n{task}\n</task>" + _env_details(0, "(none)", ())},
+        ]
         turns: list[Turn] = []
         action = ("read_file", self.new_path())
         for t in range(spec.turns):
@@ -580,11 +781,20 @@ class _Generator:
 
     def reply(self, action: tuple[str, str]) -> str:
         tool, arg = action
-        param = {"read_file": "path", "replace_in_file": "path", "execute_command": "command",
-                 "search_files": "regex", "list_files": "path"}[tool]
-        what = {"read_file": f"to read {arg}", "replace_in_file": f"to clean up {arg}",
-                "execute_command": "the test results", "search_files": "every call site",
-                "list_files": "the package layout"}[tool]
+        param = {
+            "read_file": "path",
+            "replace_in_file": "path",
+            "execute_command": "command",
+            "search_files": "regex",
+            "list_files": "path",
+        }[tool]
+        what = {
+            "read_file": f"to read {arg}",
+            "replace_in_file": f"to clean up {arg}",
+            "execute_command": "the test results",
+            "search_files": "every call site",
+            "list_files": "the package layout",
+        }[tool]
         return _thinking(self.rng, what) + f"<{tool}>\n<{param}>{arg}</{param}>\n</{tool}>"
 
     def budget(self, t: int) -> int:
@@ -607,10 +817,17 @@ class _Generator:
         if tool == "replace_in_file":
             return self.edit(arg, t) + env
         if tool == "execute_command":
-            return f"[execute_command for '{arg}'] Result:\nCommand executed.\nOutput:\n" + \
-                _pytest_output(rng, max(self.chars(32), budget - len(env)), list(self.shown)) + env
+            return (
+                f"[execute_command for '{arg}'] Result:\nCommand executed.\nOutput:\n"
+                + _pytest_output(rng, max(self.chars(32), budget - len(env)), list(self.shown))
+                + env
+            )
         if tool == "search_files":
-            return f"[search_files for '{arg}'] Result:\n" + _search_output(rng, max(self.chars(32), budget - len(env)), arg) + env
+            return (
+                f"[search_files for '{arg}'] Result:\n"
+                + _search_output(rng, max(self.chars(32), budget - len(env)), arg)
+                + env
+            )
         return f"[list_files for '{arg}'] Result:\n" + _list_output(rng) + env
 
     def edit(self, path: str, t: int) -> str:
@@ -621,7 +838,9 @@ class _Generator:
         self.rewrites += 1
         if len(shown.blocks) < 3:  # a file edited down to one function: modify that one, never delete it
             kind = "modify"
-        k = self.rng.randint(1, max(1, len(shown.blocks) - 2))  # never the module header; the last block only when alone
+        k = self.rng.randint(
+            1, max(1, len(shown.blocks) - 2)
+        )  # never the module header; the last block only when alone
         if kind == "delete":
             del shown.blocks[k]
         else:
@@ -631,10 +850,15 @@ class _Generator:
             shown.blocks[k] = "\n".join(lines)
         new = _render_file(shown.blocks)
         self.messages[shown.message]["content"] = shown.head + new + shown.tail
-        diff = "".join(difflib.unified_diff(old.splitlines(keepends=True), new.splitlines(keepends=True),
-                                            fromfile=f"a/{path}", tofile=f"b/{path}"))
-        return (f"[replace_in_file for '{path}'] Result:\nThe content was successfully saved to {path}. The earlier "
-                f"read of the file above now shows its updated content.\n\nHere is the diff:\n{diff}")
+        diff = "".join(
+            difflib.unified_diff(
+                old.splitlines(keepends=True), new.splitlines(keepends=True), fromfile=f"a/{path}", tofile=f"b/{path}"
+            )
+        )
+        return (
+            f"[replace_in_file for '{path}'] Result:\nThe content was successfully saved to {path}. The earlier "
+            f"read of the file above now shows its updated content.\n\nHere is the diff:\n{diff}"
+        )
 
 
 def generate(spec: WorkloadSpec) -> Session:

@@ -170,7 +170,9 @@ def _byte_order(buf: mmap.mmap | bytes, name: str) -> tuple[str, int]:
     if len(buf) < 4 or buf[:4] != _MAGIC:
         raise GGUFError(visible(f"{name}: not a GGUF file (starts with {bytes(buf[:4])!r}, expected {_MAGIC!r})"))
     if len(buf) < _PREAMBLE:
-        raise GGUFError(visible(f"{name}: truncated GGUF: {len(buf)} bytes, shorter than the {_PREAMBLE}-byte preamble"))
+        raise GGUFError(
+            visible(f"{name}: truncated GGUF: {len(buf)} bytes, shorter than the {_PREAMBLE}-byte preamble")
+        )
     version = struct.unpack_from("<I", buf, 4)[0]
     order = "<"
     if version & 0xFFFF == 0:
@@ -273,20 +275,40 @@ def arch_features(hp: Hyperparams, fp: Footprint) -> dict[str, Any]:
     """What sets the architecture apart for offload and KV sizing, from the header alone."""
     moe_layers = [i for i in range(hp.n_layer) if hp.n_expert and i not in fp.dense_ffn_layers]
     return {
-        "swa": {"window": hp.swa_window, "layers": list(hp.swa_layers), "full_attention_layers": hp.full_attention_layers}
-        if hp.swa_layers else None,
-        "shared_experts": {"count": hp.n_expert_shared, "n_ff": hp.n_ff_shexp, "params": fp.shared_expert_params,
-                           "bytes": fp.shared_expert_bytes} if fp.shared_expert_bytes else None,
+        "swa": {
+            "window": hp.swa_window,
+            "layers": list(hp.swa_layers),
+            "full_attention_layers": hp.full_attention_layers,
+        }
+        if hp.swa_layers
+        else None,
+        "shared_experts": {
+            "count": hp.n_expert_shared,
+            "n_ff": hp.n_ff_shexp,
+            "params": fp.shared_expert_params,
+            "bytes": fp.shared_expert_bytes,
+        }
+        if fp.shared_expert_bytes
+        else None,
         "dense_layers": list(fp.dense_ffn_layers),
-        "mla": {"kv_lora_rank": hp.kv_lora_rank, "q_lora_rank": hp.q_lora_rank, "rope_dim": hp.rope_dim,
-                "head_dim_k": hp.head_dim_k_mla, "head_dim_v": hp.head_dim_v_mla,
-                "cache_row": hp.n_head_kv * hp.head_dim_k} if hp.is_mla else None,
+        "mla": {
+            "kv_lora_rank": hp.kv_lora_rank,
+            "q_lora_rank": hp.q_lora_rank,
+            "rope_dim": hp.rope_dim,
+            "head_dim_k": hp.head_dim_k_mla,
+            "head_dim_v": hp.head_dim_v_mla,
+            "cache_row": hp.n_head_kv * hp.head_dim_k,
+        }
+        if hp.is_mla
+        else None,
         "nextn": {"layers": hp.n_layer_nextn, "bytes": fp.nextn_bytes} if hp.n_layer_nextn else None,
         "n_cpu_moe": {
             "moves": "ffn_(up|down|gate|gate_up)_(ch|)exps of layers 0..N-1 (llama.cpp's LLM_FFN_EXPS_REGEX)",
             "first_moe_layer": moe_layers[0] if moe_layers else None,
             "stays_on_gpu": "attention, norms, router, shared experts, dense FFN layers; token_embd stays in host memory",
-        } if fp.expert_bytes else None,
+        }
+        if fp.expert_bytes
+        else None,
     }
 
 
@@ -298,7 +320,9 @@ def _int(name: str, meta: Mapping[str, Value], key: str, notes: list[str], defau
             notes.append(f"{key} varies per layer ({min(value)}..{max(value)}); the figures use the maximum")
         return max(value)
     if isinstance(value, bool) or not isinstance(value, (int, type(None))):
-        raise GGUFError(visible(f"{name}: metadata {key} is {value!r}, expected an integer: not a GGUF xover understands"))
+        raise GGUFError(
+            visible(f"{name}: metadata {key} is {value!r}, expected an integer: not a GGUF xover understands")
+        )
     return value
 
 
@@ -314,12 +338,18 @@ def _swa_layers(name: str, arch: str, meta: Mapping[str, Value], n_layer: int, n
     if isinstance(value, tuple):
         return tuple(i for i, v in enumerate(value[:n_layer]) if v)
     if isinstance(value, bool) or not isinstance(value, (int, type(None))):
-        raise GGUFError(visible(f"{name}: metadata {arch}.attention.sliding_window_pattern is {value!r}, "
-                                "expected an integer or per-layer booleans"))
+        raise GGUFError(
+            visible(
+                f"{name}: metadata {arch}.attention.sliding_window_pattern is {value!r}, "
+                "expected an integer or per-layer booleans"
+            )
+        )
     pattern = value if value is not None else _SWA_DEFAULT_PATTERN.get(arch)
     if pattern is None:
-        notes.append(f"{arch} has a sliding window but no sliding_window_pattern: the figures treat every layer "
-                     "as full attention")
+        notes.append(
+            f"{arch} has a sliding window but no sliding_window_pattern: the figures treat every layer "
+            "as full attention"
+        )
         return ()
     return tuple(i for i in range(n_layer) if pattern == 0 or i % pattern < pattern - 1)
 
@@ -365,7 +395,8 @@ def hyperparams(header: GGUFHeader, name: str = "GGUF") -> tuple[Hyperparams, tu
         n_vocab=n_vocab,
         n_ctx_train=_int(name, meta, f"{arch}.context_length", notes, 0) or 0,
         n_layer_dense_lead=min(_int(name, meta, f"{arch}.leading_dense_block_count", notes, 0) or 0, n_layer)
-        if n_expert else 0,
+        if n_expert
+        else 0,
         n_ff_exp=_int(name, meta, f"{arch}.expert_feed_forward_length", notes, 0) or 0 if n_expert else 0,
         n_expert_shared=_int(name, meta, f"{arch}.expert_shared_count", notes, 0) or 0,
         n_ff_shexp=shexp.ne[1] if shexp is not None and len(shexp.ne) > 1 else 0,
@@ -467,8 +498,14 @@ def render_text(report: ModelReport) -> str:
         f"{hp.n_head} heads / {hp.n_head_kv} KV heads x {hp.head_dim_k}, vocab {hp.n_vocab}, context {hp.n_ctx_train}",
     ]
     if hp.n_expert:
-        shared = (f", plus {hp.n_expert_shared} shared (width {hp.n_ff_shexp}, {format_bytes(fp.shared_expert_bytes)}, "
-                  "always on the GPU)") if hp.n_expert_shared or fp.shared_expert_bytes else ""
+        shared = (
+            (
+                f", plus {hp.n_expert_shared} shared (width {hp.n_ff_shexp}, {format_bytes(fp.shared_expert_bytes)}, "
+                "always on the GPU)"
+            )
+            if hp.n_expert_shared or fp.shared_expert_bytes
+            else ""
+        )
         lines.append(f"  experts     {hp.n_expert_used} of {hp.n_expert} per token" + shared)
     if fp.dense_ffn_layers:
         lo, hi = fp.dense_ffn_layers[0], fp.dense_ffn_layers[-1]
@@ -476,17 +513,23 @@ def render_text(report: ModelReport) -> str:
         lines.append(f"  dense       {which}: dense FFN, no experts (--n-cpu-moe moves nothing there)")
     if hp.swa_layers:
         shown = ", ".join(str(i) for i in hp.swa_layers[:6]) + (", ..." if len(hp.swa_layers) > 6 else "")
-        lines.append(f"  attention   sliding window of {hp.swa_window} tokens in {len(hp.swa_layers)} of {hp.n_layer} "
-                     f"layers ({shown}); {hp.full_attention_layers} full-attention layers")
+        lines.append(
+            f"  attention   sliding window of {hp.swa_window} tokens in {len(hp.swa_layers)} of {hp.n_layer} "
+            f"layers ({shown}); {hp.full_attention_layers} full-attention layers"
+        )
     if hp.is_mla:
         q = f"q_lora_rank {hp.q_lora_rank}" if hp.q_lora_rank else "no q_lora (Q projected directly)"
-        lines.append(f"  attention   MLA: kv_lora_rank {hp.kv_lora_rank}, {q}, rope {hp.rope_dim} of a K head of "
-                     f"{hp.head_dim_k_mla}, V head {hp.head_dim_v_mla}; cache row {hp.n_head_kv * hp.head_dim_k} (K only)")
+        lines.append(
+            f"  attention   MLA: kv_lora_rank {hp.kv_lora_rank}, {q}, rope {hp.rope_dim} of a K head of "
+            f"{hp.head_dim_k_mla}, V head {hp.head_dim_v_mla}; cache row {hp.n_head_kv * hp.head_dim_k} (K only)"
+        )
     elif hp.rope_dim and hp.rope_dim < hp.head_dim_k:
         lines.append(f"  attention   partial rotary: {hp.rope_dim} of {hp.head_dim_k} head dimensions")
     if hp.n_layer_nextn:
-        lines.append(f"  nextn       {hp.n_layer_nextn} NextN/MTP layer(s) after the trunk, {format_bytes(fp.nextn_bytes)}: "
-                     "in the file, not loaded unless MTP is on")
+        lines.append(
+            f"  nextn       {hp.n_layer_nextn} NextN/MTP layer(s) after the trunk, {format_bytes(fp.nextn_bytes)}: "
+            "in the file, not loaded unless MTP is on"
+        )
     lines += [
         f"  params      {format_params(fp.total_params)} total, {format_params(fp.active_params)} active per token "
         f"({format_params(fp.active_params_full_embd)} counting the whole embedding matrix, "
@@ -504,10 +547,14 @@ def render_text(report: ModelReport) -> str:
         where = " (full-attention layers)" if hp.swa_layers else " (MLA: compressed K only)" if hp.is_mla else ""
         lines.append(f"  KV cache    {', '.join(kv)} per token of context{where}")
     if hp.swa_layers and fp.kv_swa_bytes_per_cell_f16:
-        lines.append(f"              + {format_bytes(fp.kv_swa_bytes_per_cell_f16)} f16 per cell in the SWA layers, "
-                     f"at most {hp.swa_window} + n_ubatch cells (padded to 256)")
+        lines.append(
+            f"              + {format_bytes(fp.kv_swa_bytes_per_cell_f16)} f16 per cell in the SWA layers, "
+            f"at most {hp.swa_window} + n_ubatch cells (padded to 256)"
+        )
     if fp.expert_bytes:
-        stays = "; shared experts and dense layers stay on the GPU" if fp.shared_expert_bytes or fp.dense_ffn_layers else ""
+        stays = (
+            "; shared experts and dense layers stay on the GPU" if fp.shared_expert_bytes or fp.dense_ffn_layers else ""
+        )
         lines.append(f"  --n-cpu-moe N (every layer offloaded; token_embd stays in host memory{stays}):")
         lines.append(f"    {'N':>4}  {'experts on CPU':>14}  {'weights on GPU':>14}")
         for n in ncmoe_selection(hp.n_layer):
@@ -542,8 +589,11 @@ def model_context(path: Path | str) -> ModelContext:
     header = read_header(path)
     hp, _ = hyperparams(header, str(path))
     name = header.metadata.get("general.name")
-    return ModelContext(name=visible(name if isinstance(name, str) else Path(path).name), n_ctx_train=hp.n_ctx_train,
-                        byte_vocab=header.metadata.get("xover.synthetic") is True)
+    return ModelContext(
+        name=visible(name if isinstance(name, str) else Path(path).name),
+        n_ctx_train=hp.n_ctx_train,
+        byte_vocab=header.metadata.get("xover.synthetic") is True,
+    )
 
 
 def format_tokens(n: int) -> str:
@@ -557,24 +607,37 @@ def fitting_lengths(lengths: Sequence[int], extra_tokens: int, n_ctx: int) -> tu
     return tuple(L for L in lengths if not n_ctx or L + extra_tokens <= n_ctx)
 
 
-def context_advice(name: str, n_ctx: int, lengths: Sequence[int], extra_tokens: int, option: str, extra_what: str) -> str:
+def context_advice(
+    name: str, n_ctx: int, lengths: Sequence[int], extra_tokens: int, option: str, extra_what: str
+) -> str:
     """One line for lengths that exceed a model's training context: which of them fit, and the longest that would."""
     fit = fitting_lengths(lengths, extra_tokens, n_ctx)
     over = [L for L in lengths if L not in fit]
     room = n_ctx - extra_tokens
-    head = (f"{option} {','.join(format_tokens(L) for L in over)} with {extra_tokens} {extra_what} exceed{'s' if len(over) == 1 else ''} "
-            f"{name}'s training context of {n_ctx:,} tokens")
+    head = (
+        f"{option} {','.join(format_tokens(L) for L in over)} with {extra_tokens} {extra_what} exceed{'s' if len(over) == 1 else ''} "
+        f"{name}'s training context of {n_ctx:,} tokens"
+    )
     if room < 1:
         return f"{head}: no length fits; lower the {extra_what}"
     if fit:
-        return (f"{head}: of those given, {option} {','.join(format_tokens(L) for L in fit)} fit "
-                f"(any length up to {room:,} tokens does)")
+        return (
+            f"{head}: of those given, {option} {','.join(format_tokens(L) for L in fit)} fit "
+            f"(any length up to {room:,} tokens does)"
+        )
     return f"{head}: none of them fits; any length up to {room:,} tokens does"
 
 
-def check_offload_and_context(path: Path | str, n_cpu_moe: Sequence[int], max_tokens: int | None = None, *,
-                              lengths: Sequence[int] = (), extra_tokens: int = 0, option: str = "--lengths",
-                              extra_what: str = "response tokens") -> None:
+def check_offload_and_context(
+    path: Path | str,
+    n_cpu_moe: Sequence[int],
+    max_tokens: int | None = None,
+    *,
+    lengths: Sequence[int] = (),
+    extra_tokens: int = 0,
+    option: str = "--lengths",
+    extra_what: str = "response tokens",
+) -> None:
     """Fail early, with what to change, when ``--n-cpu-moe`` exceeds the model's layers or the longest
     prompt plus response exceeds its training context (header only; nothing is started).
 
@@ -591,6 +654,8 @@ def check_offload_and_context(path: Path | str, n_cpu_moe: Sequence[int], max_to
     if lengths and fitting_lengths(lengths, extra_tokens, hp.n_ctx_train) != tuple(lengths):
         raise GGUFError(context_advice(name, hp.n_ctx_train, lengths, extra_tokens, option, extra_what))
     if max_tokens is not None and max_tokens > hp.n_ctx_train:
-        raise GGUFError(f"prompts of up to {max_tokens:,} tokens (with the response) exceed {name}'s training context "
-                        f"of {hp.n_ctx_train:,}: at most {hp.n_ctx_train:,} tokens fit, prompt and response together; "
-                        "use shorter lengths")
+        raise GGUFError(
+            f"prompts of up to {max_tokens:,} tokens (with the response) exceed {name}'s training context "
+            f"of {hp.n_ctx_train:,}: at most {hp.n_ctx_train:,} tokens fit, prompt and response together; "
+            "use shorter lengths"
+        )

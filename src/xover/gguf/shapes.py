@@ -314,8 +314,9 @@ def kv_swa_cells(hp: Hyperparams, n_ctx: int, n_ubatch: int = 512, n_seq: int = 
     return -(-min(n_ctx, hp.swa_window * n_seq + n_ubatch) // 256) * 256
 
 
-def kv_cache_bytes(hp: Hyperparams, n_ctx: int, cache_type: str = "F16", n_ubatch: int = 512, n_seq: int = 1,
-                   swa_full: bool = False) -> int | None:
+def kv_cache_bytes(
+    hp: Hyperparams, n_ctx: int, cache_type: str = "F16", n_ubatch: int = 512, n_seq: int = 1, swa_full: bool = False
+) -> int | None:
     """KV cache bytes of a context of ``n_ctx`` cells: full-attention layers grow with ``n_ctx``,
     sliding-window layers stop at the window plus one ubatch (:func:`kv_swa_cells`)."""
     full, swa = kv_bytes_per_token(hp, cache_type), kv_swa_bytes_per_cell(hp, cache_type)
@@ -466,8 +467,14 @@ class TypeMix:
         return str(getattr(self, base))
 
 
-_MLA_ROLES = {"attn_q_a": "attn_q", "attn_q_b": "attn_q", "attn_kv_a_mqa": "attn_k", "attn_k_b": "attn_k",
-              "attn_v_b": "attn_v", "nextn_eh_proj": "other"}
+_MLA_ROLES = {
+    "attn_q_a": "attn_q",
+    "attn_q_b": "attn_q",
+    "attn_kv_a_mqa": "attn_k",
+    "attn_k_b": "attn_k",
+    "attn_v_b": "attn_v",
+    "nextn_eh_proj": "other",
+}
 _FALLBACK = {"Q4_K": "Q5_0", "Q5_K": "Q5_1", "Q6_K": "Q8_0", "Q2_K": "Q4_0", "Q3_K": "Q4_0"}
 
 
@@ -583,9 +590,14 @@ def _attention(shape: ModelShape) -> list[Role]:
     d, hd = shape.n_embd, shape.head_dim
     q, kv = hd * shape.n_head, hd * shape.n_head_kv
     if shape.arch in ("qwen3moe", "qwen3"):  # src/models/qwen3*.cpp
-        return [("attn_q.weight", "attn_q", (d, q)), ("attn_k.weight", "attn_k", (d, kv)),
-                ("attn_v.weight", "attn_v", (d, kv)), ("attn_output.weight", "attn_output", (q, d)),
-                ("attn_k_norm.weight", "attn_k_norm", (hd,)), ("attn_q_norm.weight", "attn_q_norm", (hd,))]
+        return [
+            ("attn_q.weight", "attn_q", (d, q)),
+            ("attn_k.weight", "attn_k", (d, kv)),
+            ("attn_v.weight", "attn_v", (d, kv)),
+            ("attn_output.weight", "attn_output", (q, d)),
+            ("attn_k_norm.weight", "attn_k_norm", (hd,)),
+            ("attn_q_norm.weight", "attn_q_norm", (hd,)),
+        ]
     if shape.arch == "deepseek2":  # src/models/deepseek2.cpp, with the split k_b / v_b of current GGUFs
         rope, nope, lora, vh, h = shape.n_rot, hd - shape.n_rot, shape.kv_lora_rank, shape.head_dim_v, shape.n_head
         out: list[Role] = []
@@ -593,18 +605,28 @@ def _attention(shape: ModelShape) -> list[Role]:
             out.append(("attn_q_a_norm.weight", "attn_q_a_norm", (shape.q_lora_rank,)))
         out.append(("attn_kv_a_norm.weight", "attn_kv_a_norm", (lora,)))
         if shape.q_lora_rank:
-            out += [("attn_q_a.weight", "attn_q_a", (d, shape.q_lora_rank)),
-                    ("attn_q_b.weight", "attn_q_b", (shape.q_lora_rank, h * hd))]
+            out += [
+                ("attn_q_a.weight", "attn_q_a", (d, shape.q_lora_rank)),
+                ("attn_q_b.weight", "attn_q_b", (shape.q_lora_rank, h * hd)),
+            ]
         else:
             out.append(("attn_q.weight", "attn_q", (d, h * hd)))
-        return out + [("attn_kv_a_mqa.weight", "attn_kv_a_mqa", (d, lora + rope)),
-                      ("attn_k_b.weight", "attn_k_b", (nope, lora, h)),
-                      ("attn_v_b.weight", "attn_v_b", (lora, vh, h)),
-                      ("attn_output.weight", "attn_output", (h * vh, d))]
+        return out + [
+            ("attn_kv_a_mqa.weight", "attn_kv_a_mqa", (d, lora + rope)),
+            ("attn_k_b.weight", "attn_k_b", (nope, lora, h)),
+            ("attn_v_b.weight", "attn_v_b", (lora, vh, h)),
+            ("attn_output.weight", "attn_output", (h * vh, d)),
+        ]
     # gpt-oss (src/models/openai-moe.cpp) and glm4moe (glm4-moe.cpp): q/k/v biases from create_tensor_qkv
-    out = [("attn_q.weight", "attn_q", (d, q)), ("attn_k.weight", "attn_k", (d, kv)), ("attn_v.weight", "attn_v", (d, kv)),
-           ("attn_q.bias", "bias", (q,)), ("attn_k.bias", "bias", (kv,)), ("attn_v.bias", "bias", (kv,)),
-           ("attn_output.weight", "attn_output", (q, d))]
+    out = [
+        ("attn_q.weight", "attn_q", (d, q)),
+        ("attn_k.weight", "attn_k", (d, kv)),
+        ("attn_v.weight", "attn_v", (d, kv)),
+        ("attn_q.bias", "bias", (q,)),
+        ("attn_k.bias", "bias", (kv,)),
+        ("attn_v.bias", "bias", (kv,)),
+        ("attn_output.weight", "attn_output", (q, d)),
+    ]
     if shape.arch == "gpt-oss":
         out += [("attn_output.bias", "bias", (d,)), ("attn_sinks.weight", "attn_sinks", (shape.n_head,))]
     return out
@@ -614,23 +636,35 @@ def _ffn(shape: ModelShape, layer: int) -> list[Role]:
     d = shape.n_embd
     if not shape.layer_is_moe(layer):
         f = shape.n_ff
-        return [("ffn_gate.weight", "ffn_gate", (d, f)), ("ffn_down.weight", "ffn_down", (f, d)),
-                ("ffn_up.weight", "ffn_up", (d, f))]
+        return [
+            ("ffn_gate.weight", "ffn_gate", (d, f)),
+            ("ffn_down.weight", "ffn_down", (f, d)),
+            ("ffn_up.weight", "ffn_up", (d, f)),
+        ]
     e, f = shape.n_expert, shape.n_ff_exp
     out: list[Role] = [("ffn_gate_inp.weight", "ffn_gate_inp", (d, e))]
     if shape.arch == "gpt-oss":
         out.append(("ffn_gate_inp.bias", "bias", (e,)))
     if shape.expert_bias:
         out.append(("exp_probs_b.bias", "exp_probs_b", (e,)))
-    out += [("ffn_gate_exps.weight", "ffn_gate_exps", (d, f, e)), ("ffn_down_exps.weight", "ffn_down_exps", (f, d, e)),
-            ("ffn_up_exps.weight", "ffn_up_exps", (d, f, e))]
+    out += [
+        ("ffn_gate_exps.weight", "ffn_gate_exps", (d, f, e)),
+        ("ffn_down_exps.weight", "ffn_down_exps", (f, d, e)),
+        ("ffn_up_exps.weight", "ffn_up_exps", (d, f, e)),
+    ]
     if shape.arch == "gpt-oss":
-        out += [("ffn_gate_exps.bias", "bias", (f, e)), ("ffn_down_exps.bias", "bias", (d, e)),
-                ("ffn_up_exps.bias", "bias", (f, e))]
+        out += [
+            ("ffn_gate_exps.bias", "bias", (f, e)),
+            ("ffn_down_exps.bias", "bias", (d, e)),
+            ("ffn_up_exps.bias", "bias", (f, e)),
+        ]
     if shape.n_expert_shared:
         s = f * shape.n_expert_shared
-        out += [("ffn_gate_shexp.weight", "ffn_gate_shexp", (d, s)), ("ffn_down_shexp.weight", "ffn_down_shexp", (s, d)),
-                ("ffn_up_shexp.weight", "ffn_up_shexp", (d, s))]
+        out += [
+            ("ffn_gate_shexp.weight", "ffn_gate_shexp", (d, s)),
+            ("ffn_down_shexp.weight", "ffn_down_shexp", (s, d)),
+            ("ffn_up_shexp.weight", "ffn_up_shexp", (d, s)),
+        ]
     return out
 
 
@@ -642,11 +676,16 @@ def _layer_roles(shape: ModelShape, layer: int = 0) -> list[Role]:
         return norm + _attention(shape) + [("ffn_norm.weight", "ffn_norm", (d,))] + _ffn(shape, layer)
     if shape.arch == "deepseek2":
         return norm + _attention(shape) + [("ffn_norm.weight", "ffn_norm", (d,))] + _ffn(shape, layer)
-    roles = norm + _attention(shape) + [("post_attention_norm.weight", "post_attention_norm", (d,))] + _ffn(shape, layer)
+    roles = (
+        norm + _attention(shape) + [("post_attention_norm.weight", "post_attention_norm", (d,))] + _ffn(shape, layer)
+    )
     if layer >= shape.n_layer:  # NextN/MTP block (glm4-moe.cpp); embed_tokens / shared_head_head are optional
-        roles += [("nextn.eh_proj.weight", "nextn_eh_proj", (2 * d, d)), ("nextn.enorm.weight", "nextn_enorm", (d,)),
-                  ("nextn.hnorm.weight", "nextn_hnorm", (d,)),
-                  ("nextn.shared_head_norm.weight", "nextn_shared_head_norm", (d,))]
+        roles += [
+            ("nextn.eh_proj.weight", "nextn_eh_proj", (2 * d, d)),
+            ("nextn.enorm.weight", "nextn_enorm", (d,)),
+            ("nextn.hnorm.weight", "nextn_hnorm", (d,)),
+            ("nextn.shared_head_norm.weight", "nextn_shared_head_norm", (d,)),
+        ]
     return roles
 
 
@@ -707,8 +746,17 @@ def _shape_problems(shape: ModelShape) -> Iterable[str]:
         if not isinstance(value, int) or isinstance(value, bool) or value < 1:
             yield f"{name} must be a whole number of at least 1 (got {value!r})"
             return
-    for name in ("n_expert_shared", "n_dense_lead", "n_nextn", "swa_window", "swa_pattern", "rope_dim", "kv_lora_rank",
-                 "q_lora_rank", "v_head_dim"):
+    for name in (
+        "n_expert_shared",
+        "n_dense_lead",
+        "n_nextn",
+        "swa_window",
+        "swa_pattern",
+        "rope_dim",
+        "kv_lora_rank",
+        "q_lora_rank",
+        "v_head_dim",
+    ):
         value = getattr(shape, name)
         if not isinstance(value, int) or isinstance(value, bool) or value < 0:
             yield f"{name} must be a whole number of at least 0 (got {value!r})"
@@ -770,7 +818,9 @@ def _type_problems(shape: ModelShape) -> Iterable[str]:
             return
     layers = sorted({0, shape.n_dense_lead, shape.n_layer - 1, *range(shape.n_layer, shape.block_count)})
     roles: list[tuple[str, tuple[int, ...]]] = [("token_embd", (shape.n_embd,)), ("output", (shape.n_embd,))]
-    roles += list({role: ne for i in layers if 0 <= i < shape.block_count for _, role, ne in _layer_roles(shape, i)}.items())
+    roles += list(
+        {role: ne for i in layers if 0 <= i < shape.block_count for _, role, ne in _layer_roles(shape, i)}.items()
+    )
     for role, ne in roles:
         used = sorted({mix.for_role(role, layer, shape.n_layer, ne[0]) for layer in range(shape.n_layer)})
         for ggml_type in used:

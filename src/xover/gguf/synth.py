@@ -36,8 +36,14 @@ from pathlib import Path
 from typing import BinaryIO
 
 import numpy as np
-from gguf import (GGUF_DEFAULT_ALIGNMENT, ExpertGatingFuncType, GGMLQuantizationType, GGUFWriter, LlamaFileType,
-                  TokenType)
+from gguf import (
+    GGUF_DEFAULT_ALIGNMENT,
+    ExpertGatingFuncType,
+    GGMLQuantizationType,
+    GGUFWriter,
+    LlamaFileType,
+    TokenType,
+)
 from gguf.quants import quant_shape_to_byte_shape
 
 from xover.errors import XoverError

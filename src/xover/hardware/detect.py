@@ -16,8 +16,20 @@ from typing import Any
 
 from xover.errors import XoverError
 from xover.hardware.profiles import (  # noqa: F401
-    BUILT_IN, DETECTED, MEASURED, MIB, DetectedGpu, Hardware, apply_toml, builtin, match_profile, parse_cpuinfo,
-    parse_nvidia_smi, parse_rocm_smi, with_fields, without_gpu,
+    BUILT_IN,
+    DETECTED,
+    MEASURED,
+    MIB,
+    DetectedGpu,
+    Hardware,
+    apply_toml,
+    builtin,
+    match_profile,
+    parse_cpuinfo,
+    parse_nvidia_smi,
+    parse_rocm_smi,
+    with_fields,
+    without_gpu,
 )
 
 if sys.version_info >= (3, 11):
@@ -89,8 +101,9 @@ def measure_cpu(budget_s: float = 2.0, copy_bytes: int = 512 * MIB) -> tuple[flo
     chunks = np.array_split(np.arange(src.size), cores)
     bounds = [(int(c[0]), int(c[-1]) + 1) for c in chunks if c.size]
     with concurrent.futures.ThreadPoolExecutor(len(bounds)) as pool:
+
         def copy_all() -> None:
-            list(pool.map(lambda lo_hi: np.copyto(dst[lo_hi[0]:lo_hi[1]], src[lo_hi[0]:lo_hi[1]]), bounds))
+            list(pool.map(lambda lo_hi: np.copyto(dst[lo_hi[0] : lo_hi[1]], src[lo_hi[0] : lo_hi[1]]), bounds))
 
         copy_all()  # warm-up: first touch of dst
         count, start = 0, time.perf_counter_ns()
@@ -101,8 +114,13 @@ def measure_cpu(budget_s: float = 2.0, copy_bytes: int = 512 * MIB) -> tuple[flo
     return flops, bw
 
 
-_CUDART_NAMES = ("libcudart.so", "libcudart.so.13", "libcudart.so.12", "libcudart.so.11.0",
-                 "/usr/local/cuda/lib64/libcudart.so")
+_CUDART_NAMES = (
+    "libcudart.so",
+    "libcudart.so.13",
+    "libcudart.so.12",
+    "libcudart.so.11.0",
+    "/usr/local/cuda/lib64/libcudart.so",
+)
 
 
 def cudart() -> Any | None:
@@ -180,12 +198,18 @@ def resolve(spec: str | None = None, measure: bool = False) -> tuple[Hardware, D
     if measure:
         flops, bw = measure_cpu()
         name, cores = detect_cpu()
-        hw = with_fields(hw, "cpu", {"flops_per_s": flops, "mem_bw_bytes_per_s": bw}, f"{MEASURED}:numpy sgemm, threaded copy")
+        hw = with_fields(
+            hw, "cpu", {"flops_per_s": flops, "mem_bw_bytes_per_s": bw}, f"{MEASURED}:numpy sgemm, threaded copy"
+        )
         hw = with_fields(hw, "cpu", {"name": name or hw.cpu.name, "cores": cores}, DETECTED)
         link = measure_h2d() if hw.gpu is not None else None
         if link is not None:
-            hw = with_fields(hw, "gpu", {"h2d_pinned_bytes_per_s": link[0], "h2d_pageable_bytes_per_s": link[1]},
-                             f"{MEASURED}:cudaMemcpy of 256 MiB, pinned and pageable")
+            hw = with_fields(
+                hw,
+                "gpu",
+                {"h2d_pinned_bytes_per_s": link[0], "h2d_pageable_bytes_per_s": link[1]},
+                f"{MEASURED}:cudaMemcpy of 256 MiB, pinned and pageable",
+            )
     if toml_path is not None:
         try:
             data = tomllib.loads(toml_path.read_text())

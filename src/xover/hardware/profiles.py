@@ -109,10 +109,12 @@ def hardware_from_dict(data: Mapping[str, Any]) -> Hardware:
 # fp32 sgemm, 92.5 GB/s threaded copy); the others are round figures for their class.
 HOSTS: dict[str, CpuSpec] = {
     "server-16c": CpuSpec(name="server CPU, 16 cores", cores=16, flops_per_s=1.0 * TFLOPS, mem_bw_bytes_per_s=92 * GB),
-    "desktop-16c": CpuSpec(name="desktop CPU, 16 cores, 2-channel DDR5", cores=16, flops_per_s=1.0 * TFLOPS,
-                           mem_bw_bytes_per_s=70 * GB),
-    "generic": CpuSpec(name="generic CPU, 8 cores, 2-channel DDR4/DDR5", cores=8, flops_per_s=0.4 * TFLOPS,
-                       mem_bw_bytes_per_s=50 * GB),
+    "desktop-16c": CpuSpec(
+        name="desktop CPU, 16 cores, 2-channel DDR5", cores=16, flops_per_s=1.0 * TFLOPS, mem_bw_bytes_per_s=70 * GB
+    ),
+    "generic": CpuSpec(
+        name="generic CPU, 8 cores, 2-channel DDR4/DDR5", cores=8, flops_per_s=0.4 * TFLOPS, mem_bw_bytes_per_s=50 * GB
+    ),
 }
 
 # PCIe links: (pinned, pageable) host-to-device bytes/s as usually measured, not the line rate.
@@ -123,11 +125,19 @@ _GEN5 = (53 * GB, 10 * GB)
 _H200_HOST = (55.5 * GB, 7.3 * GB)
 
 
-def _gpu(name: str, backend: str, fp16_t: float, quant_t: float, bw_gb: float, mem_gib: float,
-         link: tuple[float, float]) -> GpuSpec:
-    return GpuSpec(name=name, backend=backend, fp16_flops_per_s=fp16_t * TFLOPS, quant_flops_per_s=quant_t * TFLOPS,
-                   mem_bw_bytes_per_s=bw_gb * GB, mem_bytes=int(mem_gib * (1 << 30)),
-                   h2d_pinned_bytes_per_s=link[0], h2d_pageable_bytes_per_s=link[1])
+def _gpu(
+    name: str, backend: str, fp16_t: float, quant_t: float, bw_gb: float, mem_gib: float, link: tuple[float, float]
+) -> GpuSpec:
+    return GpuSpec(
+        name=name,
+        backend=backend,
+        fp16_flops_per_s=fp16_t * TFLOPS,
+        quant_flops_per_s=quant_t * TFLOPS,
+        mem_bw_bytes_per_s=bw_gb * GB,
+        mem_bytes=int(mem_gib * (1 << 30)),
+        h2d_pinned_bytes_per_s=link[0],
+        h2d_pageable_bytes_per_s=link[1],
+    )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -141,27 +151,39 @@ class Profile:
 
 
 # Datasheet peaks (dense, no sparsity) and memory; quant_flops_per_s are estimates (module docstring).
-PROFILES: dict[str, Profile] = {p.key: p for p in (
-    Profile("h200", _gpu("NVIDIA H200", "CUDA", 989, 170, 4800, 140.4, _H200_HOST), "server-16c", r"\bH200\b"),
-    Profile("h100-sxm", _gpu("NVIDIA H100 SXM", "CUDA", 989, 160, 3350, 79.6, _GEN5), "server-16c",
-            r"\bH100\b(?!.*PCIe)"),
-    Profile("h100-pcie", _gpu("NVIDIA H100 PCIe", "CUDA", 756, 120, 2000, 79.6, _GEN5), "server-16c",
-            r"\bH100\b.*PCIe"),
-    Profile("a100", _gpu("NVIDIA A100 80GB", "CUDA", 312, 100, 2039, 79.2, _GEN4), "server-16c", r"\bA100\b"),
-    Profile("l40s", _gpu("NVIDIA L40S", "CUDA", 362, 150, 864, 44.4, _GEN4), "server-16c", r"\bL40S\b"),
-    Profile("rtx-5090", _gpu("NVIDIA GeForce RTX 5090", "CUDA", 419, 250, 1792, 31.4, _GEN5), "desktop-16c",
-            r"RTX 5090"),
-    Profile("rtx-4090", _gpu("NVIDIA GeForce RTX 4090", "CUDA", 330, 170, 1008, 23.5, _GEN4), "desktop-16c",
-            r"RTX 4090"),
-    Profile("rtx-3090", _gpu("NVIDIA GeForce RTX 3090", "CUDA", 142, 70, 936, 23.5, _GEN4), "desktop-16c",
-            r"RTX 3090"),
-    Profile("rx-7900-xtx", _gpu("AMD Radeon RX 7900 XTX", "HIP", 123, 45, 960, 23.98, _GEN4), "desktop-16c",
-            r"7900 XTX"),
-    Profile("mi300x", _gpu("AMD Instinct MI300X", "HIP", 1307, 130, 5300, 191.5, _GEN5), "server-16c", r"MI300X"),
-    Profile("mi250", _gpu("AMD Instinct MI250 (one GCD)", "HIP", 181, 50, 1600, 64, _GEN4), "server-16c", r"MI250"),
-    Profile("mi210", _gpu("AMD Instinct MI210", "HIP", 181, 45, 1600, 64, _GEN4), "server-16c", r"MI210"),
-    Profile("cpu", None, "generic", r"$^"),
-)}
+PROFILES: dict[str, Profile] = {
+    p.key: p
+    for p in (
+        Profile("h200", _gpu("NVIDIA H200", "CUDA", 989, 170, 4800, 140.4, _H200_HOST), "server-16c", r"\bH200\b"),
+        Profile(
+            "h100-sxm",
+            _gpu("NVIDIA H100 SXM", "CUDA", 989, 160, 3350, 79.6, _GEN5),
+            "server-16c",
+            r"\bH100\b(?!.*PCIe)",
+        ),
+        Profile(
+            "h100-pcie", _gpu("NVIDIA H100 PCIe", "CUDA", 756, 120, 2000, 79.6, _GEN5), "server-16c", r"\bH100\b.*PCIe"
+        ),
+        Profile("a100", _gpu("NVIDIA A100 80GB", "CUDA", 312, 100, 2039, 79.2, _GEN4), "server-16c", r"\bA100\b"),
+        Profile("l40s", _gpu("NVIDIA L40S", "CUDA", 362, 150, 864, 44.4, _GEN4), "server-16c", r"\bL40S\b"),
+        Profile(
+            "rtx-5090", _gpu("NVIDIA GeForce RTX 5090", "CUDA", 419, 250, 1792, 31.4, _GEN5), "desktop-16c", r"RTX 5090"
+        ),
+        Profile(
+            "rtx-4090", _gpu("NVIDIA GeForce RTX 4090", "CUDA", 330, 170, 1008, 23.5, _GEN4), "desktop-16c", r"RTX 4090"
+        ),
+        Profile(
+            "rtx-3090", _gpu("NVIDIA GeForce RTX 3090", "CUDA", 142, 70, 936, 23.5, _GEN4), "desktop-16c", r"RTX 3090"
+        ),
+        Profile(
+            "rx-7900-xtx", _gpu("AMD Radeon RX 7900 XTX", "HIP", 123, 45, 960, 23.98, _GEN4), "desktop-16c", r"7900 XTX"
+        ),
+        Profile("mi300x", _gpu("AMD Instinct MI300X", "HIP", 1307, 130, 5300, 191.5, _GEN5), "server-16c", r"MI300X"),
+        Profile("mi250", _gpu("AMD Instinct MI250 (one GCD)", "HIP", 181, 50, 1600, 64, _GEN4), "server-16c", r"MI250"),
+        Profile("mi210", _gpu("AMD Instinct MI210", "HIP", 181, 45, 1600, 64, _GEN4), "server-16c", r"MI210"),
+        Profile("cpu", None, "generic", r"$^"),
+    )
+}
 
 
 def builtin(key: str) -> Hardware:
@@ -169,7 +191,9 @@ def builtin(key: str) -> Hardware:
     try:
         p = PROFILES[key.lower()]
     except KeyError:
-        raise XoverError(f"unknown hardware profile {key!r}: choose one of {', '.join(PROFILES)} or give a .toml file") from None
+        raise XoverError(
+            f"unknown hardware profile {key!r}: choose one of {', '.join(PROFILES)} or give a .toml file"
+        ) from None
     return Hardware(name=p.key, gpu=p.gpu, cpu=HOSTS[p.host])
 
 
@@ -204,7 +228,9 @@ def with_fields(hw: Hardware, part: str, values: Mapping[str, Any], source: str)
     if spec is None:
         missing = sorted(set(names) - set(typed))
         if missing:
-            raise XoverError(f"the profile has no GPU: a [gpu] section must set every field (missing {', '.join(missing)})")
+            raise XoverError(
+                f"the profile has no GPU: a [gpu] section must set every field (missing {', '.join(missing)})"
+            )
         new_spec: Any = cls(**typed)
     else:
         new_spec = dataclasses.replace(spec, **typed)
@@ -242,8 +268,22 @@ def apply_toml(hw: Hardware, data: Mapping[str, Any], name: str) -> Hardware:
     return dataclasses.replace(hw, name=str(data.get("name", f"{hw.name}+{Path(name).stem}")))
 
 
-_UNITS = {"": 1, "b": 1, "k": 1e3, "kb": 1e3, "kib": 1 << 10, "m": 1e6, "mb": 1e6, "mib": 1 << 20,
-          "g": 1 << 30, "gb": 1e9, "gib": 1 << 30, "t": 1 << 40, "tb": 1e12, "tib": 1 << 40}
+_UNITS = {
+    "": 1,
+    "b": 1,
+    "k": 1e3,
+    "kb": 1e3,
+    "kib": 1 << 10,
+    "m": 1e6,
+    "mb": 1e6,
+    "mib": 1 << 20,
+    "g": 1 << 30,
+    "gb": 1e9,
+    "gib": 1 << 30,
+    "t": 1 << 40,
+    "tb": 1e12,
+    "tib": 1 << 40,
+}
 
 
 def parse_bytes(text: str) -> int:
@@ -295,4 +335,3 @@ def parse_cpuinfo(text: str) -> str | None:
     """The ``model name`` of /proc/cpuinfo (x86) or its ``Hardware``/``CPU part`` line elsewhere."""
     m = re.search(r"^(?:model name|Hardware|cpu model)\s*:\s*(.+)$", text, re.MULTILINE)
     return m.group(1).strip() if m else None
-

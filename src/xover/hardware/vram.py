@@ -57,8 +57,10 @@ class VramHold:
     pid: int
 
     def describe(self) -> str:
-        return (f"{self.budget / GIB:.1f} GiB VRAM budget on GPU {self.device} ({self.total / GIB:.1f} GiB): "
-                f"xover holds {self.held / GIB:.1f} GiB, {self.free_after / GIB:.2f} GiB left free")
+        return (
+            f"{self.budget / GIB:.1f} GiB VRAM budget on GPU {self.device} ({self.total / GIB:.1f} GiB): "
+            f"xover holds {self.held / GIB:.1f} GiB, {self.free_after / GIB:.2f} GiB left free"
+        )
 
     def as_dict(self) -> dict[str, int]:
         return dataclasses.asdict(self)
@@ -101,8 +103,11 @@ class VramHolder:
             if not line:  # the holder ended without holding: its last line says why
                 proc.wait(timeout=10)
                 why = next((x for x in reversed(lines) if x.startswith("ERROR ")), None)
-                raise XoverError(why[len("ERROR "):] if why else
-                                 f"the VRAM holder ended (exit {proc.returncode}) before holding: {' | '.join(lines)[-300:]}")
+                raise XoverError(
+                    why[len("ERROR ") :]
+                    if why
+                    else f"the VRAM holder ended (exit {proc.returncode}) before holding: {' | '.join(lines)[-300:]}"
+                )
             line = line.strip()
             lines.append(line)
             if line.startswith("READY "):
@@ -170,8 +175,10 @@ def _hold_main(argv: list[str]) -> int:
 
     lib = cudart()
     if lib is None:
-        return fail("--vram-budget needs a CUDA GPU: no CUDA runtime (libcudart) found on this machine; "
-                    "run without --vram-budget")
+        return fail(
+            "--vram-budget needs a CUDA GPU: no CUDA runtime (libcudart) found on this machine; "
+            "run without --vram-budget"
+        )
     count = ctypes.c_int(0)
     if lib.cudaGetDeviceCount(ctypes.byref(count)) != 0 or count.value < 1:
         return fail("--vram-budget needs a CUDA GPU: the CUDA runtime sees none; run without --vram-budget")
@@ -184,8 +191,10 @@ def _hold_main(argv: list[str]) -> int:
     if lib.cudaMemGetInfo(ctypes.byref(free), ctypes.byref(total)) != 0:
         return fail("cudaMemGetInfo failed: the CUDA runtime does not answer")
     if free.value < budget:
-        return fail(f"GPU {device} has {free.value / GIB:.1f} GiB free ({total.value / GIB:.1f} GiB in all), less than "
-                    f"the {budget / GIB:.1f} GiB budget: lower --vram-budget or free the GPU")
+        return fail(
+            f"GPU {device} has {free.value / GIB:.1f} GiB free ({total.value / GIB:.1f} GiB in all), less than "
+            f"the {budget / GIB:.1f} GiB budget: lower --vram-budget or free the GPU"
+        )
     target = free.value - budget
     held, chunk, blocks = 0, GIB, []
     lib.cudaMalloc.argtypes = [ctypes.POINTER(ctypes.c_void_p), ctypes.c_size_t]

@@ -37,28 +37,45 @@ Point = tuple[int, int, int]
 
 # llama-bench flags that xover sets itself, and the xover option to use instead.
 RESERVED_FLAGS: dict[str, str] = {
-    "-m": "-m/--model", "--model": "-m/--model",
-    "-p": "--pp", "--n-prompt": "--pp",
-    "-n": "--tg", "--n-gen": "--tg",
-    "-d": "--depth", "--n-depth": "--depth",
-    "-r": "-r/--repetitions", "--repetitions": "-r/--repetitions",
-    "-ncmoe": "--ncmoe", "--n-cpu-moe": "--ncmoe",
-    "-ub": "--ubatch", "--ubatch-size": "--ubatch",
-    "-fa": "--flash-attn", "--flash-attn": "--flash-attn",
-    "-nopo": "--no-op-offload", "--no-op-offload": "--no-op-offload",
-    "-t": "--threads", "--threads": "--threads",
+    "-m": "-m/--model",
+    "--model": "-m/--model",
+    "-p": "--pp",
+    "--n-prompt": "--pp",
+    "-n": "--tg",
+    "--n-gen": "--tg",
+    "-d": "--depth",
+    "--n-depth": "--depth",
+    "-r": "-r/--repetitions",
+    "--repetitions": "-r/--repetitions",
+    "-ncmoe": "--ncmoe",
+    "--n-cpu-moe": "--ncmoe",
+    "-ub": "--ubatch",
+    "--ubatch-size": "--ubatch",
+    "-fa": "--flash-attn",
+    "--flash-attn": "--flash-attn",
+    "-nopo": "--no-op-offload",
+    "--no-op-offload": "--no-op-offload",
+    "-t": "--threads",
+    "--threads": "--threads",
     "-pg": "--pp and --tg (xover measures prefill and decode as separate tests at each depth)",
-    "-o": "nothing: xover reads llama-bench's JSONL itself", "--output": "nothing: xover reads llama-bench's JSONL itself",
-    "-oe": "nothing: xover keeps llama-bench's markdown itself", "--output-err": "nothing: xover keeps llama-bench's markdown itself",
+    "-o": "nothing: xover reads llama-bench's JSONL itself",
+    "--output": "nothing: xover reads llama-bench's JSONL itself",
+    "-oe": "nothing: xover keeps llama-bench's markdown itself",
+    "--output-err": "nothing: xover keeps llama-bench's markdown itself",
     "--progress": "nothing: xover always follows llama-bench's progress",
-    "-h": "`xover bench --help`", "--help": "`xover bench --help`",
-    "--version": "`xover llama which`", "--list-devices": "llama-bench --list-devices directly",
+    "-h": "`xover bench --help`",
+    "--help": "`xover bench --help`",
+    "--version": "`xover llama which`",
+    "--list-devices": "llama-bench --list-devices directly",
 }
 
 # Swept xover knobs whose value llama-bench echoes in each JSONL record, to check every record
 # against the configuration it is stored under.
-_RECORD_FIELD = {o.bench_flag: o.record_field for o in llama_options.OPTIONS
-                 if o.checked and o.bench_flag is not None and o.record_field is not None}
+_RECORD_FIELD = {
+    o.bench_flag: o.record_field
+    for o in llama_options.OPTIONS
+    if o.checked and o.bench_flag is not None and o.record_field is not None
+}
 
 _PROGRESS = re.compile(r"^llama-bench: benchmark (\d+)/(\d+): (.+?)\s*$")
 _PHASE = re.compile(r"^(depth|prompt|generation) run (\d+)/(\d+)( \(cached\))?$")
@@ -71,7 +88,9 @@ def check_extra_args(args: Sequence[str]) -> None:
         # llama-bench treats `--n_prompt` as `--n-prompt`.
         flag = "--" + arg[2:].replace("_", "-") if arg.startswith("--") else arg
         if flag in RESERVED_FLAGS:
-            raise XoverError(f"{arg} after `--` conflicts with what xover passes llama-bench: use {RESERVED_FLAGS[flag]} instead")
+            raise XoverError(
+                f"{arg} after `--` conflicts with what xover passes llama-bench: use {RESERVED_FLAGS[flag]} instead"
+            )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -102,10 +121,17 @@ class BenchJob:
 
     def to_argv(self, bench: Path, model: Path) -> list[str]:
         argv = [
-            str(bench), "-m", str(model),
-            "-p", str(self.n_prompt), "-n", str(self.n_gen),
-            "-d", ",".join(str(d) for d in self.depths),
-            "-r", str(self.repetitions),
+            str(bench),
+            "-m",
+            str(model),
+            "-p",
+            str(self.n_prompt),
+            "-n",
+            str(self.n_gen),
+            "-d",
+            ",".join(str(d) for d in self.depths),
+            "-r",
+            str(self.repetitions),
         ]
         for flag, value in self.config.fields:
             argv += [flag, value]
@@ -286,11 +312,17 @@ def run(job: BenchJob, bench: Path, model: Path, timeout_s: float | None = None)
     deadline = None if timeout_s is None else start + int(timeout_s * 1e9)
     try:
         proc = process.spawn(
-            job.to_argv(bench, model), env=dict(job.config.env),
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=False, die_with_parent=True,
+            job.to_argv(bench, model),
+            env=dict(job.config.env),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=False,
+            die_with_parent=True,
         )
     except OSError as e:
-        raise XoverError(f"cannot start {bench} ({e.strerror}): point --llama-bin-dir at a working llama.cpp build") from None
+        raise XoverError(
+            f"cannot start {bench} ({e.strerror}): point --llama-bin-dir at a working llama.cpp build"
+        ) from None
     tail: collections.deque[str] = collections.deque(maxlen=30)
     markdown: list[str] = []
     buffers: list[str] = []
@@ -317,6 +349,11 @@ def run(job: BenchJob, bench: Path, model: Path, timeout_s: float | None = None)
     finally:
         code = process.stop(proc)
     yield Exited(
-        returncode=code, timed_out=timed_out, duration_ns=time.perf_counter_ns() - start,
-        stderr_tail="\n".join(tail), markdown="\n".join(markdown), peak_rss_bytes=peak_rss, buffer_lines=tuple(buffers),
+        returncode=code,
+        timed_out=timed_out,
+        duration_ns=time.perf_counter_ns() - start,
+        stderr_tail="\n".join(tail),
+        markdown="\n".join(markdown),
+        peak_rss_bytes=peak_rss,
+        buffer_lines=tuple(buffers),
     )

@@ -19,9 +19,9 @@ from __future__ import annotations
 import dataclasses
 import fcntl
 import hashlib
-import platform
 import json
 import os
+import platform
 import re
 import shutil
 import subprocess
@@ -165,8 +165,17 @@ def download_pinned(root: Path, log: Callable[[str], None]) -> Path:
     target.parent.mkdir(parents=True, exist_ok=True)
     log(f"downloading {PINNED.package}=={PINNED.version} (sdist, vendors llama.cpp) with pip")
     cmd = [
-        sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--no-binary", ":all:",
-        f"{PINNED.package}=={PINNED.version}", "-d", str(target.parent),
+        sys.executable,
+        "-m",
+        "pip",
+        "download",
+        "--quiet",
+        "--no-deps",
+        "--no-binary",
+        ":all:",
+        f"{PINNED.package}=={PINNED.version}",
+        "-d",
+        str(target.parent),
     ]
     proc = subprocess.run(cmd, capture_output=True, text=True)
     if proc.returncode != 0 or not target.exists():
@@ -220,7 +229,7 @@ def unpack_sdist(sdist: Path, root: Path) -> SourceTree:
                 for m in tar.getmembers():
                     if not m.name.startswith(vendor):
                         continue
-                    rel = m.name[len(vendor):]
+                    rel = m.name[len(vendor) :]
                     if not rel or rel.split("/")[0] in _SKIP_DIRS or rel == ".git":
                         continue
                     m.name = rel

@@ -25,7 +25,9 @@ from typing import Any
 
 MIB = 1 << 20
 ARTIFACT = "memory"  # store artifact: {config_key, label, source, **MemoryUse.to_dict()} per configuration run
-_BUFFER = re.compile(r"(?P<dev>[\w.+-]+)\s+(?P<kind>model|KV|compute|output|RS)\s+buffer size\s*=\s*(?P<mib>[\d.]+)\s*MiB")
+_BUFFER = re.compile(
+    r"(?P<dev>[\w.+-]+)\s+(?P<kind>model|KV|compute|output|RS)\s+buffer size\s*=\s*(?P<mib>[\d.]+)\s*MiB"
+)
 _VMHWM = re.compile(r"^VmHWM:\s+(\d+)\s+kB", re.MULTILINE)
 
 
@@ -54,8 +56,12 @@ class MemoryUse:
         return sum(found) if found else None
 
     def to_dict(self) -> dict[str, Any]:
-        return {"peak_rss_bytes": self.peak_rss_bytes, "buffers": [list(b) for b in self.buffers],
-                "device_bytes": self.device_bytes, "host_buffer_bytes": self.host_buffer_bytes}
+        return {
+            "peak_rss_bytes": self.peak_rss_bytes,
+            "buffers": [list(b) for b in self.buffers],
+            "device_bytes": self.device_bytes,
+            "host_buffer_bytes": self.host_buffer_bytes,
+        }
 
     @staticmethod
     def from_dict(d: Mapping[str, Any]) -> MemoryUse:

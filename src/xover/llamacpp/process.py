@@ -65,8 +65,15 @@ def spawn(
             raise FileNotFoundError(2, "No such file or directory", argv[0])
         argv = [sys.executable, "-c", _DIE_WITH_PARENT, str(os.getpid()), *argv]
     proc = subprocess.Popen(
-        argv, env=full_env, stdout=stdout, stderr=stderr, stdin=stdin, cwd=cwd,
-        start_new_session=True, text=text, bufsize=1 if text else -1,
+        argv,
+        env=full_env,
+        stdout=stdout,
+        stderr=stderr,
+        stdin=stdin,
+        cwd=cwd,
+        start_new_session=True,
+        text=text,
+        bufsize=1 if text else -1,
     )
     with _lock:
         _live[proc.pid] = proc

@@ -29,9 +29,9 @@ from pathlib import Path
 from typing import Any
 
 from xover.client.http import LlamaClient, wait_healthy
+from xover.domain.records import ServerConfig
 from xover.errors import XoverError
 from xover.llamacpp import process
-from xover.domain.records import ServerConfig
 
 HOST = "127.0.0.1"
 CONTEXT_MARGIN = 256  # tokens beyond prompt + response (BOS, warm-up), and the rounding unit of -c
@@ -110,8 +110,10 @@ def check_explicit_context(extra_args: tuple[str, ...] | list[str], need: int, w
         except ValueError:
             raise XoverError(f"{flag} {value!r} {where} is not a token count: give an integer, e.g. -c 8192") from None
         if 0 < n < need:
-            raise XoverError(f"{flag} {n} {where} is shorter than the longest prompt plus response ({need} tokens): "
-                             f"raise it to at least {need} or drop it (xover sizes -c itself)")
+            raise XoverError(
+                f"{flag} {n} {where} is shorter than the longest prompt plus response ({need} tokens): "
+                f"raise it to at least {need} or drop it (xover sizes -c itself)"
+            )
 
 
 @functools.lru_cache(maxsize=16)
@@ -283,8 +285,9 @@ class LlamaServer:
         with self.log_path.open("wb") as log:  # the child keeps its own descriptor
             log.write(("$ " + " ".join(argv) + "\n").encode())
             log.flush()
-            self.proc = process.spawn(argv, env=dict(self.spec.env), stdout=log, stderr=subprocess.STDOUT, text=False,
-                                      die_with_parent=True)
+            self.proc = process.spawn(
+                argv, env=dict(self.spec.env), stdout=log, stderr=subprocess.STDOUT, text=False, die_with_parent=True
+            )
         self._running = True
         self.url = f"http://{HOST}:{port}"
         self.client = LlamaClient(self.url)

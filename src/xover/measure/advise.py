@@ -16,13 +16,12 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from xover.analysis import advise
-
-from xover.measure import bench as benchrun
 from xover.analysis.advise import Advice, Knob, Measurement, RateSamples, Search, ServerPoint, Setting, Workload
+from xover.domain.records import BenchConfig, BenchResult
 from xover.domain.study_spec import LlamaConfig
 from xover.errors import XoverError
 from xover.llamacpp.binaries import Binaries
-from xover.domain.records import BenchConfig, BenchResult
+from xover.measure import bench as benchrun
 from xover.measure.events import Measured, Measuring, Note
 from xover.results.store import Store
 
@@ -69,9 +68,9 @@ class AdviseSpec:
 _EFFECTIVE_FIELDS = {"n_threads", "n_batch", "n_ubatch", "load_mode", "no_op_offload", "flash_attn", "n_gpu_layers"}
 
 
-
-def measurement_from_store(store: Store, config: BenchConfig, model_key: str, sweep: benchrun.SweepSpec,
-                           failure: str | None, reused: bool) -> Measurement:
+def measurement_from_store(
+    store: Store, config: BenchConfig, model_key: str, sweep: benchrun.SweepSpec, failure: str | None, reused: bool
+) -> Measurement:
     """A configuration's tests at the sweep's depths (the latest of each), as a :class:`Measurement`."""
     latest: dict[tuple[int, int, int], BenchResult] = {}
     for _, _, mk, r in store.bench_results(config.key):
@@ -89,7 +88,8 @@ def measurement_from_store(store: Store, config: BenchConfig, model_key: str, sw
         prefill=tuple(RateSamples(r.n_depth, r.n_prompt, r.samples_ts) for r in prefill),
         decode=tuple(RateSamples(r.n_depth, r.n_gen, r.samples_ts) for r in decode),
         effective=effective + (("backends", str(record.get("backends", ""))),),
-        peak_rss_bytes=use.peak_rss_bytes if use else None, device_bytes=use.device_bytes if use else None,
+        peak_rss_bytes=use.peak_rss_bytes if use else None,
+        device_bytes=use.device_bytes if use else None,
         reused=reused,
     )
 
@@ -103,32 +103,56 @@ def is_gpu_build(backends: str) -> bool:
 
 
 class _Runner:
-    def __init__(self, spec: AdviseSpec, binaries: Binaries, study_dir: Path, command: Sequence[str],
-                 on_event: Callable[[object], None]) -> None:
+    def __init__(
+        self,
+        spec: AdviseSpec,
+        binaries: Binaries,
+        study_dir: Path,
+        command: Sequence[str],
+        on_event: Callable[[object], None],
+    ) -> None:
         from xover.measure.provenance import model_id
 
-        self.spec, self.binaries, self.study_dir, self.command, self.on_event = spec, binaries, study_dir, command, on_event
+        self.spec, self.binaries, self.study_dir, self.command, self.on_event = (
+            spec,
+            binaries,
+            study_dir,
+            command,
+            on_event,
+        )
         self.model_key = model_id(spec.model).key
         self.count = 0
 
     def sweep(self, depths: tuple[int, ...], n_prompt: int, n_gen: int, repetitions: int) -> benchrun.SweepSpec:
-        return benchrun.SweepSpec(model=self.spec.model, depths=depths, n_prompt=n_prompt, n_gen=n_gen,
-                                  repetitions=repetitions, timeout_s=self.spec.timeout_s)
+        return benchrun.SweepSpec(
+            model=self.spec.model,
+            depths=depths,
+            n_prompt=n_prompt,
+            n_gen=n_gen,
+            repetitions=repetitions,
+            timeout_s=self.spec.timeout_s,
+        )
 
     def bench(self, sweep: benchrun.SweepSpec, config: BenchConfig) -> Measurement:
         outcome = benchrun.run_sweep(sweep, self.binaries, self.study_dir, command=self.command, configs=[config])
         failure = outcome.failures[0].reason if outcome.failures else None
         with Store(self.study_dir) as store:
-            return measurement_from_store(store, config, self.model_key, sweep, failure, reused=outcome.stored == 0 and not failure)
+            return measurement_from_store(
+                store, config, self.model_key, sweep, failure, reused=outcome.stored == 0 and not failure
+            )
 
-    def measure_fn(self, level: int | None, sweep: benchrun.SweepSpec, workload: Workload) -> Callable[[Setting], Measurement]:
+    def measure_fn(
+        self, level: int | None, sweep: benchrun.SweepSpec, workload: Workload
+    ) -> Callable[[Setting], Measurement]:
         flags = (("-ncmoe", str(level)),) if level is not None else ()
         return self.measure_config_fn(LlamaConfig(advise.level_label(level), flags), sweep, workload)
 
-    def measure_config_fn(self, base: LlamaConfig, sweep: benchrun.SweepSpec,
-                          workload: Workload) -> Callable[[Setting], Measurement]:
+    def measure_config_fn(
+        self, base: LlamaConfig, sweep: benchrun.SweepSpec, workload: Workload
+    ) -> Callable[[Setting], Measurement]:
         """``measure(setting)``: ``base`` with the setting on top, through llama-bench, labelled
         ``"<base name> <setting>"``."""
+
         def measure(setting: Setting) -> Measurement:
             label = f"{base.name} {advise.setting_label(self.spec.knobs, setting)}"
             self.count += 1
@@ -140,8 +164,14 @@ class _Runner:
         return measure
 
 
-def run_advise(spec: AdviseSpec, binaries: Binaries, study_dir: Path, *, command: Sequence[str] = (),
-               on_event: Callable[[object], None] = lambda e: None) -> Advice:
+def run_advise(
+    spec: AdviseSpec,
+    binaries: Binaries,
+    study_dir: Path,
+    *,
+    command: Sequence[str] = (),
+    on_event: Callable[[object], None] = lambda e: None,
+) -> Advice:
     """Search every offload level, confirm the winner through llama-server (``spec.confirm``), store
     and return the advice. ``on_event`` gets :data:`xover.measure.events.AdviseEvent` and, while confirming,
     :data:`xover.measure.events.TtftEvent`."""
@@ -159,7 +189,9 @@ def run_advise(spec: AdviseSpec, binaries: Binaries, study_dir: Path, *, command
     searches: list[Search] = []
     for level in spec.ncmoe:
         try:
-            searches.append(advise.coordinate_search(spec.knobs, runner.measure_fn(level, sweep, workload), workload, level))
+            searches.append(
+                advise.coordinate_search(spec.knobs, runner.measure_fn(level, sweep, workload), workload, level)
+            )
         except XoverError as e:
             on_event(Note(f"{advise.level_label(level)} left out: {e}"))
     if not searches:
@@ -169,19 +201,38 @@ def run_advise(spec: AdviseSpec, binaries: Binaries, study_dir: Path, *, command
     table, _ = model_table(spec.model)
     terms = model_terms(table)
     hw, _ = resolve_hw(None, False)
-    expectations = tuple(e for s in searches for e in advise.expectations(terms, hw, spec.knobs, s, workload, gpu_build))
+    expectations = tuple(
+        e for s in searches for e in advise.expectations(terms, hw, spec.knobs, s, workload, gpu_build)
+    )
     response = max(1, round(workload.mean_response))
-    crossovers = advise.revisit_crossovers(
-        [(s.label, s.defaults.measurement, s.best.measurement) for s in searches], workload.representative(), response,
-    ) if len(searches) > 1 else ()
+    crossovers = (
+        advise.revisit_crossovers(
+            [(s.label, s.defaults.measurement, s.best.measurement) for s in searches],
+            workload.representative(),
+            response,
+        )
+        if len(searches) > 1
+        else ()
+    )
     advice = Advice(
-        model=str(spec.model), backend=backends or "unknown",
+        model=str(spec.model),
+        backend=backends or "unknown",
         hardware=hw.name + ("" if gpu_build or hw.gpu is None else " (CPU-only llama.cpp build)"),
-        workload=workload, workload_note=note, chunk=chunk, n_gen=spec.n_gen, repetitions=spec.repetitions,
-        knobs=spec.knobs, searches=tuple(searches), expectations=expectations, crossovers=crossovers, confirmation=None,
+        workload=workload,
+        workload_note=note,
+        chunk=chunk,
+        n_gen=spec.n_gen,
+        repetitions=spec.repetitions,
+        knobs=spec.knobs,
+        searches=tuple(searches),
+        expectations=expectations,
+        crossovers=crossovers,
+        confirmation=None,
     )
     if spec.confirm:
-        advice = dataclasses.replace(advice, confirmation=_confirm(spec, advice, binaries, study_dir, command, on_event))
+        advice = dataclasses.replace(
+            advice, confirmation=_confirm(spec, advice, binaries, study_dir, command, on_event)
+        )
     with Store(study_dir) as store:
         store.add_artifact(None, advise.ARTIFACT, advice.to_dict())
     return advice
@@ -199,31 +250,42 @@ def _workload(spec: AdviseSpec, runner: _Runner, chunk: int) -> tuple[Workload, 
     probe_gen = spec.n_gen // 2  # sizes the search never uses, so the probe's single repetition is never reused
     label = f"{advise.level_label(level)} defaults"
     probe_depth = min(agentic.lengths)
-    probe = runner.bench(runner.sweep((0, probe_depth), chunk // 2, probe_gen, 1),
-                         advise.llama_config(spec.knobs, advise.DEFAULTS, level, label).bench_config())
+    probe = runner.bench(
+        runner.sweep((0, probe_depth), chunk // 2, probe_gen, 1),
+        advise.llama_config(spec.knobs, advise.DEFAULTS, level, label).bench_config(),
+    )
     if not probe.ok:
-        raise XoverError(f"llama.cpp's defaults could not run at {advise.level_label(level)} ({probe.failure}): "
-                         "check -m, --ncmoe and --llama-bin-dir")
+        raise XoverError(
+            f"llama.cpp's defaults could not run at {advise.level_label(level)} ({probe.failure}): "
+            "check -m, --ncmoe and --llama-bin-dir"
+        )
     pp = {r.depth: r.median_tps for r in probe.prefill}
     tg = {r.depth: r.median_tps for r in probe.decode}
     seconds = _measurement_seconds(pp, tg, chunk, spec.n_gen, spec.repetitions)
     workload, factor = advise.fit_to_budget(agentic, seconds, spec.budget_s, min_length=chunk)
-    estimate = (f"~{seconds(workload):.0f} s per measurement at {pp[0]:,.0f} prefill and {tg[0]:,.0f} decode tok/s, "
-                f"{pp[probe_depth]:,.0f} and {tg[probe_depth]:,.0f} at depth {probe_depth:,}")
+    estimate = (
+        f"~{seconds(workload):.0f} s per measurement at {pp[0]:,.0f} prefill and {tg[0]:,.0f} decode tok/s, "
+        f"{pp[probe_depth]:,.0f} and {tg[probe_depth]:,.0f} at depth {probe_depth:,}"
+    )
     notes = [fitted] if fitted else []
     if factor != 1.0:
-        notes.append(f"the band halved {round(math.log2(1 / factor))} time(s) to keep one measurement within --budget "
-                     f"{spec.budget_s:g} s")
+        notes.append(
+            f"the band halved {round(math.log2(1 / factor))} time(s) to keep one measurement within --budget "
+            f"{spec.budget_s:g} s"
+        )
     if seconds(workload) > spec.budget_s:
-        notes.append(f"over --budget {spec.budget_s:g} s: halving the band again would take its shortest prompt below "
-                     f"the {chunk}-token prefill test")
+        notes.append(
+            f"over --budget {spec.budget_s:g} s: halving the band again would take its shortest prompt below "
+            f"the {chunk}-token prefill test"
+        )
     if not notes:
         return workload, estimate
     return workload, f"{'; '.join(notes)}: {estimate}; give --lengths to choose"
 
 
-def _measurement_seconds(pp: dict[int, float], tg: dict[int, float], chunk: int, n_gen: int,
-                         repetitions: int) -> Callable[[Workload], float]:
+def _measurement_seconds(
+    pp: dict[int, float], tg: dict[int, float], chunk: int, n_gen: int, repetitions: int
+) -> Callable[[Workload], float]:
     """Rough wall time of one measurement of a workload, from probed speeds at two depths: time per
     token taken as linear in depth (attention reads the whole context), each test prefilling its depth
     once (untimed by llama-bench, but waited for), warming up, then repeating."""
@@ -234,8 +296,10 @@ def _measurement_seconds(pp: dict[int, float], tg: dict[int, float], chunk: int,
         return max(t0, t0 + (t1 - t0) * (depth - d0) / max(1, d1 - d0))
 
     def seconds(w: Workload) -> float:
-        return sum(2 * d * per_token(pp, d / 2)
-                   + (repetitions + 1) * (chunk * per_token(pp, d) + n_gen * per_token(tg, d)) for d in w.depths())
+        return sum(
+            2 * d * per_token(pp, d / 2) + (repetitions + 1) * (chunk * per_token(pp, d) + n_gen * per_token(tg, d))
+            for d in w.depths()
+        )
 
     return seconds
 
@@ -255,24 +319,34 @@ def _agentic_for_context(spec: AdviseSpec, chunk: int) -> tuple[Workload, str]:
         return agentic, ""
     unit = 256
     if room < unit:
-        raise XoverError(f"{context.name}'s training context of {n_ctx:,} tokens leaves no room for the agentic band "
-                         f"after the {chunk}-token prefill test (--pp, or the largest --ubatch tried) and {spec.n_gen} "
-                         f"decode tokens (--tg): give --lengths up to {max(room, 0)}, or a smaller --pp / --ubatch")
+        raise XoverError(
+            f"{context.name}'s training context of {n_ctx:,} tokens leaves no room for the agentic band "
+            f"after the {chunk}-token prefill test (--pp, or the largest --ubatch tried) and {spec.n_gen} "
+            f"decode tokens (--tg): give --lengths up to {max(room, 0)}, or a smaller --pp / --ubatch"
+        )
     factor = room / top
     scaled = agentic.scaled(factor, unit)
     while max(scaled.lengths) > room:
         factor *= 0.98
         scaled = agentic.scaled(factor, unit)
-    return scaled, (f"the 10K-40K band scaled to {context.name}'s training context of {n_ctx:,} tokens (each depth "
-                    f"plus the {chunk}-token prefill test and {spec.n_gen} decode tokens fits)")
+    return scaled, (
+        f"the 10K-40K band scaled to {context.name}'s training context of {n_ctx:,} tokens (each depth "
+        f"plus the {chunk}-token prefill test and {spec.n_gen} decode tokens fits)"
+    )
 
 
-def _confirm(spec: AdviseSpec, advice: Advice, binaries: Binaries, study_dir: Path, command: Sequence[str],
-             on_event: Callable[[object], None]) -> advise.Confirmation | None:
+def _confirm(
+    spec: AdviseSpec,
+    advice: Advice,
+    binaries: Binaries,
+    study_dir: Path,
+    command: Sequence[str],
+    on_event: Callable[[object], None],
+) -> advise.Confirmation | None:
     """Cold TTFT and decode through llama-server: the defaults against the recommendation, at the best
     offload level and the workload's representative lengths."""
-    from xover.measure import ttft as ttftrun
     from xover.llamacpp.server import ServerSpec, context_size, has_flag
+    from xover.measure import ttft as ttftrun
 
     best = advice.best
     if best.recommended == advise.DEFAULTS:
@@ -287,21 +361,38 @@ def _confirm(spec: AdviseSpec, advice: Advice, binaries: Binaries, study_dir: Pa
     specs = []
     for trial in trials:
         config = advice.config(best, trial.setting)
-        specs.append(ServerSpec(model=spec.model.resolve(), label=config.name, ctx_size=ctx,
-                                extra_args=config.server_args_list(), env=config.env, fit_off=fit_off,
-                                log_verbosity=verbosity))
-    plan = ttftrun.TtftPlan(lengths=lengths, reps=spec.confirm_repetitions, response_tokens=response, mode="cold",
-                            seed=time.time_ns() % 2**31)
+        specs.append(
+            ServerSpec(
+                model=spec.model.resolve(),
+                label=config.name,
+                ctx_size=ctx,
+                extra_args=config.server_args_list(),
+                env=config.env,
+                fit_off=fit_off,
+                log_verbosity=verbosity,
+            )
+        )
+    plan = ttftrun.TtftPlan(
+        lengths=lengths,
+        reps=spec.confirm_repetitions,
+        response_tokens=response,
+        mode="cold",
+        seed=time.time_ns() % 2**31,
+    )
     with Store(study_dir) as store:
         run = ttftrun.TtftRun(store, plan, list(command), binaries=binaries, model=spec.model, on_event=on_event)
         outcome = asyncio.run(run.run_managed(specs, study_dir / "logs"))
     points: dict[str, list[ServerPoint]] = {}
     for p in ttftrun.summarize_points(outcome.samples):
         if p.ttft_ns is not None and p.decode_tps_server is not None:
-            points.setdefault(p.config_key, []).append(ServerPoint(p.length, p.ttft_ns.median / 1e9, p.decode_tps_server.median))
+            points.setdefault(p.config_key, []).append(
+                ServerPoint(p.length, p.ttft_ns.median / 1e9, p.decode_tps_server.median)
+            )
     keys = [s.config().key for s in specs]
     if any(len(points.get(k, [])) < len(lengths) for k in keys):
-        reason = outcome.failures[0].reason if outcome.failures else "some lengths have no sample that passed the cold check"
+        reason = (
+            outcome.failures[0].reason if outcome.failures else "some lengths have no sample that passed the cold check"
+        )
         on_event(Note(f"llama-server confirmation incomplete ({reason}); the advice rests on llama-bench alone"))
         return None
     return advise.confirmation(best.n_cpu_moe, points[keys[0]], points[keys[1]], workload, spec.confirm_repetitions)

@@ -24,8 +24,8 @@ from pathlib import Path
 
 from xover.analysis.stats import Summary, summarize
 from xover.measure.cachelab import declared_state, parse_mode
-from xover.results.read_model import StoredSample, load
 from xover.measure.ttft import check_cache
+from xover.results.read_model import StoredSample, load
 
 MEASURED_MODES = ("cold", "warm")
 
@@ -101,10 +101,20 @@ def audit(samples: Sequence[StoredSample]) -> AuditResult:
             continue
         flagged.add(st.row_id)
         t = s.timings
-        findings.append(Finding(
-            row_id=st.row_id, run_id=st.run_id, label=st.label, mode=s.mode, length=s.length, claim=state,
-            cache_n=t.cache_n if t else None, prompt_n=t.prompt_n if t else None, counted=s.cache_ok, reason=reason,
-        ))
+        findings.append(
+            Finding(
+                row_id=st.row_id,
+                run_id=st.run_id,
+                label=st.label,
+                mode=s.mode,
+                length=s.length,
+                claim=state,
+                cache_n=t.cache_n if t else None,
+                prompt_n=t.prompt_n if t else None,
+                counted=s.cache_ok,
+                reason=reason,
+            )
+        )
     return AuditResult(len(samples), n_checked, n_unclaimed, tuple(findings), tuple(_summary(samples, flagged)))
 
 
@@ -115,13 +125,22 @@ def _summary(samples: Sequence[StoredSample], flagged: set[int]) -> list[Summary
             groups.setdefault((st.label, st.sample.mode, st.sample.length), []).append(st)
     rows = []
     for (label, mode, length), group in sorted(groups.items(), key=lambda kv: (kv[0][0], kv[0][1], kv[0][2])):
-        counted = [st for st in group if st.sample.cache_ok and st.sample.error is None
-                   and st.sample.first_token_ns is not None]
+        counted = [
+            st
+            for st in group
+            if st.sample.cache_ok and st.sample.error is None and st.sample.first_token_ns is not None
+        ]
         kept = [st for st in counted if st.row_id not in flagged]
-        rows.append(SummaryRow(
-            label=label, mode=mode, length=length, stored=_ttft(counted), corrected=_ttft(kept),
-            n_removed=len(counted) - len(kept),
-        ))
+        rows.append(
+            SummaryRow(
+                label=label,
+                mode=mode,
+                length=length,
+                stored=_ttft(counted),
+                corrected=_ttft(kept),
+                n_removed=len(counted) - len(kept),
+            )
+        )
     return rows
 
 

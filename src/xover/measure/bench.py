@@ -24,8 +24,16 @@ from pathlib import Path
 from typing import Any
 
 from xover.domain.llama_options import (
-    BATCH_SIZE, FLASH_ATTN, LOAD_MODE, LOAD_MODES, N_CPU_MOE, NO_OP_OFFLOAD, THREADS, UBATCH_SIZE,
+    BATCH_SIZE,
+    FLASH_ATTN,
+    LOAD_MODE,
+    LOAD_MODES,
+    N_CPU_MOE,
+    NO_OP_OFFLOAD,
+    THREADS,
+    UBATCH_SIZE,
 )
+from xover.domain.records import BenchConfig, Failure, short_labels
 from xover.errors import XoverError
 from xover.llamacpp import bench, memory
 from xover.llamacpp.bench import BenchJob, Exited, Point, ProgressLine, RecordLine
@@ -33,7 +41,6 @@ from xover.llamacpp.binaries import Binaries
 from xover.measure.events import ConfigStarted, Progressed, ResultStored, SweepEvent, SweepPlanned
 from xover.measure.provenance import model_id
 from xover.measure.recorder import Recording
-from xover.domain.records import short_labels, BenchConfig, Failure
 from xover.results.store import Store
 
 FLASH_ATTN_CHOICES = FLASH_ATTN.choices
@@ -65,7 +72,9 @@ def parse_choice_list(option: str, text: str, choices: Sequence[str]) -> tuple[s
     values = [v.strip() for v in text.split(",")]
     bad = [v for v in values if v not in choices]
     if bad:
-        raise XoverError(f"{option} {text!r}: {bad[0]!r} is not one of {', '.join(choices)} (e.g. {option} {','.join(choices[:2])})")
+        raise XoverError(
+            f"{option} {text!r}: {bad[0]!r} is not one of {', '.join(choices)} (e.g. {option} {','.join(choices[:2])})"
+        )
     return _dedupe(values)
 
 
@@ -126,22 +135,41 @@ class SweepSpec:
 def expand(spec: SweepSpec) -> list[BenchConfig]:
     """Every configuration of the sweep, in a stable order (ncmoe slowest, env fastest)."""
     return combinations(
-        ncmoe=spec.ncmoe, load_mode=spec.load_mode, batch=spec.batch, ubatch=spec.ubatch, flash_attn=spec.flash_attn,
-        no_op_offload=spec.no_op_offload, threads=spec.threads, env=spec.env, extra_args=spec.extra_args,
+        ncmoe=spec.ncmoe,
+        load_mode=spec.load_mode,
+        batch=spec.batch,
+        ubatch=spec.ubatch,
+        flash_attn=spec.flash_attn,
+        no_op_offload=spec.no_op_offload,
+        threads=spec.threads,
+        env=spec.env,
+        extra_args=spec.extra_args,
     )
 
 
 def combinations(
-    *, ncmoe: Sequence[int] = (), load_mode: Sequence[str] = (), batch: Sequence[int] = (), ubatch: Sequence[int] = (),
-    flash_attn: Sequence[str] = (), no_op_offload: Sequence[int] = (), threads: Sequence[int] = (),
-    env: Sequence[tuple[str, Sequence[str]]] = (), extra_args: tuple[str, ...] = (),
+    *,
+    ncmoe: Sequence[int] = (),
+    load_mode: Sequence[str] = (),
+    batch: Sequence[int] = (),
+    ubatch: Sequence[int] = (),
+    flash_attn: Sequence[str] = (),
+    no_op_offload: Sequence[int] = (),
+    threads: Sequence[int] = (),
+    env: Sequence[tuple[str, Sequence[str]]] = (),
+    extra_args: tuple[str, ...] = (),
 ) -> list[BenchConfig]:
     """The cartesian product of knob values as llama-bench configurations labelled by what differs
     (``xover bench`` and ``xover ttft`` name their configurations alike). An empty knob is left out."""
     dims: list[list[tuple[str, str]]] = []
     for option, values in (
-        (N_CPU_MOE, ncmoe), (LOAD_MODE, load_mode), (BATCH_SIZE, batch), (UBATCH_SIZE, ubatch),
-        (FLASH_ATTN, flash_attn), (NO_OP_OFFLOAD, no_op_offload), (THREADS, threads),
+        (N_CPU_MOE, ncmoe),
+        (LOAD_MODE, load_mode),
+        (BATCH_SIZE, batch),
+        (UBATCH_SIZE, ubatch),
+        (FLASH_ATTN, flash_attn),
+        (NO_OP_OFFLOAD, no_op_offload),
+        (THREADS, threads),
     ):
         if values:
             dims.append([(option.bench[0], str(v)) for v in values])
@@ -149,7 +177,9 @@ def combinations(
     n_fields = len(dims)
     configs = []
     for combo in itertools.product(*dims, *env_dims):
-        configs.append(BenchConfig(label="", fields=tuple(combo[:n_fields]), env=tuple(combo[n_fields:]), extra_args=extra_args))
+        configs.append(
+            BenchConfig(label="", fields=tuple(combo[:n_fields]), env=tuple(combo[n_fields:]), extra_args=extra_args)
+        )
     return [dataclasses.replace(c, label=label) for c, label in zip(configs, short_labels(configs))]
 
 
@@ -191,8 +221,12 @@ def exit_problem(exited: Exited, measured: int, expected: int, timeout_s: float 
     """Why a llama-bench process counts as failed, or None when it measured everything."""
     done = f"after {measured} of {expected} tests"
     lines = exited.stderr_tail.splitlines()
-    errors = [ln for ln in lines if re.search(r"error|fail|abort|assert|out of memory|unknown argument", ln, re.I)
-              and "set_abort_callback" not in ln]  # a -v log line, not an error
+    errors = [
+        ln
+        for ln in lines
+        if re.search(r"error|fail|abort|assert|out of memory|unknown argument", ln, re.I)
+        and "set_abort_callback" not in ln
+    ]  # a -v log line, not an error
     detail = f": {(errors or lines)[-1].strip()}" if lines else ""
     if exited.timed_out:
         return f"timed out {done} (--timeout {timeout_s:g} s; raise it for long depths)"
@@ -261,6 +295,7 @@ def run_sweep(
     model_key = model_id(spec.model).key
     configs = list(configs) if configs is not None else expand(spec)
     with Store(study_dir) as store:
+
         def measured(config: BenchConfig, p: Point) -> bool:
             return not fresh and store.has_bench_point(config.key, model_key, *p)
 
@@ -274,21 +309,35 @@ def run_sweep(
             for index, job in enumerate(the_plan.jobs):
                 on_event(ConfigStarted(job, index, len(the_plan.jobs)))
                 store.put_config(job.config)
-                n_stored, failure = _run_job(job, spec, binaries, store, run, model_key, done_tests, the_plan.total_tests, on_event)
+                n_stored, failure = _run_job(
+                    job, spec, binaries, store, run, model_key, done_tests, the_plan.total_tests, on_event
+                )
                 stored += n_stored
                 done_tests += len(job.points())
                 on_event(Progressed(done_tests, the_plan.total_tests))
                 if failure is not None:
                     run.fail(job.config, failure)
         return SweepOutcome(
-            study_dir=study_dir, store_path=store.path, configs=tuple(configs), skipped=the_plan.skipped,
-            stored=stored, failures=tuple(run.failures), run_id=run.run_id,
+            study_dir=study_dir,
+            store_path=store.path,
+            configs=tuple(configs),
+            skipped=the_plan.skipped,
+            stored=stored,
+            failures=tuple(run.failures),
+            run_id=run.run_id,
         )
 
 
 def _run_job(
-    job: BenchJob, spec: SweepSpec, binaries: Binaries, store: Store, run: Recording, model_key: str,
-    done_before: int, total: int, on_event: Callable[[SweepEvent], None],
+    job: BenchJob,
+    spec: SweepSpec,
+    binaries: Binaries,
+    store: Store,
+    run: Recording,
+    model_key: str,
+    done_before: int,
+    total: int,
+    on_event: Callable[[SweepEvent], None],
 ) -> tuple[int, Failure | None]:
     """One llama-bench process: store its records as they come; return (tests stored, failure or None)."""
     expected = job.points()
@@ -321,25 +370,31 @@ def _run_job(
             run.artifact(MD_ARTIFACT, {"config_key": job.config.key, "markdown": exited.markdown})
         use = memory.MemoryUse(exited.peak_rss_bytes, memory.parse_buffer_lines(exited.buffer_lines))
         if seen and (use.peak_rss_bytes is not None or use.buffers):
-            run.artifact(memory.ARTIFACT,
-                         {"config_key": job.config.key, "label": job.config.label, "source": "llama-bench", **use.to_dict()})
+            run.artifact(
+                memory.ARTIFACT,
+                {"config_key": job.config.key, "label": job.config.label, "source": "llama-bench", **use.to_dict()},
+            )
         problem = problem or exit_problem(exited, len(seen), len(expected), spec.timeout_s)
     if problem is None:
         return len(seen), None
     tail = exited.stderr_tail if exited is not None else ""
-    return len(seen), Failure(config_key=job.config.key, stage="bench", point=describe_job(job), reason=problem, stderr_tail=tail)
+    return len(seen), Failure(
+        config_key=job.config.key, stage="bench", point=describe_job(job), reason=problem, stderr_tail=tail
+    )
 
 
 def memory_by_config(store: Store, source: str = "llama-bench") -> dict[str, memory.MemoryUse]:
     """The latest peak memory stored for each configuration key by ``source`` (llama-bench or llama-server)."""
     return {
         body["config_key"]: memory.MemoryUse.from_dict(body)
-        for _, _, body in store.artifacts(memory.ARTIFACT) if body.get("source") == source
+        for _, _, body in store.artifacts(memory.ARTIFACT)
+        if body.get("source") == source
     }
 
 
 def describe_memory(use: memory.MemoryUse) -> str:
     """``peak RSS 812 MiB; buffers: CUDA0 model 9.1 GiB, CUDA0 compute 342 MiB, ...`` in one line."""
+
     def size(n: int) -> str:
         return f"{n / (1 << 30):.1f} GiB" if n >= 1 << 30 else f"{n / (1 << 20):.1f} MiB"
 

@@ -26,10 +26,15 @@ def planner_notes(model: Path, n_cpu_moe: Sequence[int], n_ctx: int, budget: int
     for n in sorted(set(n_cpu_moe)):
         need = memory_estimate(terms, n, n_ctx, ubatch, True).total_bytes + plan.headroom_bytes
         if need > budget:
-            fits = (f"the smallest that fits is --n-cpu-moe {plan.n_cpu_moe}" if plan.n_cpu_moe is not None
-                    else "nothing fits, even with every expert on the CPU")
-            out.append(f"planner: --n-cpu-moe {n} needs about {need / GIB:.1f} GiB of GPU memory at {n_ctx:,} tokens of "
-                       f"context, over the {budget / GIB:.1f} GiB budget ({fits}); llama.cpp is expected to fail to load it")
+            fits = (
+                f"the smallest that fits is --n-cpu-moe {plan.n_cpu_moe}"
+                if plan.n_cpu_moe is not None
+                else "nothing fits, even with every expert on the CPU"
+            )
+            out.append(
+                f"planner: --n-cpu-moe {n} needs about {need / GIB:.1f} GiB of GPU memory at {n_ctx:,} tokens of "
+                f"context, over the {budget / GIB:.1f} GiB budget ({fits}); llama.cpp is expected to fail to load it"
+            )
     return out
 
 

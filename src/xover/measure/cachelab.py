@@ -12,54 +12,53 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from xover.client.http import LlamaClient, completion_body
-from xover.errors import XoverError
-from xover.llamacpp.binaries import Binaries
-from xover.llamacpp.server import ServerSpec, context_size, has_flag
-from xover.domain.prompts import Prompt, TokenPrompts, token_pool
-from xover.domain.records import Failure, TtftSample
-from xover.measure.events import LabEvent, LabRequestDone, ServerUp
-from xover.measure.recorder import Recording
-from xover.measure.server_session import WARMUP_LENGTH, started_server, warm_up
-from xover.results.store import Store
-from xover.measure.ttft import TtftPoint, build_sample, gguf_token_types
-
 from xover.analysis.cachelab import (  # noqa: F401 (the plan and analysis, re-exported)
-    MODE_PREFIX,
-    REUSE_MIN,
-    PREFIX,
-    INSERTED,
     APPENDED,
-    SHORT,
-    OTHERS,
-    RESPONSE_TOKENS,
-    MIN_LENGTH,
     CACHE_RAM_DEFAULT_BYTES,
-    STATE_ARTIFACT,
     CASES,
+    INSERTED,
+    MIN_LENGTH,
+    MODE_PREFIX,
     OPENING,
-    lab_mode,
-    parse_mode,
-    declared_state,
-    LabRequest,
+    OTHERS,
+    PREFIX,
+    RESPONSE_TOKENS,
+    REUSE_MIN,
+    SHORT,
+    STATE_ARTIFACT,
     EraseSlots,
+    LabAnalysis,
+    LabRequest,
+    LabRow,
     LabServer,
     _cold,
-    host_cache_note,
-    lab_plan,
-    plan_requests,
-    build_prompts,
-    LabRow,
-    LabAnalysis,
-    lab_samples,
     _groups,
+    _headlines,
+    _median_gap_ms,
     _ms,
     _verdict,
     analyse,
+    build_prompts,
     complete_scenarios,
-    _median_gap_ms,
-    _headlines,
+    declared_state,
+    host_cache_note,
+    lab_mode,
+    lab_plan,
+    lab_samples,
+    parse_mode,
+    plan_requests,
 )
+from xover.client.http import LlamaClient, completion_body
+from xover.domain.prompts import Prompt, TokenPrompts, token_pool
+from xover.domain.records import Failure, TtftSample
+from xover.errors import XoverError
+from xover.llamacpp.binaries import Binaries
+from xover.llamacpp.server import ServerSpec, context_size, has_flag
+from xover.measure.events import LabEvent, LabRequestDone, ServerUp
+from xover.measure.recorder import Recording
+from xover.measure.server_session import WARMUP_LENGTH, started_server, warm_up
+from xover.measure.ttft import TtftPoint, build_sample, gguf_token_types
+from xover.results.store import Store
 
 
 def state_bytes_per_token(model: Path, server_args: Sequence[str] = ()) -> int | None:
@@ -131,9 +130,22 @@ def run_cache_lab(
     plan = tuple(srv for srv in lab_plan(length, bpt) if only is None or srv.scenario in only)
     pool = token_pool(gguf_token_types(model))
     if len(pool) < 2:
-        raise XoverError(f"{model} lists fewer than 2 ordinary tokens (tokenizer.ggml.token_type): use a model with a vocabulary")
-    lab = _LabRun(Store(store_dir), binaries, model, label, server_args, env, list(command), on_event,
-                  TokenPrompts(pool, seed), length, {label: bpt} if bpt is not None else {})
+        raise XoverError(
+            f"{model} lists fewer than 2 ordinary tokens (tokenizer.ggml.token_type): use a model with a vocabulary"
+        )
+    lab = _LabRun(
+        Store(store_dir),
+        binaries,
+        model,
+        label,
+        server_args,
+        env,
+        list(command),
+        on_event,
+        TokenPrompts(pool, seed),
+        length,
+        {label: bpt} if bpt is not None else {},
+    )
     if bpt is not None:
         lab.store.add_artifact(None, STATE_ARTIFACT, {"label": label, "length": length, "state_bytes_per_token": bpt})
     try:
@@ -143,9 +155,20 @@ def run_cache_lab(
 
 
 class _LabRun:
-    def __init__(self, store: Store, binaries: Binaries, model: Path, label: str, server_args: tuple[str, ...],
-                 env: tuple[tuple[str, str], ...], command: list[str], on_event: Callable[[LabEvent], None],
-                 prompts: TokenPrompts, length: int, state_bytes: dict[str, int]) -> None:
+    def __init__(
+        self,
+        store: Store,
+        binaries: Binaries,
+        model: Path,
+        label: str,
+        server_args: tuple[str, ...],
+        env: tuple[tuple[str, str], ...],
+        command: list[str],
+        on_event: Callable[[LabEvent], None],
+        prompts: TokenPrompts,
+        length: int,
+        state_bytes: dict[str, int],
+    ) -> None:
         self.store, self.binaries, self.model, self.label = store, binaries, model, label
         self.server_args, self.env, self.on_event, self.prompts = server_args, env, on_event, prompts
         self.rec = Recording(store, "cache", command, binaries=binaries, model=model, on_event=on_event)
@@ -164,8 +187,13 @@ class _LabRun:
                 await self._scenario(srv, self._spec(srv, store_dir, fit_off), store_dir / "logs")
         assert self.rec.run_id is not None
         samples = tuple(self.samples)
-        return CacheLabOutcome(self.rec.run_id, self.label, samples, tuple(self.rec.failures),
-                               analyse([(self.label, s) for s in samples], self.state_bytes))
+        return CacheLabOutcome(
+            self.rec.run_id,
+            self.label,
+            samples,
+            tuple(self.rec.failures),
+            analyse([(self.label, s) for s in samples], self.state_bytes),
+        )
 
     def _spec(self, srv: LabServer, store_dir: Path, fit_off: bool) -> ServerSpec:
         lab_args: list[str] = []
@@ -175,14 +203,25 @@ class _LabRun:
             slots = store_dir / "cache-lab-slots"
             slots.mkdir(parents=True, exist_ok=True)
             lab_args += ["--slot-save-path", str(slots.resolve())]
-        return ServerSpec(model=self.model.resolve(), label=self.label, ctx_size=self.ctx, cold_cache=not srv.defaults,
-                          fit_off=fit_off, extra_args=(*lab_args, *self.server_args), env=self.env)
+        return ServerSpec(
+            model=self.model.resolve(),
+            label=self.label,
+            ctx_size=self.ctx,
+            cold_cache=not srv.defaults,
+            fit_off=fit_off,
+            extra_args=(*lab_args, *self.server_args),
+            env=self.env,
+        )
 
     def _fail(self, srv: LabServer, spec: ServerSpec, stage: str, reason: str, skipped: int) -> None:
         config = spec.config()
         self.done += skipped
-        self.rec.fail(config, Failure(config_key=config.key, stage=stage, point=f"cache lab {srv.scenario}", reason=reason),
-                      skipped=skipped, scenario=srv.scenario)
+        self.rec.fail(
+            config,
+            Failure(config_key=config.key, stage=stage, point=f"cache lab {srv.scenario}", reason=reason),
+            skipped=skipped,
+            scenario=srv.scenario,
+        )
 
     async def _scenario(self, srv: LabServer, spec: ServerSpec, log_dir: Path) -> None:
         try:
@@ -191,17 +230,26 @@ class _LabRun:
                 assert s.client is not None
                 run_id = self.rec.ensure()
                 config = spec.config()
-                self.on_event(ServerUp(label=config.label, url=s.url, log_path=s.log_path,
-                                       build_info=str(s.props.get("build_info") or "") or None, scenario=srv.scenario,
-                                       settings=srv.settings, pid=s.pid))
+                self.on_event(
+                    ServerUp(
+                        label=config.label,
+                        url=s.url,
+                        log_path=s.log_path,
+                        build_info=str(s.props.get("build_info") or "") or None,
+                        scenario=srv.scenario,
+                        settings=srv.settings,
+                        pid=s.pid,
+                    )
+                )
                 await self._steps(s.client, srv, config.key, run_id, s.props)
         except _ScenarioFailedError as e:
             self._fail(srv, spec, "cache", str(e), e.skipped)
         except XoverError as e:
             self._fail(srv, spec, "server-start", str(e), len(srv.requests()))
 
-    async def _steps(self, client: LlamaClient, srv: LabServer, config_key: str, run_id: int,
-                     props: Mapping[str, Any]) -> None:
+    async def _steps(
+        self, client: LlamaClient, srv: LabServer, config_key: str, run_id: int, props: Mapping[str, Any]
+    ) -> None:
         """Send every step; a failed request (or erase) raises _ScenarioFailedError with the requests left."""
         prompts = build_prompts(srv, self.prompts, lambda: next(self._index))
         failed = await warm_up(client, self.prompts.make(next(self._index), WARMUP_LENGTH).prompt)

@@ -37,8 +37,10 @@ def budget_for_fit(spec: StudySpec) -> int:
 
     gpu = detect_gpu()
     if gpu is None or not gpu.free_bytes:
-        raise XoverError("n-cpu-moe = 'fit' needs a VRAM budget ([study] vram-budget = '16GiB') or a GPU whose free "
-                         "memory nvidia-smi reports")
+        raise XoverError(
+            "n-cpu-moe = 'fit' needs a VRAM budget ([study] vram-budget = '16GiB') or a GPU whose free "
+            "memory nvidia-smi reports"
+        )
     return gpu.free_bytes
 
 
@@ -68,24 +70,39 @@ def resolve_fits(spec: StudySpec, model: Path) -> tuple[StudySpec, list[dict[str
         ubatch = int(c.flag("-ub") or 512)
         (plan,) = plan_placement(terms, budget, (ctx,), ubatch, flash_attn=c.flag("-fa") != "off")
         if plan.n_cpu_moe is None:
-            raise XoverError(f"{c.name}: the model does not fit {budget / GIB:.1f} GiB at {ctx:,} tokens of context "
-                             "even with every expert on the CPU: raise vram-budget or shorten the context")
+            raise XoverError(
+                f"{c.name}: the model does not fit {budget / GIB:.1f} GiB at {ctx:,} tokens of context "
+                "even with every expert on the CPU: raise vram-budget or shorten the context"
+            )
         n = plan.n_cpu_moe
         configs.append(dataclasses.replace(c, flags=tuple((f, str(n) if f == "-ncmoe" else v) for f, v in c.flags)))
-        records.append({
-            "config": c.name, "request": c.flag("-ncmoe"), "n_ctx": ctx, "n_cpu_moe": n, "budget_bytes": budget,
-            "headroom_bytes": plan.headroom_bytes, "ubatch": ubatch,
-            "estimate": {"model_bytes": plan.estimate.model_bytes, "kv_bytes": plan.estimate.kv_bytes,
-                         "compute_bytes": plan.estimate.compute_bytes, "total_bytes": plan.estimate.total_bytes},
-        })
+        records.append(
+            {
+                "config": c.name,
+                "request": c.flag("-ncmoe"),
+                "n_ctx": ctx,
+                "n_cpu_moe": n,
+                "budget_bytes": budget,
+                "headroom_bytes": plan.headroom_bytes,
+                "ubatch": ubatch,
+                "estimate": {
+                    "model_bytes": plan.estimate.model_bytes,
+                    "kv_bytes": plan.estimate.kv_bytes,
+                    "compute_bytes": plan.estimate.compute_bytes,
+                    "total_bytes": plan.estimate.total_bytes,
+                },
+            }
+        )
     return dataclasses.replace(spec, configs=tuple(configs)), records
 
 
 def describe(record: dict[str, Any]) -> str:
     e = record["estimate"]
-    return (f"{record['config']}: --n-cpu-moe {record['n_cpu_moe']} (planner: {e['total_bytes'] / GIB:.2f} GiB of GPU "
-            f"buffers at {record['n_ctx']:,} tokens of context, plus {record['headroom_bytes'] / GIB:.1f} GiB headroom, "
-            f"within {record['budget_bytes'] / GIB:.1f} GiB)")
+    return (
+        f"{record['config']}: --n-cpu-moe {record['n_cpu_moe']} (planner: {e['total_bytes'] / GIB:.2f} GiB of GPU "
+        f"buffers at {record['n_ctx']:,} tokens of context, plus {record['headroom_bytes'] / GIB:.1f} GiB headroom, "
+        f"within {record['budget_bytes'] / GIB:.1f} GiB)"
+    )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -101,8 +118,9 @@ class LevelCheck:
         return dataclasses.asdict(self)
 
 
-async def _check_level(binaries: Binaries, model: Path, config: LlamaConfig, n: int, ctx: int, log_dir: Path,
-                       timeout_s: float | None) -> LevelCheck:
+async def _check_level(
+    binaries: Binaries, model: Path, config: LlamaConfig, n: int, ctx: int, log_dir: Path, timeout_s: float | None
+) -> LevelCheck:
     from xover.client.http import completion_body
     from xover.llamacpp.server import LlamaServer, ServerSpec
 
@@ -122,8 +140,14 @@ async def _check_level(binaries: Binaries, model: Path, config: LlamaConfig, n: 
         return LevelCheck(n, False, False, str(e))
 
 
-def check_fits(spec: StudySpec, model: Path, binaries: Binaries, records: list[dict[str, Any]], log_dir: Path,
-               note: Callable[[str], None]) -> list[dict[str, Any]]:
+def check_fits(
+    spec: StudySpec,
+    model: Path,
+    binaries: Binaries,
+    records: list[dict[str, Any]],
+    log_dir: Path,
+    note: Callable[[str], None],
+) -> list[dict[str, Any]]:
     """For each resolved ``fit``: llama.cpp at the planner's level and one level below it."""
     out = []
     by_name = {c.name: c for c in spec.configs}
@@ -152,4 +176,8 @@ def check_line(entry: dict[str, Any]) -> str:
         verdict = "the planner is conservative here: one level less also serves"
     else:
         verdict = "llama.cpp confirms the edge"
-    return f"{entry['config']} ({entry['request'] or FIT}) at {entry['n_ctx']:,} tokens: " + "; ".join(parts) + f": {verdict}"
+    return (
+        f"{entry['config']} ({entry['request'] or FIT}) at {entry['n_ctx']:,} tokens: "
+        + "; ".join(parts)
+        + f": {verdict}"
+    )

@@ -10,8 +10,8 @@ import subprocess
 from importlib import metadata
 from pathlib import Path
 
+from xover.domain.records import ModelId, Provenance, backend_name
 from xover.llamacpp.binaries import Binaries
-from xover.domain.records import backend_name, ModelId, Provenance
 
 # Enough to cover any realistic GGUF header (metadata + tensor table); a hash of this prefix
 # identifies the model's shape, types and tokenizer without reading gigabytes of weights.
@@ -30,7 +30,10 @@ def cpu_info() -> str | None:
 
 def gpu_info() -> str | None:
     """GPU names from nvidia-smi or rocm-smi when present; None on CPU-only machines."""
-    for cmd in (["nvidia-smi", "--query-gpu=name,memory.total", "--format=csv,noheader"], ["rocm-smi", "--showproductname"]):
+    for cmd in (
+        ["nvidia-smi", "--query-gpu=name,memory.total", "--format=csv,noheader"],
+        ["rocm-smi", "--showproductname"],
+    ):
         if shutil.which(cmd[0]) is None:
             continue
         try:
@@ -101,6 +104,7 @@ def _vram_budget() -> tuple[tuple[str, str], ...]:
 
 def cpu_busy_share(stat_before: str, stat_after: str) -> float | None:
     """Share of all CPU time that was not idle between two reads of /proc/stat (its first line)."""
+
     def fields(text: str) -> list[int] | None:
         first = text.splitlines()[0].split() if text else []
         return [int(x) for x in first[1:]] if first and first[0] == "cpu" and len(first) > 5 else None

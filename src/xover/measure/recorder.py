@@ -99,7 +99,12 @@ class Recording:
         return self.run_id
 
     def fail(
-        self, config: BenchConfig | ServerConfig, failure: Failure, *, skipped: int = 0, mode: str | None = None,
+        self,
+        config: BenchConfig | ServerConfig,
+        failure: Failure,
+        *,
+        skipped: int = 0,
+        mode: str | None = None,
         scenario: str | None = None,
     ) -> None:
         """Store ``failure`` (and its configuration) under the run and announce it."""
@@ -107,20 +112,38 @@ class Recording:
         self.store.put_config(config)
         self.store.add_failure(run_id, failure)
         self.failures.append(failure)
-        self.on_event(ConfigFailed(label=config.label, reason=failure.reason, skipped=skipped, mode=mode,
-                                   scenario=scenario, config=config, failure=failure))
+        self.on_event(
+            ConfigFailed(
+                label=config.label,
+                reason=failure.reason,
+                skipped=skipped,
+                mode=mode,
+                scenario=scenario,
+                config=config,
+                failure=failure,
+            )
+        )
 
     def artifact(self, name: str, body: Any) -> None:
         """Store an artifact under the run."""
         self.store.add_artifact(self.ensure(), name, body)
 
-    def server_props(self, config: ServerConfig, props: Mapping[str, Any], model_meta: Mapping[str, Any],
-                     **where: Any) -> int:
+    def server_props(
+        self, config: ServerConfig, props: Mapping[str, Any], model_meta: Mapping[str, Any], **where: Any
+    ) -> int:
         """A server answered: the run begun with its build, its configuration and its ``/props`` (and
         ``/v1/models`` meta) stored, with ``where`` (its log and pid, or its URL; the mode or scenario)."""
         run_id = self.ensure(props=props)
         self.store.put_config(config)
-        self.store.add_artifact(run_id, PROPS_ARTIFACT, {
-            "config_key": config.key, "label": config.label, **where, "props": dict(props), "model_meta": dict(model_meta),
-        })
+        self.store.add_artifact(
+            run_id,
+            PROPS_ARTIFACT,
+            {
+                "config_key": config.key,
+                "label": config.label,
+                **where,
+                "props": dict(props),
+                "model_meta": dict(model_meta),
+            },
+        )
         return run_id

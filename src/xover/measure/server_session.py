@@ -39,8 +39,9 @@ async def started_server(
     ``startup_timeout_s`` None: :class:`LlamaServer`'s own."""
     timeout = {} if startup_timeout_s is None else {"startup_timeout_s": startup_timeout_s}
     async with LlamaServer(binaries.server, spec, log_dir, **timeout) as srv:
-        recording.server_props(config or spec.config(), srv.props, srv.model_meta, **where, log=str(srv.log_path),
-                               pid=srv.pid)
+        recording.server_props(
+            config or spec.config(), srv.props, srv.model_meta, **where, log=str(srv.log_path), pid=srv.pid
+        )
         yield srv
 
 

@@ -38,15 +38,24 @@ from pathlib import Path
 from typing import Any
 
 from xover.client.chat import ChatClient, chat_body
+from xover.domain.records import Failure, ServerConfig, SessionTurn
+from xover.domain.workload import (
+    Session,
+    WorkloadSpec,
+    check_feedable,
+    dumps,
+    generate,
+    loads,
+    messages_for_turn,
+    session_id,
+)
 from xover.errors import XoverError
 from xover.llamacpp.binaries import Binaries
 from xover.llamacpp.server import LlamaServer, ServerSpec, context_size, has_flag
-from xover.domain.records import Failure, ServerConfig, SessionTurn
 from xover.measure.events import Note, ReplayDone, ServerUp, SessionEvent, Sized, TurnDone
 from xover.measure.recorder import Recording
 from xover.measure.server_session import started_server
 from xover.results.store import Store
-from xover.domain.workload import Session, WorkloadSpec, check_feedable, dumps, generate, loads, messages_for_turn, session_id
 
 MODES = ("default", "off", "reuse")
 CACHE_REUSE = 256  # the --cache-reuse chunk the llama.cpp maintainers suggest starting with
@@ -134,8 +143,10 @@ def write_workload(study_dir: Path, spec: WorkloadSpec) -> Path:
     """Generate the session for ``spec`` into ``study_dir`` (a name that says the spec) and return its path.
     Rewriting it is harmless: the same spec gives the same bytes."""
     study_dir.mkdir(parents=True, exist_ok=True)
-    path = study_dir / (f"session-seed{spec.seed}-turns{spec.turns}-sys{spec.system_tokens}-target{spec.target_tokens}"
-                        f"-rw{spec.rewrite_every}-cpt{spec.chars_per_token:g}.jsonl")
+    path = study_dir / (
+        f"session-seed{spec.seed}-turns{spec.turns}-sys{spec.system_tokens}-target{spec.target_tokens}"
+        f"-rw{spec.rewrite_every}-cpt{spec.chars_per_token:g}.jsonl"
+    )
     path.write_text(dumps(generate(spec)), encoding="utf-8")
     return path
 
@@ -160,10 +171,23 @@ def run_session(
     ``study_dir``'s results store. Synchronous (runs its own event loop); stops every server it
     started whatever the way out. Configuration or turn failures are stored and reported, not raised;
     a workload or sizing problem raises :class:`XoverError` before anything is measured."""
-    return asyncio.run(run_session_async(
-        study_dir, binaries, model, workload_path, configs, modes, response_tokens, exact=exact, cache_reuse=cache_reuse,
-        ctx_size=ctx_size, command=command, startup_timeout_s=startup_timeout_s, on_event=on_event,
-    ))
+    return asyncio.run(
+        run_session_async(
+            study_dir,
+            binaries,
+            model,
+            workload_path,
+            configs,
+            modes,
+            response_tokens,
+            exact=exact,
+            cache_reuse=cache_reuse,
+            ctx_size=ctx_size,
+            command=command,
+            startup_timeout_s=startup_timeout_s,
+            on_event=on_event,
+        )
+    )
 
 
 async def run_session_async(
@@ -203,42 +227,76 @@ async def run_session_async(
     log_dir = study_dir / "logs"
     fit_off = has_flag(binaries.server, "-fit")
     if ctx_size is None:
-        sized = await size_context(binaries, model, configs[0][1], session, exact, response_tokens, log_dir, fit_off,
-                                   startup_timeout_s)
+        sized = await size_context(
+            binaries, model, configs[0][1], session, exact, response_tokens, log_dir, fit_off, startup_timeout_s
+        )
         on_event(sized)
         ctx_size = sized.ctx_size
     with Store(study_dir) as store:
-        replay = _Replay(store, binaries, model, session, session_id(text), "recorded" if exact else "generated",
-                         response_tokens, cache_reuse, ctx_size, fit_off, log_dir, list(command), startup_timeout_s, on_event)
+        replay = _Replay(
+            store,
+            binaries,
+            model,
+            session,
+            session_id(text),
+            "recorded" if exact else "generated",
+            response_tokens,
+            cache_reuse,
+            ctx_size,
+            fit_off,
+            log_dir,
+            list(command),
+            startup_timeout_s,
+            on_event,
+        )
         return await replay.run(configs, modes)
 
 
 async def size_context(
-    binaries: Binaries, model: Path, args: Sequence[str], session: Session, exact: bool, response_tokens: int,
-    log_dir: Path, fit_off: bool = True, startup_timeout_s: float = 600.0,
+    binaries: Binaries,
+    model: Path,
+    args: Sequence[str],
+    session: Session,
+    exact: bool,
+    response_tokens: int,
+    log_dir: Path,
+    fit_off: bool = True,
+    startup_timeout_s: float = 600.0,
 ) -> Sized:
     """Tokenize every turn on a small CPU-only server and size ``-c`` for the whole session."""
     ctx = context_size(PROBE_PROMPT_TOKENS, response_tokens)  # tokenizing needs no context; the probe reply does
     extra = (*args, "-c", str(ctx), "-ngl", "0")  # after the configuration's own -c / -ngl, so these win
     spec = ServerSpec(model=model, label="sizing", ctx_size=ctx, n_gpu_layers=0, fit_off=fit_off, extra_args=extra)
-    async with LlamaServer(binaries.server, spec, log_dir, startup_timeout_s=startup_timeout_s) as srv, \
-            ChatClient(srv.url) as client:
+    async with (
+        LlamaServer(binaries.server, spec, log_dir, startup_timeout_s=startup_timeout_s) as srv,
+        ChatClient(srv.url) as client,
+    ):
         turn_tokens = []
         for t in session.turns:
             msgs = messages_for_turn(session, t.index, None if exact else [""] * t.index)
             turn_tokens.append(len(await client.prompt_tokens(msgs)))
         if exact:
-            return Sized(context_for(turn_tokens, response_tokens), max(turn_tokens), None,
-                         need_for(turn_tokens, response_tokens))
+            return Sized(
+                context_for(turn_tokens, response_tokens),
+                max(turn_tokens),
+                None,
+                need_for(turn_tokens, response_tokens),
+            )
         rec = await client.stream_chat(chat_body(WARMUP, response_tokens, cache_prompt=False))
         if rec.result.error is not None:
-            raise XoverError(f"sizing server: a {response_tokens}-token reply failed ({rec.result.error}); check the "
-                             "model, or pass --ctx-size")
+            raise XoverError(
+                f"sizing server: a {response_tokens}-token reply failed ({rec.result.error}); check the "
+                "model, or pass --ctx-size"
+            )
         generated = rec.result.completion_tokens or response_tokens
         growth = len(await client.tokenize(rec.result.content, add_special=False)) / generated
     per_reply = reply_allowance(growth, response_tokens)
-    return Sized(context_for(turn_tokens, response_tokens, per_reply), max(turn_tokens), growth,
-                 need_for(turn_tokens, response_tokens, per_reply))
+    return Sized(
+        context_for(turn_tokens, response_tokens, per_reply),
+        max(turn_tokens),
+        growth,
+        need_for(turn_tokens, response_tokens, per_reply),
+    )
 
 
 def reply_allowance(growth: float | None, response_tokens: int) -> int:
@@ -256,9 +314,21 @@ class _Replay:
     """One run: a run record, then every configuration x mode on its own server."""
 
     def __init__(
-        self, store: Store, binaries: Binaries, model: Path, session: Session, sid: str, feed: str,
-        response_tokens: int, cache_reuse: int, ctx_size: int, fit_off: bool, log_dir: Path, command: list[str],
-        startup_timeout_s: float, on_event: Callable[[SessionEvent], None],
+        self,
+        store: Store,
+        binaries: Binaries,
+        model: Path,
+        session: Session,
+        sid: str,
+        feed: str,
+        response_tokens: int,
+        cache_reuse: int,
+        ctx_size: int,
+        fit_off: bool,
+        log_dir: Path,
+        command: list[str],
+        startup_timeout_s: float,
+        on_event: Callable[[SessionEvent], None],
     ) -> None:
         self.store, self.binaries, self.model, self.session = store, binaries, model, session
         self.sid, self.feed, self.response_tokens, self.cache_reuse = sid, feed, response_tokens, cache_reuse
@@ -275,27 +345,54 @@ class _Replay:
                 for mode in modes:
                     await self._one(label, tuple(args), mode)
         assert self.rec.run_id is not None
-        return SessionOutcome(self.rec.run_id, self.sid, self.ctx_size, tuple(self.turns), tuple(self.rec.failures),
-                              dict(self.labels))
+        return SessionOutcome(
+            self.rec.run_id, self.sid, self.ctx_size, tuple(self.turns), tuple(self.rec.failures), dict(self.labels)
+        )
 
     def _fail(self, config: ServerConfig, mode: str, point: str, reason: str, skipped: int) -> None:
-        self.rec.fail(config, Failure(config_key=config.key, stage="session", point=f"{mode} {point}", reason=reason),
-                      skipped=skipped, mode=mode)
+        self.rec.fail(
+            config,
+            Failure(config_key=config.key, stage="session", point=f"{mode} {point}", reason=reason),
+            skipped=skipped,
+            mode=mode,
+        )
 
     async def _one(self, label: str, args: tuple[str, ...], mode: str) -> None:
         settings = mode_settings(mode, self.cache_reuse)
-        spec = ServerSpec(model=self.model, label=f"{label}-{mode}", ctx_size=self.ctx_size, cold_cache=settings.cold_cache,
-                          fit_off=self.fit_off, extra_args=(*args, *settings.args))
+        spec = ServerSpec(
+            model=self.model,
+            label=f"{label}-{mode}",
+            ctx_size=self.ctx_size,
+            cold_cache=settings.cold_cache,
+            fit_off=self.fit_off,
+            extra_args=(*args, *settings.args),
+        )
         config = dataclasses.replace(spec.config(), label=label)  # the mode is in the arguments and in every turn
         self.labels[config.key] = label
         before = len(self.turns)
         try:
-            async with started_server(self.rec, self.binaries, spec, self.log_dir, config=config,
-                                      startup_timeout_s=self.startup_timeout_s, mode=mode) as srv, \
-                    ChatClient(srv.url) as client:
+            async with (
+                started_server(
+                    self.rec,
+                    self.binaries,
+                    spec,
+                    self.log_dir,
+                    config=config,
+                    startup_timeout_s=self.startup_timeout_s,
+                    mode=mode,
+                ) as srv,
+                ChatClient(srv.url) as client,
+            ):
                 run_id = self.rec.ensure()
-                self.on_event(ServerUp(label=label, url=srv.url, log_path=srv.log_path,
-                                       build_info=str(srv.props.get("build_info") or "") or None, mode=mode))
+                self.on_event(
+                    ServerUp(
+                        label=label,
+                        url=srv.url,
+                        log_path=srv.log_path,
+                        build_info=str(srv.props.get("build_info") or "") or None,
+                        mode=mode,
+                    )
+                )
                 n_ctx = _n_ctx(srv.props) or self.ctx_size
                 done = await self._turns(client, config, mode, settings.cache_prompt, n_ctx, run_id)
         except (_ReplayError, XoverError) as e:  # XoverError: start-up, or /apply-template, /tokenize between turns
@@ -319,20 +416,35 @@ class _Replay:
             tokens = await client.prompt_tokens(msgs)
             if len(tokens) + self.response_tokens > n_ctx:
                 hint = " or replay with --exact" if generated else ""
-                raise _ReplayError(f"turn {t.index}: {len(tokens)} prompt + {self.response_tokens} response tokens exceed "
-                                   f"the server's {n_ctx}-token context: pass a larger --ctx-size{hint}")
+                raise _ReplayError(
+                    f"turn {t.index}: {len(tokens)} prompt + {self.response_tokens} response tokens exceed "
+                    f"the server's {n_ctx}-token context: pass a larger --ctx-size{hint}"
+                )
             rec = await client.stream_chat(chat_body(msgs, self.response_tokens, cache_prompt=cache_prompt))
             res = rec.result
             reply_tokens = None
             if generated and res.error is None:
                 reply_tokens = len(await client.tokenize(res.content, add_special=False))
             turn = SessionTurn(
-                config_key=config.key, mode=mode, session_id=self.sid, feed=self.feed, turn=t.index,
-                rewrite=bool(self.session.rewrites(t.index)), sent_at_unix_ns=rec.sent_at_unix_ns,
-                prompt_tokens=res.prompt_tokens, prefix_tokens=common_prefix(prev, tokens) if prev is not None else None,
-                cached_tokens=res.cached_tokens, completion_tokens=res.completion_tokens, first_byte_ns=res.first_byte_ns,
-                first_token_ns=res.first_token_ns, last_token_ns=res.last_token_ns, end_ns=res.end_ns,
-                n_content_events=res.n_content_events, reply=res.content, reply_tokens=reply_tokens, timings=res.timings,
+                config_key=config.key,
+                mode=mode,
+                session_id=self.sid,
+                feed=self.feed,
+                turn=t.index,
+                rewrite=bool(self.session.rewrites(t.index)),
+                sent_at_unix_ns=rec.sent_at_unix_ns,
+                prompt_tokens=res.prompt_tokens,
+                prefix_tokens=common_prefix(prev, tokens) if prev is not None else None,
+                cached_tokens=res.cached_tokens,
+                completion_tokens=res.completion_tokens,
+                first_byte_ns=res.first_byte_ns,
+                first_token_ns=res.first_token_ns,
+                last_token_ns=res.last_token_ns,
+                end_ns=res.end_ns,
+                n_content_events=res.n_content_events,
+                reply=res.content,
+                reply_tokens=reply_tokens,
+                timings=res.timings,
                 error=res.error,
             )
             self.store.add_session_turn(run_id, self.rec.model_key, turn)
@@ -350,12 +462,19 @@ class _Replay:
         """Warnings worth giving once per run."""
         if "count" not in self.noted and turn.prompt_tokens is not None and turn.prompt_tokens != counted:
             self.noted.add("count")
-            self.on_event(Note(f"{label} {mode} turn {turn.turn}: the server evaluated {turn.prompt_tokens} prompt tokens "
-                               f"but /apply-template + /tokenize give {counted}, so prefix_tokens may be off"))
+            self.on_event(
+                Note(
+                    f"{label} {mode} turn {turn.turn}: the server evaluated {turn.prompt_tokens} prompt tokens "
+                    f"but /apply-template + /tokenize give {counted}, so prefix_tokens may be off"
+                )
+            )
         n = turn.completion_tokens
         if "growth" not in self.noted and turn.reply_tokens is not None and n and turn.reply_tokens > GROWTH_NOTE * n:
             self.noted.add("growth")
-            self.on_event(Note(f"the generated reply of {n} tokens comes back as {turn.reply_tokens} tokens when fed back "
-                               "(a synthetic vocabulary's padding tokens return as text), so every turn re-prefills it at "
-                               "that size: replay with --exact to feed the recorded replies"))
-
+            self.on_event(
+                Note(
+                    f"the generated reply of {n} tokens comes back as {turn.reply_tokens} tokens when fed back "
+                    "(a synthetic vocabulary's padding tokens return as text), so every turn re-prefills it at "
+                    "that size: replay with --exact to feed the recorded replies"
+                )
+            )

@@ -103,9 +103,15 @@ def stage_theory(spec: StudySpec, model: Path, store: Store, emit: Emit) -> None
     hw, _ = resolve_hw(None if measure else spec.hardware, measure)
     now = time.time_ns()
     prediction = build_prediction(
-        model_terms(table), hw, _offload_configs(spec.configs), list(spec.lengths),
-        model={"name": name, "source": str(model), "total_bytes": total_bytes(table)}, created_at=time.strftime("%Y-%m-%dT%H:%M:%S%z"), created_unix_ns=now,
-        response=spec.response_tokens[0], pp_tokens=spec.pp,
+        model_terms(table),
+        hw,
+        _offload_configs(spec.configs),
+        list(spec.lengths),
+        model={"name": name, "source": str(model), "total_bytes": total_bytes(table)},
+        created_at=time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        created_unix_ns=now,
+        response=spec.response_tokens[0],
+        pp_tokens=spec.pp,
     )
     # The study's own labels, so the report can match predictions to measured configurations.
     for entry, config in zip(prediction.get("configs", []), spec.configs):
@@ -114,8 +120,9 @@ def stage_theory(spec: StudySpec, model: Path, store: Store, emit: Emit) -> None
     emit(StageEvent("theory", "info", f"prediction stored for {len(spec.configs)} configurations"))
 
 
-def stage_tune(spec: StudySpec, model: Path, binaries: Binaries, study_dir: Path, fresh: bool, command: Sequence[str],
-               emit: Emit) -> tuple[Any, ...]:
+def stage_tune(
+    spec: StudySpec, model: Path, binaries: Binaries, study_dir: Path, fresh: bool, command: Sequence[str], emit: Emit
+) -> tuple[Any, ...]:
     """Each configuration's best settings (:mod:`xover.measure.tune`); returns the :class:`xover.measure.tune.Tuned` results."""
     from xover.measure import tune
 
@@ -144,19 +151,28 @@ def record_spec(spec: StudySpec, store: Store) -> None:
     # The full spec sets the order; an invocation narrowed with --configs keeps the order (and pairs) stored before.
     ours, theirs = [c.name for c in spec.configs], before.get("configs", [])
     names = ours if set(ours) >= set(theirs) else list(dict.fromkeys([*theirs, *ours]))
-    body = {"configs": names, "pairs": [list(p) for p in spec.pairs] or before.get("pairs", []),
-            "response_tokens": list(spec.response_tokens), "band": list(spec.band)}
+    body = {
+        "configs": names,
+        "pairs": [list(p) for p in spec.pairs] or before.get("pairs", []),
+        "response_tokens": list(spec.response_tokens),
+        "band": list(spec.band),
+    }
     if body != before:
         store.add_artifact(None, "study", body)
 
 
-def stage_bench(spec: StudySpec, model: Path, binaries: Binaries, study_dir: Path, fresh: bool, command: Sequence[str],
-                emit: Emit) -> int:
+def stage_bench(
+    spec: StudySpec, model: Path, binaries: Binaries, study_dir: Path, fresh: bool, command: Sequence[str], emit: Emit
+) -> int:
     from xover.measure import bench as benchrun
     from xover.measure.events import ConfigFailed, ConfigStarted, Progressed
 
     sweep = benchrun.SweepSpec(
-        model=model, depths=tuple(spec.bench_depths or spec.lengths), n_prompt=spec.pp, n_gen=spec.tg, repetitions=spec.bench_repetitions,
+        model=model,
+        depths=tuple(spec.bench_depths or spec.lengths),
+        n_prompt=spec.pp,
+        n_gen=spec.tg,
+        repetitions=spec.bench_repetitions,
         timeout_s=spec.timeout_s,
     )
 
@@ -168,32 +184,46 @@ def stage_bench(spec: StudySpec, model: Path, binaries: Binaries, study_dir: Pat
         elif isinstance(ev, ConfigFailed):
             emit(StageEvent("bench", "fail", f"{ev.label}: {ev.reason}"))
 
-    outcome = benchrun.run_sweep(sweep, binaries, study_dir, fresh=fresh, command=command, on_event=on_event,
-                                 configs=[c.bench_config() for c in spec.configs])
+    outcome = benchrun.run_sweep(
+        sweep,
+        binaries,
+        study_dir,
+        fresh=fresh,
+        command=command,
+        on_event=on_event,
+        configs=[c.bench_config() for c in spec.configs],
+    )
     return len(outcome.failures)
 
 
-def missing_ttft(stored: Sequence[StoredSample], spec: StudySpec, model_key: str, config_key: str,
-                 fresh: bool) -> dict[int, int]:
+def missing_ttft(
+    stored: Sequence[StoredSample], spec: StudySpec, model_key: str, config_key: str, fresh: bool
+) -> dict[int, int]:
     """Prompt length -> cold samples still needed (passing the cold check) for one configuration, given the
     study's stored samples (the read model's ``ttft_rows``)."""
     have: Counter[int] = Counter()
     if not fresh:
         for row in stored:
             s = row.sample
-            if s.config_key == config_key and row.model_key == model_key and s.mode == "cold" and s.cache_ok \
-                    and s.error is None:
+            if (
+                s.config_key == config_key
+                and row.model_key == model_key
+                and s.mode == "cold"
+                and s.cache_ok
+                and s.error is None
+            ):
                 have[s.length] += 1
     return {L: spec.repetitions - have[L] for L in spec.lengths if have[L] < spec.repetitions}
 
 
-def stage_ttft(spec: StudySpec, model: Path, binaries: Binaries, study_dir: Path, fresh: bool, command: Sequence[str],
-               emit: Emit) -> int:
+def stage_ttft(
+    spec: StudySpec, model: Path, binaries: Binaries, study_dir: Path, fresh: bool, command: Sequence[str], emit: Emit
+) -> int:
     """Cold TTFT for every configuration and length still missing; stores per-server efficiency
     (wall time, load time until /health answered, and the requests' own durations) as an artifact."""
+    from xover.llamacpp.server import ServerSpec, context_size
     from xover.measure import ttft as ttftrun
     from xover.measure.events import ConfigFailed, Rerun, SampleDone, ServerUp
-    from xover.llamacpp.server import ServerSpec, context_size
 
     ctx = context_size(max(spec.lengths), max(spec.response_tokens))
     mk = model_id(model).key
@@ -214,15 +244,22 @@ def stage_ttft(spec: StudySpec, model: Path, binaries: Binaries, study_dir: Path
             # One server per configuration; the repetitions still missing at each length.
             reps = max(missing.values())
             lengths = tuple(sorted(missing))
-            plan = ttftrun.TtftPlan(lengths=lengths, reps=reps, response_tokens=max(spec.response_tokens),
-                                    mode="cold", seed=time.time_ns() % 2**31, points=tuple(
-                                        ttftrun.TtftPoint(L, r) for r in range(reps) for L in lengths if r < missing[L]))
+            plan = ttftrun.TtftPlan(
+                lengths=lengths,
+                reps=reps,
+                response_tokens=max(spec.response_tokens),
+                mode="cold",
+                seed=time.time_ns() % 2**31,
+                points=tuple(ttftrun.TtftPoint(L, r) for r in range(reps) for L in lengths if r < missing[L]),
+            )
 
             t_start = time.perf_counter()
             t_up: list[float] = []
             busy_ns: list[int] = []
 
-            def on_event(ev: object, label: str = c.name) -> None:
+            def on_event(
+                ev: object, label: str = c.name, t_up: list[float] = t_up, busy_ns: list[int] = busy_ns
+            ) -> None:
                 nonlocal done
                 if isinstance(ev, ServerUp):
                     t_up.append(time.perf_counter())
@@ -240,15 +277,23 @@ def stage_ttft(spec: StudySpec, model: Path, binaries: Binaries, study_dir: Path
             outcome = asyncio.run(run.run_managed([sspec], study_dir / "logs", startup_timeout_s=server_timeout(spec)))
             failures += len(outcome.failures)
             wall = time.perf_counter() - t_start
-            store.add_artifact(outcome.run_id, "ttft-efficiency", {
-                "label": c.name, "wall_s": wall, "load_s": (t_up[0] - t_start) if t_up else None,
-                "requests_s": sum(busy_ns) / 1e9, "samples": len(busy_ns),
-            })
+            store.add_artifact(
+                outcome.run_id,
+                "ttft-efficiency",
+                {
+                    "label": c.name,
+                    "wall_s": wall,
+                    "load_s": (t_up[0] - t_start) if t_up else None,
+                    "requests_s": sum(busy_ns) / 1e9,
+                    "samples": len(busy_ns),
+                },
+            )
     return failures
 
 
-def stage_cache(spec: StudySpec, model: Path, binaries: Binaries, study_dir: Path, fresh: bool, command: Sequence[str],
-                emit: Emit) -> int:
+def stage_cache(
+    spec: StudySpec, model: Path, binaries: Binaries, study_dir: Path, fresh: bool, command: Sequence[str], emit: Emit
+) -> int:
     """The prompt-cache lab on the first configuration, at ``cache_length`` (default: the longest length)."""
     from xover.measure import cachelab
     from xover.measure.events import ConfigFailed, LabRequestDone
@@ -274,29 +319,41 @@ def stage_cache(spec: StudySpec, model: Path, binaries: Binaries, study_dir: Pat
         elif isinstance(ev, ConfigFailed):
             emit(StageEvent("cache", "fail", f"{ev.scenario}: {ev.reason}"))
 
-    outcome = cachelab.run_cache_lab(study_dir, binaries, model, length, config.server_args_list(), config.name,
-                                     env=config.env, command=command, startup_timeout_s=server_timeout(spec),
-                                     on_event=on_event, only=only)
+    outcome = cachelab.run_cache_lab(
+        study_dir,
+        binaries,
+        model,
+        length,
+        config.server_args_list(),
+        config.name,
+        env=config.env,
+        command=command,
+        startup_timeout_s=server_timeout(spec),
+        on_event=on_event,
+        only=only,
+    )
     return len(outcome.failures)
 
 
-def stage_session(spec: StudySpec, model: Path, binaries: Binaries, study_dir: Path, fresh: bool,
-                  command: Sequence[str], emit: Emit) -> int:
+def stage_session(
+    spec: StudySpec, model: Path, binaries: Binaries, study_dir: Path, fresh: bool, command: Sequence[str], emit: Emit
+) -> int:
     """Replay one generated agentic session per configuration and cache mode (recorded replies:
     synthetic models' own replies re-tokenize into many more tokens than they were)."""
+    from xover.domain.workload import WorkloadSpec
+    from xover.gguf.inspect import model_context
     from xover.measure import session as sessionrun
     from xover.measure.events import ConfigFailed, TurnDone
-    from xover.domain.workload import WorkloadSpec
-
-    from xover.gguf.inspect import model_context
 
     target = spec.session_target_tokens or max(spec.lengths)
     system = spec.session_system_tokens or min(10240, max(256, target // 4))
     # Sizes are estimated as characters per token: about 4 for English and code on a real vocabulary, 1 on the
     # byte-level vocabulary of xover's synthetic models (as `xover session` estimates them).
     cpt = 1.0 if model_context(model).byte_vocab else 4.0
-    workload = sessionrun.write_workload(study_dir, WorkloadSpec(seed=0, turns=spec.session_turns, system_tokens=system,
-                                                                 target_tokens=target, chars_per_token=cpt))
+    workload = sessionrun.write_workload(
+        study_dir,
+        WorkloadSpec(seed=0, turns=spec.session_turns, system_tokens=system, target_tokens=target, chars_per_token=cpt),
+    )
     if not fresh and load(study_dir).turn_rows:
         emit(StageEvent("session", "info", "session already replayed"))
         return 0
@@ -311,10 +368,18 @@ def stage_session(spec: StudySpec, model: Path, binaries: Binaries, study_dir: P
         elif isinstance(ev, ConfigFailed):
             emit(StageEvent("session", "fail", f"{ev.label} {ev.mode}: {ev.reason}"))
 
-    outcome = sessionrun.run_session(study_dir, binaries, model, workload,
-                                     [(c.name, c.server_args_list()) for c in spec.configs],
-                                     response_tokens=spec.session_response_tokens, exact=True, command=command,
-                                     startup_timeout_s=server_timeout(spec), on_event=on_event)
+    outcome = sessionrun.run_session(
+        study_dir,
+        binaries,
+        model,
+        workload,
+        [(c.name, c.server_args_list()) for c in spec.configs],
+        response_tokens=spec.session_response_tokens,
+        exact=True,
+        command=command,
+        startup_timeout_s=server_timeout(spec),
+        on_event=on_event,
+    )
     return len(outcome.failures)
 
 
@@ -339,8 +404,15 @@ def run_study(
         return _run_stages(spec, study_dir, binaries, fresh, command, emit, report)
 
 
-def _run_stages(spec: StudySpec, study_dir: Path, binaries: Binaries, fresh: bool, command: Sequence[str],
-                emit: Emit, report: Reporter | None) -> StudyOutcome:
+def _run_stages(
+    spec: StudySpec,
+    study_dir: Path,
+    binaries: Binaries,
+    fresh: bool,
+    command: Sequence[str],
+    emit: Emit,
+    report: Reporter | None,
+) -> StudyOutcome:
     seconds: dict[str, float] = {}
     failures = 0
 
@@ -366,13 +438,20 @@ def _run_stages(spec: StudySpec, study_dir: Path, binaries: Binaries, fresh: boo
                 for r in fits:
                     emit(StageEvent("model", "info", fit.describe(r)))
                 store.add_artifact(None, "fit", fits)
-                checks = fit.check_fits(spec, model, binaries, fits, study_dir / "logs",
-                                        lambda line: emit(StageEvent("model", "info", line)))
+                checks = fit.check_fits(
+                    spec,
+                    model,
+                    binaries,
+                    fits,
+                    study_dir / "logs",
+                    lambda line: emit(StageEvent("model", "info", line)),
+                )
                 store.add_artifact(None, "fit-check", checks)
     from xover.gguf.inspect import check_offload_and_context
 
-    check_offload_and_context(model, [int(c.flag("-ncmoe") or 0) for c in spec.configs],
-                              max(spec.lengths) + max(spec.response_tokens))
+    check_offload_and_context(
+        model, [int(c.flag("-ncmoe") or 0) for c in spec.configs], max(spec.lengths) + max(spec.response_tokens)
+    )
     with Store(study_dir) as store:
         record_spec(spec, store)
         timed("theory", lambda: stage_theory(spec, model, store, emit))
@@ -418,13 +497,17 @@ def gpu_default_spec(free_vram_bytes: int, preset: str = "qwen3-30b-a3b") -> Stu
     terms = model_terms(tensor_table(get_preset(preset)))
     short, long_ = (p.n_cpu_moe for p in plan_placement(terms, free_vram_bytes, (8192, 32768 + 512)))
     if short is None or long_ is None:
-        raise XoverError(f"{preset} does not fit this GPU's {free_vram_bytes / 2**30:.1f} GiB free even with every "
-                         "expert on the CPU: write a spec with a smaller model (examples/*.toml)")
+        raise XoverError(
+            f"{preset} does not fit this GPU's {free_vram_bytes / 2**30:.1f} GiB free even with every "
+            "expert on the CPU: write a spec with a smaller model (examples/*.toml)"
+        )
     if short == long_:
         (alt,) = (p.n_cpu_moe for p in plan_placement(terms, min(free_vram_bytes, CONSUMER_VRAM_BYTES), (32768 + 512,)))
         long_ = alt if alt is not None and alt != short else short + max(1, terms.n_layer // 4)
     return StudySpec(
-        configs=tuple(LlamaConfig(name=f"ncmoe={n}", flags=(("-ncmoe", str(n)), ("-ngl", "99"))) for n in (short, long_)),
+        configs=tuple(
+            LlamaConfig(name=f"ncmoe={n}", flags=(("-ncmoe", str(n)), ("-ngl", "99"))) for n in (short, long_)
+        ),
         model_preset=preset,
         lengths=(1024, 4096, 16384, 32768),
         response_tokens=(200,),

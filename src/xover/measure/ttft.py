@@ -26,12 +26,12 @@ from typing import Any
 
 from xover.analysis.stats import Summary, summarize
 from xover.client.http import LlamaClient, StreamRecord, completion_body, wait_healthy
+from xover.domain.prompts import WORDS, Prompt, TextPrompts, TokenPrompts, token_pool
+from xover.domain.records import Failure, ServerConfig, ServerTimings, TtftSample
 from xover.errors import XoverError
 from xover.llamacpp import memory
 from xover.llamacpp.binaries import Binaries
 from xover.llamacpp.server import LlamaServer, ServerSpec
-from xover.domain.prompts import WORDS, Prompt, TextPrompts, TokenPrompts, token_pool
-from xover.domain.records import Failure, ServerConfig, ServerTimings, TtftSample
 from xover.measure.events import Note, Rerun, SampleDone, ServerUp, TtftEvent
 from xover.measure.recorder import Recording
 from xover.measure.server_session import WARMUP_LENGTH, started_server, warm_up
@@ -100,8 +100,10 @@ def check_cache(mode: str, length: int, timings: ServerTimings | None) -> str | 
     want = (0, length) if mode == "cold" else (length - 1, 1)
     if (timings.cache_n, timings.prompt_n) == want:
         return None
-    return (f"{mode} check failed: cache_n={timings.cache_n} prompt_n={timings.prompt_n}, "
-            f"expected cache_n={want[0]} prompt_n={want[1]}")
+    return (
+        f"{mode} check failed: cache_n={timings.cache_n} prompt_n={timings.prompt_n}, "
+        f"expected cache_n={want[0]} prompt_n={want[1]}"
+    )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -179,17 +181,25 @@ def summarize_points(samples: Sequence[TtftSample]) -> list[PointSummary]:
     for (key, mode, length), group in groups.items():
         ok = [sample_metrics(s) for s in group if s.cache_ok and s.error is None]
         reps = {s.rep for s in group}
-        out.append(PointSummary(
-            config_key=key, mode=mode, length=length, n_samples=len(group), n_ok=len(ok), n_reps=len(reps),
-            n_reruns=len(group) - len(reps), n_errors=sum(1 for s in group if s.error is not None),
-            n_first_two_together=sum(1 for m in ok if m.first_two_together),
-            ttft_ns=_summary([m.ttft_ns for m in ok]),
-            prefill_tps_client=_summary([m.prefill_tps_client for m in ok]),
-            prefill_tps_server=_summary([m.prefill_tps_server for m in ok]),
-            decode_tps_client=_summary([m.decode_tps_client for m in ok]),
-            decode_tps_server=_summary([m.decode_tps_server for m in ok]),
-            gap_ns=_summary([m.gap_ns for m in ok]),
-        ))
+        out.append(
+            PointSummary(
+                config_key=key,
+                mode=mode,
+                length=length,
+                n_samples=len(group),
+                n_ok=len(ok),
+                n_reps=len(reps),
+                n_reruns=len(group) - len(reps),
+                n_errors=sum(1 for s in group if s.error is not None),
+                n_first_two_together=sum(1 for m in ok if m.first_two_together),
+                ttft_ns=_summary([m.ttft_ns for m in ok]),
+                prefill_tps_client=_summary([m.prefill_tps_client for m in ok]),
+                prefill_tps_server=_summary([m.prefill_tps_server for m in ok]),
+                decode_tps_client=_summary([m.decode_tps_client for m in ok]),
+                decode_tps_server=_summary([m.decode_tps_server for m in ok]),
+                gap_ns=_summary([m.gap_ns for m in ok]),
+            )
+        )
     return out
 
 
@@ -203,23 +213,35 @@ def gap_note(p: PointSummary, label: str, cold_cache: bool | None, slots: int | 
     """
     if not p.gap_is_large or p.gap_ns is None:
         return None
-    head = f"{label} L={p.length}: client TTFT exceeds the server's prompt_ms by {p.gap_ns.median / 1e6:.1f} ms (median)"
+    head = (
+        f"{label} L={p.length}: client TTFT exceeds the server's prompt_ms by {p.gap_ns.median / 1e6:.1f} ms (median)"
+    )
     outside = "HTTP and tokenization, a busy CPU, or a first token held back by the server"
     if cold_cache:
         return f"{head}; the server has one slot and no prompt cache, so the time is spent outside prefill: {outside}"
     if cold_cache is False:
-        return (f"{head}; likely the server saving the previous slot's state to host memory before the new prompt "
-                "(--cache-ram, on by default, and several slots): start it with -np 1 --cache-ram 0")
-    saving = ("saving the previous prompt's state to its host-memory prompt cache before each new prompt (--cache-ram, "
-              "on by default)")
+        return (
+            f"{head}; likely the server saving the previous slot's state to host memory before the new prompt "
+            "(--cache-ram, on by default, and several slots): start it with -np 1 --cache-ram 0"
+        )
+    saving = (
+        "saving the previous prompt's state to its host-memory prompt cache before each new prompt (--cache-ram, "
+        "on by default)"
+    )
     if slots == 1:
-        return (f"{head}; the server reports 1 slot (/props) but not whether --cache-ram is on: if it is, {saving} "
-                f"is the likely cause (start it with --cache-ram 0); if not, the time is spent outside prefill: {outside}")
+        return (
+            f"{head}; the server reports 1 slot (/props) but not whether --cache-ram is on: if it is, {saving} "
+            f"is the likely cause (start it with --cache-ram 0); if not, the time is spent outside prefill: {outside}"
+        )
     if slots is not None:
-        return (f"{head}; the server reports {slots} slots (/props) but not whether --cache-ram is on: if it is, "
-                f"{saving} is the likely cause: start it with -np 1 --cache-ram 0")
-    return (f"{head}; the server reports neither its slots nor --cache-ram (/props), so the cause is unknown: {saving} "
-            f"with several slots, or time outside prefill: {outside}")
+        return (
+            f"{head}; the server reports {slots} slots (/props) but not whether --cache-ram is on: if it is, "
+            f"{saving} is the likely cause: start it with -np 1 --cache-ram 0"
+        )
+    return (
+        f"{head}; the server reports neither its slots nor --cache-ram (/props), so the cause is unknown: {saving} "
+        f"with several slots, or time outside prefill: {outside}"
+    )
 
 
 # ---- run --------------------------------------------------------------------------------------
@@ -286,7 +308,9 @@ class TtftRun:
 
     # -- the two ways to run ------------------------------------------------------------------
 
-    async def run_managed(self, specs: Sequence[ServerSpec], log_dir: Path, startup_timeout_s: float = 600.0) -> RunOutcome:
+    async def run_managed(
+        self, specs: Sequence[ServerSpec], log_dir: Path, startup_timeout_s: float = 600.0
+    ) -> RunOutcome:
         """Start each configuration's server once, measure its points, stop it."""
         assert self.binaries is not None
         return await self._guard(self._managed(specs, log_dir, startup_timeout_s))
@@ -299,8 +323,14 @@ class TtftRun:
         with self.rec:  # ends the run: interrupted, failed or done (xover.measure.recorder)
             await body
         assert self.rec.run_id is not None
-        return RunOutcome(self.rec.run_id, tuple(self.samples), tuple(self.rec.failures), dict(self.labels),
-                          dict(self.cold_cache), dict(self.slots))
+        return RunOutcome(
+            self.rec.run_id,
+            tuple(self.samples),
+            tuple(self.rec.failures),
+            dict(self.labels),
+            dict(self.cold_cache),
+            dict(self.slots),
+        )
 
     async def _managed(self, specs: Sequence[ServerSpec], log_dir: Path, startup_timeout_s: float) -> None:
         assert self.binaries is not None
@@ -310,7 +340,9 @@ class TtftRun:
             self.labels[config.key] = spec.label
             self.cold_cache[config.key] = spec.cold_cache
             try:
-                async with started_server(self.rec, self.binaries, spec, log_dir, startup_timeout_s=startup_timeout_s) as srv:
+                async with started_server(
+                    self.rec, self.binaries, spec, log_dir, startup_timeout_s=startup_timeout_s
+                ) as srv:
                     assert srv.client is not None
                     await self._measure(srv.client, config, srv.props, srv.model_meta, points, srv.log_path)
                     self._record_memory(config, srv)
@@ -341,9 +373,13 @@ class TtftRun:
         """The server's peak memory, read before it stops: VmHWM, and the buffers its log reports."""
         if srv.pid is None or srv.log_path is None:
             return
-        use = memory.MemoryUse(memory.peak_rss_bytes(srv.pid), memory.parse_buffer_lines(memory.buffer_lines_in(srv.log_path)))
-        self.rec.artifact(memory.ARTIFACT, {"config_key": config.key, "label": config.label, "source": "llama-server",
-                                            **use.to_dict()})
+        use = memory.MemoryUse(
+            memory.peak_rss_bytes(srv.pid), memory.parse_buffer_lines(memory.buffer_lines_in(srv.log_path))
+        )
+        self.rec.artifact(
+            memory.ARTIFACT,
+            {"config_key": config.key, "label": config.label, "source": "llama-server", **use.to_dict()},
+        )
 
     def _fail(self, config: ServerConfig, stage: str, point: str, reason: str, skipped: int) -> None:
         self.rec.fail(config, Failure(config_key=config.key, stage=stage, point=point, reason=reason), skipped=skipped)
@@ -364,8 +400,14 @@ class TtftRun:
         self.slots[config.key] = slots
         if slots is not None and slots > 1 and self.cold_cache.get(config.key):  # -np in extra arguments overrode -np 1
             self.cold_cache[config.key] = False
-        self.on_event(ServerUp(label=config.label, url=client.base_url, log_path=log_path,
-                               build_info=str(props.get("build_info")) if props.get("build_info") else None))
+        self.on_event(
+            ServerUp(
+                label=config.label,
+                url=client.base_url,
+                log_path=log_path,
+                build_info=str(props.get("build_info")) if props.get("build_info") else None,
+            )
+        )
         done, where = 0, "warm-up"
         try:
             failed = await warm_up(client, (await self._prompt(client, model_meta, WARMUP_LENGTH)).prompt)
@@ -389,8 +431,10 @@ class TtftRun:
             if plan.mode == "warm":
                 prime = await client.stream_completion(completion_body(prompt.prompt, 1, cache_prompt=True))
                 if prime.result.error is not None:
-                    raise _PointFailedError(f"L={point.length}: priming request for the warm sample failed: "
-                                       f"{prime.result.error}", counted=False)
+                    raise _PointFailedError(
+                        f"L={point.length}: priming request for the warm sample failed: {prime.result.error}",
+                        counted=False,
+                    )
             rec = await client.stream_completion(
                 completion_body(prompt.prompt, plan.response_tokens, cache_prompt=plan.mode == "warm")
             )
@@ -405,14 +449,21 @@ class TtftRun:
                 return
             if attempt <= plan.max_retries:
                 self.on_event(Rerun(label=config.label, length=point.length, rep=point.rep, reason=check))
-        self.on_event(Note(f"{config.label} L={point.length} rep {point.rep + 1}: no sample passed the {plan.mode} "
-                           f"check in {plan.max_retries + 1} attempts; it is left out of the summary", label=config.label))
+        self.on_event(
+            Note(
+                f"{config.label} L={point.length} rep {point.rep + 1}: no sample passed the {plan.mode} "
+                f"check in {plan.max_retries + 1} attempts; it is left out of the summary",
+                label=config.label,
+            )
+        )
 
     async def _prompt(self, client: LlamaClient, model_meta: Mapping[str, Any], length: int) -> Prompt:
         index = next(self._index)
         if self.plan.text:
+
             async def count(text: str) -> int:
                 return len(await client.tokenize(text, add_special=True))
+
             return await self._text_prompts.make(index, length, count)
         if self._token_prompts is None:
             self._token_prompts = TokenPrompts(await self._pool(client, model_meta), self.plan.seed)
@@ -441,8 +492,18 @@ def build_sample(
     """The stored record of one request; ``check`` is :func:`check_cache`'s verdict (None: passed)."""
     r = rec.result
     return TtftSample(
-        config_key=config_key, mode=mode, length=point.length, rep=point.rep, prompt_id=prompt.prompt_id,
-        sent_at_unix_ns=rec.sent_at_unix_ns, first_byte_ns=r.first_byte_ns, first_token_ns=r.first_token_ns,
-        end_ns=r.end_ns, token_times_ns=r.token_times_ns, n_tokens_received=len(r.token_times_ns), timings=r.timings,
-        cache_ok=r.error is None and check is None, error=r.error,
+        config_key=config_key,
+        mode=mode,
+        length=point.length,
+        rep=point.rep,
+        prompt_id=prompt.prompt_id,
+        sent_at_unix_ns=rec.sent_at_unix_ns,
+        first_byte_ns=r.first_byte_ns,
+        first_token_ns=r.first_token_ns,
+        end_ns=r.end_ns,
+        token_times_ns=r.token_times_ns,
+        n_tokens_received=len(r.token_times_ns),
+        timings=r.timings,
+        cache_ok=r.error is None and check is None,
+        error=r.error,
     )

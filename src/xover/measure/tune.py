@@ -94,29 +94,48 @@ class Tuned:
 
 
 def _signature(config: LlamaConfig) -> dict[str, Any]:
-    return {"flags": [list(f) for f in config.flags], "no_op_offload": config.no_op_offload,
-            "env": [list(e) for e in config.env], "bench_args": list(config.bench_args),
-            "server_args": list(config.server_args)}
+    return {
+        "flags": [list(f) for f in config.flags],
+        "no_op_offload": config.no_op_offload,
+        "env": [list(e) for e in config.env],
+        "bench_args": list(config.bench_args),
+        "server_args": list(config.server_args),
+    }
 
 
 def _setting_tuple(raw: Any) -> advise.Setting:
     return tuple((str(k), str(v)) for k, v in raw)
 
 
-def _body(config: LlamaConfig, knobs: Sequence[advise.Knob], search: advise.Search, spec: StudySpec, model: Path,
-          backend: str, chunk_tokens: int) -> dict[str, Any]:
+def _body(
+    config: LlamaConfig,
+    knobs: Sequence[advise.Knob],
+    search: advise.Search,
+    spec: StudySpec,
+    model: Path,
+    backend: str,
+    chunk_tokens: int,
+) -> dict[str, Any]:
     setting = search.recommended
     variant = advise.apply_setting(config, knobs, setting, variant_name(config.name)) if setting else None
     shown = variant or config
     return {
-        "schema": SCHEMA, "config": config.name, "signature": _signature(config),
+        "schema": SCHEMA,
+        "config": config.name,
+        "signature": _signature(config),
         "variant": variant.name if variant else None,
-        "setting": [list(s) for s in setting], "setting_label": advise.setting_label(knobs, setting),
-        "server_args": list(shown.server_args_list()), "env": [list(e) for e in shown.env],
+        "setting": [list(s) for s in setting],
+        "setting_label": advise.setting_label(knobs, setting),
+        "server_args": list(shown.server_args_list()),
+        "env": [list(e) for e in shown.env],
         "server_command": advise.server_command(shown, model.name),
-        "response": spec.response_tokens[0], "depths": list(depths(spec)), "chunk": chunk_tokens,
-        "workload": workload(spec).describe(), "backend": backend,
-        "knobs": [dataclasses.asdict(k) for k in knobs], "search": dataclasses.asdict(search),
+        "response": spec.response_tokens[0],
+        "depths": list(depths(spec)),
+        "chunk": chunk_tokens,
+        "workload": workload(spec).describe(),
+        "backend": backend,
+        "knobs": [dataclasses.asdict(k) for k in knobs],
+        "search": dataclasses.asdict(search),
     }
 
 
@@ -130,7 +149,7 @@ def _from_body(config: LlamaConfig, body: dict[str, Any], reused: bool) -> Tuned
 def stored(store: Store, configs: Sequence[LlamaConfig]) -> dict[str, Tuned]:
     """The latest stored tuning result of each configuration whose flags are unchanged since."""
     latest: dict[str, dict[str, Any]] = {}
-    for _, name, body in store.artifacts(ARTIFACT):
+    for _, _name, body in store.artifacts(ARTIFACT):
         if isinstance(body, dict) and body.get("schema") == SCHEMA:
             latest[body["config"]] = body
     out = {}
@@ -149,8 +168,9 @@ def variants(results: Iterable[Tuned]) -> tuple[LlamaConfig, ...]:
 Event = Callable[[str, str, float | None, float | None], None]  # (status, detail, completed, total)
 
 
-def run_tune(spec: StudySpec, model: Path, binaries: Binaries, study_dir: Path, command: Sequence[str], fresh: bool,
-             emit: Event) -> tuple[Tuned, ...]:
+def run_tune(
+    spec: StudySpec, model: Path, binaries: Binaries, study_dir: Path, command: Sequence[str], fresh: bool, emit: Event
+) -> tuple[Tuned, ...]:
     """Search every configuration of ``spec`` still without a stored result (all of them when ``fresh``)."""
     from xover.measure.advise import AdviseSpec, _Runner, is_gpu_build
     from xover.measure.events import Measured, Measuring
@@ -185,8 +205,12 @@ def run_tune(spec: StudySpec, model: Path, binaries: Binaries, study_dir: Path, 
         sweep = probe_runner.sweep(depths(spec), chunk_tokens, spec.tg, spec.tune_repetitions)
         base = probe_runner.measure_config_fn(config, sweep, work)(advise.DEFAULTS)
         if not base.ok:
-            emit("fail", f"{config.name}: llama.cpp's defaults could not be measured ({base.failure}); not tuned",
-                 None, None)
+            emit(
+                "fail",
+                f"{config.name}: llama.cpp's defaults could not be measured ({base.failure}); not tuned",
+                None,
+                None,
+            )
             continue
         backend = dict(base.effective).get("backends", "")
         knobs = knobs_for(spec, is_gpu_build(backend))
@@ -195,9 +219,14 @@ def run_tune(spec: StudySpec, model: Path, binaries: Binaries, study_dir: Path, 
             sweep = probe_runner.sweep(depths(spec), chunk_tokens, spec.tg, spec.tune_repetitions)
         runner = _Runner(dataclasses.replace(probe_spec, knobs=knobs), binaries, tune_dir, command, on_event)
         planned = 2 + sum(len(k.candidates) for k in knobs)
-        emit("info", f"{config.name}: searching {', '.join(k.short for k in knobs)} "
-                     f"(about {planned} llama-bench runs, pp{chunk_tokens}/tg{spec.tg} at depths "
-                     f"{', '.join(str(d) for d in depths(spec))})", None, None)
+        emit(
+            "info",
+            f"{config.name}: searching {', '.join(k.short for k in knobs)} "
+            f"(about {planned} llama-bench runs, pp{chunk_tokens}/tg{spec.tg} at depths "
+            f"{', '.join(str(d) for d in depths(spec))})",
+            None,
+            None,
+        )
         try:
             search = advise.coordinate_search(knobs, runner.measure_config_fn(config, sweep, work), work, None)
         except XoverError as e:
@@ -207,6 +236,10 @@ def run_tune(spec: StudySpec, model: Path, binaries: Binaries, study_dir: Path, 
         with Store(study_dir) as store:
             store.add_artifact(None, ARTIFACT, body)
         results[config.name] = t = _from_body(config, body, reused=False)
-        emit("info", f"{config.name}: {'tuned ' + t.label if t.changed else 'no knob beat the noise: defaults kept'}",
-             None, None)
+        emit(
+            "info",
+            f"{config.name}: {'tuned ' + t.label if t.changed else 'no knob beat the noise: defaults kept'}",
+            None,
+            None,
+        )
     return tuple(results[c.name] for c in spec.configs if c.name in results)

@@ -9,10 +9,9 @@ had no effect, and the crossover of each pair of levels at the defaults and with
 
 from __future__ import annotations
 
-
-from xover.report.blocks import Block, blocks_html, blocks_markdown
 from xover.analysis.advise import RECHECK, Advice, Search, Trial, setting_label, within_noise
 from xover.analysis.crossover import PairResult, format_tokens
+from xover.report.blocks import Block, blocks_html, blocks_markdown
 
 
 def _dur(seconds: float) -> str:
@@ -43,8 +42,17 @@ def _level_table(advice: Advice, search: Search) -> Block:
     assert base is not None
     depths = [r.depth for r in search.defaults.measurement.prefill]
     span = f"d{format_tokens(depths[0])} → d{format_tokens(depths[-1])}" if depths else ""
-    header = ("configuration", f"prefill tok/s {span}", f"decode tok/s {span}", "TTFT (est.)", "time per turn",
-              "vs defaults", "peak RSS", "GPU buffers", "theory expects")
+    header = (
+        "configuration",
+        f"prefill tok/s {span}",
+        f"decode tok/s {span}",
+        "TTFT (est.)",
+        "time per turn",
+        "vs defaults",
+        "peak RSS",
+        "GPU buffers",
+        "theory expects",
+    )
     rows = []
     for trial in search.trials:
         m, e = trial.measurement, trial.estimate
@@ -52,14 +60,31 @@ def _level_table(advice: Advice, search: Search) -> Block:
         if e is None:
             rows.append((trial.label + mark, "failed", "-", "-", "-", "-", "-", "-", m.failure or ""))
             continue
-        change = "-" if trial.setting == () else _pct(e.turn_s / base.turn_s) + (" (noise)" if within_noise(e, base, search.drift_s) else "")
+        change = (
+            "-"
+            if trial.setting == ()
+            else _pct(e.turn_s / base.turn_s) + (" (noise)" if within_noise(e, base, search.drift_s) else "")
+        )
         expected = advice.expectation(search, trial.setting)
-        theory = "-" if expected is None else (
-            (_pct(expected.change) + ": " if expected.change is not None else "") + expected.note)
+        theory = (
+            "-"
+            if expected is None
+            else ((_pct(expected.change) + ": " if expected.change is not None else "") + expected.note)
+        )
         reused = " (stored)" if m.reused else ""
-        rows.append((trial.label + mark + reused, _rates(trial, "pp"), _rates(trial, "tg"), _dur(e.ttft_s),
-                     f"{_dur(e.turn_s)} ± {_dur(e.spread_s / 2)}", change, _bytes(m.peak_rss_bytes), _bytes(m.device_bytes),
-                     theory))
+        rows.append(
+            (
+                trial.label + mark + reused,
+                _rates(trial, "pp"),
+                _rates(trial, "tg"),
+                _dur(e.ttft_s),
+                f"{_dur(e.turn_s)} ± {_dur(e.spread_s / 2)}",
+                change,
+                _bytes(m.peak_rss_bytes),
+                _bytes(m.device_bytes),
+                theory,
+            )
+        )
     return Block("table", items=header, rows=tuple(rows))
 
 
@@ -73,8 +98,14 @@ def _verdicts(advice: Advice, search: Search) -> Block:
         elif v.kept is not None and best is not None:
             parts.append(f"kept {v.kept}: {_dur(-best.change_s)} faster per turn (noise {_dur(best.noise_s)})")
         elif best is not None:
-            parts.append("default kept: " + ("no value beat it by more than the noise" if best.change_s < 0
-                                             else f"the best value tried ({best.value}) is slower"))
+            parts.append(
+                "default kept: "
+                + (
+                    "no value beat it by more than the noise"
+                    if best.change_s < 0
+                    else f"the best value tried ({best.value}) is slower"
+                )
+            )
         if len(v.effects) > 1:
             parts += [f"{e.value}: {e.change_s:+.3g} s" + (" (noise)" if e.within_noise else "") for e in v.effects]
         if v.skipped:
@@ -85,9 +116,11 @@ def _verdicts(advice: Advice, search: Search) -> Block:
     again = search.trial(RECHECK).estimate if any(t.setting == RECHECK for t in search.trials) else None
     if again is not None and search.drift_s is not None and search.defaults.estimate is not None:
         first = search.defaults.estimate.turn_s
-        items.append(f"defaults measured again after the knobs: {_dur(again.turn_s)} per turn against {_dur(first)} "
-                     f"at first (drift {_dur(search.drift_s)}, {search.drift_s / first:.1%}), counted as noise in "
-                     "every decision above")
+        items.append(
+            f"defaults measured again after the knobs: {_dur(again.turn_s)} per turn against {_dur(first)} "
+            f"at first (drift {_dur(search.drift_s)}, {search.drift_s / first:.1%}), counted as noise in "
+            "every decision above"
+        )
     none = advice.no_effect(search)
     if none:
         items.append(f"no effect on this hardware (within measurement noise): {', '.join(none)}")
@@ -117,46 +150,101 @@ def blocks(advice: Advice) -> list[Block]:
     depths = ", ".join(format_tokens(x) for x in advice.workload.depths())
     out = [
         Block("h2", "Shrinking the prefill penalty: llama.cpp settings (xover advise)"),
-        Block("ul", items=(
-            f"model {advice.model}; llama.cpp backend {advice.backend}; hardware {advice.hardware}",
-            f"workload {advice.workload.describe()}" + (f" ({advice.workload_note})" if advice.workload_note else ""),
-            (f"{advice.measurements} llama-bench measurements ({advice.reused} found in the store): one knob at a time "
-             f"from llama.cpp's defaults, then the kept values together; each pp{advice.chunk} and tg{advice.n_gen} at "
-             f"depths {depths}, {advice.repetitions} repetitions"),
-            ("TTFT(L) is estimated by integrating prefill time per token over depth (pp @ dN gives it at the middle of its "
-             "chunk, linear in between); time per turn = TTFT(L) + R / decode tok/s(L), averaged over the workload"),
-            ("noise: a difference no larger than the spread (max - min) of either configuration's per-repetition "
-             "estimates; load that changes between measurements, minutes apart on a shared machine, is not in that "
-             "spread: raise -r or rerun to check a small effect"),
-        )),
+        Block(
+            "ul",
+            items=(
+                f"model {advice.model}; llama.cpp backend {advice.backend}; hardware {advice.hardware}",
+                f"workload {advice.workload.describe()}"
+                + (f" ({advice.workload_note})" if advice.workload_note else ""),
+                (
+                    f"{advice.measurements} llama-bench measurements ({advice.reused} found in the store): one knob at a time "
+                    f"from llama.cpp's defaults, then the kept values together; each pp{advice.chunk} and tg{advice.n_gen} at "
+                    f"depths {depths}, {advice.repetitions} repetitions"
+                ),
+                (
+                    "TTFT(L) is estimated by integrating prefill time per token over depth (pp @ dN gives it at the middle of its "
+                    "chunk, linear in between); time per turn = TTFT(L) + R / decode tok/s(L), averaged over the workload"
+                ),
+                (
+                    "noise: a difference no larger than the spread (max - min) of either configuration's per-repetition "
+                    "estimates; load that changes between measurements, minutes apart on a shared machine, is not in that "
+                    "spread: raise -r or rerun to check a small effect"
+                ),
+            ),
+        ),
     ]
     rec = setting_label(advice.knobs, best.recommended)
     if best.recommended == ():
-        out.append(Block("p", f"Recommendation: llama.cpp's defaults at {best.label} ({_dur(d.turn_s)} per turn): "
-                              "no setting tried beat them by more than the noise."))
+        out.append(
+            Block(
+                "p",
+                f"Recommendation: llama.cpp's defaults at {best.label} ({_dur(d.turn_s)} per turn): "
+                "no setting tried beat them by more than the noise.",
+            )
+        )
     else:
-        out.append(Block("p", f"Recommendation: {best.label} {rec}: {_dur(b.turn_s)} per turn against {_dur(d.turn_s)} "
-                              f"with llama.cpp's defaults at {best.label}, {best.gain:.2f}x faster (measured, llama-bench)."))
+        out.append(
+            Block(
+                "p",
+                f"Recommendation: {best.label} {rec}: {_dur(b.turn_s)} per turn against {_dur(d.turn_s)} "
+                f"with llama.cpp's defaults at {best.label}, {best.gain:.2f}x faster (measured, llama-bench).",
+            )
+        )
     out.append(Block("code", advice.command()))
     c = advice.confirmation
     if c is not None:
-        where = (f"cold TTFT and decode, {c.repetitions} repetitions at "
-                 f"{', '.join(format_tokens(p.length) for p in c.defaults)} tokens")
+        where = (
+            f"cold TTFT and decode, {c.repetitions} repetitions at "
+            f"{', '.join(format_tokens(p.length) for p in c.defaults)} tokens"
+        )
         if c.gain < 1:
-            out.append(Block("p", f"NOT confirmed through llama-server ({where}): the recommendation was slower than the "
-                                  f"defaults, {_dur(c.recommended_turn_s)} against {_dur(c.defaults_turn_s)} per turn, "
-                                  f"{c.gain:.2f}x (llama-bench estimated {best.gain:.2f}x). Keep the defaults, or rerun "
-                                  "on a quieter machine."))
+            out.append(
+                Block(
+                    "p",
+                    f"NOT confirmed through llama-server ({where}): the recommendation was slower than the "
+                    f"defaults, {_dur(c.recommended_turn_s)} against {_dur(c.defaults_turn_s)} per turn, "
+                    f"{c.gain:.2f}x (llama-bench estimated {best.gain:.2f}x). Keep the defaults, or rerun "
+                    "on a quieter machine.",
+                )
+            )
         else:
-            out.append(Block("p", f"Confirmed through llama-server ({where}): {_dur(c.recommended_turn_s)} against "
-                                  f"{_dur(c.defaults_turn_s)} per turn, {c.gain:.2f}x (llama-bench estimated {best.gain:.2f}x)."))
-        out.append(Block("table", items=("prompt tokens", "TTFT defaults", "TTFT recommended", "decode tok/s defaults",
-                                          "decode tok/s recommended"),
-                         rows=tuple((format_tokens(d.length), _dur(d.ttft_s), _dur(r.ttft_s), f"{d.decode_tps:,.1f}",
-                                     f"{r.decode_tps:,.1f}") for d, r in zip(c.defaults, c.recommended))))
+            out.append(
+                Block(
+                    "p",
+                    f"Confirmed through llama-server ({where}): {_dur(c.recommended_turn_s)} against "
+                    f"{_dur(c.defaults_turn_s)} per turn, {c.gain:.2f}x (llama-bench estimated {best.gain:.2f}x).",
+                )
+            )
+        out.append(
+            Block(
+                "table",
+                items=(
+                    "prompt tokens",
+                    "TTFT defaults",
+                    "TTFT recommended",
+                    "decode tok/s defaults",
+                    "decode tok/s recommended",
+                ),
+                rows=tuple(
+                    (
+                        format_tokens(d.length),
+                        _dur(d.ttft_s),
+                        _dur(r.ttft_s),
+                        f"{d.decode_tps:,.1f}",
+                        f"{r.decode_tps:,.1f}",
+                    )
+                    for d, r in zip(c.defaults, c.recommended)
+                ),
+            )
+        )
     elif best.recommended != ():
-        out.append(Block("p", "Not confirmed through llama-server: run xover advise with --confirm, or xover ttft with "
-                              "the two configurations."))
+        out.append(
+            Block(
+                "p",
+                "Not confirmed through llama-server: run xover advise with --confirm, or xover ttft with "
+                "the two configurations.",
+            )
+        )
     others = [s for s in advice.searches if s is not best]
     for s in others:
         e, de = s.best.estimate, s.defaults.estimate
@@ -164,17 +252,30 @@ def blocks(advice: Advice) -> list[Block]:
         if s.recommended == ():
             out.append(Block("p", f"At {s.label}: llama.cpp's defaults stay best ({_dur(de.turn_s)} per turn)."))
         else:
-            out.append(Block("p", f"At {s.label}: {setting_label(advice.knobs, s.recommended)} {_dur(e.turn_s)} per turn "
-                                  f"against {_dur(de.turn_s)} at the defaults ({s.gain:.2f}x)."))
+            out.append(
+                Block(
+                    "p",
+                    f"At {s.label}: {setting_label(advice.knobs, s.recommended)} {_dur(e.turn_s)} per turn "
+                    f"against {_dur(de.turn_s)} at the defaults ({s.gain:.2f}x).",
+                )
+            )
     for s in advice.searches:
-        out.append(Block("h3", f"{s.label}: one knob at a time from llama.cpp's defaults ({s.measurements} measurements)"))
+        out.append(
+            Block("h3", f"{s.label}: one knob at a time from llama.cpp's defaults ({s.measurements} measurements)")
+        )
         out.append(_level_table(advice, s))
         out.append(_verdicts(advice, s))
     if advice.crossovers:
         out.append(Block("h3", "The crossover, revisited"))
-        out.append(Block("table", items=("pair", "at llama.cpp's defaults", "with each level's recommended settings"),
-                         rows=tuple((f"{p.a} vs {p.b}", _pair_text(p.at_defaults), _pair_text(p.with_knobs))
-                                    for p in advice.crossovers)))
+        out.append(
+            Block(
+                "table",
+                items=("pair", "at llama.cpp's defaults", "with each level's recommended settings"),
+                rows=tuple(
+                    (f"{p.a} vs {p.b}", _pair_text(p.at_defaults), _pair_text(p.with_knobs)) for p in advice.crossovers
+                ),
+            )
+        )
     return out
 
 

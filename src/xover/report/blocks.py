@@ -36,9 +36,14 @@ def md_pipes(text: str) -> str:
     return text.replace("|", "\\|")
 
 
-def md_table(header: Sequence[str], rows: Sequence[Sequence[str]], rule: str = "---",
-             header_cell: Callable[[str], str] = md_cell, row_cell: Callable[[str], str] = md_cell,
-             empty: str | None = None) -> str:
+def md_table(
+    header: Sequence[str],
+    rows: Sequence[Sequence[str]],
+    rule: str = "---",
+    header_cell: Callable[[str], str] = md_cell,
+    row_cell: Callable[[str], str] = md_cell,
+    empty: str | None = None,
+) -> str:
     """A markdown table, one line per row, ending in a newline; ``rule`` is each header-separator cell;
     ``empty`` stands in for a table without rows (None: print the bare header)."""
     if not rows and empty is not None:
@@ -73,6 +78,7 @@ def blocks_markdown(blocks: Sequence[Block], rule: str = "---") -> str:
 
 def blocks_html(blocks: Sequence[Block]) -> list[str]:
     """One HTML fragment per block, every piece of text escaped."""
+
     def e(x: object) -> str:
         return html.escape(str(x), quote=True)
 

@@ -12,7 +12,6 @@ import base64
 import html
 from collections.abc import Sequence
 
-from xover.report.blocks import md_cell
 from xover.analysis.cachelab import (
     INSERTED,
     OTHERS,
@@ -24,12 +23,22 @@ from xover.analysis.cachelab import (
     analyse,
     lab_samples,
 )
+from xover.report.blocks import md_cell
 from xover.results.read_model import StudyData
 
 TITLE = "Prompt cache lab"
 
-HEADER = ["scenario", "request", "L", "TTFT ms", "prompt_n", "cache_n", "server prompt_ms", "client-server gap ms",
-          "verdict"]
+HEADER = [
+    "scenario",
+    "request",
+    "L",
+    "TTFT ms",
+    "prompt_n",
+    "cache_n",
+    "server prompt_ms",
+    "client-server gap ms",
+    "verdict",
+]
 
 INTRO = (
     "Each scenario ran on a freshly started llama-server; every request sent cache_prompt: true. "
@@ -57,9 +66,17 @@ def lab_table(analysis: LabAnalysis) -> tuple[list[str], list[list[str]]]:
     header = (["config"] if several else []) + HEADER
     rows = []
     for r in analysis.rows:
-        cells = [r.case, r.request, f"{r.length:,}", _ms(r.ttft_ns / 1e6 if r.ttft_ns is not None else None),
-                 _n(r.prompt_n), _n(r.cache_n), _ms(r.prompt_ms), _ms(r.gap_ns / 1e6 if r.gap_ns is not None else None),
-                 r.verdict]
+        cells = [
+            r.case,
+            r.request,
+            f"{r.length:,}",
+            _ms(r.ttft_ns / 1e6 if r.ttft_ns is not None else None),
+            _n(r.prompt_n),
+            _n(r.cache_n),
+            _ms(r.prompt_ms),
+            _ms(r.gap_ns / 1e6 if r.gap_ns is not None else None),
+            r.verdict,
+        ]
         rows.append(([r.label] if several else []) + cells)
     return header, rows
 
@@ -82,8 +99,14 @@ def cache_plot(rows: Sequence[LabRow]) -> bytes | None:
     shares = [r.cache_n / (r.cache_n + r.prompt_n) if r.cache_n is not None and r.prompt_n else 0.0 for r in shown]
     ax.barh(ys, [r.ttft_ns / 1e6 for r in shown], color=[cmap(s) for s in shares])  # type: ignore[operator]
     for y, r in zip(ys, shown):
-        ax.annotate(f"{_n(r.cache_n)}/{_n(r.prompt_n)}", (r.ttft_ns / 1e6, y), xytext=(3, 0),  # type: ignore[operator]
-                    textcoords="offset points", va="center", fontsize=7)
+        ax.annotate(
+            f"{_n(r.cache_n)}/{_n(r.prompt_n)}",
+            (r.ttft_ns / 1e6, y),  # type: ignore[operator]
+            xytext=(3, 0),
+            textcoords="offset points",
+            va="center",
+            fontsize=7,
+        )
     ax.set_yticks(ys)
     ax.set_yticklabels([(f"{r.label}: " if several else "") + f"{r.case} / {r.request}" for r in shown], fontsize=8)
     ax.invert_yaxis()
@@ -140,7 +163,9 @@ def cache_section_html(data: StudyData) -> str:
     png = cache_plot(analysis.rows)
     if png is not None:
         alt = "Prompt cache lab: TTFT per request"
-        parts.append(f"<img id='plot-cache-lab' alt='{_e(alt)}' src='data:image/png;base64,{base64.b64encode(png).decode()}'>")
+        parts.append(
+            f"<img id='plot-cache-lab' alt='{_e(alt)}' src='data:image/png;base64,{base64.b64encode(png).decode()}'>"
+        )
     return "\n".join(parts)
 
 

@@ -14,8 +14,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from xover.errors import XoverError
 from xover.domain.records import BenchConfig
+from xover.errors import XoverError
 from xover.report.tables import render_bench_table, short_labels
 from xover.results.read_model import BenchData, StoredFailure, StudyData, bench_data, load
 
@@ -23,8 +23,19 @@ FORMATS = ("md", "csv", "jsonl")
 
 # Settings llama-bench reports in every record: the values it actually used, defaults included.
 _RECORD_COLUMNS = (
-    "n_cpu_moe", "n_gpu_layers", "n_batch", "n_ubatch", "n_threads", "flash_attn", "no_op_offload",
-    "type_k", "type_v", "build_commit", "build_number", "backends", "test_time",
+    "n_cpu_moe",
+    "n_gpu_layers",
+    "n_batch",
+    "n_ubatch",
+    "n_threads",
+    "flash_attn",
+    "no_op_offload",
+    "type_k",
+    "type_v",
+    "build_commit",
+    "build_number",
+    "backends",
+    "test_time",
 )
 
 
@@ -41,10 +52,11 @@ def standing_failures(data: BenchData) -> list[StoredFailure]:
     return [f for f in data.failures if f.run_id >= last_measured.get((f.failure.config_key, f.model_key or ""), 0)]
 
 
-
 def render_markdown(data: BenchData) -> str:
     """One table per model, columns for the configurations measured (or failed) with it."""
-    models = list(dict.fromkeys([s.model_key for s in data.results] + [f.model_key for f in data.failures if f.model_key]))
+    models = list(
+        dict.fromkeys([s.model_key for s in data.results] + [f.model_key for f in data.failures if f.model_key])
+    )
     tables = []
     for model in models:
         results = [s.result for s in data.results if s.model_key == model]
@@ -59,8 +71,11 @@ def _config_dict(config: BenchConfig | None, label: str) -> dict[str, Any]:
     if config is None:
         return {"label": label}
     return {
-        "key": config.key, "label": label, "fields": [list(f) for f in config.fields],
-        "env": [list(e) for e in config.env], "extra_args": list(config.extra_args),
+        "key": config.key,
+        "label": label,
+        "fields": [list(f) for f in config.fields],
+        "env": [list(e) for e in config.env],
+        "extra_args": list(config.extra_args),
     }
 
 
@@ -76,21 +91,39 @@ def render_jsonl(data: BenchData) -> str:
     lines = []
     for s in data.results:
         r = s.result
-        lines.append({
-            "type": "bench_result", "run_id": s.run_id, "model_key": s.model_key,
-            "model": data.model_names.get(s.model_key),
-            "config": _config_dict(configs.get(r.config_key), labels.get(r.config_key, r.config_key)),
-            "test": r.test_name, "n_prompt": r.n_prompt, "n_gen": r.n_gen, "n_depth": r.n_depth,
-            "avg_ts": r.avg_ts, "stddev_ts": r.stddev_ts, "samples_ns": list(r.samples_ns),
-            "samples_ts": list(r.samples_ts), "record": r.record,
-        })
+        lines.append(
+            {
+                "type": "bench_result",
+                "run_id": s.run_id,
+                "model_key": s.model_key,
+                "model": data.model_names.get(s.model_key),
+                "config": _config_dict(configs.get(r.config_key), labels.get(r.config_key, r.config_key)),
+                "test": r.test_name,
+                "n_prompt": r.n_prompt,
+                "n_gen": r.n_gen,
+                "n_depth": r.n_depth,
+                "avg_ts": r.avg_ts,
+                "stddev_ts": r.stddev_ts,
+                "samples_ns": list(r.samples_ns),
+                "samples_ts": list(r.samples_ts),
+                "record": r.record,
+            }
+        )
     for f in data.failures:
-        lines.append({
-            "type": "failure", "run_id": f.run_id, "model_key": f.model_key,
-            "config": _config_dict(configs.get(f.failure.config_key), labels.get(f.failure.config_key, f.failure.config_key)),
-            "stage": f.failure.stage, "point": f.failure.point, "reason": f.failure.reason,
-            "stderr_tail": f.failure.stderr_tail,
-        })
+        lines.append(
+            {
+                "type": "failure",
+                "run_id": f.run_id,
+                "model_key": f.model_key,
+                "config": _config_dict(
+                    configs.get(f.failure.config_key), labels.get(f.failure.config_key, f.failure.config_key)
+                ),
+                "stage": f.failure.stage,
+                "point": f.failure.point,
+                "reason": f.failure.reason,
+                "stderr_tail": f.failure.stderr_tail,
+            }
+        )
     return "".join(json.dumps(line, sort_keys=True) + "\n" for line in lines)
 
 
@@ -98,8 +131,21 @@ def render_csv(data: BenchData) -> str:
     """One row per stored test; samples space-separated; the settings llama-bench reports as columns."""
     labels = _labels(data)
     columns = [
-        "run_id", "model", "model_key", "config", "config_key", "test", "n_prompt", "n_gen", "n_depth",
-        "repetitions", "avg_ts", "stddev_ts", *_RECORD_COLUMNS, "samples_ts", "samples_ns",
+        "run_id",
+        "model",
+        "model_key",
+        "config",
+        "config_key",
+        "test",
+        "n_prompt",
+        "n_gen",
+        "n_depth",
+        "repetitions",
+        "avg_ts",
+        "stddev_ts",
+        *_RECORD_COLUMNS,
+        "samples_ts",
+        "samples_ns",
     ]
     buf = io.StringIO()
     writer = csv.DictWriter(buf, fieldnames=columns, lineterminator="\n")
@@ -107,11 +153,20 @@ def render_csv(data: BenchData) -> str:
     for s in data.results:
         r = s.result
         row: dict[str, Any] = {
-            "run_id": s.run_id, "model": data.model_names.get(s.model_key, ""), "model_key": s.model_key,
-            "config": labels.get(r.config_key, ""), "config_key": r.config_key, "test": r.test_name,
-            "n_prompt": r.n_prompt, "n_gen": r.n_gen, "n_depth": r.n_depth, "repetitions": len(r.samples_ns),
-            "avg_ts": r.avg_ts, "stddev_ts": r.stddev_ts,
-            "samples_ts": " ".join(repr(x) for x in r.samples_ts), "samples_ns": " ".join(str(x) for x in r.samples_ns),
+            "run_id": s.run_id,
+            "model": data.model_names.get(s.model_key, ""),
+            "model_key": s.model_key,
+            "config": labels.get(r.config_key, ""),
+            "config_key": r.config_key,
+            "test": r.test_name,
+            "n_prompt": r.n_prompt,
+            "n_gen": r.n_gen,
+            "n_depth": r.n_depth,
+            "repetitions": len(r.samples_ns),
+            "avg_ts": r.avg_ts,
+            "stddev_ts": r.stddev_ts,
+            "samples_ts": " ".join(repr(x) for x in r.samples_ts),
+            "samples_ns": " ".join(str(x) for x in r.samples_ns),
         }
         row.update({k: r.record.get(k, "") for k in _RECORD_COLUMNS})
         writer.writerow(row)
@@ -129,7 +184,8 @@ def sample_rows(study: StudyData | Path, kind: str) -> list[dict[str, Any]]:
     model key and configuration label."""
     data = study if isinstance(study, StudyData) else load(study)
     rows: list[tuple[int, str, Any]] = (
-        [(s.run_id, s.model_key, s.sample) for s in data.ttft_rows] if kind == "ttft"
+        [(s.run_id, s.model_key, s.sample) for s in data.ttft_rows]
+        if kind == "ttft"
         else [(t.run_id, t.model_key, t.turn) for t in data.turn_rows]
     )
     out = []

@@ -17,8 +17,24 @@ from typing import Any
 from xover.domain.records import BenchResult
 
 # The settings of a llama-bench record that make two tests comparable (flash_attn is the one varied).
-_SAME = ("model_filename", "model_type", "backends", "n_cpu_moe", "n_gpu_layers", "n_batch", "n_ubatch", "n_threads",
-         "no_op_offload", "type_k", "type_v", "load_mode", "split_mode", "tensor_buft_overrides", "devices", "build_commit")
+_SAME = (
+    "model_filename",
+    "model_type",
+    "backends",
+    "n_cpu_moe",
+    "n_gpu_layers",
+    "n_batch",
+    "n_ubatch",
+    "n_threads",
+    "no_op_offload",
+    "type_k",
+    "type_v",
+    "load_mode",
+    "split_mode",
+    "tensor_buft_overrides",
+    "devices",
+    "build_commit",
+)
 MODES = {-1: "auto", 0: "off", 1: "on"}
 SHAPE_CHANGE = 0.10
 """A ratio that moves by more than this (and by more than two standard deviations of the change, from
@@ -74,11 +90,20 @@ def fa_tests(bench: Sequence[tuple[str, BenchResult]]) -> list[FaTest]:
             continue
         any_r = next(iter(by_mode.values()))[1]
         order = {"on": 0, "auto": 1, "off": 2}
-        labels = " / ".join(label if "fa" in label else f"{label} (fa {mode})"
-                            for mode, (label, _) in sorted(by_mode.items(), key=lambda kv: order.get(kv[0], 3)))
-        out.append(FaTest(labels=labels, test=any_r.test_name, kind="pp" if n_prompt and not n_gen else "tg",
-                          depth=depth, tps={m: (r.avg_ts, r.stddev_ts) for m, (_, r) in by_mode.items()},
-                          config_keys={m: r.config_key for m, (_, r) in by_mode.items()}))
+        labels = " / ".join(
+            label if "fa" in label else f"{label} (fa {mode})"
+            for mode, (label, _) in sorted(by_mode.items(), key=lambda kv: order.get(kv[0], 3))
+        )
+        out.append(
+            FaTest(
+                labels=labels,
+                test=any_r.test_name,
+                kind="pp" if n_prompt and not n_gen else "tg",
+                depth=depth,
+                tps={m: (r.avg_ts, r.stddev_ts) for m, (_, r) in by_mode.items()},
+                config_keys={m: r.config_key for m, (_, r) in by_mode.items()},
+            )
+        )
     return sorted(out, key=lambda t: (t.labels, t.kind, t.depth, t.test))
 
 
@@ -106,17 +131,26 @@ def fa_findings(tests: Sequence[FaTest], memory: Mapping[str, Mapping[str, Any]]
         assert lo.ratio is not None and hi.ratio is not None
         what = "prefill" if kind == "pp" else "decode"
         if len(ts) < 2 or lo.depth == hi.depth:
-            out.append(f"{labels}: {what} {lo.ratio:.2f}x with flash attention at depth {lo.depth:,} (one depth measured)")
+            out.append(
+                f"{labels}: {what} {lo.ratio:.2f}x with flash attention at depth {lo.depth:,} (one depth measured)"
+            )
             continue
         moved = hi.ratio / lo.ratio - 1
-        noise = 2 * (lo.ratio_rel_sd ** 2 + hi.ratio_rel_sd ** 2) ** 0.5  # two standard deviations of the change
+        noise = 2 * (lo.ratio_rel_sd**2 + hi.ratio_rel_sd**2) ** 0.5  # two standard deviations of the change
         if abs(moved) <= max(SHAPE_CHANGE, noise):
             shape = "shifts the curve without changing its shape" + (
-                f" (the {moved:+.0%} change with depth is within noise, ±{noise:.0%})" if abs(moved) > SHAPE_CHANGE else "")
+                f" (the {moved:+.0%} change with depth is within noise, ±{noise:.0%})"
+                if abs(moved) > SHAPE_CHANGE
+                else ""
+            )
         else:
-            shape = "changes the shape of the curve: its advantage " + ("grows" if moved > 0 else "shrinks") + " with depth"
-        out.append(f"{labels}: {what} on/off {lo.ratio:.2f}x at depth {lo.depth:,} and {hi.ratio:.2f}x at {hi.depth:,}: "
-                   f"flash attention {shape}")
+            shape = (
+                "changes the shape of the curve: its advantage " + ("grows" if moved > 0 else "shrinks") + " with depth"
+            )
+        out.append(
+            f"{labels}: {what} on/off {lo.ratio:.2f}x at depth {lo.depth:,} and {hi.ratio:.2f}x at {hi.depth:,}: "
+            f"flash attention {shape}"
+        )
     if memory:
         seen: set[tuple[str, str]] = set()
         for t in tests:
@@ -127,6 +161,8 @@ def fa_findings(tests: Sequence[FaTest], memory: Mapping[str, Mapping[str, Any]]
                 seen.add((t.labels, mode))
                 kv = sum(b for _, kind, b in mem.get("buffers", []) if kind == "KV")
                 compute = sum(b for _, kind, b in mem.get("buffers", []) if kind == "compute")
-                out.append(f"{t.labels}: fa {mode} allocated KV {kv / 2**20:,.0f} MiB and compute buffers "
-                           f"{compute / 2**20:,.0f} MiB (peak, as llama-bench logged them)")
+                out.append(
+                    f"{t.labels}: fa {mode} allocated KV {kv / 2**20:,.0f} MiB and compute buffers "
+                    f"{compute / 2**20:,.0f} MiB (peak, as llama-bench logged them)"
+                )
     return out

@@ -14,11 +14,8 @@ import itertools
 from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-
 from typing import TYPE_CHECKING
 
-from xover.report.blocks import html_table, plain_md_table
-from xover.report.fit import fit_blocks
 from xover.analysis.crossover import (
     ConfigData,
     PairResult,
@@ -34,10 +31,12 @@ from xover.analysis.crossover import (
     verdict,
 )
 from xover.analysis.stats import summarize
-from xover.report import plots
 from xover.domain.records import TtftSample, backend_name
-from xover.results.read_model import StudyData, crossover_inputs, vram_budgets
+from xover.report import plots
+from xover.report.blocks import html_table, plain_md_table
+from xover.report.fit import fit_blocks
 from xover.report.tune import Block, Layout, blocks, layout, section_html, section_markdown
+from xover.results.read_model import StudyData, crossover_inputs, vram_budgets
 
 if TYPE_CHECKING:
     from xover.analysis.advise import Advice
@@ -106,8 +105,15 @@ def _times(x: float) -> str:
     return f"{x:.1f}x" if x >= 10 else f"{x:.2f}x"
 
 
-def penalty_line(ref: str, other: str, best: Mapping[str, str], by_label: Mapping[str, ConfigData], response: int,
-                 band: tuple[int, int], why: Callable[[str], str] = lambda c: f"{c} keeps llama.cpp's defaults") -> str | None:
+def penalty_line(
+    ref: str,
+    other: str,
+    best: Mapping[str, str],
+    by_label: Mapping[str, ConfigData],
+    response: int,
+    band: tuple[int, int],
+    why: Callable[[str], str] = lambda c: f"{c} keeps llama.cpp's defaults",
+) -> str | None:
     """How much of ``other``'s cost against ``ref`` tuning removes: the ratio of median totals per turn at
     the agentic band's measured lengths (else the longest measured), at the defaults and each at its best.
     None when tuning changed neither."""
@@ -129,10 +135,15 @@ def penalty_line(ref: str, other: str, best: Mapping[str, str], by_label: Mappin
         noise = " (within noise)" if separation(by_label[a], by_label[b], L, response) == 0 else ""
         return _times(totals[a][L] / totals[b][L]) + noise
 
-    parts = [f"at {format_tokens(L)} {cost(other, ref, L)} at llama.cpp's defaults and {cost(bo, br, L)} {when}"
-             for L in lengths]
-    return (f"Tuning and the offload penalty ({response}-token responses): a turn on {other} takes, against {ref}, "
-            + "; ".join(parts) + ".")
+    parts = [
+        f"at {format_tokens(L)} {cost(other, ref, L)} at llama.cpp's defaults and {cost(bo, br, L)} {when}"
+        for L in lengths
+    ]
+    return (
+        f"Tuning and the offload penalty ({response}-token responses): a turn on {other} takes, against {ref}, "
+        + "; ".join(parts)
+        + "."
+    )
 
 
 _AT_DEFAULTS = "At llama.cpp's defaults: "
@@ -152,7 +163,9 @@ def _verdict_pairs(lay: Layout, by_label: Mapping[str, ConfigData]) -> list[tupl
     return out
 
 
-def build_report(data: StudyData, response: int = 200, band: tuple[int, int] = AGENTIC_BAND, n_boot: int = 500) -> Report:
+def build_report(
+    data: StudyData, response: int = 200, band: tuple[int, int] = AGENTIC_BAND, n_boot: int = 500
+) -> Report:
     """Analyses for the renderers. Verdicts, in order: the fastest configuration per length (tuned and
     untuned together); the headline pairs (the study's, else its first two configurations), answered at
     llama.cpp's defaults and with each configuration at its best when tuned variants exist; how much of
@@ -170,24 +183,36 @@ def build_report(data: StudyData, response: int = 200, band: tuple[int, int] = A
     for prefix, a, b in told:
         if prefix == _AT_BEST and any((x, y) == (a, b) for p, x, y in told if p == _AT_DEFAULTS):
             reasons = {lay.why_untuned(x, by_label) for x in (a, b)}
-            lines.append(prefix + ("tuning kept llama.cpp's defaults for both, so the answer above stands."
-                                   if all(r.endswith("keeps llama.cpp's defaults") for r in reasons)
-                                   else "no tuned variant to compare yet (" + "; ".join(sorted(reasons)) + ")."))
+            lines.append(
+                prefix
+                + (
+                    "tuning kept llama.cpp's defaults for both, so the answer above stands."
+                    if all(r.endswith("keeps llama.cpp's defaults") for r in reasons)
+                    else "no tuned variant to compare yet (" + "; ".join(sorted(reasons)) + ")."
+                )
+            )
         elif a != b:
             lines.append(prefix + verdict(full[(a, b)], band))
     best = {b: v for b, v in lay.tuned.items() if v in by_label}
     if best:
         bases = [b for b in lay.bases if b in by_label]
-        lines += [penalty_line(bases[0], o, best, by_label, response, band, lambda c: lay.why_untuned(c, by_label))
-                  for o in bases[1:]]
+        lines += [
+            penalty_line(bases[0], o, best, by_label, response, band, lambda c: lay.why_untuned(c, by_label))
+            for o in bases[1:]
+        ]
     verdicts = tuple(v for v in lines if v)
     pairs = tuple(full.get(k, v) for k, v in quick.items())
     headline = tuple(full.values())
     matrix = pair_matrix(configs, quick) if len(configs) >= 3 else None
     images: list[tuple[str, str, bytes]] = []
     if configs:
-        images.append(("total", "Total time per turn vs prompt length",
-                       plots.total_time_plot(configs, headline, response, band, base_of=lay.base_of)))
+        images.append(
+            (
+                "total",
+                "Total time per turn vs prompt length",
+                plots.total_time_plot(configs, headline, response, band, base_of=lay.base_of),
+            )
+        )
         images.append(("ttft", "Cold time to first token vs prompt length", plots.ttft_plot(configs)))
     depth = plots.depth_plot(data.bench)
     if depth is not None:
@@ -210,8 +235,13 @@ def point_table(report: Report) -> tuple[list[str], list[list[str]]]:
     for label, s in data.cold_samples():
         ttft[(label, s.length)].append(s.first_token_ns / 1e6)  # type: ignore[operator]
     lengths = sorted({L for _, L in ttft} | {d for _, d in pp})
-    header = ["config", "prompt / depth", "llama-bench pp t/s (avg ± sd)", "cold TTFT ms (median [min-max], n)",
-              "prefill t/s from TTFT"]
+    header = [
+        "config",
+        "prompt / depth",
+        "llama-bench pp t/s (avg ± sd)",
+        "cold TTFT ms (median [min-max], n)",
+        "prefill t/s from TTFT",
+    ]
     rows = []
     for label in data.config_labels():
         for L in lengths:
@@ -246,23 +276,33 @@ def _first_crossover(report: Report) -> float | None:
 
 def _pair_details(p: PairResult) -> str:
     """The crossover arithmetic behind a pair's verdict, for the HTML page."""
-    fitted = ", ".join(f"{c.length:.0f} ({c.kind}{', extrapolated' if c.extrapolated else ''})" for c in p.fitted) or "none"
+    fitted = (
+        ", ".join(f"{c.length:.0f} ({c.kind}{', extrapolated' if c.extrapolated else ''})" for c in p.fitted) or "none"
+    )
     ci = f"{p.ci[0]:.0f}-{p.ci[1]:.0f} tokens" if p.ci else "not defined"
-    none = f" ({100 * p.ci_no_crossing_fraction:.0f}% of resamples had no crossing)" if p.ci_no_crossing_fraction else ""
+    none = (
+        f" ({100 * p.ci_no_crossing_fraction:.0f}% of resamples had no crossing)" if p.ci_no_crossing_fraction else ""
+    )
     interp = ", ".join(f"{c.length:.0f} ({c.kind})" for c in p.interpolated) or "none in range"
-    return (f"<p>{_e(p.a)} vs {_e(p.b)}: interpolated crossover of the medians {_e(interp)}; fitted {_e(fitted)}; "
-            f"bootstrap 95% interval {_e(ci)}{_e(none)}.</p>")
+    return (
+        f"<p>{_e(p.a)} vs {_e(p.b)}: interpolated crossover of the medians {_e(interp)}; fitted {_e(fitted)}; "
+        f"bootstrap 95% interval {_e(ci)}{_e(none)}.</p>"
+    )
 
 
-_MATRIX_NOTE = ("Each cell reads the row's configuration against the column's, total time per turn: faster, slower, "
-                "within noise (sample ranges overlap at every length), or where the faster one changes; lengths "
-                "within noise are named. The same rules as the verdicts.")
+_MATRIX_NOTE = (
+    "Each cell reads the row's configuration against the column's, total time per turn: faster, slower, "
+    "within noise (sample ranges overlap at every length), or where the faster one changes; lengths "
+    "within noise are named. The same rules as the verdicts."
+)
 
 
 def _matrix_html(m: Matrix) -> str:
     head = "<th></th>" + "".join(f"<th>{_e(lb)}</th>" for lb in m.labels)
-    body = "".join(f"<tr><th>{_e(lb)}</th>" + "".join(f"<td>{_e(c)}</td>" for c in row) + "</tr>"
-                   for lb, row in zip(m.labels, m.cells))
+    body = "".join(
+        f"<tr><th>{_e(lb)}</th>" + "".join(f"<td>{_e(c)}</td>" for c in row) + "</tr>"
+        for lb, row in zip(m.labels, m.cells)
+    )
     return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
 
 
@@ -273,8 +313,16 @@ def _matrix_markdown(m: Matrix) -> str:
 def _tune_blocks(report: Report) -> list[Block]:
     if report.layout is None:
         return []
-    return list(blocks(report.layout, {c.label: c for c in report.configs}, report.data.bench,
-                       report.data.cold_samples(), report.response, report.band))
+    return list(
+        blocks(
+            report.layout,
+            {c.label: c for c in report.configs},
+            report.data.bench,
+            report.data.cold_samples(),
+            report.response,
+            report.band,
+        )
+    )
 
 
 def _measurement_samples(data: StudyData) -> list[tuple[str, TtftSample]]:
@@ -287,7 +335,10 @@ def cold_check_table(data: StudyData) -> tuple[list[str], list[list[str]]]:
     for label, s in _measurement_samples(data):
         groups[(label, s.mode, s.length)].append(s.cache_ok and s.error is None)
     header = ["config", "mode", "length", "passed / stored", "re-runs (failed check or error)"]
-    rows = [[lb, mode, format_tokens(L), f"{sum(v)} / {len(v)}", str(len(v) - sum(v))] for (lb, mode, L), v in groups.items()]
+    rows = [
+        [lb, mode, format_tokens(L), f"{sum(v)} / {len(v)}", str(len(v) - sum(v))]
+        for (lb, mode, L), v in groups.items()
+    ]
     return header, rows
 
 
@@ -330,8 +381,10 @@ def prediction_timing(data: StudyData) -> str | None:
     if first is None:
         return f"prediction stored at {pred.get('created_at')}; nothing measured yet"
     order = "before" if made < first else "AFTER"
-    return (f"prediction stored at {pred.get('created_at')}, {abs(first - made) / 1e9:.2f} s {order} the first "
-            "measurement started" + ("" if made < first else " (it cannot count as a blind prediction)"))
+    return (
+        f"prediction stored at {pred.get('created_at')}, {abs(first - made) / 1e9:.2f} s {order} the first "
+        "measurement started" + ("" if made < first else " (it cannot count as a blind prediction)")
+    )
 
 
 def _relabelled(pred: dict[str, object]) -> dict[str, object]:
@@ -345,8 +398,13 @@ def prediction_table(report: Report) -> tuple[list[str], list[list[str]]]:
     from xover.analysis.theory import predicted_value
 
     pred = stored_prediction(report.data)
-    header = ["config", "L", "TTFT ms measured / predicted (error)", "pp t/s @ dL measured / limit (% of limit)",
-              "tg t/s @ dL measured / limit (% of limit)"]
+    header = [
+        "config",
+        "L",
+        "TTFT ms measured / predicted (error)",
+        "pp t/s @ dL measured / limit (% of limit)",
+        "tg t/s @ dL measured / limit (% of limit)",
+    ]
     if pred is None:
         return header, []
     pred = _relabelled(pred)
@@ -372,17 +430,22 @@ def prediction_table(report: Report) -> tuple[list[str], list[list[str]]]:
     ttft: dict[tuple[str, int], list[float]] = defaultdict(list)
     for label, s in report.data.cold_samples():
         ttft[(label, s.length)].append(s.first_token_ns / 1e6)  # type: ignore[operator]
-    keys = sorted(set(ttft) | set(pp) | set(tg), key=lambda k: (report.data.config_labels().index(k[0])
-                                                                if k[0] in report.data.config_labels() else 99, k[1]))
+    keys = sorted(
+        set(ttft) | set(pp) | set(tg),
+        key=lambda k: (report.data.config_labels().index(k[0]) if k[0] in report.data.config_labels() else 99, k[1]),
+    )
     for label, L in keys:
         t = summarize(ttft[(label, L)]).median if ttft.get((label, L)) else None
         pt = predicted_value(pred, label, L, "ttft_s")
-        rows.append([
-            label, format_tokens(L),
-            cell(t, pt * 1000 if pt is not None else None, False, ".1f"),
-            cell(pp.get((label, L)), predicted_value(pred, label, L, "limit_pp_tps"), True, ".0f"),
-            cell(tg.get((label, L)), predicted_value(pred, label, L, "limit_decode_tps"), True, ".0f"),
-        ])
+        rows.append(
+            [
+                label,
+                format_tokens(L),
+                cell(t, pt * 1000 if pt is not None else None, False, ".1f"),
+                cell(pp.get((label, L)), predicted_value(pred, label, L, "limit_pp_tps"), True, ".0f"),
+                cell(tg.get((label, L)), predicted_value(pred, label, L, "limit_decode_tps"), True, ".0f"),
+            ]
+        )
     return header, rows
 
 
@@ -407,13 +470,20 @@ def provenance_rows(data: StudyData) -> list[list[str]]:
     for r in data.runs:
         p = r.provenance
         model = p.model
-        rows.append([
-            str(r.id), r.kind, r.started_at, r.status,
-            f"{p.llama_build_commit} (build {p.llama_build_number}), {backend_name(p.llama_backend or '')}",
-            f"{p.cpu_info or '?'}; GPU: {p.gpu_info or 'none'}; host {p.hostname}{_load_note(p)}",
-            f"{model.name}, {model.size_bytes / 1e9:.3f} GB, header sha256 {model.header_sha256[:12]}" if model else "—",
-            " ".join(r.command),
-        ])
+        rows.append(
+            [
+                str(r.id),
+                r.kind,
+                r.started_at,
+                r.status,
+                f"{p.llama_build_commit} (build {p.llama_build_number}), {backend_name(p.llama_backend or '')}",
+                f"{p.cpu_info or '?'}; GPU: {p.gpu_info or 'none'}; host {p.hostname}{_load_note(p)}",
+                f"{model.name}, {model.size_bytes / 1e9:.3f} GB, header sha256 {model.header_sha256[:12]}"
+                if model
+                else "—",
+                " ".join(r.command),
+            ]
+        )
     return rows
 
 
@@ -436,8 +506,11 @@ def _fa_section(data: StudyData) -> tuple[list[str], list[list[str]], list[str]]
     tests = fa_tests(data.bench)
     if not tests:
         return None
-    memory = {body["config_key"]: body for body in data.artifact_bodies("memory")
-              if body.get("source") == "llama-bench" and "config_key" in body}
+    memory = {
+        body["config_key"]: body
+        for body in data.artifact_bodies("memory")
+        if body.get("source") == "llama-bench" and "config_key" in body
+    }
     header, rows = fa_table(tests)
     return header, rows, fa_findings(tests, memory)
 
@@ -447,60 +520,82 @@ def budget_lines(d: StudyData) -> list[str]:
     out = []
     for b in vram_budgets(d):
         gpu = f"an {b.gpu.split(',')[0]}" if b.gpu else f"GPU {b.device}"
-        out.append(f"{b.budget / 2**30:.0f} GiB VRAM budget on {gpu} ({b.total / 2**30:.0f} GiB): xover held the "
-                   f"rest, so llama.cpp saw a card of {b.budget / 2**30:.0f} GiB. The host's PCIe link, CPU cores and "
-                   "memory bandwidth are this machine's, not a desktop's: prefill with experts on the CPU and decode "
-                   "transfer to another machine only through the theory.")
+        out.append(
+            f"{b.budget / 2**30:.0f} GiB VRAM budget on {gpu} ({b.total / 2**30:.0f} GiB): xover held the "
+            f"rest, so llama.cpp saw a card of {b.budget / 2**30:.0f} GiB. The host's PCIe link, CPU cores and "
+            "memory bandwidth are this machine's, not a desktop's: prefill with experts on the CPU and decode "
+            "transfer to another machine only through the theory."
+        )
     return out
 
 
 def render_html(report: Report) -> str:
     d = report.data
-    parts = [f"<!doctype html><html lang='en'><head><meta charset='utf-8'><title>xover report: {_e(Path(d.study_dir).name)}</title>",
-             f"<style>{_CSS}</style></head><body>",
-             f"<h1>xover report <span class='muted'>{_e(Path(d.study_dir).name)}</span></h1>"]
+    parts = [
+        f"<!doctype html><html lang='en'><head><meta charset='utf-8'><title>xover report: {_e(Path(d.study_dir).name)}</title>",
+        f"<style>{_CSS}</style></head><body>",
+        f"<h1>xover report <span class='muted'>{_e(Path(d.study_dir).name)}</span></h1>",
+    ]
     parts += [f"<p class='budget'><strong>{_e(line)}</strong></p>" for line in budget_lines(d)]
     parts.append("<h2>Verdict</h2>")
     if report.verdicts:
         parts += [f"<p class='verdict'>{_e(v)}</p>" for v in report.verdicts]
     else:
-        parts.append("<p class='muted'>Fewer than two configurations with cold TTFT and decode data: no crossover to compute.</p>")
+        parts.append(
+            "<p class='muted'>Fewer than two configurations with cold TTFT and decode data: no crossover to compute.</p>"
+        )
     parts += [_pair_details(p) for p in report.headline]
     if report.matrix is not None:
         told = {(p.a, p.b) for p in report.headline}
         rest = [p for p in report.pairs if (p.a, p.b) not in told]
-        parts.append(f"<details><summary>Every pair of configurations ({len(report.matrix.labels)} configurations, "
-                     f"{len(report.pairs)} pairs)</summary><p class='muted'>{_e(_MATRIX_NOTE)}</p>"
-                     f"{_matrix_html(report.matrix)}{''.join(_pair_details(p) for p in rest)}</details>")
+        parts.append(
+            f"<details><summary>Every pair of configurations ({len(report.matrix.labels)} configurations, "
+            f"{len(report.pairs)} pairs)</summary><p class='muted'>{_e(_MATRIX_NOTE)}</p>"
+            f"{_matrix_html(report.matrix)}{''.join(_pair_details(p) for p in rest)}</details>"
+        )
     for img_id, caption, png in report.images:
         b64 = base64.b64encode(png).decode()
-        parts.append(f"<h2>{_e(caption)}</h2><img id='plot-{_e(img_id)}' alt='{_e(caption)}' src='data:image/png;base64,{b64}'>")
+        parts.append(
+            f"<h2>{_e(caption)}</h2><img id='plot-{_e(img_id)}' alt='{_e(caption)}' src='data:image/png;base64,{b64}'>"
+        )
     fits = fit_blocks(d)
     if fits:
         parts.append(section_html(fits))
     parts.append(section_html(_tune_blocks(report)))
     parts.append(f"<h2>Prefill and TTFT per configuration and length</h2>{_table(*point_table(report))}")
-    parts.append("<p class='muted'>llama-bench's pp @ dN is the speed of the new tokens on top of an untimed, cached "
-                 "depth prefill; TTFT is the cold wall-clock wait for the first streamed token through llama-server.</p>")
+    parts.append(
+        "<p class='muted'>llama-bench's pp @ dN is the speed of the new tokens on top of an untimed, cached "
+        "depth prefill; TTFT is the cold wall-clock wait for the first streamed token through llama-server.</p>"
+    )
     if report.configs:
-        parts.append(f"<h2>Attention's share of TTFT (quadratic term of the fitted model)</h2>{_table(*attention_table(report))}")
+        parts.append(
+            f"<h2>Attention's share of TTFT (quadratic term of the fitted model)</h2>{_table(*attention_table(report))}"
+        )
     timing = prediction_timing(d)
     if timing is not None:
         pred = stored_prediction(d) or {}
         listed = pred.get("assumptions")
         assumptions = "".join(f"<li>{_e(a)}</li>" for a in (listed if isinstance(listed, list) else []))
-        parts.append(f"<h2>Predicted vs measured</h2><p>{_e(timing)}.</p>{_table(*prediction_table(report))}"
-                     "<p class='muted'>A measurement above its modelled limit means an assumption of the model does "
-                     "not hold for this run (for example a bandwidth figure of the hardware profile, such as the "
-                     "host-to-device rate of pageable memory); the limit is then not a bound.</p>"
-                     f"<details><summary>Assumptions of the prediction</summary><ul>{assumptions}</ul></details>")
+        parts.append(
+            f"<h2>Predicted vs measured</h2><p>{_e(timing)}.</p>{_table(*prediction_table(report))}"
+            "<p class='muted'>A measurement above its modelled limit means an assumption of the model does "
+            "not hold for this run (for example a bandwidth figure of the hardware profile, such as the "
+            "host-to-device rate of pageable memory); the limit is then not a bound.</p>"
+            f"<details><summary>Assumptions of the prediction</summary><ul>{assumptions}</ul></details>"
+        )
     fa = _fa_section(d)
     if fa is not None:
         header, rows, findings = fa
-        parts.append("<h2>Flash attention on vs off</h2>" + "".join(f"<p>{_e(f)}</p>" for f in findings) + _table(header, rows))
-    parts.append(f"<h2>Cold check</h2><p>Every sample labelled cold must show <code>cache_n == 0</code> and "
-                 f"<code>prompt_n == L</code>; failures are re-run and never averaged.</p>{_table(*cold_check_table(d))}")
-    parts.append(f"<h2>Client-server gap</h2><p>Client TTFT minus the server's <code>prompt_ms</code>.</p>{_table(*gap_table(d))}")
+        parts.append(
+            "<h2>Flash attention on vs off</h2>" + "".join(f"<p>{_e(f)}</p>" for f in findings) + _table(header, rows)
+        )
+    parts.append(
+        f"<h2>Cold check</h2><p>Every sample labelled cold must show <code>cache_n == 0</code> and "
+        f"<code>prompt_n == L</code>; failures are re-run and never averaged.</p>{_table(*cold_check_table(d))}"
+    )
+    parts.append(
+        f"<h2>Client-server gap</h2><p>Client TTFT minus the server's <code>prompt_ms</code>.</p>{_table(*gap_table(d))}"
+    )
     from xover.report.cache import cache_section_html
     from xover.report.session import session_section_html
 
@@ -514,9 +609,13 @@ def render_html(report: Report) -> str:
         parts.append(session_section_html(d.session, crossover_tokens=_first_crossover(report)))
     if d.failures:
         rows = [[lb, f.stage, f.point, f.reason, f.stderr_tail[-300:]] for lb, f in d.failures]
-        parts.append(f"<h2>Failures (kept as data)</h2>{_table(['config', 'stage', 'point', 'reason', 'stderr tail'], rows)}")
-    parts.append("<h2>Provenance</h2>" + _table(["run", "kind", "started", "status", "llama.cpp", "hardware", "model", "command"],
-                                                provenance_rows(d)))
+        parts.append(
+            f"<h2>Failures (kept as data)</h2>{_table(['config', 'stage', 'point', 'reason', 'stderr tail'], rows)}"
+        )
+    parts.append(
+        "<h2>Provenance</h2>"
+        + _table(["run", "kind", "started", "status", "llama.cpp", "hardware", "model", "command"], provenance_rows(d))
+    )
     parts.append("</body></html>")
     return "\n".join(parts)
 
@@ -526,7 +625,11 @@ _md_table = plain_md_table
 
 def render_markdown(report: Report) -> str:
     d = report.data
-    out = [f"# xover report: {Path(d.study_dir).name}\n", *(f"**{line}**\n" for line in budget_lines(d)), "## Verdict\n"]
+    out = [
+        f"# xover report: {Path(d.study_dir).name}\n",
+        *(f"**{line}**\n" for line in budget_lines(d)),
+        "## Verdict\n",
+    ]
     out += [f"- {v}" for v in report.verdicts] or ["- no pair of configurations with cold TTFT and decode data"]
     if report.matrix is not None:
         out += ["", "### Every pair of configurations\n", _MATRIX_NOTE + "\n", _matrix_markdown(report.matrix)]
@@ -536,8 +639,15 @@ def render_markdown(report: Report) -> str:
     tuning = section_markdown(_tune_blocks(report))
     if tuning:
         out += ["", tuning]
-    out += ["", "## Prefill and TTFT\n", _md_table(*point_table(report)), "## Cold check\n", _md_table(*cold_check_table(d)),
-            "## Client-server gap\n", _md_table(*gap_table(d))]
+    out += [
+        "",
+        "## Prefill and TTFT\n",
+        _md_table(*point_table(report)),
+        "## Cold check\n",
+        _md_table(*cold_check_table(d)),
+        "## Client-server gap\n",
+        _md_table(*gap_table(d)),
+    ]
     fa = _fa_section(d)
     if fa is not None:
         header, rows, findings = fa
@@ -556,8 +666,12 @@ def render_markdown(report: Report) -> str:
     timing = prediction_timing(d)
     if timing is not None:
         out += ["## Predicted vs measured\n", timing + ".\n", _md_table(*prediction_table(report))]
-    out += ["## Provenance\n", _md_table(["run", "kind", "started", "status", "llama.cpp", "hardware", "model", "command"],
-                                          provenance_rows(d))]
+    out += [
+        "## Provenance\n",
+        _md_table(
+            ["run", "kind", "started", "status", "llama.cpp", "hardware", "model", "command"], provenance_rows(d)
+        ),
+    ]
     return "\n".join(out)
 
 

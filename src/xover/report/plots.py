@@ -74,13 +74,22 @@ def crossing_marks(pairs: Sequence[PairResult]) -> list[CrossingMark]:
             continue
         prefix = "fitted " if claim.fitted else ""
         suffix = " (extrapolated)" if claim.extrapolated else ""
-        out.append(CrossingMark(f"{prefix}{p.a} = {p.b}\n@ {format_tokens(claim.length)}{suffix}", claim.length,
-                                claim.fitted, claim.extrapolated))
+        out.append(
+            CrossingMark(
+                f"{prefix}{p.a} = {p.b}\n@ {format_tokens(claim.length)}{suffix}",
+                claim.length,
+                claim.fitted,
+                claim.extrapolated,
+            )
+        )
     return out
 
 
 def total_time_plot(
-    configs: Sequence[ConfigData], pairs: Sequence[PairResult], response: int, band: tuple[int, int],
+    configs: Sequence[ConfigData],
+    pairs: Sequence[PairResult],
+    response: int,
+    band: tuple[int, int],
     base_of: Mapping[str, str] | None = None,
 ) -> bytes:
     """Total time per turn vs prompt length, one colour per configuration (measured medians as markers,
@@ -92,7 +101,9 @@ def total_time_plot(
 
     base_of = base_of or {}
     fig, ax = plt.subplots(figsize=(8, 4.8))
-    ax.axvspan(band[0], band[1], color=AGENTIC_COLOR, alpha=0.25, label=f"agentic turns ({band[0] // 1000}-{band[1] // 1000}K)")
+    ax.axvspan(
+        band[0], band[1], color=AGENTIC_COLOR, alpha=0.25, label=f"agentic turns ({band[0] // 1000}-{band[1] // 1000}K)"
+    )
     all_lengths = sorted({L for c in configs for L in c.ttft_s})
     lo, hi = all_lengths[0], all_lengths[-1]
     xs = np.geomspace(max(lo / 1.5, 1), hi * 1.5, 200)
@@ -114,8 +125,9 @@ def total_time_plot(
     for m in crossing_marks(pairs):
         color = "gray" if m.fitted else "black"
         ax.axvline(m.length, color=color, ls=":" if m.fitted else "--", lw=1)
-        ax.annotate(m.text, (m.length, ax.get_ylim()[1]), xytext=(4, -28), textcoords="offset points", fontsize=8,
-                    color=color)
+        ax.annotate(
+            m.text, (m.length, ax.get_ylim()[1]), xytext=(4, -28), textcoords="offset points", fontsize=8, color=color
+        )
     ax.set_xscale("log")
     ax.set_yscale("log")
     _plain_log_y(ax)
@@ -166,8 +178,9 @@ def depth_plot(bench: Sequence[tuple[str, BenchResult]]) -> bytes | None:
             if k != kind:
                 continue
             pts.sort()
-            ax.errorbar([p[0] for p in pts], [p[1] for p in pts], yerr=[p[2] for p in pts], marker="o", capsize=3,
-                        label=label)
+            ax.errorbar(
+                [p[0] for p in pts], [p[1] for p in pts], yerr=[p[2] for p in pts], marker="o", capsize=3, label=label
+            )
         ax.set_xscale("symlog", linthresh=256)
         ax.xaxis.set_major_formatter(_k_formatter())
         ax.set_xlabel("context depth before the test (tokens)")

@@ -10,8 +10,8 @@ import html
 import statistics
 from collections.abc import Iterable, Sequence
 
-from xover.report.blocks import html_table, plain_md_table
 from xover.domain.records import SessionTurn
+from xover.report.blocks import html_table, plain_md_table
 from xover.results.read_model import SessionSeries, mode_rank
 
 MODE_TEXT = {
@@ -63,32 +63,42 @@ def session_verdict(series: Sequence[SessionSeries], crossover_tokens: float | N
     n = len(win.turns)
     rewrites = sum(t.rewrite for t in win.turns)
     span = f"prompts {_tokens(prompts[0])} to {_tokens(max(prompts))} tokens, " if prompts else ""
-    head = f"Over the whole {n}-turn agentic session ({span}{rewrites} context rewrite{'s' if rewrites != 1 else ''}), " \
-           f"with {MODE_TEXT.get(primary, primary)}"
+    head = (
+        f"Over the whole {n}-turn agentic session ({span}{rewrites} context rewrite{'s' if rewrites != 1 else ''}), "
+        f"with {MODE_TEXT.get(primary, primary)}"
+    )
     if len(ranked) > 1:
         second = ranked[1]
-        text = [f"{head} {win.label} wins: {_s(win.total_ns or 0)} in total against {_s(second.total_ns or 0)} for "
-                f"{second.label} ({_less(win, second):.0f}% less)."]
+        text = [
+            f"{head} {win.label} wins: {_s(win.total_ns or 0)} in total against {_s(second.total_ns or 0)} for "
+            f"{second.label} ({_less(win, second):.0f}% less)."
+        ]
     else:
         text = [f"{head} {win.label} takes {_s(win.total_ns or 0)} (the only configuration replayed in this mode)."]
     if crossover_tokens is not None:
         longer = sum(1 for p in prompts if p > crossover_tokens)
         if primary == "off":
-            text.append(f"The cold-prefill crossover is {_tokens(crossover_tokens)} tokens and {longer} of {n} turns send "
-                        "longer prompts, all of them prefilled in full.")
+            text.append(
+                f"The cold-prefill crossover is {_tokens(crossover_tokens)} tokens and {longer} of {n} turns send "
+                "longer prompts, all of them prefilled in full."
+            )
         else:
             new = _median(_prompt_n(t) for t in win.turns[1:]) or 0.0
-            text.append(f"The cold-prefill crossover is {_tokens(crossover_tokens)} tokens and {longer} of {n} turns send "
-                        f"longer prompts, but with the cache a turn prefills a median of {_tokens(new)} new tokens, "
-                        f"{'below' if new < crossover_tokens else 'above'} the crossover.")
+            text.append(
+                f"The cold-prefill crossover is {_tokens(crossover_tokens)} tokens and {longer} of {n} turns send "
+                f"longer prompts, but with the cache a turn prefills a median of {_tokens(new)} new tokens, "
+                f"{'below' if new < crossover_tokens else 'above'} the crossover."
+            )
     off = sorted((s for s in complete if s.mode == "off"), key=lambda s: s.total_ns or 0)
     own_off = [s for s in off if s.label == win.label]
     if primary != "off" and own_off:
         text.append(f"Against caching off the cache saves {_less(win, own_off[0]):.0f}% of {win.label}'s session time.")
     if primary != "off" and len(off) > 1:
         same = off[0].label == win.label
-        text.append(f"With caching off (every turn a cold prefill) {off[0].label} wins ({_s(off[0].total_ns or 0)})"
-                    + (", the same configuration." if same else f", not {win.label}: the cache changes the answer."))
+        text.append(
+            f"With caching off (every turn a cold prefill) {off[0].label} wins ({_s(off[0].total_ns or 0)})"
+            + (", the same configuration." if same else f", not {win.label}: the cache changes the answer.")
+        )
     return " ".join(text)
 
 
@@ -98,20 +108,36 @@ def _less(a: SessionSeries, b: SessionSeries) -> float:
 
 
 def session_table(series: Sequence[SessionSeries]) -> tuple[list[str], list[list[str]]]:
-    header = ["config", "cache mode", "turns", "session time", "TTFT median ms", "TTFT max ms",
-              "prefilled tokens (sum prompt_n)", "from cache (sum cache_n)", "decode tok/s (median, server)"]
+    header = [
+        "config",
+        "cache mode",
+        "turns",
+        "session time",
+        "TTFT median ms",
+        "TTFT max ms",
+        "prefilled tokens (sum prompt_n)",
+        "from cache (sum cache_n)",
+        "decode tok/s (median, server)",
+    ]
     rows = []
     for s in series:
         ok = [t for t in s.turns if t.error is None]
         ttfts = [t.first_token_ns for t in ok if t.first_token_ns is not None]
         decode = _median(t.timings.predicted_per_second if t.timings else None for t in ok)
         med = _median(ttfts)
-        rows.append([
-            s.label, s.mode, str(len(s.turns)) if s.complete else f"{len(ok)} of {len(s.turns)} ok (incomplete)",
-            _s(s.total_ns) if s.total_ns is not None else "-", _ms(round(med) if med is not None else None),
-            _ms(max(ttfts) if ttfts else None), _tokens(sum(_prompt_n(t) or 0 for t in ok)),
-            _tokens(sum(_cache_n(t) or 0 for t in ok)), f"{decode:,.1f}" if decode is not None else "-",
-        ])
+        rows.append(
+            [
+                s.label,
+                s.mode,
+                str(len(s.turns)) if s.complete else f"{len(ok)} of {len(s.turns)} ok (incomplete)",
+                _s(s.total_ns) if s.total_ns is not None else "-",
+                _ms(round(med) if med is not None else None),
+                _ms(max(ttfts) if ttfts else None),
+                _tokens(sum(_prompt_n(t) or 0 for t in ok)),
+                _tokens(sum(_cache_n(t) or 0 for t in ok)),
+                f"{decode:,.1f}" if decode is not None else "-",
+            ]
+        )
     return header, rows
 
 
@@ -120,12 +146,17 @@ def turn_table(series: Sequence[SessionSeries]) -> tuple[list[str], list[list[st
     if not series:
         return [], []
     ref = max(series, key=lambda s: len(s.turns))
-    header = ["turn", "prompt tokens", "unchanged prefix", "rewrite"] + [f"{s.label} {s.mode}: TTFT ms (cache_n/prompt_n)"
-                                                                         for s in series]
+    header = ["turn", "prompt tokens", "unchanged prefix", "rewrite"] + [
+        f"{s.label} {s.mode}: TTFT ms (cache_n/prompt_n)" for s in series
+    ]
     rows = []
     for i, t in enumerate(ref.turns):
-        row = [str(i), _tokens(t.prompt_tokens) if t.prompt_tokens is not None else "-",
-               _tokens(t.prefix_tokens) if t.prefix_tokens is not None else "-", "yes" if t.rewrite else ""]
+        row = [
+            str(i),
+            _tokens(t.prompt_tokens) if t.prompt_tokens is not None else "-",
+            _tokens(t.prefix_tokens) if t.prefix_tokens is not None else "-",
+            "yes" if t.rewrite else "",
+        ]
         for s in series:
             u = s.turns[i] if i < len(s.turns) else None
             if u is None or u.error is not None:
@@ -140,13 +171,18 @@ def _description(series: Sequence[SessionSeries]) -> str:
     s = series[0]
     rewrites = [str(t.turn) for t in s.turns if t.rewrite]
     response = next((t.completion_tokens for t in s.turns if t.completion_tokens), None)
-    fed = ("the server's own replies fed back into the conversation, as a client would" if s.feed == "generated"
-           else "the recorded replies fed back, whatever the server generated")
-    return (f"Workload {s.session_id}: {len(s.turns)} turns, {response or '?'} response tokens per turn, {fed}; "
-            f"context rewritten in place at turn{'s' if len(rewrites) != 1 else ''} {', '.join(rewrites) or 'none'}. "
-            "Each configuration and cache mode ran on a freshly started llama-server. Cache modes: default (cache_prompt, "
-            "several slots, host-memory prompt cache), reuse (the same plus --cache-reuse), off (cache_prompt false, "
-            "-np 1 --cache-ram 0: every turn a cold prefill). Session time is the sum of the turn times.")
+    fed = (
+        "the server's own replies fed back into the conversation, as a client would"
+        if s.feed == "generated"
+        else "the recorded replies fed back, whatever the server generated"
+    )
+    return (
+        f"Workload {s.session_id}: {len(s.turns)} turns, {response or '?'} response tokens per turn, {fed}; "
+        f"context rewritten in place at turn{'s' if len(rewrites) != 1 else ''} {', '.join(rewrites) or 'none'}. "
+        "Each configuration and cache mode ran on a freshly started llama-server. Cache modes: default (cache_prompt, "
+        "several slots, host-memory prompt cache), reuse (the same plus --cache-reuse), off (cache_prompt false, "
+        "-np 1 --cache-ram 0: every turn a cold prefill). Session time is the sum of the turn times."
+    )
 
 
 # ---- plots and renderers ------------------------------------------------------------------------
@@ -164,8 +200,9 @@ def session_plot(series: Sequence[SessionSeries]) -> bytes:
         color = colors.setdefault(s.label, palette[len(colors) % len(palette)])
         style = _LINESTYLE.get(s.mode, "-.")
         pts = [(t.turn, t.first_token_ns / 1e9) for t in s.turns if t.first_token_ns is not None and t.error is None]
-        ax_ttft.plot([p[0] for p in pts], [p[1] for p in pts], style, marker="o", ms=3, color=color,
-                     label=f"{s.label} {s.mode}")
+        ax_ttft.plot(
+            [p[0] for p in pts], [p[1] for p in pts], style, marker="o", ms=3, color=color, label=f"{s.label} {s.mode}"
+        )
         cum = s.cumulative_s()
         ax_cum.plot(range(len(cum)), cum, style, marker="o", ms=3, color=color, label=f"{s.label} {s.mode}")
     from matplotlib.ticker import MaxNLocator
@@ -202,8 +239,11 @@ def session_section_html(series: Sequence[SessionSeries], *, crossover_tokens: f
     if not series:
         return parts[0] + "<p class='muted'>No session replayed: run <code>xover session</code>.</p>"
     verdict = session_verdict(series, crossover_tokens)
-    parts.append(f"<p class='verdict'>{_e(verdict)}</p>" if verdict else
-                 "<p class='muted'>No replay completed every turn: no session time to compare.</p>")
+    parts.append(
+        f"<p class='verdict'>{_e(verdict)}</p>"
+        if verdict
+        else "<p class='muted'>No replay completed every turn: no session time to compare.</p>"
+    )
     parts.append(f"<p>{_e(_description(series))}</p>")
     b64 = base64.b64encode(session_plot(series)).decode()
     caption = "Agentic session: TTFT per turn and cumulative time"
@@ -218,6 +258,12 @@ def session_section_markdown(series: Sequence[SessionSeries], *, crossover_token
     if not series:
         return out[0] + "\n_no session replayed_\n"
     verdict = session_verdict(series, crossover_tokens)
-    out += [f"**{verdict}**\n" if verdict else "_no replay completed every turn_\n", _description(series) + "\n",
-            "### Whole session\n", _md_table(*session_table(series)), "### Per turn\n", _md_table(*turn_table(series))]
+    out += [
+        f"**{verdict}**\n" if verdict else "_no replay completed every turn_\n",
+        _description(series) + "\n",
+        "### Whole session\n",
+        _md_table(*session_table(series)),
+        "### Per turn\n",
+        _md_table(*turn_table(series)),
+    ]
     return "\n".join(out)

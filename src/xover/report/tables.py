@@ -47,9 +47,15 @@ def _header(results: Sequence[BenchResult], configs: Sequence[BenchConfig], mode
     if models:
         parts = []
         for filename, mtype, size, n_params in models:
-            desc = ", ".join(x for x in (
-                mtype, _size(int(size)) if size is not None else None, f"{_params(int(n_params))} params" if n_params is not None else None,
-            ) if x)
+            desc = ", ".join(
+                x
+                for x in (
+                    mtype,
+                    _size(int(size)) if size is not None else None,
+                    f"{_params(int(n_params))} params" if n_params is not None else None,
+                )
+                if x
+            )
             parts.append(f"{model_name or str(filename).rsplit('/', 1)[-1]} ({desc})")
         lines.append("model: " + "; ".join(parts))
     elif model_name:
@@ -57,7 +63,9 @@ def _header(results: Sequence[BenchResult], configs: Sequence[BenchConfig], mode
     builds = _distinct(records, "build_commit", "build_number", "backends")
     if builds:
         text = "; ".join(f"llama.cpp {c} ({n}), backend {b}" for c, n, b in builds)
-        lines.append(("build: " + text) + (" (results from different builds: compare with care)" if len(builds) > 1 else ""))
+        lines.append(
+            ("build: " + text) + (" (results from different builds: compare with care)" if len(builds) > 1 else "")
+        )
     machines = _distinct(records, "cpu_info", "gpu_info")
     if machines:
         lines.append("machine: " + "; ".join(f"{c}" + (f", {g}" if g else "") for c, g in machines))
@@ -65,7 +73,11 @@ def _header(results: Sequence[BenchResult], configs: Sequence[BenchConfig], mode
     common = common_flags(configs)
     stat = "t/s as mean ± sample sd"
     if reps:
-        stat += f" over {reps[0]} repetition{'s' if reps[0] > 1 else ''}" if len(reps) == 1 else f" over {reps[0]}-{reps[-1]} repetitions"
+        stat += (
+            f" over {reps[0]} repetition{'s' if reps[0] > 1 else ''}"
+            if len(reps) == 1
+            else f" over {reps[0]}-{reps[-1]} repetitions"
+        )
     lines.append(f"common flags: {common}; {stat}" if common else stat)
     return [f"- {line}" for line in lines]
 
@@ -109,7 +121,9 @@ def render_bench_table(
     widths = [max(len(row[i]) for row in [header, *body]) for i in range(len(header))]
 
     def fmt(row: list[str]) -> str:
-        return "| " + " | ".join(v.ljust(w) if i == 0 else v.rjust(w) for i, (v, w) in enumerate(zip(row, widths))) + " |"
+        return (
+            "| " + " | ".join(v.ljust(w) if i == 0 else v.rjust(w) for i, (v, w) in enumerate(zip(row, widths))) + " |"
+        )
 
     out = _header(shown, configs, model_name)
     if body:

@@ -21,10 +21,10 @@ from collections import defaultdict
 from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
-from xover.report.blocks import Block, blocks_html, blocks_markdown, table
 from xover.analysis.crossover import ConfigData, format_tokens, verdict
 from xover.analysis.tradeoff import Ratio, ServedTradeoff, Tradeoff, ratio, served_tradeoff, tradeoff
 from xover.domain.records import BenchResult, TtftSample
+from xover.report.blocks import Block, blocks_html, blocks_markdown, table
 
 SCHEMA = "xover.tune/1"
 GAIN_SHOWN = 0.5  # a served gain below half the llama-bench gain counts as not seen through llama-server
@@ -61,13 +61,17 @@ def _record(body: Mapping[str, Any]) -> TuneRecord:
         except Exception as exc:  # a store written by another version: show what can be shown
             note = f"the stored search could not be read ({type(exc).__name__}: {exc})"
     return TuneRecord(
-        config=str(body["config"]), variant=body.get("variant"), setting_label=str(body.get("setting_label", "")),
+        config=str(body["config"]),
+        variant=body.get("variant"),
+        setting_label=str(body.get("setting_label", "")),
         server_command=str(body.get("server_command", "")),
         env=tuple((str(k), str(v)) for k, v in body.get("env") or ()),
         response=int(body["response"]) if body.get("response") is not None else None,
         depths=tuple(int(d) for d in body.get("depths") or ()),
         chunk=int(body["chunk"]) if body.get("chunk") is not None else None,
-        workload=str(body.get("workload", "")), search=search, note=note,
+        workload=str(body.get("workload", "")),
+        search=search,
+        note=note,
     )
 
 
@@ -182,10 +186,22 @@ def knob_rows(search: Any, response: int) -> list[KnobRow]:
             elif v.kept == e.value:
                 status = "kept"
             else:
-                status = "not kept" + (" (within noise)" if e.within_noise else " (slower per turn)" if e.change_s > 0 else "")
-            rows.append(KnobRow(v.knob, e.value, status, effect(_trial_of(search, v.knob, e.value), e.value),
-                                e.change_s, e.within_noise))
-        rows += [KnobRow(v.knob, s, "not measured: llama.cpp runs it by default here", None, None, None) for s in v.skipped]
+                status = "not kept" + (
+                    " (within noise)" if e.within_noise else " (slower per turn)" if e.change_s > 0 else ""
+                )
+            rows.append(
+                KnobRow(
+                    v.knob,
+                    e.value,
+                    status,
+                    effect(_trial_of(search, v.knob, e.value), e.value),
+                    e.change_s,
+                    e.within_noise,
+                )
+            )
+        rows += [
+            KnobRow(v.knob, s, "not measured: llama.cpp runs it by default here", None, None, None) for s in v.skipped
+        ]
         rows += [KnobRow(v.knob, f, "failed", None, None, None) for f in v.failed]
     if search.recommended != DEFAULTS:
         best = next((t for t in search.trials if t.setting == search.recommended), None)
@@ -214,16 +230,36 @@ def break_even_text(t: Tradeoff) -> str:
 
 
 def knob_table(search: Any, response: int) -> tuple[list[str], list[list[str]]]:
-    header = ["knob", "value", "prefill vs defaults", "decode vs defaults", "time per turn vs defaults (search)",
-              "verdict", f"break-even ({response}-token responses)"]
+    header = [
+        "knob",
+        "value",
+        "prefill vs defaults",
+        "decode vs defaults",
+        "time per turn vs defaults (search)",
+        "verdict",
+        f"break-even ({response}-token responses)",
+    ]
     rows = []
     for r in knob_rows(search, response):
-        turn = "—" if r.turn_change_s is None else f"{r.turn_change_s:+.3g} s" + (" (noise)" if r.turn_within_noise else "")
+        turn = (
+            "—"
+            if r.turn_change_s is None
+            else f"{r.turn_change_s:+.3g} s" + (" (noise)" if r.turn_within_noise else "")
+        )
         if r.effect is None:
             rows.append([r.knob, r.value, "—", "—", turn, r.status, "—"])
             continue
-        rows.append([r.knob, r.value, _change(r.effect.prefill), _change(r.effect.decode), turn, r.status,
-                     break_even_text(r.effect)])
+        rows.append(
+            [
+                r.knob,
+                r.value,
+                _change(r.effect.prefill),
+                _change(r.effect.decode),
+                turn,
+                r.status,
+                break_even_text(r.effect),
+            ]
+        )
     return header, rows
 
 
@@ -262,8 +298,9 @@ class ServedRow:
         return self.served.direction <= 0 or (self.served.median - 1) < GAIN_SHOWN * (self.bench.median - 1)
 
 
-def served_rows(base: str, variant: str, bench: Sequence[tuple[str, BenchResult]],
-                cold: Sequence[tuple[str, TtftSample]]) -> list[ServedRow]:
+def served_rows(
+    base: str, variant: str, bench: Sequence[tuple[str, BenchResult]], cold: Sequence[tuple[str, TtftSample]]
+) -> list[ServedRow]:
     pp, tt = _bench_pp(bench), _ttft_speed(cold)
     lengths = sorted({L for lb, L in (*pp, *tt) if lb in (base, variant)})
     out = []
@@ -276,26 +313,48 @@ def served_rows(base: str, variant: str, bench: Sequence[tuple[str, BenchResult]
 
 
 def served_table(rows: Sequence[ServedRow]) -> tuple[list[str], list[list[str]]]:
-    header = ["prompt / depth", "llama-bench prefill (pp @ dL), tuned vs defaults", "cold TTFT prefill (L / TTFT), tuned vs defaults",
-              "finding"]
+    header = [
+        "prompt / depth",
+        "llama-bench prefill (pp @ dL), tuned vs defaults",
+        "cold TTFT prefill (L / TTFT), tuned vs defaults",
+        "finding",
+    ]
     out = []
     for r in rows:
         finding = "llama-bench gain not seen through llama-server" if r.not_seen else ""
-        out.append([format_tokens(r.length), _change(r.bench) if r.bench else "—", _change(r.served) if r.served else "—",
-                    finding])
+        out.append(
+            [
+                format_tokens(r.length),
+                _change(r.bench) if r.bench else "—",
+                _change(r.served) if r.served else "—",
+                finding,
+            ]
+        )
     return header, out
 
 
 def tradeoff_table(t: ServedTradeoff) -> tuple[list[str], list[list[str]]]:
-    header = ["prompt", "prefill (L / TTFT), tuned vs defaults",
-              "decode (llama-server's; llama-bench tg where it reported none), tuned vs defaults",
-              f"total per turn: defaults → tuned ({t.response}-token responses)", "faster per turn",
-              "break-even at these rates"]
+    header = [
+        "prompt",
+        "prefill (L / TTFT), tuned vs defaults",
+        "decode (llama-server's; llama-bench tg where it reported none), tuned vs defaults",
+        f"total per turn: defaults → tuned ({t.response}-token responses)",
+        "faster per turn",
+        "break-even at these rates",
+    ]
     rows = []
     for p in t.points:
         faster = {-1: t.a, 1: t.b}.get(p.separated, "within noise")
-        rows.append([format_tokens(p.length), _change(p.tradeoff.prefill), _change(p.tradeoff.decode),
-                     f"{p.total_a_s:.2f} s → {p.total_b_s:.2f} s", faster, break_even_text(p.tradeoff)])
+        rows.append(
+            [
+                format_tokens(p.length),
+                _change(p.tradeoff.prefill),
+                _change(p.tradeoff.decode),
+                f"{p.total_a_s:.2f} s → {p.total_b_s:.2f} s",
+                faster,
+                break_even_text(p.tradeoff),
+            ]
+        )
     return header, rows
 
 
@@ -307,13 +366,20 @@ _table = table
 
 def _record_blocks(r: TuneRecord, response: int) -> list[Block]:
     if r.variant is None:
-        out = [Block("h3", f"{r.config}: llama.cpp's defaults kept"),
-               Block("p", "No knob value beat the defaults by more than the noise, so nothing was measured twice.")]
+        out = [
+            Block("h3", f"{r.config}: llama.cpp's defaults kept"),
+            Block("p", "No knob value beat the defaults by more than the noise, so nothing was measured twice."),
+        ]
     else:
-        out = [Block("h3", f"{r.config} → {r.variant}: {r.setting_label}"),
-               Block("p", f"The tuned variant {r.variant} runs {r.config} with {r.setting_label}"
-                          + (f" and {', '.join(f'{k}={v}' for k, v in r.env)} in the environment" if r.env else "")
-                          + "; it was measured through the whole study like any configuration.")]
+        out = [
+            Block("h3", f"{r.config} → {r.variant}: {r.setting_label}"),
+            Block(
+                "p",
+                f"The tuned variant {r.variant} runs {r.config} with {r.setting_label}"
+                + (f" and {', '.join(f'{k}={v}' for k, v in r.env)} in the environment" if r.env else "")
+                + "; it was measured through the whole study like any configuration.",
+            ),
+        ]
     if r.server_command:
         out.append(Block("code", r.server_command))
     where = [f"workload {r.workload}"] if r.workload else []
@@ -327,20 +393,36 @@ def _record_blocks(r: TuneRecord, response: int) -> list[Block]:
     out.append(_table(*knob_table(r.search, response)))
     no_effect = [v.knob for v in r.search.verdicts if v.no_effect]
     if no_effect:
-        out.append(Block("p", f"No effect on this hardware (every value within noise of the defaults): {', '.join(no_effect)}."))
+        out.append(
+            Block(
+                "p", f"No effect on this hardware (every value within noise of the defaults): {', '.join(no_effect)}."
+            )
+        )
     return out
 
 
-def _served_blocks(base: str, variant: str, configs: Mapping[str, ConfigData], bench: Sequence[tuple[str, BenchResult]],
-                   cold: Sequence[tuple[str, TtftSample]], response: int, band: tuple[int, int]) -> list[Block]:
+def _served_blocks(
+    base: str,
+    variant: str,
+    configs: Mapping[str, ConfigData],
+    bench: Sequence[tuple[str, BenchResult]],
+    cold: Sequence[tuple[str, TtftSample]],
+    response: int,
+    band: tuple[int, int],
+) -> list[Block]:
     out = [Block("h3", f"{base}: defaults vs {variant} through llama-server")]
     rows = served_rows(base, variant, bench, cold)
     if rows:
         unseen = [format_tokens(r.length) for r in rows if r.not_seen]
         if unseen:
-            out.append(Block("p", f"llama-bench gain not seen through llama-server at {', '.join(unseen)}: llama-bench "
-                                  "prefills on top of a cached depth, llama-server's cold TTFT prefills the whole prompt "
-                                  "(and pays HTTP, tokenization and the last partial ubatch)."))
+            out.append(
+                Block(
+                    "p",
+                    f"llama-bench gain not seen through llama-server at {', '.join(unseen)}: llama-bench "
+                    "prefills on top of a cached depth, llama-server's cold TTFT prefills the whole prompt "
+                    "(and pays HTTP, tokenization and the last partial ubatch).",
+                )
+            )
         out.append(_table(*served_table(rows)))
     if base in configs and variant in configs and set(configs[base].ttft_s) & set(configs[variant].ttft_s):
         t = served_tradeoff(configs[base], configs[variant], response)
@@ -351,27 +433,43 @@ def _served_blocks(base: str, variant: str, configs: Mapping[str, ConfigData], b
     return out
 
 
-def blocks(lay: Layout, configs: Mapping[str, ConfigData], bench: Sequence[tuple[str, BenchResult]],
-           cold: Sequence[tuple[str, TtftSample]], response: int, band: tuple[int, int]) -> list[Block]:
+def blocks(
+    lay: Layout,
+    configs: Mapping[str, ConfigData],
+    bench: Sequence[tuple[str, BenchResult]],
+    cold: Sequence[tuple[str, TtftSample]],
+    response: int,
+    band: tuple[int, int],
+) -> list[Block]:
     """The Tuning section (empty when the study stored no tuning)."""
     if not lay.records:
         return []
-    out = [Block("h2", "Tuning: llama.cpp settings per configuration"),
-           Block("p", "Each configuration's knobs were searched one at a time from llama.cpp's defaults with llama-bench "
-                      "(xover advise's coordinate search). Prefill and decode changes are kept apart: each is the "
-                      "median ratio against the defaults with its range [min..max] over repetitions, pooled over the "
-                      "measured depths (each repetition's tokens over its time across the depths' tests); the defaults "
-                      "pool both of their measurements, so drift between them counts as noise; within noise means the "
-                      "repetitions' ranges overlap. The break-even is the prompt length past which a prefill gain "
-                      "outweighs a decode loss (or the reverse) at constant rates.")]
+    out = [
+        Block("h2", "Tuning: llama.cpp settings per configuration"),
+        Block(
+            "p",
+            "Each configuration's knobs were searched one at a time from llama.cpp's defaults with llama-bench "
+            "(xover advise's coordinate search). Prefill and decode changes are kept apart: each is the "
+            "median ratio against the defaults with its range [min..max] over repetitions, pooled over the "
+            "measured depths (each repetition's tokens over its time across the depths' tests); the defaults "
+            "pool both of their measurements, so drift between them counts as noise; within noise means the "
+            "repetitions' ranges overlap. The break-even is the prompt length past which a prefill gain "
+            "outweighs a decode loss (or the reverse) at constant rates.",
+        ),
+    ]
     for r in lay.records:
         out += _record_blocks(r, response)
     served = [(r.config, r.variant) for r in lay.records if r.variant]
     if served:
         out.append(Block("h2", "The serving path decides: llama-bench's gain through llama-server"))
-        out.append(Block("p", "Tuned against defaults per length: llama-bench's prefill at depth L beside the cold "
-                              "TTFT through llama-server, then the served trade-off (prefill from TTFT, the server's "
-                              "decode) and who is faster per turn."))
+        out.append(
+            Block(
+                "p",
+                "Tuned against defaults per length: llama-bench's prefill at depth L beside the cold "
+                "TTFT through llama-server, then the served trade-off (prefill from TTFT, the server's "
+                "decode) and who is faster per turn.",
+            )
+        )
         for base, variant in served:
             assert variant is not None
             out += _served_blocks(base, variant, configs, bench, cold, response, band)

@@ -28,7 +28,6 @@ from xover.domain.records import (
 from xover.errors import XoverError
 from xover.results.store import STORE_NAME, Store
 
-
 MODE_ORDER = ("default", "reuse", "off")  # the verdict's primary mode is the first one measured
 WRITTEN_BY = "xover bench/ttft/study"
 
@@ -121,7 +120,8 @@ class SessionSeries:
     @property
     def complete(self) -> bool:
         return bool(self.turns) and all(
-            t.turn == i and t.error is None and t.end_ns is not None for i, t in enumerate(self.turns))
+            t.turn == i and t.error is None and t.end_ns is not None for i, t in enumerate(self.turns)
+        )
 
     @property
     def total_ns(self) -> int | None:
@@ -202,8 +202,11 @@ class StudyData:
 
     def cold_samples(self) -> list[tuple[str, TtftSample]]:
         """Cold samples that passed their cold check and completed; the only ones averaged as cold."""
-        return [(lb, s) for lb, s in self.ttft if s.mode == "cold" and s.cache_ok and s.error is None
-                and s.first_token_ns is not None]
+        return [
+            (lb, s)
+            for lb, s in self.ttft
+            if s.mode == "cold" and s.cache_ok and s.error is None and s.first_token_ns is not None
+        ]
 
     def artifact_bodies(self, name: str) -> list[Any]:
         """The bodies of the artifacts called ``name``, oldest first."""
@@ -224,8 +227,13 @@ def require_store(study_dir: Path, written_by: str = WRITTEN_BY) -> None:
 
 def _run(d: dict[str, Any]) -> StoredRun:
     return StoredRun(
-        id=d["id"], kind=d["kind"], command=tuple(d["command"]), started_at=d["started_at"],
-        started_unix_ns=d.get("started_unix_ns"), finished_at=d.get("finished_at"), status=d["status"],
+        id=d["id"],
+        kind=d["kind"],
+        command=tuple(d["command"]),
+        started_at=d["started_at"],
+        started_unix_ns=d.get("started_unix_ns"),
+        finished_at=d.get("finished_at"),
+        status=d["status"],
         provenance=d["provenance"],
     )
 
@@ -250,8 +258,14 @@ def vram_budgets(data: StudyData) -> tuple[VramBudget, ...]:
         if "vram_budget" not in extra:
             continue
         try:
-            b = VramBudget(int(extra["vram_budget"]), int(extra.get("vram_device", 0)), int(extra.get("vram_held", 0)),
-                           int(extra.get("vram_free_after", 0)), int(extra.get("vram_total", 0)), run.provenance.gpu_info)
+            b = VramBudget(
+                int(extra["vram_budget"]),
+                int(extra.get("vram_device", 0)),
+                int(extra.get("vram_held", 0)),
+                int(extra.get("vram_free_after", 0)),
+                int(extra.get("vram_total", 0)),
+                run.provenance.gpu_info,
+            )
         except ValueError:
             continue
         out.setdefault((b.budget, b.gpu), b)
@@ -278,7 +292,9 @@ def load(study_dir: Path | str, written_by: str = WRITTEN_BY) -> StudyData:
 
     run_models = {r.id: r.provenance.model.key if r.provenance.model else None for r in runs}
     server_labels = {c.key: c.label for c in configs if isinstance(c, ServerConfig)}
-    ttft_rows = tuple(StoredSample(row_id, run_id, label(s.config_key), s, model_key) for row_id, run_id, model_key, s in ttft)
+    ttft_rows = tuple(
+        StoredSample(row_id, run_id, label(s.config_key), s, model_key) for row_id, run_id, model_key, s in ttft
+    )
     turn_rows = tuple(StoredTurn(row_id, run_id, model_key, t) for row_id, run_id, model_key, t in turns)
     return StudyData(
         study_dir=str(path),
@@ -288,8 +304,11 @@ def load(study_dir: Path | str, written_by: str = WRITTEN_BY) -> StudyData:
         ttft=tuple((s.label, s.sample) for s in ttft_rows),
         failures=tuple((label(f.config_key), f) for _, f in failures),
         artifacts=artifacts,
-        session=tuple(series_from_rows(
-            (t.run_id, server_labels.get(t.turn.config_key, t.turn.config_key[:8]), t.turn) for t in turn_rows)),
+        session=tuple(
+            series_from_rows(
+                (t.run_id, server_labels.get(t.turn.config_key, t.turn.config_key[:8]), t.turn) for t in turn_rows
+            )
+        ),
         configs=configs,
         bench_rows=tuple(StoredResult(run_id, model_key, r) for _, run_id, model_key, r in bench),
         ttft_rows=ttft_rows,

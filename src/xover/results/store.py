@@ -6,7 +6,6 @@ finished. Everything a report shows is rebuilt from this file alone.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import sqlite3
 import time
@@ -15,7 +14,6 @@ from pathlib import Path
 from typing import Any
 
 from xover.domain.codec import decode, encode
-from xover.errors import XoverError
 from xover.domain.records import (
     BenchConfig,
     BenchResult,
@@ -26,6 +24,7 @@ from xover.domain.records import (
     SessionTurn,
     TtftSample,
 )
+from xover.errors import XoverError
 
 SCHEMA_VERSION = 2  # v2: runs.started_unix_ns
 STORE_NAME = "results.sqlite"
@@ -192,7 +191,9 @@ class Store:
             self.db.execute("PRAGMA synchronous=NORMAL")
             self.db.execute("PRAGMA foreign_keys=ON")
         except sqlite3.DatabaseError as e:
-            raise XoverError(f"{self.path} is not a usable results store ({e}); move it aside or pick another -o") from None
+            raise XoverError(
+                f"{self.path} is not a usable results store ({e}); move it aside or pick another -o"
+            ) from None
         self._migrate()
 
     def close(self) -> None:
@@ -278,8 +279,19 @@ class Store:
             "INSERT INTO bench_results(run_id, config_key, model_key, test, n_prompt, n_gen, n_depth, avg_ts, stddev_ts,"
             " samples_ns, samples_ts, record, created_at) VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?)",
             (
-                run_id, r.config_key, model_key, r.test_name, r.n_prompt, r.n_gen, r.n_depth, r.avg_ts, r.stddev_ts,
-                _json(list(r.samples_ns)), _json(list(r.samples_ts)), _json(r.record), now_iso(),
+                run_id,
+                r.config_key,
+                model_key,
+                r.test_name,
+                r.n_prompt,
+                r.n_gen,
+                r.n_depth,
+                r.avg_ts,
+                r.stddev_ts,
+                _json(list(r.samples_ns)),
+                _json(list(r.samples_ts)),
+                _json(r.record),
+                now_iso(),
             ),
         )
         return int(cur.lastrowid or 0)
@@ -309,11 +321,29 @@ class Store:
             " prompt_per_second, predicted_n, predicted_ms, predicted_per_second, cache_ok, error, created_at)"
             " VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
             (
-                run_id, s.config_key, model_key, s.mode, s.length, s.rep, s.prompt_id, s.sent_at_unix_ns,
-                s.first_byte_ns, s.first_token_ns, s.end_ns, _json(list(s.token_times_ns)), s.n_tokens_received,
-                t.cache_n if t else None, t.prompt_n if t else None, t.prompt_ms if t else None,
-                t.prompt_per_second if t else None, t.predicted_n if t else None, t.predicted_ms if t else None,
-                t.predicted_per_second if t else None, int(s.cache_ok), s.error, now_iso(),
+                run_id,
+                s.config_key,
+                model_key,
+                s.mode,
+                s.length,
+                s.rep,
+                s.prompt_id,
+                s.sent_at_unix_ns,
+                s.first_byte_ns,
+                s.first_token_ns,
+                s.end_ns,
+                _json(list(s.token_times_ns)),
+                s.n_tokens_received,
+                t.cache_n if t else None,
+                t.prompt_n if t else None,
+                t.prompt_ms if t else None,
+                t.prompt_per_second if t else None,
+                t.predicted_n if t else None,
+                t.predicted_ms if t else None,
+                t.predicted_per_second if t else None,
+                int(s.cache_ok),
+                s.error,
+                now_iso(),
             ),
         )
         return int(cur.lastrowid or 0)
@@ -321,7 +351,10 @@ class Store:
     def ttft_samples(self, config_key: str | None = None) -> list[tuple[int, int, str, TtftSample]]:
         """(row id, run id, model key, sample), oldest first."""
         q = "SELECT * FROM ttft_samples" + (" WHERE config_key=?" if config_key else "") + " ORDER BY id"
-        return [(r["id"], r["run_id"], r["model_key"], _ttft_from_row(r)) for r in self.db.execute(q, (config_key,) if config_key else ())]
+        return [
+            (r["id"], r["run_id"], r["model_key"], _ttft_from_row(r))
+            for r in self.db.execute(q, (config_key,) if config_key else ())
+        ]
 
     # ---- agentic session turns ----------------------------------------------------------------
 
@@ -334,12 +367,35 @@ class Store:
             " prompt_per_second, predicted_n, predicted_ms, predicted_per_second, error, created_at)"
             " VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
             (
-                run_id, t.config_key, model_key, t.mode, t.session_id, t.feed, t.turn, int(t.rewrite), t.sent_at_unix_ns,
-                t.prompt_tokens, t.prefix_tokens, t.cached_tokens, t.completion_tokens, t.first_byte_ns,
-                t.first_token_ns, t.last_token_ns, t.end_ns, t.n_content_events, t.reply, t.reply_tokens,
-                tm.cache_n if tm else None, tm.prompt_n if tm else None, tm.prompt_ms if tm else None,
-                tm.prompt_per_second if tm else None, tm.predicted_n if tm else None, tm.predicted_ms if tm else None,
-                tm.predicted_per_second if tm else None, t.error, now_iso(),
+                run_id,
+                t.config_key,
+                model_key,
+                t.mode,
+                t.session_id,
+                t.feed,
+                t.turn,
+                int(t.rewrite),
+                t.sent_at_unix_ns,
+                t.prompt_tokens,
+                t.prefix_tokens,
+                t.cached_tokens,
+                t.completion_tokens,
+                t.first_byte_ns,
+                t.first_token_ns,
+                t.last_token_ns,
+                t.end_ns,
+                t.n_content_events,
+                t.reply,
+                t.reply_tokens,
+                tm.cache_n if tm else None,
+                tm.prompt_n if tm else None,
+                tm.prompt_ms if tm else None,
+                tm.prompt_per_second if tm else None,
+                tm.predicted_n if tm else None,
+                tm.predicted_ms if tm else None,
+                tm.predicted_per_second if tm else None,
+                t.error,
+                now_iso(),
             ),
         )
         return int(cur.lastrowid or 0)
@@ -347,8 +403,10 @@ class Store:
     def session_turns(self, config_key: str | None = None) -> list[tuple[int, int, str, SessionTurn]]:
         """(row id, run id, model key, turn), oldest first."""
         q = "SELECT * FROM session_turns" + (" WHERE config_key=?" if config_key else "") + " ORDER BY id"
-        return [(r["id"], r["run_id"], r["model_key"], _session_turn_from_row(r))
-                for r in self.db.execute(q, (config_key,) if config_key else ())]
+        return [
+            (r["id"], r["run_id"], r["model_key"], _session_turn_from_row(r))
+            for r in self.db.execute(q, (config_key,) if config_key else ())
+        ]
 
     # ---- failures and artifacts ---------------------------------------------------------------
 
@@ -367,7 +425,8 @@ class Store:
 
     def add_artifact(self, run_id: int | None, name: str, body: Any) -> None:
         self.db.execute(
-            "INSERT INTO artifacts(run_id, name, body, created_at) VALUES(?,?,?,?)", (run_id, name, _json(body), now_iso())
+            "INSERT INTO artifacts(run_id, name, body, created_at) VALUES(?,?,?,?)",
+            (run_id, name, _json(body), now_iso()),
         )
 
     def artifacts(self, name: str | None = None) -> list[tuple[int | None, str, Any]]:
@@ -409,30 +468,59 @@ def _timings_from_row(r: sqlite3.Row) -> ServerTimings | None:
     if all(r[k] is None for k in ("cache_n", "prompt_n", "prompt_ms", "predicted_n")):
         return None
     return ServerTimings(
-        cache_n=r["cache_n"], prompt_n=r["prompt_n"], prompt_ms=r["prompt_ms"], prompt_per_second=r["prompt_per_second"],
-        predicted_n=r["predicted_n"], predicted_ms=r["predicted_ms"], predicted_per_second=r["predicted_per_second"],
+        cache_n=r["cache_n"],
+        prompt_n=r["prompt_n"],
+        prompt_ms=r["prompt_ms"],
+        prompt_per_second=r["prompt_per_second"],
+        predicted_n=r["predicted_n"],
+        predicted_ms=r["predicted_ms"],
+        predicted_per_second=r["predicted_per_second"],
     )
 
 
 def _ttft_from_row(r: sqlite3.Row) -> TtftSample:
     timings = _timings_from_row(r)
     return TtftSample(
-        config_key=r["config_key"], mode=r["mode"], length=r["length"], rep=r["rep"], prompt_id=r["prompt_id"],
-        sent_at_unix_ns=r["sent_at_unix_ns"], first_byte_ns=r["first_byte_ns"], first_token_ns=r["first_token_ns"],
-        end_ns=r["end_ns"], token_times_ns=tuple(json.loads(r["token_times_ns"])),
-        n_tokens_received=r["n_tokens_received"], timings=timings, cache_ok=bool(r["cache_ok"]), error=r["error"],
+        config_key=r["config_key"],
+        mode=r["mode"],
+        length=r["length"],
+        rep=r["rep"],
+        prompt_id=r["prompt_id"],
+        sent_at_unix_ns=r["sent_at_unix_ns"],
+        first_byte_ns=r["first_byte_ns"],
+        first_token_ns=r["first_token_ns"],
+        end_ns=r["end_ns"],
+        token_times_ns=tuple(json.loads(r["token_times_ns"])),
+        n_tokens_received=r["n_tokens_received"],
+        timings=timings,
+        cache_ok=bool(r["cache_ok"]),
+        error=r["error"],
     )
 
 
 def _session_turn_from_row(r: sqlite3.Row) -> SessionTurn:
     timings = _timings_from_row(r)
     return SessionTurn(
-        config_key=r["config_key"], mode=r["mode"], session_id=r["session_id"], feed=r["feed"], turn=r["turn"],
-        rewrite=bool(r["rewrite"]), sent_at_unix_ns=r["sent_at_unix_ns"], prompt_tokens=r["prompt_tokens"],
-        prefix_tokens=r["prefix_tokens"], cached_tokens=r["cached_tokens"], completion_tokens=r["completion_tokens"],
-        first_byte_ns=r["first_byte_ns"], first_token_ns=r["first_token_ns"], last_token_ns=r["last_token_ns"],
-        end_ns=r["end_ns"], n_content_events=r["n_content_events"], reply=r["reply"], reply_tokens=r["reply_tokens"],
-        timings=timings, error=r["error"],
+        config_key=r["config_key"],
+        mode=r["mode"],
+        session_id=r["session_id"],
+        feed=r["feed"],
+        turn=r["turn"],
+        rewrite=bool(r["rewrite"]),
+        sent_at_unix_ns=r["sent_at_unix_ns"],
+        prompt_tokens=r["prompt_tokens"],
+        prefix_tokens=r["prefix_tokens"],
+        cached_tokens=r["cached_tokens"],
+        completion_tokens=r["completion_tokens"],
+        first_byte_ns=r["first_byte_ns"],
+        first_token_ns=r["first_token_ns"],
+        last_token_ns=r["last_token_ns"],
+        end_ns=r["end_ns"],
+        n_content_events=r["n_content_events"],
+        reply=r["reply"],
+        reply_tokens=r["reply_tokens"],
+        timings=timings,
+        error=r["error"],
     )
 
 

@@ -78,10 +78,10 @@ from xover.analysis.advise.knobs import (
     apply_setting,
     default_knobs,
     knob_named,
-    option_knob,
     level_label,
     llama_config,
     normalize,
+    option_knob,
     server_command,
     setting_label,
     study_knobs,
@@ -122,6 +122,7 @@ from xover.analysis.advise.workload import (
 )
 
 __all__ = [
+    "option_knob",
     "AGENTIC_LENGTHS",
     "ARTIFACT",
     "DEFAULTS",

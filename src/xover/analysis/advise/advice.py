@@ -62,7 +62,9 @@ class Advice:
         return sum(s.reused for s in self.searches)
 
     def config(self, search: Search, setting: Setting) -> LlamaConfig:
-        return llama_config(self.knobs, setting, search.n_cpu_moe, f"{search.label} {setting_label(self.knobs, setting)}")
+        return llama_config(
+            self.knobs, setting, search.n_cpu_moe, f"{search.label} {setting_label(self.knobs, setting)}"
+        )
 
     def command(self, model: str | None = None) -> str:
         """The recommended llama-server command line."""
@@ -86,15 +88,19 @@ class Advice:
                 continue
             expected = self.expectation(search, normalize(self.knobs, {v.knob: v.kept}))
             if expected is not None and expected.change is not None and abs(expected.change - 1.0) < THEORY_NO_EFFECT:
-                out.append(f"{v.knob}={v.kept} was kept, but the theory expects no effect here ({expected.note}): "
-                           "likely load that changed between measurements; rerun to check")
+                out.append(
+                    f"{v.knob}={v.kept} was kept, but the theory expects no effect here ({expected.note}): "
+                    "likely load that changed between measurements; rerun to check"
+                )
         singles = [search.trial(normalize(self.knobs, {v.knob: v.kept})) for v in search.verdicts if v.kept is not None]
         combined = search.trial(search.combination)
         if len(singles) >= 2 and combined.estimate is not None:
             best = min(singles, key=lambda t: t.estimate.turn_s if t.estimate else math.inf)
             if best.estimate is not None and combined.estimate.turn_s > best.estimate.turn_s:
-                out.append(f"the kept values together ({combined.label}) measured slower than {best.label} alone: "
-                           "their effects do not add up (an interaction, or load that changed between measurements)")
+                out.append(
+                    f"the kept values together ({combined.label}) measured slower than {best.label} alone: "
+                    "their effects do not add up (an interaction, or load that changed between measurements)"
+                )
         return tuple(out)
 
     def to_dict(self) -> dict[str, Any]:

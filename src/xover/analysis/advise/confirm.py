@@ -42,7 +42,18 @@ def server_turn_s(points: Sequence[ServerPoint], workload: Workload) -> float:
     return workload.expected(lambda t: curve_at(ttft, t.length) + t.response * curve_at(spt, t.length))
 
 
-def confirmation(n_cpu_moe: int | None, defaults: Sequence[ServerPoint], recommended: Sequence[ServerPoint],
-                 workload: Workload, repetitions: int) -> Confirmation:
-    return Confirmation(n_cpu_moe, tuple(defaults), tuple(recommended), server_turn_s(defaults, workload),
-                        server_turn_s(recommended, workload), repetitions)
+def confirmation(
+    n_cpu_moe: int | None,
+    defaults: Sequence[ServerPoint],
+    recommended: Sequence[ServerPoint],
+    workload: Workload,
+    repetitions: int,
+) -> Confirmation:
+    return Confirmation(
+        n_cpu_moe,
+        tuple(defaults),
+        tuple(recommended),
+        server_turn_s(defaults, workload),
+        server_turn_s(recommended, workload),
+        repetitions,
+    )

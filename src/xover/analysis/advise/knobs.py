@@ -53,8 +53,15 @@ def option_knob(option: opts.LlamaOption, candidates: Sequence[str]) -> Knob:
     is kept only where llama-bench reports the value as given (``-fa on`` reports ``1``), so that a candidate
     equal to the value in effect can be skipped."""
     assert option.bench_flag is not None
-    return Knob(option.name, option.bench_flag, option.default, tuple(candidates),
-                None if option.record_values else option.record_field, gpu_only=option.gpu_only, env=option.env)
+    return Knob(
+        option.name,
+        option.bench_flag,
+        option.default,
+        tuple(candidates),
+        None if option.record_values else option.record_field,
+        gpu_only=option.gpu_only,
+        env=option.env,
+    )
 
 
 def default_knobs(cpu_count: int) -> tuple[Knob, ...]:
@@ -143,8 +150,9 @@ def apply_setting(base: LlamaConfig, knobs: Sequence[Knob], setting: Setting, na
             no_op_offload = value == "1"
         else:
             flags[knob.flag] = value
-    return dataclasses.replace(base, name=name, flags=tuple(flags.items()), no_op_offload=no_op_offload,
-                               env=tuple(env.items()))
+    return dataclasses.replace(
+        base, name=name, flags=tuple(flags.items()), no_op_offload=no_op_offload, env=tuple(env.items())
+    )
 
 
 def server_command(config: LlamaConfig, model: str = "MODEL.gguf") -> str:

@@ -90,8 +90,9 @@ class Estimate:
         return max(self.turn_samples_s) - min(self.turn_samples_s) if self.turn_samples_s else 0.0
 
 
-def _parts(prefill: Sequence[tuple[int, int, float]], decode: Sequence[tuple[int, float]],
-           workload: Workload) -> tuple[float, float]:
+def _parts(
+    prefill: Sequence[tuple[int, int, float]], decode: Sequence[tuple[int, float]], workload: Workload
+) -> tuple[float, float]:
     ttft = workload.expected(lambda t: ttft_s(prefill, t.length))
     dec = workload.expected(lambda t: t.response * decode_s_per_token(decode, t.length))
     return ttft, dec
@@ -100,12 +101,16 @@ def _parts(prefill: Sequence[tuple[int, int, float]], decode: Sequence[tuple[int
 def estimate(m: Measurement, workload: Workload) -> Estimate:
     if not m.ok:
         raise XoverError(f"cannot estimate a configuration that was not measured ({m.failure or 'no tests'})")
-    ttft, dec = _parts([(r.depth, r.tokens, r.median_tps) for r in m.prefill],
-                       [(r.depth, r.median_tps) for r in m.decode], workload)
+    ttft, dec = _parts(
+        [(r.depth, r.tokens, r.median_tps) for r in m.prefill], [(r.depth, r.median_tps) for r in m.decode], workload
+    )
     per_rep = []
     for i in range(m.repetitions):
-        a, b = _parts([(r.depth, r.tokens, r.samples_tps[i]) for r in m.prefill],
-                      [(r.depth, r.samples_tps[i]) for r in m.decode], workload)
+        a, b = _parts(
+            [(r.depth, r.tokens, r.samples_tps[i]) for r in m.prefill],
+            [(r.depth, r.samples_tps[i]) for r in m.decode],
+            workload,
+        )
         per_rep.append(a + b)
     return Estimate(turn_s=ttft + dec, ttft_s=ttft, decode_s=dec, turn_samples_s=tuple(per_rep))
 

@@ -104,8 +104,13 @@ class Search:
         return d.turn_s / b.turn_s
 
 
-def coordinate_search(knobs: Sequence[Knob], measure: Callable[[Setting], Measurement], workload: Workload,
-                      n_cpu_moe: int | None = None, recheck: bool = True) -> Search:
+def coordinate_search(
+    knobs: Sequence[Knob],
+    measure: Callable[[Setting], Measurement],
+    workload: Workload,
+    n_cpu_moe: int | None = None,
+    recheck: bool = True,
+) -> Search:
     """The search of the module docstring; ``measure`` runs one configuration. With ``recheck`` the
     defaults are measured again after every knob (:data:`RECHECK`) and the drift between the two
     widens the noise band of every decision."""
@@ -114,13 +119,17 @@ def coordinate_search(knobs: Sequence[Knob], measure: Callable[[Setting], Measur
     def run(setting: Setting, varied: str | None) -> Trial:
         if setting not in trials:
             m = measure(setting)
-            trials[setting] = Trial(setting, setting_label(knobs, setting), varied, m, estimate(m, workload) if m.ok else None)
+            trials[setting] = Trial(
+                setting, setting_label(knobs, setting), varied, m, estimate(m, workload) if m.ok else None
+            )
         return trials[setting]
 
     base = run(DEFAULTS, None)
     if base.estimate is None:
-        raise XoverError(f"llama.cpp's defaults could not be measured at {level_label(n_cpu_moe)} "
-                         f"({base.measurement.failure}): fix that first, e.g. with a larger --ncmoe")
+        raise XoverError(
+            f"llama.cpp's defaults could not be measured at {level_label(n_cpu_moe)} "
+            f"({base.measurement.failure}): fix that first, e.g. with a larger --ncmoe"
+        )
     b = base.estimate
     effective = dict(base.measurement.effective)
     tried: list[tuple[Knob, tuple[str, ...], list[tuple[str, Estimate]], list[str]]] = []

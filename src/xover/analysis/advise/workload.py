@@ -50,7 +50,9 @@ class Workload:
         turns = sorted(self.turns, key=lambda t: t.length)
         total = sum(t.weight for t in turns)
         cum = list(itertools.accumulate(t.weight for t in turns))
-        picks = [next(t.length for t, c in zip(turns, cum) if c >= total * (i + 1) / points - 1e-9) for i in range(points)]
+        picks = [
+            next(t.length for t, c in zip(turns, cum) if c >= total * (i + 1) / points - 1e-9) for i in range(points)
+        ]
         return tuple(sorted(set(picks)))
 
     def depths(self, points: int = REPRESENTATIVE_POINTS) -> tuple[int, ...]:
@@ -61,15 +63,23 @@ class Workload:
 
     def scaled(self, factor: float, unit: int = 256) -> Workload:
         """Every length times ``factor``, rounded to ``unit`` tokens (at least one unit)."""
-        turns = tuple(dataclasses.replace(t, length=max(unit, round(t.length * factor / unit) * unit)) for t in self.turns)
+        turns = tuple(
+            dataclasses.replace(t, length=max(unit, round(t.length * factor / unit) * unit)) for t in self.turns
+        )
         return Workload(self.name, turns)
 
     def describe(self) -> str:
         lengths = self.lengths
-        shown = ", ".join(format_tokens(L) for L in lengths[:6]) + (f" ... ({len(lengths)} lengths)" if len(lengths) > 6 else "")
+        shown = ", ".join(format_tokens(L) for L in lengths[:6]) + (
+            f" ... ({len(lengths)} lengths)" if len(lengths) > 6 else ""
+        )
         uniform = len({t.weight for t in self.turns}) == 1 and len(self.turns) == len(lengths)
         resp = {t.response for t in self.turns}
-        response = f"{resp.pop()}-token responses" if len(resp) == 1 else f"responses of {self.mean_response:.0f} tokens on average"
+        response = (
+            f"{resp.pop()}-token responses"
+            if len(resp) == 1
+            else f"responses of {self.mean_response:.0f} tokens on average"
+        )
         return f"{self.name}: {'uniform over' if uniform else 'prompts of'} {shown} tokens, {response}"
 
 
@@ -116,15 +126,17 @@ def parse_workload(text: str, response: int, name: str) -> Workload:
     return Workload(name, tuple(turns))
 
 
-def measurement_seconds(depths: Sequence[int], chunk: int, n_gen: int, repetitions: int, pp_tps: float,
-                        tg_tps: float) -> float:
+def measurement_seconds(
+    depths: Sequence[int], chunk: int, n_gen: int, repetitions: int, pp_tps: float, tg_tps: float
+) -> float:
     """Rough wall time of one measurement from a shallow probe's speeds: both tests at a depth prefill
     it once (counted at half the probe's speed: attention slows deep prefill), warm up, then repeat."""
     return sum(2 * 2 * d / pp_tps + (repetitions + 1) * (chunk / pp_tps + n_gen / tg_tps) for d in depths)
 
 
-def fit_to_budget(workload: Workload, seconds: Callable[[Workload], float], budget_s: float,
-                  min_length: int) -> tuple[Workload, float]:
+def fit_to_budget(
+    workload: Workload, seconds: Callable[[Workload], float], budget_s: float, min_length: int
+) -> tuple[Workload, float]:
     """The workload halved until one measurement fits ``budget_s`` (or its shortest prompt would fall
     below ``min_length``), and the factor applied."""
     factor, scaled = 1.0, workload
