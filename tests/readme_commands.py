@@ -30,9 +30,7 @@ README = Path(__file__).resolve().parent.parent / "README.md"
 
 # Optional groups that need hardware the CI machine lacks: the variant with the group is reported as
 # skipped with this reason (and still parsed by the unit test); the variant without it runs.
-NEEDS_GPU = {
-    "--backend cuda": "builds llama.cpp for CUDA: needs the CUDA toolkit and an NVIDIA GPU",
-}
+NEEDS_GPU = {"--backend cuda": "builds llama.cpp for CUDA: needs the CUDA toolkit and an NVIDIA GPU"}
 
 PLACEHOLDER = re.compile(r"^[A-Z][A-Z0-9_]*(\.[a-z]+)?(,\.\.\.)?$|\.\.\.")
 

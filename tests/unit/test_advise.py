@@ -12,16 +12,7 @@ from pathlib import Path
 import pytest
 
 from xover.analysis import advise
-from xover.analysis.advise import (
-    DEFAULTS,
-    Advice,
-    Measurement,
-    RateSamples,
-    ServerPoint,
-    Setting,
-    Turn,
-    Workload,
-)
+from xover.analysis.advise import DEFAULTS, Advice, Measurement, RateSamples, ServerPoint, Setting, Turn, Workload
 from xover.analysis.theory import model_terms
 from xover.errors import XoverError
 from xover.gguf.presets import PRESETS

@@ -14,12 +14,7 @@ import pytest
 from xover.client.chat import ChatClient, chat_body, parse_chat_stream
 from xover.domain.records import ServerTimings, SessionTurn
 from xover.errors import XoverError
-from xover.measure.session import (
-    common_prefix,
-    context_for,
-    mode_settings,
-    parse_modes,
-)
+from xover.measure.session import common_prefix, context_for, mode_settings, parse_modes
 from xover.report.session import (
     session_section_html,
     session_section_markdown,

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 
 import click
 
+from xover.cli import options
 from xover.errors import XoverError
 
 if TYPE_CHECKING:
@@ -117,20 +118,8 @@ def _joined(values: tuple[str, ...]) -> str:
     help="Study directory [default: studies/advise-<timestamp>]. Reuse it to reuse measurements.",
 )
 @click.option("--timeout", "timeout_s", type=float, default=None, help="Seconds one llama-bench measurement may run.")
-@click.option(
-    "--vram-budget",
-    "vram_budget",
-    metavar="SIZE",
-    default=None,
-    help="Answer for a smaller card: hold every byte of GPU 0's memory beyond SIZE (e.g. 16GiB) for the whole "
-    "run, so llama.cpp sees a card of that size. Needs a CUDA GPU.",
-)
-@click.option(
-    "--llama-bin-dir",
-    type=click.Path(path_type=Path, file_okay=False),
-    default=None,
-    help="Folder with llama-bench and llama-server.",
-)
+@options.vram_budget("run")
+@options.llama_bin_dir("llama-bench and llama-server")
 def advise(
     model: Path,
     ncmoe: tuple[str, ...],

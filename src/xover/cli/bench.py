@@ -9,6 +9,7 @@ from pathlib import Path
 import click
 from rich.progress import Progress, TaskID
 
+from xover.cli import options
 from xover.console import console, progress_bar, safe
 from xover.errors import XoverError
 
@@ -141,14 +142,7 @@ def _joined(values: tuple[str, ...]) -> str:
 @click.option(
     "--llama-bin-dir", type=click.Path(path_type=Path), default=None, help="Use llama-bench from this folder."
 )
-@click.option(
-    "--vram-budget",
-    "vram_budget",
-    metavar="SIZE",
-    default=None,
-    help="Answer for a smaller card: hold every byte of GPU 0's memory beyond SIZE (e.g. 16GiB) for the whole "
-    "run, so llama.cpp sees a card of that size. Needs a CUDA GPU.",
-)
+@options.vram_budget("run")
 @click.argument("extra", nargs=-1, type=click.UNPROCESSED, metavar="[-- LLAMA_BENCH_ARGS...]")
 def bench(
     model: Path,

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 
 import click
 
+from xover.cli import options
 from xover.errors import XoverError
 
 if TYPE_CHECKING:
@@ -34,20 +35,9 @@ if TYPE_CHECKING:
     show_default=True,
     help="Study directory: results.sqlite and logs/.",
 )
-@click.option(
-    "--llama-bin-dir",
-    type=click.Path(path_type=Path, file_okay=False),
-    default=None,
-    help="Folder with llama-server [default: see `xover llama which`].",
-)
-@click.option(
-    "--server-timeout",
-    type=click.FloatRange(min=1),
-    default=600.0,
-    show_default=True,
-    help="Seconds to wait for each server's /health to answer 200.",
-)
-@click.argument("extra_args", nargs=-1, type=click.UNPROCESSED, metavar="[-- LLAMA-SERVER ARGS]")
+@options.llama_bin_dir()
+@options.server_timeout("each server's /health")
+@options.server_args()
 def cache(
     model: Path | None,
     ncmoe: int | None,

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import click
 
+from xover.cli import options
 from xover.errors import XoverError
 
 _GENERATION_OPTIONS = ("turns", "seed", "system_tokens", "target_tokens", "rewrite_every", "chars_per_token")
@@ -111,20 +112,9 @@ def _ncmoe(text: str | None) -> tuple[int, ...]:
     show_default=True,
     help="Study directory: results.sqlite, logs/ and the generated session file.",
 )
-@click.option(
-    "--llama-bin-dir",
-    type=click.Path(path_type=Path, file_okay=False),
-    default=None,
-    help="Folder with llama-server [default: see `xover llama which`].",
-)
-@click.option(
-    "--server-timeout",
-    type=click.FloatRange(min=1),
-    default=600.0,
-    show_default=True,
-    help="Seconds to wait for /health to answer 200.",
-)
-@click.argument("extra_args", nargs=-1, type=click.UNPROCESSED, metavar="[-- LLAMA-SERVER ARGS]")
+@options.llama_bin_dir()
+@options.server_timeout()
+@options.server_args()
 @click.pass_context
 def session(
     ctx: click.Context,

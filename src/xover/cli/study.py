@@ -10,6 +10,8 @@ from typing import IO, TYPE_CHECKING
 
 import click
 
+from xover.cli import options
+
 if TYPE_CHECKING:
     from xover.domain.study_spec import StudySpec
 
@@ -27,12 +29,7 @@ if TYPE_CHECKING:
 @click.option(
     "--fresh", is_flag=True, help="Measure everything again instead of skipping what the store already holds."
 )
-@click.option(
-    "--llama-bin-dir",
-    type=click.Path(path_type=Path, file_okay=False),
-    default=None,
-    help="Folder with llama-bench and llama-server [default: see `xover llama which`].",
-)
+@options.llama_bin_dir("llama-bench and llama-server")
 @click.option(
     "--skip",
     default="",
@@ -48,14 +45,7 @@ if TYPE_CHECKING:
     help="Measure only these configurations this time (the store keeps the others; the report shows all; "
     "the cache lab runs on the first one named).",
 )
-@click.option(
-    "--vram-budget",
-    "vram_budget",
-    metavar="SIZE",
-    default=None,
-    help="Answer for a smaller card: hold every byte of GPU 0's memory beyond SIZE (e.g. 16GiB) for the whole "
-    "study, so llama.cpp sees a card of that size (overrides [study] vram-budget). Needs a CUDA GPU.",
-)
+@options.vram_budget("study")
 @click.option("-q", "--quiet", is_flag=True, help="No progress bars; only the verdict and errors (for CI).")
 @click.option(
     "--progress-jsonl",

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 
 import click
 
+from xover.cli import options
 from xover.errors import XoverError
 
 if TYPE_CHECKING:
@@ -112,19 +113,8 @@ def _joined(values: tuple[str, ...]) -> str:
     help="Measure the llama-server already running here (no lifecycle; same checks). "
     f"An API key is read from ${API_KEY_ENV} and sent only to this URL.",
 )
-@click.option(
-    "--llama-bin-dir",
-    type=click.Path(path_type=Path, file_okay=False),
-    default=None,
-    help="Folder with llama-server [default: see `xover llama which`].",
-)
-@click.option(
-    "--server-timeout",
-    type=click.FloatRange(min=1),
-    default=600.0,
-    show_default=True,
-    help="Seconds to wait for /health to answer 200.",
-)
+@options.llama_bin_dir()
+@options.server_timeout()
 @click.option(
     "--retries",
     type=click.IntRange(min=0),
@@ -135,15 +125,8 @@ def _joined(values: tuple[str, ...]) -> str:
 @click.option(
     "--seed", type=int, default=None, help="Prompt seed [default: from the clock, so runs never share prompts]."
 )
-@click.option(
-    "--vram-budget",
-    "vram_budget",
-    metavar="SIZE",
-    default=None,
-    help="Answer for a smaller card: hold every byte of GPU 0's memory beyond SIZE (e.g. 16GiB) for the "
-    "whole run, so llama.cpp sees a card of that size. Needs a CUDA GPU.",
-)
-@click.argument("extra_args", nargs=-1, type=click.UNPROCESSED, metavar="[-- LLAMA-SERVER ARGS]")
+@options.vram_budget("run")
+@options.server_args()
 def ttft(
     model: Path | None,
     ncmoe: tuple[str, ...],

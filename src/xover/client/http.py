@@ -232,11 +232,7 @@ def error_text(body: bytes) -> str:
 
 
 async def wait_healthy(
-    client: LlamaClient,
-    timeout_s: float,
-    *,
-    check_alive: Callable[[], None] | None = None,
-    poll_s: float = 0.05,
+    client: LlamaClient, timeout_s: float, *, check_alive: Callable[[], None] | None = None, poll_s: float = 0.05
 ) -> None:
     """Poll ``/health`` until it answers 200 (503 means loading); raise with the last answer on timeout.
 

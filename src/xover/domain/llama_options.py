@@ -111,142 +111,46 @@ LOAD_MODES = ("auto", "none", "mmap", "mlock", "mmap+mlock", "dio")  # llama_loa
 FLASH_ATTN_MODES = ("on", "off", "auto")  # llama_flash_attn_type_name
 
 N_CPU_MOE = LlamaOption(
-    "n-cpu-moe",
-    "ncmoe",
-    "int",
-    "0",
-    bench=("-ncmoe", "--n-cpu-moe"),
-    server=("-ncmoe", "--n-cpu-moe"),
-    record_field="n_cpu_moe",
-    checked=True,
-    memory=True,
-)
+    "n-cpu-moe", "ncmoe", "int", "0", bench=("-ncmoe", "--n-cpu-moe"), server=("-ncmoe", "--n-cpu-moe"),
+    record_field="n_cpu_moe", checked=True, memory=True)
 LOAD_MODE = LlamaOption(
-    "load-mode",
-    "lm",
-    "choice",
-    "auto",
-    bench=("-lm", "--load-mode"),
-    server=("-lm", "--load-mode"),
-    choices=LOAD_MODES,
-    record_field="load_mode",
-    memory=True,
-    gpu_only=True,
-    search=("none",),
-    tune_search=("none", "mlock"),
-)
+    "load-mode", "lm", "choice", "auto", bench=("-lm", "--load-mode"), server=("-lm", "--load-mode"), choices=LOAD_MODES,
+    record_field="load_mode", memory=True, gpu_only=True, search=("none",), tune_search=("none", "mlock"))
 UBATCH_SIZE = LlamaOption(
-    "ubatch-size",
-    "ub",
-    "int",
-    "512",
-    bench=("-ub", "--ubatch-size"),
-    server=("-ub", "--ubatch-size"),
-    record_field="n_ubatch",
-    checked=True,
-    memory=True,
-    search=("1024", "2048", "4096"),
-)
+    "ubatch-size", "ub", "int", "512", bench=("-ub", "--ubatch-size"), server=("-ub", "--ubatch-size"),
+    record_field="n_ubatch", checked=True, memory=True, search=("1024", "2048", "4096"))
 BATCH_SIZE = LlamaOption(
-    "batch-size",
-    "b",
-    "int",
-    "2048",
-    bench=("-b", "--batch-size"),
-    server=("-b", "--batch-size"),
-    record_field="n_batch",
-    checked=True,
-    memory=True,
-    search=("4096",),
-)
+    "batch-size", "b", "int", "2048", bench=("-b", "--batch-size"), server=("-b", "--batch-size"),
+    record_field="n_batch", checked=True, memory=True, search=("4096",))
 NO_OP_OFFLOAD = LlamaOption(
-    "no-op-offload",
-    "nopo",
-    "switch",
-    "0",
-    bench=("-nopo", "--no-op-offload"),
-    server=("--no-op-offload",),
-    server_off=("--op-offload",),
-    record_field="no_op_offload",
-    checked=True,
-    gpu_only=True,
-    search=("1",),
-)
+    "no-op-offload", "nopo", "switch", "0", bench=("-nopo", "--no-op-offload"), server=("--no-op-offload",),
+    server_off=("--op-offload",), record_field="no_op_offload", checked=True, gpu_only=True, search=("1",))
 # Above the default ubatch: prompt ubatches of 512 stay on the CPU, larger ones are still copied.
 OP_OFFLOAD_MIN_BATCH = LlamaOption(
-    "GGML_OP_OFFLOAD_MIN_BATCH", "GGML_OP_OFFLOAD_MIN_BATCH", "int", "32", env=True, gpu_only=True, search=("1024",)
-)
+    "GGML_OP_OFFLOAD_MIN_BATCH", "GGML_OP_OFFLOAD_MIN_BATCH", "int", "32", env=True, gpu_only=True, search=("1024",))
 THREADS = LlamaOption(
-    "threads",
-    "t",
-    "int",
-    "auto",
-    bench=("-t", "--threads"),
-    server=("-t", "--threads"),
-    record_field="n_threads",
-    checked=True,
-    search=(CPUS_HALF, CPUS),
-)
+    "threads", "t", "int", "auto", bench=("-t", "--threads"), server=("-t", "--threads"),
+    record_field="n_threads", checked=True, search=(CPUS_HALF, CPUS))
 # llama.cpp's default auto enables flash attention where the backend supports it; its record field reports -1
 # for auto.
 FLASH_ATTN = LlamaOption(
-    "flash-attn",
-    "fa",
-    "choice",
-    "auto",
-    bench=("-fa", "--flash-attn"),
-    server=("-fa", "--flash-attn"),
-    choices=FLASH_ATTN_MODES,
-    record_field="flash_attn",
-    record_values=(("on", 1), ("off", 0), ("auto", -1)),
-    checked=True,
-    memory=True,
-    tune_search=("on", "off"),
-)
+    "flash-attn", "fa", "choice", "auto", bench=("-fa", "--flash-attn"), server=("-fa", "--flash-attn"),
+    choices=FLASH_ATTN_MODES, record_field="flash_attn", record_values=(("on", 1), ("off", 0), ("auto", -1)),
+    checked=True, memory=True, tune_search=("on", "off"))
 CACHE_TYPE_K = LlamaOption(
-    "cache-type-k",
-    "ctk",
-    "str",
-    "f16",
-    bench=("-ctk", "--cache-type-k"),
-    server=("-ctk", "--cache-type-k"),
-    record_field="type_k",
-    memory=True,
-)
+    "cache-type-k", "ctk", "str", "f16", bench=("-ctk", "--cache-type-k"), server=("-ctk", "--cache-type-k"),
+    record_field="type_k", memory=True)
 CACHE_TYPE_V = LlamaOption(
-    "cache-type-v",
-    "ctv",
-    "str",
-    "f16",
-    bench=("-ctv", "--cache-type-v"),
-    server=("-ctv", "--cache-type-v"),
-    record_field="type_v",
-    memory=True,
-)
+    "cache-type-v", "ctv", "str", "f16", bench=("-ctv", "--cache-type-v"), server=("-ctv", "--cache-type-v"),
+    record_field="type_v", memory=True)
 # llama-bench's default -1 and llama-server's auto both offload every layer that fits.
 N_GPU_LAYERS = LlamaOption(
-    "n-gpu-layers",
-    "ngl",
-    "int",
-    "-1",
-    bench=("-ngl", "--n-gpu-layers"),
-    server=("-ngl", "--gpu-layers", "--n-gpu-layers"),
-    record_field="n_gpu_layers",
-    memory=True,
-)
+    "n-gpu-layers", "ngl", "int", "-1", bench=("-ngl", "--n-gpu-layers"),
+    server=("-ngl", "--gpu-layers", "--n-gpu-layers"), record_field="n_gpu_layers", memory=True)
 
 OPTIONS: tuple[LlamaOption, ...] = (
-    N_CPU_MOE,
-    LOAD_MODE,
-    UBATCH_SIZE,
-    BATCH_SIZE,
-    NO_OP_OFFLOAD,
-    OP_OFFLOAD_MIN_BATCH,
-    THREADS,
-    FLASH_ATTN,
-    CACHE_TYPE_K,
-    CACHE_TYPE_V,
-    N_GPU_LAYERS,
+    N_CPU_MOE, LOAD_MODE, UBATCH_SIZE, BATCH_SIZE, NO_OP_OFFLOAD, OP_OFFLOAD_MIN_BATCH, THREADS, FLASH_ATTN,
+    CACHE_TYPE_K, CACHE_TYPE_V, N_GPU_LAYERS,
 )
 """Every option, searched ones in the order advise and the tuning stage vary them."""
 

@@ -350,10 +350,7 @@ def _check_free_space(directory: Path, need: int) -> None:
 
 
 def write_model(
-    shape: ModelShape,
-    path: Path | str,
-    seed: int = 0,
-    progress: Callable[[int, int], None] | None = None,
+    shape: ModelShape, path: Path | str, seed: int = 0, progress: Callable[[int, int], None] | None = None
 ) -> SynthResult:
     """Write ``shape`` as a GGUF at ``path`` (via ``<path>.tmp``, renamed when complete).
 

@@ -16,15 +16,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from xover.analysis.crossover import ConfigData
-from xover.domain.records import (
-    BenchConfig,
-    BenchResult,
-    Failure,
-    Provenance,
-    ServerConfig,
-    SessionTurn,
-    TtftSample,
-)
+from xover.domain.records import BenchConfig, BenchResult, Failure, Provenance, ServerConfig, SessionTurn, TtftSample
 from xover.errors import XoverError
 from xover.results.store import STORE_NAME, Store
 

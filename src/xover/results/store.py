@@ -9,9 +9,9 @@ from __future__ import annotations
 import json
 import sqlite3
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from xover.domain.codec import decode, encode
 from xover.domain.records import (
@@ -25,6 +25,8 @@ from xover.domain.records import (
     TtftSample,
 )
 from xover.errors import XoverError
+
+T = TypeVar("T")
 
 SCHEMA_VERSION = 2  # v2: runs.started_unix_ns
 STORE_NAME = "results.sqlite"
@@ -298,11 +300,7 @@ class Store:
 
     def bench_results(self, config_key: str | None = None) -> list[tuple[int, int, str, BenchResult]]:
         """(row id, run id, model key, result), oldest first."""
-        q = "SELECT * FROM bench_results" + (" WHERE config_key=?" if config_key else "") + " ORDER BY id"
-        out = []
-        for r in self.db.execute(q, (config_key,) if config_key else ()):
-            out.append((r["id"], r["run_id"], r["model_key"], _bench_from_row(r)))
-        return out
+        return self._rows("bench_results", config_key, _bench_from_row)
 
     def has_bench_point(self, config_key: str, model_key: str, n_prompt: int, n_gen: int, n_depth: int) -> bool:
         row = self.db.execute(
@@ -334,13 +332,7 @@ class Store:
                 s.end_ns,
                 _json(list(s.token_times_ns)),
                 s.n_tokens_received,
-                t.cache_n if t else None,
-                t.prompt_n if t else None,
-                t.prompt_ms if t else None,
-                t.prompt_per_second if t else None,
-                t.predicted_n if t else None,
-                t.predicted_ms if t else None,
-                t.predicted_per_second if t else None,
+                *_timing_values(t),
                 int(s.cache_ok),
                 s.error,
                 now_iso(),
@@ -350,11 +342,7 @@ class Store:
 
     def ttft_samples(self, config_key: str | None = None) -> list[tuple[int, int, str, TtftSample]]:
         """(row id, run id, model key, sample), oldest first."""
-        q = "SELECT * FROM ttft_samples" + (" WHERE config_key=?" if config_key else "") + " ORDER BY id"
-        return [
-            (r["id"], r["run_id"], r["model_key"], _ttft_from_row(r))
-            for r in self.db.execute(q, (config_key,) if config_key else ())
-        ]
+        return self._rows("ttft_samples", config_key, _ttft_from_row)
 
     # ---- agentic session turns ----------------------------------------------------------------
 
@@ -387,13 +375,7 @@ class Store:
                 t.n_content_events,
                 t.reply,
                 t.reply_tokens,
-                tm.cache_n if tm else None,
-                tm.prompt_n if tm else None,
-                tm.prompt_ms if tm else None,
-                tm.prompt_per_second if tm else None,
-                tm.predicted_n if tm else None,
-                tm.predicted_ms if tm else None,
-                tm.predicted_per_second if tm else None,
+                *_timing_values(tm),
                 t.error,
                 now_iso(),
             ),
@@ -402,9 +384,15 @@ class Store:
 
     def session_turns(self, config_key: str | None = None) -> list[tuple[int, int, str, SessionTurn]]:
         """(row id, run id, model key, turn), oldest first."""
-        q = "SELECT * FROM session_turns" + (" WHERE config_key=?" if config_key else "") + " ORDER BY id"
+        return self._rows("session_turns", config_key, _session_turn_from_row)
+
+    def _rows(
+        self, table: str, config_key: str | None, decode: Callable[[sqlite3.Row], T]
+    ) -> list[tuple[int, int, str, T]]:
+        """(row id, run id, model key, record) of one measurement table, oldest first, optionally one config's."""
+        q = f"SELECT * FROM {table}" + (" WHERE config_key=?" if config_key else "") + " ORDER BY id"
         return [
-            (r["id"], r["run_id"], r["model_key"], _session_turn_from_row(r))
+            (r["id"], r["run_id"], r["model_key"], decode(r))
             for r in self.db.execute(q, (config_key,) if config_key else ())
         ]
 
@@ -475,6 +463,21 @@ def _timings_from_row(r: sqlite3.Row) -> ServerTimings | None:
         predicted_n=r["predicted_n"],
         predicted_ms=r["predicted_ms"],
         predicted_per_second=r["predicted_per_second"],
+    )
+
+
+def _timing_values(t: ServerTimings | None) -> tuple[float | int | None, ...]:
+    """The server timings' columns, in the tables' order (all None without timings)."""
+    if t is None:
+        return (None,) * 7
+    return (
+        t.cache_n,
+        t.prompt_n,
+        t.prompt_ms,
+        t.prompt_per_second,
+        t.predicted_n,
+        t.predicted_ms,
+        t.predicted_per_second,
     )
 
 

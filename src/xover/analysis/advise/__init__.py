@@ -49,23 +49,9 @@ noise of the defaults. With one repetition the spread is 0: use two or more.
 re-exports their public names, so ``advise.coordinate_search`` and ``from xover.analysis.advise import Knob`` work.
 """
 
-from xover.analysis.advise.advice import (
-    ARTIFACT,
-    SCHEMA,
-    Advice,
-    advice_from_dict,
-)
-from xover.analysis.advise.confirm import (
-    Confirmation,
-    ServerPoint,
-    confirmation,
-    server_turn_s,
-)
-from xover.analysis.advise.crossovers import (
-    RevisitedPair,
-    config_data,
-    revisit_crossovers,
-)
+from xover.analysis.advise.advice import ARTIFACT, SCHEMA, Advice, advice_from_dict
+from xover.analysis.advise.confirm import Confirmation, ServerPoint, confirmation, server_turn_s
+from xover.analysis.advise.crossovers import RevisitedPair, config_data, revisit_crossovers
 from xover.analysis.advise.knobs import (
     DEFAULTS,
     FLASH_ATTN,
@@ -97,18 +83,8 @@ from xover.analysis.advise.objective import (
     ttft_s,
     within_noise,
 )
-from xover.analysis.advise.search import (
-    Effect,
-    KnobVerdict,
-    Search,
-    Trial,
-    coordinate_search,
-)
-from xover.analysis.advise.theory_notes import (
-    THEORY_NO_EFFECT,
-    Expectation,
-    expectations,
-)
+from xover.analysis.advise.search import Effect, KnobVerdict, Search, Trial, coordinate_search
+from xover.analysis.advise.theory_notes import THEORY_NO_EFFECT, Expectation, expectations
 from xover.analysis.advise.workload import (
     AGENTIC_LENGTHS,
     REPRESENTATIVE_POINTS,

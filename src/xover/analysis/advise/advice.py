@@ -9,14 +9,7 @@ from typing import Any
 
 from xover.analysis.advise.confirm import Confirmation
 from xover.analysis.advise.crossovers import RevisitedPair
-from xover.analysis.advise.knobs import (
-    Knob,
-    Setting,
-    llama_config,
-    normalize,
-    server_command,
-    setting_label,
-)
+from xover.analysis.advise.knobs import Knob, Setting, llama_config, normalize, server_command, setting_label
 from xover.analysis.advise.search import Search
 from xover.analysis.advise.theory_notes import THEORY_NO_EFFECT, Expectation
 from xover.analysis.advise.workload import Workload

@@ -6,15 +6,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Sequence
 
-from xover.analysis.advise.knobs import (
-    DEFAULTS,
-    RECHECK,
-    Knob,
-    Setting,
-    level_label,
-    normalize,
-    setting_label,
-)
+from xover.analysis.advise.knobs import DEFAULTS, RECHECK, Knob, Setting, level_label, normalize, setting_label
 from xover.analysis.advise.objective import Estimate, Measurement, estimate
 from xover.analysis.advise.workload import Workload
 from xover.errors import XoverError

@@ -7,15 +7,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from xover.analysis import theory
-from xover.analysis.advise.knobs import (
-    DEFAULTS,
-    LLAMA_DEFAULT_BATCH,
-    RECHECK,
-    Knob,
-    Setting,
-    knob_named,
-    llama_config,
-)
+from xover.analysis.advise.knobs import DEFAULTS, LLAMA_DEFAULT_BATCH, RECHECK, Knob, Setting, knob_named, llama_config
 from xover.analysis.advise.search import Search
 from xover.analysis.advise.workload import Turn, Workload
 from xover.hardware.profiles import without_gpu
