@@ -206,3 +206,16 @@ def test_claimed_crossing_follows_the_verdict_and_ignores_noise():
     c = make("C", lambda L: 1.0 + L / 1000, lambda d: 10.0)
     one = compare_pair(a, c, 200, n_boot=0)
     assert not claims_crossover(one) and relation(one) == "faster" and relation(swapped(one)) == "slower"
+
+
+def test_a_winner_measured_below_the_band_is_not_extrapolated_silently():
+    short = (512, 1024, 2048, 4096)
+    a = ConfigData("A", {L: [0.1 + L / 2000] * 3 for L in short}, {D: [100.0] * 3 for D in short})
+    b = ConfigData("B", {L: [0.2 + L / 1000] * 3 for L in short}, {D: [50.0] * 3 for D in short})  # worse at both
+    v = verdict(compare_pair(a, b, 200, n_boot=0))
+    assert v.startswith("A vs B: A is faster at every measured length (512-4K tokens")
+    assert v.endswith(
+        "the agentic band (10,000-40,000 tokens) lies beyond the longest measured prompt (4K), so A wins "
+        "there only if the order holds: measure up to 40,000 tokens to know."
+    )
+    assert "best served by" not in v

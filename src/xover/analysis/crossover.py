@@ -363,6 +363,12 @@ def verdict(pair: PairResult, band: tuple[int, int] = (10_000, 40_000)) -> str:
                     f"beyond both the measured lengths and that crossing, so measure prompts up to "
                     f"{_k(hi_b)} tokens before choosing (measured, {winner} wins)."
                 )
+        if pair.lengths[-1] < lo_b:  # the data stop short of the band: say so instead of extrapolating silently
+            return sentence + (
+                f"; the agentic band ({_k(lo_b)}-{_k(hi_b)} tokens) lies beyond the longest measured "
+                f"prompt ({_k(pair.lengths[-1])}), so {winner} wins there only if the order holds: "
+                f"measure up to {_k(hi_b)} tokens to know."
+            )
         return sentence + f", so agentic turns of {_k(lo_b)}-{_k(hi_b)} tokens are best served by {winner}."
     if claim is None:
         runs = ", ".join(f"{w} at {_k(pair.lengths[i])}" for i, w in s.clear)
