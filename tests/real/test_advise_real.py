@@ -185,7 +185,9 @@ def test_advise_searches_ranks_names_knobs_without_effect_and_stores_its_advice(
         for e in v.effects:
             trial = next(t for t in search.trials if t.varied == v.knob and dict(t.setting)[v.knob] == e.value)
             assert trial.estimate is not None
-            assert e.noise_s == max(trial.estimate.spread_s, base.spread_s, search.drift_s or 0.0)
+            assert e.noise_s == max(
+                trial.estimate.spread_s + base.spread_s, search.drift_s or 0.0
+            )  # both spreads added
             assert e.within_noise == advise.within_noise(trial.estimate, base, search.drift_s)
         assert v.no_effect == all(e.within_noise for e in v.effects)
         if v.kept is not None:

@@ -70,7 +70,11 @@ def test_a_knob_without_effect_is_reported_as_none_and_keeps_the_defaults(
         labels = {c.label for c in store.configs()}
     search = decode(advise.Search, body["search"])
     (verdict,) = search.verdicts
-    assert verdict.knob == "GGML_OP_OFFLOAD_MIN_BATCH" and verdict.effects and verdict.no_effect
+    assert verdict.knob == "GGML_OP_OFFLOAD_MIN_BATCH" and verdict.effects
+    # The knob cannot act on a CPU build: it is never kept. Mostly it measures within noise ("no effect"); a trial
+    # that lands on a slow moment of this 2-core machine can measure slower than the noise (about 1 run in 10 here,
+    # separate llama-bench processes vary more than one process's repetitions): slower, never kept, is honest too.
+    assert verdict.no_effect or all(e.change_s > e.noise_s for e in verdict.effects), verdict
     assert verdict.kept is None and search.recommended == advise.DEFAULTS
     assert body["variant"] is None and body["backend"] == "CPU" and body["depths"] == [0, 256]
     # defaults, the knob's value, the defaults again (drift): the search's own store, not the study's
@@ -79,7 +83,7 @@ def test_a_knob_without_effect_is_reported_as_none_and_keeps_the_defaults(
     assert "cpu: llama.cpp's defaults (no knob beat the noise)" in r.stdout
     assert "stage times: " in r.stdout and "tune " in r.stdout
     md = (out / "report.md").read_text()
-    assert "no effect" in md
+    assert "no effect" in md or not verdict.no_effect
     # a rerun reuses the stored search
     again = _study(spec, out, llama_bins.bin_dir, "--skip", "bench,ttft,report")
     assert again.returncode == 0, again.stderr

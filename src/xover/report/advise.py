@@ -166,9 +166,10 @@ def blocks(advice: Advice) -> list[Block]:
                     "chunk, linear in between); time per turn = TTFT(L) + R / decode tok/s(L), averaged over the workload"
                 ),
                 (
-                    "noise: a difference no larger than the spread (max - min) of either configuration's per-repetition "
-                    "estimates; load that changes between measurements, minutes apart on a shared machine, is not in that "
-                    "spread: raise -r or rerun to check a small effect"
+                    "noise: a difference no larger than the two configurations' spreads (max - min of their "
+                    "per-repetition estimates) added, or than the drift of the defaults measured again at the end; load "
+                    "that changes between measurements, minutes apart on a shared machine, is only partly in that: raise "
+                    "-r or rerun to check a small effect"
                 ),
             ),
         ),

@@ -115,6 +115,14 @@ def estimate(m: Measurement, workload: Workload) -> Estimate:
     return Estimate(turn_s=ttft + dec, ttft_s=ttft, decode_s=dec, turn_samples_s=tuple(per_rep))
 
 
+def noise_between(a: Estimate, b: Estimate, drift_s: float | None = None) -> float:
+    """How far apart two configurations' expected times must be to count as different: both spreads added (each
+    is the range of a few repetitions, which underestimates the variation; with three repetitions a knob that
+    cannot act, measured against the defaults, came out faster than the larger spread alone), or the drift of the
+    defaults measured twice, if larger."""
+    return max(a.spread_s + b.spread_s, drift_s or 0.0)
+
+
 def within_noise(a: Estimate, b: Estimate, drift_s: float | None = None) -> bool:
-    """Whether two configurations' expected times differ by no more than either one's spread or the drift."""
-    return abs(a.turn_s - b.turn_s) <= max(a.spread_s, b.spread_s, drift_s or 0.0)
+    """Whether two configurations' expected times differ by no more than :func:`noise_between`."""
+    return abs(a.turn_s - b.turn_s) <= noise_between(a, b, drift_s)

@@ -7,7 +7,7 @@ import dataclasses
 from collections.abc import Callable, Sequence
 
 from xover.analysis.advise.knobs import DEFAULTS, RECHECK, Knob, Setting, level_label, normalize, setting_label
-from xover.analysis.advise.objective import Estimate, Measurement, estimate
+from xover.analysis.advise.objective import Estimate, Measurement, estimate, noise_between, within_noise
 from xover.analysis.advise.workload import Workload
 from xover.errors import XoverError
 
@@ -27,7 +27,7 @@ class Effect:
 
     value: str
     change_s: float  # time per turn minus the defaults' (negative: faster)
-    noise_s: float  # the larger spread of the two
+    noise_s: float  # the two spreads added (or the drift of the defaults, if larger)
 
     @property
     def within_noise(self) -> bool:
@@ -144,7 +144,7 @@ def coordinate_search(
     floor = drift or 0.0
     verdicts, kept = [], {}
     for knob, skipped, measured, failed in tried:
-        effects = [Effect(value, e.turn_s - b.turn_s, max(e.spread_s, b.spread_s, floor)) for value, e in measured]
+        effects = [Effect(value, e.turn_s - b.turn_s, noise_between(e, b, floor)) for value, e in measured]
         best = min(effects, key=lambda e: e.change_s) if effects else None
         if best is not None and best.change_s < 0 and not best.within_noise:
             kept[knob.name] = best.value
@@ -155,6 +155,5 @@ def coordinate_search(
     best_trial = min(measured_trials, key=lambda t: t.estimate.turn_s)  # type: ignore[union-attr]
     assert best_trial.estimate is not None
     e = best_trial.estimate
-    noise = max(e.spread_s, b.spread_s, floor)
-    recommended = DEFAULTS if abs(e.turn_s - b.turn_s) <= noise else best_trial.setting
+    recommended = DEFAULTS if within_noise(e, b, floor) else best_trial.setting
     return Search(n_cpu_moe, tuple(trials.values()), tuple(verdicts), combination, recommended, drift)
