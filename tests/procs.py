@@ -17,6 +17,15 @@ def pid_gone(pid: int) -> bool:
     return False
 
 
+def running(pid: int) -> bool:
+    """Running: a zombie (exited, not yet reaped by whoever adopted it) or a pid that no longer exists is gone."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state != "Z"
+
+
 def run_xover(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
     """``python -m xover ARGS`` as a user would run it, output captured."""
     return subprocess.run([sys.executable, "-m", "xover", *args], capture_output=True, text=True, timeout=60, cwd=cwd)

@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from procs import running
+
 pytestmark = pytest.mark.real
 
 
@@ -31,14 +33,6 @@ def children_named(parent: int, name: str) -> list[int]:
         if ppid == parent and comm == name[:15]:
             out.append(int(d.name))
     return out
-
-
-def running(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (OSError, IndexError):
-        return False
-    return state != "Z"
 
 
 @pytest.mark.parametrize("tool", ["llama-server", "llama-bench"])

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from procs import running
 from xover.errors import XoverError
 from xover.hardware.vram import GIB, VramHolder, parse_budget
 
@@ -39,19 +40,10 @@ def card(
     return env
 
 
-def alive(pid: int) -> bool:
-    """Running (a zombie, or a pid that no longer exists, counts as gone)."""
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (FileNotFoundError, IndexError):
-        return False
-    return state != "Z"
-
-
 def gone_within(pid: int, seconds: float = 10.0) -> bool:
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
-        if not alive(pid):
+        if not running(pid):
             return True
         time.sleep(0.05)
     return False
@@ -66,7 +58,7 @@ def test_it_holds_every_free_byte_beyond_the_budget(fake_cudart: Path, monkeypat
         assert hold.free_after == 16 * GIB  # what llama.cpp will find
         assert hold.total == 141 * GIB and hold.budget == 16 * GIB and hold.device == 0
         assert "16.0 GiB VRAM budget on GPU 0 (141.0 GiB)" in hold.describe()
-        assert alive(hold.pid)
+        assert running(hold.pid)
     assert gone_within(hold.pid)
 
 
@@ -143,7 +135,7 @@ def test_the_holder_dies_with_xover(fake_cudart: Path, sig: signal.Signals) -> N
     try:
         assert parent.stdout is not None
         holder = int(parent.stdout.readline())
-        assert alive(holder)
+        assert running(holder)
         parent.send_signal(sig)
         parent.wait(timeout=20)
         assert gone_within(holder), f"the VRAM holder {holder} outlived xover ({sig.name})"

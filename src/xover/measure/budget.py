@@ -9,19 +9,27 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 GIB = 1 << 30
+
+
+def _plan(model: Path, n_ctx: int, budget: int, ubatch: int) -> tuple[Any, Any]:
+    """The model's terms and the planner's placement for one context under ``budget``."""
+    from xover.analysis.theory import model_terms, plan_placement
+    from xover.gguf.inspect import model_table
+
+    terms = model_terms(model_table(str(model))[0])
+    (plan,) = plan_placement(terms, budget, (n_ctx,), ubatch)
+    return terms, plan
 
 
 def planner_notes(model: Path, n_cpu_moe: Sequence[int], n_ctx: int, budget: int, ubatch: int = 512) -> list[str]:
     """One line per configuration the planner expects NOT to fit ``budget`` at ``n_ctx`` tokens of context,
     naming the smallest ``--n-cpu-moe`` that does; nothing for those that fit."""
-    from xover.analysis.theory import memory_estimate, model_terms, plan_placement
-    from xover.gguf.inspect import model_table
+    from xover.analysis.theory import memory_estimate
 
-    table, _ = model_table(str(model))
-    terms = model_terms(table)
-    (plan,) = plan_placement(terms, budget, (n_ctx,), ubatch)
+    terms, plan = _plan(model, n_ctx, budget, ubatch)
     out = []
     for n in sorted(set(n_cpu_moe)):
         need = memory_estimate(terms, n, n_ctx, ubatch, True).total_bytes + plan.headroom_bytes
@@ -40,9 +48,4 @@ def planner_notes(model: Path, n_cpu_moe: Sequence[int], n_ctx: int, budget: int
 
 def smallest_fit(model: Path, n_ctx: int, budget: int, ubatch: int = 512) -> int | None:
     """The planner's smallest ``--n-cpu-moe`` that fits ``budget`` at ``n_ctx`` tokens (None: nothing fits)."""
-    from xover.analysis.theory import model_terms, plan_placement
-    from xover.gguf.inspect import model_table
-
-    table, _ = model_table(str(model))
-    (plan,) = plan_placement(model_terms(table), budget, (n_ctx,), ubatch)
-    return plan.n_cpu_moe
+    return _plan(model, n_ctx, budget, ubatch)[1].n_cpu_moe

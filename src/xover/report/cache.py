@@ -169,9 +169,6 @@ def cache_section_html(data: StudyData) -> str:
     return "\n".join(parts)
 
 
-_md_cell = md_cell
-
-
 def cache_section_markdown(data: StudyData) -> str:
     """``##`` section: findings and the table; empty when the study holds no lab samples."""
     analysis = analyse(lab_samples(data.ttft), lab_state_bytes(data))
@@ -179,7 +176,7 @@ def cache_section_markdown(data: StudyData) -> str:
         return ""
     header, rows = lab_table(analysis)
     out = [f"## {TITLE}\n", INTRO, ""]
-    out += [f"- {_md_cell(h)}" for h in analysis.headlines]
+    out += [f"- {md_cell(h)}" for h in analysis.headlines]
     out += ["", "| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
-    out += ["| " + " | ".join(_md_cell(c) for c in row) + " |" for row in rows]
+    out += ["| " + " | ".join(md_cell(c) for c in row) + " |" for row in rows]
     return "\n".join(out) + "\n"

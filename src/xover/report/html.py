@@ -307,7 +307,7 @@ def _matrix_html(m: Matrix) -> str:
 
 
 def _matrix_markdown(m: Matrix) -> str:
-    return _md_table(["", *m.labels], [[lb, *row] for lb, row in zip(m.labels, m.cells)])
+    return plain_md_table(["", *m.labels], [[lb, *row] for lb, row in zip(m.labels, m.cells)])
 
 
 def _tune_blocks(report: Report) -> list[Block]:
@@ -487,9 +487,6 @@ def provenance_rows(data: StudyData) -> list[list[str]]:
     return rows
 
 
-_table = html_table
-
-
 _CSS = """
 body{font-family:system-ui,-apple-system,Segoe UI,sans-serif;max-width:1100px;margin:2em auto;padding:0 1em;color:#222}
 h1{font-size:1.6em}h2{border-bottom:1px solid #ddd;padding-bottom:.2em;margin-top:1.6em}
@@ -562,14 +559,14 @@ def render_html(report: Report) -> str:
     if fits:
         parts.append(section_html(fits))
     parts.append(section_html(_tune_blocks(report)))
-    parts.append(f"<h2>Prefill and TTFT per configuration and length</h2>{_table(*point_table(report))}")
+    parts.append(f"<h2>Prefill and TTFT per configuration and length</h2>{html_table(*point_table(report))}")
     parts.append(
         "<p class='muted'>llama-bench's pp @ dN is the speed of the new tokens on top of an untimed, cached "
         "depth prefill; TTFT is the cold wall-clock wait for the first streamed token through llama-server.</p>"
     )
     if report.configs:
         parts.append(
-            f"<h2>Attention's share of TTFT (quadratic term of the fitted model)</h2>{_table(*attention_table(report))}"
+            f"<h2>Attention's share of TTFT (quadratic term of the fitted model)</h2>{html_table(*attention_table(report))}"
         )
     timing = prediction_timing(d)
     if timing is not None:
@@ -577,7 +574,7 @@ def render_html(report: Report) -> str:
         listed = pred.get("assumptions")
         assumptions = "".join(f"<li>{_e(a)}</li>" for a in (listed if isinstance(listed, list) else []))
         parts.append(
-            f"<h2>Predicted vs measured</h2><p>{_e(timing)}.</p>{_table(*prediction_table(report))}"
+            f"<h2>Predicted vs measured</h2><p>{_e(timing)}.</p>{html_table(*prediction_table(report))}"
             "<p class='muted'>A measurement above its modelled limit means an assumption of the model does "
             "not hold for this run (for example a bandwidth figure of the hardware profile, such as the "
             "host-to-device rate of pageable memory); the limit is then not a bound.</p>"
@@ -587,14 +584,16 @@ def render_html(report: Report) -> str:
     if fa is not None:
         header, rows, findings = fa
         parts.append(
-            "<h2>Flash attention on vs off</h2>" + "".join(f"<p>{_e(f)}</p>" for f in findings) + _table(header, rows)
+            "<h2>Flash attention on vs off</h2>"
+            + "".join(f"<p>{_e(f)}</p>" for f in findings)
+            + html_table(header, rows)
         )
     parts.append(
         f"<h2>Cold check</h2><p>Every sample labelled cold must show <code>cache_n == 0</code> and "
-        f"<code>prompt_n == L</code>; failures are re-run and never averaged.</p>{_table(*cold_check_table(d))}"
+        f"<code>prompt_n == L</code>; failures are re-run and never averaged.</p>{html_table(*cold_check_table(d))}"
     )
     parts.append(
-        f"<h2>Client-server gap</h2><p>Client TTFT minus the server's <code>prompt_ms</code>.</p>{_table(*gap_table(d))}"
+        f"<h2>Client-server gap</h2><p>Client TTFT minus the server's <code>prompt_ms</code>.</p>{html_table(*gap_table(d))}"
     )
     from xover.report.cache import cache_section_html
     from xover.report.session import session_section_html
@@ -610,17 +609,16 @@ def render_html(report: Report) -> str:
     if d.failures:
         rows = [[lb, f.stage, f.point, f.reason, f.stderr_tail[-300:]] for lb, f in d.failures]
         parts.append(
-            f"<h2>Failures (kept as data)</h2>{_table(['config', 'stage', 'point', 'reason', 'stderr tail'], rows)}"
+            f"<h2>Failures (kept as data)</h2>{html_table(['config', 'stage', 'point', 'reason', 'stderr tail'], rows)}"
         )
     parts.append(
         "<h2>Provenance</h2>"
-        + _table(["run", "kind", "started", "status", "llama.cpp", "hardware", "model", "command"], provenance_rows(d))
+        + html_table(
+            ["run", "kind", "started", "status", "llama.cpp", "hardware", "model", "command"], provenance_rows(d)
+        )
     )
     parts.append("</body></html>")
     return "\n".join(parts)
-
-
-_md_table = plain_md_table
 
 
 def render_markdown(report: Report) -> str:
@@ -642,16 +640,16 @@ def render_markdown(report: Report) -> str:
     out += [
         "",
         "## Prefill and TTFT\n",
-        _md_table(*point_table(report)),
+        plain_md_table(*point_table(report)),
         "## Cold check\n",
-        _md_table(*cold_check_table(d)),
+        plain_md_table(*cold_check_table(d)),
         "## Client-server gap\n",
-        _md_table(*gap_table(d)),
+        plain_md_table(*gap_table(d)),
     ]
     fa = _fa_section(d)
     if fa is not None:
         header, rows, findings = fa
-        out += ["## Flash attention on vs off\n", *(f"- {f}" for f in findings), "", _md_table(header, rows)]
+        out += ["## Flash attention on vs off\n", *(f"- {f}" for f in findings), "", plain_md_table(header, rows)]
     from xover.report.cache import cache_section_markdown
     from xover.report.session import session_section_markdown
 
@@ -665,10 +663,10 @@ def render_markdown(report: Report) -> str:
         out.append(session_section_markdown(d.session, crossover_tokens=_first_crossover(report)))
     timing = prediction_timing(d)
     if timing is not None:
-        out += ["## Predicted vs measured\n", timing + ".\n", _md_table(*prediction_table(report))]
+        out += ["## Predicted vs measured\n", timing + ".\n", plain_md_table(*prediction_table(report))]
     out += [
         "## Provenance\n",
-        _md_table(
+        plain_md_table(
             ["run", "kind", "started", "status", "llama.cpp", "hardware", "model", "command"], provenance_rows(d)
         ),
     ]

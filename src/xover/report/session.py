@@ -227,12 +227,6 @@ def _e(x: object) -> str:
     return html.escape(str(x), quote=True)
 
 
-_html_table = html_table
-
-
-_md_table = plain_md_table
-
-
 def session_section_html(series: Sequence[SessionSeries], *, crossover_tokens: float | None = None) -> str:
     """The report section as an HTML fragment (plots embedded as base64 PNG, every text escaped)."""
     parts = ["<h2>Agentic session replay</h2>"]
@@ -248,8 +242,8 @@ def session_section_html(series: Sequence[SessionSeries], *, crossover_tokens: f
     b64 = base64.b64encode(session_plot(series)).decode()
     caption = "Agentic session: TTFT per turn and cumulative time"
     parts.append(f"<img id='plot-session' alt='{_e(caption)}' src='data:image/png;base64,{b64}'>")
-    parts.append(f"<h3>Whole session</h3>{_html_table(*session_table(series))}")
-    parts.append(f"<h3>Per turn</h3>{_html_table(*turn_table(series))}")
+    parts.append(f"<h3>Whole session</h3>{html_table(*session_table(series))}")
+    parts.append(f"<h3>Per turn</h3>{html_table(*turn_table(series))}")
     return "\n".join(parts)
 
 
@@ -262,8 +256,8 @@ def session_section_markdown(series: Sequence[SessionSeries], *, crossover_token
         f"**{verdict}**\n" if verdict else "_no replay completed every turn_\n",
         _description(series) + "\n",
         "### Whole session\n",
-        _md_table(*session_table(series)),
+        plain_md_table(*session_table(series)),
         "### Per turn\n",
-        _md_table(*turn_table(series)),
+        plain_md_table(*turn_table(series)),
     ]
     return "\n".join(out)

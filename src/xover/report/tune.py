@@ -361,9 +361,6 @@ def tradeoff_table(t: ServedTradeoff) -> tuple[list[str], list[list[str]]]:
 # ---- the section ----------------------------------------------------------------------------------
 
 
-_table = table
-
-
 def _record_blocks(r: TuneRecord, response: int) -> list[Block]:
     if r.variant is None:
         out = [
@@ -390,7 +387,7 @@ def _record_blocks(r: TuneRecord, response: int) -> list[Block]:
     if r.search is None:
         out.append(Block("p", r.note or "The search itself was not stored."))
         return out
-    out.append(_table(*knob_table(r.search, response)))
+    out.append(table(*knob_table(r.search, response)))
     no_effect = [v.knob for v in r.search.verdicts if v.no_effect]
     if no_effect:
         out.append(
@@ -423,11 +420,11 @@ def _served_blocks(
                     "(and pays HTTP, tokenization and the last partial ubatch).",
                 )
             )
-        out.append(_table(*served_table(rows)))
+        out.append(table(*served_table(rows)))
     if base in configs and variant in configs and set(configs[base].ttft_s) & set(configs[variant].ttft_s):
         t = served_tradeoff(configs[base], configs[variant], response)
         out.append(Block("p", verdict(t.pair, band)))
-        out.append(_table(*tradeoff_table(t)))
+        out.append(table(*tradeoff_table(t)))
     else:
         out.append(Block("p", "No cold TTFT with server decode for both yet: no served trade-off to show."))
     return out
