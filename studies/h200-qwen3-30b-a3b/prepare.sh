@@ -13,5 +13,5 @@ tar czf out/llsrc/llama.tar.gz --exclude="$(basename "$src")/docs" --exclude="$(
   -C "$(dirname "$src")" "$(basename "$src")"
 python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
   --platform manylinux2014_x86_64 -d .whl gguf==0.19.0 sniffio==1.3.1
-rm -rf out/xsrc && mkdir -p out/xsrc && git archive HEAD src studies/h200-qwen3-30b-a3b | tar -x -C out/xsrc
+rm -rf out/xsrc && mkdir -p out/xsrc && git archive HEAD src studies | tar -x -C out/xsrc
 ls -la out/llsrc out/xsrc .whl

@@ -22,19 +22,19 @@ GIB = 1 << 30
 def test_a_budgeted_study_with_fit_configurations(
     tiny_model: Path, llama_bins, fake_cudart: Path, tmp_path: Path
 ) -> None:
-    from xover.analysis.theory import memory_estimate, model_terms
+    from xover.analysis.theory import memory_estimate, model_terms, plan_placement
     from xover.gguf.inspect import model_table
     from xover.llamacpp.server import context_size
 
     terms = model_terms(model_table(str(tiny_model))[0])
-    ctx = context_size(1024, 16)
+    ctx = context_size(2048, 16)
     budget = memory_estimate(terms, 2, ctx, 512, True).total_bytes + GIB  # holds 2 layers' experts out, not 1
     spec = tmp_path / "fit.toml"
     spec.write_text(f"""
 [model]
 path = "{tiny_model}"
 [study]
-lengths = ["1k"]
+lengths = ["1k", "2k"]
 response-tokens = [16]
 repetitions = 1
 vram-budget = "{budget}"
@@ -46,6 +46,9 @@ n-cpu-moe = "fit"
 [[config]]
 name = "ncmoe=0"
 n-cpu-moe = 0
+[[config]]
+name = "short"
+n-cpu-moe = "fit@1k"
 """)
     env = {
         **os.environ,
@@ -75,16 +78,27 @@ n-cpu-moe = 0
     assert r.returncode == 0, r.stderr[-3000:]
     data = load(out)
     (fits,) = data.artifact_bodies("fit")
-    assert [(f["config"], f["n_cpu_moe"], f["n_ctx"], f["budget_bytes"]) for f in fits] == [("fit", 2, ctx, budget)]
+    short_ctx = context_size(1024, 16)
+    (short,) = plan_placement(terms, budget, (short_ctx,), 512, flash_attn=True)
+    assert short.n_cpu_moe is not None and short.n_cpu_moe < 2  # a shorter context: less to move
+    assert [(f["config"], f["n_cpu_moe"], f["n_ctx"], f["budget_bytes"]) for f in fits] == [
+        ("fit", 2, ctx, budget),
+        ("short", short.n_cpu_moe, short_ctx, budget),
+    ]
     (checks,) = data.artifact_bodies("fit-check")
     assert [(c["n_cpu_moe"], c["loaded"], c["served"]) for c in checks[0]["checks"]] == [
         (2, True, True),
         (1, True, True),
     ]
+    assert all(c["measured_at"] == c["n_cpu_moe"] for c in checks)
+    # llama.cpp's own --fit answered (a CPU build: no device to fit, so nothing moves)
+    assert checks[0]["llama_fit"]["n_ctx"] == ctx and checks[0]["llama_fit"]["cpu_expert_layers"] == []
     (b,) = vram_budgets(data)
     assert b.budget == budget and b.held == 8 * GIB - budget and b.free_after == budget
     report = (out / "report.md").read_text()
     assert f"{budget / GIB:.0f} GiB VRAM budget on GPU 0 (16 GiB): xover held the rest" in report
-    assert "| fit | fit | 1,536 | 1.0 GiB | 2 |" in report and report.count("loads and serves") == 2
-    # the fit config was measured at the planner's level under its own name
-    assert {label for label, _ in data.cold_samples()} == {"fit", "ncmoe=0"}
+    assert "| fit | fit | 2,560 | 1.0 GiB | 512 | 2 |" in report and report.count("loads and serves") >= 3
+    # the fit configs were measured at the planner's level under their own names; "short" (placed for a 1K
+    # context) only at the lengths its context holds
+    lengths = {(label, s.length) for label, s in data.cold_samples()}
+    assert lengths == {("fit", 1024), ("fit", 2048), ("ncmoe=0", 1024), ("ncmoe=0", 2048), ("short", 1024)}

@@ -48,9 +48,16 @@ class LlamaConfig:
     env: tuple[tuple[str, str], ...] = ()  # e.g. (("GGML_OP_OFFLOAD_MIN_BATCH", "64"),)
     bench_args: tuple[str, ...] = ()  # extra llama-bench arguments
     server_args: tuple[str, ...] = ()  # extra llama-server arguments
+    # The context this configuration is placed for (a resolved ``fit@L`` level): its servers get this ``-c`` and
+    # prompts longer than it holds are not measured on it (under the budget it would not load).
+    max_context: int | None = None
 
     def flag(self, short: str) -> str | None:
         return dict(self.flags).get(short)
+
+    def holds(self, tokens: int) -> bool:
+        """Whether this configuration's context holds ``tokens`` (prompt plus response, or depth plus test)."""
+        return self.max_context is None or tokens <= self.max_context
 
     def bench_config(self) -> BenchConfig:
         fields = self.flags + (((_NOPO.bench[0], "1"),) if self.no_op_offload else ())
@@ -105,6 +112,14 @@ class StudySpec:
 
     def __post_init__(self) -> None:
         validate_spec(self)
+
+    def lengths_for(self, config: LlamaConfig) -> tuple[int, ...]:
+        """The prompt lengths measured on ``config``: those its context holds with the longest response."""
+        return tuple(L for L in self.lengths if config.holds(L + max(self.response_tokens)))
+
+    def bench_depths_for(self, config: LlamaConfig) -> tuple[int, ...]:
+        """llama-bench depths for ``config``: those its context holds with the longer of the pp and tg tests."""
+        return tuple(d for d in (self.bench_depths or self.lengths) if config.holds(d + max(self.pp, self.tg)))
 
 
 def _k(text: str | int, what: str) -> int:

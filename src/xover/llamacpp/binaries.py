@@ -28,6 +28,12 @@ class Binaries:
     def bin_dir(self) -> Path:
         return self.server.parent
 
+    @property
+    def fit_params(self) -> Path | None:
+        """llama.cpp's ``llama-fit-params`` beside llama-server, if this build has it (xover's builds do)."""
+        p = self.bin_dir / "llama-fit-params"
+        return p if p.is_file() and os.access(p, os.X_OK) else None
+
     def describe(self) -> str:
         where = {
             "--llama-bin-dir": "from --llama-bin-dir",

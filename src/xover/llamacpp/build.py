@@ -68,7 +68,8 @@ BACKENDS: dict[str, list[str]] = {
     "metal": ["-DGGML_METAL=ON"],
 }
 
-TARGETS = ("llama-bench", "llama-server")
+# llama-fit-params prints what llama.cpp's own ``--fit`` would choose (shown beside xover's planner).
+TARGETS = ("llama-bench", "llama-server", "llama-fit-params")
 
 # Parts of the tree the two targets never need (about 115 MB of the 176 MB).
 _SKIP_DIRS = ("docs", "models", "media", "benches", ".devops", ".github")

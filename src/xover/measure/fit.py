@@ -66,16 +66,17 @@ def resolve_fits(spec: StudySpec, model: Path) -> tuple[StudySpec, list[dict[str
         if want is None:
             configs.append(c)
             continue
-        ctx = study_ctx if want is True else context_size(int(want), 0)
+        ctx = study_ctx if want is True else context_size(int(want), max(spec.response_tokens))
         ubatch = int(c.flag("-ub") or 512)
-        (plan,) = plan_placement(terms, budget, (ctx,), ubatch, flash_attn=c.flag("-fa") != "off")
+        (plan,) = plan_placement(terms, budget, (ctx,), ubatch, flash_attn=c.flag("-fa") not in ("off", "0"))
         if plan.n_cpu_moe is None:
             raise XoverError(
                 f"{c.name}: the model does not fit {budget / GIB:.1f} GiB at {ctx:,} tokens of context "
                 "even with every expert on the CPU: raise vram-budget or shorten the context"
             )
         n = plan.n_cpu_moe
-        configs.append(dataclasses.replace(c, flags=tuple((f, str(n) if f == "-ncmoe" else v) for f, v in c.flags)))
+        placed = with_level(c, n)
+        configs.append(placed if want is True else dataclasses.replace(placed, max_context=ctx))
         records.append(
             {
                 "config": c.name,
@@ -94,6 +95,62 @@ def resolve_fits(spec: StudySpec, model: Path) -> tuple[StudySpec, list[dict[str
             }
         )
     return dataclasses.replace(spec, configs=tuple(configs)), records
+
+
+def with_level(config: LlamaConfig, n: int) -> LlamaConfig:
+    """``config`` with ``--n-cpu-moe n``."""
+    return dataclasses.replace(config, flags=tuple((f, str(n) if f == "-ncmoe" else v) for f, v in config.flags))
+
+
+def refit_variants(
+    spec: StudySpec, model: Path, records: list[dict[str, Any]], variants: tuple[LlamaConfig, ...]
+) -> tuple[tuple[LlamaConfig, ...], list[dict[str, Any]]]:
+    """Tuned variants of ``fit`` configurations planned again for their own settings: a larger ubatch needs a
+    larger compute buffer, which under a budget can push more experts to the CPU. One record per variant of a
+    fit configuration (the same shape as :func:`resolve_fits`' records)."""
+    from xover.analysis.theory import model_terms, plan_placement
+    from xover.gguf.inspect import model_table
+    from xover.measure.tune import SUFFIX
+
+    by_base = {r["config"]: r for r in records}
+    if not any(v.name.removesuffix(SUFFIX) in by_base for v in variants):
+        return variants, []
+    terms = model_terms(model_table(str(model))[0])
+    out, refits = [], []
+    for v in variants:
+        r = by_base.get(v.name.removesuffix(SUFFIX))
+        if r is None:
+            out.append(v)
+            continue
+        ubatch = int(v.flag("-ub") or 512)
+        (plan,) = plan_placement(
+            terms, int(r["budget_bytes"]), (int(r["n_ctx"]),), ubatch, flash_attn=v.flag("-fa") not in ("off", "0")
+        )
+        n = plan.n_cpu_moe if plan.n_cpu_moe is not None else terms.n_layer
+        out.append(with_level(v, n))
+        refits.append(
+            {
+                **r,
+                "config": v.name,
+                "n_cpu_moe": n,
+                "ubatch": ubatch,
+                "headroom_bytes": plan.headroom_bytes,
+                "estimate": {
+                    "model_bytes": plan.estimate.model_bytes,
+                    "kv_bytes": plan.estimate.kv_bytes,
+                    "compute_bytes": plan.estimate.compute_bytes,
+                    "total_bytes": plan.estimate.total_bytes,
+                },
+            }
+        )
+    return tuple(out), refits
+
+
+def apply_checks(configs: tuple[LlamaConfig, ...], checks: list[dict[str, Any]]) -> tuple[LlamaConfig, ...]:
+    """Each checked configuration at the level it is measured at: the planner's, unless llama.cpp refused it
+    and a level above served (``measured_at``)."""
+    level = {c["config"]: int(c.get("measured_at", c["n_cpu_moe"])) for c in checks}
+    return tuple(with_level(c, level[c.name]) if c.name in level else c for c in configs)
 
 
 def describe(record: dict[str, Any]) -> str:
@@ -142,23 +199,43 @@ async def _check_level(
 
 def check_fits(
     spec: StudySpec,
+    configs: tuple[LlamaConfig, ...],
     model: Path,
     binaries: Binaries,
     records: list[dict[str, Any]],
     log_dir: Path,
     note: Callable[[str], None],
 ) -> list[dict[str, Any]]:
-    """For each resolved ``fit``: llama.cpp at the planner's level and one level below it."""
+    """For each resolved ``fit``: llama.cpp at the planner's level and one level below it, and what llama.cpp's
+    own ``--fit`` would choose at the same context (``llama-fit-params``). When the planner's level does not
+    serve, the levels above it are tried (at most :data:`MAX_CORRECTION`) and the configuration is measured at
+    the first that serves (``measured_at``): llama.cpp's word wins over the planner's, and the report says so."""
+    from xover.llamacpp.fitparams import run_fit_params
+
     out = []
-    by_name = {c.name: c for c in spec.configs}
+    by_name = {c.name: c for c in configs}
     for r in records:
         config, n, ctx = by_name[r["config"]], int(r["n_cpu_moe"]), int(r["n_ctx"])
         levels = [m for m in (n, n - 1) if m >= 0]
         checks = [asyncio.run(_check_level(binaries, model, config, m, ctx, log_dir, spec.timeout_s)) for m in levels]
-        entry = {**r, "checks": [c.as_dict() for c in checks]}
+        measured_at = n
+        if not checks[0].served:
+            for m in range(n + 1, n + 1 + MAX_CORRECTION):
+                checks.append(asyncio.run(_check_level(binaries, model, config, m, ctx, log_dir, spec.timeout_s)))
+                if checks[-1].served:
+                    measured_at = m
+                    break
+        entry: dict[str, Any] = {**r, "checks": [c.as_dict() for c in checks], "measured_at": measured_at}
+        if binaries.fit_params is not None:
+            choice, why = run_fit_params(binaries.fit_params, model, ctx, config.flags, dict(config.env))
+            entry["llama_fit"] = choice.to_dict() if choice is not None else None
+            entry["llama_fit_log"] = why
         out.append(entry)
         note(check_line(entry))
     return out
+
+
+MAX_CORRECTION = 4  # levels above the planner's tried when llama.cpp refuses the planner's
 
 
 def check_line(entry: dict[str, Any]) -> str:
@@ -170,14 +247,19 @@ def check_line(entry: dict[str, Any]) -> str:
         parts.append(f"--n-cpu-moe {c['n_cpu_moe']} {what}{why}")
     n = entry["n_cpu_moe"]
     below = next((c for c in entry["checks"] if c["n_cpu_moe"] == n - 1), None)
-    if below is None:
+    if entry.get("measured_at", n) != n:
+        verdict = f"llama.cpp refuses the planner's level: measured at {entry['measured_at']}"
+    elif below is None:
         verdict = "nothing below it to try"
     elif below["served"]:
         verdict = "the planner is conservative here: one level less also serves"
     else:
         verdict = "llama.cpp confirms the edge"
-    return (
-        f"{entry['config']} ({entry['request'] or FIT}) at {entry['n_ctx']:,} tokens: "
-        + "; ".join(parts)
-        + f": {verdict}"
-    )
+    line = f"{entry['config']} ({entry['request'] or FIT}) at {entry['n_ctx']:,} tokens: " + "; ".join(parts)
+    line += f": {verdict}"
+    own = entry.get("llama_fit")
+    if own is not None:
+        from xover.llamacpp.fitparams import FitChoice
+
+        line += f"; llama.cpp's own --fit: {FitChoice.from_dict(own).describe()}"
+    return line

@@ -167,15 +167,6 @@ def stage_bench(
     from xover.measure import bench as benchrun
     from xover.measure.events import ConfigFailed, ConfigStarted, Progressed
 
-    sweep = benchrun.SweepSpec(
-        model=model,
-        depths=tuple(spec.bench_depths or spec.lengths),
-        n_prompt=spec.pp,
-        n_gen=spec.tg,
-        repetitions=spec.bench_repetitions,
-        timeout_s=spec.timeout_s,
-    )
-
     def on_event(ev: object) -> None:
         if isinstance(ev, Progressed):
             emit(StageEvent("bench", "progress", "", ev.completed, ev.total))
@@ -184,23 +175,48 @@ def stage_bench(
         elif isinstance(ev, ConfigFailed):
             emit(StageEvent("bench", "fail", f"{ev.label}: {ev.reason}"))
 
-    outcome = benchrun.run_sweep(
-        sweep,
-        binaries,
-        study_dir,
-        fresh=fresh,
-        command=command,
-        on_event=on_event,
-        configs=[c.bench_config() for c in spec.configs],
-    )
-    return len(outcome.failures)
+    # One sweep per set of depths: a configuration placed for a shorter context (fit@8k) skips the deeper tests.
+    groups: dict[tuple[int, ...], list[LlamaConfig]] = {}
+    for c in spec.configs:
+        groups.setdefault(spec.bench_depths_for(c), []).append(c)
+    failures = 0
+    for depths, configs in groups.items():
+        if not depths:
+            names = ", ".join(c.name for c in configs)
+            emit(StageEvent("bench", "info", f"{names}: no bench depth fits its context; not benched"))
+            continue
+        sweep = benchrun.SweepSpec(
+            model=model,
+            depths=depths,
+            n_prompt=spec.pp,
+            n_gen=spec.tg,
+            repetitions=spec.bench_repetitions,
+            timeout_s=spec.timeout_s,
+        )
+        outcome = benchrun.run_sweep(
+            sweep,
+            binaries,
+            study_dir,
+            fresh=fresh,
+            command=command,
+            on_event=on_event,
+            configs=[c.bench_config() for c in configs],
+        )
+        failures += len(outcome.failures)
+    return failures
 
 
 def missing_ttft(
-    stored: Sequence[StoredSample], spec: StudySpec, model_key: str, config_key: str, fresh: bool
+    stored: Sequence[StoredSample],
+    spec: StudySpec,
+    model_key: str,
+    config_key: str,
+    fresh: bool,
+    lengths: Sequence[int] | None = None,
 ) -> dict[int, int]:
     """Prompt length -> cold samples still needed (passing the cold check) for one configuration, given the
-    study's stored samples (the read model's ``ttft_rows``)."""
+    study's stored samples (the read model's ``ttft_rows``), among ``lengths`` (default: the study's)."""
+    lengths = spec.lengths if lengths is None else lengths
     have: Counter[int] = Counter()
     if not fresh:
         for row in stored:
@@ -213,7 +229,7 @@ def missing_ttft(
                 and s.error is None
             ):
                 have[s.length] += 1
-    return {L: spec.repetitions - have[L] for L in spec.lengths if have[L] < spec.repetitions}
+    return {L: spec.repetitions - have[L] for L in lengths if have[L] < spec.repetitions}
 
 
 def stage_ttft(
@@ -232,8 +248,14 @@ def stage_ttft(
     with Store(study_dir) as store:
         todo = []
         for c in spec.configs:
-            sspec = ServerSpec(model=model, label=c.name, ctx_size=ctx, extra_args=c.server_args_list(), env=c.env)
-            missing = missing_ttft(stored, spec, mk, sspec.config().key, fresh)
+            sspec = ServerSpec(
+                model=model, label=c.name, ctx_size=c.max_context or ctx, extra_args=c.server_args_list(), env=c.env
+            )
+            lengths = spec.lengths_for(c)
+            if len(lengths) < len(spec.lengths):
+                beyond = ", ".join(f"{L:,}" for L in spec.lengths if L not in lengths)
+                emit(StageEvent("ttft", "info", f"{c.name}: placed for {c.max_context:,} tokens; not at {beyond}"))
+            missing = missing_ttft(stored, spec, mk, sspec.config().key, fresh, lengths)
             if missing:
                 todo.append((c, sspec, missing))
             else:
@@ -404,6 +426,45 @@ def run_study(
         return _run_stages(spec, study_dir, binaries, fresh, command, emit, report)
 
 
+def _check_fits(
+    spec: StudySpec,
+    configs: tuple[LlamaConfig, ...],
+    records: list[dict[str, Any]],
+    suffix: str,
+    model: Path,
+    binaries: Binaries,
+    study_dir: Path,
+    fresh: bool,
+    emit: Emit,
+) -> tuple[LlamaConfig, ...]:
+    """llama.cpp's word on the planner's levels (artifacts ``fit{suffix}`` and ``fit-check{suffix}``), asked
+    once per set of levels and reused on resume; ``configs`` at the levels they are measured at."""
+    from xover.measure import fit
+
+    if not records:
+        return configs
+    with Store(study_dir) as store:
+        checked = [body for _, _, body in store.artifacts("fit-check" + suffix)]
+        planned = [(r["config"], r["n_cpu_moe"], r["n_ctx"]) for r in records]
+        if checked and not fresh and [(c["config"], c["n_cpu_moe"], c["n_ctx"]) for c in checked[-1]] == planned:
+            checks = checked[-1]
+        else:
+            for r in records:
+                emit(StageEvent("model", "info", fit.describe(r)))
+            store.add_artifact(None, "fit" + suffix, records)
+            checks = fit.check_fits(
+                spec,
+                configs,
+                model,
+                binaries,
+                records,
+                study_dir / "logs",
+                lambda line: emit(StageEvent("model", "info", line)),
+            )
+            store.add_artifact(None, "fit-check" + suffix, checks)
+    return fit.apply_checks(configs, checks)
+
+
 def _run_stages(
     spec: StudySpec,
     study_dir: Path,
@@ -430,23 +491,11 @@ def _run_stages(
     model = timed("model", lambda: resolve_model(spec, study_dir, emit))
     from xover.measure import fit
 
+    fits: list[dict[str, Any]] = []
     if fit.has_fits(spec):
         spec, fits = fit.resolve_fits(spec, model)
-        with Store(study_dir) as store:
-            checked = [body for _, _, body in store.artifacts("fit-check")]
-            if not checked or fresh or [c["n_cpu_moe"] for c in checked[-1]] != [r["n_cpu_moe"] for r in fits]:
-                for r in fits:
-                    emit(StageEvent("model", "info", fit.describe(r)))
-                store.add_artifact(None, "fit", fits)
-                checks = fit.check_fits(
-                    spec,
-                    model,
-                    binaries,
-                    fits,
-                    study_dir / "logs",
-                    lambda line: emit(StageEvent("model", "info", line)),
-                )
-                store.add_artifact(None, "fit-check", checks)
+        configs = _check_fits(spec, spec.configs, fits, "", model, binaries, study_dir, fresh, emit)
+        spec = dataclasses.replace(spec, configs=configs)
     from xover.gguf.inspect import check_offload_and_context
 
     check_offload_and_context(
@@ -465,7 +514,11 @@ def _run_stages(
     from xover.measure.tune import variants
 
     # Every stage below measures each configuration at its defaults and, where tuning changed a knob, tuned.
-    measured = dataclasses.replace(spec, configs=spec.configs + variants(tuned))
+    tuned_configs = variants(tuned)
+    if fits:  # a tuned fit configuration is placed again for its own settings (a larger ubatch needs more VRAM)
+        tuned_configs, refits = fit.refit_variants(spec, model, fits, tuned_configs)
+        tuned_configs = _check_fits(spec, tuned_configs, refits, "-tuned", model, binaries, study_dir, fresh, emit)
+    measured = dataclasses.replace(spec, configs=spec.configs + tuned_configs)
     failures += timed("bench", lambda: stage_bench(measured, model, binaries, study_dir, fresh, command, emit)) or 0
     failures += timed("ttft", lambda: stage_ttft(measured, model, binaries, study_dir, fresh, command, emit)) or 0
     failures += timed("cache", lambda: stage_cache(spec, model, binaries, study_dir, fresh, command, emit)) or 0

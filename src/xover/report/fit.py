@@ -21,25 +21,42 @@ def _did(check: dict[str, Any] | None) -> str:
     return f"{what}: {str(check['reason'] or '')[:200]}"
 
 
+def _llama_fit(r: dict[str, Any]) -> str:
+    if "llama_fit" not in r:
+        return "-"  # a build without llama-fit-params
+    own = r["llama_fit"]
+    if own is None:
+        return f"no answer: {str(r.get('llama_fit_log') or '')[:160]}"
+    n = len(own["cpu_expert_layers"])
+    part = f" ({len(own['partial_layers'])} in part)" if own["partial_layers"] else ""
+    return f"experts of {n} layers on the CPU{part}, -ngl {own['n_gpu_layers']}"
+
+
 def fit_blocks(data: StudyData) -> list[Block]:
-    checked = data.artifact_bodies("fit-check")
-    chosen = checked[-1] if checked else (data.artifact_bodies("fit") or [[]])[-1]
+    chosen: list[dict[str, Any]] = []
+    for suffix in ("", "-tuned"):
+        checked = data.artifact_bodies("fit-check" + suffix)
+        chosen += checked[-1] if checked else (data.artifact_bodies("fit" + suffix) or [[]])[-1]
     if not chosen:
         return []
     rows = []
     for r in chosen:
         by_level = {c["n_cpu_moe"]: c for c in r.get("checks", [])}
         n, e = int(r["n_cpu_moe"]), r["estimate"]
+        at = int(r.get("measured_at", n))
         rows.append(
             (
                 r["config"],
                 str(r["request"]),
                 f"{r['n_ctx']:,}",
                 f"{r['budget_bytes'] / GIB:.1f} GiB",
+                str(r.get("ubatch", 512)),
                 str(n),
                 f"{e['total_bytes'] / GIB:.2f} GiB + {r['headroom_bytes'] / GIB:.1f} GiB headroom",
                 _did(by_level.get(n)),
                 _did(by_level.get(n - 1)),
+                str(at) if at == n else f"{at} (llama.cpp refused {n})",
+                _llama_fit(r),
             )
         )
     return [
@@ -49,7 +66,11 @@ def fit_blocks(data: StudyData) -> list[Block]:
             "The placement planner's level for each 'fit' configuration (llama.cpp's buffer arithmetic: model, "
             "KV and compute buffers, plus headroom for the CUDA context and the first request's allocations), "
             "then llama.cpp itself at that level and one below: llama-server started with the same context "
-            "under the same budget, answering one ubatch-long request.",
+            "under the same budget, answering one ubatch-long request. A tuned variant is placed again for its "
+            "own ubatch (a larger ubatch needs a larger compute buffer). The last column is what llama.cpp's own "
+            "--fit (llama-fit-params, same context and budget) would do instead: it keeps every layer's attention "
+            "on the GPU and moves the experts of the highest layers to the CPU, where --n-cpu-moe moves the "
+            "lowest; the number of layers is what compares.",
         ),
         table(
             (
@@ -57,10 +78,13 @@ def fit_blocks(data: StudyData) -> list[Block]:
                 "asked",
                 "context",
                 "budget",
+                "ubatch",
                 "planner's level",
                 "planner's GPU buffers",
                 "llama.cpp at that level",
                 "one level below",
+                "measured at",
+                "llama.cpp's --fit",
             ),
             rows,
         ),
