@@ -70,8 +70,7 @@ def parse_fit_args(stdout: str) -> FitChoice | None:
         m = _LAYER.search(pattern)
         if m is None or not buft.upper().startswith("CPU"):
             continue
-        parts = re.search(r"ffn_\(?([a-z|]+)\)?_", pattern)
-        layers.setdefault(int(m.group(1)), set()).update((parts.group(1) if parts else "up|down|gate").split("|"))
+        layers.setdefault(int(m.group(1)), set()).update(_projections(pattern))
     full = {"up", "down", "gate"}
     return FitChoice(
         args=line,
@@ -80,6 +79,16 @@ def parse_fit_args(stdout: str) -> FitChoice | None:
         cpu_expert_layers=tuple(sorted(layers)),
         partial_layers=tuple(sorted(i for i, p in layers.items() if not full <= p)),
     )
+
+
+def _projections(pattern: str) -> set[str]:
+    """The expert projections an override pattern names: ``ffn_(up|down|gate_up|gate)_(ch|)exps`` ->
+    {up, down, gate_up, gate}; ``ffn_up_exps`` -> {up}; no group: all three."""
+    group = re.search(r"ffn_\(([^)]*)\)", pattern)
+    if group:
+        return set(group.group(1).split("|"))
+    single = re.search(r"ffn_([a-z_]+?)_(?:\(ch\|\)|ch)?exps", pattern)
+    return {single.group(1)} if single else {"up", "down", "gate"}
 
 
 def fit_args(flags: Sequence[tuple[str, str]]) -> list[str]:
