@@ -12,7 +12,7 @@ from xover.llamacpp import binaries, build
 
 def _fake_bin_dir(d: Path) -> Path:
     d.mkdir(parents=True)
-    for name in ("llama-bench", "llama-server"):
+    for name in build.TARGETS:  # llama-bench, llama-server and the tools a cached build must hold
         p = d / name
         p.write_text("#!/bin/sh\n")
         p.chmod(p.stat().st_mode | stat.S_IXUSR)

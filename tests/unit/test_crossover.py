@@ -219,3 +219,25 @@ def test_a_winner_measured_below_the_band_is_not_extrapolated_silently():
         "there only if the order holds: measure up to 40,000 tokens to know."
     )
     assert "best served by" not in v
+
+
+def test_a_side_placed_for_a_short_context_never_wins_the_band():
+    """fit@8k under a budget holds 8K prompts and no more: faster where both run, it still cannot serve the
+    agentic band, and the verdict says who can, and where neither can."""
+    short = (1024, 4096, 8192)
+    a = ConfigData("fit@8k", {L: [0.1 + L / 1000] * 3 for L in short}, {D: [100.0] * 3 for D in short}, max_prompt=8192)
+    b = ConfigData("fit@32k", {L: [0.2 + L / 800] * 3 for L in short}, {D: [60.0] * 3 for D in short}, max_prompt=32768)
+    v = verdict(compare_pair(a, b, 200, n_boot=0))
+    assert "fit@8k is faster at every length both hold" in v
+    assert "fit@8k's placement holds none of it and fit@32k's it up to 32K" in v
+    assert "so agentic turns need fit@32k" in v and "turns past 32K tokens need a placement for a longer context" in v
+    # with no limit on the other side, it serves the whole band
+    c = ConfigData("all", b.ttft_s, b.decode_tps)
+    v = verdict(compare_pair(a, c, 200, n_boot=0))
+    assert "all's all of it, so agentic turns need all." in v
+    # a limit inside the band: the other serves the rest
+    d = ConfigData("fit@16k", a.ttft_s, a.decode_tps, max_prompt=16384)
+    v = verdict(compare_pair(d, c, 200, n_boot=0))
+    assert "fit@16k's placement holds it up to 16K and all's all of it, so turns past 16K tokens need all." in v
+    # no limits: the old verdict, unchanged
+    assert "placement" not in verdict(compare_pair(ConfigData("x", a.ttft_s, a.decode_tps), c, 200, n_boot=0))

@@ -99,3 +99,16 @@ def test_the_check_line_names_what_llama_cpp_did() -> None:
     )
     entry["checks"][1] = {"n_cpu_moe": 8, "loaded": True, "served": True, "reason": None}
     assert check_line(entry).endswith("the planner is conservative here: one level less also serves")
+
+
+def test_a_fit_at_a_length_measures_only_what_its_context_holds() -> None:
+    import dataclasses
+
+    spec = spec_from_dict(doc(**{"vram-budget": "16GiB"}))
+    spec = dataclasses.replace(spec, lengths=(1024, 4096, 8192, 32768), response_tokens=(200,), bench_depths=None)
+    placed = dataclasses.replace(spec.configs[0], max_context=8704)  # fit@8k: context_size(8192, 200)
+    assert spec.lengths_for(placed) == (1024, 4096, 8192)
+    assert spec.bench_depths_for(placed) == (1024, 4096, 8192)  # pp512 @ d8192: a context of 8,704, just held
+    assert spec.bench_depths_for(dataclasses.replace(placed, max_context=8703)) == (1024, 4096)
+    free = dataclasses.replace(placed, max_context=None)
+    assert spec.lengths_for(free) == spec.lengths and spec.bench_depths_for(free) == spec.lengths

@@ -33,6 +33,9 @@ class ConfigData:
     label: str
     ttft_s: Samples  # prompt length -> TTFT samples in seconds
     decode_tps: Samples  # depth -> decode speed samples in tokens/s
+    # The longest prompt this configuration's placement holds (a fit@8k level under a VRAM budget holds
+    # 8K and no more: longer prompts do not load); None: no limit known.
+    max_prompt: int | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -81,6 +84,8 @@ class PairResult:
     ci: tuple[float, float] | None  # bootstrap 95% interval of the first fitted crossing
     ci_no_crossing_fraction: float | None  # share of bootstrap replicates with no crossing in (0, max_len]
     separated: tuple[int, ...] = ()  # per length: -1 A clearly faster, +1 B clearly faster, 0 within noise
+    max_prompt_a: int | None = None  # ConfigData.max_prompt of each side
+    max_prompt_b: int | None = None
 
     def faster_at(self, length_index: int) -> str:
         return self.a if self.total_a[length_index] < self.total_b[length_index] else self.b
@@ -252,7 +257,19 @@ def compare_pair(a: ConfigData, b: ConfigData, response: int, n_boot: int = 1000
         ci, none_frac = bootstrap_crossing(a, b, response, lo, hi, n_boot=n_boot, seed=seed)
     sep = tuple(separation(a, b, L, response) for L in lengths)
     return PairResult(
-        a.label, b.label, response, lengths, tuple(da), tuple(db), tuple(interp), fitted, ci, none_frac, sep
+        a.label,
+        b.label,
+        response,
+        lengths,
+        tuple(da),
+        tuple(db),
+        tuple(interp),
+        fitted,
+        ci,
+        none_frac,
+        sep,
+        a.max_prompt,
+        b.max_prompt,
     )
 
 
@@ -331,7 +348,62 @@ def verdict(pair: PairResult, band: tuple[int, int] = (10_000, 40_000)) -> str:
     """One sentence naming both configurations: who wins where, the crossover, where the agentic band falls.
 
     Lengths where the two are within noise (:func:`separation`) name no winner: a crossover is only
-    claimed between lengths where each side is clearly faster, so noise never reads as a crossing."""
+    claimed between lengths where each side is clearly faster, so noise never reads as a crossing. A side
+    whose placement cannot hold the band's prompts (``max_prompt``) never wins the band."""
+    held = _band_held(pair, band)
+    if held is not None:
+        return held
+    return _verdict(pair, band)
+
+
+def _band_held(pair: PairResult, band: tuple[int, int]) -> str | None:
+    """The verdict when a side's placement cannot hold prompts up to the band's end: what the measurements
+    say over the lengths both hold, then who can serve the band at all."""
+    lo_b, hi_b = band
+    limited = [
+        (x, m) for x, m in ((pair.a, pair.max_prompt_a), (pair.b, pair.max_prompt_b)) if m is not None and m < hi_b
+    ]
+    if not limited:
+        return None
+    s, claim = sides(pair), claimed_crossing(pair)
+    span = f"{_k(pair.lengths[0])}-{_k(pair.lengths[-1])} tokens, {pair.response}-token responses"
+    if not s.clear:
+        within = f"within noise of each other at every length both hold ({span})"
+    elif not s.changes:
+        within = f"{s.clear[0][1]} is faster at every length both hold where they differ ({span})"
+    elif claim is None:
+        within = f"no consistent winner over the lengths both hold ({span})"
+    else:
+        ci = f" (95% CI {_k(pair.ci[0])}-{_k(pair.ci[1])})" if pair.ci else ""
+        within = f"{s.clear[0][1]} is faster below ~{_k(claim.length)} tokens and {s.clear[-1][1]} above{ci}"
+    head = f"{pair.a} vs {pair.b}: {within}"
+
+    def reach(m: int | None) -> int:
+        return hi_b if m is None else min(m, hi_b)
+
+    def holds(m: int | None) -> str:
+        return "all of it" if m is None or m >= hi_b else ("none of it" if m < lo_b else f"it up to {_k(m)}")
+
+    ra, rb = reach(pair.max_prompt_a), reach(pair.max_prompt_b)
+    sentence = (
+        f"{head}; of the agentic band ({_k(lo_b)}-{_k(hi_b)} tokens) {pair.a}'s placement holds "
+        f"{holds(pair.max_prompt_a)} and {pair.b}'s {holds(pair.max_prompt_b)}"
+    )
+    if ra != rb:
+        better, worse_reach = (pair.a, rb) if ra > rb else (pair.b, ra)
+        sentence += (
+            f", so agentic turns need {better}"
+            if worse_reach < lo_b
+            else f", so turns past {_k(worse_reach)} tokens need {better}"
+        )
+    elif ra < lo_b:
+        sentence += ": neither serves agentic turns"
+    if max(ra, rb) < hi_b:
+        sentence += f"; turns past {_k(max(ra, rb))} tokens need a placement for a longer context"
+    return sentence + "."
+
+
+def _verdict(pair: PairResult, band: tuple[int, int]) -> str:
     head = f"{pair.a} vs {pair.b}: "
     lo_b, hi_b = band
     s = sides(pair)

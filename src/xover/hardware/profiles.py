@@ -112,6 +112,11 @@ HOSTS: dict[str, CpuSpec] = {
     "desktop-16c": CpuSpec(
         name="desktop CPU, 16 cores, 2-channel DDR5", cores=16, flops_per_s=1.0 * TFLOPS, mem_bw_bytes_per_s=70 * GB
     ),
+    # A DDR4 desktop of the RTX 3090 generation (a 12-core Ryzen 5900X class, dual-channel DDR4-3200: about
+    # 40 GB/s threaded copy in practice): round figures for the class, like the others.
+    "desktop-ddr4-12c": CpuSpec(
+        name="desktop CPU, 12 cores, 2-channel DDR4", cores=12, flops_per_s=0.7 * TFLOPS, mem_bw_bytes_per_s=40 * GB
+    ),
     "generic": CpuSpec(
         name="generic CPU, 8 cores, 2-channel DDR4/DDR5", cores=8, flops_per_s=0.4 * TFLOPS, mem_bw_bytes_per_s=50 * GB
     ),
@@ -168,6 +173,12 @@ PROFILES: dict[str, Profile] = {
         Profile("l40s", _gpu("NVIDIA L40S", "CUDA", 362, 150, 864, 44.4, _GEN4), "server-16c", r"\bL40S\b"),
         Profile(
             "rtx-5090", _gpu("NVIDIA GeForce RTX 5090", "CUDA", 419, 250, 1792, 31.4, _GEN5), "desktop-16c", r"RTX 5090"
+        ),
+        Profile(
+            "rtx-5080", _gpu("NVIDIA GeForce RTX 5080", "CUDA", 225, 130, 960, 15.92, _GEN5), "desktop-16c", r"RTX 5080"
+        ),
+        Profile(
+            "rtx-4080", _gpu("NVIDIA GeForce RTX 4080", "CUDA", 195, 100, 717, 15.99, _GEN4), "desktop-16c", r"RTX 4080"
         ),
         Profile(
             "rtx-4090", _gpu("NVIDIA GeForce RTX 4090", "CUDA", 330, 170, 1008, 23.5, _GEN4), "desktop-16c", r"RTX 4090"

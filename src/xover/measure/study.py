@@ -99,6 +99,9 @@ def stage_theory(spec: StudySpec, model: Path, store: Store, emit: Emit) -> None
 
     store.add_artifact(None, "inspect", inspect_gguf(model).to_dict())
     table, name = model_table(model)
+    # The theory's view of the model, so the report can predict from the store alone (the translation of
+    # measurements to other machines) without the model file.
+    store.add_artifact(None, "model-terms", dataclasses.asdict(model_terms(table)))
     measure = spec.hardware == "measure"
     hw, _ = resolve_hw(None if measure else spec.hardware, measure)
     now = time.time_ns()
@@ -518,6 +521,17 @@ def _run_stages(
     if fits:  # a tuned fit configuration is placed again for its own settings (a larger ubatch needs more VRAM)
         tuned_configs, refits = fit.refit_variants(spec, model, fits, tuned_configs)
         tuned_configs = _check_fits(spec, tuned_configs, refits, "-tuned", model, binaries, study_dir, fresh, emit)
+        from xover.analysis.advise import server_command
+
+        placed = {c.name: c for c in tuned_configs}
+        tuned = [
+            dataclasses.replace(
+                t, variant=placed[t.variant.name], server_command=server_command(placed[t.variant.name], model.name)
+            )
+            if t.variant is not None and t.variant.name in placed
+            else t
+            for t in tuned
+        ]
     measured = dataclasses.replace(spec, configs=spec.configs + tuned_configs)
     failures += timed("bench", lambda: stage_bench(measured, model, binaries, study_dir, fresh, command, emit)) or 0
     failures += timed("ttft", lambda: stage_ttft(measured, model, binaries, study_dir, fresh, command, emit)) or 0

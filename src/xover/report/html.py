@@ -35,6 +35,7 @@ from xover.domain.records import TtftSample, backend_name
 from xover.report import plots
 from xover.report.blocks import html_table, plain_md_table
 from xover.report.fit import fit_blocks
+from xover.report.translate import translation_blocks
 from xover.report.tune import Block, Layout, blocks, layout, section_html, section_markdown
 from xover.results.read_model import StudyData, crossover_inputs, vram_budgets
 
@@ -559,6 +560,9 @@ def render_html(report: Report) -> str:
     if fits:
         parts.append(section_html(fits))
     parts.append(section_html(_tune_blocks(report)))
+    desktop = translation_blocks(d, report.response)
+    if desktop:
+        parts.append(section_html(desktop))
     parts.append(f"<h2>Prefill and TTFT per configuration and length</h2>{html_table(*point_table(report))}")
     parts.append(
         "<p class='muted'>llama-bench's pp @ dN is the speed of the new tokens on top of an untimed, cached "
@@ -637,6 +641,9 @@ def render_markdown(report: Report) -> str:
     tuning = section_markdown(_tune_blocks(report))
     if tuning:
         out += ["", tuning]
+    desktop = section_markdown(translation_blocks(d, report.response))
+    if desktop:
+        out += ["", desktop]
     out += [
         "",
         "## Prefill and TTFT\n",

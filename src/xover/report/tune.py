@@ -17,6 +17,7 @@ the two counts as noise. A change is *within noise* when the two sets of repetit
 from __future__ import annotations
 
 import dataclasses
+import re
 from collections import defaultdict
 from collections.abc import Collection, Mapping, Sequence
 from typing import Any
@@ -118,7 +119,7 @@ class Layout:
 def layout(labels: Sequence[str], artifacts: Sequence[tuple[int | None, str, Any]]) -> Layout:
     """The layout from the ``study`` and ``tune`` artifacts; without a ``study`` artifact the bases are the
     labels (first-seen order) that are no configuration's tuned variant, and there are no stored pairs."""
-    records = tune_records(artifacts)
+    records = tuple(_placed(r, artifacts) for r in tune_records(artifacts))
     tuned = {r.config: r.variant for r in records if r.variant}
     variants = set(tuned.values())
     study = [body for _, name, body in artifacts if name == "study" and isinstance(body, Mapping)]
@@ -126,6 +127,26 @@ def layout(labels: Sequence[str], artifacts: Sequence[tuple[int | None, str, Any
     bases = tuple(dict.fromkeys([*spec_order, *(lb for lb in labels if lb not in variants)]))
     pairs = tuple((str(p[0]), str(p[1])) for p in (study[-1].get("pairs") or ()) if len(p) == 2) if study else ()
     return Layout(bases, tuned, pairs, records)
+
+
+def _placed(r: TuneRecord, artifacts: Sequence[tuple[int | None, str, Any]]) -> TuneRecord:
+    """A tuned variant of a ``fit`` configuration is placed again for its own settings (artifact
+    ``fit-check-tuned``): its command shows the level it was measured at, and a note says so."""
+    checks = [body for _, name, body in artifacts if name == "fit-check-tuned" and isinstance(body, list)]
+    entry = next((c for c in (checks[-1] if checks else ()) if c.get("config") == r.variant), None)
+    if entry is None:
+        return r
+    level = int(entry.get("measured_at", entry["n_cpu_moe"]))
+    m = re.search(r"(?:-ncmoe|--n-cpu-moe) (\d+)", r.server_command)
+    if m is None or int(m.group(1)) == level:
+        return r
+    note = (
+        f"Searched at --n-cpu-moe {m.group(1)}; with ubatch {entry.get('ubatch', 512)} the variant needs "
+        f"--n-cpu-moe {level} to hold {int(entry['n_ctx']):,} tokens under the budget (see Fit), and it was "
+        "measured there."
+    )
+    command = r.server_command[: m.start(1)] + str(level) + r.server_command[m.end(1) :]
+    return dataclasses.replace(r, server_command=command, note=" ".join(filter(None, (r.note, note))))
 
 
 # ---- per-knob effects -----------------------------------------------------------------------------
@@ -379,6 +400,8 @@ def _record_blocks(r: TuneRecord, response: int) -> list[Block]:
         ]
     if r.server_command:
         out.append(Block("code", r.server_command))
+    if r.note and r.search is not None:
+        out.append(Block("p", r.note))
     where = [f"workload {r.workload}"] if r.workload else []
     if r.depths:
         where.append(f"llama-bench pp{r.chunk or ''} and tg at depths {', '.join(format_tokens(d) for d in r.depths)}")

@@ -358,8 +358,22 @@ def crossover_inputs(data: StudyData) -> list[ConfigData]:
     for label, r in data.bench:
         if r.n_prompt == 0 and r.n_gen > 0 and label in without_server_decode:
             dec[label][r.n_depth].extend(r.samples_ts)
+    limits = placement_limits(data)
     out = []
     for label in data.config_labels():
         if ttft.get(label) and dec.get(label):
-            out.append(ConfigData(label, dict(ttft[label]), dict(dec[label])))
+            out.append(ConfigData(label, dict(ttft[label]), dict(dec[label]), limits.get(label)))
+    return out
+
+
+def placement_limits(data: StudyData) -> dict[str, int]:
+    """Configuration -> the longest prompt its placement holds: a ``fit@L`` level (artifacts ``fit-check``
+    and ``fit-check-tuned``, else ``fit``/``fit-tuned``) holds L tokens and their response, no more."""
+    out: dict[str, int] = {}
+    for suffix in ("", "-tuned"):
+        bodies = data.artifact_bodies("fit-check" + suffix) or data.artifact_bodies("fit" + suffix)
+        for r in bodies[-1] if bodies else ():
+            request = str(r.get("request") or "")
+            if "@" in request:
+                out[str(r["config"])] = int(request.split("@", 1)[1])
     return out

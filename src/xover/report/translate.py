@@ -1,0 +1,147 @@
+"""The "On a desktop" section: a budgeted study's measurements carried to the consumer machines the budget
+emulates, through the theory (:mod:`xover.analysis.translate`). Every number here is a prediction and says so;
+the measured value it comes from stands beside it."""
+
+from __future__ import annotations
+
+import statistics
+from collections import defaultdict
+from typing import Any
+
+from xover.analysis.crossover import format_tokens
+from xover.analysis.theory import ModelTerms, OffloadConfig, config_from_flags
+from xover.analysis.translate import Setup, setup_assumptions, setups_for_budget, translate
+from xover.domain.records import ServerConfig
+from xover.hardware.profiles import Hardware, hardware_from_dict
+from xover.report.blocks import Block, table
+from xover.results.read_model import StudyData, vram_budgets
+
+
+def _terms(data: StudyData) -> ModelTerms | None:
+    """The theory's view of the model: stored by the theory stage, else rebuilt from a synthetic preset."""
+    from xover.domain.codec import decode
+
+    stored = data.artifact_bodies("model-terms")
+    if stored:
+        return decode(ModelTerms, stored[-1])
+    inspected = data.artifact_bodies("inspect")
+    name = inspected[-1].get("synthetic_preset") if inspected else None
+    if not name:
+        return None
+    from xover.analysis.theory import model_terms
+    from xover.gguf.presets import preset
+    from xover.gguf.shapes import tensor_table
+
+    return model_terms(tensor_table(preset(str(name))))
+
+
+def _source(data: StudyData) -> Hardware | None:
+    pred = data.prediction()
+    if not pred or not isinstance(pred.get("hardware"), dict):
+        return None
+    hw = hardware_from_dict(pred["hardware"])
+    return hw if hw.gpu is not None else None
+
+
+def _measured(data: StudyData) -> dict[str, list[tuple[int, float, float]]]:
+    """Per configuration: (length, median cold TTFT s, median server decode t/s) where both were measured."""
+    ttft: dict[str, dict[int, list[float]]] = defaultdict(lambda: defaultdict(list))
+    dec: dict[str, dict[int, list[float]]] = defaultdict(lambda: defaultdict(list))
+    for label, s in data.cold_samples():
+        ttft[label][s.length].append(s.first_token_ns / 1e9)  # type: ignore[operator]
+        if s.timings is not None and s.timings.predicted_per_second:
+            dec[label][s.length].append(s.timings.predicted_per_second)
+    out: dict[str, list[tuple[int, float, float]]] = {}
+    for label, by_length in ttft.items():
+        rows = [
+            (L, statistics.median(v), statistics.median(dec[label][L]))
+            for L, v in sorted(by_length.items())
+            if dec[label][L]
+        ]
+        if rows:
+            out[label] = rows
+    return out
+
+
+def _configs(data: StudyData) -> dict[str, OffloadConfig]:
+    out = {}
+    for c in data.configs:
+        if isinstance(c, ServerConfig) and c.label not in out:
+            out[c.label] = config_from_flags((), c.env, c.args)
+    return out
+
+
+def translation_blocks(data: StudyData, response: int) -> list[Block]:
+    budgets = vram_budgets(data)
+    terms, source = _terms(data), _source(data)
+    if not budgets or terms is None or source is None:
+        return []
+    setups = setups_for_budget(budgets[-1].budget)
+    measured, configs = _measured(data), _configs(data)
+    labels = [label for label in measured if label in configs]
+    if not setups or not labels:
+        return []
+    out = [
+        Block("h2", "On a desktop: the measurements carried to consumer machines (predicted, not measured)"),
+        Block(
+            "p",
+            f"The budget made llama.cpp see a {budgets[-1].budget / 2**30:.0f} GiB card, but the link, cores and memory "
+            "bandwidth were this host's. Each measured median below is carried to a desktop with a card of that size "
+            "by the theory's ratio between the two machines. These are predictions: they are never mixed with the "
+            "measurements above, and they hold only as far as the assumptions listed after the tables.",
+        ),
+    ]
+    for setup in setups:
+        out += _setup_blocks(setup, terms, source, configs, measured, labels, response)
+    out.append(Block("p", "Assumptions: " + "; ".join(setup_assumptions(source)) + "."))
+    return out
+
+
+def _setup_blocks(
+    setup: Setup,
+    terms: ModelTerms,
+    source: Hardware,
+    configs: dict[str, OffloadConfig],
+    measured: dict[str, list[tuple[int, float, float]]],
+    labels: list[str],
+    response: int,
+) -> list[Block]:
+    target = setup.hardware()
+    rows: list[tuple[str, ...]] = []
+    best: dict[int, tuple[float, str]] = {}
+    for label in labels:
+        for t in translate(terms, source, target, configs[label], measured[label], response):
+            rows.append(
+                (
+                    label,
+                    format_tokens(t.length),
+                    f"{t.measured_ttft_s:.2f} s → {t.ttft_s:.2f} s",
+                    f"{t.measured_decode_tps:.1f} → {t.decode_tps:.1f}",
+                    f"{t.measured_total_s:.2f} s → {t.total_s:.2f} s",
+                )
+            )
+            if t.length not in best or t.total_s < best[t.length][0]:
+                best[t.length] = (t.total_s, label)
+    fastest = "; ".join(f"{format_tokens(L)} {label}" for L, (_, label) in sorted(best.items()))
+    return [
+        Block("h3", f"{setup.key}: {setup.describe()}"),
+        table(
+            (
+                "config",
+                "prompt",
+                "cold TTFT: measured → predicted",
+                "decode t/s: measured → predicted",
+                f"total per turn ({response}-token response): measured → predicted",
+            ),
+            rows,
+        ),
+        Block("p", f"Predicted fastest per turn on this machine: {fastest}."),
+    ]
+
+
+def describe_setups(data: StudyData) -> list[dict[str, Any]]:
+    """The setups the section covers (for the CLI and tests): key and description."""
+    budgets = vram_budgets(data)
+    if not budgets:
+        return []
+    return [{"key": s.key, "describe": s.describe()} for s in setups_for_budget(budgets[-1].budget)]

@@ -1,0 +1,48 @@
+"""Carrying measurements to another machine through the theory (issue 20): known answers on constructed
+machines. A prediction, never a measurement: the ratio is the theory's, the measured value is kept beside it."""
+
+import dataclasses
+
+import pytest
+
+from xover.analysis.theory import OffloadConfig, model_terms
+from xover.analysis.translate import SETUPS, ratio, setups_for_budget, translate
+from xover.gguf.presets import preset
+from xover.gguf.shapes import tensor_table
+from xover.hardware.profiles import builtin
+
+GIB = 1 << 30
+TERMS = model_terms(tensor_table(preset("qwen3-30b-a3b")))
+
+
+def test_the_same_machine_translates_to_itself():
+    hw = builtin("h200")
+    (t,) = translate(TERMS, hw, hw, OffloadConfig(n_cpu_moe=10), [(8192, 8.5, 100.0)], 200)
+    assert (t.ttft_s, t.decode_tps) == pytest.approx((8.5, 100.0))
+    assert t.total_s == pytest.approx(t.measured_total_s) == pytest.approx(8.5 + 2.0)
+
+
+def test_a_slower_link_slows_offloaded_prefill_and_slower_host_memory_slows_decode():
+    src = builtin("h200")
+    assert src.gpu is not None
+    slow_link = dataclasses.replace(
+        src, gpu=dataclasses.replace(src.gpu, h2d_pinned_bytes_per_s=src.gpu.h2d_pinned_bytes_per_s / 4)
+    )
+    pinned = OffloadConfig(n_cpu_moe=23, ubatch=4096, pinned=True)
+    r = ratio(TERMS, src, slow_link, pinned, 32768)
+    assert r.ttft > 1.5 and r.decode == pytest.approx(1.0)  # decode reads experts on the CPU, not over the link
+    slow_ram = dataclasses.replace(
+        src, cpu=dataclasses.replace(src.cpu, mem_bw_bytes_per_s=src.cpu.mem_bw_bytes_per_s / 2)
+    )
+    r = ratio(TERMS, src, slow_ram, OffloadConfig(n_cpu_moe=23), 1024)
+    assert r.decode < 0.8
+    # nothing on the CPU but the token embeddings: the host hardly matters to decode
+    assert ratio(TERMS, src, slow_ram, OffloadConfig(n_cpu_moe=0), 1024).decode == pytest.approx(1.0, rel=1e-3)
+
+
+def test_the_setups_a_budget_emulates():
+    assert [s.key for s in setups_for_budget(16 * GIB)] == ["rtx-4080+ddr4", "rtx-5080+ddr5"]
+    assert [s.key for s in setups_for_budget(24 * GIB)] == ["rtx-3090+ddr4", "rtx-4090+ddr5"]
+    assert [s.key for s in setups_for_budget(32 * GIB)] == ["rtx-5090+ddr5"]
+    assert setups_for_budget(80 * GIB) == ()
+    assert all("GB/s pinned" in s.describe() for s in SETUPS)
