@@ -173,3 +173,25 @@ def test_xover_ttft_refuses_a_budget_in_one_line(fake_cudart: Path, tmp_path: Pa
     one_line_error(ttft("16GiB", XOVER_CUDART=str(tmp_path / "none.so")), "--vram-budget needs a CUDA GPU")
     one_line_error(ttft("16GiB", **card(fake_cudart, free=8 * GIB)), "less than the 16.0 GiB budget")
     one_line_error(ttft("lots"), "is not an amount of memory")
+
+
+def test_settle_waits_for_the_freed_memory_only_under_a_hold(monkeypatch) -> None:
+    """Known answers with a constructed clock and free-memory readings: no hold, no wait; under a hold, wait
+    until the free memory is back within 256 MiB of what it was when the hold began, at most the timeout."""
+    from xover.hardware import vram
+
+    MIB = 1 << 20
+    assert vram.settle(free_now=lambda: 0) is None  # no hold active
+    monkeypatch.setattr(vram, "_active", object())
+    monkeypatch.setattr(vram, "_baseline_free", 16_000 * MIB)
+    now = [0.0]
+
+    def sleep(s: float) -> None:
+        now[0] += s
+
+    readings = iter([10_000 * MIB, 14_000 * MIB, 15_800 * MIB])
+    assert vram.settle(free_now=lambda: next(readings), sleep=sleep, clock=lambda: now[0]) == 0.5
+    assert vram.settle(free_now=lambda: 1_000 * MIB, timeout_s=3, sleep=sleep, clock=lambda: now[0] - 0.5) >= 3
+    assert vram.settle(free_now=lambda: None, sleep=sleep, clock=lambda: now[0]) == 0.0  # no reading: no wait
+    monkeypatch.setattr(vram, "_baseline_free", None)
+    assert vram.settle(free_now=lambda: 0) is None  # a hold without nvidia-smi: nothing to wait on

@@ -27,6 +27,7 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from typing import Any
 
 from xover.errors import XoverError
@@ -37,6 +38,9 @@ GIB = 1 << 30
 _MIN_CHUNK = 2 << 20  # below this a failed allocation ends the hold: what is left is the driver's slack
 _READY_TIMEOUT_S = 120.0  # creating a CUDA context and allocating 100+ GiB takes seconds, not minutes
 _active: VramHold | None = None
+_baseline_free: int | None = None  # nvidia-smi's free bytes once the hold began, before any llama process
+_SETTLE_SLACK = 256 << 20
+_SETTLE_TIMEOUT_S = 20.0
 
 
 def active_hold() -> VramHold | None:
@@ -90,8 +94,9 @@ class VramHolder:
         except BaseException:
             self.close()
             raise
-        global _active
+        global _active, _baseline_free
         _active = self.hold
+        _baseline_free = _smi_free()
         return self.hold
 
     def _wait_ready(self, proc: subprocess.Popen[str]) -> VramHold:
@@ -116,9 +121,9 @@ class VramHolder:
         raise XoverError(f"the VRAM holder did not finish allocating within {_READY_TIMEOUT_S:.0f} s")
 
     def close(self) -> None:
-        global _active
+        global _active, _baseline_free
         if _active is self.hold:
-            _active = None
+            _active, _baseline_free = None, None
         proc, self.proc = self.proc, None
         if proc is None:
             return
@@ -135,6 +140,35 @@ class VramHolder:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _smi_free() -> int | None:
+    from xover.hardware.detect import detect_gpu
+
+    gpu = detect_gpu()
+    return gpu.free_bytes if gpu is not None and gpu.free_bytes else None
+
+
+def settle(
+    free_now: Callable[[], int | None] = _smi_free,
+    timeout_s: float = _SETTLE_TIMEOUT_S,
+    sleep: Callable[[float], None] = time.sleep,
+    clock: Callable[[], float] = time.monotonic,
+) -> float | None:
+    """Under a budget, before a llama process starts: wait until the card's free memory is back to what it was
+    when the hold began. The driver releases an exited process's memory a little after it is reaped, and at the
+    budget's edge a server started at once finds less than the budget free (seen on an H200 under 16 GiB: a level
+    that had served failed at its warm-up, then served when started again). Returns the seconds waited, or None
+    when there is no hold or no free-memory reading (nvidia-smi) to wait on; never raises: after ``timeout_s`` the
+    caller starts anyway and llama.cpp's own error, if any, is recorded."""
+    if _active is None or _baseline_free is None:
+        return None
+    start = clock()
+    while True:
+        free = free_now()
+        if free is None or free >= _baseline_free - _SETTLE_SLACK or clock() - start >= timeout_s:
+            return clock() - start
+        sleep(0.25)
 
 
 def holding(budget: int | None, device: int = 0) -> Any:

@@ -280,6 +280,9 @@ class LlamaServer:
         await self._stop()
 
     def _start(self, port: int) -> LlamaClient:
+        from xover.hardware.vram import settle
+
+        settle()  # under a VRAM budget: the previous llama process's memory is back before this one starts
         argv = self.spec.to_argv(self.binary, port)
         self.log_path = log_path_for(self.log_dir, self.spec.label)
         with self.log_path.open("wb") as log:  # the child keeps its own descriptor
