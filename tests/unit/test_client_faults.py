@@ -641,3 +641,24 @@ def test_extra_args_that_add_slots_are_noticed(tmp_path: Path, fake_bins: Binari
             TtftRun(store, plan, ["test"], binaries=fake_bins, model=model_file).run_managed(specs, tmp_path)
         )
     assert {out.labels[k]: v for k, v in out.cold_cache.items()} == {"np4": False, "np1": True}
+
+
+def test_max_ttft_skips_what_a_slow_configuration_would_take_too_long_for(tmp_path: Path) -> None:
+    """A fake server at 2,000 prefill t/s (known answers): with max-ttft 1 s, 256 and 1,024 tokens are measured
+    (about 0.13 s and 0.51 s), 4,096 is skipped (about 2 s by the 1,024-token sample) and listed, not failed."""
+    from xover.measure.events import PointSkipped
+    from xover.measure.ttft import linear_estimate
+
+    assert linear_estimate(4096, {1024: 0.5, 256: 0.2}) == (2.0, 1024)
+    assert linear_estimate(256, {1024: 0.5}) is None
+    plan = TtftPlan(lengths=(256, 1024, 4096), reps=1, response_tokens=4, seed=3, max_ttft_s=1.0)
+    events: list[TtftEvent] = []
+    with FakeLlamaServer(prefill_tps=2_000.0, decode_tps=50_000) as fake:
+        out = run_url(tmp_path, fake.url, plan=plan, events=events)
+    assert not out.failures
+    assert sorted(s.length for s in stored(tmp_path)) == [256, 1024]
+    (skip,) = [e for e in events if isinstance(e, PointSkipped)]
+    assert (skip.length, skip.from_length, skip.max_ttft_s) == (4096, 1024, 1.0) and skip.estimate_s > 1.0
+    with Store(tmp_path) as store:
+        (art,) = [body for _, name, body in store.artifacts("ttft-skipped")]
+    assert art["length"] == 4096 and art["from_length"] == 1024

@@ -112,3 +112,14 @@ def test_a_fit_at_a_length_measures_only_what_its_context_holds() -> None:
     assert spec.bench_depths_for(dataclasses.replace(placed, max_context=8703)) == (1024, 4096)
     free = dataclasses.replace(placed, max_context=None)
     assert spec.lengths_for(free) == spec.lengths and spec.bench_depths_for(free) == spec.lengths
+
+
+@pytest.mark.parametrize(("value", "seconds"), [(120, 120.0), ("90s", 90.0), ("2min", 120.0), (" 1.5 m ", 90.0)])
+def test_max_ttft_parses(value: object, seconds: float) -> None:
+    assert spec_from_dict(doc(**{"max-ttft": value})).max_ttft_s == seconds
+
+
+@pytest.mark.parametrize("value", ["soon", "-5", 0])
+def test_a_bad_max_ttft_is_a_one_line_error(value: object) -> None:
+    with pytest.raises(XoverError, match=r"max-ttft"):
+        spec_from_dict(doc(**{"max-ttft": value}))

@@ -109,6 +109,9 @@ class StudySpec:
     tune_repetitions: int = 2
     pairs: tuple[tuple[str, str], ...] = ()  # the pairs the verdict answers first (default: the first two configs)
     vram_budget: int | None = None  # bytes: xover holds the rest of GPU 0 for the whole study (None: the whole card)
+    # Cold TTFT samples a configuration is too slow for are skipped (and listed) rather than measured: a length
+    # whose TTFT, scaled linearly from the longest length measured on it, would exceed this many seconds.
+    max_ttft_s: float | None = None
 
     def __post_init__(self) -> None:
         validate_spec(self)
@@ -130,6 +133,16 @@ def _k(text: str | int, what: str) -> int:
     if not m:
         raise XoverError(f"{what}: {text!r} is not a token count (use e.g. 4096 or 4k)")
     return int(m.group(1)) * (1024 if m.group(2) else 1)
+
+
+def _seconds(value: Any, what: str) -> float:
+    """``120``, ``"120s"``, ``"2min"`` -> seconds."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return float(value)
+    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*(s|min|m)?\s*", str(value))
+    if not m:
+        raise XoverError(f"{what}: {value!r} is not a duration (use e.g. 120, '120s' or '2min')")
+    return float(m.group(1)) * (60 if m.group(2) in ("min", "m") else 1)
 
 
 def parse_lengths(text: str | list[Any], what: str = "--lengths") -> tuple[int, ...]:
@@ -172,6 +185,8 @@ def validate_spec(spec: StudySpec) -> None:
         builtin(spec.hardware)  # an unknown profile fails here, before anything runs
     if spec.timeout_s is not None and spec.timeout_s <= 0:
         raise XoverError("timeout must be a positive number of seconds")
+    if spec.max_ttft_s is not None and spec.max_ttft_s <= 0:
+        raise XoverError("[study] max-ttft must be a positive number of seconds, e.g. 120 or '2min'")
     if spec.vram_budget is not None and spec.vram_budget < 256 << 20:
         raise XoverError("[study] vram-budget must be an amount of GPU memory of at least 256 MiB, e.g. '16GiB'")
     if spec.tune_repetitions < 2:
@@ -298,6 +313,7 @@ def spec_from_dict(doc: Mapping[str, Any], base_dir: Path | None = None) -> Stud
         "pp",
         "tg",
         "band",
+        "max-ttft",
         "cache-length",
         "skip",
         "timeout",
@@ -357,6 +373,8 @@ def spec_from_dict(doc: Mapping[str, Any], base_dir: Path | None = None) -> Stud
         kwargs["skip"] = frozenset(study["skip"])
     if "timeout" in study:
         kwargs["timeout_s"] = float(study["timeout"])
+    if "max-ttft" in study:
+        kwargs["max_ttft_s"] = _seconds(study["max-ttft"], "[study] max-ttft")
     for key in ("session-turns", "session-response-tokens"):
         if key in study:
             if not isinstance(study[key], int) or isinstance(study[key], bool) or study[key] < 1:

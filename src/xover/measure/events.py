@@ -77,7 +77,19 @@ class Rerun:
     reason: str
 
 
-TtftEvent = ServerUp | SampleDone | Rerun | ConfigFailed | Note
+@dataclasses.dataclass(frozen=True)
+class PointSkipped:
+    """A point not measured: its TTFT, scaled from a shorter length, would exceed the plan's ``max_ttft_s``."""
+
+    label: str
+    length: int
+    rep: int
+    estimate_s: float
+    from_length: int
+    max_ttft_s: float
+
+
+TtftEvent = ServerUp | SampleDone | Rerun | ConfigFailed | Note | PointSkipped
 
 
 # ---- session ------------------------------------------------------------------------------------------

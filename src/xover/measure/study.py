@@ -235,6 +235,25 @@ def missing_ttft(
     return {L: spec.repetitions - have[L] for L in lengths if have[L] < spec.repetitions}
 
 
+def stored_medians(stored: Sequence[StoredSample], model_key: str, config_key: str) -> dict[int, float]:
+    """Length -> median cold TTFT (s) of one configuration's stored samples that passed their cold check."""
+    import statistics
+
+    by_length: dict[int, list[float]] = {}
+    for row in stored:
+        s = row.sample
+        if (
+            s.config_key == config_key
+            and row.model_key == model_key
+            and s.mode == "cold"
+            and s.cache_ok
+            and s.error is None
+            and s.first_token_ns is not None
+        ):
+            by_length.setdefault(s.length, []).append(s.first_token_ns / 1e9)
+    return {L: statistics.median(v) for L, v in by_length.items()}
+
+
 def stage_ttft(
     spec: StudySpec, model: Path, binaries: Binaries, study_dir: Path, fresh: bool, command: Sequence[str], emit: Emit
 ) -> int:
@@ -242,7 +261,7 @@ def stage_ttft(
     (wall time, load time until /health answered, and the requests' own durations) as an artifact."""
     from xover.llamacpp.server import ServerSpec, context_size
     from xover.measure import ttft as ttftrun
-    from xover.measure.events import ConfigFailed, Rerun, SampleDone, ServerUp
+    from xover.measure.events import ConfigFailed, PointSkipped, Rerun, SampleDone, ServerUp
 
     ctx = context_size(max(spec.lengths), max(spec.response_tokens))
     mk = model_id(model).key
@@ -259,6 +278,20 @@ def stage_ttft(
                 beyond = ", ".join(f"{L:,}" for L in spec.lengths if L not in lengths)
                 emit(StageEvent("ttft", "info", f"{c.name}: placed for {c.max_context:,} tokens; not at {beyond}"))
             missing = missing_ttft(stored, spec, mk, sspec.config().key, fresh, lengths)
+            if missing and spec.max_ttft_s is not None:  # lengths the stored samples already put over the cap
+                medians = stored_medians(stored, mk, sspec.config().key)
+                for L in sorted(missing):
+                    est = ttftrun.linear_estimate(L, medians)
+                    if est is not None and est[0] > spec.max_ttft_s:
+                        del missing[L]
+                        emit(
+                            StageEvent(
+                                "ttft",
+                                "info",
+                                f"{c.name} L={L:,}: not measured, about {est[0]:.0f} s by the stored "
+                                f"{est[1]:,}-token samples, over max-ttft {spec.max_ttft_s:.0f} s",
+                            )
+                        )
             if missing:
                 todo.append((c, sspec, missing))
             else:
@@ -276,6 +309,10 @@ def stage_ttft(
                 mode="cold",
                 seed=time.time_ns() % 2**31,
                 points=tuple(ttftrun.TtftPoint(L, r) for r in range(reps) for L in lengths if r < missing[L]),
+                max_ttft_s=spec.max_ttft_s,
+                known=tuple(
+                    (sspec.config().key, L, m) for L, m in stored_medians(stored, mk, sspec.config().key).items()
+                ),
             )
 
             t_start = time.perf_counter()
@@ -297,6 +334,18 @@ def stage_ttft(
                     emit(StageEvent("ttft", "fail", f"{label}: {ev.reason}"))
                 elif isinstance(ev, Rerun):
                     emit(StageEvent("ttft", "progress", f"{label} L={ev.length}: re-run ({ev.reason})"))
+                elif isinstance(ev, PointSkipped):
+                    done += 1
+                    emit(
+                        StageEvent(
+                            "ttft",
+                            "progress",
+                            f"{label} L={ev.length} skipped: about {ev.estimate_s:.0f} s > max-ttft "
+                            f"{ev.max_ttft_s:.0f} s",
+                            done,
+                            total,
+                        )
+                    )
 
             run = ttftrun.TtftRun(store, plan, command, binaries=binaries, model=model, on_event=on_event)
             outcome = asyncio.run(run.run_managed([sspec], study_dir / "logs", startup_timeout_s=server_timeout(spec)))

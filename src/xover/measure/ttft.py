@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import itertools
+import statistics
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -32,7 +33,7 @@ from xover.errors import XoverError
 from xover.llamacpp import memory
 from xover.llamacpp.binaries import Binaries
 from xover.llamacpp.server import LlamaServer, ServerSpec
-from xover.measure.events import Note, Rerun, SampleDone, ServerUp, TtftEvent
+from xover.measure.events import Note, PointSkipped, Rerun, SampleDone, ServerUp, TtftEvent
 from xover.measure.recorder import Recording
 from xover.measure.server_session import WARMUP_LENGTH, started_server, warm_up
 from xover.results.store import Store
@@ -65,6 +66,10 @@ class TtftPlan:
     seed: int = 0  # prompts are unique within a run; a different seed keeps runs apart too
     max_retries: int = 2  # re-runs of a sample that fails its cache check
     points: tuple[TtftPoint, ...] | None = None
+    # Skip a point whose TTFT, scaled linearly from the longest shorter length measured on the configuration
+    # (this run's samples and ``known``: stored medians, length -> seconds), would exceed this many seconds.
+    max_ttft_s: float | None = None
+    known: tuple[tuple[str, int, float], ...] = ()  # (config key, length, median seconds) measured before
 
     def __post_init__(self) -> None:
         if self.mode not in MODES:
@@ -81,6 +86,17 @@ class TtftPlan:
             raise XoverError("retries must be >= 0")
         if self.points is not None and not {p.length for p in self.points} <= set(self.lengths):
             raise XoverError("every planned point's length must be one of the plan's lengths")
+
+
+def linear_estimate(length: int, medians: Mapping[int, float]) -> tuple[float, int] | None:
+    """TTFT at ``length`` scaled linearly from the longest shorter length with a median, and that length; None
+    without one. Linear is a floor for prefill (attention adds a quadratic term): a cap on it errs towards
+    measuring."""
+    shorter = [L for L in medians if L < length]
+    if not shorter:
+        return None
+    base = max(shorter)
+    return medians[base] * length / base, base
 
 
 def expand(plan: TtftPlan) -> tuple[TtftPoint, ...]:
@@ -415,12 +431,43 @@ class TtftRun:
                 raise _PointFailedError(failed, counted=False)
             for point in points:
                 where = f"L={point.length} rep {point.rep + 1}"
+                if self._over_cap(config, point, run_id):
+                    done += 1
+                    continue
                 await self._point(client, config, model_meta, point, run_id)
                 done += 1
         except _PointFailedError as e:
             self._fail(config, "ttft", where, str(e), len(points) - done - int(e.counted))
         except XoverError as e:  # a request outside the measured stream failed (/tokenize, /props...)
             self._fail(config, "ttft", where, str(e), len(points) - done)
+
+    def _over_cap(self, config: ServerConfig, point: TtftPoint, run_id: int) -> bool:
+        """Whether ``point`` is skipped under the plan's ``max_ttft_s`` (stored as artifact ``ttft-skipped``)."""
+        cap = self.plan.max_ttft_s
+        if cap is None:
+            return False
+        by_length: dict[int, list[float]] = {}
+        for key, L, median_s in self.plan.known:
+            if key == config.key:
+                by_length.setdefault(L, []).append(median_s)
+        for s in self.samples:
+            if s.config_key == config.key and s.cache_ok and s.error is None and s.first_token_ns is not None:
+                by_length.setdefault(s.length, []).append(s.first_token_ns / 1e9)
+        est = linear_estimate(point.length, {L: statistics.median(v) for L, v in by_length.items()})
+        if est is None or est[0] <= cap:
+            return False
+        body = {
+            "config": config.label,
+            "config_key": config.key,
+            "length": point.length,
+            "rep": point.rep,
+            "estimate_s": est[0],
+            "from_length": est[1],
+            "max_ttft_s": cap,
+        }
+        self.store.add_artifact(run_id, "ttft-skipped", body)
+        self.on_event(PointSkipped(config.label, point.length, point.rep, est[0], est[1], cap))
+        return True
 
     async def _point(
         self, client: LlamaClient, config: ServerConfig, model_meta: Mapping[str, Any], point: TtftPoint, run_id: int

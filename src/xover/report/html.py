@@ -14,7 +14,7 @@ import itertools
 from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from xover.analysis.crossover import (
     ConfigData,
@@ -343,6 +343,31 @@ def cold_check_table(data: StudyData) -> tuple[list[str], list[list[str]]]:
     return header, rows
 
 
+def skipped_table(data: StudyData) -> tuple[list[str], list[list[str]]]:
+    """The lengths not measured because a configuration was too slow for them (artifact ``ttft-skipped``)."""
+    seen: dict[tuple[str, int], dict[str, Any]] = {}
+    for body in data.artifact_bodies("ttft-skipped"):
+        seen[(str(body["config"]), int(body["length"]))] = body
+    header = ["config", "prompt", "estimated cold TTFT", "from the samples at", "max-ttft"]
+    rows = [
+        [
+            lb,
+            format_tokens(L),
+            f"{b['estimate_s']:.0f} s",
+            format_tokens(int(b["from_length"])),
+            f"{b['max_ttft_s']:.0f} s",
+        ]
+        for (lb, L), b in sorted(seen.items())
+    ]
+    return header, rows
+
+
+_SKIPPED_NOTE = (
+    "Not measured: the study's max-ttft skips a length whose cold TTFT, scaled linearly from the longest shorter "
+    "length measured on the configuration, would exceed it. Verdicts compare the lengths both configurations have."
+)
+
+
 def gap_table(data: StudyData) -> tuple[list[str], list[list[str]]]:
     """Client TTFT minus the server's prompt_ms: HTTP, tokenization, slot selection, state saving."""
     gaps: dict[tuple[str, str, int], list[float]] = defaultdict(list)
@@ -568,6 +593,9 @@ def render_html(report: Report) -> str:
         "<p class='muted'>llama-bench's pp @ dN is the speed of the new tokens on top of an untimed, cached "
         "depth prefill; TTFT is the cold wall-clock wait for the first streamed token through llama-server.</p>"
     )
+    header, rows = skipped_table(d)
+    if rows:
+        parts.append(f"<h3>Not measured: too slow</h3><p>{_e(_SKIPPED_NOTE)}</p>{html_table(header, rows)}")
     if report.configs:
         parts.append(
             f"<h2>Attention's share of TTFT (quadratic term of the fitted model)</h2>{html_table(*attention_table(report))}"
@@ -644,10 +672,11 @@ def render_markdown(report: Report) -> str:
     desktop = section_markdown(translation_blocks(d, report.response))
     if desktop:
         out += ["", desktop]
+    out += ["", "## Prefill and TTFT\n", plain_md_table(*point_table(report))]
+    header, rows = skipped_table(d)
+    if rows:
+        out += ["### Not measured: too slow\n", _SKIPPED_NOTE + "\n", plain_md_table(header, rows)]
     out += [
-        "",
-        "## Prefill and TTFT\n",
-        plain_md_table(*point_table(report)),
         "## Cold check\n",
         plain_md_table(*cold_check_table(d)),
         "## Client-server gap\n",
