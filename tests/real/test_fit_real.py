@@ -102,3 +102,74 @@ n-cpu-moe = "fit@1k"
     # context) only at the lengths its context holds
     lengths = {(label, s.length) for label, s in data.cold_samples()}
     assert lengths == {("fit", 1024), ("fit", 2048), ("ncmoe=0", 1024), ("ncmoe=0", 2048), ("short", 1024)}
+
+
+def test_under_a_budget_tuning_places_each_trial_for_its_own_ubatch(
+    tiny_model: Path, llama_bins, fake_cudart: Path, tmp_path: Path
+) -> None:
+    """A fit configuration's tuning trials under a budget: a larger ubatch needs a larger compute buffer, so the
+    trial with -ub 2048 runs at the level that holds it (here every layer's experts on the CPU) while the
+    defaults run at the planner's level for -ub 512. Real llama-bench on the CPU build; the fake CUDA runtime
+    holds the budget."""
+    from xover.analysis.theory import memory_estimate, model_terms, plan_placement
+    from xover.gguf.inspect import model_table
+    from xover.llamacpp.server import context_size
+    from xover.results.read_model import load as load_store
+
+    terms = model_terms(model_table(str(tiny_model))[0])
+    ctx = context_size(1024, 16)
+    budget = memory_estimate(terms, terms.n_layer, ctx, 2048, True).total_bytes + GIB
+    (small,) = plan_placement(terms, budget, (ctx,), 512, flash_attn=True)
+    (large,) = plan_placement(terms, budget, (ctx,), 2048, flash_attn=True)
+    assert small.n_cpu_moe is not None and large.n_cpu_moe is not None and large.n_cpu_moe > small.n_cpu_moe
+    spec = tmp_path / "tune.toml"
+    spec.write_text(f"""
+[model]
+path = "{tiny_model}"
+[study]
+lengths = ["1k"]
+response-tokens = [16]
+repetitions = 1
+vram-budget = "{budget}"
+skip = ["bench", "cache", "session"]
+tune-knobs = ["ubatch-size"]
+tune-values = {{ ubatch-size = ["2048"] }}
+tune-depths = []
+[[config]]
+name = "fit"
+n-cpu-moe = "fit"
+""")
+    env = {
+        **os.environ,
+        "XOVER_CUDART": str(fake_cudart),
+        "FAKE_CUDA_FREE": str(8 * GIB),
+        "FAKE_CUDA_TOTAL": str(16 * GIB),
+    }
+    out = tmp_path / "st"
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "xover",
+            "study",
+            str(spec),
+            "-o",
+            str(out),
+            "-q",
+            "--llama-bin-dir",
+            str(llama_bins.bench.parent),
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert r.returncode == 0, r.stderr[-3000:]
+    trials = {
+        dict(c.fields).get("-ub", "512"): dict(c.fields)["-ncmoe"]
+        for c in load_store(out / "tune").configs
+        if hasattr(c, "fields")
+    }
+    assert trials["512"] == str(small.n_cpu_moe) and trials["2048"] == str(large.n_cpu_moe)
+    (body,) = [b for b in load(out).artifact_bodies("tune")]
+    assert body["placed_trials"] is True

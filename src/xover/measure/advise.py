@@ -148,16 +148,22 @@ class _Runner:
         return self.measure_config_fn(LlamaConfig(advise.level_label(level), flags), sweep, workload)
 
     def measure_config_fn(
-        self, base: LlamaConfig, sweep: benchrun.SweepSpec, workload: Workload
+        self,
+        base: LlamaConfig,
+        sweep: benchrun.SweepSpec,
+        workload: Workload,
+        place: Callable[[LlamaConfig, str], LlamaConfig] | None = None,
     ) -> Callable[[Setting], Measurement]:
         """``measure(setting)``: ``base`` with the setting on top, through llama-bench, labelled
-        ``"<base name> <setting>"``."""
+        ``"<base name> <setting>"``; ``place(trial, base name)`` may move the trial's ``--n-cpu-moe`` (a fit
+        configuration under a VRAM budget is placed for each trial's own ubatch)."""
 
         def measure(setting: Setting) -> Measurement:
             label = f"{base.name} {advise.setting_label(self.spec.knobs, setting)}"
             self.count += 1
             self.on_event(Measuring(label, self.count))
-            m = self.bench(sweep, advise.apply_setting(base, self.spec.knobs, setting, label).bench_config())
+            trial = advise.apply_setting(base, self.spec.knobs, setting, label)
+            m = self.bench(sweep, (place(trial, base.name) if place is not None else trial).bench_config())
             self.on_event(Measured(label, m, advise.estimate(m, workload) if m.ok else None))
             return m
 

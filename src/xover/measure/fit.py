@@ -102,38 +102,71 @@ def with_level(config: LlamaConfig, n: int) -> LlamaConfig:
     return dataclasses.replace(config, flags=tuple((f, str(n) if f == "-ncmoe" else v) for f, v in config.flags))
 
 
+def _planned_level(terms: Any, record: dict[str, Any], config: LlamaConfig) -> tuple[int, Any]:
+    """The smallest level that holds ``record``'s context under its budget with ``config``'s own ubatch and
+    attention (never below the level ``config`` already has), and the plan."""
+    from xover.analysis.theory import plan_placement
+
+    ubatch = int(config.flag("-ub") or 512)
+    (plan,) = plan_placement(
+        terms,
+        int(record["budget_bytes"]),
+        (int(record["n_ctx"]),),
+        ubatch,
+        flash_attn=config.flag("-fa") not in ("off", "0"),
+    )
+    n = plan.n_cpu_moe if plan.n_cpu_moe is not None else terms.n_layer
+    return max(n, int(config.flag("-ncmoe") or 0)), plan
+
+
+def _terms(model: Path) -> Any:
+    from xover.analysis.theory import model_terms
+    from xover.gguf.inspect import model_table
+
+    return model_terms(model_table(str(model))[0])
+
+
+def placer(model: Path, records: list[dict[str, Any]]) -> Callable[[LlamaConfig, str], LlamaConfig] | None:
+    """For the tuning stage under a budget: a trial setting of a ``fit`` configuration placed for its own ubatch
+    (``place(trial, base name)``), so the search weighs a larger ubatch together with the experts it pushes to
+    the CPU, as a user of that card must. None without fit configurations."""
+    if not records:
+        return None
+    terms, by_base = _terms(model), {r["config"]: r for r in records}
+
+    def place(config: LlamaConfig, base: str) -> LlamaConfig:
+        r = by_base.get(base)
+        return config if r is None else with_level(config, _planned_level(terms, r, config)[0])
+
+    return place
+
+
 def refit_variants(
     spec: StudySpec, model: Path, records: list[dict[str, Any]], variants: tuple[LlamaConfig, ...]
 ) -> tuple[tuple[LlamaConfig, ...], list[dict[str, Any]]]:
     """Tuned variants of ``fit`` configurations planned again for their own settings: a larger ubatch needs a
     larger compute buffer, which under a budget can push more experts to the CPU. One record per variant of a
     fit configuration (the same shape as :func:`resolve_fits`' records)."""
-    from xover.analysis.theory import model_terms, plan_placement
-    from xover.gguf.inspect import model_table
     from xover.measure.tune import SUFFIX
 
     by_base = {r["config"]: r for r in records}
     if not any(v.name.removesuffix(SUFFIX) in by_base for v in variants):
         return variants, []
-    terms = model_terms(model_table(str(model))[0])
+    terms = _terms(model)
     out, refits = [], []
     for v in variants:
         r = by_base.get(v.name.removesuffix(SUFFIX))
         if r is None:
             out.append(v)
             continue
-        ubatch = int(v.flag("-ub") or 512)
-        (plan,) = plan_placement(
-            terms, int(r["budget_bytes"]), (int(r["n_ctx"]),), ubatch, flash_attn=v.flag("-fa") not in ("off", "0")
-        )
-        n = plan.n_cpu_moe if plan.n_cpu_moe is not None else terms.n_layer
+        n, plan = _planned_level(terms, r, v)
         out.append(with_level(v, n))
         refits.append(
             {
                 **r,
                 "config": v.name,
                 "n_cpu_moe": n,
-                "ubatch": ubatch,
+                "ubatch": int(v.flag("-ub") or 512),
                 "headroom_bytes": plan.headroom_bytes,
                 "estimate": {
                     "model_bytes": plan.estimate.model_bytes,

@@ -124,15 +124,24 @@ def stage_theory(spec: StudySpec, model: Path, store: Store, emit: Emit) -> None
 
 
 def stage_tune(
-    spec: StudySpec, model: Path, binaries: Binaries, study_dir: Path, fresh: bool, command: Sequence[str], emit: Emit
+    spec: StudySpec,
+    model: Path,
+    binaries: Binaries,
+    study_dir: Path,
+    fresh: bool,
+    command: Sequence[str],
+    emit: Emit,
+    fits: list[dict[str, Any]] | None = None,
 ) -> tuple[Any, ...]:
-    """Each configuration's best settings (:mod:`xover.measure.tune`); returns the :class:`xover.measure.tune.Tuned` results."""
-    from xover.measure import tune
+    """Each configuration's best settings (:mod:`xover.measure.tune`); returns the :class:`xover.measure.tune.Tuned`
+    results. Under a budget, each trial of a ``fit`` configuration is placed for its own ubatch."""
+    from xover.measure import fit, tune
 
     def on(status: str, detail: str, completed: float | None, total: float | None) -> None:
         emit(StageEvent("tune", status, detail, completed, total))
 
-    return tune.run_tune(spec, model, binaries, study_dir, command, fresh, on)
+    place = fit.placer(model, fits or [])
+    return tune.run_tune(spec, model, binaries, study_dir, command, fresh, on, place)
 
 
 def stored_tuning(spec: StudySpec, study_dir: Path, emit: Emit) -> tuple[Any, ...]:
@@ -557,7 +566,7 @@ def _run_stages(
         record_spec(spec, store)
         timed("theory", lambda: stage_theory(spec, model, store, emit))
     if spec.tune:
-        tuned = timed("tune", lambda: stage_tune(spec, model, binaries, study_dir, fresh, command, emit))
+        tuned = timed("tune", lambda: stage_tune(spec, model, binaries, study_dir, fresh, command, emit, fits))
     else:
         emit(StageEvent("tune", "skip", "tune = false in the spec"))
         tuned = None

@@ -169,7 +169,14 @@ Event = Callable[[str, str, float | None, float | None], None]  # (status, detai
 
 
 def run_tune(
-    spec: StudySpec, model: Path, binaries: Binaries, study_dir: Path, command: Sequence[str], fresh: bool, emit: Event
+    spec: StudySpec,
+    model: Path,
+    binaries: Binaries,
+    study_dir: Path,
+    command: Sequence[str],
+    fresh: bool,
+    emit: Event,
+    place: Callable[[LlamaConfig, str], LlamaConfig] | None = None,
 ) -> tuple[Tuned, ...]:
     """Search every configuration of ``spec`` still without a stored result (all of them when ``fresh``)."""
     from xover.measure.advise import AdviseSpec, _Runner, is_gpu_build
@@ -228,11 +235,12 @@ def run_tune(
             None,
         )
         try:
-            search = advise.coordinate_search(knobs, runner.measure_config_fn(config, sweep, work), work, None)
+            search = advise.coordinate_search(knobs, runner.measure_config_fn(config, sweep, work, place), work, None)
         except XoverError as e:
             emit("fail", f"{config.name}: {e}", None, None)
             continue
         body = _body(config, knobs, search, spec, model, backend, chunk_tokens)
+        body["placed_trials"] = place is not None and place(config, config.name) is not config
         with Store(study_dir) as store:
             store.add_artifact(None, ARTIFACT, body)
         results[config.name] = t = _from_body(config, body, reused=False)

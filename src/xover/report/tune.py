@@ -49,6 +49,7 @@ class TuneRecord:
     workload: str
     search: Any | None  # xover.analysis.advise.Search; None when the stored search could not be read
     note: str = ""  # why the search is missing
+    placed_trials: bool = False  # under a budget each trial was placed for its own ubatch (a fit configuration)
 
 
 def _record(body: Mapping[str, Any]) -> TuneRecord:
@@ -73,6 +74,7 @@ def _record(body: Mapping[str, Any]) -> TuneRecord:
         workload=str(body.get("workload", "")),
         search=search,
         note=note,
+        placed_trials=bool(body.get("placed_trials", False)),
     )
 
 
@@ -140,11 +142,18 @@ def _placed(r: TuneRecord, artifacts: Sequence[tuple[int | None, str, Any]]) -> 
     m = re.search(r"(?:-ncmoe|--n-cpu-moe) (\d+)", r.server_command)
     if m is None or int(m.group(1)) == level:
         return r
-    note = (
-        f"Searched at --n-cpu-moe {m.group(1)}; with ubatch {entry.get('ubatch', 512)} the variant needs "
-        f"--n-cpu-moe {level} to hold {int(entry['n_ctx']):,} tokens under the budget (see Fit), and it was "
-        "measured there."
-    )
+    if r.placed_trials:
+        note = (
+            f"Under the budget each trial was placed for its own ubatch: the variant runs at --n-cpu-moe {level} "
+            f"(its base at {m.group(1)}) to hold {int(entry['n_ctx']):,} tokens with ubatch {entry.get('ubatch', 512)} "
+            "(see Fit), as it was searched and measured."
+        )
+    else:
+        note = (
+            f"Searched at --n-cpu-moe {m.group(1)}; with ubatch {entry.get('ubatch', 512)} the variant needs "
+            f"--n-cpu-moe {level} to hold {int(entry['n_ctx']):,} tokens under the budget (see Fit), and it was "
+            "measured there."
+        )
     command = r.server_command[: m.start(1)] + str(level) + r.server_command[m.end(1) :]
     return dataclasses.replace(r, server_command=command, note=" ".join(filter(None, (r.note, note))))
 

@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# Issue 20 on the H200: gpt-oss-120b under a 24 GiB and a 32 GiB budget, one lease (NOT RUN YET):
+#   1. the CUDA build while gpt-oss-120b is synthesized into /dev/shm (59 GiB; the one-GPU kind's disk is 64 GiB);
+#   2. `xover study study-24gib.toml`, then `study-32gib.toml`, each in its own directory with the model linked in,
+#      nvidia-smi sampled every 2 s. Estimated 10-12 minutes a study (max-ttft skips the defaults' long prompts).
+# Run from the repository root on the GPU machine, carrying out/llsrc, out/xsrc and .whl (made by
+# studies/h200-qwen3-30b-a3b/prepare.sh). The job runs under setsid and survives the call; every call waits up to
+# WAIT seconds and returns $OUT/g24.tgz and $OUT/g32.tgz (stores, logs, reports) and job.log. BUDGETS="32" runs one.
+T0=$(date +%s); WAIT=${WAIT:-560}
+t() { echo "[$(( $(date +%s) - T0 ))s] $*"; }
+J=/tmp/gjob
+pack() {
+  for B in ${BUDGETS:-24 32}; do [ -d /tmp/g$B ] && tar czf $OUT/g$B.tgz -C /tmp/g$B --exclude=models . 2>/dev/null; done
+  cp $J/job.log $OUT/ 2>/dev/null; ls -la $OUT
+}
+if [ ! -f $J/started ]; then
+  mkdir -p $J
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
+  rm -rf $J/src; cp -r out/xsrc/src $J/src; cp out/xsrc/studies/h200-gpt-oss-120b-budgets/study-*.toml $J/
+  if ! ls /root/.cache/xover/builds/0c1e570-cuda-*/build/bin/llama-fit-params >/dev/null 2>&1; then
+    rm -rf /tmp/ll; mkdir -p /tmp/ll && tar xzf out/llsrc/llama.tar.gz -C /tmp/ll
+    echo 0c1e57098bba43ac29e6e3b677cdceebdd22334f > /tmp/ll/llama.cpp-0c1e570/XOVER_COMMIT
+  fi
+  cat > $J/job.sh <<JOB
+export PYTHONPATH=/tmp/gjob/src:/tmp/site PYTHONUNBUFFERED=1 LD_LIBRARY_PATH=/usr/local/cuda/lib64:\${LD_LIBRARY_PATH:-}
+X="python3 -m xover"; M=/dev/shm/gpt-oss-120b.gguf
+T0=\$(date +%s); t() { echo "[\$(( \$(date +%s) - T0 ))s] \$*"; }
+nvidia-smi --query-gpu=name,memory.total,memory.free,pcie.link.gen.current,pcie.link.width.current --format=csv,noheader
+[ -f \$M ] || (\$X synth --preset gpt-oss-120b -o \$M > /tmp/gjob/synth.log 2>&1; echo "synth rc=\$?" >> /tmp/gjob/synth.log) &
+if [ -d /tmp/ll/llama.cpp-0c1e570 ]; then
+  \$X llama build --backend cuda --source /tmp/ll/llama.cpp-0c1e570 --cmake-arg=-DCMAKE_CUDA_ARCHITECTURES=90 > /tmp/gjob/build.log 2>&1 || { tail -30 /tmp/gjob/build.log; exit 1; }
+fi
+t built; wait; tail -1 /tmp/gjob/synth.log 2>/dev/null; \$X llama which | head -3
+for B in ${BUDGETS:-24 32}; do
+  ST=/tmp/g\$B; mkdir -p \$ST/models; ln -sf \$M \$ST/models/gpt-oss-120b.gguf
+  (while true; do echo "\$(date +%s) \$(nvidia-smi --query-gpu=memory.used,memory.total --format=csv,noheader,nounits)"; sleep 2; done) >> \$ST/smi.log 2>&1 &
+  SMI=\$!
+  \$X study /tmp/gjob/study-\${B}gib.toml -o \$ST > \$ST/study.log 2>&1
+  t "study \${B} GiB rc=\$?"; tail -25 \$ST/study.log; kill \$SMI
+done
+t "after: \$(nvidia-smi --query-gpu=memory.used --format=csv,noheader)"; touch /tmp/gjob/done
+JOB
+  touch $J/started
+  setsid bash $J/job.sh > $J/job.log 2>&1 < /dev/null &
+  t "job started"
+fi
+while [ ! -f $J/done ] && pgrep -f $J/job.sh > /dev/null && [ $(( $(date +%s) - T0 )) -lt $WAIT ]; do sleep 5; done
+t "waited"; tail -50 $J/job.log; pack
