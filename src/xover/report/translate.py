@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import statistics
 from collections import defaultdict
-from typing import Any
 
 from xover.analysis.crossover import format_tokens
 from xover.analysis.theory import ModelTerms, OffloadConfig, config_from_flags
@@ -137,11 +136,3 @@ def _setup_blocks(
         ),
         Block("p", f"Predicted fastest per turn on this machine: {fastest}."),
     ]
-
-
-def describe_setups(data: StudyData) -> list[dict[str, Any]]:
-    """The setups the section covers (for the CLI and tests): key and description."""
-    budgets = vram_budgets(data)
-    if not budgets:
-        return []
-    return [{"key": s.key, "describe": s.describe()} for s in setups_for_budget(budgets[-1].budget)]
