@@ -1,0 +1,36 @@
+"""The committed 16 GiB study (studies/h200-16gib-qwen3-30b-a3b, measured on an H200) rebuilt from its store by
+the current code: the budget line, the Fit section with llama.cpp's own --fit, verdicts that know a fit@8k
+placement cannot hold the agentic band, and the desktop translation kept apart and marked as predicted, its
+measured column equal to the measurements."""
+
+from __future__ import annotations
+
+import re
+import shutil
+from pathlib import Path
+
+from xover.report.html import build_report, render_markdown
+from xover.results.read_model import load
+
+STUDY = Path(__file__).resolve().parents[2] / "studies" / "h200-16gib-qwen3-30b-a3b"
+
+
+def test_the_16_gib_study_report(tmp_path: Path) -> None:
+    study = tmp_path / "st"
+    study.mkdir()
+    shutil.copy(STUDY / "results.sqlite", study / "results.sqlite")
+    md = render_markdown(build_report(load(study)))
+    assert "16 GiB VRAM budget on an NVIDIA H200" in md
+    assert "| fit@8k | fit@8192 | 8,704 | 16.0 GiB | 512 | 10 |" in md
+    assert "experts of 19 layers on the CPU, -ngl 49" in md  # llama.cpp's own fit for fit@32k
+    assert "fit@8k's placement holds none of it and fit@32k's it up to 32K, so agentic turns need fit@32k" in md
+    assert "llama-server -m qwen3-30b-a3b.gguf -ncmoe 23 -ngl 99 -lm none -ub 4096 -b 4096" in md
+    desktop = md.split("## On a desktop", 1)[1].split("\n## ", 1)[0]
+    assert "(predicted, not measured)" in desktop.splitlines()[0]
+    assert re.findall(r"^### (\S+):", desktop, re.M) == ["rtx-4080+ddr4", "rtx-5080+ddr5"]
+    # the measured side of each translated row is the measured median of the Prefill and TTFT table
+    prefill = md.split("## Prefill and TTFT", 1)[1].split("\n## ", 1)[0]
+    rows = re.findall(r"^\| (fit@\S+(?: tuned)?) \| (\d+K) \| [^|]* \| ([\d.]+) \[", prefill, re.M)
+    assert len(rows) == 16  # 3 + 3 lengths for the fit@8k pair, 5 + 5 for fit@32k
+    for config, length, ms in rows:
+        assert f"| {config} | {length} | {float(ms) / 1000:.2f} s → " in desktop
