@@ -19,22 +19,12 @@ if TYPE_CHECKING:
 
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})
-@click.option(
-    "-m", "--model", type=click.Path(path_type=Path, dir_okay=False), default=None, help="GGUF model to serve."
-)
+@options.model("GGUF model to serve.", required=False)
 @click.option("--ncmoe", type=click.IntRange(min=0), default=None, metavar="N", help="llama-server --n-cpu-moe N.")
 @click.option(
     "--length", default="16k", show_default=True, metavar="L", help="Prompt length in tokens (1k = 1024), at least 1k."
 )
-@click.option(
-    "-o",
-    "--out",
-    "study_dir",
-    type=click.Path(path_type=Path, file_okay=False),
-    default=Path("xover-study"),
-    show_default=True,
-    help="Study directory: results.sqlite and logs/.",
-)
+@options.study_dir("Study directory: results.sqlite and logs/.")
 @options.llama_bin_dir()
 @options.server_timeout("each server's /health")
 @options.server_args()

@@ -26,9 +26,7 @@ def _ncmoe(text: str | None) -> tuple[int, ...]:
 
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})
-@click.option(
-    "-m", "--model", type=click.Path(path_type=Path, dir_okay=False), required=True, help="GGUF model to serve."
-)
+@options.model("GGUF model to serve.")
 @click.option(
     "--ncmoe", default=None, metavar="N,N,...", help="--n-cpu-moe values, one configuration each, e.g. 12,18."
 )
@@ -59,11 +57,10 @@ def _ncmoe(text: str | None) -> tuple[int, ...]:
     help="Prompt size the last turn grows to [default: 40k, or 95% of what the model's training context "
     "holds with the response when that is less].",
 )
-@click.option(
+@options.at_least(
+    0,
     "--rewrite-every",
-    type=click.IntRange(min=0),
     default=6,
-    show_default=True,
     help="Every Nth turn edits a file shown earlier and rewrites that earlier result in place (0: never).",
 )
 @click.option(
@@ -73,14 +70,7 @@ def _ncmoe(text: str | None) -> tuple[int, ...]:
     help="Characters per token when sizing the generated session [default: 1 for xover's synthetic byte "
     "vocabularies, else 4].",
 )
-@click.option(
-    "-R",
-    "--response-tokens",
-    type=click.IntRange(min=1),
-    default=64,
-    show_default=True,
-    help="Tokens generated per turn (exactly: max_tokens + ignore_eos).",
-)
+@options.response_tokens(64, "Tokens generated per turn (exactly: max_tokens + ignore_eos).")
 @click.option(
     "--cache-modes",
     default="default,off,reuse",
@@ -88,13 +78,7 @@ def _ncmoe(text: str | None) -> tuple[int, ...]:
     help="default: llama-server's prompt cache; off: every turn cold (cache_prompt false, -np 1 --cache-ram 0); "
     "reuse: the defaults plus --cache-reuse.",
 )
-@click.option(
-    "--cache-reuse",
-    type=click.IntRange(min=1),
-    default=256,
-    show_default=True,
-    help="--cache-reuse chunk (tokens) of the reuse mode.",
-)
+@options.at_least(1, "--cache-reuse", default=256, help="--cache-reuse chunk (tokens) of the reuse mode.")
 @click.option("--exact", is_flag=True, help="Feed back the recorded replies instead of the server's own.")
 @click.option("--threads", type=click.IntRange(min=1), default=None, help="llama-server -t.")
 @click.option(
@@ -103,15 +87,7 @@ def _ncmoe(text: str | None) -> tuple[int, ...]:
     default=None,
     help="llama-server -c [default: sized to the session by a short tokenizing run].",
 )
-@click.option(
-    "-o",
-    "--out",
-    "study_dir",
-    type=click.Path(path_type=Path, file_okay=False),
-    default=Path("xover-study"),
-    show_default=True,
-    help="Study directory: results.sqlite, logs/ and the generated session file.",
-)
+@options.study_dir("Study directory: results.sqlite, logs/ and the generated session file.")
 @options.llama_bin_dir()
 @options.server_timeout()
 @options.server_args()
