@@ -3,12 +3,20 @@
 from __future__ import annotations
 
 import sys
+from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
 from xover.cli import options
 from xover.errors import XoverError
+
+if TYPE_CHECKING:
+    from xover.domain.workload import WorkloadSpec
+    from xover.gguf.inspect import ModelContext
+    from xover.llamacpp.binaries import Binaries
+    from xover.measure.events import Sized
 
 _GENERATION_OPTIONS = ("turns", "seed", "system_tokens", "target_tokens", "rewrite_every", "chars_per_token")
 
@@ -132,11 +140,12 @@ def session(
     """
     from rich.markup import escape
 
+    from xover.cli.progress import failed_or_noted
     from xover.console import console, out, progress_bar, safe
     from xover.domain.prompts import parse_length
     from xover.domain.workload import WorkloadSpec, fit_to_context, loads
     from xover.llamacpp.binaries import resolve
-    from xover.measure.events import ConfigFailed, Note, ReplayDone, ServerUp, SessionEvent, Sized, TurnDone
+    from xover.measure.events import ReplayDone, ServerUp, SessionEvent, Sized, TurnDone
     from xover.measure.session import parse_modes, run_session, write_workload
     from xover.report.session import session_table, session_verdict
     from xover.results.read_model import series_from_rows
@@ -234,6 +243,8 @@ def session(
         task = bar.add_task("session turns", total=len(configs) * len(modes) * n_turns)
 
         def on_event(ev: SessionEvent) -> None:
+            if failed_or_noted(ev, bar, task, lambda f: f"{f.label} {f.mode}"):
+                return
             if isinstance(ev, TurnDone):
                 bar.update(task, advance=1)
                 if ev.turn.error is not None:
@@ -260,11 +271,6 @@ def session(
                 )
             elif isinstance(ev, ReplayDone):
                 console.print(f"{escape(ev.label)} {ev.mode}: session time {ev.total_ns / 1e9:,.2f} s")
-            elif isinstance(ev, ConfigFailed):
-                bar.update(task, advance=ev.skipped)
-                console.print(f"[red]{escape(f'{ev.label} {ev.mode}: {ev.reason}')}[/]")
-            elif isinstance(ev, Note):
-                console.print(f"[yellow]{escape(ev.text)}[/]")
 
         outcome = run_session(
             study_dir,
@@ -309,19 +315,19 @@ def session(
 
 
 def _fit_by_sizing(
-    requested,
-    spec,
-    line,
-    given,
-    context,
-    response_tokens,
-    exact,
-    binaries,
-    model,
-    args,  # type: ignore[no-untyped-def]
-    study_dir,
-    startup_timeout_s,
-):
+    requested: WorkloadSpec,
+    spec: WorkloadSpec,
+    line: str | None,
+    given: frozenset[str],
+    context: ModelContext,
+    response_tokens: int,
+    exact: bool,
+    binaries: Binaries,
+    model: Path,
+    args: Sequence[str],
+    study_dir: Path,
+    startup_timeout_s: float,
+) -> tuple[WorkloadSpec, str | None, Sized]:
     """The generated session refitted until its real size fits the model's training context.
 
     llama-server caps a slot at the training context, so the longest turn, with the replies fed back

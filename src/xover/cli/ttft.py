@@ -132,11 +132,12 @@ def ttft(
 
     from rich.markup import escape
 
+    from xover.cli.progress import failed_or_noted
     from xover.console import console, out, progress_bar, safe
     from xover.domain.llama_options import FLASH_ATTN, LOAD_MODE, server_config
     from xover.domain.prompts import parse_lengths
     from xover.measure import bench as benchrun
-    from xover.measure.events import ConfigFailed, Note, Rerun, SampleDone, ServerUp, TtftEvent
+    from xover.measure.events import Rerun, SampleDone, ServerUp, TtftEvent
     from xover.measure.ttft import TtftPlan, TtftRun, expand, gap_note, summarize_points
     from xover.results.store import Store
 
@@ -229,6 +230,8 @@ def ttft(
 
         def on_event(ev: TtftEvent) -> None:
             nonlocal total
+            if failed_or_noted(ev, bar, task, lambda f: f.label):
+                return
             if isinstance(ev, SampleDone):
                 bar.update(task, advance=1)
                 s = ev.sample
@@ -249,11 +252,6 @@ def ttft(
                 where = f", log {ev.log_path}" if ev.log_path else ""
                 line = f"llama-server {ev.label} ready at {ev.url} (build {ev.build_info or 'unknown'}){where}"
                 console.print(f"[dim]{escape(line)}[/]")
-            elif isinstance(ev, ConfigFailed):
-                bar.update(task, advance=ev.skipped)
-                console.print(f"[red]{escape(f'{ev.label}: {ev.reason}')}[/]")
-            elif isinstance(ev, Note):
-                console.print(f"[yellow]{escape(ev.text)}[/]")
 
         run = TtftRun(store, plan, ["xover", *sys.argv[1:]], binaries=binaries, model=model, on_event=on_event)
         if url is not None:
