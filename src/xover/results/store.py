@@ -33,7 +33,7 @@ SCHEMA_VERSION = 2  # v2: runs.started_unix_ns
 STORE_NAME = "results.sqlite"
 
 # the columns every measurement table starts with, and the server timings TTFT samples and session
-# turns both carry (in _timing_values's order); the schema text is built from them
+# turns both carry; the schema text is built from them
 _MEASURED_ROW = """\
     id INTEGER PRIMARY KEY,
     run_id INTEGER NOT NULL REFERENCES runs(id),
@@ -273,26 +273,15 @@ class Store:
     # ---- llama-bench results ------------------------------------------------------------------
 
     def add_bench_result(self, run_id: int, model_key: str, r: BenchResult) -> int:
-        cur = self.db.execute(
-            "INSERT INTO bench_results(run_id, config_key, model_key, test, n_prompt, n_gen, n_depth, avg_ts, stddev_ts,"
-            " samples_ns, samples_ts, record, created_at) VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?)",
-            (
-                run_id,
-                r.config_key,
-                model_key,
-                r.test_name,
-                r.n_prompt,
-                r.n_gen,
-                r.n_depth,
-                r.avg_ts,
-                r.stddev_ts,
-                _json(list(r.samples_ns)),
-                _json(list(r.samples_ts)),
-                _json(r.record),
-                now_iso(),
+        return self._insert(
+            "bench_results",
+            run_id=run_id,
+            model_key=model_key,
+            test=r.test_name,
+            **_columns(
+                r, samples_ns=_json(list(r.samples_ns)), samples_ts=_json(list(r.samples_ts)), record=_json(r.record)
             ),
         )
-        return int(cur.lastrowid or 0)
 
     def bench_results(self, config_key: str | None = None) -> list[tuple[int, int, str, BenchResult]]:
         """(row id, run id, model key, result), oldest first."""
@@ -308,33 +297,12 @@ class Store:
     # ---- TTFT samples -------------------------------------------------------------------------
 
     def add_ttft_sample(self, run_id: int, model_key: str, s: TtftSample) -> int:
-        t = s.timings
-        cur = self.db.execute(
-            "INSERT INTO ttft_samples(run_id, config_key, model_key, mode, length, rep, prompt_id, sent_at_unix_ns,"
-            " first_byte_ns, first_token_ns, end_ns, token_times_ns, n_tokens_received, cache_n, prompt_n, prompt_ms,"
-            " prompt_per_second, predicted_n, predicted_ms, predicted_per_second, cache_ok, error, created_at)"
-            " VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
-            (
-                run_id,
-                s.config_key,
-                model_key,
-                s.mode,
-                s.length,
-                s.rep,
-                s.prompt_id,
-                s.sent_at_unix_ns,
-                s.first_byte_ns,
-                s.first_token_ns,
-                s.end_ns,
-                _json(list(s.token_times_ns)),
-                s.n_tokens_received,
-                *_timing_values(t),
-                int(s.cache_ok),
-                s.error,
-                now_iso(),
-            ),
+        return self._insert(
+            "ttft_samples",
+            run_id=run_id,
+            model_key=model_key,
+            **_columns(s, token_times_ns=_json(list(s.token_times_ns)), cache_ok=int(s.cache_ok)),
         )
-        return int(cur.lastrowid or 0)
 
     def ttft_samples(self, config_key: str | None = None) -> list[tuple[int, int, str, TtftSample]]:
         """(row id, run id, model key, sample), oldest first."""
@@ -343,44 +311,19 @@ class Store:
     # ---- agentic session turns ----------------------------------------------------------------
 
     def add_session_turn(self, run_id: int, model_key: str, t: SessionTurn) -> int:
-        tm = t.timings
-        cur = self.db.execute(
-            "INSERT INTO session_turns(run_id, config_key, model_key, mode, session_id, feed, turn, rewrite,"
-            " sent_at_unix_ns, prompt_tokens, prefix_tokens, cached_tokens, completion_tokens, first_byte_ns,"
-            " first_token_ns, last_token_ns, end_ns, n_content_events, reply, reply_tokens, cache_n, prompt_n, prompt_ms,"
-            " prompt_per_second, predicted_n, predicted_ms, predicted_per_second, error, created_at)"
-            " VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
-            (
-                run_id,
-                t.config_key,
-                model_key,
-                t.mode,
-                t.session_id,
-                t.feed,
-                t.turn,
-                int(t.rewrite),
-                t.sent_at_unix_ns,
-                t.prompt_tokens,
-                t.prefix_tokens,
-                t.cached_tokens,
-                t.completion_tokens,
-                t.first_byte_ns,
-                t.first_token_ns,
-                t.last_token_ns,
-                t.end_ns,
-                t.n_content_events,
-                t.reply,
-                t.reply_tokens,
-                *_timing_values(tm),
-                t.error,
-                now_iso(),
-            ),
-        )
-        return int(cur.lastrowid or 0)
+        return self._insert("session_turns", run_id=run_id, model_key=model_key, **_columns(t, rewrite=int(t.rewrite)))
 
     def session_turns(self, config_key: str | None = None) -> list[tuple[int, int, str, SessionTurn]]:
         """(row id, run id, model key, turn), oldest first."""
         return self._rows("session_turns", config_key, _session_turn_from_row)
+
+    def _insert(self, table: str, **columns: Any) -> int:
+        """Store one row of a measurement table, stamped ``created_at`` now; its id."""
+        columns["created_at"] = now_iso()
+        cur = self.db.execute(
+            f"INSERT INTO {table}({', '.join(columns)}) VALUES({','.join('?' * len(columns))})", tuple(columns.values())
+        )
+        return int(cur.lastrowid or 0)
 
     def _rows(
         self, table: str, config_key: str | None, decode: Callable[[sqlite3.Row], T]
@@ -395,11 +338,7 @@ class Store:
     # ---- failures and artifacts ---------------------------------------------------------------
 
     def add_failure(self, run_id: int, f: Failure) -> int:
-        cur = self.db.execute(
-            "INSERT INTO failures(run_id, config_key, stage, point, reason, stderr_tail, created_at) VALUES(?,?,?,?,?,?,?)",
-            (run_id, f.config_key, f.stage, f.point, f.reason, f.stderr_tail, now_iso()),
-        )
-        return int(cur.lastrowid or 0)
+        return self._insert("failures", run_id=run_id, **_columns(f))
 
     def failures(self) -> list[tuple[int, Failure]]:
         return [
@@ -456,19 +395,18 @@ def _timings_from_row(r: sqlite3.Row) -> ServerTimings | None:
     return _from_row(ServerTimings, r)
 
 
-def _timing_values(t: ServerTimings | None) -> tuple[float | int | None, ...]:
-    """The server timings' columns, in the tables' order (all None without timings)."""
-    if t is None:
-        return (None,) * 7
-    return (
-        t.cache_n,
-        t.prompt_n,
-        t.prompt_ms,
-        t.prompt_per_second,
-        t.predicted_n,
-        t.predicted_ms,
-        t.predicted_per_second,
-    )
+def _columns(record: Any, /, **converted: Any) -> dict[str, Any]:
+    """A record's columns: its fields by name (``converted`` gives those stored otherwise), its server
+    timings as columns of their own (all None without timings)."""
+    out: dict[str, Any] = {}
+    for f in dataclasses.fields(record):
+        value = converted[f.name] if f.name in converted else getattr(record, f.name)
+        if f.name == "timings":
+            names = [t.name for t in dataclasses.fields(ServerTimings)]
+            out.update(zip(names, [None] * len(names)) if value is None else _columns(value))
+        else:
+            out[f.name] = value
+    return out
 
 
 def _ttft_from_row(r: sqlite3.Row) -> TtftSample:
