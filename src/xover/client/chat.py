@@ -11,7 +11,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from xover.client.http import LlamaClient
-from xover.client.sse import Chunk, SseParse, parse_sse, timings_from_json
+from xover.client.sse import Chunk, SseParse, error_message, parse_sse, timings_from_json
 from xover.domain.records import ServerTimings
 
 
@@ -57,10 +57,6 @@ def _int(v: Any) -> int | None:
     return int(v) if isinstance(v, int) and not isinstance(v, bool) else None
 
 
-def _message(err: Any) -> str:
-    return str(err.get("message") or err.get("type") or err) if isinstance(err, dict) else str(err)
-
-
 def parse_chat_stream(chunks: Sequence[Chunk], t0_ns: int, transport_error: str | None = None) -> ChatStream:
     """Interpret the chunks of one streamed chat completion sent at ``t0_ns`` (perf_counter_ns).
 
@@ -91,7 +87,7 @@ def parse_chat_stream(chunks: Sequence[Chunk], t0_ns: int, transport_error: str 
             error = f"malformed event #{k}: not a JSON object: {ev.data[:80]!r}"
             break
         if "error" in obj:
-            error = f"server error after {len(content)} text events: {_message(obj['error'])}"
+            error = f"server error after {len(content)} text events: {error_message(obj['error'])}"
             break
         choices = obj.get("choices")
         for choice in choices if isinstance(choices, list) else ():
@@ -164,11 +160,7 @@ class ChatClient(LlamaClient):
 
     async def stream_chat(self, body: dict[str, Any]) -> ChatRecord:
         """POST ``/v1/chat/completions`` streamed (timed like :meth:`LlamaClient.stream_raw`) and parse it."""
-        raw = await self.stream_raw("/v1/chat/completions", body)
-        if raw.error is None:
-            result = parse_chat_stream(raw.chunks, raw.t0_ns, raw.transport_error)
-        else:
-            result = dataclasses.replace(parse_chat_stream((), raw.t0_ns), error=raw.error)
+        raw, result = await self._stream_parsed("/v1/chat/completions", body, parse_chat_stream)
         return ChatRecord(
             sent_at_unix_ns=raw.sent_at_unix_ns, t0_ns=raw.t0_ns, status=raw.status, chunks=raw.chunks, result=result
         )

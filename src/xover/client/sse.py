@@ -133,7 +133,8 @@ def timings_from_json(t: dict[str, Any]) -> ServerTimings:
     )
 
 
-def _error_message(err: Any) -> str:
+def error_message(err: Any) -> str:
+    """The message of an error event's ``error`` (its message or type, else all of it)."""
     if isinstance(err, dict):
         return str(err.get("message") or err.get("type") or err)
     return str(err)
@@ -167,7 +168,7 @@ def parse_completion_stream(
             error = f"malformed event #{k} after {len(token_times)} tokens: not a JSON object: {ev.data[:80]!r}"
             break
         if "error" in obj:
-            error = f"server error after {len(token_times)} tokens: {_error_message(obj['error'])}"
+            error = f"server error after {len(token_times)} tokens: {error_message(obj['error'])}"
             break
         t = ev.t_ns - t0_ns
         tokens = obj.get("tokens")
