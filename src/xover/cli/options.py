@@ -55,7 +55,8 @@ def model(help: str, *, required: bool = True, dir_okay: bool = False) -> Callab
 def study_dir(
     help: str, *, default: Path | None = Path("xover-study"), long: str = "--out", file_okay: bool = False
 ) -> Callable[[F], F]:
-    """``-o/--out``: the study directory (its results.sqlite and logs/); a default is shown in the help."""
+    """``-o/--out`` (or ``-o/<long>``): the study directory (its results.sqlite and logs/); a default is shown
+    in the help, None leaves the command to pick one."""
     shown: dict[str, Any] = {} if default is None else {"show_default": True}
     return click.option(
         "-o",
