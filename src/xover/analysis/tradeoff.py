@@ -140,12 +140,21 @@ class ServedPoint:
 
 @dataclasses.dataclass(frozen=True)
 class ServedTradeoff:
-    a: str
-    b: str
-    response: int
     points: tuple[ServedPoint, ...]
-    pair: PairResult
+    pair: PairResult  # the crossover comparison the points come from: names A, B and the response length
     break_even: float | None  # where the measured totals cross, only where the verdict claims a crossover
+
+    @property
+    def a(self) -> str:
+        return self.pair.a
+
+    @property
+    def b(self) -> str:
+        return self.pair.b
+
+    @property
+    def response(self) -> int:
+        return self.pair.response
 
     def constant_rate_break_even(self) -> tuple[float, ...]:
         """The constant-rate break-even at each measured length's own rates (empty: no trade-off anywhere)."""
@@ -181,4 +190,4 @@ def served_tradeoff(a: ConfigData, b: ConfigData, response: int) -> ServedTradeo
         points.append(ServedPoint(length, t, pair.total_a[i], pair.total_b[i], pair.separated[i]))
     claim = claimed_crossing(pair)
     be = claim.length if claim is not None and not claim.fitted else None
-    return ServedTradeoff(a.label, b.label, response, tuple(points), pair, be)
+    return ServedTradeoff(tuple(points), pair, be)

@@ -29,18 +29,9 @@ _CANDIDATE_OPTIONS = {
 }
 
 
-def _joined(values: tuple[str, ...]) -> str:
-    return ",".join(values)
-
-
 @click.command(context_settings={"show_default": True})
-@click.option("-m", "--model", type=click.Path(path_type=Path, dir_okay=False), required=True, help="The GGUF model.")
-@click.option(
-    "--ncmoe",
-    multiple=True,
-    metavar="N,...",
-    help="--n-cpu-moe levels, each searched on its own [default: none passed].",
-)
+@options.model("The GGUF model.")
+@options.sweep("--ncmoe", help="--n-cpu-moe levels, each searched on its own [default: none passed].")
 @click.option(
     "--workload",
     default="agentic",
@@ -54,7 +45,7 @@ def _joined(values: tuple[str, ...]) -> str:
     metavar="L,...",
     help="Prompt lengths, uniform (overrides --workload agentic; 4k = 4096).",
 )
-@click.option("-R", "--response-tokens", type=click.IntRange(min=1), default=200, help="Tokens generated per turn.")
+@options.response_tokens(200, "Tokens generated per turn.", show_default=None)
 @click.option(
     "--knobs",
     "knob_names",
@@ -63,24 +54,15 @@ def _joined(values: tuple[str, ...]) -> str:
     help="Knobs to search [default: all]: load-mode (lm), ubatch-size (ub), batch-size (b), no-op-offload (nopo), "
     "GGML_OP_OFFLOAD_MIN_BATCH, threads (t).",
 )
-@click.option("--load-mode", multiple=True, metavar="V,...", help="-lm values to try [default: none].")
-@click.option(
+@options.sweep("--load-mode", metavar="V,...", help="-lm values to try [default: none].")
+@options.sweep(
     "--ubatch",
-    multiple=True,
-    metavar="N,...",
     help="-ub values to try [default: 1024,2048,4096, those above half the model's training context left out].",
 )
-@click.option("--batch", multiple=True, metavar="N,...", help="-b values to try [default: 4096].")
-@click.option("--no-op-offload", multiple=True, metavar="0,1", help="-nopo values to try [default: 1].")
-@click.option(
-    "--op-offload-min-batch",
-    multiple=True,
-    metavar="N,...",
-    help="GGML_OP_OFFLOAD_MIN_BATCH values to try [default: 1024].",
-)
-@click.option(
-    "-t", "--threads", multiple=True, metavar="N,...", help="-t values to try [default: half and all logical CPUs]."
-)
+@options.sweep("--batch", help="-b values to try [default: 4096].")
+@options.sweep("--no-op-offload", metavar="0,1", help="-nopo values to try [default: 1].")
+@options.sweep("--op-offload-min-batch", help="GGML_OP_OFFLOAD_MIN_BATCH values to try [default: 1024].")
+@options.sweep("-t", "--threads", help="-t values to try [default: half and all logical CPUs].")
 @click.option(
     "-r",
     "--repetitions",
@@ -109,13 +91,10 @@ def _joined(values: tuple[str, ...]) -> str:
 @click.option(
     "--confirm-reps", type=click.IntRange(min=1), default=2, help="Repetitions per length of the server confirmation."
 )
-@click.option(
-    "-o",
-    "--output",
-    "study_dir",
-    type=click.Path(path_type=Path, file_okay=False),
+@options.study_dir(
+    "Study directory [default: studies/advise-<timestamp>]. Reuse it to reuse measurements.",
     default=None,
-    help="Study directory [default: studies/advise-<timestamp>]. Reuse it to reuse measurements.",
+    long="--output",
 )
 @click.option("--timeout", "timeout_s", type=float, default=None, help="Seconds one llama-bench measurement may run.")
 @options.vram_budget("run")
@@ -165,7 +144,6 @@ def advise(
     from xover.console import console
     from xover.domain.study_spec import LOAD_MODES
     from xover.llamacpp.binaries import resolve
-    from xover.measure import bench as benchrun
     from xover.measure.advise import AdviseSpec, run_advise
     from xover.measure.events import ConfigFailed, Measured, Measuring, Note, SampleDone, ServerUp
     from xover.report.advise import advise_section_markdown
@@ -185,11 +163,11 @@ def advise(
             continue
         flag = "--" + option.replace("_", "-")
         if option == "load_mode":
-            parsed: tuple[object, ...] = benchrun.parse_choice_list(flag, _joined(values), LOAD_MODES)
+            parsed: tuple[object, ...] = options.choices(flag, values, LOAD_MODES)
         elif option == "no_op_offload":
-            parsed = benchrun.parse_choice_list(flag, _joined(values), ("0", "1"))
+            parsed = options.choices(flag, values, ("0", "1"))
         else:
-            parsed = benchrun.parse_int_list(flag, _joined(values), minimum=1)
+            parsed = options.ints(flag, values, minimum=1)
         knobs = adv.with_candidates(knobs, _CANDIDATE_OPTIONS[option], [str(v) for v in parsed])
     if knob_names is not None:
         wanted = [n.strip() for n in knob_names.split(",") if n.strip()]
@@ -238,7 +216,7 @@ def advise(
             ) from None
         the_workload = adv.parse_workload(text, response, path.name)
 
-    levels = tuple(benchrun.parse_int_list("--ncmoe", _joined(ncmoe))) if ncmoe else (None,)
+    levels = options.ints("--ncmoe", ncmoe) or (None,)
     if the_workload is not None:
         _check_context(model, levels, the_workload, knobs, chunk, n_gen, "--lengths" if lengths else "--workload")
     spec = AdviseSpec(

@@ -62,19 +62,9 @@ class _ProgressView:
             console.print(f"[red]  {safe(event.label)} failed: {safe(event.reason)}[/]")
 
 
-def _joined(values: tuple[str, ...]) -> str:
-    """Repeated options join like llama-bench's: `--ncmoe 12 --ncmoe 18` == `--ncmoe 12,18`."""
-    return ",".join(values)
-
-
 @click.command(context_settings={"show_default": True})
-@click.option("-m", "--model", type=click.Path(path_type=Path), required=True, help="The GGUF model to benchmark.")
-@click.option(
-    "--ncmoe",
-    multiple=True,
-    metavar="N,...",
-    help="--n-cpu-moe values to sweep: experts of the first N layers stay in host memory.",
-)
+@options.model("The GGUF model to benchmark.", dir_okay=True)
+@options.sweep("--ncmoe", help="--n-cpu-moe values to sweep: experts of the first N layers stay in host memory.")
 @click.option(
     "--depth",
     default="1000,4000,16000,32000",
@@ -83,53 +73,34 @@ def _joined(values: tuple[str, ...]) -> str:
 )
 @click.option("--pp", "n_prompt", type=int, default=512, help="Prefill test size in tokens (0: no prefill tests).")
 @click.option("--tg", "n_gen", type=int, default=128, help="Decode test size in tokens (0: no decode tests).")
-@click.option(
-    "-t",
-    "--threads",
-    multiple=True,
-    metavar="N,...",
-    help="CPU threads (llama-bench -t) to sweep [default: llama-bench's].",
-)
-@click.option(
+@options.sweep("-t", "--threads", help="CPU threads (llama-bench -t) to sweep [default: llama-bench's].")
+@options.sweep(
     "--load-mode",
-    multiple=True,
     metavar="none,mmap,...",
     help="Model load modes (-lm) to sweep: none keeps weights in (pinned, on GPU builds) host buffers, mmap maps the file.",
 )
-@click.option(
-    "--batch",
-    multiple=True,
-    metavar="N,...",
-    help="Logical batch sizes (-b) to sweep; llama.cpp caps the ubatch at the batch.",
+@options.sweep("--batch", help="Logical batch sizes (-b) to sweep; llama.cpp caps the ubatch at the batch.")
+@options.sweep(
+    "--ubatch", help="Micro-batch sizes (-ub) to sweep: tokens per expert copy when op offload runs prefill on the GPU."
 )
-@click.option(
-    "--ubatch",
-    multiple=True,
-    metavar="N,...",
-    help="Micro-batch sizes (-ub) to sweep: tokens per expert copy when op offload runs prefill on the GPU.",
-)
-@click.option("--flash-attn", multiple=True, metavar="on,off,auto", help="Flash attention (-fa) values to sweep.")
-@click.option(
+@options.sweep("--flash-attn", metavar="on,off,auto", help="Flash attention (-fa) values to sweep.")
+@options.sweep(
     "--no-op-offload",
-    multiple=True,
     metavar="0,1",
     help="-nopo values to sweep: 1 keeps large batches of CPU-resident experts on the CPU.",
 )
-@click.option(
+@options.sweep(
     "--env",
     "env",
-    multiple=True,
     metavar="NAME=V[,V...]",
     help="Environment variable to sweep, repeatable, e.g. --env GGML_OP_OFFLOAD_MIN_BATCH=32,4096.",
 )
 @click.option("-r", "--repetitions", type=int, default=5, help="Repetitions per test (llama-bench -r).")
-@click.option(
-    "-o",
-    "--output",
-    "study_dir",
-    type=click.Path(path_type=Path),
+@options.study_dir(
+    "Study directory holding results.sqlite [default: studies/bench-<timestamp>]. Reuse it to resume.",
     default=None,
-    help="Study directory holding results.sqlite [default: studies/bench-<timestamp>]. Reuse it to resume.",
+    long="--output",
+    file_okay=True,
 )
 @click.option("--fresh", is_flag=True, help="Measure every test again, even those already in the study.")
 @click.option(
@@ -209,24 +180,19 @@ def bench(
     from xover.results.read_model import bench_data, load
     from xover.results.store import Store
 
-    def ints(option: str, values: tuple[str, ...], minimum: int = 0) -> tuple[int, ...]:
-        return benchrun.parse_int_list(option, _joined(values), minimum) if values else ()
-
     spec = benchrun.SweepSpec(
         model=model,
         depths=benchrun.parse_int_list("--depth", depth),
         n_prompt=n_prompt,
         n_gen=n_gen,
         repetitions=repetitions,
-        ncmoe=ints("--ncmoe", ncmoe),
-        load_mode=benchrun.parse_choice_list("--load-mode", _joined(load_mode), LOAD_MODES) if load_mode else (),
-        batch=ints("--batch", batch, minimum=1),
-        ubatch=ints("--ubatch", ubatch, minimum=1),
-        flash_attn=benchrun.parse_choice_list("--flash-attn", _joined(flash_attn), benchrun.FLASH_ATTN_CHOICES)
-        if flash_attn
-        else (),
-        no_op_offload=ints("--no-op-offload", no_op_offload),
-        threads=ints("--threads", threads, minimum=1),
+        ncmoe=options.ints("--ncmoe", ncmoe),
+        load_mode=options.choices("--load-mode", load_mode, LOAD_MODES),
+        batch=options.ints("--batch", batch, minimum=1),
+        ubatch=options.ints("--ubatch", ubatch, minimum=1),
+        flash_attn=options.choices("--flash-attn", flash_attn, benchrun.FLASH_ATTN_CHOICES),
+        no_op_offload=options.ints("--no-op-offload", no_op_offload),
+        threads=options.ints("--threads", threads, minimum=1),
         env=tuple(benchrun.parse_env(e) for e in env),
         extra_args=extra,
         timeout_s=timeout_s,

@@ -19,22 +19,12 @@ if TYPE_CHECKING:
 
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})
-@click.option(
-    "-m", "--model", type=click.Path(path_type=Path, dir_okay=False), default=None, help="GGUF model to serve."
-)
+@options.model("GGUF model to serve.", required=False)
 @click.option("--ncmoe", type=click.IntRange(min=0), default=None, metavar="N", help="llama-server --n-cpu-moe N.")
 @click.option(
     "--length", default="16k", show_default=True, metavar="L", help="Prompt length in tokens (1k = 1024), at least 1k."
 )
-@click.option(
-    "-o",
-    "--out",
-    "study_dir",
-    type=click.Path(path_type=Path, file_okay=False),
-    default=Path("xover-study"),
-    show_default=True,
-    help="Study directory: results.sqlite and logs/.",
-)
+@options.study_dir("Study directory: results.sqlite and logs/.")
 @options.llama_bin_dir()
 @options.server_timeout("each server's /health")
 @options.server_args()
@@ -62,11 +52,12 @@ def cache(
     """
     from rich.markup import escape
 
+    from xover.cli.progress import failed_or_noted
     from xover.console import console, progress_bar, safe
     from xover.domain.prompts import parse_length
     from xover.llamacpp.binaries import resolve
     from xover.measure.cachelab import lab_plan, run_cache_lab
-    from xover.measure.events import ConfigFailed, LabEvent, LabRequestDone, ServerUp
+    from xover.measure.events import LabEvent, LabRequestDone, ServerUp
 
     if model is None:
         raise XoverError("no model: pass -m MODEL.gguf")
@@ -89,6 +80,8 @@ def cache(
         task = bar.add_task("cache lab requests", total=planned)
 
         def on_event(ev: LabEvent) -> None:
+            if failed_or_noted(ev, bar, task, lambda f: f"{f.scenario}"):
+                return
             if isinstance(ev, LabRequestDone):
                 bar.update(task, completed=ev.done)
                 if ev.sample.error is not None:
@@ -97,9 +90,6 @@ def cache(
                 console.print(
                     f"[dim]{escape(f'{ev.scenario}: llama-server ({ev.settings}) at {ev.url}, log {ev.log_path}')}[/]"
                 )
-            elif isinstance(ev, ConfigFailed):
-                bar.update(task, advance=ev.skipped)
-                console.print(f"[red]{escape(f'{ev.scenario}: {ev.reason}')}[/]")
 
         outcome = run_cache_lab(
             study_dir,

@@ -3,12 +3,20 @@
 from __future__ import annotations
 
 import sys
+from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
 from xover.cli import options
 from xover.errors import XoverError
+
+if TYPE_CHECKING:
+    from xover.domain.workload import WorkloadSpec
+    from xover.gguf.inspect import ModelContext
+    from xover.llamacpp.binaries import Binaries
+    from xover.measure.events import Sized
 
 _GENERATION_OPTIONS = ("turns", "seed", "system_tokens", "target_tokens", "rewrite_every", "chars_per_token")
 
@@ -26,9 +34,7 @@ def _ncmoe(text: str | None) -> tuple[int, ...]:
 
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})
-@click.option(
-    "-m", "--model", type=click.Path(path_type=Path, dir_okay=False), required=True, help="GGUF model to serve."
-)
+@options.model("GGUF model to serve.")
 @click.option(
     "--ncmoe", default=None, metavar="N,N,...", help="--n-cpu-moe values, one configuration each, e.g. 12,18."
 )
@@ -59,11 +65,10 @@ def _ncmoe(text: str | None) -> tuple[int, ...]:
     help="Prompt size the last turn grows to [default: 40k, or 95% of what the model's training context "
     "holds with the response when that is less].",
 )
-@click.option(
+@options.at_least(
+    0,
     "--rewrite-every",
-    type=click.IntRange(min=0),
     default=6,
-    show_default=True,
     help="Every Nth turn edits a file shown earlier and rewrites that earlier result in place (0: never).",
 )
 @click.option(
@@ -73,14 +78,7 @@ def _ncmoe(text: str | None) -> tuple[int, ...]:
     help="Characters per token when sizing the generated session [default: 1 for xover's synthetic byte "
     "vocabularies, else 4].",
 )
-@click.option(
-    "-R",
-    "--response-tokens",
-    type=click.IntRange(min=1),
-    default=64,
-    show_default=True,
-    help="Tokens generated per turn (exactly: max_tokens + ignore_eos).",
-)
+@options.response_tokens(64, "Tokens generated per turn (exactly: max_tokens + ignore_eos).")
 @click.option(
     "--cache-modes",
     default="default,off,reuse",
@@ -88,13 +86,7 @@ def _ncmoe(text: str | None) -> tuple[int, ...]:
     help="default: llama-server's prompt cache; off: every turn cold (cache_prompt false, -np 1 --cache-ram 0); "
     "reuse: the defaults plus --cache-reuse.",
 )
-@click.option(
-    "--cache-reuse",
-    type=click.IntRange(min=1),
-    default=256,
-    show_default=True,
-    help="--cache-reuse chunk (tokens) of the reuse mode.",
-)
+@options.at_least(1, "--cache-reuse", default=256, help="--cache-reuse chunk (tokens) of the reuse mode.")
 @click.option("--exact", is_flag=True, help="Feed back the recorded replies instead of the server's own.")
 @click.option("--threads", type=click.IntRange(min=1), default=None, help="llama-server -t.")
 @click.option(
@@ -103,15 +95,7 @@ def _ncmoe(text: str | None) -> tuple[int, ...]:
     default=None,
     help="llama-server -c [default: sized to the session by a short tokenizing run].",
 )
-@click.option(
-    "-o",
-    "--out",
-    "study_dir",
-    type=click.Path(path_type=Path, file_okay=False),
-    default=Path("xover-study"),
-    show_default=True,
-    help="Study directory: results.sqlite, logs/ and the generated session file.",
-)
+@options.study_dir("Study directory: results.sqlite, logs/ and the generated session file.")
 @options.llama_bin_dir()
 @options.server_timeout()
 @options.server_args()
@@ -156,11 +140,12 @@ def session(
     """
     from rich.markup import escape
 
+    from xover.cli.progress import failed_or_noted
     from xover.console import console, out, progress_bar, safe
     from xover.domain.prompts import parse_length
     from xover.domain.workload import WorkloadSpec, fit_to_context, loads
     from xover.llamacpp.binaries import resolve
-    from xover.measure.events import ConfigFailed, Note, ReplayDone, ServerUp, SessionEvent, Sized, TurnDone
+    from xover.measure.events import ReplayDone, ServerUp, SessionEvent, Sized, TurnDone
     from xover.measure.session import parse_modes, run_session, write_workload
     from xover.report.session import session_table, session_verdict
     from xover.results.read_model import series_from_rows
@@ -258,6 +243,8 @@ def session(
         task = bar.add_task("session turns", total=len(configs) * len(modes) * n_turns)
 
         def on_event(ev: SessionEvent) -> None:
+            if failed_or_noted(ev, bar, task, lambda f: f"{f.label} {f.mode}"):
+                return
             if isinstance(ev, TurnDone):
                 bar.update(task, advance=1)
                 if ev.turn.error is not None:
@@ -284,11 +271,6 @@ def session(
                 )
             elif isinstance(ev, ReplayDone):
                 console.print(f"{escape(ev.label)} {ev.mode}: session time {ev.total_ns / 1e9:,.2f} s")
-            elif isinstance(ev, ConfigFailed):
-                bar.update(task, advance=ev.skipped)
-                console.print(f"[red]{escape(f'{ev.label} {ev.mode}: {ev.reason}')}[/]")
-            elif isinstance(ev, Note):
-                console.print(f"[yellow]{escape(ev.text)}[/]")
 
         outcome = run_session(
             study_dir,
@@ -333,19 +315,19 @@ def session(
 
 
 def _fit_by_sizing(
-    requested,
-    spec,
-    line,
-    given,
-    context,
-    response_tokens,
-    exact,
-    binaries,
-    model,
-    args,  # type: ignore[no-untyped-def]
-    study_dir,
-    startup_timeout_s,
-):
+    requested: WorkloadSpec,
+    spec: WorkloadSpec,
+    line: str | None,
+    given: frozenset[str],
+    context: ModelContext,
+    response_tokens: int,
+    exact: bool,
+    binaries: Binaries,
+    model: Path,
+    args: Sequence[str],
+    study_dir: Path,
+    startup_timeout_s: float,
+) -> tuple[WorkloadSpec, str | None, Sized]:
     """The generated session refitted until its real size fits the model's training context.
 
     llama-server caps a slot at the training context, so the longest turn, with the replies fed back

@@ -18,14 +18,7 @@ if TYPE_CHECKING:
 
 @click.command()
 @click.argument("spec_file", required=False, type=click.Path(path_type=Path, dir_okay=False))
-@click.option(
-    "-o",
-    "--out",
-    "study_dir",
-    type=click.Path(path_type=Path, file_okay=False),
-    default=None,
-    help="Study directory [default: studies/<spec name>, or studies/default].",
-)
+@options.study_dir("Study directory [default: studies/<spec name>, or studies/default].", default=None)
 @click.option(
     "--fresh", is_flag=True, help="Measure everything again instead of skipping what the store already holds."
 )

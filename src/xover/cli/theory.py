@@ -418,6 +418,24 @@ def render_prediction(pred: dict[str, Any]) -> None:
 # commands
 
 
+def _built(build: Callable[..., dict[str, Any]], kw: dict[str, Any]) -> tuple[Any, bool, dict[str, Any]]:
+    """The command's study directory, its --json flag, and what ``build`` makes of its other options, stamped
+    with the moment after they were read."""
+    study_dir, as_json, response, pp_tokens = (
+        kw.pop("study_dir"),
+        kw.pop("as_json"),
+        kw.pop("response"),
+        kw.pop("pp_tokens"),
+    )
+    inputs = _inputs(**kw)
+    created_at, created_ns = _now()
+    return (
+        study_dir,
+        as_json,
+        build(created_at=created_at, created_unix_ns=created_ns, response=response, pp_tokens=pp_tokens, **inputs),
+    )
+
+
 def _store(study_dir: Path, name: str, body: dict[str, Any]) -> None:
     from xover.results.store import Store
 
@@ -463,17 +481,7 @@ def theory(**kw: Any) -> None:
     """
     from xover.analysis.theory import theory_report
 
-    study_dir, as_json, response, pp_tokens = (
-        kw.pop("study_dir"),
-        kw.pop("as_json"),
-        kw.pop("response"),
-        kw.pop("pp_tokens"),
-    )
-    inputs = _inputs(**kw)
-    created_at, created_ns = _now()
-    report = theory_report(
-        created_at=created_at, created_unix_ns=created_ns, response=response, pp_tokens=pp_tokens, **inputs
-    )
+    study_dir, as_json, report = _built(theory_report, kw)
     if as_json:
         click.echo(json.dumps(report, indent=2))
     else:
@@ -494,17 +502,7 @@ def predict(**kw: Any) -> None:
     from xover.analysis.theory import build_prediction
     from xover.results.store import Store
 
-    study_dir, as_json, response, pp_tokens = (
-        kw.pop("study_dir"),
-        kw.pop("as_json"),
-        kw.pop("response"),
-        kw.pop("pp_tokens"),
-    )
-    inputs = _inputs(**kw)
-    created_at, created_ns = _now()
-    pred = build_prediction(
-        created_at=created_at, created_unix_ns=created_ns, response=response, pp_tokens=pp_tokens, **inputs
-    )
+    study_dir, as_json, pred = _built(build_prediction, kw)
     with Store(study_dir) as st:
         measured = len(st.bench_results()) + len(st.ttft_samples())
     pred["measurements_before"] = measured

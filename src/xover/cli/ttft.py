@@ -25,20 +25,12 @@ if TYPE_CHECKING:
 API_KEY_ENV = "XOVER_API_KEY"
 
 
-def _joined(values: tuple[str, ...]) -> str:
-    """Repeated options join like llama-bench's: `--ubatch 512 --ubatch 2048` == `--ubatch 512,2048`."""
-    return ",".join(values)
-
-
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})
-@click.option(
-    "-m",
-    "--model",
-    type=click.Path(path_type=Path, dir_okay=False),
-    default=None,
-    help="GGUF model to serve (with --url: optional, only used to pick prompt token ids and identify results).",
+@options.model(
+    "GGUF model to serve (with --url: optional, only used to pick prompt token ids and identify results).",
+    required=False,
 )
-@click.option("--ncmoe", multiple=True, metavar="N,...", help="--n-cpu-moe values, e.g. 12,18.")
+@options.sweep("--ncmoe", help="--n-cpu-moe values, e.g. 12,18.")
 @click.option(
     "--lengths",
     default="1k,4k,16k,32k",
@@ -46,53 +38,26 @@ def _joined(values: tuple[str, ...]) -> str:
     metavar="L,L,...",
     help="Prompt lengths in tokens: 1k = 1024, 4096, 32K.",
 )
-@click.option(
-    "-R",
-    "--response-tokens",
-    type=click.IntRange(min=1),
-    default=200,
-    show_default=True,
-    help="Tokens generated per request (exactly: ignore_eos).",
-)
-@click.option("-r", "--reps", type=click.IntRange(min=1), default=3, show_default=True, help="Repetitions per length.")
-@click.option(
-    "-o",
-    "--out",
-    "study_dir",
-    type=click.Path(path_type=Path, file_okay=False),
-    default=Path("xover-study"),
-    show_default=True,
-    help="Study directory: results.sqlite and logs/.",
-)
-@click.option("-t", "--threads", multiple=True, metavar="N,...", help="llama-server -t values [default: the server's].")
-@click.option(
-    "--flash-attn", multiple=True, metavar="on,off,auto", help="llama-server -fa values [default: the server's auto]."
-)
-@click.option(
+@options.response_tokens(200, "Tokens generated per request (exactly: ignore_eos).")
+@options.at_least(1, "-r", "--reps", default=3, help="Repetitions per length.")
+@options.study_dir("Study directory: results.sqlite and logs/.")
+@options.sweep("-t", "--threads", help="llama-server -t values [default: the server's].")
+@options.sweep("--flash-attn", metavar="on,off,auto", help="llama-server -fa values [default: the server's auto].")
+@options.sweep(
     "--load-mode",
-    multiple=True,
     metavar="none,mmap,...",
     help="-lm values: none keeps weights in (pinned, on GPU builds) host buffers.",
 )
-@click.option(
-    "--batch", multiple=True, metavar="N,...", help="-b values (logical batch; llama.cpp caps the ubatch at it)."
-)
-@click.option(
-    "--ubatch",
-    multiple=True,
-    metavar="N,...",
-    help="-ub values: tokens per expert copy when op offload runs prefill on the GPU.",
-)
-@click.option(
+@options.sweep("--batch", help="-b values (logical batch; llama.cpp caps the ubatch at it).")
+@options.sweep("--ubatch", help="-ub values: tokens per expert copy when op offload runs prefill on the GPU.")
+@options.sweep(
     "--no-op-offload",
-    multiple=True,
     metavar="0,1",
     help="1: --no-op-offload (CPU-resident experts computed on the CPU), 0: --op-offload.",
 )
-@click.option(
+@options.sweep(
     "--env",
     "env",
-    multiple=True,
     metavar="NAME=V[,V...]",
     help="Environment variable for the server, swept, repeatable: e.g. --env GGML_OP_OFFLOAD_MIN_BATCH=32,4096.",
 )
@@ -115,12 +80,8 @@ def _joined(values: tuple[str, ...]) -> str:
 )
 @options.llama_bin_dir()
 @options.server_timeout()
-@click.option(
-    "--retries",
-    type=click.IntRange(min=0),
-    default=2,
-    show_default=True,
-    help="Re-runs of a sample that fails its cache check (it is stored, never averaged).",
+@options.at_least(
+    0, "--retries", default=2, help="Re-runs of a sample that fails its cache check (it is stored, never averaged)."
 )
 @click.option(
     "--seed", type=int, default=None, help="Prompt seed [default: from the clock, so runs never share prompts]."
@@ -171,11 +132,12 @@ def ttft(
 
     from rich.markup import escape
 
+    from xover.cli.progress import failed_or_noted
     from xover.console import console, out, progress_bar, safe
     from xover.domain.llama_options import FLASH_ATTN, LOAD_MODE, server_config
     from xover.domain.prompts import parse_lengths
     from xover.measure import bench as benchrun
-    from xover.measure.events import ConfigFailed, Note, Rerun, SampleDone, ServerUp, TtftEvent
+    from xover.measure.events import Rerun, SampleDone, ServerUp, TtftEvent
     from xover.measure.ttft import TtftPlan, TtftRun, expand, gap_note, summarize_points
     from xover.results.store import Store
 
@@ -224,20 +186,14 @@ def ttft(
         from xover.llamacpp.binaries import resolve
         from xover.llamacpp.server import has_flag
 
-        def ints(option: str, values: tuple[str, ...], minimum: int = 0) -> tuple[int, ...]:
-            return benchrun.parse_int_list(option, _joined(values), minimum) if values else ()
-
-        def choices(option: str, values: tuple[str, ...], allowed: tuple[str, ...]) -> tuple[str, ...]:
-            return benchrun.parse_choice_list(option, _joined(values), allowed) if values else ()
-
         configs = benchrun.combinations(
-            ncmoe=ints("--ncmoe", ncmoe),
-            load_mode=choices("--load-mode", load_mode, LOAD_MODE.choices),
-            batch=ints("--batch", batch, 1),
-            ubatch=ints("--ubatch", ubatch, 1),
-            flash_attn=choices("--flash-attn", flash_attn, FLASH_ATTN.choices),
-            no_op_offload=tuple(int(v) for v in choices("--no-op-offload", no_op_offload, ("0", "1"))),
-            threads=ints("--threads", threads, 1),
+            ncmoe=options.ints("--ncmoe", ncmoe),
+            load_mode=options.choices("--load-mode", load_mode, LOAD_MODE.choices),
+            batch=options.ints("--batch", batch, 1),
+            ubatch=options.ints("--ubatch", ubatch, 1),
+            flash_attn=options.choices("--flash-attn", flash_attn, FLASH_ATTN.choices),
+            no_op_offload=tuple(int(v) for v in options.choices("--no-op-offload", no_op_offload, ("0", "1"))),
+            threads=options.ints("--threads", threads, 1),
             env=tuple(benchrun.parse_env(e) for e in env),
         )
         from xover.gguf.inspect import check_offload_and_context
@@ -245,7 +201,7 @@ def ttft(
 
         need = max(plan.lengths) + plan.response_tokens
         check_offload_and_context(
-            model, ints("--ncmoe", ncmoe), lengths=plan.lengths, extra_tokens=plan.response_tokens
+            model, options.ints("--ncmoe", ncmoe), lengths=plan.lengths, extra_tokens=plan.response_tokens
         )
         check_explicit_context(extra_args, need)
         binaries = resolve(llama_bin_dir)
@@ -268,12 +224,14 @@ def ttft(
             from xover.llamacpp.server import context_size
 
             ctx = context_size(max(plan.lengths), plan.response_tokens)  # the -c every server gets
-            for expected in planner_notes(model, ints("--ncmoe", ncmoe) or (0,), ctx, budget or 0):
+            for expected in planner_notes(model, options.ints("--ncmoe", ncmoe) or (0,), ctx, budget or 0):
                 console.print(f"[yellow]{escape(expected)}[/]")
         task = bar.add_task("ttft requests", total=total)
 
         def on_event(ev: TtftEvent) -> None:
             nonlocal total
+            if failed_or_noted(ev, bar, task, lambda f: f.label):
+                return
             if isinstance(ev, SampleDone):
                 bar.update(task, advance=1)
                 s = ev.sample
@@ -294,11 +252,6 @@ def ttft(
                 where = f", log {ev.log_path}" if ev.log_path else ""
                 line = f"llama-server {ev.label} ready at {ev.url} (build {ev.build_info or 'unknown'}){where}"
                 console.print(f"[dim]{escape(line)}[/]")
-            elif isinstance(ev, ConfigFailed):
-                bar.update(task, advance=ev.skipped)
-                console.print(f"[red]{escape(f'{ev.label}: {ev.reason}')}[/]")
-            elif isinstance(ev, Note):
-                console.print(f"[yellow]{escape(ev.text)}[/]")
 
         run = TtftRun(store, plan, ["xover", *sys.argv[1:]], binaries=binaries, model=model, on_event=on_event)
         if url is not None:

@@ -6,12 +6,11 @@ prompt tokenization to :class:`xover.client.http.LlamaClient`.
 from __future__ import annotations
 
 import dataclasses
-import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from xover.client.http import LlamaClient
-from xover.client.sse import Chunk, SseParse, parse_sse, timings_from_json
+from xover.client.sse import Chunk, event_json, stream_events, timings_from_json, unfinished
 from xover.domain.records import ServerTimings
 
 
@@ -57,10 +56,6 @@ def _int(v: Any) -> int | None:
     return int(v) if isinstance(v, int) and not isinstance(v, bool) else None
 
 
-def _message(err: Any) -> str:
-    return str(err.get("message") or err.get("type") or err) if isinstance(err, dict) else str(err)
-
-
 def parse_chat_stream(chunks: Sequence[Chunk], t0_ns: int, transport_error: str | None = None) -> ChatStream:
     """Interpret the chunks of one streamed chat completion sent at ``t0_ns`` (perf_counter_ns).
 
@@ -69,8 +64,7 @@ def parse_chat_stream(chunks: Sequence[Chunk], t0_ns: int, transport_error: str 
     llama-server's ``timings``, then ``data: [DONE]``. Every way it can go wrong (cut, malformed
     event, error event, no ``[DONE]``, no timings) is a one-line ``error``; what came before is kept.
     """
-    parsed = parse_sse(chunks) if chunks else SseParse(events=(), trailing=b"")
-    first_byte = chunks[0][0] - t0_ns if chunks else None
+    parsed, first_byte = stream_events(chunks, t0_ns)
     first = last = end = None
     content: list[str] = []
     finish: str | None = None
@@ -82,16 +76,10 @@ def parse_chat_stream(chunks: Sequence[Chunk], t0_ns: int, transport_error: str 
         if ev.data == "[DONE]":
             end = t
             break
-        try:
-            obj = json.loads(ev.data)
-        except json.JSONDecodeError:
-            error = f"malformed event #{k} after {len(content)} text events: {ev.data[:80]!r}"
-            break
-        if not isinstance(obj, dict):
+        obj, error = event_json(k, ev.data, f"after {len(content)} text events")
+        if error is None and not isinstance(obj, dict):
             error = f"malformed event #{k}: not a JSON object: {ev.data[:80]!r}"
-            break
-        if "error" in obj:
-            error = f"server error after {len(content)} text events: {_message(obj['error'])}"
+        if error is not None:
             break
         choices = obj.get("choices")
         for choice in choices if isinstance(choices, list) else ():
@@ -111,12 +99,7 @@ def parse_chat_stream(chunks: Sequence[Chunk], t0_ns: int, transport_error: str 
         if isinstance(obj.get("timings"), dict):
             timings = timings_from_json(obj["timings"])
     if error is None and end is None:
-        if transport_error is not None:
-            error = f"stream broke after {len(content)} text events: {transport_error}"
-        elif parsed.trailing.strip():
-            error = f"stream ended mid-event after {len(content)} text events: {parsed.trailing[:80]!r}"
-        else:
-            error = f"stream ended after {len(content)} text events without data: [DONE]"
+        error = unfinished(f"after {len(content)} text events", transport_error, parsed.trailing, "data: [DONE]")
     elif error is None and timings is None:
         error = "the stream carried no timings (is this llama-server?)"
     details = usage.get("prompt_tokens_details")
@@ -164,11 +147,7 @@ class ChatClient(LlamaClient):
 
     async def stream_chat(self, body: dict[str, Any]) -> ChatRecord:
         """POST ``/v1/chat/completions`` streamed (timed like :meth:`LlamaClient.stream_raw`) and parse it."""
-        raw = await self.stream_raw("/v1/chat/completions", body)
-        if raw.error is None:
-            result = parse_chat_stream(raw.chunks, raw.t0_ns, raw.transport_error)
-        else:
-            result = dataclasses.replace(parse_chat_stream((), raw.t0_ns), error=raw.error)
+        raw, result = await self._stream_parsed("/v1/chat/completions", body, parse_chat_stream)
         return ChatRecord(
             sent_at_unix_ns=raw.sent_at_unix_ns, t0_ns=raw.t0_ns, status=raw.status, chunks=raw.chunks, result=result
         )

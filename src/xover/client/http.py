@@ -15,8 +15,8 @@ import asyncio
 import dataclasses
 import json
 import time
-from collections.abc import Callable
-from typing import Any, TypeVar
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import httpx
 
@@ -54,7 +54,11 @@ def completion_body(
     return body
 
 
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
+
 _Client = TypeVar("_Client", bound="LlamaClient")
+_Parsed = TypeVar("_Parsed", bound="DataclassInstance")
 
 
 class LlamaClient:
@@ -193,13 +197,19 @@ class LlamaClient:
             )
         return RawStream(sent_at, t0, status, tuple(chunks), error, transport_error)
 
+    async def _stream_parsed(
+        self, path: str, body: dict[str, Any], parse: Callable[[Sequence[Chunk], int, str | None], _Parsed]
+    ) -> tuple[RawStream, _Parsed]:
+        """POST ``path`` streamed (see :meth:`stream_raw`) and ``parse`` its chunks (sent at ``t0_ns``; the
+        transport error, if the stream broke); a request that got no stream parses as nothing, with its error."""
+        raw = await self.stream_raw(path, body)
+        if raw.error is None:
+            return raw, parse(raw.chunks, raw.t0_ns, raw.transport_error)
+        return raw, dataclasses.replace(parse((), raw.t0_ns, None), error=raw.error)
+
     async def stream_completion(self, body: dict[str, Any]) -> StreamRecord:
         """POST ``/completion`` with ``stream: true`` (see :meth:`stream_raw`) and parse the events."""
-        raw = await self.stream_raw("/completion", body)
-        if raw.error is None:
-            result = parse_completion_stream(raw.chunks, raw.t0_ns, raw.transport_error)
-        else:
-            result = dataclasses.replace(parse_completion_stream((), raw.t0_ns), error=raw.error)
+        raw, result = await self._stream_parsed("/completion", body, parse_completion_stream)
         return StreamRecord(
             sent_at_unix_ns=raw.sent_at_unix_ns, t0_ns=raw.t0_ns, status=raw.status, chunks=raw.chunks, result=result
         )

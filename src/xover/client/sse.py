@@ -133,10 +133,38 @@ def timings_from_json(t: dict[str, Any]) -> ServerTimings:
     )
 
 
-def _error_message(err: Any) -> str:
+def error_message(err: Any) -> str:
+    """The message of an error event's ``error`` (its message or type, else all of it)."""
     if isinstance(err, dict):
         return str(err.get("message") or err.get("type") or err)
     return str(err)
+
+
+def stream_events(chunks: Sequence[Chunk], t0_ns: int) -> tuple[SseParse, int | None]:
+    """The events of a stream sent at ``t0_ns``, and when its first byte came after that (None: no bytes)."""
+    parsed = parse_sse(chunks) if chunks else SseParse(events=(), trailing=b"")
+    return parsed, chunks[0][0] - t0_ns if chunks else None
+
+
+def event_json(k: int, data: str, where: str) -> tuple[Any, str | None]:
+    """The JSON event ``k`` carries, and the one-line error it is (None: none): not JSON, or the server's
+    error event; ``where`` says how far the stream had come (e.g. ``after 3 tokens``)."""
+    try:
+        obj = json.loads(data)
+    except json.JSONDecodeError:
+        return None, f"malformed event #{k} {where}: {data[:80]!r}"
+    if isinstance(obj, dict) and "error" in obj:
+        return obj, f"server error {where}: {error_message(obj['error'])}"
+    return obj, None
+
+
+def unfinished(where: str, transport_error: str | None, trailing: bytes, missing: str) -> str:
+    """The one-line error of a stream that stopped ``where`` before ``missing`` (its last event) arrived."""
+    if transport_error is not None:
+        return f"stream broke {where}: {transport_error}"
+    if trailing.strip():
+        return f"stream ended mid-event {where}: {trailing[:80]!r}"
+    return f"stream ended {where} without {missing}"
 
 
 def parse_completion_stream(
@@ -149,8 +177,7 @@ def parse_completion_stream(
     malformed event, error event, missing final event) ends up as a one-line ``error``; whatever
     arrived before it is kept.
     """
-    parsed = parse_sse(chunks) if chunks else SseParse(events=(), trailing=b"")
-    first_byte = chunks[0][0] - t0_ns if chunks else None
+    parsed, first_byte = stream_events(chunks, t0_ns)
     token_times: list[int] = []
     first_token: int | None = None
     first_event_n_decoded: int | None = None
@@ -158,16 +185,10 @@ def parse_completion_stream(
     timings: ServerTimings | None = None
     error: str | None = None
     for k, ev in enumerate(parsed.events, start=1):
-        try:
-            obj = json.loads(ev.data)
-        except json.JSONDecodeError:
-            error = f"malformed event #{k} after {len(token_times)} tokens: {ev.data[:80]!r}"
-            break
-        if not isinstance(obj, dict):
+        obj, error = event_json(k, ev.data, f"after {len(token_times)} tokens")
+        if error is None and not isinstance(obj, dict):
             error = f"malformed event #{k} after {len(token_times)} tokens: not a JSON object: {ev.data[:80]!r}"
-            break
-        if "error" in obj:
-            error = f"server error after {len(token_times)} tokens: {_error_message(obj['error'])}"
+        if error is not None:
             break
         t = ev.t_ns - t0_ns
         tokens = obj.get("tokens")
@@ -185,13 +206,9 @@ def parse_completion_stream(
                 timings = timings_from_json(obj["timings"])
             break
     if error is None and end is None:
-        where = f"after {len(token_times)} tokens"
-        if transport_error is not None:
-            error = f"stream broke {where}: {transport_error}"
-        elif parsed.trailing.strip():
-            error = f"stream ended mid-event {where}: {parsed.trailing[:80]!r}"
-        else:
-            error = f"stream ended {where} without the final event (stop: true)"
+        error = unfinished(
+            f"after {len(token_times)} tokens", transport_error, parsed.trailing, "the final event (stop: true)"
+        )
     elif error is None and timings is None:
         error = "final event (stop: true) carried no timings"
     return CompletionStream(

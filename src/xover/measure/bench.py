@@ -15,6 +15,7 @@ stream of events for the terminal UI.
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import itertools
 import re
 import signal
@@ -133,18 +134,9 @@ class SweepSpec:
 
 
 def expand(spec: SweepSpec) -> list[BenchConfig]:
-    """Every configuration of the sweep, in a stable order (ncmoe slowest, env fastest)."""
-    return combinations(
-        ncmoe=spec.ncmoe,
-        load_mode=spec.load_mode,
-        batch=spec.batch,
-        ubatch=spec.ubatch,
-        flash_attn=spec.flash_attn,
-        no_op_offload=spec.no_op_offload,
-        threads=spec.threads,
-        env=spec.env,
-        extra_args=spec.extra_args,
-    )
+    """Every configuration of the sweep, in a stable order (ncmoe slowest, env fastest): :func:`combinations`
+    of the spec's knob fields, which carry its parameters' names."""
+    return combinations(**{name: getattr(spec, name) for name in inspect.signature(combinations).parameters})
 
 
 def combinations(

@@ -33,9 +33,9 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Coroutine, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, ParamSpec, TypeVar
 
 from xover.client.chat import ChatClient, chat_body
 from xover.domain.records import Failure, ServerConfig, SessionTurn
@@ -56,6 +56,9 @@ from xover.measure.events import Note, ReplayDone, ServerUp, SessionEvent, Sized
 from xover.measure.recorder import Recording
 from xover.measure.server_session import started_server
 from xover.results.store import Store
+
+P = ParamSpec("P")
+T = TypeVar("T")
 
 MODES = ("default", "off", "reuse")
 CACHE_REUSE = 256  # the --cache-reuse chunk the llama.cpp maintainers suggest starting with
@@ -151,45 +154,6 @@ def write_workload(study_dir: Path, spec: WorkloadSpec) -> Path:
     return path
 
 
-def run_session(
-    study_dir: Path,
-    binaries: Binaries,
-    model: Path,
-    workload_path: Path,
-    configs: Sequence[SessionConfig],
-    modes: Sequence[str] = MODES,
-    response_tokens: int = 64,
-    *,
-    exact: bool = False,
-    cache_reuse: int = CACHE_REUSE,
-    ctx_size: int | None = None,
-    command: Sequence[str] = (),
-    startup_timeout_s: float = 600.0,
-    on_event: Callable[[SessionEvent], None] = lambda ev: None,
-) -> SessionOutcome:
-    """Replay ``workload_path`` on every configuration x cache mode, storing each turn in
-    ``study_dir``'s results store. Synchronous (runs its own event loop); stops every server it
-    started whatever the way out. Configuration or turn failures are stored and reported, not raised;
-    a workload or sizing problem raises :class:`XoverError` before anything is measured."""
-    return asyncio.run(
-        run_session_async(
-            study_dir,
-            binaries,
-            model,
-            workload_path,
-            configs,
-            modes,
-            response_tokens,
-            exact=exact,
-            cache_reuse=cache_reuse,
-            ctx_size=ctx_size,
-            command=command,
-            startup_timeout_s=startup_timeout_s,
-            on_event=on_event,
-        )
-    )
-
-
 async def run_session_async(
     study_dir: Path,
     binaries: Binaries,
@@ -206,7 +170,11 @@ async def run_session_async(
     startup_timeout_s: float = 600.0,
     on_event: Callable[[SessionEvent], None] = lambda ev: None,
 ) -> SessionOutcome:
-    """:func:`run_session` for callers that already run an event loop."""
+    """Replay ``workload_path`` on every configuration x cache mode, storing each turn in
+    ``study_dir``'s results store; stops every server it started whatever the way out. Configuration
+    or turn failures are stored and reported, not raised; a workload or sizing problem raises
+    :class:`XoverError` before anything is measured. :func:`run_session` is the same for callers
+    without an event loop."""
     if not configs:
         raise XoverError("no configurations to replay the session on: give at least one (e.g. --ncmoe 12)")
     if len({label for label, _ in configs}) != len(configs):
@@ -250,6 +218,19 @@ async def run_session_async(
             on_event,
         )
         return await replay.run(configs, modes)
+
+
+def _blocking(coroutine: Callable[P, Coroutine[Any, Any, T]]) -> Callable[P, T]:
+    """``coroutine`` as a plain function that runs it in its own event loop."""
+
+    def run(*args: P.args, **kwargs: P.kwargs) -> T:
+        return asyncio.run(coroutine(*args, **kwargs))
+
+    return run
+
+
+run_session = _blocking(run_session_async)
+""":func:`run_session_async`, synchronous: runs its own event loop."""
 
 
 async def size_context(

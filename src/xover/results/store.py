@@ -6,6 +6,7 @@ finished. Everything a report shows is rebuilt from this file alone.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sqlite3
 import time
@@ -31,7 +32,23 @@ T = TypeVar("T")
 SCHEMA_VERSION = 2  # v2: runs.started_unix_ns
 STORE_NAME = "results.sqlite"
 
-_SCHEMA = """
+# the columns every measurement table starts with, and the server timings TTFT samples and session
+# turns both carry; the schema text is built from them
+_MEASURED_ROW = """\
+    id INTEGER PRIMARY KEY,
+    run_id INTEGER NOT NULL REFERENCES runs(id),
+    config_key TEXT NOT NULL REFERENCES configs(key),
+    model_key TEXT NOT NULL,"""
+_SERVER_TIMINGS = """\
+    cache_n INTEGER,
+    prompt_n INTEGER,
+    prompt_ms REAL,
+    prompt_per_second REAL,
+    predicted_n INTEGER,
+    predicted_ms REAL,
+    predicted_per_second REAL,"""
+
+_SCHEMA = f"""
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS runs (
     id INTEGER PRIMARY KEY,
@@ -50,10 +67,7 @@ CREATE TABLE IF NOT EXISTS configs (
     spec TEXT NOT NULL               -- JSON of the config record
 );
 CREATE TABLE IF NOT EXISTS bench_results (
-    id INTEGER PRIMARY KEY,
-    run_id INTEGER NOT NULL REFERENCES runs(id),
-    config_key TEXT NOT NULL REFERENCES configs(key),
-    model_key TEXT NOT NULL,
+{_MEASURED_ROW}
     test TEXT NOT NULL,
     n_prompt INTEGER NOT NULL,
     n_gen INTEGER NOT NULL,
@@ -67,10 +81,7 @@ CREATE TABLE IF NOT EXISTS bench_results (
 );
 CREATE INDEX IF NOT EXISTS bench_point ON bench_results(config_key, model_key, n_prompt, n_gen, n_depth);
 CREATE TABLE IF NOT EXISTS ttft_samples (
-    id INTEGER PRIMARY KEY,
-    run_id INTEGER NOT NULL REFERENCES runs(id),
-    config_key TEXT NOT NULL REFERENCES configs(key),
-    model_key TEXT NOT NULL,
+{_MEASURED_ROW}
     mode TEXT NOT NULL,
     length INTEGER NOT NULL,
     rep INTEGER NOT NULL,
@@ -81,13 +92,7 @@ CREATE TABLE IF NOT EXISTS ttft_samples (
     end_ns INTEGER,
     token_times_ns TEXT NOT NULL,
     n_tokens_received INTEGER NOT NULL,
-    cache_n INTEGER,
-    prompt_n INTEGER,
-    prompt_ms REAL,
-    prompt_per_second REAL,
-    predicted_n INTEGER,
-    predicted_ms REAL,
-    predicted_per_second REAL,
+{_SERVER_TIMINGS}
     cache_ok INTEGER NOT NULL,
     error TEXT,
     created_at TEXT NOT NULL
@@ -111,10 +116,7 @@ CREATE TABLE IF NOT EXISTS artifacts (
     created_at TEXT NOT NULL
 );
 CREATE TABLE IF NOT EXISTS session_turns (
-    id INTEGER PRIMARY KEY,
-    run_id INTEGER NOT NULL REFERENCES runs(id),
-    config_key TEXT NOT NULL REFERENCES configs(key),
-    model_key TEXT NOT NULL,
+{_MEASURED_ROW}
     mode TEXT NOT NULL,              -- cache mode: default, off, reuse
     session_id TEXT NOT NULL,        -- the workload file's content hash
     feed TEXT NOT NULL,              -- generated or recorded replies
@@ -132,13 +134,7 @@ CREATE TABLE IF NOT EXISTS session_turns (
     n_content_events INTEGER NOT NULL,
     reply TEXT NOT NULL,
     reply_tokens INTEGER,
-    cache_n INTEGER,
-    prompt_n INTEGER,
-    prompt_ms REAL,
-    prompt_per_second REAL,
-    predicted_n INTEGER,
-    predicted_ms REAL,
-    predicted_per_second REAL,
+{_SERVER_TIMINGS}
     error TEXT,
     created_at TEXT NOT NULL
 );
@@ -277,26 +273,15 @@ class Store:
     # ---- llama-bench results ------------------------------------------------------------------
 
     def add_bench_result(self, run_id: int, model_key: str, r: BenchResult) -> int:
-        cur = self.db.execute(
-            "INSERT INTO bench_results(run_id, config_key, model_key, test, n_prompt, n_gen, n_depth, avg_ts, stddev_ts,"
-            " samples_ns, samples_ts, record, created_at) VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?)",
-            (
-                run_id,
-                r.config_key,
-                model_key,
-                r.test_name,
-                r.n_prompt,
-                r.n_gen,
-                r.n_depth,
-                r.avg_ts,
-                r.stddev_ts,
-                _json(list(r.samples_ns)),
-                _json(list(r.samples_ts)),
-                _json(r.record),
-                now_iso(),
+        return self._insert(
+            "bench_results",
+            run_id=run_id,
+            model_key=model_key,
+            test=r.test_name,
+            **_columns(
+                r, samples_ns=_json(list(r.samples_ns)), samples_ts=_json(list(r.samples_ts)), record=_json(r.record)
             ),
         )
-        return int(cur.lastrowid or 0)
 
     def bench_results(self, config_key: str | None = None) -> list[tuple[int, int, str, BenchResult]]:
         """(row id, run id, model key, result), oldest first."""
@@ -312,33 +297,12 @@ class Store:
     # ---- TTFT samples -------------------------------------------------------------------------
 
     def add_ttft_sample(self, run_id: int, model_key: str, s: TtftSample) -> int:
-        t = s.timings
-        cur = self.db.execute(
-            "INSERT INTO ttft_samples(run_id, config_key, model_key, mode, length, rep, prompt_id, sent_at_unix_ns,"
-            " first_byte_ns, first_token_ns, end_ns, token_times_ns, n_tokens_received, cache_n, prompt_n, prompt_ms,"
-            " prompt_per_second, predicted_n, predicted_ms, predicted_per_second, cache_ok, error, created_at)"
-            " VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
-            (
-                run_id,
-                s.config_key,
-                model_key,
-                s.mode,
-                s.length,
-                s.rep,
-                s.prompt_id,
-                s.sent_at_unix_ns,
-                s.first_byte_ns,
-                s.first_token_ns,
-                s.end_ns,
-                _json(list(s.token_times_ns)),
-                s.n_tokens_received,
-                *_timing_values(t),
-                int(s.cache_ok),
-                s.error,
-                now_iso(),
-            ),
+        return self._insert(
+            "ttft_samples",
+            run_id=run_id,
+            model_key=model_key,
+            **_columns(s, token_times_ns=_json(list(s.token_times_ns)), cache_ok=int(s.cache_ok)),
         )
-        return int(cur.lastrowid or 0)
 
     def ttft_samples(self, config_key: str | None = None) -> list[tuple[int, int, str, TtftSample]]:
         """(row id, run id, model key, sample), oldest first."""
@@ -347,44 +311,19 @@ class Store:
     # ---- agentic session turns ----------------------------------------------------------------
 
     def add_session_turn(self, run_id: int, model_key: str, t: SessionTurn) -> int:
-        tm = t.timings
-        cur = self.db.execute(
-            "INSERT INTO session_turns(run_id, config_key, model_key, mode, session_id, feed, turn, rewrite,"
-            " sent_at_unix_ns, prompt_tokens, prefix_tokens, cached_tokens, completion_tokens, first_byte_ns,"
-            " first_token_ns, last_token_ns, end_ns, n_content_events, reply, reply_tokens, cache_n, prompt_n, prompt_ms,"
-            " prompt_per_second, predicted_n, predicted_ms, predicted_per_second, error, created_at)"
-            " VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
-            (
-                run_id,
-                t.config_key,
-                model_key,
-                t.mode,
-                t.session_id,
-                t.feed,
-                t.turn,
-                int(t.rewrite),
-                t.sent_at_unix_ns,
-                t.prompt_tokens,
-                t.prefix_tokens,
-                t.cached_tokens,
-                t.completion_tokens,
-                t.first_byte_ns,
-                t.first_token_ns,
-                t.last_token_ns,
-                t.end_ns,
-                t.n_content_events,
-                t.reply,
-                t.reply_tokens,
-                *_timing_values(tm),
-                t.error,
-                now_iso(),
-            ),
-        )
-        return int(cur.lastrowid or 0)
+        return self._insert("session_turns", run_id=run_id, model_key=model_key, **_columns(t, rewrite=int(t.rewrite)))
 
     def session_turns(self, config_key: str | None = None) -> list[tuple[int, int, str, SessionTurn]]:
         """(row id, run id, model key, turn), oldest first."""
         return self._rows("session_turns", config_key, _session_turn_from_row)
+
+    def _insert(self, table: str, **columns: Any) -> int:
+        """Store one row of a measurement table, stamped ``created_at`` now; its id."""
+        columns["created_at"] = now_iso()
+        cur = self.db.execute(
+            f"INSERT INTO {table}({', '.join(columns)}) VALUES({','.join('?' * len(columns))})", tuple(columns.values())
+        )
+        return int(cur.lastrowid or 0)
 
     def _rows(
         self, table: str, config_key: str | None, decode: Callable[[sqlite3.Row], T]
@@ -399,11 +338,7 @@ class Store:
     # ---- failures and artifacts ---------------------------------------------------------------
 
     def add_failure(self, run_id: int, f: Failure) -> int:
-        cur = self.db.execute(
-            "INSERT INTO failures(run_id, config_key, stage, point, reason, stderr_tail, created_at) VALUES(?,?,?,?,?,?,?)",
-            (run_id, f.config_key, f.stage, f.point, f.reason, f.stderr_tail, now_iso()),
-        )
-        return int(cur.lastrowid or 0)
+        return self._insert("failures", run_id=run_id, **_columns(f))
 
     def failures(self) -> list[tuple[int, Failure]]:
         return [
@@ -437,16 +372,18 @@ class _Tx:
         self.db.execute("ROLLBACK" if exc_type else "COMMIT")
 
 
+def _from_row(cls: type[T], r: sqlite3.Row, /, **converted: Any) -> T:
+    """A record whose fields are the row's columns of the same names, but for those ``converted`` gives."""
+    fields = dataclasses.fields(cls)  # type: ignore[arg-type]
+    return cls(**{f.name: converted[f.name] if f.name in converted else r[f.name] for f in fields})
+
+
 def _bench_from_row(r: sqlite3.Row) -> BenchResult:
-    return BenchResult(
-        config_key=r["config_key"],
-        n_prompt=r["n_prompt"],
-        n_gen=r["n_gen"],
-        n_depth=r["n_depth"],
+    return _from_row(
+        BenchResult,
+        r,
         samples_ns=tuple(json.loads(r["samples_ns"])),
         samples_ts=tuple(json.loads(r["samples_ts"])),
-        avg_ts=r["avg_ts"],
-        stddev_ts=r["stddev_ts"],
         record=json.loads(r["record"]),
     )
 
@@ -455,76 +392,35 @@ def _timings_from_row(r: sqlite3.Row) -> ServerTimings | None:
     """The server's timings columns of a row (TTFT samples and session turns share them)."""
     if all(r[k] is None for k in ("cache_n", "prompt_n", "prompt_ms", "predicted_n")):
         return None
-    return ServerTimings(
-        cache_n=r["cache_n"],
-        prompt_n=r["prompt_n"],
-        prompt_ms=r["prompt_ms"],
-        prompt_per_second=r["prompt_per_second"],
-        predicted_n=r["predicted_n"],
-        predicted_ms=r["predicted_ms"],
-        predicted_per_second=r["predicted_per_second"],
-    )
+    return _from_row(ServerTimings, r)
 
 
-def _timing_values(t: ServerTimings | None) -> tuple[float | int | None, ...]:
-    """The server timings' columns, in the tables' order (all None without timings)."""
-    if t is None:
-        return (None,) * 7
-    return (
-        t.cache_n,
-        t.prompt_n,
-        t.prompt_ms,
-        t.prompt_per_second,
-        t.predicted_n,
-        t.predicted_ms,
-        t.predicted_per_second,
-    )
+def _columns(record: Any, /, **converted: Any) -> dict[str, Any]:
+    """A record's columns: its fields by name (``converted`` gives those stored otherwise), its server
+    timings as columns of their own (all None without timings)."""
+    out: dict[str, Any] = {}
+    for f in dataclasses.fields(record):
+        value = converted[f.name] if f.name in converted else getattr(record, f.name)
+        if f.name == "timings":
+            names = [t.name for t in dataclasses.fields(ServerTimings)]
+            out.update(zip(names, [None] * len(names)) if value is None else _columns(value))
+        else:
+            out[f.name] = value
+    return out
 
 
 def _ttft_from_row(r: sqlite3.Row) -> TtftSample:
-    timings = _timings_from_row(r)
-    return TtftSample(
-        config_key=r["config_key"],
-        mode=r["mode"],
-        length=r["length"],
-        rep=r["rep"],
-        prompt_id=r["prompt_id"],
-        sent_at_unix_ns=r["sent_at_unix_ns"],
-        first_byte_ns=r["first_byte_ns"],
-        first_token_ns=r["first_token_ns"],
-        end_ns=r["end_ns"],
+    return _from_row(
+        TtftSample,
+        r,
         token_times_ns=tuple(json.loads(r["token_times_ns"])),
-        n_tokens_received=r["n_tokens_received"],
-        timings=timings,
+        timings=_timings_from_row(r),
         cache_ok=bool(r["cache_ok"]),
-        error=r["error"],
     )
 
 
 def _session_turn_from_row(r: sqlite3.Row) -> SessionTurn:
-    timings = _timings_from_row(r)
-    return SessionTurn(
-        config_key=r["config_key"],
-        mode=r["mode"],
-        session_id=r["session_id"],
-        feed=r["feed"],
-        turn=r["turn"],
-        rewrite=bool(r["rewrite"]),
-        sent_at_unix_ns=r["sent_at_unix_ns"],
-        prompt_tokens=r["prompt_tokens"],
-        prefix_tokens=r["prefix_tokens"],
-        cached_tokens=r["cached_tokens"],
-        completion_tokens=r["completion_tokens"],
-        first_byte_ns=r["first_byte_ns"],
-        first_token_ns=r["first_token_ns"],
-        last_token_ns=r["last_token_ns"],
-        end_ns=r["end_ns"],
-        n_content_events=r["n_content_events"],
-        reply=r["reply"],
-        reply_tokens=r["reply_tokens"],
-        timings=timings,
-        error=r["error"],
-    )
+    return _from_row(SessionTurn, r, rewrite=bool(r["rewrite"]), timings=_timings_from_row(r))
 
 
 def iter_rows(store: Store, table: str) -> Iterator[dict[str, Any]]:
