@@ -11,8 +11,8 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from tests.procs import pid_gone
 
+from procs import pid_gone
 from xover.domain.study_spec import config_from_table, spec_from_dict
 from xover.errors import XoverError
 from xover.llamacpp import bench, rpc

@@ -21,6 +21,7 @@ from xover.domain.study_spec import LlamaConfig, StudySpec
 from xover.errors import XoverError
 from xover.llamacpp import rpc
 from xover.llamacpp.binaries import Binaries
+from xover.llamacpp.build import cached_builds
 
 
 @dataclasses.dataclass(frozen=True)
@@ -78,7 +79,7 @@ def study_workers(
             f"rpc-local needs llama.cpp's ggml-rpc-server beside {binaries.server}: run `xover llama build` (it builds "
             "it with -DGGML_RPC=ON), or pass --llama-bin-dir with a build that has it"
         )
-    manifest = binaries.manifest
+    manifest = binaries.manifest or next((m for m in cached_builds() if Path(m.bin_dir) == binaries.bin_dir), None)
     backend = manifest.backend if manifest is not None else None
     build = f"{manifest.commit[:7]} {manifest.backend}" if manifest is not None else None
     ports = rpc.free_ports(len(worker_plan.threads))
