@@ -283,3 +283,32 @@ def test_rpc_local_without_a_worker_binary_says_what_to_do(tmp_path: Path):
     with pytest.raises(XoverError, match="rpc-local needs llama.cpp's ggml-rpc-server"):
         with workers.study_workers(spec, tmp_path, b):
             pass
+
+
+def test_free_ports_keep_the_preferred_ones_that_are_free():
+    first = rpc.free_ports(3, first=52000)
+    assert rpc.free_ports(2, first=52000, preferred=[first[2], first[1]]) == (first[2], first[1])
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", first[1]))
+        s.listen()
+        got = rpc.free_ports(2, first=52000, preferred=[first[2], first[1]])
+        assert got[0] == first[2] and got[1] not in (first[1], first[2])
+
+
+def test_a_resumed_study_gets_its_workers_ports_back(fake_bin: Binaries, tmp_path: Path):
+    from xover.results.store import Store
+
+    spec = spec_from_dict(_toml(_spec('name = "rpc"\nrpc-local = 1\nrpc-threads = 1')))
+    with socket.socket() as s:  # the first run finds the lowest free port taken
+        lowest = rpc.free_ports(1)[0]
+        s.bind(("127.0.0.1", lowest))
+        with workers.study_workers(spec, tmp_path, fake_bin) as first:
+            pass
+    with Store(tmp_path) as store:
+        ((_, _, body),) = store.artifacts(workers.ARTIFACT)
+    assert body[0]["threads"] == 1 and body[0]["port"] != lowest
+    assert first.configs[0].rpc == (f"127.0.0.1:{body[0]['port']}",)
+    with workers.study_workers(spec, tmp_path, fake_bin) as again:  # the lowest is free again: the stored one wins
+        assert again.configs[0].rpc == first.configs[0].rpc
+    with Store(tmp_path) as store:
+        assert len(store.artifacts(workers.ARTIFACT)) == 1  # nothing changed: nothing stored again

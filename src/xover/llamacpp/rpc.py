@@ -137,18 +137,22 @@ def port_is_free(port: int, host: str = HOST) -> bool:
     return True
 
 
-def free_ports(n: int, first: int = FIRST_PORT) -> tuple[int, ...]:
-    """The first ``n`` free ports from ``first`` up: the same ports from one run to the next where nothing else
-    holds them, so a resumed study's configurations keep their ``--rpc`` (part of what identifies them)."""
-    found: list[int] = []
+def free_ports(n: int, first: int = FIRST_PORT, preferred: Sequence[int] = ()) -> tuple[int, ...]:
+    """``n`` free ports: worker i keeps ``preferred[i]`` where it is free (a resumed study's configurations keep
+    their ``--rpc``, part of what identifies them), the others take the first free ports from ``first`` up."""
+    found: list[int | None] = [
+        p if p not in preferred[:i] and port_is_free(p) else None for i, p in enumerate(preferred[:n])
+    ]
+    found += [None] * (n - len(found))
     port = first
-    while len(found) < n:
-        if port > 65535:
-            raise XoverError(f"no {n} free TCP ports on {HOST} from {first} up")
-        if port_is_free(port):
-            found.append(port)
-        port += 1
-    return tuple(found)
+    for i in range(n):
+        while found[i] is None:
+            if port > 65535:
+                raise XoverError(f"no {n} free TCP ports on {HOST} from {first} up")
+            if port not in found and port_is_free(port):
+                found[i] = port
+            port += 1
+    return tuple(p for p in found if p is not None)
 
 
 def accepts(host: str, port: int, timeout_s: float = 1.0) -> bool:

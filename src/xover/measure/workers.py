@@ -3,8 +3,8 @@
 :func:`plan` (pure) shares workers between configurations: workers with the same threads serve every
 configuration that asks for that many threads per worker (one configuration's llama process ends before the
 next one's starts, and a worker frees what a client allocated when it disconnects), so a study starts the
-largest ``rpc-local`` of each thread count once, on the first free ports from 50052 (the same ports from one
-run to the next: a resumed study finds its configurations, ``--rpc`` included, as it stored them).
+largest ``rpc-local`` of each thread count once, on the ports it used last time where they are free (else the
+first free ports from 50052): a resumed study finds its configurations, ``--rpc`` included, as it stored them.
 :func:`study_workers` runs them around the whole study and yields the spec with each configuration's
 ``--rpc``; the workers stop on every way out (:mod:`xover.llamacpp.rpc`).
 """
@@ -16,12 +16,18 @@ import dataclasses
 import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 from xover.domain.study_spec import LlamaConfig, StudySpec
 from xover.errors import XoverError
 from xover.llamacpp import rpc
 from xover.llamacpp.binaries import Binaries
 from xover.llamacpp.build import cached_builds
+from xover.results.store import Store
+
+ARTIFACT = "rpc-workers"
+"""The study's local workers as last started (port, threads, what each was): a resumed study takes the same ports
+where they are free, so its configurations' ``--rpc`` and the measurements stored under them still match."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -82,7 +88,10 @@ def study_workers(
     manifest = binaries.manifest or next((m for m in cached_builds() if Path(m.bin_dir) == binaries.bin_dir), None)
     backend = manifest.backend if manifest is not None else None
     build = f"{manifest.commit[:7]} {manifest.backend}" if manifest is not None else None
-    ports = rpc.free_ports(len(worker_plan.threads))
+    with Store(study_dir) as store:
+        stored = store.artifacts(ARTIFACT)
+    before: list[dict[str, Any]] = stored[-1][2] if stored else []
+    ports = rpc.free_ports(len(worker_plan.threads), preferred=[int(w["port"]) for w in before])
     specs = [
         rpc.WorkerSpec(port=p, threads=t, env=rpc.cuda_env(i, backend))
         for i, (p, t) in enumerate(zip(ports, worker_plan.threads))
@@ -91,4 +100,8 @@ def study_workers(
     with rpc.running(specs, binary or Path(), study_dir / "logs", build=build, user_endpoints=user) as infos:
         for w in infos:
             info("RPC worker " + w.describe())
+        body = [{"port": s.port, "threads": s.threads, "worker": w.describe()} for s, w in zip(specs, infos)]
+        if body != before:
+            with Store(study_dir) as store:
+                store.add_artifact(None, ARTIFACT, body)
         yield resolve(spec, tuple(s.endpoint for s in specs), worker_plan)
