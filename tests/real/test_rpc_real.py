@@ -157,3 +157,43 @@ def test_no_worker_survives_xover(sig: signal.Signals, tmp_path: Path, tiny_mode
         for pid in found:
             if running(pid):
                 os.kill(pid, signal.SIGKILL)
+
+
+def test_user_run_worker_is_used_and_an_unreachable_one_is_one_line(
+    tmp_path: Path, tiny_model: Path, llama_bins
+) -> None:
+    """``rpc = ["host:port"]``: a worker the user runs (here a real ggml-rpc-server this test starts) is passed to
+    llama-bench as --rpc and named in the provenance; before it runs, the study stops at once with one line."""
+    from xover.llamacpp import rpc
+
+    assert llama_bins.rpc_server is not None
+    (port,) = rpc.free_ports(1, first=51500)
+    configs = f'\n[[config]]\nname = "theirs"\nrpc = ["127.0.0.1:{port}"]\n'
+    study = STUDY.replace('skip = ["cache", "session", "report"]', 'skip = ["ttft", "cache", "session", "report"]')
+    spec = _spec(tmp_path / "spec.toml", tiny_model, study, configs)
+    args = _xover("study", str(spec), "-o", str(tmp_path / "out"), "-q", "--llama-bin-dir", str(llama_bins.bin_dir))
+    r = subprocess.run(args, capture_output=True, text=True, timeout=120)
+    assert r.returncode != 0 and "Traceback" not in r.stderr
+    assert [ln for ln in r.stderr.splitlines() if ln.strip()] == [
+        f"xover: error: RPC worker 127.0.0.1:{port} does not accept connections: start `ggml-rpc-server -H HOST -p "
+        f"{port}` there (a llama.cpp build with -DGGML_RPC=ON), or use rpc-local = N for workers xover starts"
+    ]
+    worker = subprocess.Popen(
+        [str(llama_bins.rpc_server), "-p", str(port), "-t", "1"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while not rpc.accepts("127.0.0.1", port) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        r = subprocess.run(args, capture_output=True, text=True, timeout=300)
+        assert r.returncode == 0, r.stderr[-2000:]
+    finally:
+        worker.kill()
+        worker.wait()
+    db = tmp_path / "out" / "results.sqlite"
+    records = [json.loads(x) for (x,) in _query(db, "SELECT record FROM bench_results")]
+    assert records and all(x["backends"] == "RPC" for x in records)
+    (prov,) = [json.loads(p) for (p,) in _query(db, "SELECT provenance FROM runs WHERE kind = 'bench'")]
+    assert dict(map(tuple, prov["extra"]))[f"rpc_worker 127.0.0.1:{port}"].endswith(
+        "run by the user (its build and devices are not known to xover)"
+    )
