@@ -10,9 +10,9 @@ from xover.errors import BuildError, XoverError
 from xover.llamacpp import binaries, build
 
 
-def _fake_bin_dir(d: Path) -> Path:
+def _fake_bin_dir(d: Path, names: tuple[str, ...] = ("llama-bench", "llama-server")) -> Path:
     d.mkdir(parents=True)
-    for name in build.TARGETS:  # llama-bench, llama-server and the tools a cached build must hold
+    for name in names:
         p = d / name
         p.write_text("#!/bin/sh\n")
         p.chmod(p.stat().st_mode | stat.S_IXUSR)
@@ -24,8 +24,24 @@ def test_cmake_args_are_offline_and_stamped():
     assert "-DLLAMA_USE_PREBUILT_UI=OFF" in args
     assert "-DLLAMA_BUILD_TESTS=OFF" in args and "-DLLAMA_BUILD_EXAMPLES=OFF" in args
     assert f"-DLLAMA_BUILD_COMMIT={build.PINNED.commit[:7]}" in args
+    assert "-DGGML_RPC=ON" in args  # --rpc in llama-bench/llama-server and the ggml-rpc-server target
+    assert "ggml-rpc-server" in build.TARGETS and "llama-server" in build.TARGETS
     cuda = build.cmake_args_for("cuda", ("-DCMAKE_CUDA_ARCHITECTURES=90",), build.PINNED.commit, 0)
     assert "-DGGML_CUDA=ON" in cuda and cuda[-1] == "-DCMAKE_CUDA_ARCHITECTURES=90"
+    assert "-DGGML_RPC=ON" in cuda
+
+
+def test_which_lists_the_rpc_server(tmp_path, monkeypatch):
+    monkeypatch.setenv("PATH", str(tmp_path / "nowhere"))
+    d = _fake_bin_dir(tmp_path / "bin")
+    got = binaries.resolve(d)
+    assert got.rpc_server is None
+    assert "rpc-server:   none (ggml-rpc-server not built: -DGGML_RPC=ON)" in got.describe()
+    rpc = d / "ggml-rpc-server"
+    rpc.write_text("#!/bin/sh\n")
+    rpc.chmod(rpc.stat().st_mode | stat.S_IXUSR)
+    assert got.rpc_server == rpc
+    assert f"rpc-server:   {rpc}" in got.describe()
 
 
 def test_key_depends_on_backend_and_flags():
@@ -77,7 +93,7 @@ def test_resolution_order(tmp_path, monkeypatch):
     assert binaries.resolve().source == "PATH"  # empty cache: falls through to PATH
     # a cached build wins over PATH
     key = "0c1e570-cpu-deadbeef"
-    cached = _fake_bin_dir(tmp_path / "cache" / "builds" / key / "build" / "bin")
+    cached = _fake_bin_dir(tmp_path / "cache" / "builds" / key / "build" / "bin", build.TARGETS)
     manifest = build.BuildManifest(
         key=key,
         backend="cpu",

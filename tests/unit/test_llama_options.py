@@ -18,11 +18,16 @@ from xover.measure import bench as benchrun
 from xover.measure.ttft import TtftPlan
 
 LLAMA_SRC = Path.home() / ".cache" / "xover" / "src" / "llama.cpp-0c1e570"
-SAMPLE = {"int": 3, "choice": None, "str": "q8_0"}
+SAMPLE = {"int": 3, "choice": None, "str": "q8_0", "list": ["10.0.0.1:50052", "10.0.0.2:50053"]}
 
 
 def _value(option: opts.LlamaOption) -> object:
     return option.choices[1] if option.kind == "choice" else SAMPLE[option.kind]
+
+
+def _text(value: object) -> str:
+    """What the tools get for a spec value: a list as one comma-separated value."""
+    return ",".join(value) if isinstance(value, list) else str(value)
 
 
 def test_names_short_names_and_flags_are_unique() -> None:
@@ -37,9 +42,9 @@ def test_names_short_names_and_flags_are_unique() -> None:
 def test_every_shared_option_round_trips_through_the_spec(option: opts.LlamaOption) -> None:
     value = _value(option)
     config = config_from_table({"name": "x", option.name: value}, 0)
-    assert config.flags == ((option.shared_flag, str(value)),)
-    assert config.bench_config().fields == ((option.bench_flag, str(value)),)
-    assert config.server_args_list() == opts.BY_BENCH_FLAG[option.bench_flag].server_args(str(value))
+    assert config.flags == ((option.shared_flag, _text(value)),)
+    assert config.bench_config().fields == ((option.bench_flag, _text(value)),)
+    assert config.server_args_list() == opts.BY_BENCH_FLAG[option.bench_flag].server_args(_text(value))
     assert theory.config_from_flags(config.bench_config().fields) == theory.config_from_flags(
         args=config.server_args_list()
     )

@@ -88,10 +88,15 @@ def study(
     emit, close = _progress(quiet, progress_jsonl)
     if intro and not quiet:
         console.print(intro)
+    from xover.measure.study import StageEvent
+    from xover.measure.workers import study_workers
+
     try:
-        outcome = run_study(
-            spec, out_dir, binaries, fresh=fresh, command=["xover", *sys.argv[1:]], emit=emit, report=write_report
-        )
+        # rpc-local workers run for the whole study (and stop on every way out); the configurations get their --rpc.
+        with study_workers(spec, out_dir, binaries, lambda line: emit(StageEvent("model", "info", line))) as spec:
+            outcome = run_study(
+                spec, out_dir, binaries, fresh=fresh, command=["xover", *sys.argv[1:]], emit=emit, report=write_report
+            )
     finally:
         close()
     from rich.markup import escape

@@ -20,9 +20,10 @@ from typing import Literal
 
 from xover.domain.records import BenchConfig, ServerConfig
 
-Kind = Literal["int", "choice", "str", "switch"]
+Kind = Literal["int", "choice", "str", "switch", "list"]
 """``int``: a count; ``choice``: one of :attr:`LlamaOption.choices`; ``str``: free text (a ggml type name);
-``switch``: on or off, ``"1"``/``"0"`` in llama-bench's value form and a bare flag for llama-server."""
+``switch``: on or off, ``"1"``/``"0"`` in llama-bench's value form and a bare flag for llama-server; ``list``:
+several items passed as one comma-separated value (a TOML list in the study spec)."""
 
 CPUS_HALF = "{cpus/2}"
 """A search value resolved per machine: half the logical CPUs (at least 1)."""
@@ -147,10 +148,16 @@ CACHE_TYPE_V = LlamaOption(
 N_GPU_LAYERS = LlamaOption(
     "n-gpu-layers", "ngl", "int", "-1", bench=("-ngl", "--n-gpu-layers"),
     server=("-ngl", "--gpu-layers", "--n-gpu-layers"), record_field="n_gpu_layers", memory=True)
+# RPC workers (ggml-rpc-server, tools/rpc; a build with -DGGML_RPC=ON): each worker's devices join the local ones
+# and the offloaded layers (-ngl) are split over every device in proportion to its free memory. Both tools take
+# one comma-separated list of host:port (llama-bench registers them once, it does not sweep them); llama-bench
+# reports "RPC" in its ``backends`` field, not the endpoints. The spec's ``rpc-local = N`` (workers xover starts
+# itself) becomes this option once they run (:mod:`xover.llamacpp.rpc`).
+RPC = LlamaOption("rpc", "rpc", "list", "", bench=("--rpc", "-rpc"), server=("--rpc",), memory=True)
 
 OPTIONS: tuple[LlamaOption, ...] = (
     N_CPU_MOE, LOAD_MODE, UBATCH_SIZE, BATCH_SIZE, NO_OP_OFFLOAD, OP_OFFLOAD_MIN_BATCH, THREADS, FLASH_ATTN,
-    CACHE_TYPE_K, CACHE_TYPE_V, N_GPU_LAYERS,
+    CACHE_TYPE_K, CACHE_TYPE_V, N_GPU_LAYERS, RPC,
 )
 """Every option, searched ones in the order advise and the tuning stage vary them."""
 

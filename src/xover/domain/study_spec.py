@@ -35,6 +35,7 @@ _CHOICES = {
 # The knobs the tuning stage can search, (name, short name): xover.analysis.advise.study_knobs defines them.
 TUNE_KNOBS = tuple((o.name, o.short) for o in llama_options.OPTIONS if o.tuned_values)
 _NOPO = llama_options.NO_OP_OFFLOAD  # the spec's no-op-offload = true
+_RPC = llama_options.RPC  # the spec's rpc = ["host:port", ...]; rpc-local = N becomes it once xover's workers run
 STAGES = ("theory", "tune", "bench", "ttft", "cache", "session", "report")
 
 
@@ -51,6 +52,11 @@ class LlamaConfig:
     # The context this configuration is placed for (a resolved ``fit@L`` level): its servers get this ``-c`` and
     # prompts longer than it holds are not measured on it (under the budget it would not load).
     max_context: int | None = None
+    # RPC workers xover starts on 127.0.0.1 for this configuration (``rpc-local = N``), and each one's threads
+    # (None: the logical CPUs shared out between them). Until they run, the configuration has no ``--rpc`` flag
+    # and cannot be measured: :meth:`with_rpc` adds their endpoints.
+    rpc_local: int = 0
+    rpc_threads: int | None = None
 
     def flag(self, short: str) -> str | None:
         return dict(self.flags).get(short)
@@ -59,11 +65,31 @@ class LlamaConfig:
         """Whether this configuration's context holds ``tokens`` (prompt plus response, or depth plus test)."""
         return self.max_context is None or tokens <= self.max_context
 
+    @property
+    def rpc(self) -> tuple[str, ...]:
+        """The RPC workers' endpoints (``host:port``) this configuration passes ``--rpc``, in order."""
+        value = self.flag(_RPC.shared_flag or "")
+        return tuple(value.split(",")) if value else ()
+
+    def with_rpc(self, endpoints: tuple[str, ...]) -> LlamaConfig:
+        """This configuration with its local workers' endpoints as ``--rpc`` (the workers run)."""
+        assert self.rpc_local and len(endpoints) == self.rpc_local and not self.rpc, (self.name, endpoints)
+        return dataclasses.replace(self, flags=(*self.flags, (_RPC.shared_flag or "", ",".join(endpoints))))
+
+    def _check_workers(self) -> None:
+        if self.rpc_local and not self.rpc:
+            raise XoverError(
+                f"[[config]] {self.name!r}: its {self.rpc_local} rpc-local worker(s) are not running, so it cannot be "
+                "measured (xover study starts them: xover.llamacpp.rpc.local_workers)"
+            )
+
     def bench_config(self) -> BenchConfig:
+        self._check_workers()
         fields = self.flags + (((_NOPO.bench[0], "1"),) if self.no_op_offload else ())
         return BenchConfig(label=self.name, fields=fields, env=self.env, extra_args=self.bench_args)
 
     def server_args_list(self) -> tuple[str, ...]:
+        self._check_workers()
         args: list[str] = []
         for flag, value in self.flags:
             args += [flag, value]
@@ -244,7 +270,7 @@ def config_from_table(table: Mapping[str, Any], index: int) -> LlamaConfig:
         raise XoverError(f"{where}: give it a name = '...' (used as the column label)")
     where = f"[[config]] {name!r}"
     flags: list[tuple[str, str]] = []
-    known = set(SHARED_FLAGS) | {"name", _NOPO.name, "env", "bench-args", "server-args"}
+    known = set(SHARED_FLAGS) | {"name", _NOPO.name, "env", "bench-args", "server-args", *_RPC_LOCAL_KEYS}
     for key, value in table.items():
         if key not in known:
             raise XoverError(f"{where}: unknown key {key!r}; use one of {', '.join(sorted(known))}")
@@ -252,6 +278,9 @@ def config_from_table(table: Mapping[str, Any], index: int) -> LlamaConfig:
             continue
         if key == "n-cpu-moe" and isinstance(value, str):
             flags.append((SHARED_FLAGS[key], parse_fit(value, where)))
+            continue
+        if key == _RPC.name:
+            flags.append((SHARED_FLAGS[key], ",".join(parse_rpc(value, where))))
             continue
         if key in _INT_KEYS:
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:
@@ -274,6 +303,7 @@ def config_from_table(table: Mapping[str, Any], index: int) -> LlamaConfig:
         if not isinstance(v, list) or not all(isinstance(x, str) for x in v):
             raise XoverError(f"{where}: {key} must be a list of strings, e.g. ['--mlock']")
         lists[key] = tuple(v)
+    rpc_local, rpc_threads = _rpc_local(table, where)
     return LlamaConfig(
         name=name.strip(),
         flags=tuple(flags),
@@ -281,7 +311,54 @@ def config_from_table(table: Mapping[str, Any], index: int) -> LlamaConfig:
         env=tuple(sorted((k, str(v)) for k, v in env.items())),
         bench_args=lists["bench-args"],
         server_args=lists["server-args"],
+        rpc_local=rpc_local,
+        rpc_threads=rpc_threads,
     )
+
+
+_RPC_LOCAL_KEYS = ("rpc-local", "rpc-threads")
+_HOST = re.compile(r"[A-Za-z0-9]([A-Za-z0-9.-]*[A-Za-z0-9])?|\[[0-9A-Fa-f:.]+\]")
+
+
+def parse_rpc(value: Any, where: str) -> tuple[str, ...]:
+    """``rpc = ["host:port", ...]`` (or one string, comma-separated) -> the endpoints, checked: a host name or
+    address and a port of 1-65535 each, none twice."""
+    items = value.split(",") if isinstance(value, str) else value
+    if not isinstance(items, list | tuple) or not items or not all(isinstance(x, str) for x in items):
+        raise XoverError(
+            f"{where}: rpc must be a list of RPC workers, e.g. rpc = ['192.168.1.10:50052'], got {value!r}"
+        )
+    endpoints: list[str] = []
+    for item in (x.strip() for x in items):
+        host, sep, port = item.rpartition(":")
+        if not sep or _HOST.fullmatch(host) is None or not port.isdigit() or not 1 <= int(port) <= 65535:
+            raise XoverError(
+                f"{where}: rpc worker {item!r} is not host:port (e.g. '192.168.1.10:50052', the address and port "
+                "ggml-rpc-server listens on)"
+            )
+        endpoint = f"{host}:{int(port)}"
+        if endpoint in endpoints:
+            raise XoverError(f"{where}: rpc worker {endpoint!r} is listed twice")
+        endpoints.append(endpoint)
+    return tuple(endpoints)
+
+
+def _rpc_local(table: Mapping[str, Any], where: str) -> tuple[int, int | None]:
+    """``rpc-local = N`` (RPC workers xover starts on 127.0.0.1) and ``rpc-threads = T`` (threads of each)."""
+    n = table.get("rpc-local", 0)
+    if isinstance(n, bool) or not isinstance(n, int) or not 0 <= n <= 16:
+        raise XoverError(f"{where}: rpc-local must be a number of local RPC workers from 0 to 16, got {n!r}")
+    threads = table.get("rpc-threads")
+    if threads is not None:
+        if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
+            raise XoverError(f"{where}: rpc-threads must be a positive number of threads per worker, got {threads!r}")
+        if not n:
+            raise XoverError(f"{where}: rpc-threads sets the threads of xover's own workers: give rpc-local = N too")
+    if n and _RPC.name in table:
+        raise XoverError(
+            f"{where}: give rpc (workers you run) or rpc-local (workers xover starts), not both in one configuration"
+        )
+    return n, threads
 
 
 def _as_list(value: Any, key: str) -> list[Any]:

@@ -15,6 +15,7 @@ from xover.errors import XoverError
 from xover.llamacpp.build import BuildManifest, cached_builds
 
 ENV_VAR = "XOVER_LLAMA_BIN_DIR"
+RPC_SERVER = "ggml-rpc-server"  # tools/rpc's target and binary
 
 
 @dataclasses.dataclass(frozen=True)
@@ -34,6 +35,16 @@ class Binaries:
         p = self.bin_dir / "llama-fit-params"
         return p if p.is_file() and os.access(p, os.X_OK) else None
 
+    @property
+    def rpc_server(self) -> Path | None:
+        """llama.cpp's ``ggml-rpc-server`` (an RPC worker) beside llama-server, if this build has it (xover's builds
+        do: ``-DGGML_RPC=ON``), else the one on ``PATH``, else None."""
+        p = self.bin_dir / RPC_SERVER
+        if p.is_file() and os.access(p, os.X_OK):
+            return p
+        found = shutil.which(RPC_SERVER)
+        return Path(found).resolve() if found else None
+
     def describe(self) -> str:
         where = {
             "--llama-bin-dir": "from --llama-bin-dir",
@@ -41,7 +52,12 @@ class Binaries:
             "cache": "xover build cache",
             "PATH": "found on PATH",
         }[self.source]
-        line = f"llama-bench:  {self.bench}\nllama-server: {self.server}\nsource:       {where}"
+        rpc = self.rpc_server
+        line = (
+            f"llama-bench:  {self.bench}\nllama-server: {self.server}\n"
+            f"rpc-server:   {rpc if rpc is not None else f'none ({RPC_SERVER} not built: -DGGML_RPC=ON)'}\n"
+            f"source:       {where}"
+        )
         if self.manifest is not None:
             m = self.manifest
             line += (

@@ -69,7 +69,9 @@ BACKENDS: dict[str, list[str]] = {
 }
 
 # llama-fit-params prints what llama.cpp's own ``--fit`` would choose (shown beside xover's planner).
-TARGETS = ("llama-bench", "llama-server", "llama-fit-params")
+# ggml-rpc-server (tools/rpc, built only with -DGGML_RPC=ON) exposes this host's devices to llama.cpp's RPC
+# backend; with GGML_RPC on, llama-bench and llama-server also accept ``--rpc host:port,...``.
+TARGETS = ("llama-bench", "llama-server", "llama-fit-params", "ggml-rpc-server")
 
 # Parts of the tree the two targets never need (about 115 MB of the 176 MB).
 _SKIP_DIRS = ("docs", "models", "media", "benches", ".devops", ".github")
@@ -115,6 +117,7 @@ def cmake_args_for(backend: str, extra: tuple[str, ...], commit: str, build_numb
         "-DLLAMA_BUILD_TESTS=OFF",
         "-DLLAMA_BUILD_EXAMPLES=OFF",
         "-DLLAMA_OPENSSL=OFF",
+        "-DGGML_RPC=ON",  # the RPC backend (--rpc) and the ggml-rpc-server target
         f"-DLLAMA_BUILD_COMMIT={commit[:7] if commit != 'unknown' else 'unknown'}",
         f"-DLLAMA_BUILD_NUMBER={build_number}",
     ]

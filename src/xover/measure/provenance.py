@@ -87,7 +87,7 @@ def collect(binaries: Binaries | None, model: Path | None, build_info: dict[str,
         os=f"{platform.system()} {platform.release()} {platform.machine()}",
         xover_version=xover_version(),
         model=model_id(model) if model else None,
-        extra=_machine_load() + _vram_budget(),
+        extra=_machine_load() + _vram_budget() + _rpc_workers(),
     )
 
 
@@ -100,6 +100,14 @@ def _vram_budget() -> tuple[tuple[str, str], ...]:
     if hold is None:
         return ()
     return tuple((f"vram_{k}", str(v)) for k, v in hold.as_dict().items() if k != "pid")
+
+
+def _rpc_workers() -> tuple[tuple[str, str], ...]:
+    """The RPC workers running for this study (:mod:`xover.llamacpp.rpc`), one entry each keyed by endpoint:
+    a run whose command passes ``--rpc`` ran its layers on them; the entry says what each worker is."""
+    from xover.llamacpp.rpc import active
+
+    return tuple((f"rpc_worker {w.endpoint}", w.describe()) for w in active())
 
 
 def cpu_busy_share(stat_before: str, stat_after: str) -> float | None:

@@ -1,0 +1,314 @@
+"""RPC workers without llama.cpp: the spec's rpc / rpc-local keys, the --rpc both tools get, the workers a study
+plans, ggml-rpc-server's startup lines, and a worker's lifecycle against a fake ggml-rpc-server (a Python script
+that binds, prints and buffers its startup lines as the real one does)."""
+
+from __future__ import annotations
+
+import socket
+import stat
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from procs import pid_gone
+from xover.domain.study_spec import config_from_table, spec_from_dict
+from xover.errors import XoverError
+from xover.llamacpp import bench, rpc
+from xover.llamacpp.binaries import Binaries
+from xover.measure import workers
+
+STARTUP = """\
+Starting RPC server v3.0.0
+  endpoint       : 127.0.0.1:50052
+  local cache    : n/a
+Devices:
+  CPU: Intel(R) Xeon(R) Platinum 8375C CPU @ 2.90GHz (7936 MiB, 7800 MiB free)
+  transport      : TCP
+Accepted client connection
+Client connection closed
+"""
+
+
+def _toml(text: str) -> dict:
+    from xover.domain.study_spec import tomllib  # tomli before Python 3.11
+
+    return tomllib.loads(text)
+
+
+def _spec(*configs: str) -> str:
+    return '[model]\npreset = "tiny-moe"\n' + "".join(f"[[config]]\n{c}\n" for c in configs)
+
+
+def test_rpc_endpoints_become_one_rpc_flag_for_both_tools():
+    c = config_from_table({"name": "split", "rpc": ["10.0.0.2:50052", "gpu-box.lan:50053"], "n-gpu-layers": 99}, 0)
+    assert c.rpc == ("10.0.0.2:50052", "gpu-box.lan:50053")
+    assert ("--rpc", "10.0.0.2:50052,gpu-box.lan:50053") in c.bench_config().fields
+    assert c.server_args_list() == ("--rpc", "10.0.0.2:50052,gpu-box.lan:50053", "-ngl", "99")
+    job = bench.BenchJob(c.bench_config(), 512, 128, (0,), 2)
+    argv = job.to_argv(Path("llama-bench"), Path("m.gguf"))
+    assert argv[argv.index("--rpc") + 1] == "10.0.0.2:50052,gpu-box.lan:50053"
+    # one string is taken too (comma-separated, as llama.cpp spells it)
+    assert config_from_table({"name": "s", "rpc": "10.0.0.2:50052"}, 0).rpc == ("10.0.0.2:50052",)
+
+
+@pytest.mark.parametrize(
+    ("table", "needle"),
+    [
+        ({"rpc": []}, "rpc must be a list of RPC workers"),
+        ({"rpc": [50052]}, "rpc must be a list of RPC workers"),
+        ({"rpc": ["10.0.0.2"]}, "rpc worker '10.0.0.2' is not host:port"),
+        ({"rpc": ["10.0.0.2:0"]}, "is not host:port"),
+        ({"rpc": ["10.0.0.2:70000"]}, "is not host:port"),
+        ({"rpc": [":50052"]}, "is not host:port"),
+        ({"rpc": ["a b:50052"]}, "is not host:port"),
+        ({"rpc": ["h:1", "h:01"]}, "rpc worker 'h:1' is listed twice"),
+        ({"rpc-local": -1}, "rpc-local must be a number of local RPC workers from 0 to 16"),
+        ({"rpc-local": True}, "rpc-local must be a number"),
+        ({"rpc-local": "2"}, "rpc-local must be a number"),
+        ({"rpc-local": 1, "rpc-threads": 0}, "rpc-threads must be a positive number"),
+        ({"rpc-threads": 2}, "give rpc-local = N too"),
+        ({"rpc-local": 1, "rpc": ["h:1"]}, "give rpc (workers you run) or rpc-local (workers xover starts), not both"),
+    ],
+)
+def test_bad_rpc_keys_are_one_line_errors(table, needle):
+    with pytest.raises(XoverError, match=None) as e:
+        config_from_table({"name": "x", **table}, 0)
+    assert needle in str(e.value) and "\n" not in str(e.value)
+    assert str(e.value).startswith("[[config]] 'x': ")
+
+
+def test_rpc_local_configurations_cannot_run_before_their_workers():
+    c = config_from_table({"name": "rpc", "rpc-local": 2, "rpc-threads": 1}, 0)
+    assert (c.rpc_local, c.rpc_threads, c.rpc) == (2, 1, ())
+    with pytest.raises(XoverError, match="its 2 rpc-local worker"):
+        c.bench_config()
+    with pytest.raises(XoverError, match="not running"):
+        c.server_args_list()
+    running = c.with_rpc(("127.0.0.1:50052", "127.0.0.1:50053"))
+    assert running.bench_config().fields == (("--rpc", "127.0.0.1:50052,127.0.0.1:50053"),)
+    assert running.llama_server_command() == "--rpc 127.0.0.1:50052,127.0.0.1:50053"
+
+
+def test_the_spec_file_takes_the_keys():
+    doc = _toml(_spec('name = "local"', 'name = "rpc"\nrpc-local = 1\nrpc-threads = 2'))
+    spec = spec_from_dict(doc)
+    assert [(c.name, c.rpc_local, c.rpc_threads) for c in spec.configs] == [("local", 0, None), ("rpc", 1, 2)]
+
+
+def test_plan_shares_workers_per_thread_count_and_resolve_assigns_them():
+    cs = tuple(
+        config_from_table(t, i)
+        for i, t in enumerate(
+            [
+                {"name": "local"},
+                {"name": "one", "rpc-local": 1},
+                {"name": "two", "rpc-local": 2},
+                {"name": "pinned", "rpc-local": 1, "rpc-threads": 3},
+                {"name": "theirs", "rpc": ["10.0.0.2:50052"]},
+            ]
+        )
+    )
+    p = workers.plan(cs, cpu_count=4)
+    # one: 4 threads (all CPUs), two: 2 each, pinned: 3; a worker of each thread count is shared
+    assert p.threads == (4, 2, 2, 3)
+    assert dict(p.assigned) == {"one": (0,), "two": (1, 2), "pinned": (3,)}
+    from xover.domain.study_spec import StudySpec
+
+    spec = StudySpec(configs=cs, model_preset="tiny-moe")
+    got = workers.resolve(spec, ("e0", "e1", "e2", "e3"), p)
+    assert [c.rpc for c in got.configs] == [(), ("e0",), ("e1", "e2"), ("e3",), ("10.0.0.2:50052",)]
+    assert workers.plan(cs[:1], cpu_count=2).threads == ()
+    assert workers.plan(cs[1:2], cpu_count=1).threads == (1,)
+
+
+def test_startup_lines_and_provenance():
+    assert rpc.parse_startup(STARTUP) == (
+        "3.0.0",
+        "TCP",
+        ("CPU: Intel(R) Xeon(R) Platinum 8375C CPU @ 2.90GHz (7936 MiB, 7800 MiB free)",),
+    )
+    assert rpc.parse_startup("") == (None, None, ())
+    cuda = STARTUP.replace(
+        "  CPU: Intel(R) Xeon(R) Platinum 8375C CPU @ 2.90GHz (7936 MiB, 7800 MiB free)",
+        "  CUDA0: NVIDIA H200 (143156 MiB, 142500 MiB free)",
+    ).replace("TCP", "TCP (RDMA auto-negotiate enabled)")
+    assert rpc.parse_startup(cuda)[1:] == (
+        "TCP (RDMA auto-negotiate enabled)",
+        ("CUDA0: NVIDIA H200 (143156 MiB, 142500 MiB free)",),
+    )
+    info = rpc.WorkerInfo(
+        "127.0.0.1:50052",
+        "xover",
+        build="0c1e570 cpu",
+        protocol="3.0.0",
+        transport="TCP",
+        devices=("CPU: x (1 MiB, 1 MiB free)",),
+        threads=2,
+    )
+    assert (
+        info.describe()
+        == "127.0.0.1:50052, xover's ggml-rpc-server (0c1e570 cpu, RPC 3.0.0, TCP), -t 2; CPU: x (1 MiB, 1 MiB free)"
+    )
+    assert "run by the user" in rpc.WorkerInfo("10.0.0.2:50052", "user").describe()
+    assert rpc.cuda_env(1, "cuda") == (("CUDA_VISIBLE_DEVICES", "1"),) and rpc.cuda_env(1, "cpu") == ()
+
+
+def test_worker_argv():
+    spec = rpc.WorkerSpec(port=50060, threads=2, env=(("CUDA_VISIBLE_DEVICES", "1"),))
+    assert spec.to_argv(Path("/b/ggml-rpc-server")) == [
+        "/b/ggml-rpc-server",
+        "-H",
+        "127.0.0.1",
+        "-p",
+        "50060",
+        "-t",
+        "2",
+    ]
+    assert rpc.WorkerSpec(port=1).to_argv(Path("r"))[-2:] == ["-p", "1"]
+
+
+def test_free_ports_skip_taken_ones():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        taken = s.getsockname()[1]
+        got = rpc.free_ports(2, first=taken)
+        assert taken not in got and got[0] > taken
+
+
+def test_unreachable_user_worker_is_a_one_line_error():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # bound, not listening: refuses connections
+        with pytest.raises(XoverError, match=f"RPC worker 127.0.0.1:{port} does not accept connections"):
+            rpc.check_reachable([f"127.0.0.1:{port}"], timeout_s=1)
+
+
+FAKE = textwrap.dedent(
+    """\
+    #!{python}
+    # A stand-in for ggml-rpc-server: the same flags, its startup lines buffered until the first accept.
+    import socket, sys
+    args = dict(zip(sys.argv[1::2], sys.argv[2::2]))
+    if args.get("-p") == "1":
+        print("Failed to create server socket", file=sys.stderr)
+        sys.exit(1)
+    print("Starting RPC server v3.0.0")
+    print("  endpoint       : %s:%s" % (args["-H"], args["-p"]))
+    print("  local cache    : n/a")
+    print("Devices:")
+    print("  CPU: Fake CPU (%s threads) (1024 MiB, 1000 MiB free)" % args.get("-t", "?"))
+    print("  transport      : TCP")
+    s = socket.socket()
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    s.bind((args["-H"], int(args["-p"])))
+    s.listen()
+    while True:
+        c, _ = s.accept()
+        print("Accepted client connection", flush=True)
+        c.recv(1)
+        c.close()
+        print("Client connection closed", flush=True)
+    """
+)
+
+
+@pytest.fixture
+def fake_bin(tmp_path: Path) -> Binaries:
+    d = tmp_path / "bin"
+    d.mkdir()
+    for name in ("llama-bench", "llama-server"):
+        (d / name).write_text("#!/bin/sh\n")
+    (d / "ggml-rpc-server").write_text(FAKE.format(python=sys.executable))
+    for p in d.iterdir():
+        p.chmod(p.stat().st_mode | stat.S_IXUSR)
+    return Binaries(bench=d / "llama-bench", server=d / "llama-server", source="--llama-bin-dir")
+
+
+def test_a_worker_is_owned_like_a_server(fake_bin: Binaries, tmp_path: Path):
+    (port,) = rpc.free_ports(1, first=51000)
+    binary = fake_bin.rpc_server
+    assert binary is not None
+    with rpc.RpcWorker(binary, rpc.WorkerSpec(port, threads=2), tmp_path / "logs", build="0c1e570 cpu") as w:
+        assert w.pid is not None and not pid_gone(w.pid)
+        assert w.info.devices == ("CPU: Fake CPU (2 threads) (1024 MiB, 1000 MiB free)",)
+        assert (w.info.protocol, w.info.transport, w.info.threads) == ("3.0.0", "TCP", 2)
+        assert rpc.accepts("127.0.0.1", port)
+        log = Path(w.info.log or "")
+        assert log.parent == tmp_path / "logs" and log.read_text().startswith(f"$ {binary} -H 127.0.0.1 -p {port} -t 2")
+        pid = w.pid
+    assert pid_gone(pid)
+    assert not rpc.accepts("127.0.0.1", port)
+
+
+def test_a_worker_that_cannot_start_says_why_in_one_line(fake_bin: Binaries, tmp_path: Path):
+    assert fake_bin.rpc_server is not None
+    with pytest.raises(XoverError) as e:
+        with rpc.RpcWorker(fake_bin.rpc_server, rpc.WorkerSpec(1), tmp_path / "logs"):
+            pass
+    assert "RPC worker 127.0.0.1:1 exited with code 1 while starting" in str(e.value)
+    assert "Failed to create server socket" in str(e.value) and "\n" not in str(e.value)
+
+
+def test_study_workers_run_around_the_study_and_stop_on_an_error(fake_bin: Binaries, tmp_path: Path):
+    from xover.llamacpp import process
+
+    spec = spec_from_dict(_toml(_spec('name = "local"', 'name = "rpc"\nrpc-local = 2\nrpc-threads = 1')))
+    lines: list[str] = []
+    with pytest.raises(RuntimeError, match="the study failed"):
+        with workers.study_workers(spec, tmp_path, fake_bin, lines.append) as resolved:
+            rpc_config = resolved.configs[1]
+            assert len(rpc_config.rpc) == 2 and all(e.startswith("127.0.0.1:") for e in rpc_config.rpc)
+            assert resolved.configs[0].rpc == ()
+            assert [w.endpoint for w in rpc.active()] == list(rpc_config.rpc)
+            pids = process.live_pids()
+            assert len(lines) == 2 and "xover's ggml-rpc-server" in lines[0] and "-t 1" in lines[0]
+            from xover.measure.provenance import _rpc_workers
+
+            assert [k for k, _ in _rpc_workers()] == [f"rpc_worker {e}" for e in rpc_config.rpc]
+            raise RuntimeError("the study failed")
+    assert rpc.active() == ()
+    assert all(pid_gone(p) for p in pids)
+
+
+def test_rpc_local_without_a_worker_binary_says_what_to_do(tmp_path: Path):
+    spec = spec_from_dict(_toml(_spec('name = "rpc"\nrpc-local = 1')))
+    d = tmp_path / "bin"
+    d.mkdir()
+    b = Binaries(bench=d / "llama-bench", server=d / "llama-server", source="--llama-bin-dir")
+    if b.rpc_server is not None:  # one on PATH
+        pytest.skip("a ggml-rpc-server is on PATH")
+    with pytest.raises(XoverError, match="rpc-local needs llama.cpp's ggml-rpc-server"):
+        with workers.study_workers(spec, tmp_path, b):
+            pass
+
+
+def test_free_ports_keep_the_preferred_ones_that_are_free():
+    first = rpc.free_ports(3, first=52000)
+    assert rpc.free_ports(2, first=52000, preferred=[first[2], first[1]]) == (first[2], first[1])
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", first[1]))
+        s.listen()
+        got = rpc.free_ports(2, first=52000, preferred=[first[2], first[1]])
+        assert got[0] == first[2] and got[1] not in (first[1], first[2])
+
+
+def test_a_resumed_study_gets_its_workers_ports_back(fake_bin: Binaries, tmp_path: Path):
+    from xover.results.store import Store
+
+    spec = spec_from_dict(_toml(_spec('name = "rpc"\nrpc-local = 1\nrpc-threads = 1')))
+    with socket.socket() as s:  # the first run finds the lowest free port taken
+        lowest = rpc.free_ports(1)[0]
+        s.bind(("127.0.0.1", lowest))
+        with workers.study_workers(spec, tmp_path, fake_bin) as first:
+            pass
+    with Store(tmp_path) as store:
+        ((_, _, body),) = store.artifacts(workers.ARTIFACT)
+    assert body[0]["threads"] == 1 and body[0]["port"] != lowest
+    assert first.configs[0].rpc == (f"127.0.0.1:{body[0]['port']}",)
+    with workers.study_workers(spec, tmp_path, fake_bin) as again:  # the lowest is free again: the stored one wins
+        assert again.configs[0].rpc == first.configs[0].rpc
+    with Store(tmp_path) as store:
+        assert len(store.artifacts(workers.ARTIFACT)) == 1  # nothing changed: nothing stored again
