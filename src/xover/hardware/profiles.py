@@ -155,6 +155,21 @@ class Profile:
     pattern: str  # regex matched (case-insensitive) against the detected GPU name
 
 
+def _desktop(
+    key: str,
+    name: str,
+    fp16_t: float,
+    quant_t: float,
+    bw_gb: float,
+    mem_gib: float,
+    link: tuple[float, float],
+    pattern: str,
+    backend: str = "CUDA",
+) -> Profile:
+    """A desktop card, with the 16-core desktop host."""
+    return Profile(key, _gpu(name, backend, fp16_t, quant_t, bw_gb, mem_gib, link), "desktop-16c", pattern)
+
+
 # Datasheet peaks (dense, no sparsity) and memory; quant_flops_per_s are estimates (module docstring).
 PROFILES: dict[str, Profile] = {
     p.key: p
@@ -171,24 +186,12 @@ PROFILES: dict[str, Profile] = {
         ),
         Profile("a100", _gpu("NVIDIA A100 80GB", "CUDA", 312, 100, 2039, 79.2, _GEN4), "server-16c", r"\bA100\b"),
         Profile("l40s", _gpu("NVIDIA L40S", "CUDA", 362, 150, 864, 44.4, _GEN4), "server-16c", r"\bL40S\b"),
-        Profile(
-            "rtx-5090", _gpu("NVIDIA GeForce RTX 5090", "CUDA", 419, 250, 1792, 31.4, _GEN5), "desktop-16c", r"RTX 5090"
-        ),
-        Profile(
-            "rtx-5080", _gpu("NVIDIA GeForce RTX 5080", "CUDA", 225, 130, 960, 15.92, _GEN5), "desktop-16c", r"RTX 5080"
-        ),
-        Profile(
-            "rtx-4080", _gpu("NVIDIA GeForce RTX 4080", "CUDA", 195, 100, 717, 15.99, _GEN4), "desktop-16c", r"RTX 4080"
-        ),
-        Profile(
-            "rtx-4090", _gpu("NVIDIA GeForce RTX 4090", "CUDA", 330, 170, 1008, 23.5, _GEN4), "desktop-16c", r"RTX 4090"
-        ),
-        Profile(
-            "rtx-3090", _gpu("NVIDIA GeForce RTX 3090", "CUDA", 142, 70, 936, 23.5, _GEN4), "desktop-16c", r"RTX 3090"
-        ),
-        Profile(
-            "rx-7900-xtx", _gpu("AMD Radeon RX 7900 XTX", "HIP", 123, 45, 960, 23.98, _GEN4), "desktop-16c", r"7900 XTX"
-        ),
+        _desktop("rtx-5090", "NVIDIA GeForce RTX 5090", 419, 250, 1792, 31.4, _GEN5, r"RTX 5090"),
+        _desktop("rtx-5080", "NVIDIA GeForce RTX 5080", 225, 130, 960, 15.92, _GEN5, r"RTX 5080"),
+        _desktop("rtx-4080", "NVIDIA GeForce RTX 4080", 195, 100, 717, 15.99, _GEN4, r"RTX 4080"),
+        _desktop("rtx-4090", "NVIDIA GeForce RTX 4090", 330, 170, 1008, 23.5, _GEN4, r"RTX 4090"),
+        _desktop("rtx-3090", "NVIDIA GeForce RTX 3090", 142, 70, 936, 23.5, _GEN4, r"RTX 3090"),
+        _desktop("rx-7900-xtx", "AMD Radeon RX 7900 XTX", 123, 45, 960, 23.98, _GEN4, r"7900 XTX", "HIP"),
         Profile("mi300x", _gpu("AMD Instinct MI300X", "HIP", 1307, 130, 5300, 191.5, _GEN5), "server-16c", r"MI300X"),
         Profile("mi250", _gpu("AMD Instinct MI250 (one GCD)", "HIP", 181, 50, 1600, 64, _GEN4), "server-16c", r"MI250"),
         Profile("mi210", _gpu("AMD Instinct MI210", "HIP", 181, 45, 1600, 64, _GEN4), "server-16c", r"MI210"),

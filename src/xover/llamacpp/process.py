@@ -80,6 +80,14 @@ def spawn(
     return proc
 
 
+def spawn_logged(argv: Sequence[str], log_path: Path, env: Mapping[str, str] | None = None) -> subprocess.Popen[Any]:
+    """A llama.cpp process that dies with xover, its command line first in its log and its output after it."""
+    with log_path.open("wb") as log:  # the child keeps its own descriptor
+        log.write(("$ " + " ".join(argv) + "\n").encode())
+        log.flush()
+        return spawn(argv, env=env, stdout=log, stderr=subprocess.STDOUT, text=False, die_with_parent=True)
+
+
 def stop(proc: subprocess.Popen[Any], timeout_s: float = 5.0) -> int | None:
     """SIGTERM the child's process group, SIGKILL it after ``timeout_s``; reap it; return its code.
 

@@ -233,12 +233,7 @@ class RpcWorker:
     def _start(self) -> None:
         argv = self.spec.to_argv(self.binary)
         self.log_path = log_path_for(self.log_dir, self.spec.port)
-        with self.log_path.open("wb") as log:  # the child keeps its own descriptor
-            log.write(("$ " + " ".join(argv) + "\n").encode())
-            log.flush()
-            self.proc = process.spawn(
-                argv, env=dict(self.spec.env), stdout=log, stderr=subprocess.STDOUT, text=False, die_with_parent=True
-            )
+        self.proc = process.spawn_logged(argv, self.log_path, dict(self.spec.env))
 
     def _check_alive(self) -> None:
         assert self.proc is not None

@@ -285,12 +285,7 @@ class LlamaServer:
         settle()  # under a VRAM budget: the previous llama process's memory is back before this one starts
         argv = self.spec.to_argv(self.binary, port)
         self.log_path = log_path_for(self.log_dir, self.spec.label)
-        with self.log_path.open("wb") as log:  # the child keeps its own descriptor
-            log.write(("$ " + " ".join(argv) + "\n").encode())
-            log.flush()
-            self.proc = process.spawn(
-                argv, env=dict(self.spec.env), stdout=log, stderr=subprocess.STDOUT, text=False, die_with_parent=True
-            )
+        self.proc = process.spawn_logged(argv, self.log_path, dict(self.spec.env))
         self._running = True
         self.url = f"http://{HOST}:{port}"
         self.client = LlamaClient(self.url)

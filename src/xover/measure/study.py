@@ -21,6 +21,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from xover.domain.records import TtftSample
 from xover.domain.study_spec import LlamaConfig, StudySpec
 from xover.errors import XoverError
 from xover.llamacpp.binaries import Binaries
@@ -229,19 +230,21 @@ def missing_ttft(
     """Prompt length -> cold samples still needed (passing the cold check) for one configuration, given the
     study's stored samples (the read model's ``ttft_rows``), among ``lengths`` (default: the study's)."""
     lengths = spec.lengths if lengths is None else lengths
-    have: Counter[int] = Counter()
-    if not fresh:
-        for row in stored:
-            s = row.sample
-            if (
-                s.config_key == config_key
-                and row.model_key == model_key
-                and s.mode == "cold"
-                and s.cache_ok
-                and s.error is None
-            ):
-                have[s.length] += 1
+    have = Counter(s.length for s in ([] if fresh else _passed(stored, model_key, config_key)))
     return {L: spec.repetitions - have[L] for L in lengths if have[L] < spec.repetitions}
+
+
+def _passed(stored: Sequence[StoredSample], model_key: str, config_key: str) -> list[TtftSample]:
+    """One configuration's stored cold samples that passed their cold check and completed."""
+    return [
+        row.sample
+        for row in stored
+        if row.sample.config_key == config_key
+        and row.model_key == model_key
+        and row.sample.mode == "cold"
+        and row.sample.cache_ok
+        and row.sample.error is None
+    ]
 
 
 def stored_medians(stored: Sequence[StoredSample], model_key: str, config_key: str) -> dict[int, float]:
@@ -249,16 +252,8 @@ def stored_medians(stored: Sequence[StoredSample], model_key: str, config_key: s
     import statistics
 
     by_length: dict[int, list[float]] = {}
-    for row in stored:
-        s = row.sample
-        if (
-            s.config_key == config_key
-            and row.model_key == model_key
-            and s.mode == "cold"
-            and s.cache_ok
-            and s.error is None
-            and s.first_token_ns is not None
-        ):
+    for s in _passed(stored, model_key, config_key):
+        if s.first_token_ns is not None:
             by_length.setdefault(s.length, []).append(s.first_token_ns / 1e9)
     return {L: statistics.median(v) for L, v in by_length.items()}
 

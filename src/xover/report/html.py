@@ -36,7 +36,7 @@ from xover.report import plots
 from xover.report.blocks import html_table, plain_md_table
 from xover.report.fit import fit_blocks
 from xover.report.translate import translation_blocks
-from xover.report.tune import Block, Layout, blocks, layout, section_html, section_markdown
+from xover.report.tune import Block, Layout, Measured, blocks, layout, section_html, section_markdown
 from xover.results.read_model import StudyData, crossover_inputs, vram_budgets
 
 if TYPE_CHECKING:
@@ -317,11 +317,13 @@ def _tune_blocks(report: Report) -> list[Block]:
     return list(
         blocks(
             report.layout,
-            {c.label: c for c in report.configs},
-            report.data.bench,
-            report.data.cold_samples(),
-            report.response,
-            report.band,
+            Measured(
+                {c.label: c for c in report.configs},
+                report.data.bench,
+                report.data.cold_samples(),
+                report.response,
+                report.band,
+            ),
         )
     )
 
@@ -552,6 +554,21 @@ def budget_lines(d: StudyData) -> list[str]:
     return out
 
 
+def _lab_sections(report: Report, as_html: bool) -> list[str]:
+    """The cache lab, the stored advice and the session replay, rendered as HTML or markdown."""
+    from xover.report import advise, cache, session
+
+    d = report.data
+    out = [(cache.cache_section_html if as_html else cache.cache_section_markdown)(d)]
+    advice = _stored_advice(d)
+    if advice is not None:
+        out.append((advise.advise_section_html if as_html else advise.advise_section_markdown)(advice))
+    if d.session:
+        render = session.session_section_html if as_html else session.session_section_markdown
+        out.append(render(d.session, crossover_tokens=_first_crossover(report)))
+    return out
+
+
 def render_html(report: Report) -> str:
     d = report.data
     parts = [
@@ -627,17 +644,7 @@ def render_html(report: Report) -> str:
     parts.append(
         f"<h2>Client-server gap</h2><p>Client TTFT minus the server's <code>prompt_ms</code>.</p>{html_table(*gap_table(d))}"
     )
-    from xover.report.cache import cache_section_html
-    from xover.report.session import session_section_html
-
-    parts.append(cache_section_html(d))
-    advice = _stored_advice(d)
-    if advice is not None:
-        from xover.report.advise import advise_section_html
-
-        parts.append(advise_section_html(advice))
-    if d.session:
-        parts.append(session_section_html(d.session, crossover_tokens=_first_crossover(report)))
+    parts += _lab_sections(report, as_html=True)
     if d.failures:
         rows = [[lb, f.stage, f.point, f.reason, f.stderr_tail[-300:]] for lb, f in d.failures]
         parts.append(
@@ -686,17 +693,7 @@ def render_markdown(report: Report) -> str:
     if fa is not None:
         header, rows, findings = fa
         out += ["## Flash attention on vs off\n", *(f"- {f}" for f in findings), "", plain_md_table(header, rows)]
-    from xover.report.cache import cache_section_markdown
-    from xover.report.session import session_section_markdown
-
-    out.append(cache_section_markdown(d))
-    advice = _stored_advice(d)
-    if advice is not None:
-        from xover.report.advise import advise_section_markdown
-
-        out.append(advise_section_markdown(advice))
-    if d.session:
-        out.append(session_section_markdown(d.session, crossover_tokens=_first_crossover(report)))
+    out += _lab_sections(report, as_html=False)
     timing = prediction_timing(d)
     if timing is not None:
         out += ["## Predicted vs measured\n", timing + ".\n", plain_md_table(*prediction_table(report))]

@@ -5,7 +5,6 @@ the measured value it comes from stands beside it."""
 from __future__ import annotations
 
 import statistics
-from collections import defaultdict
 
 from xover.analysis.crossover import format_tokens
 from xover.analysis.theory import ModelTerms, OffloadConfig, config_from_flags
@@ -13,7 +12,7 @@ from xover.analysis.translate import Setup, setup_assumptions, setups_for_budget
 from xover.domain.records import ServerConfig
 from xover.hardware.profiles import Hardware, hardware_from_dict
 from xover.report.blocks import Block, table
-from xover.results.read_model import StudyData, vram_budgets
+from xover.results.read_model import StudyData, crossover_inputs, vram_budgets
 
 
 def _terms(data: StudyData) -> ModelTerms | None:
@@ -43,22 +42,17 @@ def _source(data: StudyData) -> Hardware | None:
 
 
 def _measured(data: StudyData) -> dict[str, list[tuple[int, float, float]]]:
-    """Per configuration: (length, median cold TTFT s, median server decode t/s) where both were measured."""
-    ttft: dict[str, dict[int, list[float]]] = defaultdict(lambda: defaultdict(list))
-    dec: dict[str, dict[int, list[float]]] = defaultdict(lambda: defaultdict(list))
-    for label, s in data.cold_samples():
-        ttft[label][s.length].append(s.first_token_ns / 1e9)  # type: ignore[operator]
-        if s.timings is not None and s.timings.predicted_per_second:
-            dec[label][s.length].append(s.timings.predicted_per_second)
+    """Per configuration: (length, median cold TTFT s, median decode t/s) where both were measured (the same
+    inputs the crossover reads: the server's decode at each length, llama-bench's where the server gave none)."""
     out: dict[str, list[tuple[int, float, float]]] = {}
-    for label, by_length in ttft.items():
+    for c in crossover_inputs(data):
         rows = [
-            (L, statistics.median(v), statistics.median(dec[label][L]))
-            for L, v in sorted(by_length.items())
-            if dec[label][L]
+            (L, statistics.median(t), statistics.median(c.decode_tps[L]))
+            for L, t in sorted(c.ttft_s.items())
+            if c.decode_tps.get(L)
         ]
         if rows:
-            out[label] = rows
+            out[c.label] = rows
     return out
 
 

@@ -430,15 +430,20 @@ def _record_blocks(r: TuneRecord, response: int) -> list[Block]:
     return out
 
 
-def _served_blocks(
-    base: str,
-    variant: str,
-    configs: Mapping[str, ConfigData],
-    bench: Sequence[tuple[str, BenchResult]],
-    cold: Sequence[tuple[str, TtftSample]],
-    response: int,
-    band: tuple[int, int],
-) -> list[Block]:
+@dataclasses.dataclass(frozen=True)
+class Measured:
+    """What the served comparison reads: the crossover inputs per label, llama-bench's results and the cold
+    TTFT samples, with the turn's response length and the agentic band."""
+
+    configs: Mapping[str, ConfigData]
+    bench: Sequence[tuple[str, BenchResult]]
+    cold: Sequence[tuple[str, TtftSample]]
+    response: int
+    band: tuple[int, int]
+
+
+def _served_blocks(base: str, variant: str, m: Measured) -> list[Block]:
+    configs, bench, cold, response, band = m.configs, m.bench, m.cold, m.response, m.band
     out = [Block("h3", f"{base}: defaults vs {variant} through llama-server")]
     rows = served_rows(base, variant, bench, cold)
     if rows:
@@ -462,14 +467,7 @@ def _served_blocks(
     return out
 
 
-def blocks(
-    lay: Layout,
-    configs: Mapping[str, ConfigData],
-    bench: Sequence[tuple[str, BenchResult]],
-    cold: Sequence[tuple[str, TtftSample]],
-    response: int,
-    band: tuple[int, int],
-) -> list[Block]:
+def blocks(lay: Layout, m: Measured) -> list[Block]:
     """The Tuning section (empty when the study stored no tuning)."""
     if not lay.records:
         return []
@@ -487,7 +485,7 @@ def blocks(
         ),
     ]
     for r in lay.records:
-        out += _record_blocks(r, response)
+        out += _record_blocks(r, m.response)
     served = [(r.config, r.variant) for r in lay.records if r.variant]
     if served:
         out.append(Block("h2", "The serving path decides: llama-bench's gain through llama-server"))
@@ -501,7 +499,7 @@ def blocks(
         )
         for base, variant in served:
             assert variant is not None
-            out += _served_blocks(base, variant, configs, bench, cold, response, band)
+            out += _served_blocks(base, variant, m)
     return out
 
 
