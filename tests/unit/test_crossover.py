@@ -241,3 +241,20 @@ def test_a_side_placed_for_a_short_context_never_wins_the_band():
     assert "fit@16k's placement holds it up to 16K and all's all of it, so turns past 16K tokens need all." in v
     # no limits: the old verdict, unchanged
     assert "placement" not in verdict(compare_pair(ConfigData("x", a.ttft_s, a.decode_tps), c, 200, n_boot=0))
+
+
+def test_a_fitted_crossing_inside_the_measured_span_is_not_claimed_when_one_side_wins_everywhere():
+    """A faster at every measured length (256-4K): a fitted crossing at 754 tokens contradicts the measurements
+    around it and is not named; one past the data (6,000, within twice the longest) still is, as extrapolated."""
+    from xover.analysis.crossover import Crossing, PairResult, claimed_crossing
+
+    def pair(at: float) -> PairResult:
+        return PairResult(
+            "A", "B", 64, (256, 1024, 4096), (1.0, 2.0, 5.0), (2.0, 3.0, 6.0), (),
+            (Crossing(at, "cross", at > 4096),), None, None, (-1, -1, -1),
+        )  # fmt: skip
+
+    assert claimed_crossing(pair(754)) is None
+    assert "crossover" not in verdict(pair(754))
+    claim = claimed_crossing(pair(6000))
+    assert claim is not None and claim.length == 6000 and claim.fitted and claim.extrapolated

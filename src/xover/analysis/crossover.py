@@ -325,8 +325,14 @@ def claimed_crossing(pair: PairResult) -> ClaimedCrossing | None:
         # of the shortest measured length (below the data TTFT is near-linear, the intercept dominates; a
         # root near zero tokens is the intercepts' noise) to twice the longest (above it the quadratic term
         # dominates), and only where no length is within noise.
+        # Inside the measured span the measurements themselves say who is faster: one side clearly faster at
+        # every length leaves no room for a crossing there, whatever the fit says.
         lo, hi = pair.lengths[0] / 10, 2 * pair.lengths[-1]
-        fitted = [c for c in pair.fitted if c.kind == "cross" and lo <= c.length <= hi]
+        fitted = [
+            c
+            for c in pair.fitted
+            if c.kind == "cross" and lo <= c.length <= hi and not pair.lengths[0] <= c.length <= pair.lengths[-1]
+        ]
         if fitted and not s.ties:
             return ClaimedCrossing(fitted[0].length, True, fitted[0].extrapolated)
         return None
