@@ -117,6 +117,14 @@ def test_rpc_local_configuration_is_measured_on_a_real_worker(tmp_path: Path, ti
         desc = extra[f"rpc_worker {endpoint}"]
         assert "xover's ggml-rpc-server" in desc and "cpu" in desc and "CPU:" in desc and "-t 1" in desc
     assert f"RPC worker {endpoint}" in r.stdout  # the info event
+    # the link to the worker, probed once through the RPC protocol before the configurations ran
+    ((body,),) = _query(db, "SELECT body FROM artifacts WHERE name = 'rpc-link'")
+    (link,) = json.loads(body)
+    assert link["endpoint"] == endpoint and link["protocol"].startswith("7.") and "error" not in link
+    assert len(link["rtt_ms"]) == 20 and all(0 < x < 1000 for x in link["rtt_ms"])
+    assert link["block_bytes"] == 8 << 20 and len(link["up_mib_s"]) == len(link["down_mib_s"]) == 3
+    assert all(x > 0 for x in link["up_mib_s"] + link["down_mib_s"])
+    assert f"RPC link {endpoint}: RTT " in r.stdout
 
 
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGKILL], ids=["SIGINT", "SIGKILL"])

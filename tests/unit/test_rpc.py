@@ -264,7 +264,14 @@ def test_study_workers_run_around_the_study_and_stop_on_an_error(fake_bin: Binar
             assert resolved.configs[0].rpc == ()
             assert [w.endpoint for w in rpc.active()] == list(rpc_config.rpc)
             pids = process.live_pids()
-            assert len(lines) == 2 and "xover's ggml-rpc-server" in lines[0] and "-t 1" in lines[0]
+            assert len(lines) == 4 and "xover's ggml-rpc-server" in lines[0] and "-t 1" in lines[0]
+            # the link probe: the fake worker does not speak the RPC protocol, so each link is recorded unprobed
+            assert all(ln.startswith(f"RPC link {e}: not probed (") for ln, e in zip(lines[2:], rpc_config.rpc))
+            from xover.results.store import Store
+
+            with Store(tmp_path) as store:
+                ((_, _, links),) = store.artifacts(workers.LINK_ARTIFACT)
+            assert [x["endpoint"] for x in links] == list(rpc_config.rpc) and all(x["error"] for x in links)
             from xover.measure.provenance import _rpc_workers
 
             assert [k for k, _ in _rpc_workers()] == [f"rpc_worker {e}" for e in rpc_config.rpc]

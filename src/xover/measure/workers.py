@@ -14,13 +14,14 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import os
+import statistics
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 from xover.domain.study_spec import LlamaConfig, StudySpec
 from xover.errors import XoverError
-from xover.llamacpp import rpc
+from xover.llamacpp import rpc, rpclink
 from xover.llamacpp.binaries import Binaries
 from xover.llamacpp.build import cached_builds
 from xover.results.store import Store
@@ -28,6 +29,31 @@ from xover.results.store import Store
 ARTIFACT = "rpc-workers"
 """The study's local workers as last started (port, threads, what each was): a resumed study takes the same ports
 where they are free, so its configurations' ``--rpc`` and the measurements stored under them still match."""
+
+
+LINK_ARTIFACT = "rpc-link"
+"""The link to each worker (local and user-run), probed once per study run while no llama process is connected:
+round-trip times and bandwidth both ways through the RPC protocol (:mod:`xover.llamacpp.rpclink`)."""
+
+
+def probe_links(endpoints: tuple[str, ...], info: Callable[[str], None]) -> list[dict[str, Any]]:
+    """One :func:`rpclink.probe` per endpoint; a worker that cannot be probed is recorded with its error and the
+    study goes on (the probe is context, not a measurement the study depends on)."""
+    out: list[dict[str, Any]] = []
+    for endpoint in endpoints:
+        try:
+            p = rpclink.probe(endpoint)
+        except (OSError, XoverError) as e:
+            info(f"RPC link {endpoint}: not probed ({e})")
+            out.append({"endpoint": endpoint, "error": str(e)})
+            continue
+        info(
+            f"RPC link {endpoint}: RTT {statistics.median(p.rtt_ms):.3f} ms (median of {len(p.rtt_ms)}), "
+            f"{p.block_bytes >> 20} MiB blocks up {statistics.median(p.up_mib_s):,.0f} MiB/s, "
+            f"down {statistics.median(p.down_mib_s):,.0f} MiB/s"
+        )
+        out.append(dataclasses.asdict(p))
+    return out
 
 
 @dataclasses.dataclass(frozen=True)
@@ -101,7 +127,9 @@ def study_workers(
         for w in infos:
             info("RPC worker " + w.describe())
         body = [{"port": s.port, "threads": s.threads, "worker": w.describe()} for s, w in zip(specs, infos)]
-        if body != before:
-            with Store(study_dir) as store:
+        links = probe_links(tuple(w.endpoint for w in infos), info)
+        with Store(study_dir) as store:
+            if body != before:
                 store.add_artifact(None, ARTIFACT, body)
+            store.add_artifact(None, LINK_ARTIFACT, links)
         yield resolve(spec, tuple(s.endpoint for s in specs), worker_plan)
