@@ -1,0 +1,158 @@
+"""The link theory (analysis/rpclink.py) on constructed numbers with answers worked out by hand, and the link
+probe's wire format (llamacpp/rpclink.py) against a Python worker that speaks the protocol's probe commands."""
+
+from __future__ import annotations
+
+import socket
+import struct
+import threading
+
+import pytest
+
+from xover.analysis.rpclink import (
+    Link,
+    LinkModel,
+    Traffic,
+    decode_limit_tps,
+    prefill_limit_tps,
+    prefill_link_s,
+    ubatch_traffic,
+    worker_ranges,
+)
+from xover.llamacpp import rpclink
+
+M = LinkModel(n_layer=4, n_embd=256, n_vocab=1000)  # hidden state per token: 1024 bytes; logits: 4000 bytes
+LINK = Link(rtt_s=0.001, up_bytes_s=1e6, down_bytes_s=2e6)
+
+
+def test_worker_ranges_one_per_worker_that_gets_a_layer():
+    assert worker_ranges(M, 0, 1) == 0
+    assert worker_ranges(M, 2, 0) == 0
+    assert worker_ranges(M, 2, 1) == 1
+    assert worker_ranges(M, 4, 2) == 2
+    assert worker_ranges(M, 1, 3) == 1  # one layer offloaded: only one worker can hold it
+    assert worker_ranges(M, 99, 8) == 4
+
+
+def test_traffic_per_ubatch():
+    assert ubatch_traffic(M, 2, 1, 1, 1) == Traffic(1, 1024, 1024)  # decode: state in, state out, one round trip
+    assert ubatch_traffic(M, 2, 1, 512, 0) == Traffic(1, 512 * 1024, 512 * 1024)
+    assert ubatch_traffic(M, 4, 2, 1, 1) == Traffic(2, 2048, 2048)  # through the host between the two workers
+    # the output layer on the worker: the logits come back instead of the state
+    assert ubatch_traffic(M, 99, 1, 1, 1) == Traffic(1, 1024, 4000)
+    assert ubatch_traffic(M, 99, 2, 1, 1) == Traffic(2, 2048, 1024 + 4000)
+    assert ubatch_traffic(M, 99, 1, 256, 0) == Traffic(0, 256 * 1024, 0)  # nothing to read back, no wait counted
+    assert ubatch_traffic(M, 0, 1, 512, 1) == Traffic(0, 0, 0)
+
+
+def test_decode_limit():
+    # 1 ms + 1024 B / 1 MB/s + 1024 B / 2 MB/s = 2.536 ms per token
+    assert decode_limit_tps(M, 2, 1, LINK) == pytest.approx(1 / 0.002536)
+    # 1 ms + 1024 / 1e6 + 4000 / 2e6 = 4.024 ms
+    assert decode_limit_tps(M, 99, 1, LINK) == pytest.approx(1 / 0.004024)
+    assert decode_limit_tps(M, 0, 1, LINK) is None
+    assert Traffic(3, 0, 0).time_s(LINK) == pytest.approx(0.003)
+
+
+def test_prefill_limit():
+    # 600 tokens in ubatches of 256, 256, 88: three round trips, 600 x 1024 bytes each way
+    assert prefill_link_s(M, 2, 1, 600, 256, LINK) == pytest.approx(0.003 + 0.6144 + 0.3072)
+    assert prefill_limit_tps(M, 2, 1, 600, 256, LINK) == pytest.approx(600 / 0.9246)
+    # output layer on the worker: only the last ubatch returns (one token's logits) and waits
+    assert prefill_link_s(M, 99, 1, 600, 256, LINK) == pytest.approx(0.001 + 0.6144 + 0.002)
+    assert prefill_limit_tps(M, 0, 1, 600, 256, LINK) is None
+
+
+def test_link_model_from_the_theory_terms():
+    from xover.analysis.theory import model_terms
+    from xover.gguf.presets import preset
+    from xover.gguf.shapes import tensor_table
+
+    terms = model_terms(tensor_table(preset("tiny-moe")))
+    m = LinkModel.from_terms(terms)
+    assert (m.n_layer, m.n_embd, m.n_vocab) == (terms.n_layer, terms.n_embd, terms.n_vocab)
+
+
+def test_the_probe_tensor_is_the_packed_rpc_tensor():
+    t = rpclink.tensor_bytes(buffer=0xAB, data=0x1000, n_bytes=64)
+    assert len(t) == 296
+    assert struct.unpack_from("<QIQ", t) == (1, 0, 0xAB)  # id, GGML_TYPE_F32, buffer
+    assert struct.unpack_from("<4I4I", t, 20) == (16, 1, 1, 1, 4, 64, 64, 64)  # ne, nb
+    assert struct.unpack_from("<Q", t, 296 - 4 - 64 - 8)[0] == 0x1000  # data
+
+
+def _serve(listener: socket.socket, seen: list[int]) -> None:
+    """One client of a minimal worker: HELLO, GET_ALIGNMENT, ALLOC_BUFFER, BUFFER_GET_BASE, SET/GET_TENSOR,
+    FREE_BUFFER, framed as ggml-rpc-server frames them."""
+    conn, _ = listener.accept()
+    store = bytearray()
+
+    def exact(n: int) -> bytes:
+        b = b""
+        while len(b) < n:
+            chunk = conn.recv(n - len(b))
+            if not chunk:
+                raise EOFError
+            b += chunk
+        return b
+
+    def reply(payload: bytes) -> None:
+        conn.sendall(struct.pack("<Q", len(payload)) + payload)
+
+    with conn:
+        try:
+            while True:
+                cmd, size = struct.unpack("<BQ", exact(9))
+                body = exact(size)
+                seen.append(cmd)
+                if cmd == rpclink.CMD_HELLO:
+                    reply(bytes([7, 0, 0, 0]) + bytes(24))
+                elif cmd == rpclink.CMD_GET_ALIGNMENT:
+                    reply(struct.pack("<Q", 32))
+                elif cmd == rpclink.CMD_ALLOC_BUFFER:
+                    _, n = struct.unpack("<IQ", body)
+                    store[:] = bytes(n)
+                    reply(struct.pack("<QQ", 0xB0, n))
+                elif cmd == rpclink.CMD_BUFFER_GET_BASE:
+                    reply(struct.pack("<Q", 0x1000))
+                elif cmd == rpclink.CMD_SET_TENSOR:
+                    assert len(body) == 296 + 1 + 8 + len(store)
+                elif cmd == rpclink.CMD_GET_TENSOR:
+                    _, n = struct.unpack_from("<QQ", body, 296)
+                    reply(bytes(n))
+        except EOFError:
+            pass
+
+
+def test_probe_speaks_the_protocol():
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen()
+        seen: list[int] = []
+        th = threading.Thread(target=_serve, args=(listener, seen), daemon=True)
+        th.start()
+        p = rpclink.probe(f"127.0.0.1:{listener.getsockname()[1]}", rtt_samples=5, block_mib=1, bw_samples=2)
+        th.join(5)
+    assert p.protocol == "7.0.0" and len(p.rtt_ms) == 5 and p.block_bytes == 1 << 20
+    assert len(p.up_mib_s) == len(p.down_mib_s) == 2 and all(x > 0 for x in p.up_mib_s + p.down_mib_s)
+    assert seen[:2] == [rpclink.CMD_HELLO, rpclink.CMD_GET_ALIGNMENT]
+    assert seen.count(rpclink.CMD_SET_TENSOR) == seen.count(rpclink.CMD_GET_TENSOR) == 3  # one warm-up each
+    assert seen[-2:] == [rpclink.CMD_FREE_BUFFER, rpclink.CMD_GET_ALIGNMENT]
+
+
+def test_probe_refuses_another_protocol():
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen()
+
+        def old() -> None:
+            conn, _ = listener.accept()
+            with conn:
+                conn.recv(9 + 24)
+                conn.sendall(struct.pack("<Q", 28) + bytes([3, 0, 0, 0]) + bytes(24))
+
+        th = threading.Thread(target=old, daemon=True)
+        th.start()
+        with pytest.raises(rpclink.LinkError, match=r"speaks RPC protocol 3\.0\.0; the probe knows 7\.x"):
+            rpclink.probe(f"127.0.0.1:{listener.getsockname()[1]}")
+        th.join(5)
