@@ -35,6 +35,7 @@ from xover.domain.records import TtftSample, backend_name
 from xover.report import plots
 from xover.report.blocks import html_table, plain_md_table
 from xover.report.fit import fit_blocks
+from xover.report.rpclink import rpc_link_blocks
 from xover.report.translate import translation_blocks
 from xover.report.tune import Block, Layout, Measured, blocks, layout, section_html, section_markdown
 from xover.results.read_model import StudyData, crossover_inputs, vram_budgets
@@ -601,6 +602,9 @@ def render_html(report: Report) -> str:
     fits = fit_blocks(d)
     if fits:
         parts.append(section_html(fits))
+    link = rpc_link_blocks(d)
+    if link:
+        parts.append(section_html(link))
     parts.append(section_html(_tune_blocks(report)))
     desktop = translation_blocks(d, report.response)
     if desktop:
@@ -670,9 +674,10 @@ def render_markdown(report: Report) -> str:
     out += [f"- {v}" for v in report.verdicts] or ["- no pair of configurations with cold TTFT and decode data"]
     if report.matrix is not None:
         out += ["", "### Every pair of configurations\n", _MATRIX_NOTE + "\n", _matrix_markdown(report.matrix)]
-    fits = section_markdown(fit_blocks(d))
-    if fits:
-        out += ["", fits]
+    for section in (fit_blocks(d), rpc_link_blocks(d)):
+        text = section_markdown(section)
+        if text:
+            out += ["", text]
     tuning = section_markdown(_tune_blocks(report))
     if tuning:
         out += ["", tuning]

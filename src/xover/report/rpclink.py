@@ -1,0 +1,132 @@
+"""The "RPC link" section: the link to each RPC worker as the study probed it (artifact ``rpc-link``, written by
+:mod:`xover.measure.workers`), and each RPC configuration's measured llama-bench speeds beside the most the link
+alone allows (:mod:`xover.analysis.rpclink`: a lower bound on the time, so an upper bound on the speed)."""
+
+from __future__ import annotations
+
+import statistics
+from typing import Any
+
+from xover.analysis.rpclink import ASSUMPTIONS, Link, LinkModel, decode_limit_tps, prefill_limit_tps
+from xover.domain.records import BenchConfig
+from xover.report.blocks import Block, table
+from xover.report.translate import _terms
+from xover.results.read_model import StudyData
+
+MIB = 1 << 20
+
+
+def _link_of(entry: dict[str, Any]) -> Link | None:
+    if entry.get("error") or not entry.get("rtt_ms"):
+        return None
+    return Link(
+        rtt_s=statistics.median(entry["rtt_ms"]) / 1e3,
+        up_bytes_s=statistics.median(entry["up_mib_s"]) * MIB,
+        down_bytes_s=statistics.median(entry["down_mib_s"]) * MIB,
+    )
+
+
+def _link_rows(links: list[dict[str, Any]]) -> list[tuple[str, ...]]:
+    rows: list[tuple[str, ...]] = []
+    for x in links:
+        if x.get("error"):
+            rows.append((x["endpoint"], "-", "-", "-", "-", f"not probed: {str(x['error'])[:160]}"))
+            continue
+        rtt, up, down = x["rtt_ms"], x["up_mib_s"], x["down_mib_s"]
+        rows.append(
+            (
+                x["endpoint"],
+                str(x.get("protocol", "-")),
+                f"{statistics.median(rtt):.3f} ({min(rtt):.3f}-{max(rtt):.3f}, n={len(rtt)})",
+                f"{statistics.median(up):,.0f} ({min(up):,.0f}-{max(up):,.0f})",
+                f"{statistics.median(down):,.0f} ({min(down):,.0f}-{max(down):,.0f})",
+                f"{int(x['block_bytes']) // MIB} MiB blocks",
+            )
+        )
+    return rows
+
+
+def _fastest(endpoints: list[str], by_endpoint: dict[str, Link]) -> Link | None:
+    """The best figures among a configuration's workers (each range crosses its own worker's link; taking the
+    best keeps the time a lower bound)."""
+    found = [by_endpoint[e] for e in endpoints if e in by_endpoint]
+    if not found:
+        return None
+    return Link(min(x.rtt_s for x in found), max(x.up_bytes_s for x in found), max(x.down_bytes_s for x in found))
+
+
+def _limit_rows(data: StudyData, model: LinkModel, by_endpoint: dict[str, Link]) -> list[tuple[str, ...]]:
+    rpc_configs: dict[str, list[str]] = {}
+    for c in data.configs:
+        if isinstance(c, BenchConfig):
+            fields = dict(c.fields)
+            if "--rpc" in fields:
+                rpc_configs[c.key] = fields["--rpc"].split(",")
+    rows: list[tuple[str, ...]] = []
+    for label, r in data.bench:
+        endpoints = rpc_configs.get(r.config_key)
+        if endpoints is None or not r.samples_ts:
+            continue
+        link = _fastest(endpoints, by_endpoint)
+        ngl = int(r.record.get("n_gpu_layers", 0))
+        if r.n_prompt and not r.n_gen:
+            limit = (
+                prefill_limit_tps(model, ngl, len(endpoints), r.n_prompt, int(r.record.get("n_ubatch", 512)), link)
+                if link
+                else None
+            )
+        elif r.n_gen and not r.n_prompt:
+            limit = decode_limit_tps(model, ngl, len(endpoints), link) if link else None
+        else:
+            continue
+        measured = statistics.median(r.samples_ts)
+        rows.append(
+            (
+                label,
+                r.test_name,
+                str(ngl),
+                str(len(endpoints)),
+                f"{measured:,.1f}",
+                f"{limit:,.0f}" if limit else "-",
+                f"{measured / limit:.1%}" if limit else "-",
+            )
+        )
+    return rows
+
+
+def rpc_link_blocks(data: StudyData) -> list[Block]:
+    stored = data.artifact_bodies("rpc-link")
+    if not stored or not stored[-1]:
+        return []
+    links: list[dict[str, Any]] = stored[-1]
+    by_endpoint = {x["endpoint"]: link for x in links if (link := _link_of(x)) is not None}
+    blocks = [
+        Block("h2", "RPC link"),
+        Block(
+            "p",
+            "The link to each RPC worker, probed once at the start of the study's last run through ggml-rpc-server's "
+            "own protocol on the same TCP path llama.cpp uses: round trip = a GET_ALIGNMENT request and its reply; "
+            "up = a SET_TENSOR of the block (the command activations travel with) closed by one round trip; down = "
+            "a GET_TENSOR of the block. Medians (range); each bandwidth sample includes one round trip.",
+        ),
+        table(("worker", "protocol", "round trip ms", "up MiB/s", "down MiB/s", "block"), _link_rows(links)),
+    ]
+    terms = _terms(data)
+    if terms is None:
+        return [*blocks, Block("p", "The model's dimensions are not stored: no link limit computed.")]
+    rows = _limit_rows(data, LinkModel.from_terms(terms), by_endpoint)
+    if not rows:
+        return blocks
+    return [
+        *blocks,
+        Block(
+            "p",
+            "Measured llama-bench speed of each RPC configuration against the most the link alone allows "
+            "(median figures of the probe above). The limit is an upper bound on speed from a lower bound on "
+            "link time: per ubatch and worker range one round trip and the hidden state each way; the rest of "
+            "what crosses, and all compute, come on top. 'share' is the part of the measured time that the "
+            "link's least time accounts for.",
+        ),
+        table(("config", "test", "-ngl", "workers", "measured t/s", "link limit t/s (upper bound)", "share"), rows),
+        Block("ul", items=ASSUMPTIONS),
+    ]
