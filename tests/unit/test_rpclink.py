@@ -156,3 +156,46 @@ def test_probe_refuses_another_protocol():
         with pytest.raises(rpclink.LinkError, match=r"speaks RPC protocol 3\.0\.0; the probe knows 7\.x"):
             rpclink.probe(f"127.0.0.1:{listener.getsockname()[1]}")
         th.join(5)
+
+
+def test_report_section_shows_the_link_and_the_limit():
+    from xover.domain.records import BenchConfig, BenchResult
+    from xover.report.rpclink import rpc_link_blocks
+    from xover.results.read_model import Artifact, StudyData
+
+    cfg = BenchConfig("split", (("--rpc", "127.0.0.1:50052"), ("-ngl", "2")))
+    local = BenchConfig("local", ())
+
+    def res(key: str, n_prompt: int, n_gen: int, ts: float) -> BenchResult:
+        return BenchResult(key, n_prompt, n_gen, 0, (1,), (ts,), ts, 0.0, {"n_gpu_layers": 2, "n_ubatch": 512})
+
+    links = [
+        {"endpoint": "127.0.0.1:50052", "protocol": "7.0.0", "connect_ms": 1.0, "rtt_ms": [1.0, 2.0, 1.0],
+         "block_bytes": 8 << 20, "up_mib_s": [1.0], "down_mib_s": [1.0]},
+        {"endpoint": "10.0.0.2:50052", "error": "connection refused"},
+    ]  # fmt: skip
+    data = StudyData(
+        study_dir="s",
+        runs=(),
+        labels={cfg.key: "split", local.key: "local"},
+        bench=(("split", res(cfg.key, 0, 16, 50.0)), ("local", res(local.key, 0, 16, 99.0))),
+        ttft=(),
+        failures=(),
+        artifacts=(Artifact(None, "inspect", {"synthetic_preset": "tiny-moe"}), Artifact(None, "rpc-link", links)),
+        configs=(cfg, local),
+    )
+    blocks = rpc_link_blocks(data)
+    assert blocks[0].text == "RPC link"
+    link_rows = blocks[2].rows
+    assert link_rows[0][:3] == ("127.0.0.1:50052", "7.0.0", "1.000 (1.000-2.000, n=3)")
+    assert link_rows[1][-1] == "not probed: connection refused"
+    (row,) = blocks[4].rows  # the RPC configuration only
+    from xover.analysis.theory import model_terms
+    from xover.gguf.presets import preset
+    from xover.gguf.shapes import tensor_table
+
+    n_embd = model_terms(tensor_table(preset("tiny-moe"))).n_embd
+    limit = 1 / (0.001 + 2 * n_embd * 4 / (1 << 20))  # one round trip + the state up and down at 1 MiB/s
+    assert row == ("split", "tg16", "2", "1", "50.0", f"{limit:,.0f}", f"{50 / limit:.1%}")
+    assert blocks[5].kind == "ul"
+    assert rpc_link_blocks(StudyData("s", (), {}, (), (), (), ())) == []
