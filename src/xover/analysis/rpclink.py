@@ -23,6 +23,8 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Sequence
+from statistics import median
 
 from xover.analysis.theory import ModelTerms
 
@@ -59,6 +61,12 @@ class Link:
     rtt_s: float
     up_bytes_s: float
     down_bytes_s: float
+
+    @classmethod
+    def from_probe(cls, rtt_ms: Sequence[float], up_mib_s: Sequence[float], down_mib_s: Sequence[float]) -> Link:
+        """The medians of a probe's samples (milliseconds, MiB/s)."""
+        mib = 1 << 20
+        return cls(median(rtt_ms) / 1e3, median(up_mib_s) * mib, median(down_mib_s) * mib)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -19,11 +19,7 @@ MIB = 1 << 20
 def _link_of(entry: dict[str, Any]) -> Link | None:
     if entry.get("error") or not entry.get("rtt_ms"):
         return None
-    return Link(
-        rtt_s=statistics.median(entry["rtt_ms"]) / 1e3,
-        up_bytes_s=statistics.median(entry["up_mib_s"]) * MIB,
-        down_bytes_s=statistics.median(entry["down_mib_s"]) * MIB,
-    )
+    return Link.from_probe(entry["rtt_ms"], entry["up_mib_s"], entry["down_mib_s"])
 
 
 def _link_rows(links: list[dict[str, Any]]) -> list[tuple[str, ...]]:
