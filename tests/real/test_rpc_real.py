@@ -108,7 +108,8 @@ def test_rpc_local_configuration_is_measured_on_a_real_worker(tmp_path: Path, ti
     (worker_log,) = (out / "logs").glob(f"rpc-worker-{endpoint.rsplit(':', 1)[1]}-*.log")
     text = worker_log.read_text()
     assert "Starting RPC server" in text and "CPU:" in text
-    assert text.count("Accepted client connection") >= 3  # the readiness probe, then llama-bench's and llama-server's
+    # the readiness probe, the link probe, then llama-bench's and llama-server's
+    assert text.count("Accepted client connection") >= 4
     # provenance of every run of the study names the worker, its build and its device
     provs = [json.loads(p) for (p,) in _query(db, "SELECT provenance FROM runs WHERE kind IN ('bench', 'ttft')")]
     assert provs
@@ -146,12 +147,13 @@ def test_no_worker_survives_xover(sig: signal.Signals, tmp_path: Path, tiny_mode
             found = _workers_of(xover.pid)
             time.sleep(0.05)
         assert found, "xover never started its RPC worker"
-        # wait until llama-bench is connected to the worker (it logs the connection), then signal xover
+        # wait until llama-bench is connected to the worker (it logs the connection, the third after the readiness
+        # probe's and the link probe's), then signal xover
         (log,) = (tmp_path / "out" / "logs").glob("rpc-worker-*.log")
         deadline = time.monotonic() + 60
-        while time.monotonic() < deadline and log.read_text().count("Accepted client connection") < 2:
+        while time.monotonic() < deadline and log.read_text().count("Accepted client connection") < 3:
             time.sleep(0.05)
-        assert log.read_text().count("Accepted client connection") >= 2, "llama-bench never reached the worker"
+        assert log.read_text().count("Accepted client connection") >= 3, "llama-bench never reached the worker"
         os.kill(xover.pid, sig)
         _, stderr = xover.communicate(timeout=30)
         if sig == signal.SIGINT:
