@@ -10,7 +10,7 @@ from typing import Any
 from xover.analysis.rpclink import ASSUMPTIONS, Link, LinkModel, decode_limit_tps, prefill_limit_tps
 from xover.domain.records import BenchConfig
 from xover.report.blocks import Block, table
-from xover.report.translate import _terms
+from xover.report.translate import stored_terms
 from xover.results.read_model import StudyData
 
 MIB = 1 << 20
@@ -107,7 +107,7 @@ def rpc_link_blocks(data: StudyData) -> list[Block]:
         ),
         table(("worker", "protocol", "round trip ms", "up MiB/s", "down MiB/s", "block"), _link_rows(links)),
     ]
-    terms = _terms(data)
+    terms = stored_terms(data)
     if terms is None:
         return [*blocks, Block("p", "The model's dimensions are not stored: no link limit computed.")]
     rows = _limit_rows(data, LinkModel.from_terms(terms), by_endpoint)

@@ -15,7 +15,7 @@ from xover.report.blocks import Block, table
 from xover.results.read_model import StudyData, crossover_inputs, vram_budgets
 
 
-def _terms(data: StudyData) -> ModelTerms | None:
+def stored_terms(data: StudyData) -> ModelTerms | None:
     """The theory's view of the model: stored by the theory stage, else rebuilt from a synthetic preset."""
     from xover.domain.codec import decode
 
@@ -66,7 +66,7 @@ def _configs(data: StudyData) -> dict[str, OffloadConfig]:
 
 def translation_blocks(data: StudyData, response: int) -> list[Block]:
     budgets = vram_budgets(data)
-    terms, source = _terms(data), _source(data)
+    terms, source = stored_terms(data), _source(data)
     if not budgets or terms is None or source is None:
         return []
     setups = setups_for_budget(budgets[-1].budget)
