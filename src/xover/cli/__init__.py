@@ -71,6 +71,17 @@ def cli() -> None:
     """
 
 
+def _interrupted() -> None:
+    """Ctrl-C / SIGTERM: one line and exit 130. A request cut off mid-connect leaves the event loop's coroutine
+    unawaited; Python would warn about it at exit ("coroutine ... was never awaited"), which after an
+    interruption says nothing the line does not."""
+    import warnings
+
+    warnings.filterwarnings("ignore", message="coroutine .* was never awaited", category=RuntimeWarning)
+    click.echo("xover: interrupted; completed results are kept", err=True)
+    sys.exit(130)
+
+
 def main(argv: list[str] | None = None) -> None:
     from xover.llamacpp.process import ignore_signals_until_exit, install_signal_handlers, stop_all
 
@@ -82,12 +93,8 @@ def main(argv: list[str] | None = None) -> None:
     except XoverError as e:
         click.echo(f"xover: error: {e}", err=True)
         sys.exit(e.exit_code)
-    except click.exceptions.Abort:
-        click.echo("xover: interrupted; completed results are kept", err=True)
-        sys.exit(130)
-    except KeyboardInterrupt:
-        click.echo("xover: interrupted; completed results are kept", err=True)
-        sys.exit(130)
+    except (click.exceptions.Abort, KeyboardInterrupt):
+        _interrupted()
     except click.ClickException as e:
         e.show()
         sys.exit(e.exit_code)
