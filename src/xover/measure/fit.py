@@ -52,13 +52,10 @@ def resolve_fits(spec: StudySpec, model: Path) -> tuple[StudySpec, list[dict[str
     """``spec`` with every ``fit`` level replaced by the planner's number, and one record per replacement."""
     if not has_fits(spec):
         return spec, []
-    from xover.analysis.theory import model_terms, plan_placement
-    from xover.gguf.inspect import model_table
     from xover.llamacpp.server import context_size
 
     budget = budget_for_fit(spec)
-    table, _ = model_table(str(model))
-    terms = model_terms(table)
+    terms = _terms(model)
     study_ctx = context_size(max(spec.lengths), max(spec.response_tokens))
     configs, records = [], []
     for c in spec.configs:
@@ -67,8 +64,7 @@ def resolve_fits(spec: StudySpec, model: Path) -> tuple[StudySpec, list[dict[str
             configs.append(c)
             continue
         ctx = study_ctx if want is True else context_size(int(want), max(spec.response_tokens))
-        ubatch = int(c.flag("-ub") or 512)
-        (plan,) = plan_placement(terms, budget, (ctx,), ubatch, flash_attn=c.flag("-fa") not in ("off", "0"))
+        plan = _plan(terms, budget, ctx, c)
         if plan.n_cpu_moe is None:
             raise XoverError(
                 f"{c.name}: the model does not fit {budget / GIB:.1f} GiB at {ctx:,} tokens of context "
@@ -84,14 +80,7 @@ def resolve_fits(spec: StudySpec, model: Path) -> tuple[StudySpec, list[dict[str
                 "n_ctx": ctx,
                 "n_cpu_moe": n,
                 "budget_bytes": budget,
-                "headroom_bytes": plan.headroom_bytes,
-                "ubatch": ubatch,
-                "estimate": {
-                    "model_bytes": plan.estimate.model_bytes,
-                    "kv_bytes": plan.estimate.kv_bytes,
-                    "compute_bytes": plan.estimate.compute_bytes,
-                    "total_bytes": plan.estimate.total_bytes,
-                },
+                **_placement_fields(plan, c),
             }
         )
     return dataclasses.replace(spec, configs=tuple(configs)), records
@@ -102,19 +91,35 @@ def with_level(config: LlamaConfig, n: int) -> LlamaConfig:
     return dataclasses.replace(config, flags=tuple((f, str(n) if f == "-ncmoe" else v) for f, v in config.flags))
 
 
+def _plan(terms: Any, budget: int, ctx: int, config: LlamaConfig) -> Any:
+    """The planner's placement of ``config`` (its own ubatch and attention) at ``ctx`` under ``budget``."""
+    from xover.analysis.theory import plan_placement
+
+    (plan,) = plan_placement(
+        terms, budget, (ctx,), int(config.flag("-ub") or 512), flash_attn=config.flag("-fa") not in ("off", "0")
+    )
+    return plan
+
+
+def _placement_fields(plan: Any, config: LlamaConfig) -> dict[str, Any]:
+    """What a fit record keeps of a plan: the headroom, the ubatch it was planned for and the GPU buffers."""
+    e = plan.estimate
+    return {
+        "headroom_bytes": plan.headroom_bytes,
+        "ubatch": int(config.flag("-ub") or 512),
+        "estimate": {
+            "model_bytes": e.model_bytes,
+            "kv_bytes": e.kv_bytes,
+            "compute_bytes": e.compute_bytes,
+            "total_bytes": e.total_bytes,
+        },
+    }
+
+
 def _planned_level(terms: Any, record: dict[str, Any], config: LlamaConfig) -> tuple[int, Any]:
     """The smallest level that holds ``record``'s context under its budget with ``config``'s own ubatch and
     attention (never below the level ``config`` already has), and the plan."""
-    from xover.analysis.theory import plan_placement
-
-    ubatch = int(config.flag("-ub") or 512)
-    (plan,) = plan_placement(
-        terms,
-        int(record["budget_bytes"]),
-        (int(record["n_ctx"]),),
-        ubatch,
-        flash_attn=config.flag("-fa") not in ("off", "0"),
-    )
+    plan = _plan(terms, int(record["budget_bytes"]), int(record["n_ctx"]), config)
     n = plan.n_cpu_moe if plan.n_cpu_moe is not None else terms.n_layer
     return max(n, int(config.flag("-ncmoe") or 0)), plan
 
@@ -161,21 +166,7 @@ def refit_variants(
             continue
         n, plan = _planned_level(terms, r, v)
         out.append(with_level(v, n))
-        refits.append(
-            {
-                **r,
-                "config": v.name,
-                "n_cpu_moe": n,
-                "ubatch": int(v.flag("-ub") or 512),
-                "headroom_bytes": plan.headroom_bytes,
-                "estimate": {
-                    "model_bytes": plan.estimate.model_bytes,
-                    "kv_bytes": plan.estimate.kv_bytes,
-                    "compute_bytes": plan.estimate.compute_bytes,
-                    "total_bytes": plan.estimate.total_bytes,
-                },
-            }
-        )
+        refits.append({**r, "config": v.name, "n_cpu_moe": n, **_placement_fields(plan, v)})
     return tuple(out), refits
 
 
