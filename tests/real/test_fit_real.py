@@ -19,6 +19,21 @@ pytestmark = pytest.mark.real
 GIB = 1 << 30
 
 
+def _budgeted_study(
+    spec: Path, out: Path, llama_bins, fake_cudart: Path, timeout_s: float
+) -> subprocess.CompletedProcess[str]:
+    """``xover study SPEC -o OUT`` on the real CPU build, its budget held on a fake 16 GiB card with 8 GiB free."""
+    env = {
+        **os.environ,
+        "XOVER_CUDART": str(fake_cudart),
+        "FAKE_CUDA_FREE": str(8 * GIB),
+        "FAKE_CUDA_TOTAL": str(16 * GIB),
+    }
+    argv = [sys.executable, "-m", "xover", "study", str(spec), "-o", str(out), "-q"]
+    argv += ["--llama-bin-dir", str(llama_bins.bench.parent)]
+    return subprocess.run(argv, env=env, capture_output=True, text=True, timeout=timeout_s)
+
+
 def test_a_budgeted_study_with_fit_configurations(
     tiny_model: Path, llama_bins, fake_cudart: Path, tmp_path: Path
 ) -> None:
@@ -50,31 +65,8 @@ n-cpu-moe = 0
 name = "short"
 n-cpu-moe = "fit@1k"
 """)
-    env = {
-        **os.environ,
-        "XOVER_CUDART": str(fake_cudart),
-        "FAKE_CUDA_FREE": str(8 * GIB),
-        "FAKE_CUDA_TOTAL": str(16 * GIB),
-    }
     out = tmp_path / "st"
-    r = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "xover",
-            "study",
-            str(spec),
-            "-o",
-            str(out),
-            "-q",
-            "--llama-bin-dir",
-            str(llama_bins.bench.parent),
-        ],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
+    r = _budgeted_study(spec, out, llama_bins, fake_cudart, timeout_s=600)
     assert r.returncode == 0, r.stderr[-3000:]
     data = load(out)
     (fits,) = data.artifact_bodies("fit")
@@ -139,31 +131,8 @@ tune-depths = []
 name = "fit"
 n-cpu-moe = "fit"
 """)
-    env = {
-        **os.environ,
-        "XOVER_CUDART": str(fake_cudart),
-        "FAKE_CUDA_FREE": str(8 * GIB),
-        "FAKE_CUDA_TOTAL": str(16 * GIB),
-    }
     out = tmp_path / "st"
-    r = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "xover",
-            "study",
-            str(spec),
-            "-o",
-            str(out),
-            "-q",
-            "--llama-bin-dir",
-            str(llama_bins.bench.parent),
-        ],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
+    r = _budgeted_study(spec, out, llama_bins, fake_cudart, timeout_s=900)
     assert r.returncode == 0, r.stderr[-3000:]
     trials = {
         dict(c.fields).get("-ub", "512"): dict(c.fields)["-ncmoe"]
