@@ -121,7 +121,9 @@ class Layout:
 def layout(labels: Sequence[str], artifacts: Sequence[tuple[int | None, str, Any]]) -> Layout:
     """The layout from the ``study`` and ``tune`` artifacts; without a ``study`` artifact the bases are the
     labels (first-seen order) that are no configuration's tuned variant, and there are no stored pairs."""
-    records = tuple(_placed(r, artifacts) for r in tune_records(artifacts))
+    checks = [body for _, name, body in artifacts if name == "fit-check-tuned" and isinstance(body, list)]
+    placed = {str(c.get("config")): c for c in (checks[-1] if checks else ())}
+    records = tuple(_placed(r, placed.get(str(r.variant))) for r in tune_records(artifacts))
     tuned = {r.config: r.variant for r in records if r.variant}
     variants = set(tuned.values())
     study = [body for _, name, body in artifacts if name == "study" and isinstance(body, Mapping)]
@@ -131,12 +133,10 @@ def layout(labels: Sequence[str], artifacts: Sequence[tuple[int | None, str, Any
     return Layout(bases, tuned, pairs, records)
 
 
-def _placed(r: TuneRecord, artifacts: Sequence[tuple[int | None, str, Any]]) -> TuneRecord:
-    """A tuned variant of a ``fit`` configuration is placed again for its own settings (artifact
-    ``fit-check-tuned``): its command shows the level it was measured at, and a note says so."""
-    checks = [body for _, name, body in artifacts if name == "fit-check-tuned" and isinstance(body, list)]
-    entry = next((c for c in (checks[-1] if checks else ()) if c.get("config") == r.variant), None)
-    if entry is None:
+def _placed(r: TuneRecord, entry: Mapping[str, Any] | None) -> TuneRecord:
+    """A tuned variant of a ``fit`` configuration is placed again for its own settings (``entry``: its record in
+    the latest ``fit-check-tuned`` artifact): its command shows the level it was measured at, and a note says so."""
+    if r.variant is None or entry is None:
         return r
     level = int(entry.get("measured_at", entry["n_cpu_moe"]))
     m = re.search(r"(?:-ncmoe|--n-cpu-moe) (\d+)", r.server_command)
