@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from xover.report.blocks import Block, table
-from xover.results.read_model import StudyData
+from xover.results.read_model import StudyData, fit_records
 
 GIB = 1 << 30
 
@@ -33,10 +33,7 @@ def _llama_fit(r: dict[str, Any]) -> str:
 
 
 def fit_blocks(data: StudyData) -> list[Block]:
-    chosen: list[dict[str, Any]] = []
-    for suffix in ("", "-tuned"):
-        checked = data.artifact_bodies("fit-check" + suffix)
-        chosen += checked[-1] if checked else (data.artifact_bodies("fit" + suffix) or [[]])[-1]
+    chosen = fit_records(data)
     if not chosen:
         return []
     rows = []

@@ -366,14 +366,22 @@ def crossover_inputs(data: StudyData) -> list[ConfigData]:
     return out
 
 
-def placement_limits(data: StudyData) -> dict[str, int]:
-    """Configuration -> the longest prompt its placement holds: a ``fit@L`` level (artifacts ``fit-check``
-    and ``fit-check-tuned``, else ``fit``/``fit-tuned``) holds L tokens and their response, no more."""
-    out: dict[str, int] = {}
+def fit_records(data: StudyData) -> list[dict[str, Any]]:
+    """The latest record of each ``fit`` configuration and of each tuned variant of one: from llama.cpp's check
+    (artifacts ``fit-check``, ``fit-check-tuned``) where it ran, else the planner's (``fit``, ``fit-tuned``)."""
+    out: list[dict[str, Any]] = []
     for suffix in ("", "-tuned"):
         bodies = data.artifact_bodies("fit-check" + suffix) or data.artifact_bodies("fit" + suffix)
-        for r in bodies[-1] if bodies else ():
-            request = str(r.get("request") or "")
-            if "@" in request:
-                out[str(r["config"])] = int(request.split("@", 1)[1])
+        out += bodies[-1] if bodies else []
+    return out
+
+
+def placement_limits(data: StudyData) -> dict[str, int]:
+    """Configuration -> the longest prompt its placement holds: a ``fit@L`` level holds L tokens and their
+    response, no more."""
+    out: dict[str, int] = {}
+    for r in fit_records(data):
+        request = str(r.get("request") or "")
+        if "@" in request:
+            out[str(r["config"])] = int(request.split("@", 1)[1])
     return out
