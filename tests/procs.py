@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 
@@ -24,6 +25,33 @@ def running(pid: int) -> bool:
     except (OSError, IndexError):
         return False
     return state != "Z"
+
+
+def gone_within(pid: int, seconds: float = 10.0) -> bool:
+    """True once ``pid`` stops running, waiting at most ``seconds``."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if not running(pid):
+            return True
+        time.sleep(0.05)
+    return not running(pid)
+
+
+def children_named(parent: int, name: str) -> list[int]:
+    """Pids of the processes whose parent is ``parent`` and whose command is ``name`` (the kernel keeps 15 characters)."""
+    out = []
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit():
+            continue
+        try:
+            stat = (d / "stat").read_text()
+            comm = stat[stat.index("(") + 1 : stat.rindex(")")]
+            ppid = int(stat.rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+        if ppid == parent and comm == name[:15]:
+            out.append(int(d.name))
+    return out
 
 
 def run_xover(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:

@@ -13,26 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from procs import running
+from procs import children_named, gone_within
 
 pytestmark = pytest.mark.real
-
-
-def children_named(parent: int, name: str) -> list[int]:
-    """Pids of the processes whose parent is ``parent`` and whose command is ``name``."""
-    out = []
-    for d in Path("/proc").iterdir():
-        if not d.name.isdigit():
-            continue
-        try:
-            stat = (d / "stat").read_text()
-            comm = stat[stat.index("(") + 1 : stat.rindex(")")]
-            ppid = int(stat.rsplit(")", 1)[1].split()[1])
-        except (OSError, ValueError, IndexError):
-            continue
-        if ppid == parent and comm == name[:15]:
-            out.append(int(d.name))
-    return out
 
 
 @pytest.mark.parametrize("tool", ["llama-server", "llama-bench"])
@@ -65,10 +48,7 @@ def test_sigkill_of_xover_takes_its_llama_process_with_it(
         assert found, f"xover never started {tool}"
         os.kill(xover.pid, signal.SIGKILL)
         xover.wait(timeout=10)
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline and running(found[0]):
-            time.sleep(0.05)
-        assert not running(found[0]), f"{tool} {found[0]} outlived a SIGKILLed xover"
+        assert gone_within(found[0]), f"{tool} {found[0]} outlived a SIGKILLed xover"
     finally:
         if xover.poll() is None:
             xover.kill()

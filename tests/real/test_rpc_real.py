@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from procs import running
+from procs import children_named, gone_within, running
 
 pytestmark = pytest.mark.real
 
@@ -45,30 +45,6 @@ def _query(db: Path, sql: str) -> list[tuple]:
         return con.execute(sql).fetchall()
     finally:
         con.close()
-
-
-def _workers_of(parent: int) -> list[int]:
-    """Pids of the ggml-rpc-server processes whose parent is ``parent``."""
-    out = []
-    for d in Path("/proc").iterdir():
-        if not d.name.isdigit():
-            continue
-        try:
-            stat = (d / "stat").read_text()
-            comm = stat[stat.index("(") + 1 : stat.rindex(")")]
-            ppid = int(stat.rsplit(")", 1)[1].split()[1])
-        except (OSError, ValueError, IndexError):
-            continue
-        if ppid == parent and comm == WORKER[:15]:
-            out.append(int(d.name))
-    return out
-
-
-def _gone_soon(pid: int, timeout_s: float = 10.0) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline and running(pid):
-        time.sleep(0.05)
-    return not running(pid)
 
 
 def test_rpc_local_configuration_is_measured_on_a_real_worker(tmp_path: Path, tiny_model: Path, llama_bins) -> None:
@@ -144,7 +120,7 @@ def test_no_worker_survives_xover(sig: signal.Signals, tmp_path: Path, tiny_mode
     try:
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline and not found and xover.poll() is None:
-            found = _workers_of(xover.pid)
+            found = children_named(xover.pid, WORKER)
             time.sleep(0.05)
         assert found, "xover never started its RPC worker"
         # wait until llama-bench is connected to the worker (it logs the connection, the third after the readiness
@@ -159,7 +135,7 @@ def test_no_worker_survives_xover(sig: signal.Signals, tmp_path: Path, tiny_mode
         if sig == signal.SIGINT:
             assert xover.returncode == 130, stderr
             assert "Traceback" not in stderr
-        assert all(_gone_soon(p) for p in found), f"RPC worker {found} outlived xover ({sig.name})"
+        assert all(gone_within(p) for p in found), f"RPC worker {found} outlived xover ({sig.name})"
     finally:
         if xover.poll() is None:
             xover.kill()

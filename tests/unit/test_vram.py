@@ -8,12 +8,11 @@ import signal
 import subprocess
 import sys
 import textwrap
-import time
 from pathlib import Path
 
 import pytest
 
-from procs import running
+from procs import gone_within, running
 from xover.errors import XoverError
 from xover.hardware.vram import GIB, VramHolder, parse_budget
 
@@ -38,15 +37,6 @@ def card(
     if max_alloc is not None:
         env["FAKE_CUDA_MAX_ALLOC"] = str(max_alloc)
     return env
-
-
-def gone_within(pid: int, seconds: float = 10.0) -> bool:
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        if not running(pid):
-            return True
-        time.sleep(0.05)
-    return False
 
 
 def test_it_holds_every_free_byte_beyond_the_budget(fake_cudart: Path, monkeypatch: pytest.MonkeyPatch) -> None:
