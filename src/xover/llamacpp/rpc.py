@@ -34,7 +34,7 @@ from typing import Any
 
 from xover.errors import XoverError
 from xover.llamacpp import process
-from xover.llamacpp.server import first_error, log_tail, owns_listening_port
+from xover.llamacpp.server import first_error, log_tail, next_log_path, owns_listening_port
 
 HOST = "127.0.0.1"
 FIRST_PORT = 50052  # ggml-rpc-server's own default; xover takes the first free ports from here
@@ -176,11 +176,8 @@ def check_reachable(endpoints: Sequence[str], timeout_s: float = 3.0) -> None:
 
 
 def log_path_for(log_dir: Path, port: int) -> Path:
-    """``logs/rpc-worker-<port>-<n>.log``: the first n not taken, so every start keeps its own log."""
-    n = 1
-    while (path := log_dir / f"rpc-worker-{port}-{n}.log").exists():
-        n += 1
-    return path
+    """``logs/rpc-worker-<port>-<n>.log``."""
+    return next_log_path(log_dir, f"rpc-worker-{port}")
 
 
 class RpcWorker:

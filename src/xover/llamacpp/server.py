@@ -184,12 +184,17 @@ def _slug(label: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.=-]+", "_", label).strip("_") or "server"
 
 
-def log_path_for(log_dir: Path, label: str) -> Path:
-    """``logs/server-<label>-<n>.log``: the first n not taken, so every start keeps its own log."""
+def next_log_path(log_dir: Path, stem: str) -> Path:
+    """``log_dir/<stem>-<n>.log``: the first n not taken, so every start of a llama process keeps its own log."""
     n = 1
-    while (path := log_dir / f"server-{_slug(label)}-{n}.log").exists():
+    while (path := log_dir / f"{stem}-{n}.log").exists():
         n += 1
     return path
+
+
+def log_path_for(log_dir: Path, label: str) -> Path:
+    """``logs/server-<label>-<n>.log``."""
+    return next_log_path(log_dir, f"server-{_slug(label)}")
 
 
 def log_tail(path: Path, lines: int = 3, max_chars: int = 400) -> str:
