@@ -108,16 +108,26 @@ def run_fit_params(
     env: dict[str, str] | None = None,
     timeout_s: float = 300.0,
 ) -> tuple[FitChoice | None, str]:
-    """Run llama-fit-params for ``model`` at ``n_ctx``; its parsed answer and the tail of its log (why not)."""
-    import os
+    """Run llama-fit-params for ``model`` at ``n_ctx``; its parsed answer and the tail of its log (why not). Like
+    every llama.cpp process of xover's, it is tracked and dies with xover (:func:`xover.llamacpp.process.spawn`)."""
+    from xover.llamacpp import process
 
     argv = [str(exe), "-m", str(model), "-c", str(n_ctx), *fit_args(flags)]
     try:
-        proc = subprocess.run(
-            argv, capture_output=True, text=True, timeout=timeout_s, env={**os.environ, **(env or {})}, errors="replace"
+        child = process.spawn(
+            argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=False, die_with_parent=True
         )
-    except (OSError, subprocess.TimeoutExpired) as e:
+    except OSError as e:
         return None, f"llama-fit-params did not answer: {e}"
+    try:
+        out_b, err_b = child.communicate(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        process.stop(child)
+        return None, f"llama-fit-params did not answer within {timeout_s:.0f} s"
+    process.forget(child)
+    proc = subprocess.CompletedProcess(
+        argv, child.returncode, out_b.decode(errors="replace"), err_b.decode(errors="replace")
+    )
     choice = parse_fit_args(proc.stdout) if proc.returncode == 0 else None
     tail = " | ".join(ln.strip() for ln in proc.stderr.splitlines() if "fit" in ln.lower())[-600:]
     return choice, tail or proc.stderr[-300:]
