@@ -24,6 +24,7 @@ path = "{model}"
 [study]
 lengths = [256, 1024]
 response-tokens = [16]
+decode-tokens = 4  # each cold request generates 4 tokens for its decode speed; the totals assume 16
 repetitions = 2
 bench-repetitions = 2
 pp = 64
@@ -142,6 +143,20 @@ def test_resumed_study_measured_each_point_once(study_dir: Path) -> None:
     assert set(bench.values()) == {1}  # every llama-bench test stored exactly once
     assert len(bench) == 2 * 2 * 2  # 2 configs x 2 depths x (pp, tg)
     assert "Verdict" in (study_dir.parent / "verdict.txt").read_text()
+
+
+def test_cold_requests_generate_decode_tokens_and_the_totals_assume_the_response(study_dir: Path) -> None:
+    """decode-tokens = 4: every cold request asked for 4 tokens (llama-server's n_predict) and the server decoded
+    4; the report reads their decode speed and the verdict prices 16-token responses."""
+    con = sqlite3.connect(study_dir / "results.sqlite")
+    got = set(con.execute("SELECT n_tokens_received, predicted_n FROM ttft_samples WHERE mode='cold'"))
+    con.close()
+    assert got == {(4, 4)}
+    md = (study_dir / "report.md").read_text()
+    assert "16-token responses" in md.split("## Verdict", 1)[1].split("## ", 1)[0]
+    table = md.split("## Prefill and TTFT", 1)[1].split("## ", 1)[0]
+    rows = [ln for ln in table.splitlines() if ln.startswith("| t=")]
+    assert len(rows) == 4 and all(ln.rstrip(" |").endswith("(4)") for ln in rows), rows
 
 
 def test_report_shows_the_blind_prediction_beside_every_point(study_dir: Path) -> None:

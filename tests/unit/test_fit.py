@@ -123,3 +123,16 @@ def test_max_ttft_parses(value: object, seconds: float) -> None:
 def test_a_bad_max_ttft_is_a_one_line_error(value: object) -> None:
     with pytest.raises(XoverError, match=r"max-ttft"):
         spec_from_dict(doc(**{"max-ttft": value}))
+
+
+def test_decode_tokens_sets_what_each_cold_request_generates_and_defaults_to_the_longest_response() -> None:
+    assert spec_from_dict(doc(**{"response-tokens": [64, 200]})).generated_tokens == 200
+    spec = spec_from_dict(doc(**{"response-tokens": [200], "decode-tokens": 32}))
+    assert (spec.decode_tokens, spec.generated_tokens, spec.response_tokens) == (32, 32, (200,))
+
+
+@pytest.mark.parametrize("value", [0, 201, "32", True])
+def test_a_bad_decode_tokens_is_a_one_line_error(value: object) -> None:
+    with pytest.raises(XoverError, match=r"decode-tokens") as e:
+        spec_from_dict(doc(**{"response-tokens": [200], "decode-tokens": value}))
+    assert "\n" not in str(e.value)

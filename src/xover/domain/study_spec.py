@@ -138,9 +138,18 @@ class StudySpec:
     # Cold TTFT samples a configuration is too slow for are skipped (and listed) rather than measured: a length
     # whose TTFT, scaled linearly from the longest length measured on it, would exceed this many seconds.
     max_ttft_s: float | None = None
+    # Tokens each cold TTFT request generates (llama-server's n_predict), from which the decode speed at that
+    # depth is read; the total time per turn still assumes ``response_tokens``. None: the longest response.
+    # Where decode is slow (7 t/s), 200 tokens cost 30 s a sample, most of a study's measuring time.
+    decode_tokens: int | None = None
 
     def __post_init__(self) -> None:
         validate_spec(self)
+
+    @property
+    def generated_tokens(self) -> int:
+        """Tokens each cold TTFT request generates: ``decode_tokens``, else the longest response."""
+        return self.decode_tokens if self.decode_tokens is not None else max(self.response_tokens)
 
     def lengths_for(self, config: LlamaConfig) -> tuple[int, ...]:
         """The prompt lengths measured on ``config``: those its context holds with the longest response."""
@@ -196,6 +205,10 @@ def validate_spec(spec: StudySpec) -> None:
         raise XoverError("bench-depths must be token counts of 0 or more, e.g. [0, 4096]")
     if any(r <= 0 for r in spec.response_tokens) or not spec.response_tokens:
         raise XoverError("response-tokens must be positive")
+    if spec.decode_tokens is not None and not 1 <= spec.decode_tokens <= max(spec.response_tokens):
+        raise XoverError(
+            f"[study] decode-tokens must be between 1 and the longest response-tokens ({max(spec.response_tokens)})"
+        )
     if spec.repetitions < 1 or spec.bench_repetitions < 1:
         raise XoverError("repetitions must be at least 1")
     if spec.pp < 1 or spec.tg < 1:
@@ -385,6 +398,7 @@ def spec_from_dict(doc: Mapping[str, Any], base_dir: Path | None = None) -> Stud
     known_study = {
         "lengths",
         "response-tokens",
+        "decode-tokens",
         "repetitions",
         "bench-repetitions",
         "pp",
@@ -452,7 +466,7 @@ def spec_from_dict(doc: Mapping[str, Any], base_dir: Path | None = None) -> Stud
         kwargs["timeout_s"] = float(study["timeout"])
     if "max-ttft" in study:
         kwargs["max_ttft_s"] = _seconds(study["max-ttft"], "[study] max-ttft")
-    for key in ("session-turns", "session-response-tokens"):
+    for key in ("session-turns", "session-response-tokens", "decode-tokens"):
         if key in study:
             if not isinstance(study[key], int) or isinstance(study[key], bool) or study[key] < 1:
                 raise XoverError(f"[study] {key} must be a positive integer")

@@ -170,6 +170,8 @@ def record_spec(spec: StudySpec, store: Store) -> None:
         "response_tokens": list(spec.response_tokens),
         "band": list(spec.band),
     }
+    if spec.decode_tokens is not None:
+        body["decode_tokens"] = spec.decode_tokens
     if body != before:
         store.add_artifact(None, "study", body)
 
@@ -309,7 +311,7 @@ def stage_ttft(
             plan = ttftrun.TtftPlan(
                 lengths=lengths,
                 reps=reps,
-                response_tokens=max(spec.response_tokens),
+                response_tokens=spec.generated_tokens,
                 mode="cold",
                 seed=time.time_ns() % 2**31,
                 points=tuple(ttftrun.TtftPoint(L, r) for r in range(reps) for L in lengths if r < missing[L]),

@@ -234,8 +234,11 @@ def point_table(report: Report) -> tuple[list[str], list[list[str]]]:
         if r.n_prompt and not r.n_gen:
             pp[(label, r.n_depth)] = (r.avg_ts, r.stddev_ts)
     ttft: dict[tuple[str, int], list[float]] = defaultdict(list)
+    decode: dict[tuple[str, int], list[tuple[float, int]]] = defaultdict(list)
     for label, s in data.cold_samples():
         ttft[(label, s.length)].append(s.first_token_ns / 1e6)  # type: ignore[operator]
+        if s.timings is not None and s.timings.predicted_per_second and s.timings.predicted_n:
+            decode[(label, s.length)].append((s.timings.predicted_per_second, s.timings.predicted_n))
     lengths = sorted({L for _, L in ttft} | {d for _, d in pp})
     header = [
         "config",
@@ -243,6 +246,7 @@ def point_table(report: Report) -> tuple[list[str], list[list[str]]]:
         "llama-bench pp t/s (avg ± sd)",
         "cold TTFT ms (median [min-max], n)",
         "prefill t/s from TTFT",
+        "decode t/s through llama-server (median, tokens generated)",
     ]
     rows = []
     for label in data.config_labels():
@@ -251,12 +255,16 @@ def point_table(report: Report) -> tuple[list[str], list[list[str]]]:
             t = ttft.get((label, L))
             if b is None and not t:
                 continue
-            tcell, rate = "—", "—"
+            tcell, rate, dcell = "—", "—", "—"
             if t:
                 summary = summarize(t)
                 tcell = f"{summary.median:.1f} [{summary.minimum:.1f}-{summary.maximum:.1f}], n={summary.n}"
                 rate = f"{L / (summary.median / 1000):.0f}"
-            rows.append([label, format_tokens(L), f"{b[0]:.2f} ± {b[1]:.2f}" if b else "—", tcell, rate])
+            d = decode.get((label, L))
+            if d:
+                counts = "/".join(str(n) for n in sorted({n for _, n in d}))
+                dcell = f"{summarize([r for r, _ in d]).median:.1f} ({counts})"
+            rows.append([label, format_tokens(L), f"{b[0]:.2f} ± {b[1]:.2f}" if b else "—", tcell, rate, dcell])
     return header, rows
 
 
@@ -364,6 +372,13 @@ def skipped_table(data: StudyData) -> tuple[list[str], list[list[str]]]:
     ]
     return header, rows
 
+
+_POINT_NOTE = (
+    "llama-bench's pp @ dN is the speed of the new tokens on top of an untimed, cached depth prefill; TTFT is the "
+    "cold wall-clock wait for the first streamed token through llama-server. The decode column is llama-server's "
+    "own speed over the tokens those cold requests generated: the decode_tok_s(L) that "
+    "total(L) = TTFT(L) + R / decode_tok_s(L) uses for R-token responses."
+)
 
 _SKIPPED_NOTE = (
     "Not measured: the study's max-ttft skips a length whose cold TTFT, scaled linearly from the longest shorter "
@@ -610,10 +625,7 @@ def render_html(report: Report) -> str:
     if desktop:
         parts.append(section_html(desktop))
     parts.append(f"<h2>Prefill and TTFT per configuration and length</h2>{html_table(*point_table(report))}")
-    parts.append(
-        "<p class='muted'>llama-bench's pp @ dN is the speed of the new tokens on top of an untimed, cached "
-        "depth prefill; TTFT is the cold wall-clock wait for the first streamed token through llama-server.</p>"
-    )
+    parts.append(f"<p class='muted'>{_e(_POINT_NOTE)}</p>")
     header, rows = skipped_table(d)
     if rows:
         parts.append(f"<h3>Not measured: too slow</h3><p>{_e(_SKIPPED_NOTE)}</p>{html_table(header, rows)}")
@@ -684,7 +696,7 @@ def render_markdown(report: Report) -> str:
     desktop = section_markdown(translation_blocks(d, report.response))
     if desktop:
         out += ["", desktop]
-    out += ["", "## Prefill and TTFT\n", plain_md_table(*point_table(report))]
+    out += ["", "## Prefill and TTFT\n", plain_md_table(*point_table(report)), _POINT_NOTE + "\n"]
     header, rows = skipped_table(d)
     if rows:
         out += ["### Not measured: too slow\n", _SKIPPED_NOTE + "\n", plain_md_table(header, rows)]
