@@ -72,11 +72,10 @@ def study(
     from xover.llamacpp.binaries import resolve
     from xover.measure.study import run_study
 
+    # A bad spec is reported before a missing build: the spec is what the user is editing.
+    loaded = load_spec(spec_file) if spec_file is not None else None
     binaries = resolve(llama_bin_dir)
-    if spec_file is not None:
-        spec, intro = load_spec(spec_file), None
-    else:
-        spec, intro = _default_for_this_machine(binaries)
+    spec, intro = (loaded, None) if loaded is not None else _default_for_this_machine(binaries)
     spec = narrow(spec, skip, only_configs)
     if vram_budget is not None:
         import dataclasses
