@@ -183,3 +183,46 @@ def test_user_run_worker_is_used_and_an_unreachable_one_is_one_line(
     assert dict(map(tuple, prov["extra"]))[f"rpc_worker 127.0.0.1:{port}"].endswith(
         "run by the user (its build and devices are not known to xover)"
     )
+
+
+def test_experts_on_a_real_worker_through_override_tensor(tmp_path: Path, tiny_model: Path, llama_bins) -> None:
+    """``override-tensor`` with ``{rpc0}``: the experts of layers 2 and 3 live on xover's worker while every other
+    tensor stays here (``n-gpu-layers = 0``); llama-bench and llama-server both get --rpc before -ot, as both resolve
+    the buffer type while parsing their arguments, and llama-bench's own log puts the experts' bytes on the worker."""
+    configs = (
+        '\n[[config]]\nname = "experts over RPC"\nrpc-local = 1\nrpc-threads = 1\nn-gpu-layers = 0\n'
+        "override-tensor = ['blk\\.[23]\\.ffn_.*_exps=RPC0[{rpc0}]']\n"
+    )
+    out = tmp_path / "out"
+    spec = _spec(tmp_path / "spec.toml", tiny_model, STUDY, configs)
+    r = subprocess.run(
+        _xover("study", str(spec), "-o", str(out), "-q", "--llama-bin-dir", str(llama_bins.bin_dir)),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert r.returncode == 0, r.stderr[-2000:]
+    db = out / "results.sqlite"
+    assert _query(db, "SELECT COUNT(*) FROM failures") == [(0,)]
+    records = [json.loads(x) for (x,) in _query(db, "SELECT record FROM bench_results")]
+    (endpoint,) = {x["tensor_buft_overrides"].rsplit("[", 1)[1].rstrip("]") for x in records}
+    assert endpoint.startswith("127.0.0.1:")
+    assert len(records) == 2 and all(
+        x["tensor_buft_overrides"] == f"blk\\.[23]\\.ffn_.*_exps=RPC0[{endpoint}]"
+        and x["backends"] == "RPC"
+        and x["n_gpu_layers"] == 0
+        for x in records
+    )
+    (memory,) = [
+        json.loads(b) for (b,) in _query(db, "SELECT body FROM artifacts WHERE name = 'memory'") if "llama-bench" in b
+    ]
+    on_worker = [n for buft, kind, n in memory["buffers"] if buft == f"RPC0[{endpoint}]" and kind == "model"]
+    here = [n for buft, kind, n in memory["buffers"] if buft.startswith("CPU") and kind == "model"]
+    assert on_worker and on_worker[0] > 0 and sum(here) > 0, memory["buffers"]
+    assert _query(db, "SELECT COUNT(*) FROM ttft_samples WHERE mode = 'cold' AND cache_ok = 1 AND error IS NULL") == [
+        (1,)
+    ]
+    (server_log,) = (out / "logs").glob("server-experts*.log")
+    command = server_log.read_text(errors="replace").splitlines()[0]
+    assert f"--rpc {endpoint}" in command and f"-ot blk\\.[23]\\.ffn_.*_exps=RPC0[{endpoint}]" in command
+    assert command.index("--rpc") < command.index("-ot")

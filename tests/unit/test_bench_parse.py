@@ -393,3 +393,25 @@ def test_runner_keeps_buffer_lines_and_the_peak_resident_set(tmp_path: Path) -> 
     assert isinstance(end, Exited) and end.returncode == 0
     assert len(end.buffer_lines) == 10 and "buffer size" not in end.stderr_tail
     assert end.peak_rss_bytes is not None and end.peak_rss_bytes >= 64 << 20
+
+
+def test_an_rpc_workers_buffers_are_kept_under_their_own_name_and_counted_apart() -> None:
+    """llama.cpp names a worker's buffers after its buffer type, RPC0[host:port] (seen in llama-bench -v with the
+    experts of two layers on a ggml-rpc-server): they are neither this host's memory nor its accelerators'."""
+    from xover.llamacpp import memory
+
+    lines = [
+        "load_tensors:   CPU_Mapped model buffer size =     3.49 MiB",
+        "load_tensors: RPC0[127.0.0.1:50099] model buffer size =     1.95 MiB",
+        "llama_kv_cache:        CUDA0 KV buffer size =     0.50 MiB",
+    ]
+    mib = 1 << 20
+    buffers = memory.parse_buffer_lines(lines)
+    assert buffers == (
+        ("CPU_Mapped", "model", round(3.49 * mib)),
+        ("RPC0[127.0.0.1:50099]", "model", round(1.95 * mib)),
+        ("CUDA0", "KV", round(0.5 * mib)),
+    )
+    use = memory.MemoryUse(None, buffers)
+    assert (use.device_bytes, use.host_buffer_bytes) == (round(0.5 * mib), round(3.49 * mib))
+    assert memory.is_remote_device("RPC0[127.0.0.1:50099]") and not memory.is_host_device("RPC0[127.0.0.1:50099]")

@@ -19,9 +19,12 @@ from xover.measure.ttft import TtftPlan
 
 LLAMA_SRC = Path.home() / ".cache" / "xover" / "src" / "llama.cpp-0c1e570"
 SAMPLE = {"int": 3, "choice": None, "str": "q8_0", "list": ["10.0.0.1:50052", "10.0.0.2:50053"]}
+SAMPLE_BY_NAME = {"override-tensor": ["blk\\.[0-3]\\.ffn_.*_exps=CPU", "output=CPU"], "tensor-split": "1/3"}
 
 
 def _value(option: opts.LlamaOption) -> object:
+    if option.name in SAMPLE_BY_NAME:
+        return SAMPLE_BY_NAME[option.name]
     return option.choices[1] if option.kind == "choice" else SAMPLE[option.kind]
 
 
@@ -43,8 +46,10 @@ def test_every_shared_option_round_trips_through_the_spec(option: opts.LlamaOpti
     value = _value(option)
     config = config_from_table({"name": "x", option.name: value}, 0)
     assert config.flags == ((option.shared_flag, _text(value)),)
-    assert config.bench_config().fields == ((option.bench_flag, _text(value)),)
-    assert config.server_args_list() == opts.BY_BENCH_FLAG[option.bench_flag].server_args(_text(value))
+    bench_value = option.bench_value(_text(value))  # -ot's items joined by ";" for llama-bench, "," for llama-server
+    assert config.bench_config().fields == ((option.bench_flag, bench_value),)
+    assert config.server_args_list() == opts.BY_BENCH_FLAG[option.bench_flag].server_args(bench_value)
+    assert config.server_args_list() == (option.server_flag, _text(value))
     assert theory.config_from_flags(config.bench_config().fields) == theory.config_from_flags(
         args=config.server_args_list()
     )

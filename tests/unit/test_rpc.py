@@ -91,6 +91,66 @@ def test_rpc_local_configurations_cannot_run_before_their_workers():
     assert running.llama_server_command() == "--rpc 127.0.0.1:50052,127.0.0.1:50053"
 
 
+EXPERTS = "blk\\.[23]\\.ffn_.*_exps"  # the experts of layers 2 and 3
+
+
+def test_experts_on_a_user_run_worker_are_one_override_and_rpc_comes_first_for_both_tools():
+    """{rpc0} is the first worker's endpoint; llama-bench joins one setting's overrides with ';' (it sweeps over
+    ','), llama-server with ','; both resolve the buffer types while parsing, so --rpc goes before -ot."""
+    c = config_from_table(
+        {"name": "x", "override-tensor": [f"{EXPERTS}=RPC0[{{rpc0}}]", "output=CPU"], "rpc": ["10.0.0.2:50052"]}, 0
+    )
+    placed = f"{EXPERTS}=RPC0[10.0.0.2:50052]"
+    assert c.flag("-ot") == f"{placed},output=CPU"
+    assert c.server_args_list() == ("--rpc", "10.0.0.2:50052", "-ot", f"{placed},output=CPU")
+    assert ("-ot", f"{placed};output=CPU") in c.bench_config().fields
+    argv = bench.BenchJob(c.bench_config(), 64, 16, (0,), 1).to_argv(Path("llama-bench"), Path("m.gguf"))
+    assert argv.index("--rpc") < argv.index("-ot")
+
+
+def test_experts_on_local_workers_wait_for_their_ports():
+    c = config_from_table({"name": "x", "rpc-local": 2, "override-tensor": f"{EXPERTS}=RPC0[{{rpc1}}]"}, 0)
+    assert c.flag("-ot") == f"{EXPERTS}=RPC0[{{rpc1}}]"
+    running = c.with_rpc(("127.0.0.1:50052", "127.0.0.1:50053"))
+    assert running.server_args_list() == (
+        "--rpc",
+        "127.0.0.1:50052,127.0.0.1:50053",
+        "-ot",
+        f"{EXPERTS}=RPC0[127.0.0.1:50053]",
+    )
+
+
+def test_tensor_split_takes_llama_cpps_form_or_a_list():
+    assert config_from_table({"name": "x", "tensor-split": [1, 3]}, 0).flags == (("-ts", "1/3"),)
+    assert config_from_table({"name": "x", "tensor-split": "0.5/1.5"}, 0).server_args_list() == ("-ts", "0.5/1.5")
+
+
+@pytest.mark.parametrize(
+    ("table", "needle"),
+    [
+        ({"override-tensor": []}, "override-tensor must be a list of '<tensor regex>=<buffer type>'"),
+        ({"override-tensor": [3]}, "override-tensor must be a list"),
+        ({"override-tensor": ["exps"]}, "override-tensor item 'exps' is not '<tensor regex>=<buffer type>'"),
+        ({"override-tensor": ["=CPU"]}, "is not '<tensor regex>=<buffer type>'"),
+        ({"override-tensor": ["a;b=CPU"]}, "is not '<tensor regex>=<buffer type>'"),
+        ({"override-tensor": ["blk\\.(=CPU"]}, "override-tensor pattern 'blk\\\\.(' is not a regular expression"),
+        ({"override-tensor": ["exps=RPC0[{rpc0}]"]}, "names {rpc0}, but the configuration has no RPC workers"),
+        ({"override-tensor": ["exps=RPC0[{rpc1}]"], "rpc": ["h:1"]}, "names {rpc1}, but the configuration has 1 RPC"),
+        ({"override-tensor": ["exps=RPC0[h:2]"], "rpc": ["h:1"]}, "'RPC0[h:2]' is not one of its RPC workers: its"),
+        ({"override-tensor": ["exps=RPC0[127.0.0.1:50052]"], "rpc-local": 1}, "write RPC0[{rpc0}] for xover's own"),
+        ({"override-tensor": ["exps=RPC0[h:1]"]}, "is not one of its RPC workers: add rpc = "),
+        ({"tensor-split": "1/x"}, "tensor-split must give each device's share"),
+        ({"tensor-split": [0, 0]}, "tensor-split must give each device's share"),
+        ({"tensor-split": [-1, 2]}, "tensor-split must give each device's share"),
+        ({"tensor-split": [True, 1]}, "tensor-split must give each device's share"),
+    ],
+)
+def test_bad_placement_keys_are_one_line_errors(table, needle):
+    with pytest.raises(XoverError) as e:
+        config_from_table({"name": "x", **table}, 0)
+    assert needle in str(e.value) and "\n" not in str(e.value), str(e.value)
+
+
 def test_the_spec_file_takes_the_keys():
     doc = _toml(_spec('name = "local"', 'name = "rpc"\nrpc-local = 1\nrpc-threads = 2'))
     spec = spec_from_dict(doc)

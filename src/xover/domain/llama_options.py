@@ -65,6 +65,9 @@ class LlamaOption:
     gpu_only: bool = False
     search: tuple[str, ...] = ()
     tune_search: tuple[str, ...] | None = None
+    # A list's separator in llama-bench where it differs from llama-server's ",": llama-bench sweeps over ","
+    # (``-ot a=CPU;b=CPU,c=CPU`` is two settings), so one setting's overrides are joined by ";" there.
+    bench_list_sep: str = ","
 
     @property
     def bench_flag(self) -> str | None:
@@ -100,12 +103,20 @@ class LlamaOption:
             return mapped[value]
         return int(value) if self.kind in ("int", "switch") else None
 
+    def bench_value(self, value: str) -> str:
+        """``value`` as given to llama-server (a list: comma-separated) in llama-bench's form."""
+        return value.replace(",", self.bench_list_sep) if self.kind == "list" else value
+
+    def server_value(self, value: str) -> str:
+        """``value`` in llama-bench's form as llama-server takes it (the inverse of :meth:`bench_value`)."""
+        return value.replace(self.bench_list_sep, ",") if self.kind == "list" else value
+
     def server_args(self, value: str) -> tuple[str, ...]:
         """llama-server's arguments for ``value`` given in llama-bench's form (a switch: ``"1"`` or ``"0"``)."""
         if self.kind == "switch":
             return (self.server[0] if value == "1" else self.server_off[0],)
         assert self.server_flag is not None, f"llama-server has no {self.name}"
-        return (self.server_flag, value)
+        return (self.server_flag, self.server_value(value))
 
 
 LOAD_MODES = ("auto", "none", "mmap", "mlock", "mmap+mlock", "dio")  # llama_load_mode_name
@@ -154,10 +165,21 @@ N_GPU_LAYERS = LlamaOption(
 # reports "RPC" in its ``backends`` field, not the endpoints. The spec's ``rpc-local = N`` (workers xover starts
 # itself) becomes this option once they run (:mod:`xover.llamacpp.rpc`).
 RPC = LlamaOption("rpc", "rpc", "list", "", bench=("--rpc", "-rpc"), server=("--rpc",), memory=True)
+# Where named tensors live: ``<regex>=<buffer type>`` items, e.g. ``blk\.[0-9]\.ffn_.*_exps=RPC0[10.0.0.2:50052]``
+# puts the experts of layers 0-9 on that worker's first device (a buffer type as llama.cpp names it: CPU, CUDA0,
+# RPC<device>[host:port]). llama-bench resolves the names while it parses its arguments, so --rpc goes first
+# (xover.llamacpp.bench orders them).
+OVERRIDE_TENSOR = LlamaOption(
+    "override-tensor", "ot", "list", "", bench=("-ot", "--override-tensor"), server=("-ot", "--override-tensor"),
+    memory=True, bench_list_sep=";")
+# The share of the offloaded layers each device gets, in llama.cpp's device order (RPC workers first, then local
+# GPUs), e.g. 1/3: the worker a quarter. Default: in proportion to each device's free memory.
+TENSOR_SPLIT = LlamaOption(
+    "tensor-split", "ts", "str", "", bench=("-ts", "--tensor-split"), server=("-ts", "--tensor-split"), memory=True)
 
 OPTIONS: tuple[LlamaOption, ...] = (
     N_CPU_MOE, LOAD_MODE, UBATCH_SIZE, BATCH_SIZE, NO_OP_OFFLOAD, OP_OFFLOAD_MIN_BATCH, THREADS, FLASH_ATTN,
-    CACHE_TYPE_K, CACHE_TYPE_V, N_GPU_LAYERS, RPC,
+    CACHE_TYPE_K, CACHE_TYPE_V, N_GPU_LAYERS, RPC, OVERRIDE_TENSOR, TENSOR_SPLIT,
 )
 """Every option, searched ones in the order advise and the tuning stage vary them."""
 

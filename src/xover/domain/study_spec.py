@@ -36,6 +36,12 @@ _CHOICES = {
 TUNE_KNOBS = tuple((o.name, o.short) for o in llama_options.OPTIONS if o.tuned_values)
 _NOPO = llama_options.NO_OP_OFFLOAD  # the spec's no-op-offload = true
 _RPC = llama_options.RPC  # the spec's rpc = ["host:port", ...]; rpc-local = N becomes it once xover's workers run
+_OT = llama_options.OVERRIDE_TENSOR  # the spec's override-tensor = ["<regex>=<buffer type>", ...]
+_TS = llama_options.TENSOR_SPLIT  # the spec's tensor-split = "1/3" (or [1, 3])
+# In an override's buffer type, {rpc0}, {rpc1}, ... stand for the configuration's workers' endpoints (rpc-local
+# workers get their ports only when they start): "exps=RPC0[{rpc0}]" is the first device of the first worker.
+_RPC_SLOT = re.compile(r"\{rpc(\d+)\}")
+_RPC_BUFT = re.compile(r"RPC\d+\[([^\]]*)\]")
 STAGES = ("theory", "tune", "bench", "ttft", "cache", "session", "report")
 
 
@@ -72,9 +78,11 @@ class LlamaConfig:
         return tuple(value.split(",")) if value else ()
 
     def with_rpc(self, endpoints: tuple[str, ...]) -> LlamaConfig:
-        """This configuration with its local workers' endpoints as ``--rpc`` (the workers run)."""
+        """This configuration with its local workers' endpoints as ``--rpc`` (the workers run), and its tensor
+        overrides' ``{rpcN}`` replaced by them."""
         assert self.rpc_local and len(endpoints) == self.rpc_local and not self.rpc, (self.name, endpoints)
-        return dataclasses.replace(self, flags=(*self.flags, (_RPC.shared_flag or "", ",".join(endpoints))))
+        flags = tuple((f, _fill_rpc_slots(v, endpoints) if f == _OT.shared_flag else v) for f, v in self.flags)
+        return dataclasses.replace(self, flags=(*flags, (_RPC.shared_flag or "", ",".join(endpoints))))
 
     def _check_workers(self) -> None:
         if self.rpc_local and not self.rpc:
@@ -85,13 +93,15 @@ class LlamaConfig:
 
     def bench_config(self) -> BenchConfig:
         self._check_workers()
-        fields = self.flags + (((_NOPO.bench[0], "1"),) if self.no_op_offload else ())
+        flags = tuple((f, llama_options.BY_BENCH_FLAG[f].bench_value(v)) for f, v in self.flags)
+        fields = flags + (((_NOPO.bench[0], "1"),) if self.no_op_offload else ())
         return BenchConfig(label=self.name, fields=fields, env=self.env, extra_args=self.bench_args)
 
     def server_args_list(self) -> tuple[str, ...]:
         self._check_workers()
         args: list[str] = []
-        for flag, value in self.flags:
+        # Both tools resolve -ot's buffer types while they parse their arguments: the RPC workers (--rpc) first.
+        for flag, value in sorted(self.flags, key=lambda f: f[0] != _RPC.shared_flag):
             args += [flag, value]
         if self.no_op_offload:
             args += _NOPO.server_args("1")
@@ -295,6 +305,12 @@ def config_from_table(table: Mapping[str, Any], index: int) -> LlamaConfig:
         if key == _RPC.name:
             flags.append((SHARED_FLAGS[key], ",".join(parse_rpc(value, where))))
             continue
+        if key == _OT.name:
+            flags.append((SHARED_FLAGS[key], ",".join(parse_overrides(value, where))))
+            continue
+        if key == _TS.name:
+            flags.append((SHARED_FLAGS[key], parse_tensor_split(value, where)))
+            continue
         if key in _INT_KEYS:
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:
                 raise XoverError(f"{where}: {key} must be a non-negative integer, got {value!r}")
@@ -317,6 +333,8 @@ def config_from_table(table: Mapping[str, Any], index: int) -> LlamaConfig:
             raise XoverError(f"{where}: {key} must be a list of strings, e.g. ['--mlock']")
         lists[key] = tuple(v)
     rpc_local, rpc_threads = _rpc_local(table, where)
+    endpoints = next((tuple(v.split(",")) for f, v in flags if f == _RPC.shared_flag), ())
+    flags = [(f, _placed_overrides(v, endpoints, rpc_local, where) if f == _OT.shared_flag else v) for f, v in flags]
     return LlamaConfig(
         name=name.strip(),
         flags=tuple(flags),
@@ -354,6 +372,79 @@ def parse_rpc(value: Any, where: str) -> tuple[str, ...]:
             raise XoverError(f"{where}: rpc worker {endpoint!r} is listed twice")
         endpoints.append(endpoint)
     return tuple(endpoints)
+
+
+def parse_overrides(value: Any, where: str) -> tuple[str, ...]:
+    """``override-tensor = ["<regex>=<buffer type>", ...]`` (or one string, comma-separated, as llama-server takes
+    it) -> the items, each checked to be a tensor-name pattern and a buffer type."""
+    items = value.split(",") if isinstance(value, str) else value
+    if not isinstance(items, list | tuple) or not items or not all(isinstance(x, str) for x in items):
+        raise XoverError(
+            f"{where}: override-tensor must be a list of '<tensor regex>=<buffer type>', e.g. "
+            f"['blk\\.[0-9]\\.ffn_.*_exps=CPU'], got {value!r}"
+        )
+    out = []
+    for item in (x.strip() for x in items):
+        pattern, sep, buft = item.rpartition("=")
+        if not sep or not pattern or not buft or ";" in item:
+            raise XoverError(
+                f"{where}: override-tensor item {item!r} is not '<tensor regex>=<buffer type>' (a buffer type as "
+                "llama.cpp names it: CPU, CUDA0, RPC0[host:port] or RPC0[{rpc0}] for the configuration's first worker)"
+            )
+        try:
+            re.compile(pattern)
+        except re.error as e:
+            raise XoverError(
+                f"{where}: override-tensor pattern {pattern!r} is not a regular expression ({e})"
+            ) from None
+        out.append(f"{pattern}={buft}")
+    return tuple(out)
+
+
+def _placed_overrides(value: str, endpoints: tuple[str, ...], rpc_local: int, where: str) -> str:
+    """Overrides with ``{rpcN}`` replaced by user-run workers' endpoints; for rpc-local workers the slots stay
+    until the workers run (:meth:`LlamaConfig.with_rpc`). Every RPC buffer type must name one of the
+    configuration's own workers: llama.cpp knows no other."""
+    n = len(endpoints) or rpc_local
+    for m in _RPC_SLOT.finditer(value):
+        if int(m.group(1)) >= n:
+            have = f"{n} RPC worker(s)" if n else "no RPC workers (add rpc = ['host:port'] or rpc-local = N)"
+            raise XoverError(f"{where}: override-tensor names {m.group(0)}, but the configuration has {have}")
+    filled = _fill_rpc_slots(value, endpoints) if endpoints else value
+    for m in _RPC_BUFT.finditer(filled):
+        if m.group(1) in endpoints or (rpc_local and _RPC_SLOT.fullmatch(m.group(1))):
+            continue
+        hint = (
+            "write RPC0[{rpc0}] for xover's own workers (their ports are chosen when they start)"
+            if rpc_local
+            else f"its workers are {', '.join(endpoints)}"
+            if endpoints
+            else "add rpc = ['host:port'] or rpc-local = N"
+        )
+        raise XoverError(f"{where}: override-tensor buffer type {m.group(0)!r} is not one of its RPC workers: {hint}")
+    return filled
+
+
+def _fill_rpc_slots(value: str, endpoints: tuple[str, ...]) -> str:
+    return _RPC_SLOT.sub(lambda m: endpoints[int(m.group(1))], value)
+
+
+def parse_tensor_split(value: Any, where: str) -> str:
+    """``tensor-split = "1/3"`` or ``[1, 3]`` -> llama.cpp's ``1/3`` (one share per device, in its device order)."""
+    items = value.split("/") if isinstance(value, str) else value
+    ok = isinstance(items, list | tuple) and items
+    shares: list[float] = []
+    for x in items if ok else ():
+        try:
+            shares.append(float(x))
+        except (TypeError, ValueError):
+            ok = False
+    if not ok or any(v < 0 for v in shares) or not any(shares) or any(isinstance(x, bool) for x in items):
+        raise XoverError(
+            f"{where}: tensor-split must give each device's share of the offloaded layers, in llama.cpp's device "
+            f"order (RPC workers first), e.g. '1/3' or [1, 3]; got {value!r}"
+        )
+    return "/".join(f"{v:g}" for v in shares)
 
 
 def _rpc_local(table: Mapping[str, Any], where: str) -> tuple[int, int | None]:

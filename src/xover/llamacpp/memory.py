@@ -25,8 +25,10 @@ from typing import Any
 
 MIB = 1 << 20
 ARTIFACT = "memory"  # store artifact: {config_key, label, source, **MemoryUse.to_dict()} per configuration run
+# A device is a backend buffer type's name: CPU_Mapped, CUDA0, CUDA_Host, or an RPC worker's RPC0[host:port].
 _BUFFER = re.compile(
-    r"(?P<dev>[\w.+-]+)\s+(?P<kind>model|KV|compute|output|RS)\s+buffer size\s*=\s*(?P<mib>[\d.]+)\s*MiB"
+    r"(?P<dev>[\w.+-]+(?:\[[^\]\s]*\])?)\s+(?P<kind>model|KV|compute|output|RS)\s+buffer size\s*=\s*"
+    r"(?P<mib>[\d.]+)\s*MiB"
 )
 _VMHWM = re.compile(r"^VmHWM:\s+(\d+)\s+kB", re.MULTILINE)
 
@@ -35,6 +37,12 @@ def is_host_device(device: str) -> bool:
     """Whether a llama.cpp buffer lives in host memory: ``CPU``, ``CPU_Mapped``, ``CPU_REPACK``,
     ``CUDA_Host`` (pinned host memory)... rather than on an accelerator (``CUDA0``, ``ROCm0``)."""
     return device.startswith("CPU") or device.endswith("_Host")
+
+
+def is_remote_device(device: str) -> bool:
+    """Whether a buffer lives on an RPC worker (``RPC0[10.0.0.2:50052]``): another process's memory, perhaps
+    another machine's, counted neither as this host's nor as its accelerators'."""
+    return device.startswith("RPC")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -46,8 +54,9 @@ class MemoryUse:
 
     @property
     def device_bytes(self) -> int | None:
-        """Accelerator buffers together (model, KV, compute); None when none were logged."""
-        found = [b for dev, _, b in self.buffers if not is_host_device(dev)]
+        """This host's accelerator buffers together (model, KV, compute; an RPC worker's are not counted); None when
+        none were logged."""
+        found = [b for dev, _, b in self.buffers if not is_host_device(dev) and not is_remote_device(dev)]
         return sum(found) if found else None
 
     @property
