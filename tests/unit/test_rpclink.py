@@ -3,6 +3,7 @@ probe's wire format (llamacpp/rpclink.py) against a Python worker that speaks th
 
 from __future__ import annotations
 
+import dataclasses
 import socket
 import struct
 import threading
@@ -14,6 +15,8 @@ from xover.analysis.rpclink import (
     LinkModel,
     Traffic,
     decode_limit_tps,
+    expert_layers_on_workers,
+    expert_traffic,
     prefill_limit_tps,
     prefill_link_s,
     ubatch_traffic,
@@ -61,6 +64,38 @@ def test_prefill_limit():
     # output layer on the worker: only the last ubatch returns (one token's logits) and waits
     assert prefill_link_s(M, 99, 1, 600, 256, LINK) == pytest.approx(0.001 + 0.6144 + 0.002)
     assert prefill_limit_tps(M, 0, 1, 600, 256, LINK) is None
+
+
+E = LinkModel(n_layer=4, n_embd=256, n_vocab=1000, n_expert_used=8)  # routing per token: 8 ids + 8 weights, 64 B
+
+
+def test_experts_on_a_worker_cross_once_per_layer():
+    # per layer: the input state and the routing up (256 + 16) x 4 = 1088 B a token, the weighted sum back 1024 B
+    assert expert_traffic(E, 1, 1) == Traffic(1, 1088, 1024)
+    assert expert_traffic(E, 3, 512) == Traffic(3, 3 * 512 * 1088, 3 * 512 * 1024)
+    assert expert_traffic(E, 0, 512) == Traffic(0, 0, 0)
+    # decode with 3 layers' experts away: 3 round trips, 3 x 1088 B / 1 MB/s, 3 x 1024 B / 2 MB/s: 7.7904 ms a token
+    assert decode_limit_tps(E, 0, 1, LINK, expert_layers=3) == pytest.approx(1 / (0.003 + 0.003264 + 0.001536))
+    # prefill of 600 tokens in ubatches of 256: 3 ubatches x 3 layers = 9 round trips; 600 x 3 x 1088 B up
+    assert prefill_link_s(E, 0, 1, 600, 256, LINK, expert_layers=3) == pytest.approx(
+        0.009 + 600 * 3 * 1088 / 1e6 + 600 * 3 * 1024 / 2e6
+    )
+
+
+def test_a_local_gpu_keeps_the_output_layer():
+    """llama.cpp puts RPC devices first and the output layer on the last device: with a GPU here the logits never
+    cross, and the state comes back from every range."""
+    assert ubatch_traffic(M, 99, 1, 1, 1, local_gpu=True) == Traffic(1, 1024, 1024)
+    assert ubatch_traffic(M, 99, 1, 1, 1) == Traffic(1, 1024, 4000)
+
+
+def test_expert_layers_follow_the_first_matching_override():
+    assert expert_layers_on_workers("blk\\.[23]\\.ffn_.*_exps=RPC0[127.0.0.1:50052]", 4) == 2
+    assert expert_layers_on_workers("blk\\.(1[0-9]|2[0-3])\\.ffn_(up|down|gate)_exps=RPC0[h:1]", 48) == 14
+    # the first match decides: layer 2's experts go to the CPU, only layer 3's to the worker
+    assert expert_layers_on_workers("blk\\.2\\.=CPU;blk\\.[23]\\.ffn_.*_exps=RPC0[h:1]", 4) == 1
+    assert expert_layers_on_workers("exps=CPU", 4) == 0 and expert_layers_on_workers("", 4) == 0
+    assert expert_layers_on_workers("attn=RPC0[h:1]", 4) == 0  # attention weights, not experts
 
 
 def test_link_model_from_the_theory_terms():
@@ -196,6 +231,19 @@ def test_report_section_shows_the_link_and_the_limit():
 
     n_embd = model_terms(tensor_table(preset("tiny-moe"))).n_embd
     limit = 1 / (0.001 + 2 * n_embd * 4 / (1 << 20))  # one round trip + the state up and down at 1 MiB/s
-    assert row == ("split", "tg16", "2", "1", "50.0", f"{limit:,.0f}", f"{50 / limit:.1%}")
+    assert row == ("split", "tg16", "2", "-", "1", "50.0", f"{limit:,.0f}", f"{50 / limit:.1%}")
     assert blocks[5].kind == "ul"
+    # the experts of layers 2 and 3 on the worker, every layer here, this host a GPU: two round trips a token
+    experts = BenchConfig("experts", (("--rpc", "127.0.0.1:50052"), ("-ngl", "0"), ("-ot", "blk\\.[23]\\.=RPC0[x]")))
+    rec = {"n_gpu_layers": 0, "n_ubatch": 512, "backends": "CUDA,RPC"}
+    rows = rpc_link_blocks(
+        dataclasses.replace(
+            data,
+            configs=(experts,),
+            bench=(("experts", BenchResult(experts.key, 0, 16, 0, (1,), (20.0,), 20.0, 0.0, rec)),),
+        )
+    )[4].rows
+    k = model_terms(tensor_table(preset("tiny-moe"))).n_expert_used
+    limit = 1 / (0.002 + 2 * ((n_embd + 2 * k) * 4 + n_embd * 4) / (1 << 20))
+    assert rows == (("experts", "tg16", "0", "2", "1", "20.0", f"{limit:,.0f}", f"{20 / limit:.1%}"),)
     assert rpc_link_blocks(StudyData("s", (), {}, (), (), (), ())) == []

@@ -7,7 +7,15 @@ from __future__ import annotations
 import statistics
 from typing import Any
 
-from xover.analysis.rpclink import ASSUMPTIONS, Link, LinkModel, decode_limit_tps, prefill_limit_tps
+from xover.analysis.rpclink import (
+    ASSUMPTIONS,
+    Link,
+    LinkModel,
+    decode_limit_tps,
+    expert_layers_on_workers,
+    prefill_limit_tps,
+    worker_ranges,
+)
 from xover.domain.records import BenchConfig
 from xover.report.blocks import Block, table
 from xover.report.translate import stored_terms
@@ -52,38 +60,47 @@ def _fastest(endpoints: list[str], by_endpoint: dict[str, Link]) -> Link | None:
 
 
 def _limit_rows(data: StudyData, model: LinkModel, by_endpoint: dict[str, Link]) -> list[tuple[str, ...]]:
-    rpc_configs: dict[str, list[str]] = {}
+    rpc_configs: dict[str, tuple[list[str], int]] = {}  # config key -> (workers, layers with experts on them)
     for c in data.configs:
         if isinstance(c, BenchConfig):
             fields = dict(c.fields)
             if "--rpc" in fields:
-                rpc_configs[c.key] = fields["--rpc"].split(",")
+                experts = expert_layers_on_workers(fields.get("-ot", ""), model.n_layer)
+                rpc_configs[c.key] = (fields["--rpc"].split(","), experts)
     rows: list[tuple[str, ...]] = []
     for label, r in data.bench:
-        endpoints = rpc_configs.get(r.config_key)
-        if endpoints is None or not r.samples_ts:
+        if r.config_key not in rpc_configs or not r.samples_ts:
             continue
+        endpoints, experts = rpc_configs[r.config_key]
         link = _fastest(endpoints, by_endpoint)
         ngl = int(r.record.get("n_gpu_layers", 0))
+        local_gpu = any(b not in ("CPU", "RPC", "BLAS") for b in str(r.record.get("backends", "")).split(","))
+        # A layer split with experts on a worker besides is not modelled (which crossings overlap depends on the
+        # split): no limit rather than a wrong one.
+        mixed = experts and worker_ranges(model, ngl, len(endpoints))
+        n = len(endpoints)
         if r.n_prompt and not r.n_gen:
+            ub = int(r.record.get("n_ubatch", 512))
             limit = (
-                prefill_limit_tps(model, ngl, len(endpoints), r.n_prompt, int(r.record.get("n_ubatch", 512)), link)
+                prefill_limit_tps(model, ngl, n, r.n_prompt, ub, link, expert_layers=experts, local_gpu=local_gpu)
                 if link
                 else None
             )
         elif r.n_gen and not r.n_prompt:
-            limit = decode_limit_tps(model, ngl, len(endpoints), link) if link else None
+            limit = decode_limit_tps(model, ngl, n, link, expert_layers=experts, local_gpu=local_gpu) if link else None
         else:
             continue
+        limit = None if mixed else limit
         measured = statistics.median(r.samples_ts)
         rows.append(
             (
                 label,
                 r.test_name,
                 str(ngl),
-                str(len(endpoints)),
+                str(experts) if experts else "-",
+                str(n),
                 f"{measured:,.1f}",
-                f"{limit:,.0f}" if limit else "-",
+                f"{limit:,.0f}" if limit else ("not modelled (layers and experts both on workers)" if mixed else "-"),
                 f"{measured / limit:.1%}" if limit else "-",
             )
         )
@@ -119,10 +136,23 @@ def rpc_link_blocks(data: StudyData) -> list[Block]:
             "p",
             "Measured llama-bench speed of each RPC configuration against the most the link alone allows "
             "(median figures of the probe above). The limit is an upper bound on speed from a lower bound on "
-            "link time: per ubatch and worker range one round trip and the hidden state each way; the rest of "
-            "what crosses, and all compute, come on top. 'share' is the part of the measured time that the "
+            "link time: per ubatch and worker range one round trip and the hidden state each way, and per layer "
+            "whose experts are on a worker one round trip, its input and routing up and its output back; the rest "
+            "of what crosses, and all compute, come on top. 'share' is the part of the measured time that the "
             "link's least time accounts for.",
         ),
-        table(("config", "test", "-ngl", "workers", "measured t/s", "link limit t/s (upper bound)", "share"), rows),
+        table(
+            (
+                "config",
+                "test",
+                "-ngl",
+                "layers with experts on workers",
+                "workers",
+                "measured t/s",
+                "link limit t/s (upper bound)",
+                "share",
+            ),
+            rows,
+        ),
         Block("ul", items=ASSUMPTIONS),
     ]
