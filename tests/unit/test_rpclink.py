@@ -209,9 +209,15 @@ def test_report_section_shows_the_link_and_the_limit():
          "block_bytes": 8 << 20, "up_mib_s": [1.0], "down_mib_s": [1.0]},
         {"endpoint": "10.0.0.2:50052", "error": "connection refused"},
     ]  # fmt: skip
+    from xover.domain.records import Provenance
+    from xover.results.read_model import StoredRun
+
+    worker = "xover's ggml-rpc-server 0c1e570 cpu, -t 1; CPU: AMD EPYC (24105 MiB)"
+    prov = Provenance(None, None, None, None, None, None, None, "h", "Linux", "0", None,
+                      (("loadavg_1m", "0.1"), ("rpc_worker 127.0.0.1:50052", worker)))  # fmt: skip
     data = StudyData(
         study_dir="s",
-        runs=(),
+        runs=(StoredRun(1, "bench", ("xover",), "2026-12-01T00:00:00+0000", None, None, "done", prov),),
         labels={cfg.key: "split", local.key: "local"},
         bench=(("split", res(cfg.key, 0, 16, 50.0)), ("local", res(local.key, 0, 16, 99.0))),
         ttft=(),
@@ -222,7 +228,8 @@ def test_report_section_shows_the_link_and_the_limit():
     blocks = rpc_link_blocks(data)
     assert blocks[0].text == "RPC link"
     link_rows = blocks[2].rows
-    assert link_rows[0][:3] == ("127.0.0.1:50052", "7.0.0", "1.000 (1.000-2.000, n=3)")
+    assert link_rows[0][:4] == ("127.0.0.1:50052", worker, "7.0.0", "1.000 (1.000-2.000, n=3)")
+    assert link_rows[1][1] == "-"  # no run names that worker
     assert link_rows[1][-1] == "not probed: connection refused"
     (row,) = blocks[4].rows  # the RPC configuration only
     from xover.analysis.theory import model_terms

@@ -50,6 +50,11 @@ class Provenance:
     extra: tuple[tuple[str, str], ...] = ()
 
 
+RPC_WORKER_KEY = "rpc_worker "
+"""A provenance ``extra`` key's prefix: ``rpc_worker host:port`` names an RPC worker a run used, its value says what
+the worker is (its build, backend and devices, or that the user runs it)."""
+
+
 @dataclasses.dataclass(frozen=True)
 class BenchConfig:
     """One llama-bench configuration: every flag that defines it, in llama-bench's own names.

@@ -105,9 +105,10 @@ def _vram_budget() -> tuple[tuple[str, str], ...]:
 def _rpc_workers() -> tuple[tuple[str, str], ...]:
     """The RPC workers running for this study (:mod:`xover.llamacpp.rpc`), one entry each keyed by endpoint:
     a run whose command passes ``--rpc`` ran its layers on them; the entry says what each worker is."""
+    from xover.domain.records import RPC_WORKER_KEY
     from xover.llamacpp.rpc import active
 
-    return tuple((f"rpc_worker {w.endpoint}", w.describe()) for w in active())
+    return tuple((f"{RPC_WORKER_KEY}{w.endpoint}", w.describe()) for w in active())
 
 
 def cpu_busy_share(stat_before: str, stat_after: str) -> float | None:

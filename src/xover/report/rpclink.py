@@ -16,7 +16,7 @@ from xover.analysis.rpclink import (
     prefill_limit_tps,
     worker_ranges,
 )
-from xover.domain.records import BenchConfig
+from xover.domain.records import RPC_WORKER_KEY, BenchConfig
 from xover.report.blocks import Block, table
 from xover.report.translate import stored_terms
 from xover.results.read_model import StudyData
@@ -30,16 +30,29 @@ def _link_of(entry: dict[str, Any]) -> Link | None:
     return Link.from_probe(entry["rtt_ms"], entry["up_mib_s"], entry["down_mib_s"])
 
 
-def _link_rows(links: list[dict[str, Any]]) -> list[tuple[str, ...]]:
+def _workers(data: StudyData) -> dict[str, str]:
+    """Endpoint -> what the runs' provenance says of each RPC worker (its build, backend and devices, or that the
+    user runs it), the latest run's word for each."""
+    found: dict[str, str] = {}
+    for run in data.runs:
+        for key, value in run.provenance.extra:
+            if key.startswith(RPC_WORKER_KEY):
+                found[key.removeprefix(RPC_WORKER_KEY)] = value
+    return found
+
+
+def _link_rows(links: list[dict[str, Any]], workers: dict[str, str]) -> list[tuple[str, ...]]:
     rows: list[tuple[str, ...]] = []
     for x in links:
+        what = workers.get(x["endpoint"], "-")
         if x.get("error"):
-            rows.append((x["endpoint"], "-", "-", "-", "-", f"not probed: {str(x['error'])[:160]}"))
+            rows.append((x["endpoint"], what, "-", "-", "-", "-", f"not probed: {str(x['error'])[:160]}"))
             continue
         rtt, up, down = x["rtt_ms"], x["up_mib_s"], x["down_mib_s"]
         rows.append(
             (
                 x["endpoint"],
+                what,
                 str(x.get("protocol", "-")),
                 f"{statistics.median(rtt):.3f} ({min(rtt):.3f}-{max(rtt):.3f}, n={len(rtt)})",
                 f"{statistics.median(up):,.0f} ({min(up):,.0f}-{max(up):,.0f})",
@@ -122,7 +135,10 @@ def rpc_link_blocks(data: StudyData) -> list[Block]:
             "up = a SET_TENSOR of the block (the command activations travel with) closed by one round trip; down = "
             "a GET_TENSOR of the block. Medians (range); each bandwidth sample includes one round trip.",
         ),
-        table(("worker", "protocol", "round trip ms", "up MiB/s", "down MiB/s", "block"), _link_rows(links)),
+        table(
+            ("worker", "what it is (provenance)", "protocol", "round trip ms", "up MiB/s", "down MiB/s", "block"),
+            _link_rows(links, _workers(data)),
+        ),
     ]
     terms = stored_terms(data)
     if terms is None:
