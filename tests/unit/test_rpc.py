@@ -212,7 +212,18 @@ def test_startup_lines_and_provenance():
         == "127.0.0.1:50052, xover's ggml-rpc-server (0c1e570 cpu, RPC 3.0.0, TCP), -t 2; CPU: x (1 MiB, 1 MiB free)"
     )
     assert "run by the user" in rpc.WorkerInfo("10.0.0.2:50052", "user").describe()
-    assert rpc.cuda_env(1, "cuda") == (("CUDA_VISIBLE_DEVICES", "1"),) and rpc.cuda_env(1, "cpu") == ()
+    assert rpc.cuda_env("1", "cuda") == (("CUDA_VISIBLE_DEVICES", "1"),) and rpc.cuda_env("1", "cpu") == ()
+
+
+def test_local_workers_get_the_gpus_this_host_leaves_them():
+    """xover run with CUDA_VISIBLE_DEVICES=0 on a two-GPU machine: its llama processes see GPU 0, its worker GPU 1
+    (another card, as on another host); without the variable worker i sees GPU i."""
+    assert rpc.worker_gpus(1, "0", 2) == ("1",)
+    assert rpc.worker_gpus(3, "0", 3) == ("1", "2", "1")
+    assert rpc.worker_gpus(2, "1", 4) == ("0", "2")
+    assert rpc.worker_gpus(2, None, 2) == ("0", "1")
+    assert rpc.worker_gpus(1, "0", 1) == ("0",)  # no other GPU: the worker shares GPU 0
+    assert rpc.worker_gpus(1, "0,1", 2) == ("0",)
 
 
 def test_worker_argv():

@@ -65,6 +65,12 @@ def detect_gpu() -> DetectedGpu | None:
     return gpu
 
 
+def gpu_count() -> int:
+    """How many NVIDIA GPUs this machine has, whatever CUDA_VISIBLE_DEVICES says (``nvidia-smi -L``; 0 without it)."""
+    out = _query(["nvidia-smi", "-L"])
+    return sum(1 for line in (out or "").splitlines() if line.startswith("GPU "))
+
+
 def detect_cpu() -> tuple[str | None, int]:
     """The CPU's model name (None where unknown) and the cores this process may use."""
     try:

@@ -316,14 +316,30 @@ def running(
                 _active.remove(info)
 
 
-def cuda_env(index: int, backend: str | None) -> tuple[tuple[str, str], ...]:
-    """A worker's environment on a GPU build: worker ``index`` sees GPU ``index`` only (its own device, as on
-    another host); on a CPU build nothing (each worker is a CPU worker)."""
-    if backend == "cuda":
-        return (("CUDA_VISIBLE_DEVICES", str(index)),)
-    if backend == "hip":
-        return (("HIP_VISIBLE_DEVICES", str(index)),)
-    return ()
+_VISIBLE = {"cuda": "CUDA_VISIBLE_DEVICES", "hip": "HIP_VISIBLE_DEVICES"}
+
+
+def visible_devices_variable(backend: str | None) -> str | None:
+    """The variable that limits a GPU build's processes to some GPUs (None: a CPU build)."""
+    return _VISIBLE.get(backend or "")
+
+
+def worker_gpus(n_workers: int, host_visible: str | None, n_gpus: int) -> tuple[str, ...]:
+    """The GPU each local worker sees. Pure. Where this host's llama processes are limited to some GPUs (xover run
+    with ``CUDA_VISIBLE_DEVICES=0``) and the machine has others, the workers get those others in turn, so a worker
+    is another card as on another host; otherwise worker ``i`` gets GPU ``i``."""
+    host = {v.strip() for v in host_visible.split(",") if v.strip()} if host_visible else None
+    rest = [str(i) for i in range(n_gpus) if host is not None and str(i) not in host]
+    if rest:
+        return tuple(rest[i % len(rest)] for i in range(n_workers))
+    return tuple(str(i) for i in range(n_workers))
+
+
+def cuda_env(gpu: str, backend: str | None) -> tuple[tuple[str, str], ...]:
+    """A worker's environment on a GPU build: it sees ``gpu`` only (its own device, as on another host); on a CPU
+    build nothing (each worker is a CPU worker)."""
+    var = visible_devices_variable(backend)
+    return ((var, gpu),) if var is not None else ()
 
 
 def default_threads(n_workers: int) -> int:

@@ -94,6 +94,18 @@ def resolve(spec: StudySpec, endpoints: tuple[str, ...], worker_plan: WorkerPlan
     return dataclasses.replace(spec, configs=configs)
 
 
+def _worker_gpus(n_workers: int, backend: str | None) -> tuple[str, ...]:
+    """Each local worker's GPU (:func:`rpc.worker_gpus`): the machine's GPUs that this process's own variable
+    (``CUDA_VISIBLE_DEVICES``) leaves to the workers, where it is set."""
+    var = rpc.visible_devices_variable(backend)
+    visible = os.environ.get(var) if var else None
+    if not visible:
+        return rpc.worker_gpus(n_workers, None, 0)
+    from xover.hardware.detect import gpu_count
+
+    return rpc.worker_gpus(n_workers, visible, gpu_count())
+
+
 @contextlib.contextmanager
 def study_workers(
     spec: StudySpec, study_dir: Path, binaries: Binaries, info: Callable[[str], None] = lambda s: None
@@ -118,9 +130,10 @@ def study_workers(
         stored = store.artifacts(ARTIFACT)
     before: list[dict[str, Any]] = stored[-1][2] if stored else []
     ports = rpc.free_ports(len(worker_plan.threads), preferred=[int(w["port"]) for w in before])
+    gpus = _worker_gpus(len(worker_plan.threads), backend)
     specs = [
-        rpc.WorkerSpec(port=p, threads=t, env=rpc.cuda_env(i, backend))
-        for i, (p, t) in enumerate(zip(ports, worker_plan.threads))
+        rpc.WorkerSpec(port=p, threads=t, env=rpc.cuda_env(g, backend))
+        for p, t, g in zip(ports, worker_plan.threads, gpus)
     ]
     assert binary is not None or not specs
     with rpc.running(specs, binary or Path(), study_dir / "logs", build=build, user_endpoints=user) as infos:
