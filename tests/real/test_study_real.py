@@ -147,11 +147,13 @@ def test_resumed_study_measured_each_point_once(study_dir: Path) -> None:
 
 def test_cold_requests_generate_decode_tokens_and_the_totals_assume_the_response(study_dir: Path) -> None:
     """decode-tokens = 4: every cold request asked for 4 tokens (llama-server's n_predict) and the server decoded
-    4; the report reads their decode speed and the verdict prices 16-token responses."""
+    4; the report reads their decode speed and the verdict prices 16-token responses. (The client may see fewer
+    events than tokens: llama-server holds back a byte token that does not end a UTF-8 character.)"""
     con = sqlite3.connect(study_dir / "results.sqlite")
-    got = set(con.execute("SELECT n_tokens_received, predicted_n FROM ttft_samples WHERE mode='cold'"))
+    rows = con.execute("SELECT n_tokens_received, predicted_n FROM ttft_samples WHERE mode='cold'").fetchall()
     con.close()
-    assert got == {(4, 4)}
+    assert rows and {predicted for _, predicted in rows} == {4}
+    assert all(1 <= received <= 4 for received, _ in rows), rows
     md = (study_dir / "report.md").read_text()
     assert "16-token responses" in md.split("## Verdict", 1)[1].split("## ", 1)[0]
     table = md.split("## Prefill and TTFT", 1)[1].split("## ", 1)[0]
