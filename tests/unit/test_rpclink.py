@@ -13,6 +13,7 @@ import pytest
 from xover.analysis.rpclink import (
     Link,
     LinkModel,
+    Placement,
     Traffic,
     decode_limit_tps,
     expert_layers_on_workers,
@@ -29,41 +30,47 @@ LINK = Link(rtt_s=0.001, up_bytes_s=1e6, down_bytes_s=2e6)
 
 
 def test_worker_ranges_one_per_worker_that_gets_a_layer():
-    assert worker_ranges(M, 0, 1) == 0
-    assert worker_ranges(M, 2, 0) == 0
-    assert worker_ranges(M, 2, 1) == 1
-    assert worker_ranges(M, 4, 2) == 2
-    assert worker_ranges(M, 1, 3) == 1  # one layer offloaded: only one worker can hold it
-    assert worker_ranges(M, 99, 8) == 4
+    assert worker_ranges(M, Placement(0, 1)) == 0
+    assert worker_ranges(M, Placement(2, 0)) == 0
+    assert worker_ranges(M, Placement(2, 1)) == 1
+    assert worker_ranges(M, Placement(4, 2)) == 2
+    assert worker_ranges(M, Placement(1, 3)) == 1  # one layer offloaded: only one worker can hold it
+    assert worker_ranges(M, Placement(99, 8)) == 4
 
 
 def test_traffic_per_ubatch():
-    assert ubatch_traffic(M, 2, 1, 1, 1) == Traffic(1, 1024, 1024)  # decode: state in, state out, one round trip
-    assert ubatch_traffic(M, 2, 1, 512, 0) == Traffic(1, 512 * 1024, 512 * 1024)
-    assert ubatch_traffic(M, 4, 2, 1, 1) == Traffic(2, 2048, 2048)  # through the host between the two workers
+    assert ubatch_traffic(M, Placement(2, 1), 1, 1) == Traffic(
+        1, 1024, 1024
+    )  # decode: state in, state out, one round trip
+    assert ubatch_traffic(M, Placement(2, 1), 512, 0) == Traffic(1, 512 * 1024, 512 * 1024)
+    assert ubatch_traffic(M, Placement(4, 2), 1, 1) == Traffic(
+        2, 2048, 2048
+    )  # through the host between the two workers
     # the output layer on the worker: the logits come back instead of the state
-    assert ubatch_traffic(M, 99, 1, 1, 1) == Traffic(1, 1024, 4000)
-    assert ubatch_traffic(M, 99, 2, 1, 1) == Traffic(2, 2048, 1024 + 4000)
-    assert ubatch_traffic(M, 99, 1, 256, 0) == Traffic(0, 256 * 1024, 0)  # nothing to read back, no wait counted
-    assert ubatch_traffic(M, 0, 1, 512, 1) == Traffic(0, 0, 0)
+    assert ubatch_traffic(M, Placement(99, 1), 1, 1) == Traffic(1, 1024, 4000)
+    assert ubatch_traffic(M, Placement(99, 2), 1, 1) == Traffic(2, 2048, 1024 + 4000)
+    assert ubatch_traffic(M, Placement(99, 1), 256, 0) == Traffic(
+        0, 256 * 1024, 0
+    )  # nothing to read back, no wait counted
+    assert ubatch_traffic(M, Placement(0, 1), 512, 1) == Traffic(0, 0, 0)
 
 
 def test_decode_limit():
     # 1 ms + 1024 B / 1 MB/s + 1024 B / 2 MB/s = 2.536 ms per token
-    assert decode_limit_tps(M, 2, 1, LINK) == pytest.approx(1 / 0.002536)
+    assert decode_limit_tps(M, Placement(2, 1), LINK) == pytest.approx(1 / 0.002536)
     # 1 ms + 1024 / 1e6 + 4000 / 2e6 = 4.024 ms
-    assert decode_limit_tps(M, 99, 1, LINK) == pytest.approx(1 / 0.004024)
-    assert decode_limit_tps(M, 0, 1, LINK) is None
+    assert decode_limit_tps(M, Placement(99, 1), LINK) == pytest.approx(1 / 0.004024)
+    assert decode_limit_tps(M, Placement(0, 1), LINK) is None
     assert Traffic(3, 0, 0).time_s(LINK) == pytest.approx(0.003)
 
 
 def test_prefill_limit():
     # 600 tokens in ubatches of 256, 256, 88: three round trips, 600 x 1024 bytes each way
-    assert prefill_link_s(M, 2, 1, 600, 256, LINK) == pytest.approx(0.003 + 0.6144 + 0.3072)
-    assert prefill_limit_tps(M, 2, 1, 600, 256, LINK) == pytest.approx(600 / 0.9246)
+    assert prefill_link_s(M, Placement(2, 1), 600, 256, LINK) == pytest.approx(0.003 + 0.6144 + 0.3072)
+    assert prefill_limit_tps(M, Placement(2, 1), 600, 256, LINK) == pytest.approx(600 / 0.9246)
     # output layer on the worker: only the last ubatch returns (one token's logits) and waits
-    assert prefill_link_s(M, 99, 1, 600, 256, LINK) == pytest.approx(0.001 + 0.6144 + 0.002)
-    assert prefill_limit_tps(M, 0, 1, 600, 256, LINK) is None
+    assert prefill_link_s(M, Placement(99, 1), 600, 256, LINK) == pytest.approx(0.001 + 0.6144 + 0.002)
+    assert prefill_limit_tps(M, Placement(0, 1), 600, 256, LINK) is None
 
 
 E = LinkModel(n_layer=4, n_embd=256, n_vocab=1000, n_expert_used=8)  # routing per token: 8 ids + 8 weights, 64 B
@@ -75,9 +82,9 @@ def test_experts_on_a_worker_cross_once_per_layer():
     assert expert_traffic(E, 3, 512) == Traffic(3, 3 * 512 * 1088, 3 * 512 * 1024)
     assert expert_traffic(E, 0, 512) == Traffic(0, 0, 0)
     # decode with 3 layers' experts away: 3 round trips, 3 x 1088 B / 1 MB/s, 3 x 1024 B / 2 MB/s: 7.7904 ms a token
-    assert decode_limit_tps(E, 0, 1, LINK, expert_layers=3) == pytest.approx(1 / (0.003 + 0.003264 + 0.001536))
+    assert decode_limit_tps(E, Placement(0, 1, 3), LINK) == pytest.approx(1 / (0.003 + 0.003264 + 0.001536))
     # prefill of 600 tokens in ubatches of 256: 3 ubatches x 3 layers = 9 round trips; 600 x 3 x 1088 B up
-    assert prefill_link_s(E, 0, 1, 600, 256, LINK, expert_layers=3) == pytest.approx(
+    assert prefill_link_s(E, Placement(0, 1, 3), 600, 256, LINK) == pytest.approx(
         0.009 + 600 * 3 * 1088 / 1e6 + 600 * 3 * 1024 / 2e6
     )
 
@@ -85,8 +92,8 @@ def test_experts_on_a_worker_cross_once_per_layer():
 def test_a_local_gpu_keeps_the_output_layer():
     """llama.cpp puts RPC devices first and the output layer on the last device: with a GPU here the logits never
     cross, and the state comes back from every range."""
-    assert ubatch_traffic(M, 99, 1, 1, 1, local_gpu=True) == Traffic(1, 1024, 1024)
-    assert ubatch_traffic(M, 99, 1, 1, 1) == Traffic(1, 1024, 4000)
+    assert ubatch_traffic(M, Placement(99, 1, local_gpu=True), 1, 1) == Traffic(1, 1024, 1024)
+    assert ubatch_traffic(M, Placement(99, 1), 1, 1) == Traffic(1, 1024, 4000)
 
 
 def test_expert_layers_follow_the_first_matching_override():

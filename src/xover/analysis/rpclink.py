@@ -90,45 +90,46 @@ class Traffic:
     up_bytes: int
     down_bytes: int
 
+    def __add__(self, other: Traffic) -> Traffic:
+        return Traffic(
+            self.round_trips + other.round_trips, self.up_bytes + other.up_bytes, self.down_bytes + other.down_bytes
+        )
+
     def time_s(self, link: Link) -> float:
         """The least time this traffic takes on ``link``: round trips x RTT + bytes / bandwidth each way."""
         return self.round_trips * link.rtt_s + self.up_bytes / link.up_bytes_s + self.down_bytes / link.down_bytes_s
 
 
-def worker_ranges(model: LinkModel, n_gpu_layers: int, n_workers: int) -> int:
+@dataclasses.dataclass(frozen=True)
+class Placement:
+    """What of the model runs on the RPC workers: a layer split (the ``n_gpu_layers`` offloaded layers over the
+    ``n_workers`` workers' devices) and ``expert_layers`` layers run here whose experts are on a worker
+    (``-ot ...=RPC<d>[host:port]``); ``local_gpu``: this host has a GPU of its own, which takes the output layer."""
+
+    n_gpu_layers: int
+    n_workers: int
+    expert_layers: int = 0
+    local_gpu: bool = False
+
+
+def worker_ranges(model: LinkModel, placement: Placement) -> int:
     """How many contiguous layer ranges run on workers: one per worker that gets at least one layer."""
-    offloaded = min(max(n_gpu_layers, 0), model.n_layer)
-    return min(offloaded, max(n_workers, 0))
+    offloaded = min(max(placement.n_gpu_layers, 0), model.n_layer)
+    return min(offloaded, max(placement.n_workers, 0))
 
 
-def ubatch_traffic(
-    model: LinkModel,
-    n_gpu_layers: int,
-    n_workers: int,
-    n_tokens: int,
-    n_outputs: int,
-    *,
-    expert_layers: int = 0,
-    local_gpu: bool = False,
-) -> Traffic:
-    """Least traffic of one ubatch of ``n_tokens`` tokens of which ``n_outputs`` produce logits: the layer split's
-    (``n_gpu_layers`` over ``n_workers``; ``local_gpu``: this host has a GPU, which takes the output layer) plus that
-    of ``expert_layers`` layers run here whose experts are on a worker."""
-    experts = expert_traffic(model, expert_layers, n_tokens)
-    r = worker_ranges(model, n_gpu_layers, n_workers)
+def ubatch_traffic(model: LinkModel, placement: Placement, n_tokens: int, n_outputs: int) -> Traffic:
+    """Least traffic of one ubatch of ``n_tokens`` tokens of which ``n_outputs`` produce logits: the layer
+    split's plus that of the layers whose experts are on a worker."""
+    experts = expert_traffic(model, placement.expert_layers, n_tokens)
+    r = worker_ranges(model, placement)
     if r == 0:
         return experts
     hidden = n_tokens * model.n_embd * ACTIVATION_BYTES
-    if n_gpu_layers > model.n_layer and not local_gpu:  # the last range ends with the output layer: logits return
-        last = n_outputs * model.n_vocab * ACTIVATION_BYTES
-        split = Traffic(r - 1 + (1 if last else 0), r * hidden, (r - 1) * hidden + last)
-    else:
-        split = Traffic(r, r * hidden, r * hidden)
-    return Traffic(
-        split.round_trips + experts.round_trips,
-        split.up_bytes + experts.up_bytes,
-        split.down_bytes + experts.down_bytes,
-    )
+    if placement.n_gpu_layers > model.n_layer and not placement.local_gpu:  # the last range ends with the output
+        last = n_outputs * model.n_vocab * ACTIVATION_BYTES  # layer: logits come back, not the state
+        return experts + Traffic(r - 1 + (1 if last else 0), r * hidden, (r - 1) * hidden + last)
+    return experts + Traffic(r, r * hidden, r * hidden)
 
 
 def expert_traffic(model: LinkModel, expert_layers: int, n_tokens: int) -> Traffic:
@@ -158,53 +159,24 @@ def expert_layers_on_workers(overrides: str, n_layer: int) -> int:
     return count
 
 
-def decode_limit_tps(
-    model: LinkModel, n_gpu_layers: int, n_workers: int, link: Link, *, expert_layers: int = 0, local_gpu: bool = False
-) -> float | None:
+def decode_limit_tps(model: LinkModel, placement: Placement, link: Link) -> float | None:
     """The most tokens per second decode can reach through the link alone (None: nothing crosses it)."""
-    traffic = ubatch_traffic(model, n_gpu_layers, n_workers, 1, 1, expert_layers=expert_layers, local_gpu=local_gpu)
-    t = traffic.time_s(link)
+    t = ubatch_traffic(model, placement, 1, 1).time_s(link)
     return 1.0 / t if t > 0 else None
 
 
-def prefill_link_s(
-    model: LinkModel,
-    n_gpu_layers: int,
-    n_workers: int,
-    n_prompt: int,
-    n_ubatch: int,
-    link: Link,
-    *,
-    expert_layers: int = 0,
-    local_gpu: bool = False,
-) -> float:
+def prefill_link_s(model: LinkModel, placement: Placement, n_prompt: int, n_ubatch: int, link: Link) -> float:
     """The least link time of a prefill of ``n_prompt`` tokens in ubatches of ``n_ubatch`` (the last one partial
     and the only one with an output)."""
     n_ub = max(1, math.ceil(n_prompt / max(1, n_ubatch)))
     total = 0.0
     for i in range(n_ub):
         n = min(n_ubatch, n_prompt - i * n_ubatch)
-        last = 1 if i == n_ub - 1 else 0
-        traffic = ubatch_traffic(
-            model, n_gpu_layers, n_workers, n, last, expert_layers=expert_layers, local_gpu=local_gpu
-        )
-        total += traffic.time_s(link)
+        total += ubatch_traffic(model, placement, n, 1 if i == n_ub - 1 else 0).time_s(link)
     return total
 
 
-def prefill_limit_tps(
-    model: LinkModel,
-    n_gpu_layers: int,
-    n_workers: int,
-    n_prompt: int,
-    n_ubatch: int,
-    link: Link,
-    *,
-    expert_layers: int = 0,
-    local_gpu: bool = False,
-) -> float | None:
+def prefill_limit_tps(model: LinkModel, placement: Placement, n_prompt: int, n_ubatch: int, link: Link) -> float | None:
     """The most prompt tokens per second prefill can reach through the link alone (None: nothing crosses it)."""
-    t = prefill_link_s(
-        model, n_gpu_layers, n_workers, n_prompt, n_ubatch, link, expert_layers=expert_layers, local_gpu=local_gpu
-    )
+    t = prefill_link_s(model, placement, n_prompt, n_ubatch, link)
     return n_prompt / t if t > 0 else None

@@ -11,6 +11,7 @@ from xover.analysis.rpclink import (
     ASSUMPTIONS,
     Link,
     LinkModel,
+    Placement,
     decode_limit_tps,
     expert_layers_on_workers,
     prefill_limit_tps,
@@ -88,19 +89,15 @@ def _limit_rows(data: StudyData, model: LinkModel, by_endpoint: dict[str, Link])
         link = _fastest(endpoints, by_endpoint)
         ngl = int(r.record.get("n_gpu_layers", 0))
         local_gpu = any(b not in ("CPU", "RPC", "BLAS") for b in str(r.record.get("backends", "")).split(","))
+        placement = Placement(ngl, len(endpoints), experts, local_gpu)
         # A layer split with experts on a worker besides is not modelled (which crossings overlap depends on the
         # split): no limit rather than a wrong one.
-        mixed = experts and worker_ranges(model, ngl, len(endpoints))
-        n = len(endpoints)
+        mixed = experts and worker_ranges(model, placement)
         if r.n_prompt and not r.n_gen:
             ub = int(r.record.get("n_ubatch", 512))
-            limit = (
-                prefill_limit_tps(model, ngl, n, r.n_prompt, ub, link, expert_layers=experts, local_gpu=local_gpu)
-                if link
-                else None
-            )
+            limit = prefill_limit_tps(model, placement, r.n_prompt, ub, link) if link else None
         elif r.n_gen and not r.n_prompt:
-            limit = decode_limit_tps(model, ngl, n, link, expert_layers=experts, local_gpu=local_gpu) if link else None
+            limit = decode_limit_tps(model, placement, link) if link else None
         else:
             continue
         limit = None if mixed else limit
@@ -111,7 +108,7 @@ def _limit_rows(data: StudyData, model: LinkModel, by_endpoint: dict[str, Link])
                 r.test_name,
                 str(ngl),
                 str(experts) if experts else "-",
-                str(n),
+                str(len(endpoints)),
                 f"{measured:,.1f}",
                 f"{limit:,.0f}" if limit else ("not modelled (layers and experts both on workers)" if mixed else "-"),
                 f"{measured / limit:.1%}" if limit else "-",
