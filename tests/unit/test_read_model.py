@@ -107,3 +107,39 @@ def test_a_directory_without_a_store_is_named_with_the_commands_that_write_one(t
     with pytest.raises(XoverError, match="written by xover ttft, cache or study"):
         load(tmp_path, written_by="xover ttft, cache or study")
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_rebuilt_report_prices_turns_as_the_study_did(tmp_path, monkeypatch) -> None:
+    """The response lengths and band come from the latest ``study`` artifact (a study of 64-token responses is
+    rebuilt with 64, not the CLI's old default of 200); a store without one has none, and the CLI falls back."""
+    from xover.cli import main
+    from xover.report import html
+
+    with Store(tmp_path / "a") as store:
+        store.add_artifact(None, "study", {"configs": [], "pairs": [], "response_tokens": [200], "band": [1, 2]})
+        store.add_artifact(
+            None, "study", {"configs": ["a"], "pairs": [], "response_tokens": [64, 128], "band": [500, 900]}
+        )
+    with Store(tmp_path / "b") as store:
+        store.add_artifact(None, "stage-seconds", {"ttft": 1.0})
+    assert load(tmp_path / "a").recorded_turns() == ((64, 128), (500, 900))
+    assert load(tmp_path / "b").recorded_turns() is None
+    asked: list[tuple[str, int, tuple[int, int]]] = []
+    real = html.build_report
+
+    def spy(data, response=200, band=(10_000, 40_000), n_boot=500):  # type: ignore[no-untyped-def]
+        asked.append((data.study_dir.rsplit("/", 1)[-1], response, band))
+        return real(data, response=response, band=band, n_boot=0)
+
+    monkeypatch.setattr(html, "build_report", spy)
+
+    def run(*args: str) -> None:
+        try:
+            main(["report", *args])
+        except SystemExit as e:
+            assert e.code in (0, None), e.code
+
+    run(str(tmp_path / "a"))
+    run(str(tmp_path / "b"))
+    run(str(tmp_path / "a"), "-R", "32", "--band", "100,200")
+    assert asked == [("a", 64, (500, 900)), ("a", 128, (500, 900)), ("b", 200, (10_000, 40_000)), ("a", 32, (100, 200))]

@@ -26,11 +26,15 @@ def _ints(value: str) -> tuple[int, ...]:
 @click.option(
     "--response-tokens",
     "-R",
-    default="200",
-    show_default=True,
-    help="Response length(s) R for total(L) = TTFT(L) + R / decode_tok_s(L); comma list allowed.",
+    default=None,
+    help="Response length(s) R for total(L) = TTFT(L) + R / decode_tok_s(L); comma list allowed. Default: the "
+    "study's own response-tokens (200 for a store without them).",
 )
-@click.option("--band", default="10000,40000", show_default=True, help="Agentic-turn band LO,HI in prompt tokens.")
+@click.option(
+    "--band",
+    default=None,
+    help="Agentic-turn band LO,HI in prompt tokens. Default: the study's own band (10000,40000 without one).",
+)
 @click.option(
     "--bootstrap",
     default=500,
@@ -38,7 +42,7 @@ def _ints(value: str) -> tuple[int, ...]:
     type=click.IntRange(min=0),
     help="Bootstrap resamples for the crossover interval (0 to skip).",
 )
-def report(study_dir: Path, response_tokens: str, band: str, bootstrap: int) -> None:
+def report(study_dir: Path, response_tokens: str | None, band: str | None, bootstrap: int) -> None:
     """Rebuild the HTML and markdown report of a study directory from its results store alone.
 
     Works offline on any machine: copy the study directory and run this. Writes report.html
@@ -49,12 +53,14 @@ def report(study_dir: Path, response_tokens: str, band: str, bootstrap: int) -> 
     from xover.report.html import build_report, write_report
     from xover.results.read_model import load
 
-    lo_hi = _ints(band)
+    data = load(study_dir)
+    recorded = data.recorded_turns()
+    responses = _ints(response_tokens) if response_tokens is not None else (recorded[0] if recorded else (200,))
+    lo_hi = _ints(band) if band is not None else (recorded[1] if recorded else (10_000, 40_000))
     if len(lo_hi) != 2 or lo_hi[0] >= lo_hi[1]:
         raise XoverError(f"--band {band!r}: give LO,HI with LO < HI, e.g. 10000,40000")
-    data = load(study_dir)
     first = None
-    for r in _ints(response_tokens):
+    for r in responses:
         rep = build_report(data, response=r, band=(lo_hi[0], lo_hi[1]), n_boot=bootstrap)
         first = first or rep
         for v in rep.verdicts:

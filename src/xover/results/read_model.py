@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 import datetime
 from collections import defaultdict
-from collections.abc import Collection, Iterable
+from collections.abc import Collection, Iterable, Mapping
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -203,6 +203,16 @@ class StudyData:
     def artifact_bodies(self, name: str) -> list[Any]:
         """The bodies of the artifacts called ``name``, oldest first."""
         return [a.body for a in self.artifacts if a.name == name]
+
+    def recorded_turns(self) -> tuple[tuple[int, ...], tuple[int, int]] | None:
+        """The response lengths and agentic band the study measured for (its latest ``study`` artifact), so a
+        rebuilt report prices turns as the study's own did; None for a store without one (``xover bench``,
+        ``xover ttft``)."""
+        found = [b for b in self.artifact_bodies("study") if isinstance(b, Mapping)]
+        if not found or not found[-1].get("response_tokens") or len(found[-1].get("band") or ()) != 2:
+            return None
+        lo, hi = found[-1]["band"]
+        return tuple(int(r) for r in found[-1]["response_tokens"]), (int(lo), int(hi))
 
     def prediction(self) -> dict[str, Any] | None:
         """The first theory prediction stored in the study (made before any measurement), if any: the
