@@ -167,8 +167,8 @@ N_GPU_LAYERS = LlamaOption(
 RPC = LlamaOption("rpc", "rpc", "list", "", bench=("--rpc", "-rpc"), server=("--rpc",), memory=True)
 # Where named tensors live: ``<regex>=<buffer type>`` items, e.g. ``blk\.[0-9]\.ffn_.*_exps=RPC0[10.0.0.2:50052]``
 # puts the experts of layers 0-9 on that worker's first device (a buffer type as llama.cpp names it: CPU, CUDA0,
-# RPC<device>[host:port]). llama-bench resolves the names while it parses its arguments, so --rpc goes first
-# (xover.llamacpp.bench orders them).
+# RPC<device>[host:port]). Both tools resolve the names while they parse their arguments, so --rpc goes first
+# (:func:`in_parse_order`).
 OVERRIDE_TENSOR = LlamaOption(
     "override-tensor", "ot", "list", "", bench=("-ot", "--override-tensor"), server=("-ot", "--override-tensor"),
     memory=True, bench_list_sep=";")
@@ -209,10 +209,18 @@ def resolve(values: Sequence[str], cpu_count: int) -> tuple[str, ...]:
     return tuple(dict.fromkeys(numbers.get(v, v) for v in values))
 
 
+def in_parse_order(flags: Iterable[tuple[str, str]]) -> list[tuple[str, str]]:
+    """``(flag, value)`` pairs in an order both tools can parse: the RPC workers (``--rpc``) first, since both
+    resolve ``-ot``'s buffer types while they parse their arguments, among the devices registered so far; the
+    rest in their own order."""
+    return sorted(flags, key=lambda f: f[0] != RPC.bench_flag)
+
+
 def server_args(fields: Iterable[tuple[str, str]]) -> tuple[str, ...]:
-    """llama-bench ``(flag, value)`` fields as llama-server arguments, in order (``-nopo 1`` -> ``--no-op-offload``)."""
+    """llama-bench ``(flag, value)`` fields as llama-server arguments, in parse order (``-nopo 1`` ->
+    ``--no-op-offload``)."""
     out: list[str] = []
-    for flag, value in fields:
+    for flag, value in in_parse_order(fields):
         out += BY_BENCH_FLAG[flag].server_args(value)
     return tuple(out)
 

@@ -100,8 +100,7 @@ class LlamaConfig:
     def server_args_list(self) -> tuple[str, ...]:
         self._check_workers()
         args: list[str] = []
-        # Both tools resolve -ot's buffer types while they parse their arguments: the RPC workers (--rpc) first.
-        for flag, value in sorted(self.flags, key=lambda f: f[0] != _RPC.shared_flag):
+        for flag, value in llama_options.in_parse_order(self.flags):
             args += [flag, value]
         if self.no_op_offload:
             args += _NOPO.server_args("1")

@@ -133,10 +133,7 @@ class BenchJob:
             "-r",
             str(self.repetitions),
         ]
-        # llama-bench resolves -ot's buffer types while it parses its arguments, among the devices registered so
-        # far: the RPC workers' (--rpc) must come first.
-        rpc = llama_options.RPC.bench_flag
-        for flag, value in sorted(self.config.fields, key=lambda f: f[0] != rpc):
+        for flag, value in llama_options.in_parse_order(self.config.fields):
             argv += [flag, value]
         argv += list(self.config.extra_args)
         return argv + (["-v"] if self.verbose else []) + ["-o", "jsonl", "-oe", "md", "--progress"]
