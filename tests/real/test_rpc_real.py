@@ -39,6 +39,20 @@ def _xover(*args: str) -> list[str]:
     return [sys.executable, "-m", "xover", *args]
 
 
+def _study_ok(spec: Path, out: Path, llama_bins, *args: str) -> tuple[subprocess.CompletedProcess[str], Path]:
+    """``xover study`` of ``spec`` into ``out`` on xover's build: it succeeds and stores no failure."""
+    r = subprocess.run(
+        _xover("study", str(spec), "-o", str(out), "--llama-bin-dir", str(llama_bins.bin_dir), *args),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert r.returncode == 0, r.stderr[-2000:]
+    db = out / "results.sqlite"
+    assert _query(db, "SELECT COUNT(*) FROM failures") == [(0,)]
+    return r, db
+
+
 def _query(db: Path, sql: str) -> list[tuple]:
     con = sqlite3.connect(db)
     try:
@@ -50,16 +64,7 @@ def _query(db: Path, sql: str) -> list[tuple]:
 def test_rpc_local_configuration_is_measured_on_a_real_worker(tmp_path: Path, tiny_model: Path, llama_bins) -> None:
     assert llama_bins.rpc_server is not None, "xover's build has no ggml-rpc-server"
     out = tmp_path / "out"
-    spec = _spec(tmp_path / "spec.toml", tiny_model)
-    r = subprocess.run(
-        _xover("study", str(spec), "-o", str(out), "--llama-bin-dir", str(llama_bins.bin_dir), "--progress-jsonl", "-"),
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert r.returncode == 0, r.stderr[-2000:]
-    db = out / "results.sqlite"
-    assert _query(db, "SELECT COUNT(*) FROM failures") == [(0,)]
+    r, db = _study_ok(_spec(tmp_path / "spec.toml", tiny_model), out, llama_bins, "--progress-jsonl", "-")
     # llama-bench: both configurations, and the rpc one ran with the RPC backend (llama-bench's own record says so)
     rows = _query(db, "SELECT c.label, c.spec, r.record FROM bench_results r JOIN configs c ON c.key = r.config_key")
     by_label: dict[str, list[dict]] = {}
@@ -194,16 +199,7 @@ def test_experts_on_a_real_worker_through_override_tensor(tmp_path: Path, tiny_m
         "override-tensor = ['blk\\.[23]\\.ffn_.*_exps=RPC0[{rpc0}]']\n"
     )
     out = tmp_path / "out"
-    spec = _spec(tmp_path / "spec.toml", tiny_model, STUDY, configs)
-    r = subprocess.run(
-        _xover("study", str(spec), "-o", str(out), "-q", "--llama-bin-dir", str(llama_bins.bin_dir)),
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert r.returncode == 0, r.stderr[-2000:]
-    db = out / "results.sqlite"
-    assert _query(db, "SELECT COUNT(*) FROM failures") == [(0,)]
+    _, db = _study_ok(_spec(tmp_path / "spec.toml", tiny_model, STUDY, configs), out, llama_bins, "-q")
     records = [json.loads(x) for (x,) in _query(db, "SELECT record FROM bench_results")]
     (endpoint,) = {x["tensor_buft_overrides"].rsplit("[", 1)[1].rstrip("]") for x in records}
     assert endpoint.startswith("127.0.0.1:")
