@@ -213,6 +213,36 @@ def test_a_turn_past_the_context_fails_that_replay_only(
         assert st.runs()[-1]["status"] == "failed" and len(st.failures()) == 1
 
 
+def test_a_configuration_placed_for_a_shorter_context_is_not_started(
+    tmp_path: Path, llama_bins: Binaries, tiny_model: Path, short_workload: Path
+) -> None:
+    """A "fit" level placed for 2,048 tokens would not load under its budget at the session's 4,096: it is
+    recorded as a failure that says so, without a server, and the configuration that holds it is replayed."""
+    events: list[SessionEvent] = []
+    out = run_session(
+        tmp_path,
+        llama_bins,
+        tiny_model,
+        short_workload,
+        [("long", THREADS), ("short", THREADS)],
+        ("off",),
+        RESPONSE,
+        exact=True,
+        ctx_size=4096,
+        max_context={"short": 2048},
+        on_event=events.append,
+    )
+    assert [(out.labels[t.config_key], t.turn) for t in out.turns] == [("long", 0), ("long", 1)]
+    (failed,) = [e for e in events if isinstance(e, ConfigFailed)]
+    assert failed.label == "short" and failed.skipped == 2
+    assert "short is placed for 2,048 tokens (its fit level) and the session needs a 4,096-token context" in (
+        failed.reason
+    )
+    assert not list((tmp_path / "logs").glob("server-short*"))
+    with Store(tmp_path) as st:
+        assert len(st.failures()) == 1
+
+
 def test_cli_end_to_end(
     tmp_path: Path, tiny_model: Path, llama_bins: Binaries, capsys: pytest.CaptureFixture[str]
 ) -> None:

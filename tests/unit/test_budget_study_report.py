@@ -34,3 +34,8 @@ def test_the_16_gib_study_report(tmp_path: Path) -> None:
     assert len(rows) == 16  # 3 + 3 lengths for the fit@8k pair, 5 + 5 for fit@32k
     for config, length, ms in rows:
         assert f"| {config} | {length} | {float(ms) / 1000:.2f} s → " in desktop
+    # each predicted decode beside the target's limit, and what carrying this host's share of its own limit means
+    # (qwen3-30b-a3b decoded at 34-44% of it on the H200 host)
+    decode = re.findall(r"\| ([\d.]+) → ([\d.]+) \(limit ([\d.]+)\) \|", desktop)
+    assert len(decode) == 2 * len(rows) and all(float(p) <= float(lim) for _, p, lim in decode)
+    assert desktop.count("Decode here ran at 34%-44% of this host's limit for the same placement") == 1

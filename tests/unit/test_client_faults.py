@@ -662,3 +662,23 @@ def test_max_ttft_skips_what_a_slow_configuration_would_take_too_long_for(tmp_pa
     with Store(tmp_path) as store:
         (art,) = [body for _, name, body in store.artifacts("ttft-skipped")]
     assert art["length"] == 4096 and art["from_length"] == 1024
+
+
+def test_cache_lab_servers_start_within_its_startup_timeout(
+    tmp_path: Path, fake_bins: Binaries, model_file: Path
+) -> None:
+    """run_cache_lab's startup_timeout_s reaches every scenario's server: a server that never becomes healthy
+    is given up after 1 s, recorded as a server-start failure, and the next scenario runs."""
+    from xover.analysis.cachelab import lab_plan
+    from xover.measure.cachelab import run_cache_lab
+
+    plan = lab_plan(1024)
+    start = time.monotonic()
+    outcome = run_cache_lab(
+        tmp_path, fake_bins, model_file, 1024, ("--fake-fault", "never-healthy"), "fake", startup_timeout_s=1.0
+    )
+    elapsed = time.monotonic() - start
+    assert outcome.samples == ()
+    assert [f.stage for f in outcome.failures] == ["server-start"] * len(plan)
+    assert all("did not become healthy within 1 s" in f.reason for f in outcome.failures)
+    assert elapsed < 10 * len(plan)  # LlamaServer's own default is 600 s a server

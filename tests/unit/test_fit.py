@@ -136,3 +136,22 @@ def test_a_bad_decode_tokens_is_a_one_line_error(value: object) -> None:
     with pytest.raises(XoverError, match=r"decode-tokens") as e:
         spec_from_dict(doc(**{"response-tokens": [200], "decode-tokens": value}))
     assert "\n" not in str(e.value)
+
+
+def test_the_cache_lab_runs_at_the_longest_length_a_fit_level_holds() -> None:
+    import dataclasses
+
+    spec = spec_from_dict(doc(**{"vram-budget": "16GiB"}))
+    spec = dataclasses.replace(spec, lengths=(1024, 4096, 8192, 32768))
+
+    def lab(L: int) -> int:
+        return L + 40  # the lab's longest request and its response
+
+    placed = dataclasses.replace(spec.configs[0], max_context=8232)
+    assert spec.cache_length_for(placed, lab) == 8192
+    assert spec.cache_length_for(dataclasses.replace(placed, max_context=8231), lab) == 4096
+    assert spec.cache_length_for(dataclasses.replace(placed, max_context=1000), lab) is None
+    assert spec.cache_length_for(dataclasses.replace(placed, max_context=None), lab) == 32768
+    asked = dataclasses.replace(spec, cache_length=32768)  # an explicit cache-length is not shortened
+    assert asked.cache_length_for(placed, lab) is None
+    assert asked.cache_length_for(dataclasses.replace(placed, max_context=None), lab) == 32768

@@ -128,6 +128,19 @@ def test_sse_field_rules() -> None:
     assert parsed.trailing == b"data: tail-without-blank-line"
 
 
+def test_keep_alive_ping_is_the_first_byte_not_the_first_token() -> None:
+    # llama-server sends ":\n\n" every --sse-ping-interval (30 s) while a long prefill runs: seen as 30.0 s
+    # "first bytes" on 4K prompts at 70 t/s (studies/h200-gpt-oss-120b-budgets/g24).
+    s = 1_000_000_000
+    pinged = [(30 * s, b":\n\n"), *((60 * s + t, c) for t, c in RECORDED)]
+    r = parse_completion_stream(pinged, t0_ns=0)
+    plain = parse_completion_stream(RECORDED, t0_ns=0)
+    assert r.first_byte_ns == 30 * s
+    assert r.first_token_ns == 60 * s + RECORDED[0][0]
+    assert r.token_times_ns == tuple(60 * s + t for t in plain.token_times_ns)
+    assert r.timings == plain.timings and r.error is None
+
+
 def test_no_chunks() -> None:
     r = parse_completion_stream([], 0)
     assert r.first_byte_ns is None and r.first_token_ns is None and r.timings is None

@@ -46,3 +46,18 @@ def test_the_setups_a_budget_emulates():
     assert [s.key for s in setups_for_budget(32 * GIB)] == ["rtx-5090+ddr5"]
     assert setups_for_budget(80 * GIB) == ()
     assert all("GB/s pinned" in s.describe() for s in SETUPS)
+
+
+def test_each_translation_carries_the_target_limit_and_this_hosts_share_of_its_own():
+    from xover.analysis.theory import predict_point
+
+    src, tgt = builtin("h200"), SETUPS[0].hardware()
+    config = OffloadConfig(n_cpu_moe=23)
+    src_limit = predict_point(TERMS, src, config, 4096).limit_decode_tps
+    tgt_limit = predict_point(TERMS, tgt, config, 4096).limit_decode_tps
+    assert tgt_limit < src_limit  # a 2-channel desktop's RAM holds the same experts back more
+    (t,) = translate(TERMS, src, tgt, config, [(4096, 5.0, src_limit / 10)], 200)
+    assert t.source_decode_share == pytest.approx(0.1)
+    assert t.decode_limit_tps == pytest.approx(tgt_limit)
+    assert t.decode_tps < t.decode_limit_tps  # carrying a tenth of the limit stays under the target's limit
+    assert t.limit_total_s == pytest.approx(t.ttft_s + 200 / tgt_limit)

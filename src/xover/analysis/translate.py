@@ -14,6 +14,12 @@ configuration (the same placement, ubatch and load mode) at the same prompt leng
 so what the theory leaves out (kernel launches, synchronisation, the server's own overheads) is assumed to
 scale alike on both machines; what it models (link rates, CPU and GPU rooflines, expert coverage, attention)
 moves the number. The assumptions travel with every translated table (:func:`setup_assumptions`).
+
+Scaling carries this host's efficiency to the target. Where this host's decode falls far short of its own
+limit (a virtual machine's CPU threads or memory; gpt-oss-120b decoded at 11% of it on the H200 host), that
+shortfall may be the host's and not the model's, so each translated decode also carries the target's limit
+(:attr:`Translated.decode_limit_tps`, the bandwidth bound that no machine reaches) and the share of its own
+limit this host reached (:attr:`Translated.source_decode_share`): the reader sees both ends.
 """
 
 from __future__ import annotations
@@ -76,12 +82,19 @@ class Ratio:
 
     ttft: float  # predicted TTFT on the target / on the source
     decode: float  # predicted decode t/s on the target / on the source
+    source_decode_limit_tps: float  # the theory's decode bound on the source (datasheet and bandwidth ceilings)
+    target_decode_limit_tps: float  # the same on the target
 
 
 def ratio(terms: ModelTerms, source: Hardware, target: Hardware, config: OffloadConfig, length: int) -> Ratio:
     src = predict_point(terms, source, config, length)
     tgt = predict_point(terms, target, config, length)
-    return Ratio(ttft=tgt.ttft_s / src.ttft_s, decode=tgt.decode_tps / src.decode_tps)
+    return Ratio(
+        ttft=tgt.ttft_s / src.ttft_s,
+        decode=tgt.decode_tps / src.decode_tps,
+        source_decode_limit_tps=src.limit_decode_tps,
+        target_decode_limit_tps=tgt.limit_decode_tps,
+    )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -94,6 +107,13 @@ class Translated:
     ttft_s: float  # predicted on the target
     decode_tps: float  # predicted on the target
     response: int
+    decode_limit_tps: float  # the target's decode bound for the same placement: an upper end, never reached
+    source_decode_share: float  # the measured decode as a share of this host's own bound
+
+    @property
+    def limit_total_s(self) -> float:
+        """The total per turn with the predicted TTFT and decode at the target's limit."""
+        return self.ttft_s + self.response / self.decode_limit_tps
 
     @property
     def measured_total_s(self) -> float:
@@ -116,7 +136,18 @@ def translate(
     out = []
     for length, ttft_s, decode_tps in measured:
         r = ratio(terms, source, target, config, length)
-        out.append(Translated(length, ttft_s, decode_tps, ttft_s * r.ttft, decode_tps * r.decode, response))
+        out.append(
+            Translated(
+                length,
+                ttft_s,
+                decode_tps,
+                ttft_s * r.ttft,
+                decode_tps * r.decode,
+                response,
+                r.target_decode_limit_tps,
+                decode_tps / r.source_decode_limit_tps,
+            )
+        )
     return tuple(out)
 
 

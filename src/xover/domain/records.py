@@ -130,6 +130,9 @@ class TtftSample:
     """One streamed request: the client's clocks and the server's timings side by side.
 
     Client times are ``perf_counter_ns`` offsets from the moment the request was sent.
+    ``first_byte_ns`` is the first byte of the response body, whatever it is: on a prefill longer
+    than llama-server's ``--sse-ping-interval`` (30 s by default) that is its keep-alive comment
+    ``:`` at 30 s, not a token. TTFT is ``first_token_ns``.
     """
 
     config_key: str

@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 import re
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -127,7 +127,7 @@ class StudySpec:
     pp: int = 512
     tg: int = 128
     band: tuple[int, int] = (10_000, 40_000)
-    cache_length: int | None = None  # cache-lab prompt length (default: the longest length)
+    cache_length: int | None = None  # cache-lab prompt length (default: the longest length the config holds)
     skip: frozenset[str] = frozenset()
     timeout_s: float | None = None  # per llama-bench configuration, per server start and per server request
     session_turns: int = 12  # agentic session replay: turns, system prompt and final size (tokens, approx.)
@@ -163,6 +163,13 @@ class StudySpec:
     def lengths_for(self, config: LlamaConfig) -> tuple[int, ...]:
         """The prompt lengths measured on ``config``: those its context holds with the longest response."""
         return tuple(L for L in self.lengths if config.holds(L + max(self.response_tokens)))
+
+    def cache_length_for(self, config: LlamaConfig, context: Callable[[int], int]) -> int | None:
+        """The cache lab's prompt length on ``config``, whose servers need ``context(L)`` tokens of context:
+        ``cache_length``, else the longest length the configuration holds (a "fit" level is placed for one
+        context); None where it holds none of them."""
+        candidates = (self.cache_length,) if self.cache_length is not None else sorted(self.lengths, reverse=True)
+        return next((L for L in candidates if config.holds(context(L))), None)
 
     def bench_depths_for(self, config: LlamaConfig) -> tuple[int, ...]:
         """llama-bench depths for ``config``: those its context holds with the longer of the pp and tg tests."""

@@ -101,6 +101,12 @@ class _ScenarioFailedError(Exception):
         self.skipped = skipped
 
 
+def lab_context(length: int) -> int:
+    """The ``-c`` the lab's servers get for prompts of ``length`` tokens: the longest request (a chunk inserted)
+    plus its response."""
+    return context_size(length + INSERTED, RESPONSE_TOKENS)
+
+
 def run_cache_lab(
     store_dir: Path,
     binaries: Binaries,
@@ -145,6 +151,7 @@ def run_cache_lab(
         TokenPrompts(pool, seed),
         length,
         {label: bpt} if bpt is not None else {},
+        startup_timeout_s,
     )
     if bpt is not None:
         lab.store.add_artifact(None, STATE_ARTIFACT, {"label": label, "length": length, "state_bytes_per_token": bpt})
@@ -168,16 +175,18 @@ class _LabRun:
         prompts: TokenPrompts,
         length: int,
         state_bytes: dict[str, int],
+        startup_timeout_s: float,
     ) -> None:
         self.store, self.binaries, self.model, self.label = store, binaries, model, label
         self.server_args, self.env, self.on_event, self.prompts = server_args, env, on_event, prompts
         self.rec = Recording(store, "cache", command, binaries=binaries, model=model, on_event=on_event)
-        self.ctx = context_size(length + INSERTED, RESPONSE_TOKENS)
+        self.ctx = lab_context(length)
         self.samples: list[TtftSample] = []
         self.done = 0
         self.total = 0
         self._index = itertools.count()
         self.state_bytes = state_bytes  # label -> prompt state bytes per token, for the analysis
+        self.startup_timeout_s = startup_timeout_s
 
     async def run(self, plan: Sequence[LabServer], store_dir: Path) -> CacheLabOutcome:
         self.total = sum(len(srv.requests()) for srv in plan)
@@ -225,8 +234,9 @@ class _LabRun:
 
     async def _scenario(self, srv: LabServer, spec: ServerSpec, log_dir: Path) -> None:
         try:
-            # the lab's servers start within LlamaServer's own timeout (run_cache_lab's startup_timeout_s is not passed on)
-            async with started_server(self.rec, self.binaries, spec, log_dir, scenario=srv.scenario) as s:
+            async with started_server(
+                self.rec, self.binaries, spec, log_dir, startup_timeout_s=self.startup_timeout_s, scenario=srv.scenario
+            ) as s:
                 assert s.client is not None
                 run_id = self.rec.ensure()
                 config = spec.config()

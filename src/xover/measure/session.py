@@ -166,6 +166,7 @@ async def run_session_async(
     exact: bool = False,
     cache_reuse: int = CACHE_REUSE,
     ctx_size: int | None = None,
+    max_context: Mapping[str, int] | None = None,
     command: Sequence[str] = (),
     startup_timeout_s: float = 600.0,
     on_event: Callable[[SessionEvent], None] = lambda ev: None,
@@ -173,8 +174,9 @@ async def run_session_async(
     """Replay ``workload_path`` on every configuration x cache mode, storing each turn in
     ``study_dir``'s results store; stops every server it started whatever the way out. Configuration
     or turn failures are stored and reported, not raised; a workload or sizing problem raises
-    :class:`XoverError` before anything is measured. :func:`run_session` is the same for callers
-    without an event loop."""
+    :class:`XoverError` before anything is measured. ``max_context`` (label -> tokens) names configurations
+    placed for a context (a "fit" level): one the session's context does not fit in is recorded as a failure
+    and not started. :func:`run_session` is the same for callers without an event loop."""
     if not configs:
         raise XoverError("no configurations to replay the session on: give at least one (e.g. --ncmoe 12)")
     if len({label for label, _ in configs}) != len(configs):
@@ -216,6 +218,7 @@ async def run_session_async(
             list(command),
             startup_timeout_s,
             on_event,
+            dict(max_context or {}),
         )
         return await replay.run(configs, modes)
 
@@ -310,8 +313,10 @@ class _Replay:
         command: list[str],
         startup_timeout_s: float,
         on_event: Callable[[SessionEvent], None],
+        max_context: dict[str, int],
     ) -> None:
         self.store, self.binaries, self.model, self.session = store, binaries, model, session
+        self.max_context = max_context
         self.sid, self.feed, self.response_tokens, self.cache_reuse = sid, feed, response_tokens, cache_reuse
         self.ctx_size, self.fit_off, self.log_dir = ctx_size, fit_off, log_dir
         self.startup_timeout_s, self.on_event = startup_timeout_s, on_event
@@ -350,6 +355,18 @@ class _Replay:
         )
         config = dataclasses.replace(spec.config(), label=label)  # the mode is in the arguments and in every turn
         self.labels[config.key] = label
+        placed = self.max_context.get(label)
+        if placed is not None and self.ctx_size > placed:
+            self._fail(
+                config,
+                mode,
+                "replay",
+                f"{label} is placed for {placed:,} tokens (its fit level) and the session needs a "
+                f"{self.ctx_size:,}-token context: not replayed on it (a fit@L with L above the session's longest turn "
+                "holds it)",
+                len(self.session.turns),
+            )
+            return
         before = len(self.turns)
         try:
             async with (

@@ -374,12 +374,24 @@ def stage_ttft(
 def stage_cache(
     spec: StudySpec, model: Path, binaries: Binaries, study_dir: Path, fresh: bool, command: Sequence[str], emit: Emit
 ) -> int:
-    """The prompt-cache lab on the first configuration, at ``cache_length`` (default: the longest length)."""
+    """The prompt-cache lab on the first configuration, at ``cache_length`` (default: the longest length that
+    configuration holds: a "fit" level is placed for one context)."""
     from xover.measure import cachelab
     from xover.measure.events import ConfigFailed, LabRequestDone
 
     config = spec.configs[0]
-    length = spec.cache_length or max(spec.lengths)
+    length = spec.cache_length_for(config, cachelab.lab_context)
+    if length is None:
+        asked = spec.cache_length or min(spec.lengths)
+        emit(
+            StageEvent(
+                "cache",
+                "info",
+                f"skipped: {config.name} is placed for {config.max_context:,} tokens and the lab's "
+                f"{asked:,}-token prompts need a {cachelab.lab_context(asked):,}-token context",
+            )
+        )
+        return 0
     if length < cachelab.MIN_LENGTH:
         emit(StageEvent("cache", "info", f"skipped: the lab needs prompts of at least {cachelab.MIN_LENGTH} tokens"))
         return 0
@@ -455,6 +467,7 @@ def stage_session(
         workload,
         [(c.name, c.server_args_list()) for c in spec.configs],
         response_tokens=spec.session_response_tokens,
+        max_context={c.name: c.max_context for c in spec.configs if c.max_context is not None},
         exact=True,
         command=command,
         startup_timeout_s=server_timeout(spec),

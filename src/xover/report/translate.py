@@ -14,6 +14,10 @@ from xover.hardware.profiles import Hardware, hardware_from_dict
 from xover.report.blocks import Block, table
 from xover.results.read_model import StudyData, crossover_inputs, vram_budgets
 
+SHORT_DECODE_SHARE = 0.5
+"""Below this share of its own decode limit, this host's decode is called short of it, and the report says what
+carrying that share to a desktop means."""
+
 
 def stored_terms(data: StudyData) -> ModelTerms | None:
     """The theory's view of the model: stored by the theory stage, else rebuilt from a synthetic preset."""
@@ -84,8 +88,12 @@ def translation_blocks(data: StudyData, response: int) -> list[Block]:
             "measurements above, and they hold only as far as the assumptions listed after the tables.",
         ),
     ]
+    shares: list[float] = []
     for setup in setups:
-        out += _setup_blocks(setup, terms, source, configs, measured, labels, response)
+        blocks, setup_shares = _setup_blocks(setup, terms, source, configs, measured, labels, response)
+        out += blocks
+        shares += setup_shares
+    out += _short_decode(shares)
     out.append(Block("p", "Assumptions: " + "; ".join(setup_assumptions(source)) + "."))
     return out
 
@@ -98,10 +106,11 @@ def _setup_blocks(
     measured: dict[str, list[tuple[int, float, float]]],
     labels: list[str],
     response: int,
-) -> list[Block]:
+) -> tuple[list[Block], list[float]]:
     target = setup.hardware()
     rows: list[tuple[str, ...]] = []
     best: dict[int, tuple[float, str]] = {}
+    shares: list[float] = []
     for label in labels:
         for t in translate(terms, source, target, configs[label], measured[label], response):
             rows.append(
@@ -109,24 +118,43 @@ def _setup_blocks(
                     label,
                     format_tokens(t.length),
                     f"{t.measured_ttft_s:.2f} s → {t.ttft_s:.2f} s",
-                    f"{t.measured_decode_tps:.1f} → {t.decode_tps:.1f}",
-                    f"{t.measured_total_s:.2f} s → {t.total_s:.2f} s",
+                    f"{t.measured_decode_tps:.1f} → {t.decode_tps:.1f} (limit {t.decode_limit_tps:.1f})",
+                    f"{t.measured_total_s:.2f} s → {t.total_s:.2f} s (at the limit {t.limit_total_s:.2f} s)",
                 )
             )
+            shares.append(t.source_decode_share)
             if t.length not in best or t.total_s < best[t.length][0]:
                 best[t.length] = (t.total_s, label)
     fastest = "; ".join(f"{format_tokens(L)} {label}" for L, (_, label) in sorted(best.items()))
-    return [
+    out = [
         Block("h3", f"{setup.key}: {setup.describe()}"),
         table(
             (
                 "config",
                 "prompt",
                 "cold TTFT: measured → predicted",
-                "decode t/s: measured → predicted",
-                f"total per turn ({response}-token response): measured → predicted",
+                "decode t/s: measured → predicted (target's limit)",
+                f"total per turn ({response}-token response): measured → predicted (decode at the limit)",
             ),
             rows,
         ),
         Block("p", f"Predicted fastest per turn on this machine: {fastest}."),
+    ]
+    return out, shares
+
+
+def _short_decode(shares: list[float]) -> list[Block]:
+    """What carrying this host's decode share means, where that share is short of its limit."""
+    if not shares or min(shares) >= SHORT_DECODE_SHARE:
+        return []
+    lo, hi = f"{min(shares):.0%}", f"{max(shares):.0%}"
+    span = lo if lo == hi else f"{lo}-{hi}"
+    return [
+        Block(
+            "p",
+            f"Decode here ran at {span} of this host's limit for the same placement (the theory's memory-bandwidth "
+            "bound), and the predictions carry that share to each desktop. If the shortfall is this host's own (its "
+            "CPU threads or memory under virtualisation, not the model), a desktop may decode closer to its limit: "
+            "read the predicted decode as the low end and the limit in brackets as a bound that no machine reaches.",
+        )
     ]
