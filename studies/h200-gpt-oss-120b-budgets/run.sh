@@ -5,8 +5,9 @@
 #      tuning search, llama-bench and the defaults' cold TTFT; what is left is the tuned variant's cold TTFT);
 #   3. `xover study study-32gib.toml` (defaults against the 24 GiB search's settings, no search of its own);
 #   4. if the job is still young enough (PROBE_BEFORE_S, default 1300 s after its start), a decode probe:
-#      llama-bench tg32 at -t 4, 8 and 16 with the 24 GiB placement, to tell whether this host's decode (about 7 t/s,
-#      11% of its memory-bandwidth limit) is bound by CPU threads.
+#      llama-bench tg32 at -t 4, 8 and 16 with the 24 GiB placement (--n-cpu-moe 24) and with every layer's experts
+#      on the CPU (36, what public --cpu-moe reports measure: 18-25 t/s on a 14900K), to tell whether this
+#      host's decode (about 7 t/s, 11% of its memory-bandwidth limit) is bound by CPU threads.
 # nvidia-smi is sampled every 2 s during each study.
 # Run from the repository root on the GPU machine, carrying out/llsrc, out/xsrc and .whl (made by
 # studies/h200-qwen3-30b-a3b/prepare.sh after committing). The job runs under setsid and survives the call; every
@@ -51,7 +52,7 @@ for B in 24 32; do
 done
 if [ \$(( \$(date +%s) - T0 )) -lt ${PROBE_BEFORE_S:-1300} ]; then
   mkdir -p /tmp/probe
-  \$X bench -m \$M --ncmoe 24 --depth 0 --pp 0 --tg 32 -t 4,8,16 -r 3 -o /tmp/probe -- -ngl 99 > /tmp/probe/bench.log 2>&1
+  \$X bench -m \$M --ncmoe 24,36 --depth 0 --pp 0 --tg 32 -t 4,8,16 -r 3 -o /tmp/probe -- -ngl 99 > /tmp/probe/bench.log 2>&1
   t "probe rc=\$?"; tail -15 /tmp/probe/bench.log
 else
   t "no time left for the decode probe"
