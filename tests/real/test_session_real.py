@@ -224,7 +224,7 @@ def test_a_configuration_placed_for_a_shorter_context_is_not_started(
         llama_bins,
         tiny_model,
         short_workload,
-        [("long", THREADS), ("short", THREADS)],
+        [("long", THREADS), ("short", ("-t", "1"))],  # other arguments: each its own configuration key
         ("off",),
         RESPONSE,
         exact=True,

@@ -362,8 +362,8 @@ class _Replay:
                 mode,
                 "replay",
                 f"{label} is placed for {placed:,} tokens (its fit level) and the session needs a "
-                f"{self.ctx_size:,}-token context: not replayed on it (a fit@L with L above the session's longest turn "
-                "holds it)",
+                f"{self.ctx_size:,}-token context: not replayed on it (lower [study] session-target-tokens, or place "
+                "it for a longer context with fit@L)",
                 len(self.session.turns),
             )
             return
