@@ -1,5 +1,7 @@
 """Known-answer tests of the crossover maths on constructed data."""
 
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -241,6 +243,13 @@ def test_a_side_placed_for_a_short_context_never_wins_the_band():
     assert "fit@16k's placement holds it up to 16K and all's all of it, so turns past 16K tokens need all." in v
     # no limits: the old verdict, unchanged
     assert "placement" not in verdict(compare_pair(ConfigData("x", a.ttft_s, a.decode_tps), c, 200, n_boot=0))
+    # fit@32k measured past what fit@8k's placement holds: the band sentence says it, not "no measurement"
+    longer = (*short, 16384, 32768)
+    e = ConfigData(
+        "fit@32k", {L: [0.2 + L / 800] * 3 for L in longer}, {D: [60.0] * 3 for D in longer}, max_prompt=32768
+    )
+    v = verdict(compare_pair(a, e, 200, n_boot=0))
+    assert "only fit@32k was measured" not in v and "fit@8k's placement holds none of it" in v
 
 
 def test_a_fitted_crossing_inside_the_measured_span_is_not_claimed_when_one_side_wins_everywhere():
@@ -258,3 +267,37 @@ def test_a_fitted_crossing_inside_the_measured_span_is_not_claimed_when_one_side
     assert "crossover" not in verdict(pair(754))
     claim = claimed_crossing(pair(6000))
     assert claim is not None and claim.length == 6000 and claim.fitted and claim.extrapolated
+
+
+def test_lengths_one_side_was_too_slow_for_are_told_after_the_shared_ones():
+    # Defaults prefill at 70 t/s and were skipped past 4K (max-ttft): their estimate at 16K is 4x the 4K TTFT.
+    # The tuned side, at 2,500 t/s, was measured through 32K. Decode at 7 t/s on both.
+    slow = ConfigData(
+        "defaults",
+        {L: [L / 70 * f for f in (0.99, 1.0, 1.01)] for L in (1024, 4096)},
+        {L: [7.0] * 3 for L in (1024, 4096)},
+        too_slow=((16384, 16384 / 70), (32768, 32768 / 70)),
+    )
+    fast = ConfigData(
+        "tuned",
+        {L: [L / 2500 * f for f in (0.99, 1.0, 1.01)] for L in (1024, 4096, 16384, 32768)},
+        {L: [7.0] * 3 for L in (1024, 4096, 16384, 32768)},
+    )
+    r = compare_pair(slow, fast, 200, n_boot=0)
+    assert r.lengths == (1024, 4096)
+    assert [L for L, _ in r.only_b] == [16384, 32768] and r.only_a == ()
+    told = verdict(r)
+    assert "tuned is faster at every measured length (1K-4K tokens, 200-token responses)" in told
+    assert "past 4K only tuned was measured (16K 35.1 s, 32K 41.7 s a turn)" in told
+    assert "defaults was too slow to measure there, and its estimated cold TTFT alone (16K about 234 s, 32K " in told
+    assert told.endswith("is more than 2x tuned's whole turn, so tuned is faster there.")
+    assert "measure up to 40K tokens to know" not in told  # the band is answered by the measured side
+    # an estimate that does not clear the measured turn by 2x names no winner there
+    close = dataclasses.replace(slow, too_slow=((16384, 50.0), (32768, 60.0)))
+    told = verdict(compare_pair(close, fast, 200, n_boot=0))
+    assert "defaults was too slow to measure there (estimated cold TTFT 16K about 50 s, 32K about 60 s)." in told
+    # no estimate at all (a failed point, say): the missing side is named
+    bare = dataclasses.replace(slow, too_slow=())
+    assert "; defaults has no measurement there." in verdict(compare_pair(bare, fast, 200, n_boot=0))
+    # read from the other side, the same lengths
+    assert "past 4K only tuned was measured" in verdict(compare_pair(fast, slow, 200, n_boot=0))

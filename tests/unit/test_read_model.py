@@ -143,3 +143,28 @@ def test_a_rebuilt_report_prices_turns_as_the_study_did(tmp_path, monkeypatch) -
     run(str(tmp_path / "b"))
     run(str(tmp_path / "a"), "-R", "32", "--band", "100,200")
     assert asked == [("a", 64, (500, 900)), ("a", 128, (500, 900)), ("b", 200, (10_000, 40_000)), ("a", 32, (100, 200))]
+
+
+def test_lengths_a_max_ttft_skipped_reach_the_crossover_inputs_until_they_are_measured(tmp_path):
+    from xover.results.read_model import crossover_inputs
+
+    scfg = ServerConfig(label="slow", args=("-ncmoe", "24"))
+
+    def skipped(length: int, estimate: float) -> dict[str, object]:
+        return {"config": "slow", "config_key": scfg.key, "length": length, "rep": 0, "estimate_s": estimate,
+                "from_length": 1024, "max_ttft_s": 60.0}  # fmt: skip
+
+    with Store(tmp_path) as st:
+        run = st.begin_run("ttft", ["xover"], _prov())
+        st.put_config(scfg)
+        st.add_ttft_sample(run, "mk", _sample(scfg.key, 1024, 0))
+        st.add_artifact(run, "ttft-skipped", skipped(4096, 230.0))
+        st.add_artifact(run, "ttft-skipped", skipped(16384, 460.0))
+        st.add_artifact(run, "ttft-skipped", skipped(16384, 470.0))  # a later estimate of the same length
+        st.end_run(run, "done")
+    (c,) = crossover_inputs(load(tmp_path))
+    assert c.too_slow == ((4096, 230.0), (16384, 470.0))
+    with Store(tmp_path) as st:  # measured after all (a larger max-ttft): no longer too slow
+        st.add_ttft_sample(st.begin_run("ttft", ["xover"], _prov()), "mk", _sample(scfg.key, 4096, 0))
+    (c,) = crossover_inputs(load(tmp_path))
+    assert c.too_slow == ((16384, 470.0),)

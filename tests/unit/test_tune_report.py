@@ -237,6 +237,22 @@ def test_without_a_tuning_stage_the_verdict_has_no_prefix(tmp_path):
     assert len(v) == 1 and v[0].startswith("gpu vs cpu: gpu is faster"), v
 
 
+def test_a_study_of_one_configuration_and_its_tuned_variant_answers_that_pair(tmp_path):
+    """One placement under a budget (the gpt-oss-120b studies): no second configuration to pair with, so the
+    verdict is what tuning buys on that one."""
+    fill(tmp_path, rates={k: v for k, v in RATES.items() if k.startswith("cpu")}, tune=False, study_artifact=False)
+    with Store(tmp_path) as st:
+        st.add_artifact(None, "tune", tune_body("cpu", "cpu tuned", search()))
+        st.add_artifact(
+            None, "study", {"configs": ["cpu"], "pairs": [], "response_tokens": [200], "band": [10000, 40000]}
+        )
+    v = build_report(load(tmp_path), response=200, n_boot=0).verdicts
+    assert len(v) == 1, v
+    assert v[0].startswith(
+        "Tuned against llama.cpp's defaults: cpu vs cpu tuned: cpu tuned is faster at every measured length"
+    ), v
+
+
 def test_the_tuning_section_shows_flags_command_effects_and_no_effect(tmp_path):
     fill(tmp_path)
     rep = build_report(load(tmp_path), response=200, n_boot=0)

@@ -36,6 +36,9 @@ class ConfigData:
     # The longest prompt this configuration's placement holds (a fit@8k level under a VRAM budget holds
     # 8K and no more: longer prompts do not load); None: no limit known.
     max_prompt: int | None = None
+    # Prompt lengths not measured because the configuration was too slow for them (a study's max-ttft), each
+    # with its estimated cold TTFT in seconds, scaled linearly from a shorter measured length.
+    too_slow: tuple[tuple[int, float], ...] = ()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -86,6 +89,12 @@ class PairResult:
     separated: tuple[int, ...] = ()  # per length: -1 A clearly faster, +1 B clearly faster, 0 within noise
     max_prompt_a: int | None = None  # ConfigData.max_prompt of each side
     max_prompt_b: int | None = None
+    # Lengths past the shared ones that only one side measured, with its median total there (s), and the
+    # other side's too-slow estimates (ConfigData.too_slow): what the band can still be answered from.
+    only_a: tuple[tuple[int, float], ...] = ()
+    only_b: tuple[tuple[int, float], ...] = ()
+    too_slow_a: tuple[tuple[int, float], ...] = ()
+    too_slow_b: tuple[tuple[int, float], ...] = ()
 
     def faster_at(self, length_index: int) -> str:
         return self.a if self.total_a[length_index] < self.total_b[length_index] else self.b
@@ -256,6 +265,8 @@ def compare_pair(a: ConfigData, b: ConfigData, response: int, n_boot: int = 1000
     if n_boot > 0:
         ci, none_frac = bootstrap_crossing(a, b, response, lo, hi, n_boot=n_boot, seed=seed)
     sep = tuple(separation(a, b, L, response) for L in lengths)
+    only_a = tuple((L, t) for L, t in ta.items() if L > lengths[-1] and L not in tb)
+    only_b = tuple((L, t) for L, t in tb.items() if L > lengths[-1] and L not in ta)
     return PairResult(
         a.label,
         b.label,
@@ -270,6 +281,10 @@ def compare_pair(a: ConfigData, b: ConfigData, response: int, n_boot: int = 1000
         sep,
         a.max_prompt,
         b.max_prompt,
+        only_a,
+        only_b,
+        a.too_slow,
+        b.too_slow,
     )
 
 
@@ -355,11 +370,48 @@ def verdict(pair: PairResult, band: tuple[int, int] = (10_000, 40_000)) -> str:
 
     Lengths where the two are within noise (:func:`separation`) name no winner: a crossover is only
     claimed between lengths where each side is clearly faster, so noise never reads as a crossing. A side
-    whose placement cannot hold the band's prompts (``max_prompt``) never wins the band."""
+    whose placement cannot hold the band's prompts (``max_prompt``) never wins the band. Lengths only one
+    side measured, the other too slow for them (:func:`beyond_shared`), are told after the shared ones."""
     held = _band_held(pair, band)
     if held is not None:
         return held
-    return _verdict(pair, band)
+    told, beyond = _verdict(pair, band), beyond_shared(pair)
+    return told if beyond is None or beyond in told else f"{told[:-1]}; {beyond}."
+
+
+CLEAR_OF_ESTIMATE = 2.0
+"""How many times a measured turn an unmeasured side's estimated TTFT must be before :func:`beyond_shared` names
+the measured side faster: the estimate scales the longest shorter prompt's TTFT linearly, which prefill's growth
+with depth makes low but a fixed per-request cost makes high."""
+
+
+def beyond_shared(pair: PairResult) -> str | None:
+    """The lengths past the shared ones that only one side measured: its totals there and, where the other
+    was too slow to measure (a max-ttft skip), whether that side's estimated cold TTFT alone is clearly beyond
+    the measured side's whole turn. None when both measured the same lengths, or when the other's placement
+    does not hold those lengths (a fit@8k level against a fit@32k one)."""
+    for measured, other, only, slow, reach in (
+        (pair.b, pair.a, pair.only_b, pair.too_slow_a, pair.max_prompt_a),
+        (pair.a, pair.b, pair.only_a, pair.too_slow_b, pair.max_prompt_b),
+    ):
+        if not only or (reach is not None and all(L > reach for L, _ in only)):
+            continue  # the other's placement does not hold them: the band's verdict says so
+        totals = ", ".join(f"{_k(L)} {t:.1f} s" for L, t in only)
+        clause = f"past {_k(pair.lengths[-1])} only {measured} was measured ({totals} a turn)"
+        est = dict(slow)
+        floors = [(L, t, est[L]) for L, t in only if L in est]
+        if floors and len(floors) == len(only) and all(e >= CLEAR_OF_ESTIMATE * t for _, t, e in floors):
+            ests = ", ".join(f"{_k(L)} about {e:.0f} s" for L, _, e in floors)
+            return clause + (
+                f"; {other} was too slow to measure there, and its estimated cold TTFT alone ({ests}, scaled "
+                f"linearly from shorter prompts) is more than {CLEAR_OF_ESTIMATE:g}x {measured}'s whole turn, so "
+                f"{measured} is faster there"
+            )
+        if floors:
+            ests = ", ".join(f"{_k(L)} about {e:.0f} s" for L, _, e in floors)
+            return clause + f"; {other} was too slow to measure there (estimated cold TTFT {ests})"
+        return clause + f"; {other} has no measurement there"
+    return None
 
 
 def _band_held(pair: PairResult, band: tuple[int, int]) -> str | None:
@@ -391,6 +443,9 @@ def _band_held(pair: PairResult, band: tuple[int, int]) -> str | None:
         return "all of it" if m is None or m >= hi_b else ("none of it" if m < lo_b else f"it up to {_k(m)}")
 
     ra, rb = reach(pair.max_prompt_a), reach(pair.max_prompt_b)
+    beyond = beyond_shared(pair)
+    if beyond is not None:
+        head += f"; {beyond}"
     sentence = (
         f"{head}; of the agentic band ({_k(lo_b)}-{_k(hi_b)} tokens) {pair.a}'s placement holds "
         f"{holds(pair.max_prompt_a)} and {pair.b}'s {holds(pair.max_prompt_b)}"
@@ -441,6 +496,9 @@ def _verdict(pair: PairResult, band: tuple[int, int]) -> str:
                     f"beyond both the measured lengths and that crossing, so measure prompts up to "
                     f"{_k(hi_b)} tokens before choosing (measured, {winner} wins)."
                 )
+        beyond = beyond_shared(pair)
+        if pair.lengths[-1] < lo_b and beyond is not None:  # one side alone was measured further
+            return f"{sentence}; {beyond}."
         if pair.lengths[-1] < lo_b:  # the data stop short of the band: say so instead of extrapolating silently
             return sentence + (
                 f"; the agentic band ({_k(lo_b)}-{_k(hi_b)} tokens) lies beyond the longest measured "

@@ -150,12 +150,17 @@ def penalty_line(
 
 _AT_DEFAULTS = "At llama.cpp's defaults: "
 _AT_BEST = "Each configuration at its best: "
+_TUNED = "Tuned against llama.cpp's defaults: "
 
 
 def _verdict_pairs(lay: Layout, by_label: Mapping[str, ConfigData]) -> list[tuple[str, str, str]]:
-    """(prefix, a, b) for each verdict about a pair, in the order they are told."""
+    """(prefix, a, b) for each verdict about a pair, in the order they are told. A study of one configuration
+    (one placement under a budget, say) and its tuned variant answers that pair: what tuning buys there."""
     best = {b: v for b, v in lay.tuned.items() if v in by_label}
     heads = headline_pairs(lay, list(by_label))
+    bases = [b for b in lay.bases if b in by_label]
+    if not heads and len(bases) == 1 and bases[0] in best:
+        return [(_TUNED, bases[0], best[bases[0]])]
     if not best and not lay.records:
         return [("", a, b) for a, b in heads]  # no tuning ran: one answer, at llama.cpp's defaults
     out = []

@@ -368,12 +368,22 @@ def crossover_inputs(data: StudyData) -> list[ConfigData]:
     for label, r in data.bench:
         if r.n_prompt == 0 and r.n_gen > 0 and label in without_server_decode:
             dec[label][r.n_depth].extend(r.samples_ts)
-    limits = placement_limits(data)
+    limits, slow = placement_limits(data), too_slow(data)
     out = []
     for label in data.config_labels():
         if ttft.get(label) and dec.get(label):
-            out.append(ConfigData(label, dict(ttft[label]), dict(dec[label]), limits.get(label)))
+            skipped = tuple(sorted((L, e) for L, e in slow.get(label, {}).items() if L not in ttft[label]))
+            out.append(ConfigData(label, dict(ttft[label]), dict(dec[label]), limits.get(label), skipped))
     return out
+
+
+def too_slow(data: StudyData) -> dict[str, dict[int, float]]:
+    """Configuration -> prompt length -> estimated cold TTFT (s), for the lengths a max-ttft skipped
+    (artifact ``ttft-skipped``; the latest estimate of each)."""
+    out: dict[str, dict[int, float]] = defaultdict(dict)
+    for body in data.artifact_bodies("ttft-skipped"):
+        out[str(body["config"])][int(body["length"])] = float(body["estimate_s"])
+    return dict(out)
 
 
 def fit_records(data: StudyData) -> list[dict[str, Any]]:
