@@ -39,3 +39,25 @@ def test_the_16_gib_study_report(tmp_path: Path) -> None:
     decode = re.findall(r"\| ([\d.]+) → ([\d.]+) \(limit ([\d.]+)\) \|", desktop)
     assert len(decode) == 2 * len(rows) and all(float(p) <= float(lim) for _, p, lim in decode)
     assert desktop.count("Decode here ran at 34%-44% of this host's limit for the same placement") == 1
+
+
+GPT_OSS_24 = Path(__file__).resolve().parents[2] / "studies" / "h200-gpt-oss-120b-budgets" / "g24"
+
+
+def test_the_gpt_oss_24_gib_study_report_so_far(tmp_path: Path) -> None:
+    """gpt-oss-120b under 24 GiB as session 7 left it (defaults measured, the tuned variant's TTFT not yet): the
+    fit and llama.cpp's confirmation, the lengths too slow to measure, and a desktop section that names no
+    "fastest" among one configuration and says the host's decode ran at 12% of its limit."""
+    study = tmp_path / "st"
+    study.mkdir()
+    shutil.copy(GPT_OSS_24 / "results.sqlite", study / "results.sqlite")
+    md = render_markdown(build_report(load(study)))
+    assert "24 GiB VRAM budget on an NVIDIA H200" in md
+    assert "| fit@32k | fit@32768 | 33,280 | 24.0 GiB | 512 | 24 |" in md
+    assert "cudaMalloc failed: out of memory" in md and "experts of 25 layers on the CPU, -ngl 37" in md
+    assert "| fit@32k | 16K | 230 s | 4K | 60 s |" in md
+    desktop = md.split("## On a desktop", 1)[1].split("\n## ", 1)[0]
+    assert re.findall(r"^### (\S+):", desktop, re.M) == ["rtx-3090+ddr4", "rtx-4090+ddr5"]
+    assert "| fit@32k | 1K | 13.07 s → 13.24 s | 6.9 → 3.5 (limit 29.1) |" in desktop
+    assert "Predicted fastest" not in desktop
+    assert "Decode here ran at 12% of this host's limit for the same placement" in desktop

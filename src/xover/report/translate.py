@@ -110,6 +110,7 @@ def _setup_blocks(
     target = setup.hardware()
     rows: list[tuple[str, ...]] = []
     best: dict[int, tuple[float, str]] = {}
+    candidates: dict[int, int] = {}
     shares: list[float] = []
     for label in labels:
         for t in translate(terms, source, target, configs[label], measured[label], response):
@@ -123,9 +124,13 @@ def _setup_blocks(
                 )
             )
             shares.append(t.source_decode_share)
+            candidates[t.length] = candidates.get(t.length, 0) + 1
             if t.length not in best or t.total_s < best[t.length][0]:
                 best[t.length] = (t.total_s, label)
-    fastest = "; ".join(f"{format_tokens(L)} {label}" for L, (_, label) in sorted(best.items()))
+    fastest = "; ".join(
+        f"{format_tokens(L)} {label}" + ("" if candidates[L] > 1 else " (the only one measured there)")
+        for L, (_, label) in sorted(best.items())
+    )
     out = [
         Block("h3", f"{setup.key}: {setup.describe()}"),
         table(
@@ -138,8 +143,9 @@ def _setup_blocks(
             ),
             rows,
         ),
-        Block("p", f"Predicted fastest per turn on this machine: {fastest}."),
     ]
+    if max(candidates.values(), default=0) > 1:  # one configuration alone is no answer to "which is fastest"
+        out.append(Block("p", f"Predicted fastest per turn on this machine: {fastest}."))
     return out, shares
 
 
