@@ -218,3 +218,26 @@ def test_report_rebuilds_offline_and_renders_in_chromium(study_dir: Path, tmp_pa
     for img in images:
         assert img["ok"], img
         assert 0.02 < img["ink"] < 0.9, img  # drawn on, not blank (and not a solid block)
+
+
+def test_a_moved_study_of_a_preset_resumes_without_measuring_again(tmp_path: Path, llama_bins) -> None:
+    """A preset's model is linked into the study's own models/, so its path is in every llama-server argument
+    list the store keeps. Copied elsewhere, the study still finds its samples (same server, same model) and
+    measures nothing again."""
+    spec = tmp_path / "spec.toml"
+    spec.write_text(
+        '[model]\npreset = "tiny-moe"\n[study]\nlengths = [256]\nresponse-tokens = [8]\nrepetitions = 1\n'
+        'tune = false\nskip = ["bench", "cache", "session"]\n[[config]]\nname = "t=2"\nthreads = 2\n'
+    )
+    env = dict(os.environ, XOVER_LLAMA_BIN_DIR=str(llama_bins.bin_dir))
+    first = tmp_path / "first"
+    r = subprocess.run(_xover("study", str(spec), "-o", str(first), "-q"), env=env, capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    moved = tmp_path / "moved"
+    shutil.copytree(first, moved, symlinks=False)
+    before = _ids(moved / "results.sqlite")[1]
+    assert len(before) == 1
+    r = subprocess.run(_xover("study", str(spec), "-o", str(moved)), env=env, capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    assert _ids(moved / "results.sqlite")[1] == before
+    assert "t=2: every length already has 1 cold samples" in r.stdout + r.stderr

@@ -168,3 +168,22 @@ def test_lengths_a_max_ttft_skipped_reach_the_crossover_inputs_until_they_are_me
         st.add_ttft_sample(st.begin_run("ttft", ["xover"], _prov()), "mk", _sample(scfg.key, 4096, 0))
     (c,) = crossover_inputs(load(tmp_path))
     assert c.too_slow == ((16384, 470.0),)
+
+
+def test_the_same_server_stored_from_another_directory_counts_on_resume(tmp_path):
+    from xover.measure.study import same_server_keys
+
+    old = ServerConfig(label="a", args=("-m", "/tmp/g24/models/m.gguf", "-c", "4096", "-ncmoe", "24"))
+    moved = ServerConfig(label="a", args=("-m", "/home/me/g24/models/m.gguf", "-c", "4096", "-ncmoe", "24"))
+    other = ServerConfig(label="a", args=("-m", "/home/me/g24/models/m.gguf", "-c", "4096", "-ncmoe", "25"))
+    assert old.key != moved.key and old.identity == moved.identity != other.identity
+    with Store(tmp_path) as st:
+        run = st.begin_run("ttft", ["xover"], _prov())
+        st.put_config(old)
+        st.add_ttft_sample(run, "mk", _sample(old.key, 1024, 0))
+        st.end_run(run, "done")
+    data = load(tmp_path)
+    spec = StudySpec(configs=(LlamaConfig(name="a"),), model_preset="tiny-moe", lengths=(1024,), repetitions=1)
+    assert same_server_keys(data.configs, moved) == {old.key, moved.key}
+    assert missing_ttft(data.ttft_rows, spec, "mk", same_server_keys(data.configs, moved), fresh=False) == {}
+    assert missing_ttft(data.ttft_rows, spec, "mk", same_server_keys(data.configs, other), fresh=False) == {1024: 1}

@@ -17,11 +17,11 @@ import asyncio
 import dataclasses
 import time
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from pathlib import Path
 from typing import Any
 
-from xover.domain.records import TtftSample
+from xover.domain.records import ServerConfig, TtftSample
 from xover.domain.study_spec import LlamaConfig, StudySpec
 from xover.errors import XoverError
 from xover.llamacpp.binaries import Binaries
@@ -225,23 +225,33 @@ def missing_ttft(
     stored: Sequence[StoredSample],
     spec: StudySpec,
     model_key: str,
-    config_key: str,
+    config_key: str | Collection[str],
     fresh: bool,
     lengths: Sequence[int] | None = None,
 ) -> dict[int, int]:
     """Prompt length -> cold samples still needed (passing the cold check) for one configuration, given the
-    study's stored samples (the read model's ``ttft_rows``), among ``lengths`` (default: the study's)."""
+    study's stored samples (the read model's ``ttft_rows``), among ``lengths`` (default: the study's).
+    ``config_key``: its key, or every stored key of the same server (:func:`same_server_keys`)."""
     lengths = spec.lengths if lengths is None else lengths
     have = Counter(s.length for s in ([] if fresh else _passed(stored, model_key, config_key)))
     return {L: spec.repetitions - have[L] for L in lengths if have[L] < spec.repetitions}
 
 
-def _passed(stored: Sequence[StoredSample], model_key: str, config_key: str) -> list[TtftSample]:
+def same_server_keys(stored: Sequence[object], config: ServerConfig) -> frozenset[str]:
+    """``config``'s key and the keys of the stored server configurations with its identity: the same server
+    stored from another directory (a study copied or moved keeps its measurements)."""
+    return frozenset(
+        {config.key} | {c.key for c in stored if isinstance(c, ServerConfig) and c.identity == config.identity}
+    )
+
+
+def _passed(stored: Sequence[StoredSample], model_key: str, config_key: str | Collection[str]) -> list[TtftSample]:
     """One configuration's stored cold samples that passed their cold check and completed."""
+    keys = {config_key} if isinstance(config_key, str) else set(config_key)
     return [
         row.sample
         for row in stored
-        if row.sample.config_key == config_key
+        if row.sample.config_key in keys
         and row.model_key == model_key
         and row.sample.mode == "cold"
         and row.sample.cache_ok
@@ -249,7 +259,9 @@ def _passed(stored: Sequence[StoredSample], model_key: str, config_key: str) -> 
     ]
 
 
-def stored_medians(stored: Sequence[StoredSample], model_key: str, config_key: str) -> dict[int, float]:
+def stored_medians(
+    stored: Sequence[StoredSample], model_key: str, config_key: str | Collection[str]
+) -> dict[int, float]:
     """Length -> median cold TTFT (s) of one configuration's stored samples that passed their cold check."""
     import statistics
 
@@ -272,20 +284,22 @@ def stage_ttft(
     ctx = context_size(max(spec.lengths), max(spec.response_tokens))
     mk = model_id(model).key
     failures = 0
-    stored = () if fresh else load(study_dir).ttft_rows
+    data = None if fresh else load(study_dir)
+    stored = () if data is None else data.ttft_rows
     with Store(study_dir) as store:
         todo = []
         for c in spec.configs:
             sspec = ServerSpec(
                 model=model, label=c.name, ctx_size=c.max_context or ctx, extra_args=c.server_args_list(), env=c.env
             )
+            keys = same_server_keys(() if data is None else data.configs, sspec.config())
             lengths = spec.lengths_for(c)
             if len(lengths) < len(spec.lengths):
                 beyond = ", ".join(f"{L:,}" for L in spec.lengths if L not in lengths)
                 emit(StageEvent("ttft", "info", f"{c.name}: placed for {c.max_context:,} tokens; not at {beyond}"))
-            missing = missing_ttft(stored, spec, mk, sspec.config().key, fresh, lengths)
+            missing = missing_ttft(stored, spec, mk, keys, fresh, lengths)
             if missing and spec.max_ttft_s is not None:  # lengths the stored samples already put over the cap
-                medians = stored_medians(stored, mk, sspec.config().key)
+                medians = stored_medians(stored, mk, keys)
                 for L in sorted(missing):
                     est = ttftrun.linear_estimate(L, medians)
                     if est is not None and est[0] > spec.max_ttft_s:
@@ -299,12 +313,12 @@ def stage_ttft(
                             )
                         )
             if missing:
-                todo.append((c, sspec, missing))
+                todo.append((c, sspec, missing, keys))
             else:
                 emit(StageEvent("ttft", "info", f"{c.name}: every length already has {spec.repetitions} cold samples"))
-        total = sum(sum(m.values()) for _, _, m in todo)
+        total = sum(sum(m.values()) for _, _, m, _ in todo)
         done = 0
-        for c, sspec, missing in todo:
+        for c, sspec, missing, keys in todo:
             # One server per configuration; the repetitions still missing at each length.
             reps = max(missing.values())
             lengths = tuple(sorted(missing))
@@ -316,9 +330,7 @@ def stage_ttft(
                 seed=time.time_ns() % 2**31,
                 points=tuple(ttftrun.TtftPoint(L, r) for r in range(reps) for L in lengths if r < missing[L]),
                 max_ttft_s=spec.max_ttft_s,
-                known=tuple(
-                    (sspec.config().key, L, m) for L, m in stored_medians(stored, mk, sspec.config().key).items()
-                ),
+                known=tuple((sspec.config().key, L, m) for L, m in stored_medians(stored, mk, keys).items()),
             )
 
             t_start = time.perf_counter()
