@@ -7,6 +7,7 @@ start the fake as a stand-in ``llama-server`` binary through the real :class:`Ll
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import signal
 import sqlite3
@@ -245,6 +246,11 @@ def test_server_spec_args_and_helpers(tmp_path: Path, fake_bins: Binaries) -> No
     )
     assert spec.to_argv(Path("/bin/llama-server"), 5000)[-4:] == ["--host", "127.0.0.1", "--port", "5000"]
     assert "--port" not in spec.config().args  # the port changes per start; the configuration does not
+    # a configuration's own -ngl (any spelling) is passed once: llama-server warns about a repeated one
+    for own in ("-ngl", "--gpu-layers", "--n-gpu-layers"):
+        args = dataclasses.replace(spec, extra_args=("-ncmoe", "24", own, "30")).args()
+        assert args[:4] == ("-m", "/m.gguf", "-c", "33280") and "-ngl" not in args[:-2]
+        assert args[-2:] == (own, "30")
     assert context_size(1024, 16) == 1536
     assert parse_build_info("b7123-0c1e570") == {"build_number": 7123, "build_commit": "0c1e570"}
     assert parse_build_info(None) == {}

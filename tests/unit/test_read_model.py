@@ -171,12 +171,23 @@ def test_lengths_a_max_ttft_skipped_reach_the_crossover_inputs_until_they_are_me
 
 
 def test_the_same_server_stored_from_another_directory_counts_on_resume(tmp_path):
+    from xover.domain.llama_options import server_identity
     from xover.measure.study import same_server_keys
 
     old = ServerConfig(label="a", args=("-m", "/tmp/g24/models/m.gguf", "-c", "4096", "-ncmoe", "24"))
     moved = ServerConfig(label="a", args=("-m", "/home/me/g24/models/m.gguf", "-c", "4096", "-ncmoe", "24"))
     other = ServerConfig(label="a", args=("-m", "/home/me/g24/models/m.gguf", "-c", "4096", "-ncmoe", "25"))
-    assert old.key != moved.key and old.identity == moved.identity != other.identity
+    assert old.key != moved.key and server_identity(old) == server_identity(moved) != server_identity(other)
+    # xover's own -ngl 99 once came before a configuration's -ngl: the same server as the one passed once
+    twice = ServerConfig(label="a", args=("-m", "/x/m.gguf", "-c", "4096", "-ngl", "99", "-ncmoe", "24", "-ngl", "99"))
+    once = ServerConfig(label="a", args=("-m", "/y/m.gguf", "-c", "4096", "-ncmoe", "24", "-ngl", "99"))
+    assert (
+        server_identity(twice)
+        == server_identity(once)
+        != server_identity(
+            ServerConfig(label="a", args=("-m", "/y/m.gguf", "-c", "4096", "-ncmoe", "24", "-ngl", "30"))
+        )
+    )
     with Store(tmp_path) as st:
         run = st.begin_run("ttft", ["xover"], _prov())
         st.put_config(old)

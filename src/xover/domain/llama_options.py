@@ -232,6 +232,32 @@ def server_config(config: BenchConfig) -> ServerConfig:
     return ServerConfig(label=config.label, args=server_args(config.fields), env=config.env)
 
 
+def server_identity(config: ServerConfig) -> tuple[tuple[str, ...], tuple[tuple[str, str], ...]]:
+    """What makes two stored llama-server configurations the same server wherever their study lives: the
+    arguments with the model's path cut to its file name (a preset's model is linked into the study's own
+    directory; the model itself is told apart by its key) and only the last ``-ngl`` (llama-server takes the last
+    value; xover once passed its own ``-ngl 99`` before a configuration's), and the environment. The key keeps
+    the arguments as they were."""
+    ngl = set(BY_NAME["n-gpu-layers"].server)
+    args = list(config.args)
+    last_ngl = max((i for i, a in enumerate(args[:-1]) if a in ngl), default=-1)
+    out: list[str] = []
+    i = 0
+    while i < len(args):
+        a = args[i]
+        if i + 1 < len(args) and a in ("-m", "--model"):
+            out += [a, args[i + 1].replace("\\", "/").rsplit("/", 1)[-1]]
+        elif i + 1 < len(args) and a in ngl:
+            if i == last_ngl:
+                out += [a, args[i + 1]]
+        else:
+            out.append(a)
+            i += 1
+            continue
+        i += 2
+    return tuple(out), config.env
+
+
 def take(args: Sequence[str], options: Iterable[LlamaOption]) -> tuple[dict[str, str], tuple[str, ...]]:
     """The values ``args`` (llama-server arguments, each flag followed by its value) give ``options``, by
     option name, and the other arguments in their order."""

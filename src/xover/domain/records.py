@@ -111,17 +111,6 @@ class ServerConfig:
     def key(self) -> str:
         return _digest({"args": self.args, "env": self.env})
 
-    @property
-    def identity(self) -> tuple[tuple[str, ...], tuple[tuple[str, str], ...]]:
-        """What makes two configurations the same server wherever their study lives: the arguments with the
-        model's path cut to its file name (a preset's model is linked into the study's own directory; the model
-        itself is told apart by its key), and the environment. ``key`` keeps the whole path."""
-        args = list(self.args)
-        for i in range(len(args) - 1):
-            if args[i] in ("-m", "--model"):
-                args[i + 1] = args[i + 1].replace("\\", "/").rsplit("/", 1)[-1]
-        return tuple(args), self.env
-
 
 @dataclasses.dataclass(frozen=True)
 class ServerTimings:

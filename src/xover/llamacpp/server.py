@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from xover.client.http import LlamaClient, wait_healthy
+from xover.domain import llama_options
 from xover.domain.records import ServerConfig
 from xover.errors import XoverError
 from xover.llamacpp import process
@@ -37,6 +38,7 @@ HOST = "127.0.0.1"
 CONTEXT_MARGIN = 256  # tokens beyond prompt + response (BOS, warm-up), and the rounding unit of -c
 _BIND_ATTEMPTS = 3
 _WATCH_S = 0.05  # how often the process is checked while waiting for it
+_NGL = frozenset(llama_options.BY_NAME["n-gpu-layers"].server)  # -ngl's llama-server spellings
 _OWN_PORT_S = 10.0  # how long a healthy answer from a port this process does not hold may take to explain itself
 
 
@@ -54,7 +56,8 @@ class ServerSpec:
     proven-cold measurement needs. ``False`` leaves llama-server's defaults (several slots, 8 GiB
     prompt cache), which exists to show that those defaults leak warm caches. ``extra_args`` come
     after xover's own flags, so they override them (llama.cpp takes the last value), except the
-    host and port, which come last. ``env`` is set for the server process only (e.g.
+    host and port, which come last; xover's ``-ngl`` is left out where they set their own (llama-server
+    warns about a repeated ``-ngl``). ``env`` is set for the server process only (e.g.
     ``GGML_OP_OFFLOAD_MIN_BATCH``) and is part of the configuration; ``log_verbosity`` (``-lv``; 4
     logs llama.cpp's buffer sizes) is not.
     """
@@ -74,7 +77,9 @@ class ServerSpec:
 
     def args(self) -> tuple[str, ...]:
         """The flags that define the configuration (no binary, host, port)."""
-        a = ["-m", str(self.model), "-c", str(self.ctx_size), "-ngl", str(self.n_gpu_layers)]
+        a = ["-m", str(self.model), "-c", str(self.ctx_size)]
+        if not _NGL.intersection(self.extra_args):  # a configuration's own -ngl: passed once, not after xover's
+            a += ["-ngl", str(self.n_gpu_layers)]
         if self.n_cpu_moe is not None:
             a += ["--n-cpu-moe", str(self.n_cpu_moe)]
         if self.threads is not None:

@@ -240,8 +240,11 @@ def missing_ttft(
 def same_server_keys(stored: Sequence[object], config: ServerConfig) -> frozenset[str]:
     """``config``'s key and the keys of the stored server configurations with its identity: the same server
     stored from another directory (a study copied or moved keeps its measurements)."""
+    from xover.domain.llama_options import server_identity
+
+    same = server_identity(config)
     return frozenset(
-        {config.key} | {c.key for c in stored if isinstance(c, ServerConfig) and c.identity == config.identity}
+        {config.key} | {c.key for c in stored if isinstance(c, ServerConfig) and server_identity(c) == same}
     )
 
 
