@@ -43,7 +43,7 @@ def test_crossing_inside_range():
     (fc,) = r.fitted
     assert fc.length == pytest.approx(8000, rel=1e-6) and not fc.extrapolated
     assert r.faster_at(0) == "A" and r.faster_at(3) == "B"
-    assert "A is faster below ~8,000 tokens and B above" in verdict(r)
+    assert "A is faster below ~8,000 tokens and B above (200-token responses)" in verdict(r)  # totals need R
     assert "inside the agentic band" not in verdict(r)  # 8K < 10K: the band lies above it
     assert "lies above it, so B wins agentic turns" in verdict(r)
 

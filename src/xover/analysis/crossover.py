@@ -432,8 +432,11 @@ def _band_held(pair: PairResult, band: tuple[int, int]) -> str | None:
     elif claim is None:
         within = f"no consistent winner over the lengths both hold ({span})"
     else:
-        ci = f" (95% CI {_k(pair.ci[0])}-{_k(pair.ci[1])})" if pair.ci else ""
-        within = f"{s.clear[0][1]} is faster below ~{_k(claim.length)} tokens and {s.clear[-1][1]} above{ci}"
+        ci = f"95% CI {_k(pair.ci[0])}-{_k(pair.ci[1])}; " if pair.ci else ""
+        within = (
+            f"{s.clear[0][1]} is faster below ~{_k(claim.length)} tokens and {s.clear[-1][1]} above "
+            f"({ci}{pair.response}-token responses)"
+        )
     head = f"{pair.a} vs {pair.b}: {within}"
 
     def reach(m: int | None) -> int:
@@ -509,18 +512,22 @@ def _verdict(pair: PairResult, band: tuple[int, int]) -> str:
     if claim is None:
         runs = ", ".join(f"{w} at {_k(pair.lengths[i])}" for i, w in s.clear)
         return (
-            head + f"no consistent winner ({runs}{tie_note}): the order flips more than once, so neither is preferred."
+            head + f"no consistent winner ({runs}{tie_note}; {pair.response}-token responses): the order flips more "
+            "than once, so neither is preferred."
         )
     x = claim.length
     short, long_ = winners[0], winners[-1]
-    ci = f" (95% CI {_k(pair.ci[0])}-{_k(pair.ci[1])})" if pair.ci else ""
+    ci = f"95% CI {_k(pair.ci[0])}-{_k(pair.ci[1])}; " if pair.ci else ""
     if hi_b <= x:
         where = f"the whole agentic band ({_k(lo_b)}-{_k(hi_b)}) lies below it, so {short} wins agentic turns"
     elif lo_b >= x:
         where = f"the whole agentic band ({_k(lo_b)}-{_k(hi_b)}) lies above it, so {long_} wins agentic turns"
     else:
         where = f"it falls inside the agentic band ({_k(lo_b)}-{_k(hi_b)}): {short} wins turns below it, {long_} above"
-    return head + f"{short} is faster below ~{_k(x)} tokens and {long_} above{ci}{tie_note}; {where}."
+    return head + (
+        f"{short} is faster below ~{_k(x)} tokens and {long_} above ({ci}{pair.response}-token responses{tie_note}); "
+        f"{where}."
+    )
 
 
 def relation(pair: PairResult) -> str:
