@@ -97,7 +97,7 @@ def tune_body(config: str, variant: str | None, s: advise.Search) -> dict:
     }
 
 
-def fill(study, rates=RATES, tune=True, study_artifact=True):
+def fill(study, rates=RATES, tune=True, study_artifact=True, sent_at=0):
     with Store(study) as st:
         run = st.begin_run("study", ["xover", "study"], _prov())
         for label, (prefill, decode) in rates.items():
@@ -119,7 +119,7 @@ def fill(study, rates=RATES, tune=True, study_artifact=True):
                             L,
                             rep,
                             f"{label}{L}{rep}",
-                            0,
+                            sent_at,
                             ns - 10,
                             ns,
                             ns + 2 * 10**9,
@@ -251,6 +251,26 @@ def test_a_study_of_one_configuration_and_its_tuned_variant_answers_that_pair(tm
     assert v[0].startswith(
         "Tuned against llama.cpp's defaults: cpu vs cpu tuned: cpu tuned is faster at every measured length"
     ), v
+
+
+def test_a_pair_measured_hours_apart_is_told_so(tmp_path):
+    """A study resumed in another session measured one side of the pair there: the verdict stands, with a
+    caution naming when and in which runs, since the machine may have drifted in between (decode above all).
+    Runs minutes apart (a study's servers one after another) need none."""
+    hour = 3600 * 10**9
+    fill(tmp_path, rates={"gpu": RATES["gpu"]}, tune=False, sent_at=1_764_000_000 * 10**9)
+    fill(tmp_path, rates={"cpu": RATES["cpu"]}, tune=False, sent_at=1_764_000_000 * 10**9 + hour // 2)
+    v = build_report(load(tmp_path), response=200, n_boot=0).verdicts
+    assert len(v) == 1 and v[0].startswith("gpu vs cpu: gpu is faster"), v
+    fill(tmp_path / "apart", rates={"gpu": RATES["gpu"]}, tune=False, sent_at=1_764_000_000 * 10**9)
+    fill(tmp_path / "apart", rates={"cpu": RATES["cpu"]}, tune=False, sent_at=1_764_000_000 * 10**9 + 3 * hour)
+    v = build_report(load(tmp_path / "apart"), response=200, n_boot=0).verdicts
+    assert len(v) == 2 and v[0].startswith("gpu vs cpu: gpu is faster"), v
+    assert v[1] == (
+        "Measured 3.0 h apart: gpu's cold samples at 2025-11-24T16:00-16:00 UTC (run 1), cpu's at "
+        "2025-11-24T19:00-19:00 UTC (run 2). Their difference includes any drift of the machine in between (its decode "
+        "speed above all): compare them with care, or measure both again together."
+    )
 
 
 def test_the_tuning_section_shows_flags_command_effects_and_no_effect(tmp_path):

@@ -11,6 +11,7 @@ import base64
 import dataclasses
 import html
 import itertools
+import time
 from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -170,6 +171,40 @@ def _verdict_pairs(lay: Layout, by_label: Mapping[str, ConfigData]) -> list[tupl
     return out
 
 
+APART_S = 3600.0
+"""Two configurations whose cold samples are further apart than this in time were measured apart (a study resumed
+in another session, say): :func:`apart_note` says so."""
+
+
+def apart_note(data: StudyData, a: str, b: str) -> str | None:
+    """A caution when the cold samples of two configurations lie more than :data:`APART_S` apart in time: their
+    comparison then includes whatever the machine did in between. None when they were measured together."""
+    sent: dict[str, list[int]] = {a: [], b: []}
+    runs: dict[str, set[int]] = {a: set(), b: set()}
+    for row in data.ttft_rows:
+        s = row.sample
+        if row.label in sent and s.mode == "cold" and s.cache_ok and s.error is None:
+            sent[row.label].append(s.sent_at_unix_ns)
+            runs[row.label].add(row.run_id)
+    if not sent[a] or not sent[b]:
+        return None
+    (a0, a1), (b0, b1) = ((min(sent[x]), max(sent[x])) for x in (a, b))
+    gap_s = max(b0 - a1, a0 - b1) / 1e9
+    if gap_s <= APART_S:
+        return None
+
+    def span(label: str) -> str:
+        t0, t1 = (time.strftime("%Y-%m-%dT%H:%M", time.gmtime(t / 1e9)) for t in (min(sent[label]), max(sent[label])))
+        ids = ", ".join(str(i) for i in sorted(runs[label]))
+        return f"{t0}-{t1[-5:]} UTC (run{'s' if len(runs[label]) > 1 else ''} {ids})"
+
+    return (
+        f"Measured {gap_s / 3600:.1f} h apart: {a}'s cold samples at {span(a)}, {b}'s at {span(b)}. Their difference "
+        "includes any drift of the machine in between (its decode speed above all): compare them with care, or "
+        "measure both again together."
+    )
+
+
 def build_report(
     data: StudyData, response: int = 200, band: tuple[int, int] = AGENTIC_BAND, n_boot: int = 500
 ) -> Report:
@@ -200,6 +235,7 @@ def build_report(
             )
         elif a != b:
             lines.append(prefix + verdict(full[(a, b)], band))
+            lines.append(apart_note(data, a, b))
     best = {b: v for b, v in lay.tuned.items() if v in by_label}
     if best:
         bases = [b for b in lay.bases if b in by_label]
