@@ -372,11 +372,12 @@ def verdict(pair: PairResult, band: tuple[int, int] = (10_000, 40_000)) -> str:
     claimed between lengths where each side is clearly faster, so noise never reads as a crossing. A side
     whose placement cannot hold the band's prompts (``max_prompt``) never wins the band. Lengths only one
     side measured, the other too slow for them (:func:`beyond_shared`), are told after the shared ones."""
-    held = _band_held(pair, band)
+    beyond = beyond_shared(pair)
+    held = _band_held(pair, band, beyond)
     if held is not None:
         return held
-    told, beyond = _verdict(pair, band), beyond_shared(pair)
-    return told if beyond is None or beyond in told else f"{told[:-1]}; {beyond}."
+    told = _verdict(pair, band, beyond is not None)
+    return told if beyond is None else f"{told[:-1]}; {beyond}."
 
 
 CLEAR_OF_ESTIMATE = 2.0
@@ -400,21 +401,20 @@ def beyond_shared(pair: PairResult) -> str | None:
         clause = f"past {_k(pair.lengths[-1])} only {measured} was measured ({totals} a turn)"
         est = dict(slow)
         floors = [(L, t, est[L]) for L, t in only if L in est]
+        ests = ", ".join(f"{_k(L)} about {e:.0f} s" for L, _, e in floors)
         if floors and len(floors) == len(only) and all(e >= CLEAR_OF_ESTIMATE * t for _, t, e in floors):
-            ests = ", ".join(f"{_k(L)} about {e:.0f} s" for L, _, e in floors)
             return clause + (
                 f"; {other} was too slow to measure there, and its estimated cold TTFT alone ({ests}, scaled "
                 f"linearly from shorter prompts) is more than {CLEAR_OF_ESTIMATE:g}x {measured}'s whole turn, so "
                 f"{measured} is faster there"
             )
         if floors:
-            ests = ", ".join(f"{_k(L)} about {e:.0f} s" for L, _, e in floors)
             return clause + f"; {other} was too slow to measure there (estimated cold TTFT {ests})"
         return clause + f"; {other} has no measurement there"
     return None
 
 
-def _band_held(pair: PairResult, band: tuple[int, int]) -> str | None:
+def _band_held(pair: PairResult, band: tuple[int, int], beyond: str | None) -> str | None:
     """The verdict when a side's placement cannot hold prompts up to the band's end: what the measurements
     say over the lengths both hold, then who can serve the band at all."""
     lo_b, hi_b = band
@@ -446,7 +446,6 @@ def _band_held(pair: PairResult, band: tuple[int, int]) -> str | None:
         return "all of it" if m is None or m >= hi_b else ("none of it" if m < lo_b else f"it up to {_k(m)}")
 
     ra, rb = reach(pair.max_prompt_a), reach(pair.max_prompt_b)
-    beyond = beyond_shared(pair)
     if beyond is not None:
         head += f"; {beyond}"
     sentence = (
@@ -467,7 +466,9 @@ def _band_held(pair: PairResult, band: tuple[int, int]) -> str | None:
     return sentence + "."
 
 
-def _verdict(pair: PairResult, band: tuple[int, int]) -> str:
+def _verdict(pair: PairResult, band: tuple[int, int], told_beyond: bool) -> str:
+    """The verdict over the shared lengths; ``told_beyond``: :func:`beyond_shared` is appended after it, so the
+    data stopping short of the band is not said twice."""
     head = f"{pair.a} vs {pair.b}: "
     lo_b, hi_b = band
     s = sides(pair)
@@ -499,9 +500,8 @@ def _verdict(pair: PairResult, band: tuple[int, int]) -> str:
                     f"beyond both the measured lengths and that crossing, so measure prompts up to "
                     f"{_k(hi_b)} tokens before choosing (measured, {winner} wins)."
                 )
-        beyond = beyond_shared(pair)
-        if pair.lengths[-1] < lo_b and beyond is not None:  # one side alone was measured further
-            return f"{sentence}; {beyond}."
+        if pair.lengths[-1] < lo_b and told_beyond:  # one side alone was measured further: that is told next
+            return sentence + "."
         if pair.lengths[-1] < lo_b:  # the data stop short of the band: say so instead of extrapolating silently
             return sentence + (
                 f"; the agentic band ({_k(lo_b)}-{_k(hi_b)} tokens) lies beyond the longest measured "
