@@ -15,7 +15,7 @@ import time
 from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from xover.analysis.crossover import (
     ConfigData,
@@ -39,7 +39,7 @@ from xover.report.fit import fit_blocks
 from xover.report.rpclink import rpc_link_blocks
 from xover.report.translate import translation_blocks
 from xover.report.tune import Block, Layout, Measured, blocks, layout, section_html, section_markdown
-from xover.results.read_model import StudyData, crossover_inputs, vram_budgets
+from xover.results.read_model import StudyData, crossover_inputs, skipped_points, vram_budgets
 
 if TYPE_CHECKING:
     from xover.analysis.advise import Advice
@@ -181,10 +181,9 @@ def apart_note(data: StudyData, a: str, b: str) -> str | None:
     comparison then includes whatever the machine did in between. None when they were measured together."""
     sent: dict[str, list[int]] = {a: [], b: []}
     runs: dict[str, set[int]] = {a: set(), b: set()}
-    for row in data.ttft_rows:
-        s = row.sample
-        if row.label in sent and s.mode == "cold" and s.cache_ok and s.error is None:
-            sent[row.label].append(s.sent_at_unix_ns)
+    for row in data.cold_rows():
+        if row.label in sent:
+            sent[row.label].append(row.sample.sent_at_unix_ns)
             runs[row.label].add(row.run_id)
     if not sent[a] or not sent[b]:
         return None
@@ -397,9 +396,6 @@ def cold_check_table(data: StudyData) -> tuple[list[str], list[list[str]]]:
 
 def skipped_table(data: StudyData) -> tuple[list[str], list[list[str]]]:
     """The lengths not measured because a configuration was too slow for them (artifact ``ttft-skipped``)."""
-    seen: dict[tuple[str, int], dict[str, Any]] = {}
-    for body in data.artifact_bodies("ttft-skipped"):
-        seen[(str(body["config"]), int(body["length"]))] = body
     header = ["config", "prompt", "estimated cold TTFT", "from the samples at", "max-ttft"]
     rows = [
         [
@@ -409,7 +405,7 @@ def skipped_table(data: StudyData) -> tuple[list[str], list[list[str]]]:
             format_tokens(int(b["from_length"])),
             f"{b['max_ttft_s']:.0f} s",
         ]
-        for (lb, L), b in sorted(seen.items())
+        for (lb, L), b in sorted(skipped_points(data).items())
     ]
     return header, rows
 

@@ -85,6 +85,11 @@ class StoredSample:
     model_key: str = ""
 
 
+def _counted_cold(s: TtftSample) -> bool:
+    """A cold sample that passed its cold check and completed."""
+    return s.mode == "cold" and s.cache_ok and s.error is None and s.first_token_ns is not None
+
+
 @dataclasses.dataclass(frozen=True)
 class StoredTurn:
     """An agentic session turn with its row, run and model."""
@@ -194,11 +199,11 @@ class StudyData:
 
     def cold_samples(self) -> list[tuple[str, TtftSample]]:
         """Cold samples that passed their cold check and completed; the only ones averaged as cold."""
-        return [
-            (lb, s)
-            for lb, s in self.ttft
-            if s.mode == "cold" and s.cache_ok and s.error is None and s.first_token_ns is not None
-        ]
+        return [(lb, s) for lb, s in self.ttft if _counted_cold(s)]
+
+    def cold_rows(self) -> list[StoredSample]:
+        """The rows of :meth:`cold_samples`, with their run and model."""
+        return [row for row in self.ttft_rows if _counted_cold(row.sample)]
 
     def artifact_bodies(self, name: str) -> list[Any]:
         """The bodies of the artifacts called ``name``, oldest first."""
@@ -377,12 +382,18 @@ def crossover_inputs(data: StudyData) -> list[ConfigData]:
     return out
 
 
+def skipped_points(data: StudyData) -> dict[tuple[str, int], dict[str, Any]]:
+    """(configuration, prompt length) -> the latest ``ttft-skipped`` artifact of a length a max-ttft skipped:
+    its estimate (``estimate_s``), the length it was scaled from (``from_length``) and the cap (``max_ttft_s``)."""
+    return {(str(b["config"]), int(b["length"])): b for b in data.artifact_bodies("ttft-skipped")}
+
+
 def too_slow(data: StudyData) -> dict[str, dict[int, float]]:
-    """Configuration -> prompt length -> estimated cold TTFT (s), for the lengths a max-ttft skipped
-    (artifact ``ttft-skipped``; the latest estimate of each)."""
+    """Configuration -> prompt length -> estimated cold TTFT (s), for the lengths a max-ttft skipped (the latest
+    estimate of each, :func:`skipped_points`)."""
     out: dict[str, dict[int, float]] = defaultdict(dict)
-    for body in data.artifact_bodies("ttft-skipped"):
-        out[str(body["config"])][int(body["length"])] = float(body["estimate_s"])
+    for (label, length), body in skipped_points(data).items():
+        out[label][length] = float(body["estimate_s"])
     return dict(out)
 
 
