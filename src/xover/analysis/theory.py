@@ -37,11 +37,12 @@ import dataclasses
 import itertools
 import math
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
 from xover.analysis.crossover import Crossing
 from xover.domain import llama_options as opts
+from xover.domain.config import LlamaConfig
 from xover.errors import XoverError
 from xover.gguf.shapes import (
     TensorTable,
@@ -520,8 +521,9 @@ def attention_row(terms: ModelTerms, length: int, ubatch: int = 512) -> Attentio
 
 
 @dataclasses.dataclass(frozen=True)
-class OffloadConfig:
-    """One llama.cpp configuration the theory predicts: ``--n-cpu-moe``, op offload, ``-ub``, host memory."""
+class Offload:
+    """What the theory models of a configuration (:func:`offload_of` derives it from one): ``--n-cpu-moe``, op
+    offload and its threshold, ``-ub``, and whether host weights are pinned."""
 
     n_cpu_moe: int = 0
     op_offload: bool = True
@@ -544,7 +546,7 @@ class OffloadConfig:
         }
 
 
-def config_labels(configs: Sequence[OffloadConfig]) -> list[str]:
+def config_labels(configs: Sequence[Offload]) -> list[str]:
     """Labels made of what differs between the configurations (``ncmoe=18 nopo=1``), as ``xover bench`` names them."""
     dims = [c.dims() for c in configs]
     names = list(dims[0]) if dims else []
@@ -554,45 +556,20 @@ def config_labels(configs: Sequence[OffloadConfig]) -> list[str]:
     return [" ".join(f"{n}={d[n]}" for n in varying) for d in dims]
 
 
-def config_from_flags(
-    flags: Iterable[tuple[str, str]] = (), env: Iterable[tuple[str, str]] = (), args: Sequence[str] = ()
-) -> OffloadConfig:
-    """The :class:`OffloadConfig` of a measured configuration: llama-bench ``(flag, value)`` fields,
-    environment pairs, and/or a llama-server argv (``--n-cpu-moe 18 --no-op-offload -ub 256 --no-mmap``).
-    Settings not given keep llama.cpp's defaults (op offload on, ubatch 512, mmap)."""
-    values: dict[str, Any] = {}
-    pairs = list(flags)
-    i = 0
-    while i < len(args):
-        a = args[i]
-        has_value = i + 1 < len(args) and re.match(r"-?\d|[^-]", args[i + 1]) is not None
-        if a in ("--no-mmap", "--mmap"):
-            pairs.append(("-lm", "none" if a == "--no-mmap" else "mmap"))
-        elif has_value:
-            pairs.append((a, args[i + 1]))
-            i += 1
-        elif a in opts.NO_OP_OFFLOAD.spellings:
-            pairs.append((opts.NO_OP_OFFLOAD.bench[0], "1"))
-        i += 1
-    for flag, value in pairs:
-        option = opts.by_spelling(flag)
-        try:
-            if option is opts.N_CPU_MOE:
-                values["n_cpu_moe"] = int(value)
-            elif option is opts.UBATCH_SIZE:
-                values["ubatch"] = int(value)
-            elif option is opts.NO_OP_OFFLOAD:
-                values["op_offload"] = value in ("0", "false", "off")
-            elif option is opts.LOAD_MODE:
-                values["pinned"] = value == "none"
-            elif flag.lstrip("-") in ("mmp", "mmap"):  # llama.cpp before -lm
-                values["pinned"] = value in ("0", "false", "off")
-        except ValueError:
-            raise XoverError(f"{flag} {value!r} is not a number: fix the configuration's flags") from None
-    for name, value in env:
-        if name == opts.OP_OFFLOAD_MIN_BATCH.name:
-            values["op_offload_min_batch"] = int(value)
-    return OffloadConfig(**values)
+def offload_of(config: LlamaConfig) -> Offload:
+    """The theory's view of a configuration, read through the option table: settings it does not give keep
+    llama.cpp's defaults (op offload on, ubatch 512, mmap); ``--no-mmap`` passed through to llama-server pins
+    host weights as ``-lm none`` does."""
+    try:
+        return Offload(
+            n_cpu_moe=config.n_cpu_moe,
+            op_offload=config.get(opts.NO_OP_OFFLOAD.name) != "1",
+            ubatch=int(config.int_value(opts.UBATCH_SIZE.name) or opts.UBATCH_SIZE.default),
+            pinned=config.get(opts.LOAD_MODE.name) == "none" or "--no-mmap" in config.server_args,
+            op_offload_min_batch=int(config.get(opts.OP_OFFLOAD_MIN_BATCH.name) or OP_OFFLOAD_MIN_BATCH),
+        )
+    except ValueError:
+        raise XoverError(f"{config.name}: a setting the theory reads is not a number") from None
 
 
 Basis = Literal["prediction", "limit"]
@@ -667,7 +644,7 @@ class _Rates:
     tile_padding: bool = False  # expert matmuls on the GPU pay MMQ's tile padding (prediction basis, not RDNA3/4)
 
 
-def _rates(hw: Hardware, cfg: OffloadConfig, basis: Basis) -> _Rates:
+def _rates(hw: Hardware, cfg: Offload, basis: Basis) -> _Rates:
     g = hw.gpu
     if g is None:
         return _Rates(False, 0.0, 0.0, hw.cpu.flops_per_s, hw.cpu.mem_bw_bytes_per_s, 0.0)
@@ -699,7 +676,7 @@ class _Costs:
     decode_per_key_s: float
     terms: ModelTerms
     rates: _Rates
-    cfg: OffloadConfig
+    cfg: Offload
     decode_per_swa_key_s: float = 0.0  # sliding-window layers: at most window + 1 keys per decoded token
     _memo: dict[int, float] = dataclasses.field(default_factory=dict, compare=False, repr=False)
 
@@ -789,7 +766,7 @@ class _Costs:
         return self.prefill_s(length) + self.decode_sum_s(length, response)
 
 
-def _costs(terms: ModelTerms, hw: Hardware, cfg: OffloadConfig, basis: Basis) -> _Costs:
+def _costs(terms: ModelTerms, hw: Hardware, cfg: Offload, basis: Basis) -> _Costs:
     _check_ncmoe(terms, cfg.n_cpu_moe)
     r = _rates(hw, cfg, basis)
     frac = terms.active_fraction
@@ -816,9 +793,7 @@ class RooflineLimit:
     decode_tps: float  # one token at depth (llama-bench tg @ dN)
 
 
-def roofline_limit(
-    terms: ModelTerms, hw: Hardware, config: OffloadConfig, depth: int, pp_tokens: int = 512
-) -> RooflineLimit:
+def roofline_limit(terms: ModelTerms, hw: Hardware, config: Offload, depth: int, pp_tokens: int = 512) -> RooflineLimit:
     """The roofline ceiling on prefill and decode tok/s at ``depth``: the theory at the datasheet fp16
     peak and the bandwidth ceilings. Show a measured ``pp512 @ dN`` / ``tg128 @ dN`` as a share of it."""
     c = _costs(terms, hw, config, "limit")
@@ -849,7 +824,7 @@ class PredictedPoint:
 
 
 def predict_point(
-    terms: ModelTerms, hw: Hardware, config: OffloadConfig, length: int, response: int = 200, pp_tokens: int = 512
+    terms: ModelTerms, hw: Hardware, config: Offload, length: int, response: int = 200, pp_tokens: int = 512
 ) -> PredictedPoint:
     """Predicted prefill, decode, TTFT and total time at one prompt length."""
     return _point(
@@ -918,7 +893,7 @@ def crossings(a: _Costs, b: _Costs, response: int, max_length: int, measured: tu
 def predicted_pairs(
     terms: ModelTerms,
     hw: Hardware,
-    configs: Sequence[OffloadConfig],
+    configs: Sequence[Offload],
     lengths: Sequence[int],
     response: int = 200,
     max_length: int | None = None,
@@ -1074,7 +1049,7 @@ def plan_placement(
 PREDICTION_SCHEMA = "xover.prediction/1"
 
 
-def assumptions(hw: Hardware, configs: Sequence[OffloadConfig]) -> list[str]:
+def assumptions(hw: Hardware, configs: Sequence[Offload]) -> list[str]:
     """The assumptions every stored prediction states."""
     out = [
         (
@@ -1123,19 +1098,27 @@ def _scan_lengths(lengths: Sequence[int]) -> list[int]:
     return sorted(grid | set(lengths))
 
 
-def build_prediction(
-    terms: ModelTerms,
-    hw: Hardware,
-    configs: Sequence[OffloadConfig],
-    lengths: Sequence[int],
-    model: Mapping[str, Any],
-    created_at: str,
-    created_unix_ns: int,
-    response: int = 200,
-    pp_tokens: int = 512,
-    vram_budget_bytes: int | None = None,
-    headroom_bytes: int = DEFAULT_HEADROOM_BYTES,
-) -> dict[str, Any]:
+@dataclasses.dataclass(frozen=True)
+class TheoryInputs:
+    """What a prediction and a theory report are made of: the model's terms, the hardware, the configurations
+    (their theory views), the prompt lengths, the caller's description of the model and the moment it was made,
+    the response length, the new tokens of ``pp @ depth``, and an optional VRAM budget with the headroom kept
+    free in it."""
+
+    terms: ModelTerms
+    hw: Hardware
+    configs: tuple[Offload, ...]
+    lengths: tuple[int, ...]
+    model: Mapping[str, Any]
+    created_at: str
+    created_unix_ns: int
+    response: int = 200
+    pp_tokens: int = 512
+    vram_budget_bytes: int | None = None
+    headroom_bytes: int = DEFAULT_HEADROOM_BYTES
+
+
+def build_prediction(inputs: TheoryInputs) -> dict[str, Any]:
     """The prediction as a JSON-able dict, to be stored before anything is measured.
 
     Schema (``"schema": "xover.prediction/1"``)::
@@ -1154,6 +1137,8 @@ def build_prediction(
     ``fits`` is whether the configuration's GPU buffers at a context of L + R tokens, plus
     ``headroom_bytes``, fit ``vram_budget_bytes`` (None when no budget was given or there is no GPU).
     """
+    terms, hw, configs, lengths = inputs.terms, inputs.hw, inputs.configs, inputs.lengths
+    response, pp_tokens, vram_budget_bytes = inputs.response, inputs.pp_tokens, inputs.vram_budget_bytes
     if not configs or not lengths:
         raise XoverError("a prediction needs at least one --ncmoe value and one --lengths value")
     labels = config_labels(configs)
@@ -1167,16 +1152,16 @@ def build_prediction(
             fits = None
             if vram_budget_bytes is not None and hw.gpu is not None:
                 need = memory_estimate(terms, cfg.n_cpu_moe, L + response, cfg.ubatch)
-                fits = need.total_bytes + headroom_bytes <= vram_budget_bytes
+                fits = need.total_bytes + inputs.headroom_bytes <= vram_budget_bytes
             points.append({**dataclasses.asdict(by_length[L]), "fits": fits})
         curve = {m: [getattr(p, m) for p in scan] for m in ("length", *METRICS)}
         entries.append({"label": label, **dataclasses.asdict(cfg), "points": points, "curve": curve})
     pairs = predicted_pairs(terms, hw, configs, lengths, response)
     return {
         "schema": PREDICTION_SCHEMA,
-        "created_at": created_at,
-        "created_unix_ns": created_unix_ns,
-        "model": dict(model),
+        "created_at": inputs.created_at,
+        "created_unix_ns": inputs.created_unix_ns,
+        "model": dict(inputs.model),
         "hardware": hw.to_dict(),
         "assumptions": assumptions(hw, configs),
         "response_tokens": response,
@@ -1197,12 +1182,10 @@ def build_prediction(
     }
 
 
-def predicted_value(
-    prediction: Mapping[str, Any], config: str | OffloadConfig, length: int, metric: str
-) -> float | None:
+def predicted_value(prediction: Mapping[str, Any], config: str | Offload, length: int, metric: str) -> float | None:
     """The value a stored prediction gave for ``metric`` of ``config`` at ``length``.
 
-    ``config`` is a stored label or the :class:`OffloadConfig` of what was measured (see
+    ``config`` is a stored label or the :class:`Offload` of what was measured (see
     :func:`config_from_flags`). Lengths between stored ones are interpolated linearly in the stored
     curve; None when the configuration was not predicted or the length lies outside the curve.
     """
@@ -1222,10 +1205,10 @@ def predicted_value(
     return float(ys[0])
 
 
-def _same_config(entry: Mapping[str, Any], config: str | OffloadConfig) -> bool:
+def _same_config(entry: Mapping[str, Any], config: str | Offload) -> bool:
     if isinstance(config, str):
         return bool(entry["label"] == config)
-    return all(entry[f.name] == getattr(config, f.name) for f in dataclasses.fields(OffloadConfig))
+    return all(entry[f.name] == getattr(config, f.name) for f in dataclasses.fields(Offload))
 
 
 # --------------------------------------------------------------------------------------------------
@@ -1282,21 +1265,11 @@ def architecture_terms(terms: ModelTerms, ubatch: int = 512) -> dict[str, Any]:
     }
 
 
-def theory_report(
-    terms: ModelTerms,
-    hw: Hardware,
-    configs: Sequence[OffloadConfig],
-    lengths: Sequence[int],
-    model: Mapping[str, Any],
-    created_at: str,
-    created_unix_ns: int,
-    response: int = 200,
-    pp_tokens: int = 512,
-    vram_budget_bytes: int | None = None,
-    headroom_bytes: int = DEFAULT_HEADROOM_BYTES,
-) -> dict[str, Any]:
+def theory_report(inputs: TheoryInputs) -> dict[str, Any]:
     """Decode and prefill intensity, ridges, expert coverage, attention growth, predictions and (with a
     VRAM budget) placement, as one JSON-able dict (``"schema": "xover.theory/1"``)."""
+    terms, hw, configs, lengths = inputs.terms, inputs.hw, inputs.configs, inputs.lengths
+    vram_budget_bytes, headroom_bytes = inputs.vram_budget_bytes, inputs.headroom_bytes
     ubatch = configs[0].ubatch if configs else 512
     ubatches = sorted({*INTENSITY_UBATCHES, *(c.ubatch for c in configs)})
     placement = None
@@ -1317,8 +1290,8 @@ def theory_report(
         }
     return {
         "schema": THEORY_SCHEMA,
-        "created_at": created_at,
-        "model": dict(model),
+        "created_at": inputs.created_at,
+        "model": dict(inputs.model),
         "hardware": hw.to_dict(),
         "decode": {
             "note": decode_intensity_note(terms),
@@ -1357,17 +1330,5 @@ def theory_report(
         "architecture": architecture_terms(terms, ubatch),
         "attention": {"ubatch": ubatch, "rows": [dataclasses.asdict(attention_row(terms, L, ubatch)) for L in lengths]},
         "placement": placement,
-        "prediction": build_prediction(
-            terms,
-            hw,
-            configs,
-            lengths,
-            model,
-            created_at,
-            created_unix_ns,
-            response,
-            pp_tokens,
-            vram_budget_bytes,
-            headroom_bytes,
-        ),
+        "prediction": build_prediction(inputs),
     }

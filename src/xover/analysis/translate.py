@@ -27,7 +27,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 
-from xover.analysis.theory import ModelTerms, OffloadConfig, predict_point
+from xover.analysis.theory import ModelTerms, Offload, predict_point
 from xover.hardware.profiles import HOSTS, PROFILES, Hardware
 
 
@@ -86,7 +86,7 @@ class Ratio:
     target_decode_limit_tps: float  # the same on the target
 
 
-def ratio(terms: ModelTerms, source: Hardware, target: Hardware, config: OffloadConfig, length: int) -> Ratio:
+def ratio(terms: ModelTerms, source: Hardware, target: Hardware, config: Offload, length: int) -> Ratio:
     src = predict_point(terms, source, config, length)
     tgt = predict_point(terms, target, config, length)
     return Ratio(
@@ -128,7 +128,7 @@ def translate(
     terms: ModelTerms,
     source: Hardware,
     target: Hardware,
-    config: OffloadConfig,
+    config: Offload,
     measured: Sequence[tuple[int, float, float]],
     response: int,
 ) -> tuple[Translated, ...]:

@@ -18,20 +18,9 @@ if TYPE_CHECKING:
 
     from xover.analysis.advise import Knob, Workload
 
-# --option -> knob name (xover.analysis.advise.default_knobs)
-_CANDIDATE_OPTIONS = {
-    "load_mode": "load-mode",
-    "ubatch": "ubatch-size",
-    "batch": "batch-size",
-    "no_op_offload": "no-op-offload",
-    "op_offload_min_batch": "GGML_OP_OFFLOAD_MIN_BATCH",
-    "threads": "threads",
-}
-
 
 @click.command(context_settings={"show_default": True})
 @options.model("The GGUF model.")
-@options.sweep("--ncmoe", help="--n-cpu-moe levels, each searched on its own [default: none passed].")
 @click.option(
     "--workload",
     default="agentic",
@@ -39,12 +28,7 @@ _CANDIDATE_OPTIONS = {
     help="agentic: prompts uniform over 10K-40K tokens (scaled down to fit the model's training context, "
     "then --budget); FILE: one turn per line, PROMPT_TOKENS[,RESPONSE_TOKENS[,WEIGHT]].",
 )
-@click.option(
-    "--lengths",
-    default=None,
-    metavar="L,...",
-    help="Prompt lengths, uniform (overrides --workload agentic; 4k = 4096).",
-)
+@options.lengths(None, "Prompt lengths, uniform (overrides --workload agentic; 4k = 4096).")
 @options.response_tokens(200, "Tokens generated per turn.", show_default=None)
 @click.option(
     "--knobs",
@@ -54,15 +38,7 @@ _CANDIDATE_OPTIONS = {
     help="Knobs to search [default: all]: load-mode (lm), ubatch-size (ub), batch-size (b), no-op-offload (nopo), "
     "GGML_OP_OFFLOAD_MIN_BATCH, threads (t).",
 )
-@options.sweep("--load-mode", metavar="V,...", help="-lm values to try [default: none].")
-@options.sweep(
-    "--ubatch",
-    help="-ub values to try [default: 1024,2048,4096, those above half the model's training context left out].",
-)
-@options.sweep("--batch", help="-b values to try [default: 4096].")
-@options.sweep("--no-op-offload", metavar="0,1", help="-nopo values to try [default: 1].")
-@options.sweep("--op-offload-min-batch", help="GGML_OP_OFFLOAD_MIN_BATCH values to try [default: 1024].")
-@options.sweep("-t", "--threads", help="-t values to try [default: half and all logical CPUs].")
+@options.table_options("Values to try (--ncmoe: the levels, each searched on its own): ")
 @click.option(
     "-r",
     "--repetitions",
@@ -101,17 +77,10 @@ _CANDIDATE_OPTIONS = {
 @options.llama_bin_dir("llama-bench and llama-server")
 def advise(
     model: Path,
-    ncmoe: tuple[str, ...],
     workload: str,
     lengths: str | None,
     response_tokens: int,
     knob_names: str | None,
-    load_mode: tuple[str, ...],
-    ubatch: tuple[str, ...],
-    batch: tuple[str, ...],
-    no_op_offload: tuple[str, ...],
-    op_offload_min_batch: tuple[str, ...],
-    threads: tuple[str, ...],
     repetitions: int,
     chunk: int | None,
     n_gen: int,
@@ -122,6 +91,7 @@ def advise(
     timeout_s: float | None,
     vram_budget: str | None,
     llama_bin_dir: Path | None,
+    **swept: tuple[str, ...],
 ) -> None:
     """The llama.cpp settings with the lowest expected time per turn, and what they gain over the defaults.
 
@@ -142,33 +112,17 @@ def advise(
     """
     from xover.analysis import advise as adv
     from xover.console import console
-    from xover.domain.study_spec import LOAD_MODES
     from xover.llamacpp.binaries import resolve
     from xover.measure.advise import AdviseSpec, run_advise
     from xover.measure.events import ConfigFailed, Measured, Measuring, Note, SampleDone, ServerUp
     from xover.report.advise import advise_section_markdown
     from xover.untrusted import visible
 
+    given = dict((o.name, v) for o, v in options.table_values(swept))
+    levels = tuple(int(v) for v in given.pop("n-cpu-moe", ())) or (None,)
     knobs = adv.default_knobs(os.cpu_count() or 1)
-    given = {
-        "load_mode": load_mode,
-        "ubatch": ubatch,
-        "batch": batch,
-        "no_op_offload": no_op_offload,
-        "op_offload_min_batch": op_offload_min_batch,
-        "threads": threads,
-    }
-    for option, values in given.items():
-        if not values:
-            continue
-        flag = "--" + option.replace("_", "-")
-        if option == "load_mode":
-            parsed: tuple[object, ...] = options.choices(flag, values, LOAD_MODES)
-        elif option == "no_op_offload":
-            parsed = options.choices(flag, values, ("0", "1"))
-        else:
-            parsed = options.ints(flag, values, minimum=1)
-        knobs = adv.with_candidates(knobs, _CANDIDATE_OPTIONS[option], [str(v) for v in parsed])
+    for name, values in given.items():
+        knobs = adv.with_values_to_try(knobs, name, values)
     if knob_names is not None:
         wanted = [n.strip() for n in knob_names.split(",") if n.strip()]
         known = {k.name: k for k in knobs} | {k.short: k for k in knobs}
@@ -185,8 +139,7 @@ def advise(
     dropped: list[Knob] = []
     if backend == "cpu" and knob_names is None:
         # pinned memory, op offload and its threshold only change how weights reach a GPU: nothing to copy here
-        named = {_CANDIDATE_OPTIONS[option] for option, values in given.items() if values}
-        dropped = [k for k in knobs if k.gpu_only and k.name not in named]
+        dropped = [k for k in knobs if k.gpu_only and k.name not in given]
         knobs = tuple(k for k in knobs if k not in dropped)
 
     from xover.gguf.inspect import model_context
@@ -194,14 +147,14 @@ def advise(
     if not model.is_file():
         raise XoverError(f"model {model} does not exist: pass -m PATH to a .gguf file")
     context = model_context(model)
-    if not ubatch and context.n_ctx_train:
+    if "ubatch-size" not in given and context.n_ctx_train:
         knobs = _ubatches_that_fit(knobs, context.n_ctx_train, context.name, console)
 
     response = response_tokens
     if lengths is not None:
         if workload != "agentic":
             raise XoverError("give either --lengths or --workload FILE, not both")
-        from xover.domain.study_spec import parse_lengths
+        from xover.domain.prompts import parse_lengths
 
         the_workload: adv.Workload | None = adv.uniform_workload(parse_lengths(lengths), response)
     elif workload == "agentic":
@@ -216,7 +169,6 @@ def advise(
             ) from None
         the_workload = adv.parse_workload(text, response, path.name)
 
-    levels = options.ints("--ncmoe", ncmoe) or (None,)
     if the_workload is not None:
         _check_context(model, levels, the_workload, knobs, chunk, n_gen, "--lengths" if lengths else "--workload")
     spec = AdviseSpec(

@@ -64,7 +64,6 @@ class _ProgressView:
 
 @click.command(context_settings={"show_default": True})
 @options.model("The GGUF model to benchmark.", dir_okay=True)
-@options.sweep("--ncmoe", help="--n-cpu-moe values to sweep: experts of the first N layers stay in host memory.")
 @click.option(
     "--depth",
     default="1000,4000,16000,32000",
@@ -73,28 +72,8 @@ class _ProgressView:
 )
 @click.option("--pp", "n_prompt", type=int, default=512, help="Prefill test size in tokens (0: no prefill tests).")
 @click.option("--tg", "n_gen", type=int, default=128, help="Decode test size in tokens (0: no decode tests).")
-@options.sweep("-t", "--threads", help="CPU threads (llama-bench -t) to sweep [default: llama-bench's].")
-@options.sweep(
-    "--load-mode",
-    metavar="none,mmap,...",
-    help="Model load modes (-lm) to sweep: none keeps weights in (pinned, on GPU builds) host buffers, mmap maps the file.",
-)
-@options.sweep("--batch", help="Logical batch sizes (-b) to sweep; llama.cpp caps the ubatch at the batch.")
-@options.sweep(
-    "--ubatch", help="Micro-batch sizes (-ub) to sweep: tokens per expert copy when op offload runs prefill on the GPU."
-)
-@options.sweep("--flash-attn", metavar="on,off,auto", help="Flash attention (-fa) values to sweep.")
-@options.sweep(
-    "--no-op-offload",
-    metavar="0,1",
-    help="-nopo values to sweep: 1 keeps large batches of CPU-resident experts on the CPU.",
-)
-@options.sweep(
-    "--env",
-    "env",
-    metavar="NAME=V[,V...]",
-    help="Environment variable to sweep, repeatable, e.g. --env GGML_OP_OFFLOAD_MIN_BATCH=32,4096.",
-)
+@options.table_options("To sweep: ")
+@options.env_sweep("Environment variable to sweep, repeatable, e.g. --env GGML_OP_OFFLOAD_MIN_BATCH=32,4096.")
 @click.option("-r", "--repetitions", type=int, default=5, help="Repetitions per test (llama-bench -r).")
 @options.study_dir(
     "Study directory holding results.sqlite [default: studies/bench-<timestamp>]. Reuse it to resume.",
@@ -117,16 +96,9 @@ class _ProgressView:
 @click.argument("extra", nargs=-1, type=click.UNPROCESSED, metavar="[-- LLAMA_BENCH_ARGS...]")
 def bench(
     model: Path,
-    ncmoe: tuple[str, ...],
     depth: str,
     n_prompt: int,
     n_gen: int,
-    threads: tuple[str, ...],
-    load_mode: tuple[str, ...],
-    batch: tuple[str, ...],
-    ubatch: tuple[str, ...],
-    flash_attn: tuple[str, ...],
-    no_op_offload: tuple[str, ...],
     env: tuple[str, ...],
     repetitions: int,
     study_dir: Path | None,
@@ -135,6 +107,7 @@ def bench(
     llama_bin_dir: Path | None,
     vram_budget: str | None,
     extra: tuple[str, ...],
+    **swept: tuple[str, ...],
 ) -> None:
     """Prefill and decode speed at depth (llama-bench), swept across offload configurations.
 
@@ -151,7 +124,7 @@ def bench(
 
     \b
     A configuration is one combination of the swept values (--ncmoe x --load-mode x
-    --batch x --ubatch x --flash-attn x --no-op-offload x --threads x each --env); each
+    --ubatch x --batch x ... x each --env); each
     runs as its own llama-bench process, so one that does not fit, crashes or times out
     is stored as failed and the sweep goes on. Every test is stored the moment it
     finishes, and each configuration's peak memory (VmHWM and the buffers llama.cpp
@@ -173,30 +146,21 @@ def bench(
     Example (module 6.3):
       xover bench -m qwen3-30b-a3b.gguf --ncmoe 12,18 --depth 1000,4000,16000,32000 -t 8
     """
-    from xover.domain.study_spec import LOAD_MODES
     from xover.llamacpp.binaries import resolve
     from xover.measure import bench as benchrun
     from xover.report import export
     from xover.results.read_model import bench_data, load
     from xover.results.store import Store
 
-    spec = benchrun.SweepSpec(
+    spec = benchrun.BenchTests(
         model=model,
-        depths=benchrun.parse_int_list("--depth", depth),
+        depths=options.int_list("--depth", depth),
         n_prompt=n_prompt,
         n_gen=n_gen,
         repetitions=repetitions,
-        ncmoe=options.ints("--ncmoe", ncmoe),
-        load_mode=options.choices("--load-mode", load_mode, LOAD_MODES),
-        batch=options.ints("--batch", batch, minimum=1),
-        ubatch=options.ints("--ubatch", ubatch, minimum=1),
-        flash_attn=options.choices("--flash-attn", flash_attn, benchrun.FLASH_ATTN_CHOICES),
-        no_op_offload=options.ints("--no-op-offload", no_op_offload),
-        threads=options.ints("--threads", threads, minimum=1),
-        env=tuple(benchrun.parse_env(e) for e in env),
-        extra_args=extra,
         timeout_s=timeout_s,
     )
+    configs = benchrun.sweep_configs(options.table_values(swept), options.parse_env(env), extra)
     study_dir = study_dir or Path("studies") / time.strftime("bench-%Y%m%d-%H%M%S")
     binaries = resolve(llama_bin_dir)
     from xover.hardware.vram import holding, parse_budget
@@ -204,7 +168,7 @@ def bench(
     with holding(parse_budget(vram_budget) if vram_budget else None) as hold, _ProgressView() as view:
         if hold is not None:
             console.print(f"[dim]{safe(hold.describe())}[/]")
-        outcome = benchrun.run_sweep(spec, binaries, study_dir, fresh=fresh, command=sys.argv, on_event=view)
+        outcome = benchrun.run_sweep(spec, configs, binaries, study_dir, fresh=fresh, command=sys.argv, on_event=view)
     click.echo(export.render_markdown(bench_data(load(study_dir), {c.key for c in outcome.configs})), nl=False)
     with Store(study_dir) as store:
         peaks = benchrun.memory_by_config(store)

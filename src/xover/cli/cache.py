@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})
 @options.model("GGUF model to serve.", required=False)
-@click.option("--ncmoe", type=click.IntRange(min=0), default=None, metavar="N", help="llama-server --n-cpu-moe N.")
+@options.table_options("llama-server (one value each: the lab runs one configuration): ")
 @click.option(
     "--length", default="16k", show_default=True, metavar="L", help="Prompt length in tokens (1k = 1024), at least 1k."
 )
@@ -30,12 +30,12 @@ if TYPE_CHECKING:
 @options.server_args()
 def cache(
     model: Path | None,
-    ncmoe: int | None,
     length: str,
     study_dir: Path,
     llama_bin_dir: Path | None,
     server_timeout: float,
     extra_args: tuple[str, ...],
+    **swept: tuple[str, ...],
 ) -> None:
     """Prompt-cache lab: cold vs cached, --cache-reuse after a mid-prompt edit, hidden warm caches.
 
@@ -65,16 +65,23 @@ def cache(
         raise XoverError(f"model {model} does not exist: fix -m")
     tokens = parse_length(length)
     planned = sum(len(srv.requests()) for srv in lab_plan(tokens))  # a length the lab cannot use fails here
+    from xover.domain.config import matrix
+    from xover.domain.llama_options import parse_args
     from xover.gguf.inspect import check_offload_and_context
     from xover.llamacpp.server import check_explicit_context
     from xover.measure.cachelab import INSERTED, RESPONSE_TOKENS
 
+    sweeps = options.table_values(swept)
+    several = next((o.cli[-1] for o, values in sweeps if len(values) > 1), None)
+    if several:
+        raise XoverError(f"{several}: the cache lab runs one configuration; give one value")
+    known, rest = parse_args(extra_args, "server")
+    (config,) = [c.with_values({**known, **dict(c.settings)}) for c in matrix(sweeps, server_args=rest)]
     need = tokens + INSERTED + RESPONSE_TOKENS
-    check_offload_and_context(model, [ncmoe] if ncmoe is not None else [], need)
+    check_offload_and_context(model, [config.n_cpu_moe] if config.get("n-cpu-moe") else [], need)
     check_explicit_context(extra_args, need)
     binaries = resolve(llama_bin_dir)
-    label = f"ncmoe={ncmoe}" if ncmoe is not None else "default"
-    server_args = (("--n-cpu-moe", str(ncmoe)) if ncmoe is not None else ()) + tuple(extra_args)
+    label = config.name
 
     with progress_bar() as bar:
         task = bar.add_task("cache lab requests", total=planned)
@@ -96,8 +103,7 @@ def cache(
             binaries,
             model,
             tokens,
-            server_args,
-            label,
+            config,
             command=["xover", *sys.argv[1:]],
             startup_timeout_s=server_timeout,
             on_event=on_event,

@@ -4,9 +4,14 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
+
+from xover.errors import XoverError
+
+if TYPE_CHECKING:
+    from xover.domain.llama_options import LlamaOption
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -89,15 +94,129 @@ def _joined(values: tuple[str, ...]) -> str:
     return ",".join(values)
 
 
+def int_list(option: str, text: str, minimum: int = 0) -> tuple[int, ...]:
+    """``"12,18"`` -> ``(12, 18)``, duplicates dropped; a one-line error naming the option otherwise."""
+    try:
+        values = [int(v) for v in text.split(",")]
+    except ValueError:
+        raise XoverError(f"{option} {text!r} is not a comma-separated list of integers (e.g. {option} 12,18)") from None
+    if any(v < minimum for v in values):
+        raise XoverError(f"{option} {text!r}: values must be at least {minimum}")
+    return tuple(dict.fromkeys(values))
+
+
+def choice_list(option: str, text: str, allowed: Sequence[str]) -> tuple[str, ...]:
+    """``"on,off"`` -> its values among ``allowed``, duplicates dropped; a one-line error otherwise."""
+    values = [v.strip() for v in text.split(",")]
+    bad = [v for v in values if v not in allowed]
+    if bad:
+        raise XoverError(
+            f"{option} {text!r}: {bad[0]!r} is not one of {', '.join(allowed)} (e.g. {option} {','.join(allowed[:2])})"
+        )
+    return tuple(dict.fromkeys(values))
+
+
 def ints(option: str, values: tuple[str, ...], minimum: int = 0) -> tuple[int, ...]:
-    """A swept knob's whole numbers, () when the option is not given."""
-    from xover.measure.bench import parse_int_list
-
-    return parse_int_list(option, _joined(values), minimum) if values else ()
+    """A repeatable option's whole numbers, () when the option is not given."""
+    return int_list(option, _joined(values), minimum) if values else ()
 
 
-def choices(option: str, values: tuple[str, ...], allowed: Sequence[str]) -> tuple[str, ...]:
-    """A swept knob's values among ``allowed``, () when the option is not given."""
-    from xover.measure.bench import parse_choice_list
+# ---- the option table's sweep options (xover bench, xover ttft) and values to try (xover advise) -----------------
 
-    return parse_choice_list(option, _joined(values), allowed) if values else ()
+
+def _dest(option: LlamaOption) -> str:
+    return option.name.replace("-", "_").lower()
+
+
+def table_options(help_prefix: str = "") -> Callable[[F], F]:
+    """One repeatable option per swept llama.cpp option of the table (``--ncmoe``, ``--ubatch``, ``-t``...), each
+    a comma list, with the table's help; ``help_prefix`` leads each help text."""
+    from xover.domain.llama_options import SWEPT
+
+    def wrap(fn: F) -> F:
+        for option in reversed(SWEPT):
+            metavar = (
+                ",".join(option.choices[:2]) + ",..."
+                if option.kind == "choice"
+                else "0,1"
+                if option.kind == "switch"
+                else "N,..."
+            )
+            fn = click.option(
+                *option.cli, _dest(option), multiple=True, metavar=metavar, help=help_prefix + option.help
+            )(fn)
+        return fn
+
+    return wrap
+
+
+def table_values(kwargs: dict[str, Any]) -> list[tuple[LlamaOption, tuple[str, ...]]]:
+    """The values given to :func:`table_options`' options (taken out of ``kwargs``), each checked as the table
+    says, in table order; options not given are left out."""
+    from xover.domain.llama_options import SWEPT
+
+    out = []
+    for option in SWEPT:
+        given: tuple[str, ...] = kwargs.pop(_dest(option), ())
+        flag = option.cli[-1]
+        values = [v.strip() for v in _joined(given).split(",") if v.strip()] if given else []
+        parsed = tuple(dict.fromkeys(option.parse(v, flag) for v in values))
+        if parsed:
+            out.append((option, parsed))
+    return out
+
+
+def env_sweep(help: str) -> Callable[[F], F]:
+    """``--env NAME=V[,V...]``: an environment variable to sweep, repeatable."""
+    return click.option("--env", "env", multiple=True, metavar="NAME=V[,V...]", help=help)
+
+
+def parse_env(texts: Sequence[str]) -> tuple[tuple[str, tuple[str, ...]], ...]:
+    """``--env`` values (``GGML_OP_OFFLOAD_MIN_BATCH=32,4096``) -> each variable and the values to sweep."""
+    import re
+
+    out: list[tuple[str, tuple[str, ...]]] = []
+    for text in texts:
+        name, sep, values = text.partition("=")
+        if not sep or not re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", name) or not values:
+            raise XoverError(
+                f"--env {text!r} is not NAME=VALUE[,VALUE...] (e.g. --env GGML_OP_OFFLOAD_MIN_BATCH=32,4096)"
+            )
+        if name in dict(out):
+            raise XoverError("--env names a variable twice: give all its values in one --env NAME=V1,V2")
+        out.append((name, tuple(dict.fromkeys(values.split(",")))))
+    return tuple(out)
+
+
+def lengths(default: str | None, help: str = "Prompt lengths in tokens: 1k = 1024, 4096, 32K.") -> Callable[[F], F]:
+    """``--lengths L,L,...``: prompt lengths (K = 1024 tokens), read back with
+    :func:`xover.domain.prompts.parse_lengths`."""
+    shown: dict[str, Any] = {"show_default": True} if default is not None else {}
+    return click.option("--lengths", default=default, metavar="L,L,...", help=help, **shown)
+
+
+# The options the theory models (xover.analysis.theory.offload_of), with the theory's defaults: both sides of op
+# offload, the default ubatch and mmapped host weights.
+_MODELLED = (("n-cpu-moe", "0"), ("ubatch-size", "512"), ("no-op-offload", "0,1"), ("load-mode", "mmap"))
+
+
+def modelled_options() -> list[Callable[[F], F]]:
+    """``--ncmoe``, ``--ubatch``, ``--no-op-offload``, ``--load-mode`` as the option table defines them, with the
+    theory's defaults; read back with :func:`table_values`."""
+    from xover.domain.llama_options import BY_NAME
+
+    out: list[Callable[[F], F]] = []
+    for name, default in _MODELLED:
+        option = BY_NAME[name]
+        out.append(
+            click.option(
+                *option.cli,
+                _dest(option),
+                multiple=True,
+                default=(default,),
+                show_default=True,
+                metavar="N,..." if option.kind == "int" else ",".join(option.choices[:2]) if option.choices else "0,1",
+                help=option.help,
+            )
+        )
+    return out

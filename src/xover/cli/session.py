@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import sys
-from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -13,6 +12,7 @@ from xover.cli import options
 from xover.errors import XoverError
 
 if TYPE_CHECKING:
+    from xover.domain.config import LlamaConfig
     from xover.domain.workload import WorkloadSpec
     from xover.gguf.inspect import ModelContext
     from xover.llamacpp.binaries import Binaries
@@ -21,23 +21,9 @@ if TYPE_CHECKING:
 _GENERATION_OPTIONS = ("turns", "seed", "system_tokens", "target_tokens", "rewrite_every", "chars_per_token")
 
 
-def _ncmoe(text: str | None) -> tuple[int, ...]:
-    if not text:
-        return ()
-    try:
-        values = tuple(int(v) for v in text.split(",") if v.strip())
-    except ValueError:
-        raise XoverError(f"--ncmoe {text!r} is not a comma-separated list of integers, e.g. 12,18") from None
-    if any(v < 0 for v in values) or len(set(values)) != len(values):
-        raise XoverError(f"--ncmoe {text!r}: give distinct values >= 0")
-    return values
-
-
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})
 @options.model("GGUF model to serve.")
-@click.option(
-    "--ncmoe", default=None, metavar="N,N,...", help="--n-cpu-moe values, one configuration each, e.g. 12,18."
-)
+@options.table_options("llama-server, one configuration per combination: ")
 @click.option(
     "--workload",
     type=click.Path(path_type=Path, dir_okay=False),
@@ -88,7 +74,6 @@ def _ncmoe(text: str | None) -> tuple[int, ...]:
 )
 @options.at_least(1, "--cache-reuse", default=256, help="--cache-reuse chunk (tokens) of the reuse mode.")
 @click.option("--exact", is_flag=True, help="Feed back the recorded replies instead of the server's own.")
-@click.option("--threads", type=click.IntRange(min=1), default=None, help="llama-server -t.")
 @click.option(
     "--ctx-size",
     type=click.IntRange(min=256),
@@ -103,7 +88,6 @@ def _ncmoe(text: str | None) -> tuple[int, ...]:
 def session(
     ctx: click.Context,
     model: Path,
-    ncmoe: str | None,
     workload: Path | None,
     turns: int,
     seed: int,
@@ -115,12 +99,12 @@ def session(
     cache_modes: str,
     cache_reuse: int,
     exact: bool,
-    threads: int | None,
     ctx_size: int | None,
     study_dir: Path,
     llama_bin_dir: Path | None,
     server_timeout: float,
     extra_args: tuple[str, ...],
+    **swept: tuple[str, ...],
 ) -> None:
     """Replay an agentic coding session through llama-server's chat endpoint, turn by turn.
 
@@ -178,8 +162,14 @@ def session(
         )
         spec, line = fit_to_context(requested, context.n_ctx_train, response_tokens, given, context.name)
         vocab = "sized at 1 character per token (xover's synthetic byte vocabulary)" if byte_vocab else ""
+    from xover.domain.config import matrix
+    from xover.domain.llama_options import parse_args
+
+    sweeps = options.table_values(swept)
+    known, rest = parse_args(extra_args, "server")
+    configs = [c.with_values({**known, **dict(c.settings)}) for c in matrix(sweeps, server_args=rest)]
     need = None if spec is None else spec.target_tokens + response_tokens
-    check_offload_and_context(model, _ncmoe(ncmoe), need)
+    check_offload_and_context(model, [c.n_cpu_moe for c in configs if c.get("n-cpu-moe") is not None], need)
     if need is not None:
         check_explicit_context(extra_args, need)
         if ctx_size is not None and ctx_size < need:
@@ -202,8 +192,6 @@ def session(
             raise XoverError(f"workload {workload} does not exist: fix --workload")
 
     binaries = resolve(llama_bin_dir)
-    common = (("-t", str(threads)) if threads else ()) + tuple(extra_args)
-    configs = [(f"ncmoe={n}", ("--n-cpu-moe", str(n), *common)) for n in _ncmoe(ncmoe)] or [("default", common)]
 
     if spec is not None and requested is not None:
         sized = None
@@ -219,7 +207,7 @@ def session(
                 exact,
                 binaries,
                 model.resolve(),
-                configs[0][1],
+                configs[0],
                 study_dir,
                 server_timeout,
             )
@@ -324,7 +312,7 @@ def _fit_by_sizing(
     exact: bool,
     binaries: Binaries,
     model: Path,
-    args: Sequence[str],
+    config: LlamaConfig,
     study_dir: Path,
     startup_timeout_s: float,
 ) -> tuple[WorkloadSpec, str | None, Sized]:
@@ -348,7 +336,7 @@ def _fit_by_sizing(
             size_context(
                 binaries,
                 model,
-                args,
+                config,
                 session,
                 exact,
                 response_tokens,

@@ -11,6 +11,7 @@ from typing import Any, TypeVar
 import click
 from rich.table import Table
 
+from xover.cli import options
 from xover.console import console, out, safe
 from xover.errors import XoverError
 
@@ -50,33 +51,8 @@ def _options(study_required: bool) -> Callable[[F], F]:
                     is_flag=True,
                     help="Measure this CPU's FLOP/s and bandwidth and, with a CUDA GPU, its host-to-device rates (about 4 s).",
                 ),
-                click.option("--ncmoe", default="0", metavar="N,...", show_default=True, help="--n-cpu-moe values."),
-                click.option(
-                    "--op-offload",
-                    "op_offload",
-                    default="on,off",
-                    show_default=True,
-                    metavar="on,off",
-                    help="Op offload (off = llama.cpp --no-op-offload).",
-                ),
-                click.option(
-                    "--ubatch", default="512", show_default=True, metavar="N,...", help="Micro-batch sizes (-ub)."
-                ),
-                click.option(
-                    "--load-mode",
-                    "load_mode",
-                    default="mmap",
-                    show_default=True,
-                    metavar="mmap,none",
-                    help="How CPU-resident weights are held: mmap (pageable) or none (pinned, -lm none).",
-                ),
-                click.option(
-                    "--lengths",
-                    default="1k,4k,16k,32k",
-                    show_default=True,
-                    metavar="L,...",
-                    help="Prompt lengths in tokens: 1k = 1024.",
-                ),
+                *options.modelled_options(),
+                options.lengths("1k,4k,16k,32k"),
                 click.option(
                     "-R",
                     "--response-tokens",
@@ -134,33 +110,24 @@ def _inputs(
     preset: str | None,
     hw_spec: str | None,
     measure: bool,
-    ncmoe: str,
-    op_offload: str,
-    ubatch: str,
-    load_mode: str,
     lengths: str,
     cache_type: str,
     vram: str | None,
     headroom: str,
+    **modelled: tuple[str, ...],
 ) -> dict[str, Any]:
     """Options -> model terms, hardware, configurations, lengths, budget (one call each into the library)."""
-    from xover.analysis.theory import OffloadConfig, model_terms
+    from xover.analysis.theory import model_terms, offload_of
+    from xover.domain.config import matrix
     from xover.domain.prompts import parse_lengths
     from xover.hardware.detect import resolve
     from xover.hardware.profiles import parse_bytes
-    from xover.measure.bench import parse_choice_list, parse_int_list
 
     table, model_info = _load_model(model, preset)
     terms = model_terms(table, cache_type)
     with console.status("measuring the CPU" if measure else "detecting hardware"):
         hw, detected = resolve(hw_spec, measure)
-    configs = [
-        OffloadConfig(n_cpu_moe=n, op_offload=po == "on", ubatch=ub, pinned=lm == "none")
-        for n in parse_int_list("--ncmoe", ncmoe)
-        for ub in parse_int_list("--ubatch", ubatch, minimum=1)
-        for po in parse_choice_list("--op-offload", op_offload, ("on", "off"))
-        for lm in parse_choice_list("--load-mode", load_mode, ("mmap", "none"))
-    ]
+    configs = tuple(offload_of(c) for c in matrix(options.table_values(modelled)))
     budget = parse_bytes(vram) if vram else detected.free_bytes if detected and hw_spec is None else None
     return {
         "terms": terms,
@@ -427,12 +394,18 @@ def _built(build: Callable[..., dict[str, Any]], kw: dict[str, Any]) -> tuple[An
         kw.pop("response"),
         kw.pop("pp_tokens"),
     )
+    from xover.analysis.theory import TheoryInputs
+
     inputs = _inputs(**kw)
     created_at, created_ns = _now()
     return (
         study_dir,
         as_json,
-        build(created_at=created_at, created_unix_ns=created_ns, response=response, pp_tokens=pp_tokens, **inputs),
+        build(
+            TheoryInputs(
+                created_at=created_at, created_unix_ns=created_ns, response=response, pp_tokens=pp_tokens, **inputs
+            )
+        ),
     )
 
 

@@ -18,9 +18,7 @@ if TYPE_CHECKING:
     from rich.table import Table
 
     from xover.analysis.stats import Summary
-    from xover.domain.records import ServerConfig
-    from xover.llamacpp.server import ServerSpec
-    from xover.measure.ttft import PointSummary, TtftPlan
+    from xover.measure.ttft import PointSummary
 
 API_KEY_ENV = "XOVER_API_KEY"
 
@@ -30,36 +28,13 @@ API_KEY_ENV = "XOVER_API_KEY"
     "GGUF model to serve (with --url: optional, only used to pick prompt token ids and identify results).",
     required=False,
 )
-@options.sweep("--ncmoe", help="--n-cpu-moe values, e.g. 12,18.")
-@click.option(
-    "--lengths",
-    default="1k,4k,16k,32k",
-    show_default=True,
-    metavar="L,L,...",
-    help="Prompt lengths in tokens: 1k = 1024, 4096, 32K.",
-)
+@options.lengths("1k,4k,16k,32k")
 @options.response_tokens(200, "Tokens generated per request (exactly: ignore_eos).")
 @options.at_least(1, "-r", "--reps", default=3, help="Repetitions per length.")
 @options.study_dir("Study directory: results.sqlite and logs/.")
-@options.sweep("-t", "--threads", help="llama-server -t values [default: the server's].")
-@options.sweep("--flash-attn", metavar="on,off,auto", help="llama-server -fa values [default: the server's auto].")
-@options.sweep(
-    "--load-mode",
-    metavar="none,mmap,...",
-    help="-lm values: none keeps weights in (pinned, on GPU builds) host buffers.",
-)
-@options.sweep("--batch", help="-b values (logical batch; llama.cpp caps the ubatch at it).")
-@options.sweep("--ubatch", help="-ub values: tokens per expert copy when op offload runs prefill on the GPU.")
-@options.sweep(
-    "--no-op-offload",
-    metavar="0,1",
-    help="1: --no-op-offload (CPU-resident experts computed on the CPU), 0: --op-offload.",
-)
-@options.sweep(
-    "--env",
-    "env",
-    metavar="NAME=V[,V...]",
-    help="Environment variable for the server, swept, repeatable: e.g. --env GGML_OP_OFFLOAD_MIN_BATCH=32,4096.",
+@options.table_options("llama-server, swept: ")
+@options.env_sweep(
+    "Environment variable for the server, swept, repeatable: e.g. --env GGML_OP_OFFLOAD_MIN_BATCH=32,4096."
 )
 @click.option(
     "--mode",
@@ -90,17 +65,10 @@ API_KEY_ENV = "XOVER_API_KEY"
 @options.server_args()
 def ttft(
     model: Path | None,
-    ncmoe: tuple[str, ...],
     lengths: str,
     response_tokens: int,
     reps: int,
     study_dir: Path,
-    threads: tuple[str, ...],
-    flash_attn: tuple[str, ...],
-    load_mode: tuple[str, ...],
-    batch: tuple[str, ...],
-    ubatch: tuple[str, ...],
-    no_op_offload: tuple[str, ...],
     env: tuple[str, ...],
     mode: str,
     text: bool,
@@ -111,11 +79,12 @@ def ttft(
     seed: int | None,
     vram_budget: str | None,
     extra_args: tuple[str, ...],
+    **swept: tuple[str, ...],
 ) -> None:
     """Time-to-first-token, prefill and decode speed through llama-server, per configuration and prompt length.
 
-    A configuration is one combination of the knob values given (--ncmoe x --load-mode x --batch x
-    --ubatch x --flash-attn x --no-op-offload x --threads x each --env), labelled like `xover bench`'s.
+    A configuration is one combination of the knob values given (--ncmoe x --load-mode x --ubatch x
+    --batch x ... x each --env), labelled like `xover bench`'s.
     Each configuration's server starts once (-c sized to the longest prompt, -ngl 99, -fit off,
     -np 1 --cache-ram 0, -lv 4 so its log carries buffer sizes), answers one discarded warm-up
     request, then every length x repetition. Every sample is checked against the server's
@@ -134,11 +103,10 @@ def ttft(
 
     from xover.cli.progress import failed_or_noted
     from xover.console import console, out, progress_bar, safe
-    from xover.domain.llama_options import FLASH_ATTN, LOAD_MODE, server_config
     from xover.domain.prompts import parse_lengths
     from xover.measure import bench as benchrun
     from xover.measure.events import Rerun, SampleDone, ServerUp, TtftEvent
-    from xover.measure.ttft import TtftPlan, TtftRun, expand, gap_note, summarize_points
+    from xover.measure.ttft import TtftPlan, TtftRun, expand, gap_note, launches, summarize_points
     from xover.results.store import Store
 
     plan = TtftPlan(
@@ -150,28 +118,19 @@ def ttft(
         seed=seed if seed is not None else time.time_ns() % 1_000_000_007,
         max_retries=retries,
     )
+    sweeps = options.table_values(swept)
     n_configs = 1
     binaries = None
+    levels: tuple[int, ...] = ()
     from xover.hardware.vram import holding, parse_budget
 
     budget = parse_budget(vram_budget) if vram_budget is not None else None
     if budget is not None and url is not None:
         raise XoverError("--vram-budget does not apply with --url: start that server under the budget yourself")
     if url is not None:
-        given = [
+        given = [o.cli[-1] for o, _ in sweeps] + [
             name
-            for name, v in (
-                ("--ncmoe", ncmoe),
-                ("--threads", threads),
-                ("--flash-attn", flash_attn),
-                ("--load-mode", load_mode),
-                ("--batch", batch),
-                ("--ubatch", ubatch),
-                ("--no-op-offload", no_op_offload),
-                ("--env", env),
-                ("--llama-bin-dir", llama_bin_dir),
-                ("llama-server args", extra_args),
-            )
+            for name, v in (("--env", env), ("--llama-bin-dir", llama_bin_dir), ("llama-server args", extra_args))
             if v
         ]
         if given:
@@ -183,33 +142,21 @@ def ttft(
             raise XoverError("no model: pass -m MODEL.gguf (or --url URL to measure a running server)")
         if not model.is_file():
             raise XoverError(f"model {model} does not exist: fix -m")
-        from xover.llamacpp.binaries import resolve
-        from xover.llamacpp.server import has_flag
-
-        configs = benchrun.combinations(
-            ncmoe=options.ints("--ncmoe", ncmoe),
-            load_mode=options.choices("--load-mode", load_mode, LOAD_MODE.choices),
-            batch=options.ints("--batch", batch, 1),
-            ubatch=options.ints("--ubatch", ubatch, 1),
-            flash_attn=options.choices("--flash-attn", flash_attn, FLASH_ATTN.choices),
-            no_op_offload=tuple(int(v) for v in options.choices("--no-op-offload", no_op_offload, ("0", "1"))),
-            threads=options.ints("--threads", threads, 1),
-            env=tuple(benchrun.parse_env(e) for e in env),
-        )
         from xover.gguf.inspect import check_offload_and_context
-        from xover.llamacpp.server import check_explicit_context
+        from xover.llamacpp.binaries import resolve
+        from xover.llamacpp.server import check_explicit_context, has_flag
 
         need = max(plan.lengths) + plan.response_tokens
-        check_offload_and_context(
-            model, options.ints("--ncmoe", ncmoe), lengths=plan.lengths, extra_tokens=plan.response_tokens
-        )
+        levels = tuple(int(v) for o, values in sweeps if o.name == "n-cpu-moe" for v in values)
+        check_offload_and_context(model, levels, lengths=plan.lengths, extra_tokens=plan.response_tokens)
         check_explicit_context(extra_args, need)
         binaries = resolve(llama_bin_dir)
-        specs = _specs(
+        specs = launches(
             model,
-            [server_config(c) for c in configs],
-            plan,
+            sweeps,
+            options.parse_env(env),
             extra_args,
+            plan,
             has_flag(binaries.server, "-fit"),
             4 if has_flag(binaries.server, "-lv") else None,
         )
@@ -224,7 +171,7 @@ def ttft(
             from xover.llamacpp.server import context_size
 
             ctx = context_size(max(plan.lengths), plan.response_tokens)  # the -c every server gets
-            for expected in planner_notes(model, options.ints("--ncmoe", ncmoe) or (0,), ctx, budget or 0):
+            for expected in planner_notes(model, levels or (0,), ctx, budget or 0):
                 console.print(f"[yellow]{escape(expected)}[/]")
         task = bar.add_task("ttft requests", total=total)
 
@@ -292,40 +239,6 @@ def ttft(
     console.print(f"[dim]run {outcome.run_id}: {len(outcome.samples)} samples in {safe(store.path)}[/]")
     if outcome.failures:
         raise XoverError(f"{len(outcome.failures)} configuration(s) failed, first: {outcome.failures[0].reason}")
-
-
-def _specs(
-    model: Path,
-    configs: Sequence[ServerConfig],
-    plan: TtftPlan,
-    extra_args: Sequence[str],
-    fit_off: bool,
-    log_verbosity: int | None,
-) -> list[ServerSpec]:
-    """One server configuration per knob combination, in llama-server's flags; the knobs' flags come
-    before the arguments after `--`, so those override them."""
-    from xover.domain.llama_options import FLASH_ATTN, N_CPU_MOE, THREADS, take
-    from xover.llamacpp.server import ServerSpec, context_size
-
-    ctx = context_size(max(plan.lengths), plan.response_tokens)
-    specs = []
-    for config in configs:
-        typed, knob_args = take(config.args, (N_CPU_MOE, THREADS, FLASH_ATTN))
-        specs.append(
-            ServerSpec(
-                model=model.resolve(),
-                label=config.label,
-                ctx_size=ctx,
-                n_cpu_moe=int(typed[N_CPU_MOE.name]) if N_CPU_MOE.name in typed else None,
-                threads=int(typed[THREADS.name]) if THREADS.name in typed else None,
-                flash_attn=typed.get(FLASH_ATTN.name),
-                fit_off=fit_off,
-                extra_args=(*knob_args, *extra_args),
-                env=config.env,
-                log_verbosity=log_verbosity,
-            )
-        )
-    return specs
 
 
 def _ms(ns: float) -> str:

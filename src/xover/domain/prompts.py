@@ -30,25 +30,36 @@ NORMAL_TOKEN = 1  # GGUF tokenizer.ggml.token_type for an ordinary token (gguf.T
 _LENGTH = re.compile(r"^\s*(\d+)\s*([kK]?)\s*$")
 
 
-def parse_length(text: str) -> int:
-    """``1k`` / ``32K`` (K = 1024 tokens, as context sizes are counted) or a plain ``4096``."""
-    m = _LENGTH.match(text)
-    if not m:
-        raise XoverError(f"prompt length {text!r} is not a number of tokens: write e.g. 1k, 4096 or 32K")
-    n = int(m.group(1)) * (1024 if m.group(2) else 1)
-    if n < 1:
-        raise XoverError(f"prompt length {text!r} must be at least 1 token")
+def parse_tokens(value: str | int, what: str = "prompt length", minimum: int = 1) -> int:
+    """A token count: ``1k`` / ``32K`` (K = 1024 tokens, as context sizes are counted), a plain ``4096``, or an
+    integer; at least ``minimum``. A one-line error names ``what``."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        n = value
+    else:
+        m = _LENGTH.match(value) if isinstance(value, str) else None
+        if not m:
+            raise XoverError(f"{what} {value!r} is not a number of tokens: write e.g. 1k, 4096 or 32K")
+        n = int(m.group(1)) * (1024 if m.group(2) else 1)
+    if n < minimum:
+        raise XoverError(f"{what} {value!r} must be at least {minimum} token{'s' if minimum != 1 else ''}")
     return n
 
 
-def parse_lengths(text: str) -> tuple[int, ...]:
-    """Comma-separated lengths, in the order given; duplicates rejected."""
-    lengths = tuple(parse_length(part) for part in text.split(",") if part.strip())
+def parse_length(text: str | int) -> int:
+    """A prompt length: ``1k`` / ``32K`` (K = 1024 tokens) or a plain ``4096``, at least 1 token."""
+    return parse_tokens(text)
+
+
+def parse_lengths(value: str | Sequence[str | int], what: str = "--lengths") -> tuple[int, ...]:
+    """Prompt lengths, comma-separated (``1k,4k,16k,32k``) or a list, shortest first; a length given twice is an
+    error."""
+    items = value.split(",") if isinstance(value, str) else list(value)
+    lengths = tuple(parse_tokens(x, f"{what}: length") for x in items if str(x).strip())
     if not lengths:
-        raise XoverError("no prompt lengths given: write e.g. --lengths 1k,4k,16k,32k")
+        raise XoverError(f"{what}: give at least one length, e.g. 1k,4k,16k,32k")
     if len(set(lengths)) != len(lengths):
-        raise XoverError(f"prompt lengths {text!r} repeat a value: give each length once")
-    return lengths
+        raise XoverError(f"{what} {value!r} repeats a length: give each length once")
+    return tuple(sorted(lengths))
 
 
 def token_pool(token_types: Sequence[int]) -> tuple[int, ...]:

@@ -8,14 +8,7 @@ Times are integer nanoseconds (``_ns``) unless a name says otherwise; missing is
 from __future__ import annotations
 
 import dataclasses
-import hashlib
-import json
-from collections.abc import Sequence
 from typing import Any
-
-
-def _digest(obj: Any) -> str:
-    return hashlib.sha256(json.dumps(obj, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -56,24 +49,6 @@ the worker is (its build, backend and devices, or that the user runs it)."""
 
 
 @dataclasses.dataclass(frozen=True)
-class BenchConfig:
-    """One llama-bench configuration: every flag that defines it, in llama-bench's own names.
-
-    ``fields`` holds llama-bench option -> value (``"-ncmoe": "12"``, ``"-ub": "512"``...);
-    ``env`` holds environment variables (``GGML_OP_OFFLOAD_MIN_BATCH``).
-    """
-
-    label: str
-    fields: tuple[tuple[str, str], ...]
-    env: tuple[tuple[str, str], ...] = ()
-    extra_args: tuple[str, ...] = ()
-
-    @property
-    def key(self) -> str:
-        return _digest({"fields": self.fields, "env": self.env, "extra": self.extra_args})
-
-
-@dataclasses.dataclass(frozen=True)
 class BenchResult:
     """One llama-bench test (e.g. ``pp512 @ d4000``) with every repetition kept."""
 
@@ -97,19 +72,6 @@ class BenchResult:
         else:
             name = f"tg{self.n_gen}"
         return f"{name} @ d{self.n_depth}" if self.n_depth else name
-
-
-@dataclasses.dataclass(frozen=True)
-class ServerConfig:
-    """One llama-server configuration: its flags in llama-server's own names, plus environment."""
-
-    label: str
-    args: tuple[str, ...]
-    env: tuple[tuple[str, str], ...] = ()
-
-    @property
-    def key(self) -> str:
-        return _digest({"args": self.args, "env": self.env})
 
 
 @dataclasses.dataclass(frozen=True)
@@ -149,6 +111,16 @@ class TtftSample:
     timings: ServerTimings | None
     cache_ok: bool  # the declared cache state held (cold: cache_n == 0 and prompt_n == length)
     error: str | None = None
+
+    @property
+    def counted(self) -> bool:
+        """It passed its cache check and completed with a first token: the only samples summarised."""
+        return self.cache_ok and self.error is None and self.first_token_ns is not None
+
+    @property
+    def counted_cold(self) -> bool:
+        """A cold sample that is :attr:`counted`: the only samples averaged as cold TTFT."""
+        return self.mode == "cold" and self.counted
 
 
 @dataclasses.dataclass(frozen=True)
@@ -213,51 +185,3 @@ def backend_name(text: str) -> str:
     """A backend as llama-bench spells it (``CUDA``, ``Vulkan``), whether it came from llama-bench's
     ``backends`` field or from a build manifest (``cuda``); comma-separated lists keep their order."""
     return ",".join(_BACKEND_NAMES.get(b.strip().lower(), b.strip()) for b in text.split(",") if b.strip())
-
-
-# ---- configuration names --------------------------------------------------------------------------
-
-
-def _dimensions(config: BenchConfig) -> dict[str, str]:
-    """A configuration as name -> value: llama-bench flags without their dash, env vars by name,
-    and the passthrough arguments under ``--``."""
-    dims = {flag.lstrip("-"): value for flag, value in config.fields}
-    dims.update(config.env)
-    if config.extra_args:
-        dims["--"] = " ".join(config.extra_args)
-    return dims
-
-
-def _token(name: str, value: str | None) -> str:
-    if name == "--":
-        return f"-- {value}" if value is not None else "(no extra args)"
-    return f"{name}={value if value is not None else 'default'}"
-
-
-def short_labels(configs: Sequence[BenchConfig]) -> list[str]:
-    """A name per configuration made of what differs between them: ``ncmoe=12``, ``ncmoe=18 ub=256``.
-
-    A lone configuration is named by all its settings, or ``default`` when it has none.
-    """
-    dims = [_dimensions(c) for c in configs]
-    names = list(dict.fromkeys(name for d in dims for name in d))
-    varying = [n for n in names if len({d.get(n) for d in dims}) > 1] if len(configs) > 1 else names
-    return [" ".join(_token(n, d.get(n)) for n in varying) or "default" for d in dims]
-
-
-def common_flags(configs: Sequence[BenchConfig]) -> str:
-    """The settings all configurations share, as llama-bench flags and environment assignments."""
-    dims = [_dimensions(c) for c in configs]
-    if not dims:
-        return ""
-    shared = [(n, v) for n, v in dims[0].items() if all(d.get(n) == v for d in dims[1:])]
-    flags = {flag.lstrip("-"): flag for c in configs for flag, _ in c.fields}
-    out = []
-    for name, value in shared:
-        if name == "--":
-            out.append(value)
-        elif name in flags:
-            out.append(f"{flags[name]} {value}")
-        else:
-            out.append(f"{name}={value}")
-    return " ".join(out)

@@ -1,10 +1,9 @@
-"""Study configuration: named sets of llama.cpp flags, and the study spec (TOML). Pure: no I/O
-except :func:`load_spec`, which reads one file.
+"""The study spec (TOML): the model, the named configurations and what to measure. Pure: no I/O except
+:func:`load_spec`, which reads one file.
 
-A configuration is written once, in llama.cpp's own option names, and translated to both
-``llama-bench`` and ``llama-server`` argument lists (:meth:`LlamaConfig.bench_config`,
-:meth:`LlamaConfig.server_args`). The two binaries share short flags for everything xover
-sweeps except op offload (``-nopo 1`` vs ``--no-op-offload``).
+A configuration is written once, with llama.cpp's own option names as keys (the option table,
+:mod:`xover.domain.llama_options`), and becomes a :class:`xover.domain.config.LlamaConfig`, from which both
+``llama-bench``'s and ``llama-server``'s argument lists are derived.
 """
 
 from __future__ import annotations
@@ -17,7 +16,9 @@ from pathlib import Path
 from typing import Any
 
 from xover.domain import llama_options
-from xover.domain.records import BenchConfig
+from xover.domain.config import LlamaConfig
+from xover.domain.option_values import FIT, fit_context, placed_overrides  # noqa: F401 (FIT, fit_context re-exported)
+from xover.domain.prompts import parse_lengths, parse_tokens
 from xover.errors import XoverError
 
 if sys.version_info >= (3, 11):
@@ -25,90 +26,8 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover
     import tomli as tomllib
 
-# TOML key (llama.cpp long option name) -> the short flag both llama-bench and llama-server accept.
-SHARED_FLAGS: dict[str, str] = {o.name: o.shared_flag for o in llama_options.OPTIONS if o.shared_flag is not None}
-_INT_KEYS = {name for name in SHARED_FLAGS if llama_options.BY_NAME[name].kind == "int"}
-LOAD_MODES = llama_options.LOAD_MODES  # -lm / --load-mode
-_CHOICES = {
-    name: llama_options.BY_NAME[name].choices for name in SHARED_FLAGS if llama_options.BY_NAME[name].kind == "choice"
-}
-# The knobs the tuning stage can search, (name, short name): xover.analysis.advise.study_knobs defines them.
-TUNE_KNOBS = tuple((o.name, o.short) for o in llama_options.OPTIONS if o.tuned_values)
-_NOPO = llama_options.NO_OP_OFFLOAD  # the spec's no-op-offload = true
-_RPC = llama_options.RPC  # the spec's rpc = ["host:port", ...]; rpc-local = N becomes it once xover's workers run
-_OT = llama_options.OVERRIDE_TENSOR  # the spec's override-tensor = ["<regex>=<buffer type>", ...]
-_TS = llama_options.TENSOR_SPLIT  # the spec's tensor-split = "1/3" (or [1, 3])
-# In an override's buffer type, {rpc0}, {rpc1}, ... stand for the configuration's workers' endpoints (rpc-local
-# workers get their ports only when they start): "exps=RPC0[{rpc0}]" is the first device of the first worker.
-_RPC_SLOT = re.compile(r"\{rpc(\d+)\}")
-_RPC_BUFT = re.compile(r"RPC\d+\[([^\]]*)\]")
+TUNE_KNOBS = llama_options.TUNE_KNOBS
 STAGES = ("theory", "tune", "bench", "ttft", "cache", "session", "report")
-
-
-@dataclasses.dataclass(frozen=True)
-class LlamaConfig:
-    """One named configuration: flags shared by llama-bench and llama-server, plus op offload and env."""
-
-    name: str
-    flags: tuple[tuple[str, str], ...] = ()  # (short flag, value), e.g. ("-ncmoe", "12")
-    no_op_offload: bool = False
-    env: tuple[tuple[str, str], ...] = ()  # e.g. (("GGML_OP_OFFLOAD_MIN_BATCH", "64"),)
-    bench_args: tuple[str, ...] = ()  # extra llama-bench arguments
-    server_args: tuple[str, ...] = ()  # extra llama-server arguments
-    # The context this configuration is placed for (a resolved ``fit@L`` level): its servers get this ``-c`` and
-    # prompts longer than it holds are not measured on it (under the budget it would not load).
-    max_context: int | None = None
-    # RPC workers xover starts on 127.0.0.1 for this configuration (``rpc-local = N``), and each one's threads
-    # (None: the logical CPUs shared out between them). Until they run, the configuration has no ``--rpc`` flag
-    # and cannot be measured: :meth:`with_rpc` adds their endpoints.
-    rpc_local: int = 0
-    rpc_threads: int | None = None
-
-    def flag(self, short: str) -> str | None:
-        return dict(self.flags).get(short)
-
-    def holds(self, tokens: int) -> bool:
-        """Whether this configuration's context holds ``tokens`` (prompt plus response, or depth plus test)."""
-        return self.max_context is None or tokens <= self.max_context
-
-    @property
-    def rpc(self) -> tuple[str, ...]:
-        """The RPC workers' endpoints (``host:port``) this configuration passes ``--rpc``, in order."""
-        value = self.flag(_RPC.shared_flag or "")
-        return tuple(value.split(",")) if value else ()
-
-    def with_rpc(self, endpoints: tuple[str, ...]) -> LlamaConfig:
-        """This configuration with its local workers' endpoints as ``--rpc`` (the workers run), and its tensor
-        overrides' ``{rpcN}`` replaced by them."""
-        assert self.rpc_local and len(endpoints) == self.rpc_local and not self.rpc, (self.name, endpoints)
-        flags = tuple((f, _fill_rpc_slots(v, endpoints) if f == _OT.shared_flag else v) for f, v in self.flags)
-        return dataclasses.replace(self, flags=(*flags, (_RPC.shared_flag or "", ",".join(endpoints))))
-
-    def _check_workers(self) -> None:
-        if self.rpc_local and not self.rpc:
-            raise XoverError(
-                f"[[config]] {self.name!r}: its {self.rpc_local} rpc-local worker(s) are not running, so it cannot be "
-                "measured (xover study starts them: xover.llamacpp.rpc.local_workers)"
-            )
-
-    def bench_config(self) -> BenchConfig:
-        self._check_workers()
-        flags = tuple((f, llama_options.BY_BENCH_FLAG[f].bench_value(v)) for f, v in self.flags)
-        fields = flags + (((_NOPO.bench[0], "1"),) if self.no_op_offload else ())
-        return BenchConfig(label=self.name, fields=fields, env=self.env, extra_args=self.bench_args)
-
-    def server_args_list(self) -> tuple[str, ...]:
-        self._check_workers()
-        args: list[str] = []
-        for flag, value in llama_options.in_parse_order(self.flags):
-            args += [flag, value]
-        if self.no_op_offload:
-            args += _NOPO.server_args("1")
-        return tuple(args) + self.server_args
-
-    def llama_server_command(self) -> str:
-        """The flags to paste into a llama-server command line."""
-        return " ".join(self.server_args_list())
 
 
 @dataclasses.dataclass(frozen=True)
@@ -176,14 +95,11 @@ class StudySpec:
         return tuple(d for d in (self.bench_depths or self.lengths) if config.holds(d + max(self.pp, self.tg)))
 
 
-def _k(text: str | int, what: str) -> int:
-    """``1k``/``4K``/``32768`` -> tokens (1k = 1024)."""
-    if isinstance(text, int) and not isinstance(text, bool):
-        return text
-    m = re.fullmatch(r"\s*(\d+)\s*([kK]?)\s*", str(text))
-    if not m:
-        raise XoverError(f"{what}: {text!r} is not a token count (use e.g. 4096 or 4k)")
-    return int(m.group(1)) * (1024 if m.group(2) else 1)
+def _k(value: Any, what: str) -> int:
+    """A token count of 0 or more: ``1k`` (1024), ``32K``, ``4096``."""
+    if not isinstance(value, (str, int)) or isinstance(value, bool):
+        raise XoverError(f"{what}: {value!r} is not a token count (use e.g. 4096 or 4k)")
+    return parse_tokens(value, what, minimum=0)
 
 
 def _seconds(value: Any, what: str) -> float:
@@ -194,16 +110,6 @@ def _seconds(value: Any, what: str) -> float:
     if not m:
         raise XoverError(f"{what}: {value!r} is not a duration (use e.g. 120, '120s' or '2min')")
     return float(m.group(1)) * (60 if m.group(2) in ("min", "m") else 1)
-
-
-def parse_lengths(text: str | list[Any], what: str = "--lengths") -> tuple[int, ...]:
-    items = text.split(",") if isinstance(text, str) else list(text)
-    values = tuple(_k(x, what) for x in items if str(x).strip())
-    if not values:
-        raise XoverError(f"{what}: give at least one length, e.g. 1k,4k,16k,32k")
-    if any(v <= 0 for v in values):
-        raise XoverError(f"{what}: lengths must be positive, got {', '.join(map(str, values))}")
-    return tuple(sorted(set(values)))
 
 
 def validate_spec(spec: StudySpec) -> None:
@@ -261,196 +167,65 @@ def validate_spec(spec: StudySpec) -> None:
             )
 
 
-FIT = "fit"
-
-
-def parse_fit(value: str, where: str) -> str:
-    """``n-cpu-moe = "fit"`` (the smallest level that fits the study's longest prompt and response) or
-    ``"fit@8k"`` (that fits an 8K context): ``fit`` or ``fit@8192`` in the config's flags until the study
-    resolves it with the placement planner (:func:`xover.measure.fit.resolve_fits`)."""
-    text = value.strip().lower()
-    if text == FIT:
-        return FIT
-    if text.startswith(FIT + "@"):
-        from xover.domain.prompts import parse_length
-
-        try:
-            return f"{FIT}@{parse_length(text[len(FIT) + 1 :])}"
-        except XoverError:
-            pass
-    raise XoverError(
-        f"{where}: n-cpu-moe must be a non-negative integer, 'fit' or 'fit@LENGTH' (e.g. 'fit@8k'), got {value!r}"
-    )
-
-
-def fit_context(value: str | None) -> int | None | bool:
-    """For a config's ``-ncmoe`` value: the context a ``fit@L`` level must hold (L), True for plain ``fit``,
-    None when the level is a number."""
-    if value is None or not value.startswith(FIT):
-        return None
-    return int(value.split("@", 1)[1]) if "@" in value else True
-
-
 def config_from_table(table: Mapping[str, Any], index: int) -> LlamaConfig:
-    """One ``[[config]]`` table -> :class:`LlamaConfig`, with one-line errors naming the key."""
+    """One ``[[config]]`` table -> :class:`LlamaConfig`, with one-line errors naming the key. Every llama.cpp
+    option is a key named as the option table names it (``n-cpu-moe``, ``ubatch-size``, ``no-op-offload``...);
+    ``env`` sets environment variables (those the table knows, such as ``GGML_OP_OFFLOAD_MIN_BATCH``, become
+    settings), ``bench-args``/``server-args`` pass arguments through to one tool."""
     where = f"[[config]] #{index + 1}"
     name = table.get("name")
     if not isinstance(name, str) or not name.strip():
         raise XoverError(f"{where}: give it a name = '...' (used as the column label)")
     where = f"[[config]] {name!r}"
-    flags: list[tuple[str, str]] = []
-    known = set(SHARED_FLAGS) | {"name", _NOPO.name, "env", "bench-args", "server-args", *_RPC_LOCAL_KEYS}
+    keyed = {o.name: o for o in llama_options.OPTIONS if not o.env}
+    known = set(keyed) | {"name", "engine", "env", "bench-args", "server-args", *_RPC_LOCAL_KEYS}
+    values: dict[str, str] = {}
     for key, value in table.items():
         if key not in known:
             raise XoverError(f"{where}: unknown key {key!r}; use one of {', '.join(sorted(known))}")
-        if key not in SHARED_FLAGS:
-            continue
-        if key == "n-cpu-moe" and isinstance(value, str):
-            flags.append((SHARED_FLAGS[key], parse_fit(value, where)))
-            continue
-        if key == _RPC.name:
-            flags.append((SHARED_FLAGS[key], ",".join(parse_rpc(value, where))))
-            continue
-        if key == _OT.name:
-            flags.append((SHARED_FLAGS[key], ",".join(parse_overrides(value, where))))
-            continue
-        if key == _TS.name:
-            flags.append((SHARED_FLAGS[key], parse_tensor_split(value, where)))
-            continue
-        if key in _INT_KEYS:
-            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-                raise XoverError(f"{where}: {key} must be a non-negative integer, got {value!r}")
-        elif key in _CHOICES:
-            if value not in _CHOICES[key]:
-                raise XoverError(f"{where}: {key} must be one of {', '.join(_CHOICES[key])}, got {value!r}")
-        elif not isinstance(value, str):
-            raise XoverError(f"{where}: {key} must be a string, got {value!r}")
-        flags.append((SHARED_FLAGS[key], str(value)))
-    nopo = table.get(_NOPO.name, False)
-    if not isinstance(nopo, bool):
-        raise XoverError(f"{where}: no-op-offload must be true or false")
+        if key in keyed:
+            values[key] = keyed[key].parse(value, where)
     env = table.get("env", {})
-    if not isinstance(env, dict) or not all(isinstance(v, (str, int)) for v in env.values()):
+    if not isinstance(env, dict) or not all(
+        isinstance(v, (str, int)) and not isinstance(v, bool) for v in env.values()
+    ):
         raise XoverError(f"{where}: env must be a table of NAME = 'value'")
     lists = {}
     for key in ("bench-args", "server-args"):
         v = table.get(key, [])
         if not isinstance(v, list) or not all(isinstance(x, str) for x in v):
             raise XoverError(f"{where}: {key} must be a list of strings, e.g. ['--mlock']")
+        known_there, _ = llama_options.parse_args(v, "bench" if key == "bench-args" else "server")
+        if known_there:
+            name = next(iter(known_there))
+            raise XoverError(
+                f"{where}: {key} sets {name}, an option xover knows: write it as the key {name} = ... instead, so "
+                "both llama-bench and llama-server get it"
+            )
         lists[key] = tuple(v)
+    engine = table.get("engine", llama_options.ENGINE)
+    if not isinstance(engine, str):
+        raise XoverError(f"{where}: engine must be one of {', '.join(llama_options.ENGINES)}, got {engine!r}")
     rpc_local, rpc_threads = _rpc_local(table, where)
-    endpoints = next((tuple(v.split(",")) for f, v in flags if f == _RPC.shared_flag), ())
-    flags = [(f, _placed_overrides(v, endpoints, rpc_local, where) if f == _OT.shared_flag else v) for f, v in flags]
-    return LlamaConfig(
+    endpoints = tuple(values[llama_options.RPC.name].split(",")) if llama_options.RPC.name in values else ()
+    if llama_options.OVERRIDE_TENSOR.name in values:
+        ot = llama_options.OVERRIDE_TENSOR.name
+        values[ot] = placed_overrides(values[ot], endpoints, rpc_local, where)
+    known_env = {k: llama_options.BY_NAME[k].parse(v, where) for k, v in env.items() if k in llama_options.BY_NAME}
+    config = LlamaConfig(
         name=name.strip(),
-        flags=tuple(flags),
-        no_op_offload=nopo,
-        env=tuple(sorted((k, str(v)) for k, v in env.items())),
+        engine=engine,
         bench_args=lists["bench-args"],
         server_args=lists["server-args"],
         rpc_local=rpc_local,
         rpc_threads=rpc_threads,
     )
+    return config.with_env({k: str(v) for k, v in env.items() if k not in known_env}).with_values(
+        {**values, **known_env}
+    )
 
 
 _RPC_LOCAL_KEYS = ("rpc-local", "rpc-threads")
-_HOST = re.compile(r"[A-Za-z0-9]([A-Za-z0-9.-]*[A-Za-z0-9])?|\[[0-9A-Fa-f:.]+\]")
-
-
-def parse_rpc(value: Any, where: str) -> tuple[str, ...]:
-    """``rpc = ["host:port", ...]`` (or one string, comma-separated) -> the endpoints, checked: a host name or
-    address and a port of 1-65535 each, none twice."""
-    items = value.split(",") if isinstance(value, str) else value
-    if not isinstance(items, list | tuple) or not items or not all(isinstance(x, str) for x in items):
-        raise XoverError(
-            f"{where}: rpc must be a list of RPC workers, e.g. rpc = ['192.168.1.10:50052'], got {value!r}"
-        )
-    endpoints: list[str] = []
-    for item in (x.strip() for x in items):
-        host, sep, port = item.rpartition(":")
-        if not sep or _HOST.fullmatch(host) is None or not port.isdigit() or not 1 <= int(port) <= 65535:
-            raise XoverError(
-                f"{where}: rpc worker {item!r} is not host:port (e.g. '192.168.1.10:50052', the address and port "
-                "ggml-rpc-server listens on)"
-            )
-        endpoint = f"{host}:{int(port)}"
-        if endpoint in endpoints:
-            raise XoverError(f"{where}: rpc worker {endpoint!r} is listed twice")
-        endpoints.append(endpoint)
-    return tuple(endpoints)
-
-
-def parse_overrides(value: Any, where: str) -> tuple[str, ...]:
-    """``override-tensor = ["<regex>=<buffer type>", ...]`` (or one string, comma-separated, as llama-server takes
-    it) -> the items, each checked to be a tensor-name pattern and a buffer type."""
-    items = value.split(",") if isinstance(value, str) else value
-    if not isinstance(items, list | tuple) or not items or not all(isinstance(x, str) for x in items):
-        raise XoverError(
-            f"{where}: override-tensor must be a list of '<tensor regex>=<buffer type>', e.g. "
-            f"['blk\\.[0-9]\\.ffn_.*_exps=CPU'], got {value!r}"
-        )
-    out = []
-    for item in (x.strip() for x in items):
-        pattern, sep, buft = item.rpartition("=")
-        if not sep or not pattern or not buft or ";" in item:
-            raise XoverError(
-                f"{where}: override-tensor item {item!r} is not '<tensor regex>=<buffer type>' (a buffer type as "
-                "llama.cpp names it: CPU, CUDA0, RPC0[host:port] or RPC0[{rpc0}] for the configuration's first worker)"
-            )
-        try:
-            re.compile(pattern)
-        except re.error as e:
-            raise XoverError(
-                f"{where}: override-tensor pattern {pattern!r} is not a regular expression ({e})"
-            ) from None
-        out.append(f"{pattern}={buft}")
-    return tuple(out)
-
-
-def _placed_overrides(value: str, endpoints: tuple[str, ...], rpc_local: int, where: str) -> str:
-    """Overrides with ``{rpcN}`` replaced by user-run workers' endpoints; for rpc-local workers the slots stay
-    until the workers run (:meth:`LlamaConfig.with_rpc`). Every RPC buffer type must name one of the
-    configuration's own workers: llama.cpp knows no other."""
-    n = len(endpoints) or rpc_local
-    for m in _RPC_SLOT.finditer(value):
-        if int(m.group(1)) >= n:
-            have = f"{n} RPC worker(s)" if n else "no RPC workers (add rpc = ['host:port'] or rpc-local = N)"
-            raise XoverError(f"{where}: override-tensor names {m.group(0)}, but the configuration has {have}")
-    filled = _fill_rpc_slots(value, endpoints) if endpoints else value
-    for m in _RPC_BUFT.finditer(filled):
-        if m.group(1) in endpoints or (rpc_local and _RPC_SLOT.fullmatch(m.group(1))):
-            continue
-        hint = (
-            "write RPC0[{rpc0}] for xover's own workers (their ports are chosen when they start)"
-            if rpc_local
-            else f"its workers are {', '.join(endpoints)}"
-            if endpoints
-            else "add rpc = ['host:port'] or rpc-local = N"
-        )
-        raise XoverError(f"{where}: override-tensor buffer type {m.group(0)!r} is not one of its RPC workers: {hint}")
-    return filled
-
-
-def _fill_rpc_slots(value: str, endpoints: tuple[str, ...]) -> str:
-    return _RPC_SLOT.sub(lambda m: endpoints[int(m.group(1))], value)
-
-
-def parse_tensor_split(value: Any, where: str) -> str:
-    """``tensor-split = "1/3"`` or ``[1, 3]`` -> llama.cpp's ``1/3`` (one share per device, in its device order)."""
-    items = value.split("/") if isinstance(value, str) else value
-    ok = isinstance(items, list | tuple) and items
-    shares: list[float] = []
-    for x in items if ok else ():
-        try:
-            shares.append(float(x))
-        except (TypeError, ValueError):
-            ok = False
-    if not ok or any(v < 0 for v in shares) or not any(shares) or any(isinstance(x, bool) for x in items):
-        raise XoverError(
-            f"{where}: tensor-split must give each device's share of the offloaded layers, in llama.cpp's device "
-            f"order (RPC workers first), e.g. '1/3' or [1, 3]; got {value!r}"
-        )
-    return "/".join(f"{v:g}" for v in shares)
 
 
 def _rpc_local(table: Mapping[str, Any], where: str) -> tuple[int, int | None]:
@@ -464,7 +239,7 @@ def _rpc_local(table: Mapping[str, Any], where: str) -> tuple[int, int | None]:
             raise XoverError(f"{where}: rpc-threads must be a positive number of threads per worker, got {threads!r}")
         if not n:
             raise XoverError(f"{where}: rpc-threads sets the threads of xover's own workers: give rpc-local = N too")
-    if n and _RPC.name in table:
+    if n and llama_options.RPC.name in table:
         raise XoverError(
             f"{where}: give rpc (workers you run) or rpc-local (workers xover starts), not both in one configuration"
         )
@@ -648,8 +423,8 @@ def default_spec() -> StudySpec:
     """
     return StudySpec(
         configs=(
-            LlamaConfig(name="fa=on", flags=(("-fa", "on"),)),
-            LlamaConfig(name="fa=off", flags=(("-fa", "off"),)),
+            LlamaConfig(name="fa=on", settings=(("flash-attn", "on"),)),
+            LlamaConfig(name="fa=off", settings=(("flash-attn", "off"),)),
         ),
         model_preset="tiny-moe",
         lengths=(512, 1024, 2048, 4096),

@@ -1,6 +1,6 @@
 """llama-bench as a library: argument lists from typed configuration, a streaming runner, pure parsers.
 
-One :class:`BenchJob` is one llama-bench process: a configuration (:class:`xover.domain.records.BenchConfig`)
+One :class:`BenchJob` is one llama-bench process: a configuration (:class:`xover.domain.config.LlamaConfig`)
 and the tests to measure with it (``pp{n_prompt} @ dN`` and ``tg{n_gen} @ dN`` at each depth N).
 :func:`run` starts it with ``-o jsonl -oe md --progress`` and yields events as lines arrive:
 
@@ -28,15 +28,16 @@ from pathlib import Path
 from typing import Any
 
 from xover.domain import llama_options
-from xover.domain.records import BenchConfig, BenchResult
+from xover.domain.config import LlamaConfig
+from xover.domain.records import BenchResult
 from xover.errors import XoverError
 from xover.llamacpp import memory, process
 
 # A test point: (n_prompt, n_gen, n_depth), exactly as llama-bench reports it.
 Point = tuple[int, int, int]
 
-# llama-bench flags that xover sets itself, and the xover option to use instead.
-RESERVED_FLAGS: dict[str, str] = {
+# llama-bench flags that xover sets itself, and what to use instead.
+_OWN_FLAGS: dict[str, str] = {
     "-m": "-m/--model",
     "--model": "-m/--model",
     "-p": "--pp",
@@ -47,16 +48,6 @@ RESERVED_FLAGS: dict[str, str] = {
     "--n-depth": "--depth",
     "-r": "-r/--repetitions",
     "--repetitions": "-r/--repetitions",
-    "-ncmoe": "--ncmoe",
-    "--n-cpu-moe": "--ncmoe",
-    "-ub": "--ubatch",
-    "--ubatch-size": "--ubatch",
-    "-fa": "--flash-attn",
-    "--flash-attn": "--flash-attn",
-    "-nopo": "--no-op-offload",
-    "--no-op-offload": "--no-op-offload",
-    "-t": "--threads",
-    "--threads": "--threads",
     "-pg": "--pp and --tg (xover measures prefill and decode as separate tests at each depth)",
     "-o": "nothing: xover reads llama-bench's JSONL itself",
     "--output": "nothing: xover reads llama-bench's JSONL itself",
@@ -68,14 +59,9 @@ RESERVED_FLAGS: dict[str, str] = {
     "--version": "`xover llama which`",
     "--list-devices": "llama-bench --list-devices directly",
 }
-
-# Swept xover knobs whose value llama-bench echoes in each JSONL record, to check every record
-# against the configuration it is stored under.
-_RECORD_FIELD = {
-    o.bench_flag: o.record_field
-    for o in llama_options.OPTIONS
-    if o.checked and o.bench_flag is not None and o.record_field is not None
-}
+RESERVED_FLAGS: dict[str, str] = {**_OWN_FLAGS, **{s: o.cli[-1] for o in llama_options.SWEPT for s in o.bench}}
+"""llama-bench flags that may not follow `--`: those xover sets itself and those of the options it sweeps (the
+option table's), each with the xover option to use instead."""
 
 _PROGRESS = re.compile(r"^llama-bench: benchmark (\d+)/(\d+): (.+?)\s*$")
 _PHASE = re.compile(r"^(depth|prompt|generation) run (\d+)/(\d+)( \(cached\))?$")
@@ -102,7 +88,7 @@ class BenchJob:
     whose buffer sizes :func:`run` keeps (:attr:`Exited.buffer_lines`).
     """
 
-    config: BenchConfig
+    config: LlamaConfig
     n_prompt: int
     n_gen: int
     depths: tuple[int, ...]
@@ -133,9 +119,7 @@ class BenchJob:
             "-r",
             str(self.repetitions),
         ]
-        for flag, value in llama_options.in_parse_order(self.config.fields):
-            argv += [flag, value]
-        argv += list(self.config.extra_args)
+        argv += self.config.bench_argv()
         return argv + (["-v"] if self.verbose else []) + ["-o", "jsonl", "-oe", "md", "--progress"]
 
 
@@ -255,15 +239,18 @@ def result_from_record(config_key: str, record: dict[str, Any]) -> BenchResult:
     )
 
 
-def record_mismatch(config: BenchConfig, record: dict[str, Any]) -> str | None:
-    """Why a record cannot belong to ``config`` (a swept value differs), or None when it matches."""
-    for flag, value in config.fields:
-        key = _RECORD_FIELD.get(flag)
-        if key is None or key not in record:
+def record_mismatch(config: LlamaConfig, record: dict[str, Any]) -> str | None:
+    """Why a record cannot belong to ``config`` (a value the option table has llama-bench echo differs), or None
+    when it matches."""
+    for name, value in config.settings:
+        option = llama_options.BY_NAME[name]
+        key = option.record_field
+        if not option.checked or key is None or key not in record:
             continue
-        expected = llama_options.BY_BENCH_FLAG[flag].record_value(value)
-        if int(record[key]) != expected:
-            return f"llama-bench reported {key}={record[key]} for a configuration with {flag} {value}"
+        expected = option.record_value(value)
+        if expected is not None and int(record[key]) != expected:
+            flag = " ".join(option.bench_args(value)) or f"{name}={value}"
+            return f"llama-bench reported {key}={record[key]} for a configuration with {flag}"
     return None
 
 
@@ -316,7 +303,7 @@ def run(job: BenchJob, bench: Path, model: Path, timeout_s: float | None = None)
     try:
         proc = process.spawn(
             job.to_argv(bench, model),
-            env=dict(job.config.env),
+            env=dict(job.config.environment()),
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=False,

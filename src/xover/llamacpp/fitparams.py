@@ -17,13 +17,15 @@ from __future__ import annotations
 import dataclasses
 import re
 import subprocess
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from xover.domain import llama_options as opts
+from xover.domain.config import LlamaConfig
+
 # The options of a configuration that change what the fit must hold (batch sizes, attention, KV types); the
 # placement it decides itself (-ngl, --n-cpu-moe, -ot) is never passed, and others may not be valid for the tool.
-_SIZING = frozenset({"-ub", "-b", "-fa", "-ctk", "-ctv"})
+_SIZING = ("ubatch-size", "batch-size", "flash-attn", "cache-type-k", "cache-type-v")
 _LAYER = re.compile(r"blk\\*\.(\d+)\\*\.")
 
 
@@ -91,31 +93,32 @@ def _projections(pattern: str) -> set[str]:
     return {single.group(1)} if single else {"up", "down", "gate"}
 
 
-def fit_args(flags: Sequence[tuple[str, str]]) -> list[str]:
-    """A configuration's flags that llama-fit-params should see: those that size its buffers."""
+def fit_args(config: LlamaConfig) -> list[str]:
+    """A configuration's arguments that llama-fit-params should see: those that size its buffers."""
     out: list[str] = []
-    for flag, value in flags:
-        if flag in _SIZING and not (flag == "-fa" and value not in ("on", "off", "auto")):
-            out += [flag, value]
+    for name in _SIZING:
+        value = config.get(name)
+        if value is not None:
+            out += opts.BY_NAME[name].server_args(value)
     return out
 
 
 def run_fit_params(
-    exe: Path,
-    model: Path,
-    n_ctx: int,
-    flags: Sequence[tuple[str, str]] = (),
-    env: dict[str, str] | None = None,
-    timeout_s: float = 300.0,
+    exe: Path, model: Path, n_ctx: int, config: LlamaConfig, timeout_s: float = 300.0
 ) -> tuple[FitChoice | None, str]:
     """Run llama-fit-params for ``model`` at ``n_ctx``; its parsed answer and the tail of its log (why not). Like
     every llama.cpp process of xover's, it is tracked and dies with xover (:func:`xover.llamacpp.process.spawn`)."""
     from xover.llamacpp import process
 
-    argv = [str(exe), "-m", str(model), "-c", str(n_ctx), *fit_args(flags)]
+    argv = [str(exe), "-m", str(model), "-c", str(n_ctx), *fit_args(config)]
     try:
         child = process.spawn(
-            argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=False, die_with_parent=True
+            argv,
+            env=dict(config.environment()),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=False,
+            die_with_parent=True,
         )
     except OSError as e:
         return None, f"llama-fit-params did not answer: {e}"

@@ -30,7 +30,7 @@ from typing import Any
 
 from xover.client.http import LlamaClient, wait_healthy
 from xover.domain import llama_options
-from xover.domain.records import ServerConfig
+from xover.domain.config import LlamaConfig
 from xover.errors import XoverError
 from xover.llamacpp import process
 
@@ -49,56 +49,52 @@ def context_size(max_prompt_tokens: int, response_tokens: int, margin: int = CON
 
 
 @dataclasses.dataclass(frozen=True)
-class ServerSpec:
-    """Everything that defines one llama-server configuration, in typed form.
+class ServerLaunch:
+    """One llama-server process: a configuration (:class:`xover.domain.config.LlamaConfig`) and the flags xover adds
+    to measure it, which are not part of the configuration's identity.
 
-    ``cold_cache`` adds ``-np 1 --cache-ram 0`` (one slot, no host-memory prompt cache): what a
-    proven-cold measurement needs. ``False`` leaves llama-server's defaults (several slots, 8 GiB
-    prompt cache), which exists to show that those defaults leak warm caches. ``extra_args`` come
-    after xover's own flags, so they override them (llama.cpp takes the last value), except the
-    host and port, which come last; xover's ``-ngl`` is left out where they set their own (llama-server
-    warns about a repeated ``-ngl``). ``env`` is set for the server process only (e.g.
-    ``GGML_OP_OFFLOAD_MIN_BATCH``) and is part of the configuration; ``log_verbosity`` (``-lv``; 4
-    logs llama.cpp's buffer sizes) is not.
+    xover's own flags come first: the model, ``-c``, ``-ngl 99`` unless the configuration sets ``-ngl`` (llama-server
+    warns about a repeated ``-ngl``), ``-np 1 --cache-ram 0`` with ``cold_cache`` (one slot, no host-memory prompt
+    cache: what a proven-cold measurement needs; ``False`` leaves llama-server's defaults, several slots and an
+    8 GiB prompt cache, which exist to show that they leak warm caches), ``-fit off`` where the binary has it, and
+    ``own_args`` (a cache-lab scenario's or a session mode's flags). The configuration's arguments follow, so they
+    override xover's (llama.cpp takes the last value); host and port come last. The configuration's environment is
+    set for the server process only; ``log_verbosity`` (``-lv``; 4 logs llama.cpp's buffer sizes) is xover's.
+    ``label`` names its log file (default: the configuration's name).
     """
 
+    config: LlamaConfig
     model: Path
-    label: str
     ctx_size: int
-    n_cpu_moe: int | None = None
-    threads: int | None = None
-    flash_attn: str | None = None  # "on" / "off"; None leaves llama-server's default (auto)
-    n_gpu_layers: int = 99
     cold_cache: bool = True
     fit_off: bool = True  # pass "-fit off"; set False for builds that have no -fit
-    extra_args: tuple[str, ...] = ()
-    env: tuple[tuple[str, str], ...] = ()
+    own_args: tuple[str, ...] = ()
     log_verbosity: int | None = None
+    n_gpu_layers: int = 99
+    label: str | None = None
+
+    @property
+    def name(self) -> str:
+        return self.label or self.config.name
 
     def args(self) -> tuple[str, ...]:
-        """The flags that define the configuration (no binary, host, port)."""
+        """The whole argument list but for the binary, host and port."""
         a = ["-m", str(self.model), "-c", str(self.ctx_size)]
-        if not _NGL.intersection(self.extra_args):  # a configuration's own -ngl: passed once, not after xover's
+        if self.config.get(llama_options.N_GPU_LAYERS.name) is None and not _NGL.intersection(self.config.server_args):
             a += ["-ngl", str(self.n_gpu_layers)]
-        if self.n_cpu_moe is not None:
-            a += ["--n-cpu-moe", str(self.n_cpu_moe)]
-        if self.threads is not None:
-            a += ["-t", str(self.threads)]
-        if self.flash_attn is not None:
-            a += ["-fa", self.flash_attn]
         if self.cold_cache:
             a += ["-np", "1", "--cache-ram", "0"]
         if self.fit_off:
             a += ["-fit", "off"]
-        return (*a, *self.extra_args)
+        return (*a, *self.own_args, *self.config.server_argv())
 
     def to_argv(self, binary: Path, port: int) -> list[str]:
         verbosity = ["-lv", str(self.log_verbosity)] if self.log_verbosity is not None else []
         return [str(binary), *self.args(), *verbosity, "--host", HOST, "--port", str(port)]
 
-    def config(self) -> ServerConfig:
-        """The record stored with every sample of this configuration."""
-        return ServerConfig(label=self.label, args=self.args(), env=self.env)
+    @property
+    def env(self) -> tuple[tuple[str, str], ...]:
+        return self.config.environment()
 
 
 def check_explicit_context(extra_args: tuple[str, ...] | list[str], need: int, where: str = "after `--`") -> None:
@@ -230,14 +226,14 @@ def first_error(path: Path, max_chars: int = 300) -> str | None:
 
 
 class LlamaServer:
-    """A running llama-server for one :class:`ServerSpec`: ``async with LlamaServer(...) as srv``.
+    """A running llama-server for one :class:`ServerLaunch`: ``async with LlamaServer(...) as srv``.
 
     Inside: ``srv.url``, ``srv.client`` (a :class:`LlamaClient`), ``srv.props`` (``/props``),
     ``srv.model_meta`` (``/v1/models`` ``meta``: ``n_vocab``, ``n_ctx_train``...), ``srv.pid``,
     ``srv.log_path``.
     """
 
-    def __init__(self, binary: Path, spec: ServerSpec, log_dir: Path, *, startup_timeout_s: float = 600.0) -> None:
+    def __init__(self, binary: Path, spec: ServerLaunch, log_dir: Path, *, startup_timeout_s: float = 600.0) -> None:
         self.binary = binary
         self.spec = spec
         self.log_dir = log_dir
@@ -280,7 +276,7 @@ class LlamaServer:
                 first = first_error(self.log_path)
                 cause = f"first error: {first}; " if first and first not in tail else ""
                 where = f"{cause}log tail: {tail} ({self.log_path})"
-            raise XoverError(f"llama-server ({self.spec.label}) {e}; {where}") from None
+            raise XoverError(f"llama-server ({self.spec.name}) {e}; {where}") from None
         except BaseException:
             await self._stop()
             raise
@@ -294,7 +290,7 @@ class LlamaServer:
 
         settle()  # under a VRAM budget: the previous llama process's memory is back before this one starts
         argv = self.spec.to_argv(self.binary, port)
-        self.log_path = log_path_for(self.log_dir, self.spec.label)
+        self.log_path = log_path_for(self.log_dir, self.spec.name)
         self.proc = process.spawn_logged(argv, self.log_path, dict(self.spec.env))
         self._running = True
         self.url = f"http://{HOST}:{port}"

@@ -17,8 +17,9 @@ from pathlib import Path
 
 from xover.analysis import advise
 from xover.analysis.advise import Advice, Knob, Measurement, RateSamples, Search, ServerPoint, Setting, Workload
-from xover.domain.records import BenchConfig, BenchResult
-from xover.domain.study_spec import LlamaConfig
+from xover.domain import llama_options
+from xover.domain.config import LlamaConfig
+from xover.domain.records import BenchResult
 from xover.errors import XoverError
 from xover.llamacpp.binaries import Binaries
 from xover.measure import bench as benchrun
@@ -65,11 +66,11 @@ class AdviseSpec:
 
 # ---- reading measurements back from the store ------------------------------------------------------
 
-_EFFECTIVE_FIELDS = {"n_threads", "n_batch", "n_ubatch", "load_mode", "no_op_offload", "flash_attn", "n_gpu_layers"}
+_EFFECTIVE_FIELDS = frozenset(llama_options.record_fields())  # the values in effect, as llama-bench reports them
 
 
 def measurement_from_store(
-    store: Store, config: BenchConfig, model_key: str, sweep: benchrun.SweepSpec, failure: str | None, reused: bool
+    store: Store, config: LlamaConfig, model_key: str, sweep: benchrun.BenchTests, failure: str | None, reused: bool
 ) -> Measurement:
     """A configuration's tests at the sweep's depths (the latest of each), as a :class:`Measurement`."""
     latest: dict[tuple[int, int, int], BenchResult] = {}
@@ -123,8 +124,8 @@ class _Runner:
         self.model_key = model_id(spec.model).key
         self.count = 0
 
-    def sweep(self, depths: tuple[int, ...], n_prompt: int, n_gen: int, repetitions: int) -> benchrun.SweepSpec:
-        return benchrun.SweepSpec(
+    def sweep(self, depths: tuple[int, ...], n_prompt: int, n_gen: int, repetitions: int) -> benchrun.BenchTests:
+        return benchrun.BenchTests(
             model=self.spec.model,
             depths=depths,
             n_prompt=n_prompt,
@@ -133,8 +134,8 @@ class _Runner:
             timeout_s=self.spec.timeout_s,
         )
 
-    def bench(self, sweep: benchrun.SweepSpec, config: BenchConfig) -> Measurement:
-        outcome = benchrun.run_sweep(sweep, self.binaries, self.study_dir, command=self.command, configs=[config])
+    def bench(self, sweep: benchrun.BenchTests, config: LlamaConfig) -> Measurement:
+        outcome = benchrun.run_sweep(sweep, [config], self.binaries, self.study_dir, command=self.command)
         failure = outcome.failures[0].reason if outcome.failures else None
         with Store(self.study_dir) as store:
             return measurement_from_store(
@@ -142,15 +143,15 @@ class _Runner:
             )
 
     def measure_fn(
-        self, level: int | None, sweep: benchrun.SweepSpec, workload: Workload
+        self, level: int | None, sweep: benchrun.BenchTests, workload: Workload
     ) -> Callable[[Setting], Measurement]:
-        flags = (("-ncmoe", str(level)),) if level is not None else ()
-        return self.measure_config_fn(LlamaConfig(advise.level_label(level), flags), sweep, workload)
+        settings = (("n-cpu-moe", str(level)),) if level is not None else ()
+        return self.measure_config_fn(LlamaConfig(advise.level_label(level), settings), sweep, workload)
 
     def measure_config_fn(
         self,
         base: LlamaConfig,
-        sweep: benchrun.SweepSpec,
+        sweep: benchrun.BenchTests,
         workload: Workload,
         place: Callable[[LlamaConfig, str], LlamaConfig] | None = None,
     ) -> Callable[[Setting], Measurement]:
@@ -163,7 +164,7 @@ class _Runner:
             self.count += 1
             self.on_event(Measuring(label, self.count))
             trial = advise.apply_setting(base, self.spec.knobs, setting, label)
-            m = self.bench(sweep, (place(trial, base.name) if place is not None else trial).bench_config())
+            m = self.bench(sweep, place(trial, base.name) if place is not None else trial)
             self.on_event(Measured(label, m, advise.estimate(m, workload) if m.ok else None))
             return m
 
@@ -258,7 +259,7 @@ def _workload(spec: AdviseSpec, runner: _Runner, chunk: int) -> tuple[Workload, 
     probe_depth = min(agentic.lengths)
     probe = runner.bench(
         runner.sweep((0, probe_depth), chunk // 2, probe_gen, 1),
-        advise.llama_config(spec.knobs, advise.DEFAULTS, level, label).bench_config(),
+        advise.llama_config(spec.knobs, advise.DEFAULTS, level, label),
     )
     if not probe.ok:
         raise XoverError(
@@ -351,7 +352,7 @@ def _confirm(
 ) -> advise.Confirmation | None:
     """Cold TTFT and decode through llama-server: the defaults against the recommendation, at the best
     offload level and the workload's representative lengths."""
-    from xover.llamacpp.server import ServerSpec, context_size, has_flag
+    from xover.llamacpp.server import ServerLaunch, context_size, has_flag
     from xover.measure import ttft as ttftrun
 
     best = advice.best
@@ -367,17 +368,7 @@ def _confirm(
     specs = []
     for trial in trials:
         config = advice.config(best, trial.setting)
-        specs.append(
-            ServerSpec(
-                model=spec.model.resolve(),
-                label=config.name,
-                ctx_size=ctx,
-                extra_args=config.server_args_list(),
-                env=config.env,
-                fit_off=fit_off,
-                log_verbosity=verbosity,
-            )
-        )
+        specs.append(ServerLaunch(config, spec.model.resolve(), ctx, fit_off=fit_off, log_verbosity=verbosity))
     plan = ttftrun.TtftPlan(
         lengths=lengths,
         reps=spec.confirm_repetitions,
@@ -394,7 +385,7 @@ def _confirm(
             points.setdefault(p.config_key, []).append(
                 ServerPoint(p.length, p.ttft_ns.median / 1e9, p.decode_tps_server.median)
             )
-    keys = [s.config().key for s in specs]
+    keys = [s.config.key for s in specs]
     if any(len(points.get(k, [])) < len(lengths) for k in keys):
         reason = (
             outcome.failures[0].reason if outcome.failures else "some lengths have no sample that passed the cold check"

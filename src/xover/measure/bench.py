@@ -1,40 +1,28 @@
-"""Plan and run a llama-bench sweep across offload configurations, storing every test as it finishes.
+"""Plan and run a llama-bench sweep across configurations, storing every test as it finishes.
 
-A configuration is one combination of the swept knobs (``--ncmoe`` x ``--load-mode`` x ``--batch`` x
-``--ubatch`` x ``--flash-attn`` x ``--no-op-offload`` x ``--threads`` x each ``--env``), kept in
-llama-bench's own flag names. Each configuration is one llama-bench process measuring ``pp{P} @ dN``
-and ``tg{G} @ dN`` at every depth, so a configuration that fails (does not fit, crashes, times out)
-is isolated and stored as a failure while the sweep goes on, and resuming works per configuration.
-Each process runs with ``-v`` so that its peak memory (the buffers llama.cpp logs, and VmHWM) is
-stored beside its results (artifact ``memory``, :func:`memory_by_config`).
+A sweep is a list of configurations (:class:`xover.domain.config.LlamaConfig`: a study's, or the cartesian product
+of the values ``xover bench`` was given for the option table's swept options, :func:`xover.domain.config.matrix`)
+and the tests each runs (:class:`BenchTests`). Each configuration is one llama-bench process measuring ``pp{P} @ dN``
+and ``tg{G} @ dN`` at every depth, so a configuration that fails (does not fit, crashes, times out) is isolated and
+stored as a failure while the sweep goes on, and resuming works per configuration. Each process runs with ``-v`` so
+that its peak memory (the buffers llama.cpp logs, and VmHWM) is stored beside its results (artifact ``memory``,
+:func:`memory_by_config`).
 
-:func:`expand` and :func:`plan` are pure; :func:`run_sweep` does the I/O and reports progress as a
-stream of events for the terminal UI.
+:func:`plan` is pure; :func:`run_sweep` does the I/O and reports progress as a stream of events for the terminal UI.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import inspect
-import itertools
 import re
 import signal
 from collections.abc import Callable, Sequence
 from contextlib import closing
 from pathlib import Path
-from typing import Any
 
-from xover.domain.llama_options import (
-    BATCH_SIZE,
-    FLASH_ATTN,
-    LOAD_MODE,
-    LOAD_MODES,
-    N_CPU_MOE,
-    NO_OP_OFFLOAD,
-    THREADS,
-    UBATCH_SIZE,
-)
-from xover.domain.records import BenchConfig, Failure, short_labels
+from xover.domain.config import LlamaConfig, matrix
+from xover.domain.llama_options import LlamaOption, parse_args
+from xover.domain.records import Failure
 from xover.errors import XoverError
 from xover.llamacpp import bench, memory
 from xover.llamacpp.bench import BenchJob, Exited, Point, ProgressLine, RecordLine
@@ -44,70 +32,20 @@ from xover.measure.provenance import model_id
 from xover.measure.recorder import Recording
 from xover.results.store import Store
 
-FLASH_ATTN_CHOICES = FLASH_ATTN.choices
 MD_ARTIFACT = "llama-bench-md"  # llama-bench's own markdown for a configuration's tests (-oe md)
-
-_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-
-
-# ---- option parsing (pure) ------------------------------------------------------------------------
-
-
-def _dedupe(values: Sequence[Any]) -> tuple[Any, ...]:
-    return tuple(dict.fromkeys(values))
-
-
-def parse_int_list(option: str, text: str, minimum: int = 0) -> tuple[int, ...]:
-    """``"12,18"`` -> ``(12, 18)``; a one-line error naming the option otherwise."""
-    try:
-        values = [int(v) for v in text.split(",")]
-    except ValueError:
-        raise XoverError(f"{option} {text!r} is not a comma-separated list of integers (e.g. {option} 12,18)") from None
-    low = [v for v in values if v < minimum]
-    if low:
-        raise XoverError(f"{option} {text!r}: values must be at least {minimum}")
-    return _dedupe(values)
-
-
-def parse_choice_list(option: str, text: str, choices: Sequence[str]) -> tuple[str, ...]:
-    values = [v.strip() for v in text.split(",")]
-    bad = [v for v in values if v not in choices]
-    if bad:
-        raise XoverError(
-            f"{option} {text!r}: {bad[0]!r} is not one of {', '.join(choices)} (e.g. {option} {','.join(choices[:2])})"
-        )
-    return _dedupe(values)
-
-
-def parse_env(text: str) -> tuple[str, tuple[str, ...]]:
-    """``"GGML_OP_OFFLOAD_MIN_BATCH=32,4096"`` -> the variable and the values to sweep."""
-    name, sep, values = text.partition("=")
-    if not sep or not _ENV_NAME.match(name) or not values:
-        raise XoverError(f"--env {text!r} is not NAME=VALUE[,VALUE...] (e.g. --env GGML_OP_OFFLOAD_MIN_BATCH=32,4096)")
-    return name, _dedupe(values.split(","))
-
-
-# ---- the sweep, planned (pure) --------------------------------------------------------------------
 
 
 @dataclasses.dataclass(frozen=True)
-class SweepSpec:
-    """Everything a ``xover bench`` sweep measures. Empty knob tuples leave llama-bench's default."""
+class BenchTests:
+    """The llama-bench tests every configuration of a sweep runs: ``pp{n_prompt} @ dN`` and ``tg{n_gen} @ dN`` at
+    each depth N, ``repetitions`` times, on ``model``; a configuration running longer than ``timeout_s`` is stopped
+    and stored as failed."""
 
     model: Path
     depths: tuple[int, ...]
     n_prompt: int = 512
     n_gen: int = 128
     repetitions: int = 5
-    ncmoe: tuple[int, ...] = ()
-    load_mode: tuple[str, ...] = ()
-    batch: tuple[int, ...] = ()
-    ubatch: tuple[int, ...] = ()
-    flash_attn: tuple[str, ...] = ()
-    no_op_offload: tuple[int, ...] = ()
-    threads: tuple[int, ...] = ()
-    env: tuple[tuple[str, tuple[str, ...]], ...] = ()
-    extra_args: tuple[str, ...] = ()
     timeout_s: float | None = None
 
     def __post_init__(self) -> None:
@@ -117,75 +55,35 @@ class SweepSpec:
             raise XoverError("--pp and --tg must be >= 0 and not both 0 (e.g. --pp 512 --tg 128)")
         if self.repetitions < 1:
             raise XoverError("-r must be at least 1 (llama-bench's default is 5)")
-        if any(v < 0 for v in self.ncmoe) or any(v < 1 for v in self.ubatch + self.batch + self.threads):
-            raise XoverError("--ncmoe must be >= 0, --batch, --ubatch and --threads >= 1")
-        if any(v not in LOAD_MODES for v in self.load_mode):
-            raise XoverError(f"--load-mode takes {', '.join(LOAD_MODES)} (e.g. --load-mode none,mmap)")
-        if any(v not in (0, 1) for v in self.no_op_offload):
-            raise XoverError("--no-op-offload takes 0 and/or 1 (e.g. --no-op-offload 0,1)")
-        if any(v not in FLASH_ATTN_CHOICES for v in self.flash_attn):
-            raise XoverError(f"--flash-attn takes {', '.join(FLASH_ATTN_CHOICES)} (e.g. --flash-attn on,off)")
         if self.timeout_s is not None and self.timeout_s <= 0:
             raise XoverError("--timeout must be a positive number of seconds")
-        names = [name for name, _ in self.env]
-        if len(set(names)) != len(names):
-            raise XoverError("--env names a variable twice: give all its values in one --env NAME=V1,V2")
-        bench.check_extra_args(self.extra_args)
 
 
-def expand(spec: SweepSpec) -> list[BenchConfig]:
-    """Every configuration of the sweep, in a stable order (ncmoe slowest, env fastest): :func:`combinations`
-    of the spec's knob fields, which carry its parameters' names."""
-    return combinations(**{name: getattr(spec, name) for name in inspect.signature(combinations).parameters})
-
-
-def combinations(
-    *,
-    ncmoe: Sequence[int] = (),
-    load_mode: Sequence[str] = (),
-    batch: Sequence[int] = (),
-    ubatch: Sequence[int] = (),
-    flash_attn: Sequence[str] = (),
-    no_op_offload: Sequence[int] = (),
-    threads: Sequence[int] = (),
+def sweep_configs(
+    sweeps: Sequence[tuple[LlamaOption, Sequence[str]]],
     env: Sequence[tuple[str, Sequence[str]]] = (),
-    extra_args: tuple[str, ...] = (),
-) -> list[BenchConfig]:
-    """The cartesian product of knob values as llama-bench configurations labelled by what differs
-    (``xover bench`` and ``xover ttft`` name their configurations alike). An empty knob is left out."""
-    dims: list[list[tuple[str, str]]] = []
-    for option, values in (
-        (N_CPU_MOE, ncmoe),
-        (LOAD_MODE, load_mode),
-        (BATCH_SIZE, batch),
-        (UBATCH_SIZE, ubatch),
-        (FLASH_ATTN, flash_attn),
-        (NO_OP_OFFLOAD, no_op_offload),
-        (THREADS, threads),
-    ):
-        if values:
-            dims.append([(option.bench[0], str(v)) for v in values])
-    env_dims = [[(name, v) for v in values] for name, values in env]
-    n_fields = len(dims)
-    configs = []
-    for combo in itertools.product(*dims, *env_dims):
-        configs.append(
-            BenchConfig(label="", fields=tuple(combo[:n_fields]), env=tuple(combo[n_fields:]), extra_args=extra_args)
-        )
-    return [dataclasses.replace(c, label=label) for c, label in zip(configs, short_labels(configs))]
+    bench_args: Sequence[str] = (),
+) -> list[LlamaConfig]:
+    """``xover bench``'s configurations: every combination of the swept values (:func:`xover.domain.config.matrix`),
+    with the arguments given after ``--``: those the option table knows become settings of every configuration
+    (``-ngl 99``), the rest are passed through; a flag xover sets or sweeps itself is refused."""
+    bench.check_extra_args(bench_args)
+    known, rest = parse_args(bench_args, "bench")
+    configs = matrix(sweeps, env, bench_args=rest)
+    return [c.with_values({**known, **dict(c.settings)}) for c in configs]
 
 
 @dataclasses.dataclass(frozen=True)
 class Plan:
     jobs: tuple[BenchJob, ...]  # what still needs measuring, one llama-bench process each
-    skipped: tuple[BenchConfig, ...]  # every test already in the store
+    skipped: tuple[LlamaConfig, ...]  # every test already in the store
 
     @property
     def total_tests(self) -> int:
         return sum(len(j.points()) for j in self.jobs)
 
 
-def plan(spec: SweepSpec, configs: Sequence[BenchConfig], measured: Callable[[BenchConfig, Point], bool]) -> Plan:
+def plan(spec: BenchTests, configs: Sequence[LlamaConfig], measured: Callable[[LlamaConfig, Point], bool]) -> Plan:
     """Jobs for the tests not yet measured, and nothing else. llama-bench runs the cartesian product
     of its -p/-n and -d lists, so depths that miss the same test kinds share one job; a depth that
     misses only its tg test gets a job without -p (and the other way round)."""
@@ -245,8 +143,8 @@ def describe_job(job: BenchJob) -> str:
 class SweepOutcome:
     study_dir: Path
     store_path: Path
-    configs: tuple[BenchConfig, ...]
-    skipped: tuple[BenchConfig, ...]
+    configs: tuple[LlamaConfig, ...]
+    skipped: tuple[LlamaConfig, ...]
     stored: int  # tests stored by this run
     failures: tuple[Failure, ...]
     run_id: int | None  # None when nothing needed measuring
@@ -263,32 +161,32 @@ def _within_job(line: ProgressLine) -> float:
 
 
 def run_sweep(
-    spec: SweepSpec,
+    spec: BenchTests,
+    configs: Sequence[LlamaConfig],
     binaries: Binaries,
     study_dir: Path,
     *,
     fresh: bool = False,
     command: Sequence[str] = (),
     on_event: Callable[[SweepEvent], None] = lambda e: None,
-    configs: Sequence[BenchConfig] | None = None,
 ) -> SweepOutcome:
-    """Measure every configuration of ``spec`` not yet in ``study_dir``'s store (all with ``fresh``).
+    """Measure every test of ``configs`` not yet in ``study_dir``'s store (all with ``fresh``).
 
     Each test is stored the moment llama-bench prints its record. A configuration that fails is
     stored as a failure and the sweep moves on; Ctrl-C stops llama-bench, marks the run
-    interrupted and re-raises :class:`KeyboardInterrupt`. ``configs`` replaces the cartesian
-    expansion of the spec's knob lists with named configurations (a study's).
+    interrupted and re-raises :class:`KeyboardInterrupt`.
     """
     if not spec.model.is_file():
         raise XoverError(f"model {spec.model} does not exist: pass -m PATH to a .gguf file")
     from xover.gguf.inspect import check_offload_and_context
 
-    check_offload_and_context(spec.model, spec.ncmoe, max(spec.depths) + spec.n_prompt + spec.n_gen)
+    levels = tuple(dict.fromkeys(c.n_cpu_moe for c in configs if c.get("n-cpu-moe") is not None))
+    check_offload_and_context(spec.model, levels, max(spec.depths) + spec.n_prompt + spec.n_gen)
     model_key = model_id(spec.model).key
-    configs = list(configs) if configs is not None else expand(spec)
+    configs = list(configs)
     with Store(study_dir) as store:
 
-        def measured(config: BenchConfig, p: Point) -> bool:
+        def measured(config: LlamaConfig, p: Point) -> bool:
             return not fresh and store.has_bench_point(config.key, model_key, *p)
 
         the_plan = plan(spec, configs, measured)
@@ -322,7 +220,7 @@ def run_sweep(
 
 def _run_job(
     job: BenchJob,
-    spec: SweepSpec,
+    spec: BenchTests,
     binaries: Binaries,
     store: Store,
     run: Recording,

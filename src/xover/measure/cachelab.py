@@ -49,11 +49,12 @@ from xover.analysis.cachelab import (  # noqa: F401 (the plan and analysis, re-e
     plan_requests,
 )
 from xover.client.http import LlamaClient, completion_body
+from xover.domain.config import LlamaConfig
 from xover.domain.prompts import Prompt, TokenPrompts, token_pool
 from xover.domain.records import Failure, TtftSample
 from xover.errors import XoverError
 from xover.llamacpp.binaries import Binaries
-from xover.llamacpp.server import ServerSpec, context_size, has_flag
+from xover.llamacpp.server import ServerLaunch, context_size, has_flag
 from xover.measure.events import LabEvent, LabRequestDone, ServerUp
 from xover.measure.recorder import Recording
 from xover.measure.server_session import WARMUP_LENGTH, started_server, warm_up
@@ -61,19 +62,15 @@ from xover.measure.ttft import TtftPoint, build_sample, gguf_token_types
 from xover.results.store import Store
 
 
-def state_bytes_per_token(model: Path, server_args: Sequence[str] = ()) -> int | None:
-    """KV cache bytes per token of ``model`` with the cache types in ``server_args`` (``-ctk``/``-ctv``,
-    F16 by default): the size of a prompt's saved state per token. None where it cannot be told."""
+def state_bytes_per_token(model: Path, config: LlamaConfig | None = None) -> int | None:
+    """KV cache bytes per token of ``model`` with ``config``'s cache types (``-ctk``/``-ctv``, F16 by default):
+    the size of a prompt's saved state per token. None where it cannot be told."""
     from xover.gguf.inspect import model_table
     from xover.gguf.shapes import kv_bytes_per_token
 
     types = {"k": "F16", "v": "F16"}
-    args = list(server_args)
-    for i, a in enumerate(args[:-1]):
-        if a in ("-ctk", "--cache-type-k"):
-            types["k"] = args[i + 1].upper()
-        elif a in ("-ctv", "--cache-type-v"):
-            types["v"] = args[i + 1].upper()
+    if config is not None:
+        types = {"k": (config.get("cache-type-k") or "F16").upper(), "v": (config.get("cache-type-v") or "F16").upper()}
     if types["k"] != types["v"]:
         return None
     try:
@@ -112,10 +109,8 @@ def run_cache_lab(
     binaries: Binaries,
     model: Path,
     length: int,
-    server_args: tuple[str, ...],
-    label: str,
+    config: LlamaConfig,
     *,
-    env: tuple[tuple[str, str], ...] = (),
     command: Sequence[str] = (),
     seed: int = 0,
     startup_timeout_s: float = 600.0,
@@ -125,14 +120,15 @@ def run_cache_lab(
     """Run every scenario of the lab (synchronous; it drives its own event loop) into the store
     of ``store_dir``: one run of kind ``cache``, one sample per request, failures kept as data.
 
-    ``server_args`` are the configuration's llama-server flags (``--n-cpu-moe 18 -t 8``...), added
-    after the lab's own; ``env`` is set for the servers only. A scenario whose server fails to
+    ``config`` is the configuration the lab's servers run (its llama-server arguments follow the lab's own,
+    its environment is set for the servers only). A scenario whose server fails to
     start or whose request fails is recorded as a failure and the next scenario runs. ``only`` names
     the scenarios to run (a resumed study runs those :func:`complete_scenarios` does not list).
     """
     if not model.is_file():
         raise XoverError(f"model {model} does not exist: fix -m")
-    bpt = state_bytes_per_token(model, server_args)
+    bpt = state_bytes_per_token(model, config)
+    label = config.name
     plan = tuple(srv for srv in lab_plan(length, bpt) if only is None or srv.scenario in only)
     pool = token_pool(gguf_token_types(model))
     if len(pool) < 2:
@@ -143,9 +139,7 @@ def run_cache_lab(
         Store(store_dir),
         binaries,
         model,
-        label,
-        server_args,
-        env,
+        config,
         list(command),
         on_event,
         TokenPrompts(pool, seed),
@@ -167,9 +161,7 @@ class _LabRun:
         store: Store,
         binaries: Binaries,
         model: Path,
-        label: str,
-        server_args: tuple[str, ...],
-        env: tuple[tuple[str, str], ...],
+        config: LlamaConfig,
         command: list[str],
         on_event: Callable[[LabEvent], None],
         prompts: TokenPrompts,
@@ -177,8 +169,8 @@ class _LabRun:
         state_bytes: dict[str, int],
         startup_timeout_s: float,
     ) -> None:
-        self.store, self.binaries, self.model, self.label = store, binaries, model, label
-        self.server_args, self.env, self.on_event, self.prompts = server_args, env, on_event, prompts
+        self.store, self.binaries, self.model, self.config, self.label = store, binaries, model, config, config.name
+        self.on_event, self.prompts = on_event, prompts
         self.rec = Recording(store, "cache", command, binaries=binaries, model=model, on_event=on_event)
         self.ctx = lab_context(length)
         self.samples: list[TtftSample] = []
@@ -204,7 +196,7 @@ class _LabRun:
             analyse([(self.label, s) for s in samples], self.state_bytes),
         )
 
-    def _spec(self, srv: LabServer, store_dir: Path, fit_off: bool) -> ServerSpec:
+    def _spec(self, srv: LabServer, store_dir: Path, fit_off: bool) -> ServerLaunch:
         lab_args: list[str] = []
         if srv.cache_reuse is not None:
             lab_args += ["--cache-reuse", str(srv.cache_reuse)]
@@ -212,18 +204,17 @@ class _LabRun:
             slots = store_dir / "cache-lab-slots"
             slots.mkdir(parents=True, exist_ok=True)
             lab_args += ["--slot-save-path", str(slots.resolve())]
-        return ServerSpec(
-            model=self.model.resolve(),
-            label=self.label,
-            ctx_size=self.ctx,
+        return ServerLaunch(
+            self.config,
+            self.model.resolve(),
+            self.ctx,
             cold_cache=not srv.defaults,
             fit_off=fit_off,
-            extra_args=(*lab_args, *self.server_args),
-            env=self.env,
+            own_args=tuple(lab_args),
         )
 
-    def _fail(self, srv: LabServer, spec: ServerSpec, stage: str, reason: str, skipped: int) -> None:
-        config = spec.config()
+    def _fail(self, srv: LabServer, spec: ServerLaunch, stage: str, reason: str, skipped: int) -> None:
+        config = spec.config
         self.done += skipped
         self.rec.fail(
             config,
@@ -232,14 +223,14 @@ class _LabRun:
             scenario=srv.scenario,
         )
 
-    async def _scenario(self, srv: LabServer, spec: ServerSpec, log_dir: Path) -> None:
+    async def _scenario(self, srv: LabServer, spec: ServerLaunch, log_dir: Path) -> None:
         try:
             async with started_server(
                 self.rec, self.binaries, spec, log_dir, startup_timeout_s=self.startup_timeout_s, scenario=srv.scenario
             ) as s:
                 assert s.client is not None
                 run_id = self.rec.ensure()
-                config = spec.config()
+                config = spec.config
                 self.on_event(
                     ServerUp(
                         label=config.label,

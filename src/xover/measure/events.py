@@ -11,7 +11,8 @@ import dataclasses
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from xover.domain.records import BenchConfig, BenchResult, Failure, ServerConfig, SessionTurn, TtftSample
+from xover.domain.config import LlamaConfig
+from xover.domain.records import BenchResult, Failure, SessionTurn, TtftSample
 from xover.llamacpp.bench import BenchJob
 
 if TYPE_CHECKING:  # annotations only: the sweep's plan imports these events; the knob search is not needed at run time
@@ -46,7 +47,7 @@ class ConfigFailed:
     skipped: int = 0  # planned requests or turns of it that will not run (llama-bench: 0, it counts its own tests)
     mode: str | None = None  # session: the cache mode that failed
     scenario: str | None = None  # cache lab: the scenario that failed
-    config: BenchConfig | ServerConfig | None = None
+    config: LlamaConfig | None = None
     failure: Failure | None = None  # as stored
 
 
@@ -161,7 +162,7 @@ class Progressed:
 
 @dataclasses.dataclass(frozen=True)
 class ResultStored:
-    config: BenchConfig
+    config: LlamaConfig
     result: BenchResult
 
 

@@ -22,7 +22,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from xover.domain.study_spec import FIT, LlamaConfig, StudySpec, fit_context
+from xover.domain.config import LlamaConfig
+from xover.domain.option_values import FIT
+from xover.domain.study_spec import StudySpec
 from xover.errors import XoverError
 from xover.llamacpp.binaries import Binaries
 
@@ -45,7 +47,7 @@ def budget_for_fit(spec: StudySpec) -> int:
 
 
 def has_fits(spec: StudySpec) -> bool:
-    return any(fit_context(c.flag("-ncmoe")) is not None for c in spec.configs)
+    return any(c.fit_request is not None for c in spec.configs)
 
 
 def resolve_fits(spec: StudySpec, model: Path) -> tuple[StudySpec, list[dict[str, Any]]]:
@@ -59,7 +61,7 @@ def resolve_fits(spec: StudySpec, model: Path) -> tuple[StudySpec, list[dict[str
     study_ctx = context_size(max(spec.lengths), max(spec.response_tokens))
     configs, records = [], []
     for c in spec.configs:
-        want = fit_context(c.flag("-ncmoe"))
+        want = c.fit_request
         if want is None:
             configs.append(c)
             continue
@@ -76,7 +78,7 @@ def resolve_fits(spec: StudySpec, model: Path) -> tuple[StudySpec, list[dict[str
         records.append(
             {
                 "config": c.name,
-                "request": c.flag("-ncmoe"),
+                "request": c.get("n-cpu-moe"),
                 "n_ctx": ctx,
                 "n_cpu_moe": n,
                 "budget_bytes": budget,
@@ -88,16 +90,14 @@ def resolve_fits(spec: StudySpec, model: Path) -> tuple[StudySpec, list[dict[str
 
 def with_level(config: LlamaConfig, n: int) -> LlamaConfig:
     """``config`` with ``--n-cpu-moe n``."""
-    return dataclasses.replace(config, flags=tuple((f, str(n) if f == "-ncmoe" else v) for f, v in config.flags))
+    return config.with_values({"n-cpu-moe": str(n)})
 
 
 def _plan(terms: Any, budget: int, ctx: int, config: LlamaConfig) -> Any:
     """The planner's placement of ``config`` (its own ubatch and attention) at ``ctx`` under ``budget``."""
     from xover.analysis.theory import plan_placement
 
-    (plan,) = plan_placement(
-        terms, budget, (ctx,), int(config.flag("-ub") or 512), flash_attn=config.flag("-fa") not in ("off", "0")
-    )
+    (plan,) = plan_placement(terms, budget, (ctx,), _ubatch(config), flash_attn=config.get("flash-attn") != "off")
     return plan
 
 
@@ -106,7 +106,7 @@ def _placement_fields(plan: Any, config: LlamaConfig) -> dict[str, Any]:
     e = plan.estimate
     return {
         "headroom_bytes": plan.headroom_bytes,
-        "ubatch": int(config.flag("-ub") or 512),
+        "ubatch": _ubatch(config),
         "estimate": {
             "model_bytes": e.model_bytes,
             "kv_bytes": e.kv_bytes,
@@ -121,7 +121,16 @@ def _planned_level(terms: Any, record: dict[str, Any], config: LlamaConfig) -> t
     attention (never below the level ``config`` already has), and the plan."""
     plan = _plan(terms, int(record["budget_bytes"]), int(record["n_ctx"]), config)
     n = plan.n_cpu_moe if plan.n_cpu_moe is not None else terms.n_layer
-    return max(n, int(config.flag("-ncmoe") or 0)), plan
+    return max(n, _level(config)), plan
+
+
+def _ubatch(config: LlamaConfig) -> int:
+    return int(config.get("ubatch-size") or 512)
+
+
+def _level(config: LlamaConfig) -> int:
+    """A placed configuration's level (a ``fit`` not yet placed counts as 0)."""
+    return 0 if config.fit_request is not None else config.n_cpu_moe
 
 
 def _terms(model: Path) -> Any:
@@ -203,11 +212,10 @@ async def _check_level(
     binaries: Binaries, model: Path, config: LlamaConfig, n: int, ctx: int, log_dir: Path, timeout_s: float | None
 ) -> LevelCheck:
     from xover.client.http import completion_body
-    from xover.llamacpp.server import LlamaServer, ServerSpec
+    from xover.llamacpp.server import LlamaServer, ServerLaunch
 
-    flags = tuple((f, str(n) if f == "-ncmoe" else v) for f, v in config.flags)
-    args = dataclasses.replace(config, name=f"{config.name} at {n}", flags=flags).server_args_list()
-    sspec = ServerSpec(model=model, label=f"fitcheck-{config.name}-{n}", ctx_size=ctx, extra_args=args, env=config.env)
+    at = config.with_values({"n-cpu-moe": str(n)}, name=f"{config.name} at {n}")
+    sspec = ServerLaunch(at, model, ctx, label=f"fitcheck-{config.name}-{n}")
     kwargs = {} if timeout_s is None else {"startup_timeout_s": timeout_s}
     try:
         async with LlamaServer(binaries.server, sspec, log_dir, **kwargs) as srv:
@@ -251,7 +259,7 @@ def check_fits(
                     break
         entry: dict[str, Any] = {**r, "checks": [c.as_dict() for c in checks], "measured_at": measured_at}
         if binaries.fit_params is not None:
-            choice, why = run_fit_params(binaries.fit_params, model, ctx, config.flags, dict(config.env))
+            choice, why = run_fit_params(binaries.fit_params, model, ctx, config)
             entry["llama_fit"] = choice.to_dict() if choice is not None else None
             entry["llama_fit_log"] = why
         out.append(entry)

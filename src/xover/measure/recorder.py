@@ -35,7 +35,8 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from xover.domain.records import BenchConfig, Failure, ServerConfig
+from xover.domain.config import LlamaConfig
+from xover.domain.records import Failure
 from xover.llamacpp.binaries import Binaries
 from xover.llamacpp.server import parse_build_info
 from xover.measure.events import ConfigFailed
@@ -100,7 +101,7 @@ class Recording:
 
     def fail(
         self,
-        config: BenchConfig | ServerConfig,
+        config: LlamaConfig,
         failure: Failure,
         *,
         skipped: int = 0,
@@ -129,7 +130,7 @@ class Recording:
         self.store.add_artifact(self.ensure(), name, body)
 
     def server_props(
-        self, config: ServerConfig, props: Mapping[str, Any], model_meta: Mapping[str, Any], **where: Any
+        self, config: LlamaConfig, props: Mapping[str, Any], model_meta: Mapping[str, Any], **where: Any
     ) -> int:
         """A server answered: the run begun with its build, its configuration and its ``/props`` (and
         ``/v1/models`` meta) stored, with ``where`` (its log and pid, or its URL; the mode or scenario)."""

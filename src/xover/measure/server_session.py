@@ -14,9 +14,9 @@ from pathlib import Path
 from typing import Any
 
 from xover.client.http import LlamaClient, completion_body
-from xover.domain.records import ServerConfig
+from xover.domain.config import LlamaConfig
 from xover.llamacpp.binaries import Binaries
-from xover.llamacpp.server import LlamaServer, ServerSpec
+from xover.llamacpp.server import LlamaServer, ServerLaunch
 from xover.measure.recorder import Recording
 
 WARMUP_LENGTH = 8  # tokens in the discarded warm-up prompt
@@ -27,20 +27,27 @@ WARMUP_RESPONSE = 4
 async def started_server(
     recording: Recording,
     binaries: Binaries,
-    spec: ServerSpec,
+    spec: ServerLaunch,
     log_dir: Path,
     *,
-    config: ServerConfig | None = None,
+    config: LlamaConfig | None = None,
     startup_timeout_s: float | None = None,
     **where: Any,
 ) -> AsyncIterator[LlamaServer]:
     """``spec``'s llama-server, healthy, with its props stored under ``recording`` as those of ``config``
-    (default: ``spec.config()``), ``where`` first (a mode, a scenario) and then its log and pid.
+    (default: ``spec.config``), ``where`` first (a mode, a scenario) and then its log, pid and whole argument
+    list (xover's own flags with the configuration's: the server's provenance).
     ``startup_timeout_s`` None: :class:`LlamaServer`'s own."""
     timeout = {} if startup_timeout_s is None else {"startup_timeout_s": startup_timeout_s}
     async with LlamaServer(binaries.server, spec, log_dir, **timeout) as srv:
         recording.server_props(
-            config or spec.config(), srv.props, srv.model_meta, **where, log=str(srv.log_path), pid=srv.pid
+            config or spec.config,
+            srv.props,
+            srv.model_meta,
+            **where,
+            log=str(srv.log_path),
+            pid=srv.pid,
+            args=list(spec.args()),
         )
         yield srv
 

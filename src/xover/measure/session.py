@@ -38,7 +38,8 @@ from pathlib import Path
 from typing import Any, ParamSpec, TypeVar
 
 from xover.client.chat import ChatClient, chat_body
-from xover.domain.records import Failure, ServerConfig, SessionTurn
+from xover.domain.config import LlamaConfig
+from xover.domain.records import Failure, SessionTurn
 from xover.domain.workload import (
     Session,
     WorkloadSpec,
@@ -51,7 +52,7 @@ from xover.domain.workload import (
 )
 from xover.errors import XoverError
 from xover.llamacpp.binaries import Binaries
-from xover.llamacpp.server import LlamaServer, ServerSpec, context_size, has_flag
+from xover.llamacpp.server import LlamaServer, ServerLaunch, context_size, has_flag
 from xover.measure.events import Note, ReplayDone, ServerUp, SessionEvent, Sized, TurnDone
 from xover.measure.recorder import Recording
 from xover.measure.server_session import started_server
@@ -67,15 +68,12 @@ REPLY_MARGIN = 1.25  # fed-back reply tokens allowed beyond the measured growth,
 WARMUP = ({"role": "user", "content": "Say hello."},)
 GROWTH_NOTE = 2.0  # a generated reply that re-tokenizes to more than this many times its length gets a note
 
-SessionConfig = tuple[str, tuple[str, ...]]  # a configuration to replay on: (label, llama-server arguments)
-
-
 # ---- cache modes and request bodies (pure) ------------------------------------------------------
 
 
 @dataclasses.dataclass(frozen=True)
 class ModeSettings:
-    cold_cache: bool  # ServerSpec.cold_cache: -np 1 --cache-ram 0
+    cold_cache: bool  # ServerLaunch.cold_cache: -np 1 --cache-ram 0
     args: tuple[str, ...]  # extra llama-server arguments
     cache_prompt: bool  # the request's cache_prompt
 
@@ -159,14 +157,13 @@ async def run_session_async(
     binaries: Binaries,
     model: Path,
     workload_path: Path,
-    configs: Sequence[SessionConfig],
+    configs: Sequence[LlamaConfig],
     modes: Sequence[str] = MODES,
     response_tokens: int = 64,
     *,
     exact: bool = False,
     cache_reuse: int = CACHE_REUSE,
     ctx_size: int | None = None,
-    max_context: Mapping[str, int] | None = None,
     command: Sequence[str] = (),
     startup_timeout_s: float = 600.0,
     on_event: Callable[[SessionEvent], None] = lambda ev: None,
@@ -174,12 +171,11 @@ async def run_session_async(
     """Replay ``workload_path`` on every configuration x cache mode, storing each turn in
     ``study_dir``'s results store; stops every server it started whatever the way out. Configuration
     or turn failures are stored and reported, not raised; a workload or sizing problem raises
-    :class:`XoverError` before anything is measured. ``max_context`` (label -> tokens) names configurations
-    placed for a context (a "fit" level): one the session's context does not fit in is recorded as a failure
-    and not started. :func:`run_session` is the same for callers without an event loop."""
+    :class:`XoverError` before anything is measured. A configuration placed for a context (a "fit" level,
+    its ``max_context``) that the session's context does not fit in is recorded as a failure and not started. :func:`run_session` is the same for callers without an event loop."""
     if not configs:
         raise XoverError("no configurations to replay the session on: give at least one (e.g. --ncmoe 12)")
-    if len({label for label, _ in configs}) != len(configs):
+    if len({c.name for c in configs}) != len(configs):
         raise XoverError("two configurations share a label: give each its own")
     for m in modes:
         mode_settings(m, cache_reuse)
@@ -198,7 +194,7 @@ async def run_session_async(
     fit_off = has_flag(binaries.server, "-fit")
     if ctx_size is None:
         sized = await size_context(
-            binaries, model, configs[0][1], session, exact, response_tokens, log_dir, fit_off, startup_timeout_s
+            binaries, model, configs[0], session, exact, response_tokens, log_dir, fit_off, startup_timeout_s
         )
         on_event(sized)
         ctx_size = sized.ctx_size
@@ -218,7 +214,6 @@ async def run_session_async(
             list(command),
             startup_timeout_s,
             on_event,
-            dict(max_context or {}),
         )
         return await replay.run(configs, modes)
 
@@ -239,7 +234,7 @@ run_session = _blocking(run_session_async)
 async def size_context(
     binaries: Binaries,
     model: Path,
-    args: Sequence[str],
+    config: LlamaConfig,
     session: Session,
     exact: bool,
     response_tokens: int,
@@ -247,10 +242,11 @@ async def size_context(
     fit_off: bool = True,
     startup_timeout_s: float = 600.0,
 ) -> Sized:
-    """Tokenize every turn on a small CPU-only server and size ``-c`` for the whole session."""
+    """Tokenize every turn on a small CPU-only server (``config``'s, for its chat template) and size ``-c`` for
+    the whole session."""
     ctx = context_size(PROBE_PROMPT_TOKENS, response_tokens)  # tokenizing needs no context; the probe reply does
-    extra = (*args, "-c", str(ctx), "-ngl", "0")  # after the configuration's own -c / -ngl, so these win
-    spec = ServerSpec(model=model, label="sizing", ctx_size=ctx, n_gpu_layers=0, fit_off=fit_off, extra_args=extra)
+    cpu_only = config.with_values({"n-gpu-layers": "0"}, name="sizing")
+    spec = ServerLaunch(cpu_only, model, ctx, fit_off=fit_off)
     async with (
         LlamaServer(binaries.server, spec, log_dir, startup_timeout_s=startup_timeout_s) as srv,
         ChatClient(srv.url) as client,
@@ -313,10 +309,8 @@ class _Replay:
         command: list[str],
         startup_timeout_s: float,
         on_event: Callable[[SessionEvent], None],
-        max_context: dict[str, int],
     ) -> None:
         self.store, self.binaries, self.model, self.session = store, binaries, model, session
-        self.max_context = max_context
         self.sid, self.feed, self.response_tokens, self.cache_reuse = sid, feed, response_tokens, cache_reuse
         self.ctx_size, self.fit_off, self.log_dir = ctx_size, fit_off, log_dir
         self.startup_timeout_s, self.on_event = startup_timeout_s, on_event
@@ -325,17 +319,17 @@ class _Replay:
         self.labels: dict[str, str] = {}
         self.noted: set[str] = set()  # notes already given once in this run
 
-    async def run(self, configs: Sequence[SessionConfig], modes: Sequence[str]) -> SessionOutcome:
+    async def run(self, configs: Sequence[LlamaConfig], modes: Sequence[str]) -> SessionOutcome:
         with self.rec:  # ends the run: interrupted, failed or done (xover.measure.recorder)
-            for label, args in configs:
+            for config in configs:
                 for mode in modes:
-                    await self._one(label, tuple(args), mode)
+                    await self._one(config, mode)
         assert self.rec.run_id is not None
         return SessionOutcome(
             self.rec.run_id, self.sid, self.ctx_size, tuple(self.turns), tuple(self.rec.failures), dict(self.labels)
         )
 
-    def _fail(self, config: ServerConfig, mode: str, point: str, reason: str, skipped: int) -> None:
+    def _fail(self, config: LlamaConfig, mode: str, point: str, reason: str, skipped: int) -> None:
         self.rec.fail(
             config,
             Failure(config_key=config.key, stage="session", point=f"{mode} {point}", reason=reason),
@@ -343,19 +337,20 @@ class _Replay:
             mode=mode,
         )
 
-    async def _one(self, label: str, args: tuple[str, ...], mode: str) -> None:
+    async def _one(self, config: LlamaConfig, mode: str) -> None:
         settings = mode_settings(mode, self.cache_reuse)
-        spec = ServerSpec(
-            model=self.model,
-            label=f"{label}-{mode}",
-            ctx_size=self.ctx_size,
+        label = config.name
+        spec = ServerLaunch(
+            config,
+            self.model,
+            self.ctx_size,
             cold_cache=settings.cold_cache,
             fit_off=self.fit_off,
-            extra_args=(*args, *settings.args),
+            own_args=settings.args,
+            label=f"{label}-{mode}",
         )
-        config = dataclasses.replace(spec.config(), label=label)  # the mode is in the arguments and in every turn
-        self.labels[config.key] = label
-        placed = self.max_context.get(label)
+        self.labels[config.key] = label  # the mode is in every turn
+        placed = config.max_context
         if placed is not None and self.ctx_size > placed:
             self._fail(
                 config,
@@ -399,7 +394,7 @@ class _Replay:
         self.on_event(ReplayDone(label, mode, done))
 
     async def _turns(
-        self, client: ChatClient, config: ServerConfig, mode: str, cache_prompt: bool, n_ctx: int, run_id: int
+        self, client: ChatClient, config: LlamaConfig, mode: str, cache_prompt: bool, n_ctx: int, run_id: int
     ) -> int:
         """Every turn in order; returns the session time (sum of turn times, ns)."""
         warm = await client.stream_chat(chat_body(WARMUP, 1, cache_prompt=False))

@@ -17,12 +17,13 @@ import asyncio
 import dataclasses
 import time
 from collections import Counter
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from xover.domain.records import ServerConfig, TtftSample
-from xover.domain.study_spec import LlamaConfig, StudySpec
+from xover.domain.config import LlamaConfig
+from xover.domain.records import TtftSample
+from xover.domain.study_spec import StudySpec
 from xover.errors import XoverError
 from xover.llamacpp.binaries import Binaries
 from xover.measure.provenance import model_id
@@ -57,6 +58,24 @@ Emit = Callable[[StageEvent], None]
 Reporter = Callable[[StudySpec, Path], tuple[tuple[str, ...], Path]]  # (spec, study dir) -> (verdicts, report.html)
 
 
+@dataclasses.dataclass(frozen=True)
+class Study:
+    """What every stage works with: the spec (its configurations placed, tuned variants added once tuning ran),
+    the model file, the llama.cpp binaries, the study directory, whether to measure again what is stored, the
+    command that started the study (stored with every run) and where progress goes."""
+
+    spec: StudySpec
+    model: Path
+    binaries: Binaries
+    study_dir: Path
+    fresh: bool
+    command: tuple[str, ...]
+    emit: Emit
+
+    def with_configs(self, configs: tuple[LlamaConfig, ...]) -> Study:
+        return dataclasses.replace(self, spec=dataclasses.replace(self.spec, configs=configs))
+
+
 def resolve_model(spec: StudySpec, study_dir: Path, emit: Emit) -> Path:
     """The model file: the spec's path, or the preset synthesized once into ``study_dir/models``."""
     if spec.model_path is not None:
@@ -82,85 +101,73 @@ def server_timeout(spec: StudySpec) -> float:
     return spec.timeout_s if spec.timeout_s is not None else DEFAULT_SERVER_TIMEOUT_S
 
 
-def _offload_configs(configs: Sequence[LlamaConfig]) -> list[Any]:
-    from xover.analysis.theory import config_from_flags
-
-    return [config_from_flags(c.bench_config().fields, c.env, c.server_args) for c in configs]
-
-
-def stage_theory(spec: StudySpec, model: Path, store: Store, emit: Emit) -> None:
+def stage_theory(st: Study) -> None:
     """Theory and a prediction, stored before any measurement (skipped if one is stored already)."""
-    if store.artifacts("prediction"):
+    spec, model, emit = st.spec, st.model, st.emit
+    if load(st.study_dir).prediction() is not None:
         emit(StageEvent("theory", "info", "prediction already stored"))
         return
-    from xover.analysis.theory import build_prediction, model_terms
+    from xover.analysis.theory import TheoryInputs, build_prediction, model_terms, offload_of
     from xover.gguf.inspect import inspect_gguf, model_table
     from xover.gguf.shapes import total_bytes
     from xover.hardware.detect import resolve as resolve_hw
 
-    store.add_artifact(None, "inspect", inspect_gguf(model).to_dict())
     table, name = model_table(model)
-    # The theory's view of the model, so the report can predict from the store alone (the translation of
-    # measurements to other machines) without the model file.
-    store.add_artifact(None, "model-terms", dataclasses.asdict(model_terms(table)))
     measure = spec.hardware == "measure"
     hw, _ = resolve_hw(None if measure else spec.hardware, measure)
     now = time.time_ns()
     prediction = build_prediction(
-        model_terms(table),
-        hw,
-        _offload_configs(spec.configs),
-        list(spec.lengths),
-        model={"name": name, "source": str(model), "total_bytes": total_bytes(table)},
-        created_at=time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-        created_unix_ns=now,
-        response=spec.response_tokens[0],
-        pp_tokens=spec.pp,
+        TheoryInputs(
+            model_terms(table),
+            hw,
+            tuple(offload_of(c) for c in spec.configs),
+            tuple(spec.lengths),
+            model={"name": name, "source": str(model), "total_bytes": total_bytes(table)},
+            created_at=time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+            created_unix_ns=now,
+            response=spec.response_tokens[0],
+            pp_tokens=spec.pp,
+        )
     )
     # The study's own labels, so the report can match predictions to measured configurations.
     for entry, config in zip(prediction.get("configs", []), spec.configs):
         entry["study_label"] = config.name
-    store.add_artifact(None, "prediction", prediction)
+    with Store(st.study_dir) as store:
+        store.add_artifact(None, "inspect", inspect_gguf(model).to_dict())
+        # The theory's view of the model, so the report can predict from the store alone (the translation of
+        # measurements to other machines) without the model file.
+        store.add_artifact(None, "model-terms", dataclasses.asdict(model_terms(table)))
+        store.add_artifact(None, "prediction", prediction)
     emit(StageEvent("theory", "info", f"prediction stored for {len(spec.configs)} configurations"))
 
 
-def stage_tune(
-    spec: StudySpec,
-    model: Path,
-    binaries: Binaries,
-    study_dir: Path,
-    fresh: bool,
-    command: Sequence[str],
-    emit: Emit,
-    fits: list[dict[str, Any]] | None = None,
-) -> tuple[Any, ...]:
+def stage_tune(st: Study, fits: list[dict[str, Any]] | None = None) -> tuple[Any, ...]:
     """Each configuration's best settings (:mod:`xover.measure.tune`); returns the :class:`xover.measure.tune.Tuned`
     results. Under a budget, each trial of a ``fit`` configuration is placed for its own ubatch."""
     from xover.measure import fit, tune
 
     def on(status: str, detail: str, completed: float | None, total: float | None) -> None:
-        emit(StageEvent("tune", status, detail, completed, total))
+        st.emit(StageEvent("tune", status, detail, completed, total))
 
-    place = fit.placer(model, fits or [])
-    return tune.run_tune(spec, model, binaries, study_dir, command, fresh, on, place)
+    place = fit.placer(st.model, fits or [])
+    return tune.run_tune(st.spec, st.model, st.binaries, st.study_dir, st.command, st.fresh, on, place)
 
 
-def stored_tuning(spec: StudySpec, study_dir: Path, emit: Emit) -> tuple[Any, ...]:
+def stored_tuning(st: Study) -> tuple[Any, ...]:
     """Tuning results already in the store, used when the tuning stage is skipped this time."""
     from xover.measure import tune
 
-    with Store(study_dir) as store:
-        found = tune.stored(store, spec.configs)
+    found = tune.stored(load(st.study_dir), st.spec.configs)
     if found:
-        emit(StageEvent("tune", "info", f"using the stored tuned settings of {', '.join(found)}"))
-    return tuple(found[c.name] for c in spec.configs if c.name in found)
+        st.emit(StageEvent("tune", "info", f"using the stored tuned settings of {', '.join(found)}"))
+    return tuple(found[c.name] for c in st.spec.configs if c.name in found)
 
 
-def record_spec(spec: StudySpec, store: Store) -> None:
+def record_spec(spec: StudySpec, study_dir: Path) -> None:
     """What the report needs of the spec (configuration order, headline pairs, responses, band), stored
     as artifact ``study`` when it changed, so the report rebuilds from the store alone."""
-    previous = store.artifacts("study")
-    before = previous[-1][2] if previous else {}
+    previous = load(study_dir).artifact_bodies("study")
+    before = previous[-1] if previous else {}
     # The full spec sets the order; an invocation narrowed with --configs keeps the order (and pairs) stored before.
     ours, theirs = [c.name for c in spec.configs], before.get("configs", [])
     names = ours if set(ours) >= set(theirs) else list(dict.fromkeys([*theirs, *ours]))
@@ -173,12 +180,12 @@ def record_spec(spec: StudySpec, store: Store) -> None:
     if spec.decode_tokens is not None:
         body["decode_tokens"] = spec.decode_tokens
     if body != before:
-        store.add_artifact(None, "study", body)
+        with Store(study_dir) as store:
+            store.add_artifact(None, "study", body)
 
 
-def stage_bench(
-    spec: StudySpec, model: Path, binaries: Binaries, study_dir: Path, fresh: bool, command: Sequence[str], emit: Emit
-) -> int:
+def stage_bench(st: Study) -> int:
+    spec, emit = st.spec, st.emit
     from xover.measure import bench as benchrun
     from xover.measure.events import ConfigFailed, ConfigStarted, Progressed
 
@@ -200,8 +207,8 @@ def stage_bench(
             names = ", ".join(c.name for c in configs)
             emit(StageEvent("bench", "info", f"{names}: no bench depth fits its context; not benched"))
             continue
-        sweep = benchrun.SweepSpec(
-            model=model,
+        sweep = benchrun.BenchTests(
+            model=st.model,
             depths=depths,
             n_prompt=spec.pp,
             n_gen=spec.tg,
@@ -209,13 +216,7 @@ def stage_bench(
             timeout_s=spec.timeout_s,
         )
         outcome = benchrun.run_sweep(
-            sweep,
-            binaries,
-            study_dir,
-            fresh=fresh,
-            command=command,
-            on_event=on_event,
-            configs=[c.bench_config() for c in configs],
+            sweep, configs, st.binaries, st.study_dir, fresh=st.fresh, command=st.command, on_event=on_event
         )
         failures += len(outcome.failures)
     return failures
@@ -225,62 +226,50 @@ def missing_ttft(
     stored: Sequence[StoredSample],
     spec: StudySpec,
     model_key: str,
-    config_key: str | Collection[str],
+    config_key: str,
     fresh: bool,
     lengths: Sequence[int] | None = None,
 ) -> dict[int, int]:
-    """Prompt length -> cold samples still needed (passing the cold check) for one configuration, given the
-    study's stored samples (the read model's ``ttft_rows``), among ``lengths`` (default: the study's).
-    ``config_key``: its key, or every stored key of the same server (:func:`same_server_keys`)."""
+    """Prompt length -> counted cold samples still needed for one configuration (its key), given the study's
+    stored samples (the read model's ``ttft_rows``), among ``lengths`` (default: the study's)."""
     lengths = spec.lengths if lengths is None else lengths
-    have = Counter(s.length for s in ([] if fresh else _passed(stored, model_key, config_key)))
+    have = Counter(s.length for s in ([] if fresh else _counted(stored, model_key, config_key)))
     return {L: spec.repetitions - have[L] for L in lengths if have[L] < spec.repetitions}
 
 
-def same_server_keys(stored: Sequence[object], config: ServerConfig) -> frozenset[str]:
-    """``config``'s key and the keys of the stored server configurations with its identity: the same server
-    stored from another directory (a study copied or moved keeps its measurements)."""
-    from xover.domain.llama_options import server_identity
-
-    same = server_identity(config)
-    return frozenset(
-        {config.key} | {c.key for c in stored if isinstance(c, ServerConfig) and server_identity(c) == same}
-    )
-
-
-def _passed(stored: Sequence[StoredSample], model_key: str, config_key: str | Collection[str]) -> list[TtftSample]:
-    """One configuration's stored cold samples that passed their cold check and completed."""
-    keys = {config_key} if isinstance(config_key, str) else set(config_key)
+def _counted(stored: Sequence[StoredSample], model_key: str, config_key: str) -> list[TtftSample]:
+    """One configuration's stored cold samples that count (:attr:`TtftSample.counted_cold`)."""
     return [
         row.sample
         for row in stored
-        if row.sample.config_key in keys
-        and row.model_key == model_key
-        and row.sample.mode == "cold"
-        and row.sample.cache_ok
-        and row.sample.error is None
+        if row.sample.config_key == config_key and row.model_key == model_key and row.sample.counted_cold
     ]
 
 
-def stored_medians(
-    stored: Sequence[StoredSample], model_key: str, config_key: str | Collection[str]
-) -> dict[int, float]:
-    """Length -> median cold TTFT (s) of one configuration's stored samples that passed their cold check."""
+def stored_medians(stored: Sequence[StoredSample], model_key: str, config_key: str) -> dict[int, float]:
+    """Length -> median cold TTFT (s) of one configuration's counted cold samples."""
     import statistics
 
     by_length: dict[int, list[float]] = {}
-    for s in _passed(stored, model_key, config_key):
+    for s in _counted(stored, model_key, config_key):
         if s.first_token_ns is not None:
             by_length.setdefault(s.length, []).append(s.first_token_ns / 1e9)
     return {L: statistics.median(v) for L, v in by_length.items()}
 
 
-def stage_ttft(
-    spec: StudySpec, model: Path, binaries: Binaries, study_dir: Path, fresh: bool, command: Sequence[str], emit: Emit
-) -> int:
+def stage_ttft(st: Study) -> int:
     """Cold TTFT for every configuration and length still missing; stores per-server efficiency
     (wall time, load time until /health answered, and the requests' own durations) as an artifact."""
-    from xover.llamacpp.server import ServerSpec, context_size
+    spec, model, binaries, study_dir, fresh, command, emit = (
+        st.spec,
+        st.model,
+        st.binaries,
+        st.study_dir,
+        st.fresh,
+        st.command,
+        st.emit,
+    )
+    from xover.llamacpp.server import ServerLaunch, context_size
     from xover.measure import ttft as ttftrun
     from xover.measure.events import ConfigFailed, PointSkipped, Rerun, SampleDone, ServerUp
 
@@ -292,10 +281,8 @@ def stage_ttft(
     with Store(study_dir) as store:
         todo = []
         for c in spec.configs:
-            sspec = ServerSpec(
-                model=model, label=c.name, ctx_size=c.max_context or ctx, extra_args=c.server_args_list(), env=c.env
-            )
-            keys = same_server_keys(() if data is None else data.configs, sspec.config())
+            sspec = ServerLaunch(c, model, c.max_context or ctx)
+            keys = c.key
             lengths = spec.lengths_for(c)
             if len(lengths) < len(spec.lengths):
                 beyond = ", ".join(f"{L:,}" for L in spec.lengths if L not in lengths)
@@ -333,7 +320,7 @@ def stage_ttft(
                 seed=time.time_ns() % 2**31,
                 points=tuple(ttftrun.TtftPoint(L, r) for r in range(reps) for L in lengths if r < missing[L]),
                 max_ttft_s=spec.max_ttft_s,
-                known=tuple((sspec.config().key, L, m) for L, m in stored_medians(stored, mk, keys).items()),
+                known=tuple((c.key, L, m) for L, m in stored_medians(stored, mk, keys).items()),
             )
 
             t_start = time.perf_counter()
@@ -386,11 +373,10 @@ def stage_ttft(
     return failures
 
 
-def stage_cache(
-    spec: StudySpec, model: Path, binaries: Binaries, study_dir: Path, fresh: bool, command: Sequence[str], emit: Emit
-) -> int:
+def stage_cache(st: Study) -> int:
     """The prompt-cache lab on the first configuration, at ``cache_length`` (default: the longest length that
     configuration holds: a "fit" level is placed for one context)."""
+    spec, emit = st.spec, st.emit
     from xover.measure import cachelab
     from xover.measure.events import ConfigFailed, LabRequestDone
 
@@ -411,8 +397,8 @@ def stage_cache(
         emit(StageEvent("cache", "info", f"skipped: the lab needs prompts of at least {cachelab.MIN_LENGTH} tokens"))
         return 0
     only = None
-    if not fresh:
-        done = cachelab.complete_scenarios(load(study_dir).ttft, config.name, length)
+    if not st.fresh:
+        done = cachelab.complete_scenarios(load(st.study_dir).ttft, config.name, length)
         if done >= set(cachelab.CASES):
             emit(StageEvent("cache", "info", f"{config.name}: cache lab already measured"))
             return 0
@@ -427,14 +413,12 @@ def stage_cache(
             emit(StageEvent("cache", "fail", f"{ev.scenario}: {ev.reason}"))
 
     outcome = cachelab.run_cache_lab(
-        study_dir,
-        binaries,
-        model,
+        st.study_dir,
+        st.binaries,
+        st.model,
         length,
-        config.server_args_list(),
-        config.name,
-        env=config.env,
-        command=command,
+        config,
+        command=st.command,
         startup_timeout_s=server_timeout(spec),
         on_event=on_event,
         only=only,
@@ -442,11 +426,10 @@ def stage_cache(
     return len(outcome.failures)
 
 
-def stage_session(
-    spec: StudySpec, model: Path, binaries: Binaries, study_dir: Path, fresh: bool, command: Sequence[str], emit: Emit
-) -> int:
+def stage_session(st: Study) -> int:
     """Replay one generated agentic session per configuration and cache mode (recorded replies:
     synthetic models' own replies re-tokenize into many more tokens than they were)."""
+    spec, model, study_dir, emit = st.spec, st.model, st.study_dir, st.emit
     from xover.domain.workload import WorkloadSpec
     from xover.gguf.inspect import model_context
     from xover.measure import session as sessionrun
@@ -461,7 +444,7 @@ def stage_session(
         study_dir,
         WorkloadSpec(seed=0, turns=spec.session_turns, system_tokens=system, target_tokens=target, chars_per_token=cpt),
     )
-    if not fresh and load(study_dir).turn_rows:
+    if not st.fresh and load(study_dir).turn_rows:
         emit(StageEvent("session", "info", "session already replayed"))
         return 0
     total = spec.session_turns * len(spec.configs) * len(sessionrun.MODES)
@@ -477,14 +460,13 @@ def stage_session(
 
     outcome = sessionrun.run_session(
         study_dir,
-        binaries,
+        st.binaries,
         model,
         workload,
-        [(c.name, c.server_args_list()) for c in spec.configs],
+        spec.configs,
         response_tokens=spec.session_response_tokens,
-        max_context={c.name: c.max_context for c in spec.configs if c.max_context is not None},
         exact=True,
-        command=command,
+        command=st.command,
         startup_timeout_s=server_timeout(spec),
         on_event=on_event,
     )
@@ -504,24 +486,17 @@ def run_study(
     """Every stage of ``spec`` in order; ``report`` renders the report from the store (the CLI passes
     :func:`xover.cli.study.write_report`: only the CLI imports the report package) and returns its verdicts."""
     study_dir.mkdir(parents=True, exist_ok=True)
+    Store(study_dir).close()  # every stage reads what is stored through the read model, which needs a store
     from xover.hardware.vram import holding
 
     with holding(spec.vram_budget) as hold:  # every llama process of the study sees a card of the budget's size
         if hold is not None:
             emit(StageEvent("model", "info", hold.describe()))
-        return _run_stages(spec, study_dir, binaries, fresh, command, emit, report)
+        return _Stages(spec, study_dir, emit).run(binaries, fresh, tuple(command), report)
 
 
 def _check_fits(
-    spec: StudySpec,
-    configs: tuple[LlamaConfig, ...],
-    records: list[dict[str, Any]],
-    suffix: str,
-    model: Path,
-    binaries: Binaries,
-    study_dir: Path,
-    fresh: bool,
-    emit: Emit,
+    st: Study, configs: tuple[LlamaConfig, ...], records: list[dict[str, Any]], suffix: str
 ) -> tuple[LlamaConfig, ...]:
     """llama.cpp's word on the planner's levels (artifacts ``fit{suffix}`` and ``fit-check{suffix}``), asked
     once per set of levels and reused on resume; ``configs`` at the levels they are measured at."""
@@ -529,105 +504,107 @@ def _check_fits(
 
     if not records:
         return configs
-    with Store(study_dir) as store:
-        checked = [body for _, _, body in store.artifacts("fit-check" + suffix)]
-        planned = [(r["config"], r["n_cpu_moe"], r["n_ctx"]) for r in records]
-        if checked and not fresh and [(c["config"], c["n_cpu_moe"], c["n_ctx"]) for c in checked[-1]] == planned:
-            checks = checked[-1]
-        else:
-            for r in records:
-                emit(StageEvent("model", "info", fit.describe(r)))
-            store.add_artifact(None, "fit" + suffix, records)
-            checks = fit.check_fits(
-                spec,
-                configs,
-                model,
-                binaries,
-                records,
-                study_dir / "logs",
-                lambda line: emit(StageEvent("model", "info", line)),
-            )
-            store.add_artifact(None, "fit-check" + suffix, checks)
+    checked = load(st.study_dir).artifact_bodies("fit-check" + suffix)
+    planned = [(r["config"], r["n_cpu_moe"], r["n_ctx"]) for r in records]
+    if checked and not st.fresh and [(c["config"], c["n_cpu_moe"], c["n_ctx"]) for c in checked[-1]] == planned:
+        return fit.apply_checks(configs, checked[-1])
+    for r in records:
+        st.emit(StageEvent("model", "info", fit.describe(r)))
+    with Store(st.study_dir) as store:
+        store.add_artifact(None, "fit" + suffix, records)
+    checks = fit.check_fits(
+        st.spec,
+        configs,
+        st.model,
+        st.binaries,
+        records,
+        st.study_dir / "logs",
+        lambda line: st.emit(StageEvent("model", "info", line)),
+    )
+    with Store(st.study_dir) as store:
+        store.add_artifact(None, "fit-check" + suffix, checks)
     return fit.apply_checks(configs, checks)
 
 
-def _run_stages(
-    spec: StudySpec,
-    study_dir: Path,
-    binaries: Binaries,
-    fresh: bool,
-    command: Sequence[str],
-    emit: Emit,
-    report: Reporter | None,
-) -> StudyOutcome:
-    seconds: dict[str, float] = {}
-    failures = 0
+class _Stages:
+    """One study's stages in order, each timed and skippable by the spec."""
 
-    def timed(stage: str, fn: Callable[[], Any]) -> Any:
-        if stage in spec.skip:
-            emit(StageEvent(stage, "skip", "skipped by the spec"))
+    def __init__(self, spec: StudySpec, study_dir: Path, emit: Emit) -> None:
+        self.spec, self.study_dir, self.emit = spec, study_dir, emit
+        self.seconds: dict[str, float] = {}
+
+    def timed(self, stage: str, fn: Callable[[], Any]) -> Any:
+        if stage in self.spec.skip:
+            self.emit(StageEvent(stage, "skip", "skipped by the spec"))
             return None
-        emit(StageEvent(stage, "start"))
+        self.emit(StageEvent(stage, "start"))
         t0 = time.perf_counter()
         result = fn()
-        seconds[stage] = time.perf_counter() - t0
-        emit(StageEvent(stage, "done", f"{seconds[stage]:.1f} s"))
+        self.seconds[stage] = time.perf_counter() - t0
+        self.emit(StageEvent(stage, "done", f"{self.seconds[stage]:.1f} s"))
         return result
 
-    model = timed("model", lambda: resolve_model(spec, study_dir, emit))
-    from xover.measure import fit
+    def run(self, binaries: Binaries, fresh: bool, command: tuple[str, ...], report: Reporter | None) -> StudyOutcome:
+        spec, emit = self.spec, self.emit
+        model = self.timed("model", lambda: resolve_model(spec, self.study_dir, emit))
+        st = Study(spec, model, binaries, self.study_dir, fresh, command, emit)
+        from xover.measure import fit
 
-    fits: list[dict[str, Any]] = []
-    if fit.has_fits(spec):
-        spec, fits = fit.resolve_fits(spec, model)
-        configs = _check_fits(spec, spec.configs, fits, "", model, binaries, study_dir, fresh, emit)
-        spec = dataclasses.replace(spec, configs=configs)
-    from xover.gguf.inspect import check_offload_and_context
+        fits: list[dict[str, Any]] = []
+        if fit.has_fits(spec):
+            placed, fits = fit.resolve_fits(spec, model)
+            st = dataclasses.replace(st, spec=placed)
+            st = st.with_configs(_check_fits(st, placed.configs, fits, ""))
+        from xover.gguf.inspect import check_offload_and_context
 
-    check_offload_and_context(
-        model, [int(c.flag("-ncmoe") or 0) for c in spec.configs], max(spec.lengths) + max(spec.response_tokens)
-    )
-    with Store(study_dir) as store:
-        record_spec(spec, store)
-        timed("theory", lambda: stage_theory(spec, model, store, emit))
-    if spec.tune:
-        tuned = timed("tune", lambda: stage_tune(spec, model, binaries, study_dir, fresh, command, emit, fits))
-    else:
-        emit(StageEvent("tune", "skip", "tune = false in the spec"))
+        check_offload_and_context(
+            model, [c.n_cpu_moe for c in st.spec.configs], max(spec.lengths) + max(spec.response_tokens)
+        )
+        record_spec(st.spec, self.study_dir)
+        self.timed("theory", lambda: stage_theory(st))
+        tuned, tuned_configs = self._tuned(st, fits)
+        # Every stage below measures each configuration at its defaults and, where tuning changed a knob, tuned.
+        measured = st.with_configs(st.spec.configs + tuned_configs)
+        failures = self.timed("bench", lambda: stage_bench(measured)) or 0
+        failures += self.timed("ttft", lambda: stage_ttft(measured)) or 0
+        failures += self.timed("cache", lambda: stage_cache(st)) or 0
+        failures += self.timed("session", lambda: stage_session(st)) or 0
+        with Store(self.study_dir) as store:
+            store.add_artifact(None, "stage-seconds", self.seconds)
+        verdicts: tuple[str, ...] = ()
+        html: Path | None = None
+        res = self.timed("report", lambda: report(st.spec, self.study_dir)) if report is not None else None
+        if res is not None:
+            verdicts, html = res
+        return StudyOutcome(self.study_dir, model, verdicts, html, self.seconds, failures, tuple(tuned))
+
+    def _tuned(self, st: Study, fits: list[dict[str, Any]]) -> tuple[list[Any], tuple[LlamaConfig, ...]]:
+        """The tuning results (searched now, or stored) and the tuned variants to measure, placed again for their
+        own settings under a budget (a larger ubatch needs more VRAM)."""
+        from xover.measure import fit
+        from xover.measure.tune import variants
+
         tuned = None
-    if tuned is None:
-        tuned = stored_tuning(spec, study_dir, emit)
-    from xover.measure.tune import variants
-
-    # Every stage below measures each configuration at its defaults and, where tuning changed a knob, tuned.
-    tuned_configs = variants(tuned)
-    if fits:  # a tuned fit configuration is placed again for its own settings (a larger ubatch needs more VRAM)
-        tuned_configs, refits = fit.refit_variants(spec, model, fits, tuned_configs)
-        tuned_configs = _check_fits(spec, tuned_configs, refits, "-tuned", model, binaries, study_dir, fresh, emit)
-        from xover.analysis.advise import server_command
-
+        if st.spec.tune:
+            tuned = self.timed("tune", lambda: stage_tune(st, fits))
+        else:
+            self.emit(StageEvent("tune", "skip", "tune = false in the spec"))
+        if tuned is None:
+            tuned = stored_tuning(st)
+        tuned_configs = variants(tuned)
+        if not fits:
+            return list(tuned), tuned_configs
+        tuned_configs, refits = fit.refit_variants(st.spec, st.model, fits, tuned_configs)
+        tuned_configs = _check_fits(st, tuned_configs, refits, "-tuned")
         placed = {c.name: c for c in tuned_configs}
-        tuned = [
+        return [
             dataclasses.replace(
-                t, variant=placed[t.variant.name], server_command=server_command(placed[t.variant.name], model.name)
+                t, variant=placed[t.variant.name], server_command=placed[t.variant.name].server_command(st.model.name)
             )
             if t.variant is not None and t.variant.name in placed
             else t
             for t in tuned
-        ]
-    measured = dataclasses.replace(spec, configs=spec.configs + tuned_configs)
-    failures += timed("bench", lambda: stage_bench(measured, model, binaries, study_dir, fresh, command, emit)) or 0
-    failures += timed("ttft", lambda: stage_ttft(measured, model, binaries, study_dir, fresh, command, emit)) or 0
-    failures += timed("cache", lambda: stage_cache(spec, model, binaries, study_dir, fresh, command, emit)) or 0
-    failures += timed("session", lambda: stage_session(spec, model, binaries, study_dir, fresh, command, emit)) or 0
-    with Store(study_dir) as store:
-        store.add_artifact(None, "stage-seconds", seconds)
-    verdicts: tuple[str, ...] = ()
-    html: Path | None = None
-    res = timed("report", lambda: report(spec, study_dir)) if report is not None else None
-    if res is not None:
-        verdicts, html = res
-    return StudyOutcome(study_dir, model, verdicts, html, seconds, failures, tuple(tuned))
+        ], tuned_configs
 
 
 # A typical local GPU, for a default study on a card so large that nothing needs offloading.
@@ -656,7 +633,8 @@ def gpu_default_spec(free_vram_bytes: int, preset: str = "qwen3-30b-a3b") -> Stu
         long_ = alt if alt is not None and alt != short else short + max(1, terms.n_layer // 4)
     return StudySpec(
         configs=tuple(
-            LlamaConfig(name=f"ncmoe={n}", flags=(("-ncmoe", str(n)), ("-ngl", "99"))) for n in (short, long_)
+            LlamaConfig(name=f"ncmoe={n}", settings=(("n-cpu-moe", str(n)), ("n-gpu-layers", "99")))
+            for n in (short, long_)
         ),
         model_preset=preset,
         lengths=(1024, 4096, 16384, 32768),

@@ -27,12 +27,14 @@ from typing import Any
 
 from xover.analysis.stats import Summary, summarize
 from xover.client.http import LlamaClient, StreamRecord, completion_body, wait_healthy
+from xover.domain.config import LlamaConfig
+from xover.domain.llama_options import LlamaOption
 from xover.domain.prompts import WORDS, Prompt, TextPrompts, TokenPrompts, token_pool
-from xover.domain.records import Failure, ServerConfig, ServerTimings, TtftSample
+from xover.domain.records import Failure, ServerTimings, TtftSample
 from xover.errors import XoverError
 from xover.llamacpp import memory
 from xover.llamacpp.binaries import Binaries
-from xover.llamacpp.server import LlamaServer, ServerSpec
+from xover.llamacpp.server import LlamaServer, ServerLaunch
 from xover.measure.events import Note, PointSkipped, Rerun, SampleDone, ServerUp, TtftEvent
 from xover.measure.recorder import Recording
 from xover.measure.server_session import WARMUP_LENGTH, started_server, warm_up
@@ -195,7 +197,7 @@ def summarize_points(samples: Sequence[TtftSample]) -> list[PointSummary]:
         groups.setdefault((s.config_key, s.mode, s.length), []).append(s)
     out = []
     for (key, mode, length), group in groups.items():
-        ok = [sample_metrics(s) for s in group if s.cache_ok and s.error is None]
+        ok = [sample_metrics(s) for s in group if s.counted]
         reps = {s.rep for s in group}
         out.append(
             PointSummary(
@@ -284,6 +286,37 @@ class _PointFailedError(Exception):
         self.counted = counted
 
 
+def launches(
+    model: Path,
+    sweeps: Sequence[tuple[LlamaOption, Sequence[str]]],
+    env: Sequence[tuple[str, Sequence[str]]],
+    server_args: Sequence[str],
+    plan: TtftPlan,
+    fit_off: bool,
+    log_verbosity: int | None,
+) -> list[ServerLaunch]:
+    """``xover ttft``'s servers: one per combination of the swept values (:func:`xover.domain.config.matrix`,
+    labelled like ``xover bench``'s), each with ``-c`` sized to the plan's longest prompt and response. Of the
+    arguments given after ``--``, those the option table knows become settings of every configuration, the rest
+    are passed through after them."""
+    from xover.domain.config import matrix
+    from xover.domain.llama_options import parse_args
+    from xover.llamacpp.server import context_size
+
+    known, rest = parse_args(server_args, "server")
+    ctx = context_size(max(plan.lengths), plan.response_tokens)
+    return [
+        ServerLaunch(
+            c.with_values({**known, **dict(c.settings)}),
+            model.resolve(),
+            ctx,
+            fit_off=fit_off,
+            log_verbosity=log_verbosity,
+        )
+        for c in matrix(sweeps, env, server_args=rest)
+    ]
+
+
 def gguf_token_types(model: Path) -> list[int]:
     """``tokenizer.ggml.token_type`` of a GGUF (empty when the file has none)."""
     import gguf
@@ -325,7 +358,7 @@ class TtftRun:
     # -- the two ways to run ------------------------------------------------------------------
 
     async def run_managed(
-        self, specs: Sequence[ServerSpec], log_dir: Path, startup_timeout_s: float = 600.0
+        self, specs: Sequence[ServerLaunch], log_dir: Path, startup_timeout_s: float = 600.0
     ) -> RunOutcome:
         """Start each configuration's server once, measure its points, stop it."""
         assert self.binaries is not None
@@ -348,12 +381,12 @@ class TtftRun:
             dict(self.slots),
         )
 
-    async def _managed(self, specs: Sequence[ServerSpec], log_dir: Path, startup_timeout_s: float) -> None:
+    async def _managed(self, specs: Sequence[ServerLaunch], log_dir: Path, startup_timeout_s: float) -> None:
         assert self.binaries is not None
         points = expand(self.plan)
         for spec in specs:
-            config = spec.config()
-            self.labels[config.key] = spec.label
+            config = spec.config
+            self.labels[config.key] = config.name
             self.cold_cache[config.key] = spec.cold_cache
             try:
                 async with started_server(
@@ -366,7 +399,7 @@ class TtftRun:
                 self._fail(config, "server-start", "llama-server start", str(e), len(points))
 
     async def _url(self, url: str, api_key: str | None, startup_timeout_s: float) -> None:
-        config = ServerConfig(label=url, args=("--url", url))
+        config = LlamaConfig(name=url, url=url)
         self.labels[config.key] = url
         self.cold_cache[config.key] = None
         points = expand(self.plan)
@@ -385,7 +418,7 @@ class TtftRun:
 
     # -- one server -----------------------------------------------------------------------------
 
-    def _record_memory(self, config: ServerConfig, srv: LlamaServer) -> None:
+    def _record_memory(self, config: LlamaConfig, srv: LlamaServer) -> None:
         """The server's peak memory, read before it stops: VmHWM, and the buffers its log reports."""
         if srv.pid is None or srv.log_path is None:
             return
@@ -397,13 +430,13 @@ class TtftRun:
             {"config_key": config.key, "label": config.label, "source": "llama-server", **use.to_dict()},
         )
 
-    def _fail(self, config: ServerConfig, stage: str, point: str, reason: str, skipped: int) -> None:
+    def _fail(self, config: LlamaConfig, stage: str, point: str, reason: str, skipped: int) -> None:
         self.rec.fail(config, Failure(config_key=config.key, stage=stage, point=point, reason=reason), skipped=skipped)
 
     async def _measure(
         self,
         client: LlamaClient,
-        config: ServerConfig,
+        config: LlamaConfig,
         props: Mapping[str, Any],
         model_meta: Mapping[str, Any],
         points: Sequence[TtftPoint],
@@ -441,7 +474,7 @@ class TtftRun:
         except XoverError as e:  # a request outside the measured stream failed (/tokenize, /props...)
             self._fail(config, "ttft", where, str(e), len(points) - done)
 
-    def _over_cap(self, config: ServerConfig, point: TtftPoint, run_id: int) -> bool:
+    def _over_cap(self, config: LlamaConfig, point: TtftPoint, run_id: int) -> bool:
         """Whether ``point`` is skipped under the plan's ``max_ttft_s`` (stored as artifact ``ttft-skipped``)."""
         cap = self.plan.max_ttft_s
         if cap is None:
@@ -451,7 +484,7 @@ class TtftRun:
             if key == config.key:
                 by_length.setdefault(L, []).append(median_s)
         for s in self.samples:
-            if s.config_key == config.key and s.cache_ok and s.error is None and s.first_token_ns is not None:
+            if s.config_key == config.key and s.counted and s.first_token_ns is not None:
                 by_length.setdefault(s.length, []).append(s.first_token_ns / 1e9)
         est = linear_estimate(point.length, {L: statistics.median(v) for L, v in by_length.items()})
         if est is None or est[0] <= cap:
@@ -470,7 +503,7 @@ class TtftRun:
         return True
 
     async def _point(
-        self, client: LlamaClient, config: ServerConfig, model_meta: Mapping[str, Any], point: TtftPoint, run_id: int
+        self, client: LlamaClient, config: LlamaConfig, model_meta: Mapping[str, Any], point: TtftPoint, run_id: int
     ) -> None:
         plan = self.plan
         for attempt in range(1, plan.max_retries + 2):

@@ -26,9 +26,11 @@ from typing import Any
 
 from xover.analysis import advise
 from xover.domain.codec import decode
-from xover.domain.study_spec import LlamaConfig, StudySpec
+from xover.domain.config import LlamaConfig
+from xover.domain.study_spec import StudySpec
 from xover.errors import XoverError
 from xover.llamacpp.binaries import Binaries
+from xover.results.read_model import StudyData, load
 from xover.results.store import Store
 
 ARTIFACT = "tune"
@@ -93,16 +95,6 @@ class Tuned:
         return self.variant is not None
 
 
-def _signature(config: LlamaConfig) -> dict[str, Any]:
-    return {
-        "flags": [list(f) for f in config.flags],
-        "no_op_offload": config.no_op_offload,
-        "env": [list(e) for e in config.env],
-        "bench_args": list(config.bench_args),
-        "server_args": list(config.server_args),
-    }
-
-
 def _setting_tuple(raw: Any) -> advise.Setting:
     return tuple((str(k), str(v)) for k, v in raw)
 
@@ -122,13 +114,13 @@ def _body(
     return {
         "schema": SCHEMA,
         "config": config.name,
-        "signature": _signature(config),
+        "signature": config.key,  # the configuration tuned: a rerun reuses the result while it is unchanged
         "variant": variant.name if variant else None,
         "setting": [list(s) for s in setting],
         "setting_label": advise.setting_label(knobs, setting),
-        "server_args": list(shown.server_args_list()),
-        "env": [list(e) for e in shown.env],
-        "server_command": advise.server_command(shown, model.name),
+        "server_args": list(shown.server_argv()),
+        "env": [list(e) for e in shown.environment()],
+        "server_command": shown.server_command(model.name),
         "response": spec.response_tokens[0],
         "depths": list(depths(spec)),
         "chunk": chunk_tokens,
@@ -146,16 +138,16 @@ def _from_body(config: LlamaConfig, body: dict[str, Any], reused: bool) -> Tuned
     return Tuned(config, setting, body["setting_label"], variant, body["server_command"], reused)
 
 
-def stored(store: Store, configs: Sequence[LlamaConfig]) -> dict[str, Tuned]:
-    """The latest stored tuning result of each configuration whose flags are unchanged since."""
+def stored(data: StudyData, configs: Sequence[LlamaConfig]) -> dict[str, Tuned]:
+    """The latest stored tuning result of each configuration that is unchanged since (the same key)."""
     latest: dict[str, dict[str, Any]] = {}
-    for _, _name, body in store.artifacts(ARTIFACT):
+    for body in data.artifact_bodies(ARTIFACT):
         if isinstance(body, dict) and body.get("schema") == SCHEMA:
             latest[body["config"]] = body
     out = {}
     for c in configs:
         body = latest.get(c.name)
-        if body is not None and body.get("signature") == _signature(c):
+        if body is not None and body.get("signature") == c.key:
             out[c.name] = _from_body(c, body, reused=True)
     return out
 
@@ -182,8 +174,7 @@ def run_tune(
     from xover.measure.advise import AdviseSpec, _Runner, is_gpu_build
     from xover.measure.events import Measured, Measuring
 
-    with Store(study_dir) as store:
-        done = {} if fresh else stored(store, spec.configs)
+    done = {} if fresh else stored(load(study_dir), spec.configs)
     for name, t in done.items():
         emit("info", f"{name}: tuned settings already stored ({t.label})", None, None)
     todo = [c for c in spec.configs if c.name not in done]

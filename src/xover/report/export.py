@@ -14,29 +14,17 @@ import json
 from pathlib import Path
 from typing import Any
 
-from xover.domain.records import BenchConfig
+from xover.domain import llama_options
+from xover.domain.config import LlamaConfig
 from xover.errors import XoverError
 from xover.report.tables import render_bench_table, short_labels
 from xover.results.read_model import BenchData, StoredFailure, StudyData, bench_data, load
 
 FORMATS = ("md", "csv", "jsonl")
 
-# Settings llama-bench reports in every record: the values it actually used, defaults included.
-_RECORD_COLUMNS = (
-    "n_cpu_moe",
-    "n_gpu_layers",
-    "n_batch",
-    "n_ubatch",
-    "n_threads",
-    "flash_attn",
-    "no_op_offload",
-    "type_k",
-    "type_v",
-    "build_commit",
-    "build_number",
-    "backends",
-    "test_time",
-)
+# Settings llama-bench reports in every record (the option table's record fields: the values it actually used,
+# defaults included), then the build and the test's time.
+_RECORD_COLUMNS = (*llama_options.record_fields(), "build_commit", "build_number", "backends", "test_time")
 
 
 # ---- renderers (pure) -----------------------------------------------------------------------------
@@ -67,15 +55,16 @@ def render_markdown(data: BenchData) -> str:
     return "\n".join(tables) if tables else "(no llama-bench results in this study)\n"
 
 
-def _config_dict(config: BenchConfig | None, label: str) -> dict[str, Any]:
+def _config_dict(config: LlamaConfig | None, label: str) -> dict[str, Any]:
     if config is None:
         return {"label": label}
     return {
         "key": config.key,
         "label": label,
-        "fields": [list(f) for f in config.fields],
-        "env": [list(e) for e in config.env],
-        "extra_args": list(config.extra_args),
+        "engine": config.engine,
+        "settings": dict(config.settings),
+        "llama_bench_args": list(config.bench_argv()),
+        "env": [list(e) for e in config.environment()],
     }
 
 

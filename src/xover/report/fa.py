@@ -14,22 +14,16 @@ from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from xover.domain import llama_options
 from xover.domain.records import BenchResult
 
-# The settings of a llama-bench record that make two tests comparable (flash_attn is the one varied).
+# What makes two llama-bench tests comparable: the model, the build and every setting llama-bench reports (the
+# option table's record fields), but flash_attn, the one varied.
 _SAME = (
     "model_filename",
     "model_type",
     "backends",
-    "n_cpu_moe",
-    "n_gpu_layers",
-    "n_batch",
-    "n_ubatch",
-    "n_threads",
-    "no_op_offload",
-    "type_k",
-    "type_v",
-    "load_mode",
+    *(f for f in llama_options.record_fields() if f != llama_options.FLASH_ATTN.record_field),
     "split_mode",
     "tensor_buft_overrides",
     "devices",

@@ -17,7 +17,8 @@ from xover.analysis.rpclink import (
     prefill_limit_tps,
     worker_ranges,
 )
-from xover.domain.records import RPC_WORKER_KEY, BenchConfig
+from xover.domain import llama_options
+from xover.domain.records import RPC_WORKER_KEY
 from xover.report.blocks import Block, table
 from xover.report.translate import stored_terms
 from xover.results.read_model import StudyData
@@ -75,12 +76,11 @@ def _fastest(endpoints: list[str], by_endpoint: dict[str, Link]) -> Link | None:
 
 def _limit_rows(data: StudyData, model: LinkModel, by_endpoint: dict[str, Link]) -> list[tuple[str, ...]]:
     rpc_configs: dict[str, tuple[list[str], int]] = {}  # config key -> (workers, layers with experts on them)
+    ot = llama_options.OVERRIDE_TENSOR
     for c in data.configs:
-        if isinstance(c, BenchConfig):
-            fields = dict(c.fields)
-            if "--rpc" in fields:
-                experts = expert_layers_on_workers(fields.get("-ot", ""), model.n_layer)
-                rpc_configs[c.key] = (fields["--rpc"].split(","), experts)
+        if c.rpc:
+            experts = expert_layers_on_workers(ot.bench_value(c.get(ot.name) or ""), model.n_layer)
+            rpc_configs[c.key] = (list(c.rpc), experts)
     rows: list[tuple[str, ...]] = []
     for label, r in data.bench:
         if r.config_key not in rpc_configs or not r.samples_ts:

@@ -10,7 +10,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from xover.domain.records import BenchConfig, BenchResult, Failure, common_flags, short_labels  # noqa: F401 (re-exported)
+from xover.domain.config import LlamaConfig, common_flags, short_labels  # noqa: F401 (re-exported)
+from xover.domain.records import BenchResult, Failure
 
 MISSING = "-"
 FAILED = "failed"
@@ -40,7 +41,7 @@ def _distinct(records: Sequence[dict[str, Any]], *keys: str) -> list[tuple[Any, 
     return list(dict.fromkeys(tuple(r.get(k) for k in keys) for r in records))
 
 
-def _header(results: Sequence[BenchResult], configs: Sequence[BenchConfig], model_name: str | None) -> list[str]:
+def _header(results: Sequence[BenchResult], configs: Sequence[LlamaConfig], model_name: str | None) -> list[str]:
     records = [r.record for r in results]
     lines = []
     models = _distinct(records, "model_filename", "model_type", "model_size", "model_n_params")
@@ -86,7 +87,7 @@ def _header(results: Sequence[BenchResult], configs: Sequence[BenchConfig], mode
 
 
 def render_bench_table(
-    configs: Sequence[BenchConfig],
+    configs: Sequence[LlamaConfig],
     results: Sequence[BenchResult],
     failures: Sequence[Failure] = (),
     model_name: str | None = None,

@@ -7,9 +7,8 @@ from __future__ import annotations
 import statistics
 
 from xover.analysis.crossover import format_tokens
-from xover.analysis.theory import ModelTerms, OffloadConfig, config_from_flags
+from xover.analysis.theory import ModelTerms, Offload, offload_of
 from xover.analysis.translate import Setup, setup_assumptions, setups_for_budget, translate
-from xover.domain.records import ServerConfig
 from xover.hardware.profiles import Hardware, hardware_from_dict
 from xover.report.blocks import Block, table
 from xover.results.read_model import StudyData, crossover_inputs, vram_budgets
@@ -60,11 +59,11 @@ def _measured(data: StudyData) -> dict[str, list[tuple[int, float, float]]]:
     return out
 
 
-def _configs(data: StudyData) -> dict[str, OffloadConfig]:
-    out = {}
+def _configs(data: StudyData) -> dict[str, Offload]:
+    out: dict[str, Offload] = {}
     for c in data.configs:
-        if isinstance(c, ServerConfig) and c.label not in out:
-            out[c.label] = config_from_flags((), c.env, c.args)
+        if c.url is None and c.name not in out:
+            out[c.name] = offload_of(c)
     return out
 
 
@@ -102,7 +101,7 @@ def _setup_blocks(
     setup: Setup,
     terms: ModelTerms,
     source: Hardware,
-    configs: dict[str, OffloadConfig],
+    configs: dict[str, Offload],
     measured: dict[str, list[tuple[int, float, float]]],
     labels: list[str],
     response: int,

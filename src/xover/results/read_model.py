@@ -16,7 +16,8 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from xover.analysis.crossover import ConfigData
-from xover.domain.records import BenchConfig, BenchResult, Failure, Provenance, ServerConfig, SessionTurn, TtftSample
+from xover.domain.config import LlamaConfig
+from xover.domain.records import BenchResult, Failure, Provenance, SessionTurn, TtftSample
 from xover.errors import XoverError
 from xover.results.store import STORE_NAME, Store
 
@@ -83,11 +84,6 @@ class StoredSample:
     label: str
     sample: TtftSample
     model_key: str = ""
-
-
-def _counted_cold(s: TtftSample) -> bool:
-    """A cold sample that passed its cold check and completed."""
-    return s.mode == "cold" and s.cache_ok and s.error is None and s.first_token_ns is not None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -178,7 +174,7 @@ class StudyData:
     failures: tuple[tuple[str, Failure], ...]  # (label, failure)
     artifacts: tuple[Artifact, ...]
     session: tuple[SessionSeries, ...] = ()  # the latest replay per config and cache mode
-    configs: tuple[BenchConfig | ServerConfig, ...] = ()  # in the order they were first stored
+    configs: tuple[LlamaConfig, ...] = ()  # in the order they were first stored, named by their latest label
     bench_rows: tuple[StoredResult, ...] = ()
     ttft_rows: tuple[StoredSample, ...] = ()
     failure_rows: tuple[StoredFailure, ...] = ()
@@ -199,11 +195,11 @@ class StudyData:
 
     def cold_samples(self) -> list[tuple[str, TtftSample]]:
         """Cold samples that passed their cold check and completed; the only ones averaged as cold."""
-        return [(lb, s) for lb, s in self.ttft if _counted_cold(s)]
+        return [(lb, s) for lb, s in self.ttft if s.counted_cold]
 
     def cold_rows(self) -> list[StoredSample]:
         """The rows of :meth:`cold_samples`, with their run and model."""
-        return [row for row in self.ttft_rows if _counted_cold(row.sample)]
+        return [row for row in self.ttft_rows if row.sample.counted_cold]
 
     def artifact_bodies(self, name: str) -> list[Any]:
         """The bodies of the artifacts called ``name``, oldest first."""
@@ -292,13 +288,12 @@ def load(study_dir: Path | str, written_by: str = WRITTEN_BY) -> StudyData:
         failures = st.failures()
         turns = st.session_turns()
         artifacts = tuple(Artifact(run_id, name, body) for run_id, name, body in st.artifacts())
-    labels = {c.key: c.label for c in configs}
+    labels = {c.key: c.name for c in configs}
 
     def label(key: str) -> str:
         return labels.get(key, key[:8])
 
     run_models = {r.id: r.provenance.model.key if r.provenance.model else None for r in runs}
-    server_labels = {c.key: c.label for c in configs if isinstance(c, ServerConfig)}
     ttft_rows = tuple(
         StoredSample(row_id, run_id, label(s.config_key), s, model_key) for row_id, run_id, model_key, s in ttft
     )
@@ -311,11 +306,7 @@ def load(study_dir: Path | str, written_by: str = WRITTEN_BY) -> StudyData:
         ttft=tuple((s.label, s.sample) for s in ttft_rows),
         failures=tuple((label(f.config_key), f) for _, f in failures),
         artifacts=artifacts,
-        session=tuple(
-            series_from_rows(
-                (t.run_id, server_labels.get(t.turn.config_key, t.turn.config_key[:8]), t.turn) for t in turn_rows
-            )
-        ),
+        session=tuple(series_from_rows((t.run_id, label(t.turn.config_key), t.turn) for t in turn_rows)),
         configs=configs,
         bench_rows=tuple(StoredResult(run_id, model_key, r) for _, run_id, model_key, r in bench),
         ttft_rows=ttft_rows,
@@ -331,7 +322,7 @@ def load(study_dir: Path | str, written_by: str = WRITTEN_BY) -> StudyData:
 class BenchData:
     """A study's llama-bench results as stored, oldest first: what the llama-bench exports render."""
 
-    configs: tuple[BenchConfig, ...]
+    configs: tuple[LlamaConfig, ...]  # those with llama-bench results or failures
     results: tuple[StoredResult, ...]
     failures: tuple[StoredFailure, ...]
     model_names: dict[str, str]  # model key -> file name
@@ -348,10 +339,13 @@ def bench_data(data: StudyData, config_keys: Collection[str] | None = None) -> B
         model = run.provenance.model
         if model:
             names[model.key] = model.name
+    results = tuple(s for s in data.bench_rows if wanted(s.result.config_key))
+    failures = tuple(f for f in data.failure_rows if f.failure.stage == "bench" and wanted(f.failure.config_key))
+    benched = {r.result.config_key for r in results} | {f.failure.config_key for f in failures}
     return BenchData(
-        configs=tuple(c for c in data.configs if isinstance(c, BenchConfig) and wanted(c.key)),
-        results=tuple(s for s in data.bench_rows if wanted(s.result.config_key)),
-        failures=tuple(f for f in data.failure_rows if f.failure.stage == "bench" and wanted(f.failure.config_key)),
+        configs=tuple(c for c in data.configs if c.key in benched),
+        results=results,
+        failures=failures,
         model_names=names,
     )
 

@@ -15,21 +15,14 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from xover.domain.codec import decode, encode
-from xover.domain.records import (
-    BenchConfig,
-    BenchResult,
-    Failure,
-    Provenance,
-    ServerConfig,
-    ServerTimings,
-    SessionTurn,
-    TtftSample,
-)
+from xover.domain.config import LlamaConfig
+from xover.domain.records import BenchResult, Failure, Provenance, ServerTimings, SessionTurn, TtftSample
 from xover.errors import XoverError
+from xover.results import migrate
 
 T = TypeVar("T")
 
-SCHEMA_VERSION = 2  # v2: runs.started_unix_ns
+SCHEMA_VERSION = 3  # v2: runs.started_unix_ns; v3: one configuration record and key per configuration
 STORE_NAME = "results.sqlite"
 
 # the columns every measurement table starts with, and the server timings TTFT samples and session
@@ -62,9 +55,9 @@ CREATE TABLE IF NOT EXISTS runs (
 );
 CREATE TABLE IF NOT EXISTS configs (
     key TEXT PRIMARY KEY,
-    kind TEXT NOT NULL,              -- bench or server
+    kind TEXT NOT NULL,              -- llama (v3; bench or server before)
     label TEXT NOT NULL,
-    spec TEXT NOT NULL               -- JSON of the config record
+    spec TEXT NOT NULL               -- JSON of the config record (domain.config.LlamaConfig)
 );
 CREATE TABLE IF NOT EXISTS bench_results (
 {_MEASURED_ROW}
@@ -161,18 +154,7 @@ def provenance_from_dict(d: dict[str, Any]) -> Provenance:
     return decode(Provenance, d)
 
 
-def _config_spec(config: BenchConfig | ServerConfig) -> tuple[str, dict[str, Any]]:
-    if isinstance(config, BenchConfig):
-        return "bench", encode(config)
-    return "server", encode(config)
-
-
-def bench_config_from_dict(d: dict[str, Any]) -> BenchConfig:
-    return decode(BenchConfig, d)
-
-
-def server_config_from_dict(d: dict[str, Any]) -> ServerConfig:
-    return decode(ServerConfig, d)
+CONFIG_KIND = "llama"
 
 
 class Store:
@@ -217,6 +199,9 @@ class Store:
         columns = {r[1] for r in self.db.execute("PRAGMA table_info(runs)")}
         if "started_unix_ns" not in columns:  # a v1 store
             self.db.execute("ALTER TABLE runs ADD COLUMN started_unix_ns INTEGER")
+        if row is not None and int(row[0]) < 3:
+            with self.transaction() as db:
+                migrate.to_v3(db)
         self.db.execute(
             "INSERT INTO meta(key, value) VALUES('schema_version', ?) ON CONFLICT(key) DO UPDATE SET value=excluded.value",
             (str(SCHEMA_VERSION),),
@@ -254,20 +239,19 @@ class Store:
 
     # ---- configs ------------------------------------------------------------------------------
 
-    def put_config(self, config: BenchConfig | ServerConfig) -> str:
-        kind, spec = _config_spec(config)
+    def put_config(self, config: LlamaConfig) -> str:
+        """Store a configuration under its key (its latest name is the label its measurements are shown by)."""
         self.db.execute(
             "INSERT INTO configs(key, kind, label, spec) VALUES(?,?,?,?) ON CONFLICT(key) DO UPDATE SET label=excluded.label",
-            (config.key, kind, config.label, _json(spec)),
+            (config.key, CONFIG_KIND, config.name, _json(encode(config))),
         )
         return config.key
 
-    def configs(self, kind: str | None = None) -> list[BenchConfig | ServerConfig]:
-        q = "SELECT kind, spec FROM configs" + (" WHERE kind=?" if kind else "") + " ORDER BY rowid"
-        out: list[BenchConfig | ServerConfig] = []
-        for k, spec in self.db.execute(q, (kind,) if kind else ()):
-            d = json.loads(spec)
-            out.append(bench_config_from_dict(d) if k == "bench" else server_config_from_dict(d))
+    def configs(self) -> list[LlamaConfig]:
+        """Every stored configuration, in the order first stored, named by its latest label."""
+        out = []
+        for label, spec in self.db.execute("SELECT label, spec FROM configs ORDER BY rowid"):
+            out.append(dataclasses.replace(decode(LlamaConfig, json.loads(spec)), name=label))
         return out
 
     # ---- llama-bench results ------------------------------------------------------------------

@@ -72,6 +72,7 @@ from xover.analysis.advise.knobs import (
     setting_label,
     study_knobs,
     with_candidates,
+    with_values_to_try,
 )
 from xover.analysis.advise.objective import (
     Estimate,
@@ -152,5 +153,6 @@ __all__ = [
     "ttft_s",
     "uniform_workload",
     "with_candidates",
+    "with_values_to_try",
     "within_noise",
 ]

@@ -7,7 +7,7 @@ import dataclasses
 from collections.abc import Mapping, Sequence
 
 from xover.domain import llama_options as opts
-from xover.domain.study_spec import LlamaConfig
+from xover.domain.config import LlamaConfig
 from xover.errors import XoverError
 
 LLAMA_DEFAULT_BATCH = int(opts.BATCH_SIZE.default)  # -b
@@ -43,9 +43,14 @@ class Knob:
     env: bool = False
 
     @property
+    def option(self) -> opts.LlamaOption:
+        """The option table's entry for this knob."""
+        return opts.BY_NAME[self.name]
+
+    @property
     def short(self) -> str:
         """The name labels use, like ``xover bench``'s: ``lm``, ``ub``, ``GGML_OP_OFFLOAD_MIN_BATCH``."""
-        return self.flag.lstrip("-")
+        return self.option.short
 
 
 def option_knob(option: opts.LlamaOption, candidates: Sequence[str]) -> Knob:
@@ -98,6 +103,14 @@ def with_candidates(knobs: Sequence[Knob], name: str, candidates: Sequence[str])
     return tuple(dataclasses.replace(k, candidates=tuple(candidates)) if k.name == name else k for k in knobs)
 
 
+def with_values_to_try(knobs: Sequence[Knob], name: str, values: Sequence[str]) -> tuple[Knob, ...]:
+    """``knobs`` with the values to try of option ``name``: its knob's candidates replaced, or a knob for it
+    added (any option of the table can be searched)."""
+    if name in {k.name for k in knobs}:
+        return with_candidates(knobs, name, values)
+    return (*knobs, option_knob(opts.BY_NAME[name], values))
+
+
 def knob_named(knobs: Sequence[Knob], name: str) -> Knob | None:
     return next((k for k in knobs if k.name == name), None)
 
@@ -127,35 +140,21 @@ def level_label(n_cpu_moe: int | None) -> str:
 
 def llama_config(knobs: Sequence[Knob], setting: Setting, n_cpu_moe: int | None, name: str) -> LlamaConfig:
     """The configuration to run: llama-bench fields and llama-server arguments from one place."""
-    flags = ((opts.N_CPU_MOE.bench[0], str(n_cpu_moe)),) if n_cpu_moe is not None else ()
-    return apply_setting(LlamaConfig(name=name, flags=flags), knobs, setting, name)
+    settings = ((opts.N_CPU_MOE.name, str(n_cpu_moe)),) if n_cpu_moe is not None else ()
+    return apply_setting(LlamaConfig(name=name, settings=settings), knobs, setting, name)
 
 
 def apply_setting(base: LlamaConfig, knobs: Sequence[Knob], setting: Setting, name: str) -> LlamaConfig:
-    """``base`` (a study's configuration) with a setting's knob values on top: a flag the setting names
-    replaces the base's value in place, new flags follow the base's, environment variables merge."""
-    flags = dict(base.flags)
-    env = dict(base.env)
-    no_op_offload = base.no_op_offload
-    flag_of = {k.name: k for k in knobs}
-    for knob_name, value in setting:
-        knob = flag_of.get(knob_name)
-        if knob_name == "recheck":
-            env[RECHECK_ENV] = value
-        elif knob is None:  # the batch size raised with the ubatch, without a batch knob
-            flags[opts.BATCH_SIZE.bench[0]] = value
-        elif knob.env:
-            env[knob.flag] = value
-        elif knob.flag == opts.NO_OP_OFFLOAD.bench_flag:
-            no_op_offload = value == "1"
-        else:
-            flags[knob.flag] = value
-    return dataclasses.replace(
-        base, name=name, flags=tuple(flags.items()), no_op_offload=no_op_offload, env=tuple(env.items())
-    )
+    """``base`` (a study's configuration) with a setting's knob values on top: a setting the knobs name replaces
+    the base's value; the batch size raised with the ubatch is a setting too; the recheck marker is an environment
+    variable llama.cpp ignores."""
+    values = {knob_name: value for knob_name, value in setting if knob_name != RECHECK[0][0]}
+    config = base.with_values(values, name=name)
+    if (RECHECK[0][0], RECHECK[0][1]) in setting:
+        config = config.with_env({RECHECK_ENV: RECHECK[0][1]})
+    return config
 
 
 def server_command(config: LlamaConfig, model: str = "MODEL.gguf") -> str:
     """The llama-server command line to paste, environment first."""
-    env = " ".join(f"{k}={v}" for k, v in config.env)
-    return " ".join(p for p in (env, "llama-server -m", model, config.llama_server_command()) if p)
+    return config.server_command(model)

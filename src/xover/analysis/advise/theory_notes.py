@@ -13,7 +13,7 @@ from xover.analysis.advise.workload import Turn, Workload
 from xover.hardware.profiles import without_gpu
 
 if TYPE_CHECKING:
-    from xover.analysis.theory import ModelTerms, OffloadConfig
+    from xover.analysis.theory import ModelTerms, Offload
     from xover.hardware.profiles import Hardware
 
 THEORY_NO_EFFECT = 0.005  # a predicted change below 0.5 % counts as none
@@ -42,9 +42,9 @@ def expectations(
         hw = without_gpu(hw, "llama.cpp build without a GPU backend")
     n = search.n_cpu_moe or 0
 
-    def offload(setting: Setting) -> OffloadConfig:
+    def offload(setting: Setting) -> Offload:
         config = llama_config(knobs, setting, n, "theory")
-        cfg = theory.config_from_flags(config.bench_config().fields, config.env)
+        cfg = theory.offload_of(config)
         batch = int(dict(setting).get("batch-size", LLAMA_DEFAULT_BATCH))
         return dataclasses.replace(cfg, ubatch=min(cfg.ubatch, batch))
 
@@ -76,14 +76,7 @@ def expectations(
 
 
 def _knob_note(
-    terms: ModelTerms,
-    hw: Hardware,
-    n: int,
-    base: OffloadConfig,
-    cfg: OffloadConfig,
-    name: str,
-    value: str,
-    knobs: Sequence[Knob],
+    terms: ModelTerms, hw: Hardware, n: int, base: Offload, cfg: Offload, name: str, value: str, knobs: Sequence[Knob]
 ) -> str:
     knob = knob_named(knobs, name)
     if name == "threads":
