@@ -14,7 +14,8 @@ import pytest
 
 from xover.analysis import advise
 from xover.cli import main
-from xover.domain.records import ServerConfig
+from xover.domain import llama_options as opts
+from xover.domain.config import LlamaConfig, matrix
 from xover.llamacpp.binaries import Binaries
 from xover.measure import bench as benchrun
 from xover.report.advise import advise_section_html, advise_section_markdown
@@ -35,35 +36,35 @@ def _run(argv: list[str]) -> None:
 def test_bench_sweeps_load_mode_and_batch_and_records_peak_memory(
     llama_bins: Binaries, tiny_model: Path, tmp_path: Path
 ) -> None:
-    spec = benchrun.SweepSpec(
-        model=tiny_model,
-        depths=(0, 512),
-        n_prompt=256,
-        n_gen=16,
-        repetitions=2,
-        load_mode=("none", "mmap"),
-        batch=(1024,),
-        ubatch=(256,),
-        no_op_offload=(1,),
-        threads=(2,),
-        env=(("GGML_OP_OFFLOAD_MIN_BATCH", ("1024",)),),
+    tests = benchrun.BenchTests(model=tiny_model, depths=(0, 512), n_prompt=256, n_gen=16, repetitions=2)
+    configs = matrix(
+        [
+            (opts.LOAD_MODE, ("none", "mmap")),
+            (opts.BATCH_SIZE, ("1024",)),
+            (opts.UBATCH_SIZE, ("256",)),
+            (opts.NO_OP_OFFLOAD, ("1",)),
+            (opts.THREADS, ("2",)),
+        ],
+        env=[("GGML_OP_OFFLOAD_MIN_BATCH", ("1024",))],
     )
-    outcome = benchrun.run_sweep(spec, llama_bins, tmp_path, command=["test"])
+    outcome = benchrun.run_sweep(tests, configs, llama_bins, tmp_path, command=["test"])
     assert outcome.failures == () and outcome.stored == 8
     assert [c.label for c in outcome.configs] == ["lm=none", "lm=mmap"]
     with Store(tmp_path) as store:
         results = store.bench_results()
         peaks = benchrun.memory_by_config(store)
-        stored_configs = {c.key: c for c in store.configs("bench")}
+        stored_configs = {c.key: c for c in store.configs()}
     for config in outcome.configs:
-        lm = dict(config.fields)["-lm"]
+        lm = config.get("load-mode")
         records = [r.record for _, _, _, r in results if r.config_key == config.key]
         assert len(records) == 4
         # what llama-bench says it ran: every swept knob, the GPU ones included
         assert {(r["load_mode"], r["n_batch"], r["n_ubatch"], r["no_op_offload"], r["n_threads"]) for r in records} == {
             (lm, 1024, 256, 1, 2)
         }
-        assert stored_configs[config.key].env == (MIN_BATCH,)  # the environment knob, recorded with the configuration
+        # the environment knob, recorded with the configuration (a setting of the table, passed as environment)
+        assert stored_configs[config.key].get(MIN_BATCH[0]) == MIN_BATCH[1]
+        assert stored_configs[config.key].environment() == (MIN_BATCH,)
         use = peaks[config.key]
         assert use.peak_rss_bytes is not None and use.peak_rss_bytes > 4 << 20
         kinds = {(dev, kind) for dev, kind, _ in use.buffers}
@@ -105,15 +106,18 @@ def test_ttft_takes_the_same_knobs_and_records_server_memory(
     out = capsys.readouterr().out
     assert "ub=128" in out and "ub=256" in out
     with Store(tmp_path) as store:
-        configs = store.configs("server")
+        configs = store.configs()
         samples = [s for _, _, _, s in store.ttft_samples()]
         peaks = benchrun.memory_by_config(store, source="llama-server")
     assert [c.label for c in configs] == ["ub=128", "ub=256"]
     for config, ub in zip(configs, ("128", "256")):
-        assert isinstance(config, ServerConfig)
-        args = list(config.args)
+        assert isinstance(config, LlamaConfig)
+        args = list(config.server_argv())
         assert args[args.index("-lm") + 1] == "none" and args[args.index("-ub") + 1] == ub and "--no-op-offload" in args
-        assert config.env == (MIN_BATCH,)
+        assert config.environment() == (MIN_BATCH,)
+        # and the server was started with them
+        started = (tmp_path / "logs" / f"server-{config.label}-1.log").read_text().splitlines()[0]
+        assert " ".join(config.server_argv()) in started
         use = peaks[config.key]
         assert use.peak_rss_bytes is not None and ("CPU", "KV") in {(d, k) for d, k, _ in use.buffers}
     assert len(samples) == 4 and all(s.cache_ok for s in samples)
@@ -156,7 +160,7 @@ def test_advise_searches_ranks_names_knobs_without_effect_and_stores_its_advice(
     out = capsys.readouterr().out
     with Store(tmp_path) as store:
         (body,) = [b for _, _, b in store.artifacts(advise.ARTIFACT)]
-        bench_configs = {c.label: c for c in store.configs("bench")}
+        bench_configs = {c.label: c for c in store.configs()}
     advice = advise.advice_from_dict(body)
     (search,) = advice.searches
     assert advice.backend == "CPU" and advice.workload.lengths == (512, 1024)
@@ -176,7 +180,7 @@ def test_advise_searches_ranks_names_knobs_without_effect_and_stores_its_advice(
     effective = {t.setting: dict(t.measurement.effective) for t in search.trials}
     assert effective[(("load-mode", "none"),)]["load_mode"] == "none"
     assert effective[(("no-op-offload", "1"),)]["no_op_offload"] == "1"
-    assert bench_configs["ncmoe=0 GGML_OP_OFFLOAD_MIN_BATCH=1024"].env == (MIN_BATCH,)
+    assert bench_configs["ncmoe=0 GGML_OP_OFFLOAD_MIN_BATCH=1024"].environment() == (MIN_BATCH,)
 
     # the noise rule, from each configuration's spread between repetitions
     base = search.defaults.estimate

@@ -17,6 +17,8 @@ from pathlib import Path
 
 import pytest
 
+from xover.domain import llama_options as opts
+from xover.domain.config import matrix
 from xover.llamacpp.binaries import Binaries
 from xover.measure import bench as benchrun
 from xover.measure.provenance import model_id
@@ -48,9 +50,10 @@ def _xover(*args: str, cwd: Path) -> subprocess.Popen[str]:
 def test_sweep_stores_raw_samples_with_provenance_and_renders_like_llama_bench(
     llama_bins: Binaries, tiny_model: Path, tmp_path: Path
 ) -> None:
-    spec = benchrun.SweepSpec(model=tiny_model, depths=(0, 256), n_prompt=64, n_gen=16, repetitions=2, threads=(1, 2))
+    tests = benchrun.BenchTests(model=tiny_model, depths=(0, 256), n_prompt=64, n_gen=16, repetitions=2)
+    configs = matrix([(opts.THREADS, ("1", "2"))])
     events: list[object] = []
-    outcome = benchrun.run_sweep(spec, llama_bins, tmp_path, command=["test"], on_event=events.append)
+    outcome = benchrun.run_sweep(tests, configs, llama_bins, tmp_path, command=["test"], on_event=events.append)
 
     assert outcome.failures == () and outcome.stored == 8
     assert [c.label for c in outcome.configs] == ["t=1", "t=2"]
@@ -69,7 +72,7 @@ def test_sweep_stores_raw_samples_with_provenance_and_renders_like_llama_bench(
         for _, _, model_key, r in rows:
             assert model_key == prov.model.key
             assert len(r.samples_ns) == 2 and all(ns > 0 for ns in r.samples_ns)
-            assert r.record["n_threads"] == int(dict(by_config[r.config_key].fields)["-t"])
+            assert r.record["n_threads"] == by_config[r.config_key].int_value("threads")
             assert r.record["build_commit"] == "0c1e570"
         md_artifacts = {body["config_key"]: body["markdown"] for _, _, body in store.artifacts(benchrun.MD_ARTIFACT)}
 
@@ -124,7 +127,7 @@ def test_a_failing_configuration_is_stored_as_failed_and_the_sweep_goes_on(
     assert "1 of 2 configurations failed" in stderr and "Traceback" not in stderr
     with Store(study) as store:
         ((_, failure),) = store.failures()
-        bad, good = (c for c in store.configs("bench"))
+        bad, good = store.configs()
         assert failure.config_key == bad.key
         assert "Thread creation failed" in failure.reason and "Thread creation failed" in failure.stderr_tail
         results = store.bench_results()
@@ -251,7 +254,7 @@ def test_ctrl_c_keeps_completed_records_leaves_no_child_and_resume_skips_measure
         (run,) = store.runs()
         assert run["status"] == "interrupted"
         kept = store.bench_results()
-        c0, c2 = store.configs("bench")
+        c0, c2 = store.configs()
     assert 5 <= len(kept) < 8
     assert sorted(r.test_name for _, _, _, r in kept if r.config_key == c0.key) == [
         "pp64",

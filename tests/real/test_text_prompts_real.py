@@ -24,9 +24,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from xover.client.http import completion_body
+from xover.domain.config import LlamaConfig
 from xover.domain.prompts import TextPrompts
 from xover.llamacpp.binaries import Binaries
-from xover.llamacpp.server import LlamaServer, ServerSpec, context_size
+from xover.llamacpp.server import LlamaServer, ServerLaunch, context_size
 from xover.measure.ttft import check_cache
 
 pytestmark = pytest.mark.real
@@ -52,7 +53,7 @@ class _Server:
 
     def __init__(self, bins: Binaries, model: Path, log_dir: Path, max_len: int = 1024) -> None:
         self.loop = asyncio.new_event_loop()
-        spec = ServerSpec(model=model, label="fit", ctx_size=context_size(max_len, 16), threads=2)
+        spec = ServerLaunch(LlamaConfig("fit", settings=(("threads", "2"),)), model, context_size(max_len, 16))
         self.srv = LlamaServer(bins.server, spec, log_dir)
 
     def __enter__(self) -> _Server:

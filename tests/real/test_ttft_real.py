@@ -20,9 +20,10 @@ import pytest
 from procs import pid_gone
 from xover.cli import main
 from xover.client.http import completion_body
+from xover.domain.config import LlamaConfig
 from xover.domain.prompts import TokenPrompts, token_pool
 from xover.llamacpp.binaries import Binaries
-from xover.llamacpp.server import LlamaServer, ServerSpec, context_size
+from xover.llamacpp.server import LlamaServer, ServerLaunch, context_size
 from xover.measure.ttft import TtftPlan, TtftRun, check_cache, gguf_token_types, summarize_points
 from xover.results.store import Store
 
@@ -44,11 +45,12 @@ def bos_model(tiny_model: Path, tmp_path_factory: pytest.TempPathFactory) -> Pat
     return path
 
 
-def _spec(model: Path, label: str = "tiny", max_len: int = 1024, **kw: object) -> ServerSpec:
-    return ServerSpec(model=model, label=label, ctx_size=context_size(max_len, 16), threads=THREADS, **kw)  # type: ignore[arg-type]
+def _spec(model: Path, label: str = "tiny", max_len: int = 1024, cold_cache: bool = True) -> ServerLaunch:
+    config = LlamaConfig(label, settings=(("threads", str(THREADS)),))
+    return ServerLaunch(config, model, context_size(max_len, 16), cold_cache=cold_cache)
 
 
-def _run(tmp_path: Path, bins: Binaries, model: Path, plan: TtftPlan, specs: list[ServerSpec]):  # type: ignore[no-untyped-def]
+def _run(tmp_path: Path, bins: Binaries, model: Path, plan: TtftPlan, specs: list[ServerLaunch]):  # type: ignore[no-untyped-def]
     with Store(tmp_path) as store:
         out = asyncio.run(
             TtftRun(store, plan, ["test"], binaries=bins, model=model).run_managed(specs, tmp_path / "logs")
@@ -123,7 +125,7 @@ async def _a_b_a(srv: LlamaServer, cache_prompt: bool, length: int) -> list[str 
 def test_default_cache_settings_are_detected_as_cache_assisted(
     tmp_path: Path, llama_bins: Binaries, tiny_model: Path
 ) -> None:
-    async def go(spec: ServerSpec, cache_prompt: bool) -> list[str | None]:
+    async def go(spec: ServerLaunch, cache_prompt: bool) -> list[str | None]:
         async with LlamaServer(llama_bins.server, spec, tmp_path) as srv:
             return await _a_b_a(srv, cache_prompt, 256)
 
@@ -179,7 +181,15 @@ def test_cli_end_to_end(
     assert "ncmoe=0" in out and "ncmoe=2" in out and "1/1" in out
     with Store(tmp_path) as store:
         samples = [s for _, _, _, s in store.ttft_samples()]
-        configs = store.configs("server")
+        configs = store.configs()
     assert len(samples) == 4 and all(s.cache_ok for s in samples)
-    assert all({"-np", "--cache-ram", "-fit"} <= set(c.args) for c in configs)
+    # the configurations are what was asked (xover's own -np 1 --cache-ram 0 -fit off are not part of them) ...
+    assert sorted(c.settings for c in configs) == [
+        (("n-cpu-moe", "0"), ("threads", str(THREADS))),
+        (("n-cpu-moe", "2"), ("threads", str(THREADS))),
+    ]
+    # ... and every server was started with them
+    for log in (tmp_path / "logs").iterdir():
+        command = log.read_text().splitlines()[0].split()
+        assert {"-np", "--cache-ram", "-fit"} <= set(command), command
     assert sorted(p.name for p in (tmp_path / "logs").iterdir()) == ["server-ncmoe=0-1.log", "server-ncmoe=2-1.log"]

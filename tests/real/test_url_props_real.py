@@ -18,8 +18,9 @@ import pytest
 
 from xover.analysis.stats import summarize
 from xover.cli import main
+from xover.domain.config import LlamaConfig
 from xover.llamacpp.binaries import Binaries
-from xover.llamacpp.server import LlamaServer, ServerSpec, context_size
+from xover.llamacpp.server import LlamaServer, ServerLaunch, context_size
 from xover.measure.ttft import TtftPlan, TtftRun, gap_note, summarize_points
 from xover.results.store import Store
 
@@ -27,7 +28,8 @@ pytestmark = pytest.mark.real
 
 
 def _measure_url(bins: Binaries, model: Path, tmp_path: Path, cold_cache: bool, capsys: pytest.CaptureFixture[str]):  # type: ignore[no-untyped-def]
-    spec = ServerSpec(model=model, label="served", ctx_size=context_size(256, 8), threads=2, cold_cache=cold_cache)
+    config = LlamaConfig("served", settings=(("threads", "2"),))
+    spec = ServerLaunch(config, model, context_size(256, 8), cold_cache=cold_cache)
     plan = TtftPlan(lengths=(64,), reps=1, response_tokens=4, seed=11)
 
     async def go():  # type: ignore[no-untyped-def]

@@ -171,8 +171,7 @@ def test_drift_between_measurements_widens_the_noise_band() -> None:
     assert seen.trial(advise.RECHECK).label == "defaults (again)"
     config = advise.llama_config(KNOBS, advise.RECHECK, 18, "x")
     assert (
-        config.env == ((advise.RECHECK_ENV, "1"),)
-        and config.bench_config().key != advise.llama_config(KNOBS, DEFAULTS, 18, "x").bench_config().key
+        config.env == ((advise.RECHECK_ENV, "1"),) and config.key != advise.llama_config(KNOBS, DEFAULTS, 18, "x").key
     )
 
 
@@ -217,20 +216,12 @@ def test_settings_become_llama_bench_and_llama_server_configurations() -> None:
     )
     assert advise.normalize(KNOBS, {"ubatch-size": "512", "threads": "auto"}) == DEFAULTS  # llama.cpp's defaults
     config = advise.llama_config(KNOBS, setting, 18, "x")
-    bench = config.bench_config()
-    assert bench.fields == (
-        ("-ncmoe", "18"),
-        ("-lm", "none"),
-        ("-ub", "4096"),
-        ("-b", "4096"),
-        ("-t", "8"),
-        ("-nopo", "1"),
-    )
-    assert bench.env == (("GGML_OP_OFFLOAD_MIN_BATCH", "1024"),)
+    assert config.bench_argv() == ("-ncmoe", "18", "-lm", "none", "-ub", "4096", "-b", "4096", "-nopo", "1", "-t", "8")
+    assert config.environment() == (("GGML_OP_OFFLOAD_MIN_BATCH", "1024"),)
     assert advise.server_command(config, "m.gguf") == (
-        "GGML_OP_OFFLOAD_MIN_BATCH=1024 llama-server -m m.gguf -ncmoe 18 -lm none -ub 4096 -b 4096 -t 8 --no-op-offload"
+        "GGML_OP_OFFLOAD_MIN_BATCH=1024 llama-server -m m.gguf -ncmoe 18 -lm none -ub 4096 -b 4096 --no-op-offload -t 8"
     )
-    assert advise.llama_config(KNOBS, DEFAULTS, None, "d").bench_config().fields == ()
+    assert advise.llama_config(KNOBS, DEFAULTS, None, "d").bench_argv() == ()
     with pytest.raises(XoverError, match="unknown knob 'ub'"):
         advise.with_candidates(KNOBS, "ub", ["1"])
 
@@ -409,8 +400,8 @@ def test_measurements_are_read_back_from_the_store(tmp_path: Path) -> None:
     from xover.measure.advise import is_gpu_build, measurement_from_store
     from xover.results.store import Store
 
-    config = advise.llama_config(KNOBS, (("load-mode", "none"),), 18, "ncmoe=18 lm=none").bench_config()
-    sweep = benchrun.SweepSpec(model=Path("m.gguf"), depths=(0, 1024), n_prompt=512, n_gen=16, repetitions=2)
+    config = advise.llama_config(KNOBS, (("load-mode", "none"),), 18, "ncmoe=18 lm=none")
+    sweep = benchrun.BenchTests(model=Path("m.gguf"), depths=(0, 1024), n_prompt=512, n_gen=16, repetitions=2)
     record = {"n_threads": 16, "load_mode": "none", "no_op_offload": 0, "backends": "CUDA", "model_type": "x"}
 
     def result(n_prompt: int, n_gen: int, depth: int, tps: float) -> BenchResult:

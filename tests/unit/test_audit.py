@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 
 from xover.cli import main
-from xover.domain.records import ModelId, Provenance, ServerConfig, ServerTimings, TtftSample
+from xover.domain.config import LlamaConfig
+from xover.domain.records import ModelId, Provenance, ServerTimings, TtftSample
 from xover.errors import XoverError
 from xover.measure.audit import StoredSample, audit, claim, load_samples
 from xover.results.store import Store
@@ -127,7 +128,7 @@ def _prov() -> Provenance:
 def _write(study: Path, polluted: bool) -> None:
     with Store(study) as st:
         run = st.begin_run("ttft", ["xover", "ttft"], _prov())
-        cfg = ServerConfig(label="ncmoe=18", args=("--n-cpu-moe", "18"))
+        cfg = LlamaConfig(name="ncmoe=18", settings=(("n-cpu-moe", "18"),))
         st.put_config(cfg)
         for ms in (100.0, 120.0):
             st.add_ttft_sample(run, "mk", _sample("cold", 4096, 0, 4096, ms, config_key=cfg.key))

@@ -13,7 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from xover.domain.records import BenchConfig
+from xover.cli import options
+from xover.domain import llama_options as opts
+from xover.domain.config import LlamaConfig
 from xover.errors import XoverError
 from xover.llamacpp import bench, process
 from xover.llamacpp.bench import BenchJob, Exited, MarkdownLine, OtherLine, ProgressLine, RecordLine
@@ -112,21 +114,21 @@ def test_result_keeps_raw_samples_and_llama_bench_summary() -> None:
 
 def test_record_must_match_its_configuration() -> None:
     record = bench.parse_record(PP_D256) or {}
-    assert bench.record_mismatch(BenchConfig("t=1", (("-t", "1"), ("-ncmoe", "0"))), record) is None
-    assert bench.record_mismatch(BenchConfig("fa", (("-fa", "auto"),)), record) is None
-    assert "n_threads=1" in (bench.record_mismatch(BenchConfig("t=2", (("-t", "2"),)), record) or "")
-    assert "flash_attn=-1" in (bench.record_mismatch(BenchConfig("fa", (("-fa", "on"),)), record) or "")
+    t1 = LlamaConfig("t=1", (("threads", "1"), ("n-cpu-moe", "0")))
+    assert bench.record_mismatch(t1, record) is None
+    assert bench.record_mismatch(LlamaConfig("fa", (("flash-attn", "auto"),)), record) is None
+    assert "n_threads=1" in (bench.record_mismatch(LlamaConfig("t=2", (("threads", "2"),)), record) or "")
+    assert "flash_attn=-1" in (bench.record_mismatch(LlamaConfig("fa", (("flash-attn", "on"),)), record) or "")
 
 
 # ---- argv -----------------------------------------------------------------------------------------
 
 
 def test_job_argv_and_points_follow_llama_bench_order() -> None:
-    config = BenchConfig(
+    config = LlamaConfig(
         "ncmoe=12",
-        (("-ncmoe", "12"), ("-t", "8")),
-        env=(("GGML_OP_OFFLOAD_MIN_BATCH", "64"),),
-        extra_args=("-ngl", "99"),
+        (("n-cpu-moe", "12"), ("threads", "8"), ("GGML_OP_OFFLOAD_MIN_BATCH", "64")),
+        bench_args=("--poll", "0"),
     )
     job = BenchJob(config, n_prompt=512, n_gen=128, depths=(1000, 4000), repetitions=5)
     assert job.points() == [(512, 0, 1000), (0, 128, 1000), (512, 0, 4000), (0, 128, 4000)]
@@ -146,19 +148,30 @@ def test_job_argv_and_points_follow_llama_bench_order() -> None:
         "12",
         "-t",
         "8",
-        "-ngl",
-        "99",
+        "--poll",
+        "0",
         "-o",
         "jsonl",
         "-oe",
         "md",
         "--progress",
     ]
+    assert config.environment() == (("GGML_OP_OFFLOAD_MIN_BATCH", "64"),)  # an environment option is no argument
     assert BenchJob(config, 0, 128, (0,), 1).points() == [(0, 128, 0)]
 
 
 @pytest.mark.parametrize(
-    "arg, hint", [("-t", "--threads"), ("--n_prompt", "--pp"), ("-ncmoe", "--ncmoe"), ("-o", "JSONL")]
+    "arg, hint",
+    [
+        ("-t", "--threads"),
+        ("--n_prompt", "--pp"),
+        ("-ncmoe", "--ncmoe"),
+        ("-o", "JSONL"),
+        ("-lm", "--load-mode"),
+        ("-b", "--batch"),
+        ("--no-host", "--no-host"),
+        ("--repack", "--repack"),
+    ],
 )
 def test_extra_args_that_collide_with_xover_are_refused(arg: str, hint: str) -> None:
     with pytest.raises(XoverError, match=hint):
@@ -166,68 +179,61 @@ def test_extra_args_that_collide_with_xover_are_refused(arg: str, hint: str) -> 
 
 
 def test_harmless_extra_args_pass() -> None:
-    bench.check_extra_args(["-ngl", "99", "-lm", "none", "-b", "4096"])
+    bench.check_extra_args(["-ngl", "99", "-ot", "exps=CPU", "-ctk", "q8_0"])
 
 
 # ---- options and planning -------------------------------------------------------------------------
 
 
 def test_option_parsing_says_what_to_change() -> None:
-    assert benchrun.parse_int_list("--ncmoe", "12,18,12") == (12, 18)
+    assert options.int_list("--ncmoe", "12,18,12") == (12, 18)
     with pytest.raises(XoverError, match=r"--ncmoe '12,x' is not a comma-separated list of integers"):
-        benchrun.parse_int_list("--ncmoe", "12,x")
+        options.int_list("--ncmoe", "12,x")
     with pytest.raises(XoverError, match="at least 1"):
-        benchrun.parse_int_list("--threads", "0", minimum=1)
-    assert benchrun.parse_env("GGML_OP_OFFLOAD_MIN_BATCH=32,4096") == ("GGML_OP_OFFLOAD_MIN_BATCH", ("32", "4096"))
+        options.int_list("--threads", "0", minimum=1)
+    assert options.parse_env(["GGML_OP_OFFLOAD_MIN_BATCH=32,4096"]) == (("GGML_OP_OFFLOAD_MIN_BATCH", ("32", "4096")),)
     with pytest.raises(XoverError, match="NAME=VALUE"):
-        benchrun.parse_env("GGML_OP_OFFLOAD_MIN_BATCH")
+        options.parse_env(["GGML_OP_OFFLOAD_MIN_BATCH"])
     with pytest.raises(XoverError, match="'yes' is not one of on, off, auto"):
-        benchrun.parse_choice_list("--flash-attn", "on,yes", benchrun.FLASH_ATTN_CHOICES)
+        options.choice_list("--flash-attn", "on,yes", opts.FLASH_ATTN.choices)
 
 
 @pytest.mark.parametrize(
-    "kwargs, message",
+    "make, message",
     [
-        ({"depths": ()}, "--depth"),
-        ({"n_prompt": 0, "n_gen": 0}, "not both 0"),
-        ({"no_op_offload": (2,)}, "--no-op-offload"),
-        ({"repetitions": 0}, "-r"),
-        ({"extra_args": ("-d", "5")}, "--depth"),
-        ({"env": (("A", ("1",)), ("A", ("2",)))}, "twice"),
+        (lambda: benchrun.BenchTests(model=Path("m.gguf"), depths=()), "--depth"),
+        (lambda: benchrun.BenchTests(model=Path("m.gguf"), depths=(0,), n_prompt=0, n_gen=0), "not both 0"),
+        (lambda: options.table_values({"no_op_offload": ("2",)}), "--no-op-offload"),
+        (lambda: benchrun.BenchTests(model=Path("m.gguf"), depths=(0,), repetitions=0), "-r"),
+        (lambda: benchrun.sweep_configs([], bench_args=("-d", "5")), "--depth"),
+        (lambda: options.parse_env(["A=1", "A=2"]), "twice"),
     ],
 )
-def test_spec_validation(kwargs: dict, message: str) -> None:
-    base = {"model": Path("m.gguf"), "depths": (0,)}
+def test_spec_validation(make, message: str) -> None:
     with pytest.raises(XoverError, match=message):
-        benchrun.SweepSpec(**{**base, **kwargs})
+        make()
 
 
 def test_expand_is_the_cartesian_product_with_short_labels() -> None:
-    spec = benchrun.SweepSpec(
-        model=Path("m.gguf"),
-        depths=(0,),
-        ncmoe=(12, 18),
-        threads=(8,),
+    configs = benchrun.sweep_configs(
+        [(opts.N_CPU_MOE, ("12", "18")), (opts.THREADS, ("8",))],
         env=(("GGML_OP_OFFLOAD_MIN_BATCH", ("32", "4096")),),
     )
-    configs = benchrun.expand(spec)
     assert [c.label for c in configs] == [
         "ncmoe=12 GGML_OP_OFFLOAD_MIN_BATCH=32",
         "ncmoe=12 GGML_OP_OFFLOAD_MIN_BATCH=4096",
         "ncmoe=18 GGML_OP_OFFLOAD_MIN_BATCH=32",
         "ncmoe=18 GGML_OP_OFFLOAD_MIN_BATCH=4096",
     ]
-    assert configs[0].fields == (("-ncmoe", "12"), ("-t", "8"))
-    assert configs[0].env == (("GGML_OP_OFFLOAD_MIN_BATCH", "32"),)
+    assert configs[0].bench_argv() == ("-ncmoe", "12", "-t", "8")
+    assert configs[0].environment() == (("GGML_OP_OFFLOAD_MIN_BATCH", "32"),)
     assert len({c.key for c in configs}) == 4
-    assert [c.label for c in benchrun.expand(benchrun.SweepSpec(model=Path("m"), depths=(0,)))] == ["default"]
+    assert [c.label for c in benchrun.sweep_configs([])] == ["default"]
 
 
 def test_plan_skips_measured_configs_and_reruns_only_missing_depths() -> None:
-    spec = benchrun.SweepSpec(
-        model=Path("m.gguf"), depths=(1000, 4000, 16000), n_prompt=512, n_gen=128, ncmoe=(12, 18, 24)
-    )
-    c12, c18, c24 = benchrun.expand(spec)
+    spec = benchrun.BenchTests(model=Path("m.gguf"), depths=(1000, 4000, 16000), n_prompt=512, n_gen=128)
+    c12, c18, c24 = benchrun.sweep_configs([(opts.N_CPU_MOE, ("12", "18", "24"))])
     done = {(c12.key, p) for p in BenchJob(c12, 512, 128, (1000, 4000, 16000), 5).points()} | {
         (c18.key, (512, 0, 1000)),
         (c18.key, (0, 128, 1000)),
@@ -286,7 +292,7 @@ def test_runner_streams_records_and_enforces_the_timeout(tmp_path: Path) -> None
     """)
     )
     fake.chmod(0o755)
-    job = BenchJob(BenchConfig("t=1", (("-t", "1"),)), 64, 16, (256,), 2)
+    job = BenchJob(LlamaConfig("t=1", (("threads", "1"),)), 64, 16, (256,), 2)
     events = list(bench.run(job, fake, tmp_path / "m.gguf", timeout_s=1.5))
     assert events[0] == ProgressLine(1, 2, "prompt", 1, 1)
     assert isinstance(events[1], RecordLine) and events[1].record["n_depth"] == 256
@@ -315,26 +321,26 @@ load_tensors:        CUDA0 model buffer size =  9216.00 MiB"""
 
 
 def test_load_mode_and_batch_sweep_like_the_other_knobs() -> None:
-    spec = benchrun.SweepSpec(
-        model=Path("m.gguf"), depths=(0,), ncmoe=(18,), load_mode=("none", "mmap"), batch=(4096,), ubatch=(512, 2048)
+    sweeps = options.table_values(
+        {"n_cpu_moe": ("18",), "load_mode": ("none,mmap",), "batch_size": ("4096",), "ubatch_size": ("512", "2048")}
     )
-    configs = benchrun.expand(spec)
+    configs = benchrun.sweep_configs(sweeps)
     assert [c.label for c in configs] == ["lm=none ub=512", "lm=none ub=2048", "lm=mmap ub=512", "lm=mmap ub=2048"]
-    assert configs[1].fields == (("-ncmoe", "18"), ("-lm", "none"), ("-b", "4096"), ("-ub", "2048"))
-    with pytest.raises(XoverError, match="--load-mode takes auto, none, mmap"):
-        benchrun.SweepSpec(model=Path("m.gguf"), depths=(0,), load_mode=("pinned",))
+    assert configs[1].bench_argv() == ("-ncmoe", "18", "-lm", "none", "-ub", "2048", "-b", "4096")
+    with pytest.raises(XoverError, match="--load-mode: load-mode must be one of auto, none, mmap"):
+        options.table_values({"load_mode": ("pinned",)})
     with pytest.raises(XoverError, match="--batch"):
-        benchrun.SweepSpec(model=Path("m.gguf"), depths=(0,), batch=(0,))
+        options.table_values({"batch_size": ("0",)})
     # a record that reports another batch size than the configuration asked for is refused
     record = bench.parse_record(PP_D256)
     assert record is not None
-    assert bench.record_mismatch(BenchConfig("b", (("-b", "2048"),)), record) is None
-    assert "n_batch=2048" in (bench.record_mismatch(BenchConfig("b", (("-b", "512"),)), record) or "")
+    assert bench.record_mismatch(LlamaConfig("b", (("batch-size", "2048"),)), record) is None
+    assert "n_batch=2048" in (bench.record_mismatch(LlamaConfig("b", (("batch-size", "512"),)), record) or "")
 
 
 def test_sweeps_run_llama_bench_verbose_to_read_its_buffers() -> None:
-    spec = benchrun.SweepSpec(model=Path("m.gguf"), depths=(0,), ncmoe=(12,))
-    (job,) = benchrun.plan(spec, benchrun.expand(spec), lambda c, p: False).jobs
+    spec = benchrun.BenchTests(model=Path("m.gguf"), depths=(0,))
+    (job,) = benchrun.plan(spec, benchrun.sweep_configs([(opts.N_CPU_MOE, ("12",))]), lambda c, p: False).jobs
     assert job.verbose and job.to_argv(Path("b"), Path("m"))[-6:] == ["-v", "-o", "jsonl", "-oe", "md", "--progress"]
     assert "-v" not in BenchJob(job.config, 1, 1, (0,), 1).to_argv(Path("b"), Path("m"))
     # a verbose log line is not mistaken for the error that ended the process
@@ -388,7 +394,7 @@ def test_runner_keeps_buffer_lines_and_the_peak_resident_set(tmp_path: Path) -> 
     """)
     )
     fake.chmod(0o755)
-    job = BenchJob(BenchConfig("t=1", (("-t", "1"),)), 64, 0, (256,), 1, verbose=True)
+    job = BenchJob(LlamaConfig("t=1", (("threads", "1"),)), 64, 0, (256,), 1, verbose=True)
     end = list(bench.run(job, fake, tmp_path / "m.gguf", timeout_s=30))[-1]
     assert isinstance(end, Exited) and end.returncode == 0
     assert len(end.buffer_lines) == 10 and "buffer size" not in end.stderr_tail

@@ -25,10 +25,11 @@ from procs import pid_gone
 from xover.analysis.stats import summarize
 from xover.cli import main
 from xover.client.http import LlamaClient, RequestError, completion_body
+from xover.domain.config import LlamaConfig
 from xover.domain.records import ServerTimings, TtftSample
 from xover.errors import XoverError
 from xover.llamacpp.binaries import Binaries
-from xover.llamacpp.server import LlamaServer, ServerSpec, context_size, has_flag, log_path_for, parse_build_info
+from xover.llamacpp.server import LlamaServer, ServerLaunch, context_size, has_flag, log_path_for, parse_build_info
 from xover.measure.events import Rerun, TtftEvent
 from xover.measure.ttft import (
     PointSummary,
@@ -213,15 +214,11 @@ def test_gap_note_names_the_likely_cause() -> None:
 
 
 def test_server_spec_args_and_helpers(tmp_path: Path, fake_bins: Binaries) -> None:
-    spec = ServerSpec(
-        model=Path("/m.gguf"),
-        label="ncmoe=12",
-        ctx_size=context_size(32768, 200),
-        n_cpu_moe=12,
-        threads=8,
-        flash_attn="on",
-        extra_args=("-ub", "1024"),
+    config = LlamaConfig(
+        "ncmoe=12",
+        settings=(("n-cpu-moe", "12"), ("threads", "8"), ("flash-attn", "on"), ("ubatch-size", "1024")),
     )
+    spec = ServerLaunch(config, Path("/m.gguf"), context_size(32768, 200))
     assert spec.args() == (
         "-m",
         "/m.gguf",
@@ -229,28 +226,35 @@ def test_server_spec_args_and_helpers(tmp_path: Path, fake_bins: Binaries) -> No
         "33280",
         "-ngl",
         "99",
-        "--n-cpu-moe",
-        "12",
-        "-t",
-        "8",
-        "-fa",
-        "on",
         "-np",
         "1",
         "--cache-ram",
         "0",
         "-fit",
         "off",
+        "-ncmoe",
+        "12",
         "-ub",
         "1024",
+        "-t",
+        "8",
+        "-fa",
+        "on",
     )
+    assert spec.name == "ncmoe=12"
     assert spec.to_argv(Path("/bin/llama-server"), 5000)[-4:] == ["--host", "127.0.0.1", "--port", "5000"]
-    assert "--port" not in spec.config().args  # the port changes per start; the configuration does not
+    # the port changes per start; the configuration does not (nor do xover's own flags belong to it)
+    assert "--port" not in spec.config.server_argv() and "-m" not in spec.config.server_argv()
+    assert dataclasses.replace(spec, model=Path("/elsewhere/m.gguf"), ctx_size=1024).config.key == config.key
     # a configuration's own -ngl (any spelling) is passed once: llama-server warns about a repeated one
     for own in ("-ngl", "--gpu-layers", "--n-gpu-layers"):
-        args = dataclasses.replace(spec, extra_args=("-ncmoe", "24", own, "30")).args()
+        passed = LlamaConfig("x", settings=(("n-cpu-moe", "24"),), server_args=(own, "30"))
+        args = ServerLaunch(passed, Path("/m.gguf"), 33280).args()
         assert args[:4] == ("-m", "/m.gguf", "-c", "33280") and "-ngl" not in args[:-2]
         assert args[-2:] == (own, "30")
+    set_ngl = LlamaConfig("x", settings=(("n-cpu-moe", "24"), ("n-gpu-layers", "30")))
+    args = ServerLaunch(set_ngl, Path("/m.gguf"), 33280).args()
+    assert args.count("-ngl") == 1 and args[args.index("-ngl") + 1] == "30"
     assert context_size(1024, 16) == 1536
     assert parse_build_info("b7123-0c1e570") == {"build_number": 7123, "build_commit": "0c1e570"}
     assert parse_build_info(None) == {}
@@ -440,8 +444,8 @@ def test_default_cache_settings_leak_a_warm_prompt_into_a_cold_sample(tmp_path: 
 # ---- lifecycle with the fake binary -----------------------------------------------------------------
 
 
-def _spec(model: Path, *fake_args: str) -> ServerSpec:
-    return ServerSpec(model=model, label="fake", ctx_size=1024, extra_args=fake_args)
+def _spec(model: Path, *fake_args: str) -> ServerLaunch:
+    return ServerLaunch(LlamaConfig("fake", server_args=fake_args), model, ctx_size=1024)
 
 
 def test_server_never_healthy_stops_it_and_quotes_the_log(
@@ -500,7 +504,8 @@ def test_managed_run_known_answers(tmp_path: Path, fake_bins: Binaries, model_fi
     """Fake rates: 20,000 tok/s prefill, 500 tok/s decode -> TTFT of 2,000 tokens is about 100 ms."""
     plan = TtftPlan(lengths=(500, 2000), reps=3, response_tokens=11, seed=5)
     specs = [
-        ServerSpec(model=model_file, label=f"ncmoe={n}", ctx_size=context_size(2000, 11), n_cpu_moe=n) for n in (0, 2)
+        ServerLaunch(LlamaConfig(f"ncmoe={n}", (("n-cpu-moe", str(n)),)), model_file, context_size(2000, 11))
+        for n in (0, 2)
     ]
     with Store(tmp_path) as store:
         run = TtftRun(store, plan, ["test"], binaries=fake_bins, model=model_file)
@@ -529,7 +534,7 @@ def test_managed_run_known_answers(tmp_path: Path, fake_bins: Binaries, model_fi
 
 def test_managed_warm_mode(tmp_path: Path, fake_bins: Binaries, model_file: Path) -> None:
     plan = TtftPlan(lengths=(64, 256), reps=2, response_tokens=4, mode="warm", seed=5)
-    spec = ServerSpec(model=model_file, label="fake", ctx_size=1024)
+    spec = ServerLaunch(LlamaConfig("fake"), model_file, ctx_size=1024)
     with Store(tmp_path) as store:
         out = asyncio.run(
             TtftRun(store, plan, ["test"], binaries=fake_bins, model=model_file).run_managed([spec], tmp_path)
@@ -543,8 +548,8 @@ def test_a_server_that_cannot_start_is_a_failure_and_the_next_config_runs(
 ) -> None:
     plan = TtftPlan(lengths=(64,), reps=1, response_tokens=4, seed=5)
     specs = [
-        ServerSpec(model=model_file, label="broken", ctx_size=1024, extra_args=("--fake-exit", "1")),
-        ServerSpec(model=model_file, label="fine", ctx_size=1024),
+        ServerLaunch(LlamaConfig("broken", server_args=("--fake-exit", "1")), model_file, ctx_size=1024),
+        ServerLaunch(LlamaConfig("fine"), model_file, ctx_size=1024),
     ]
     with Store(tmp_path) as store:
         out = asyncio.run(
@@ -599,7 +604,8 @@ def test_ctrl_c_stops_the_server_keeps_samples_and_exits_130(
             proc.wait()
     assert proc.returncode == 130, err
     assert "interrupted; completed results are kept" in err
-    assert pid_gone(pid_from_log(study / "logs" / "server-default-1.log"))
+    (log,) = (study / "logs").glob("server-*-1.log")  # one configuration, one server
+    assert pid_gone(pid_from_log(log))
     with Store(study) as store:
         assert len(store.ttft_samples()) >= 2
         assert store.runs()[-1]["status"] == "interrupted"
@@ -639,8 +645,8 @@ def test_extra_args_that_add_slots_are_noticed(tmp_path: Path, fake_bins: Binari
     """`-- -np 4` overrides xover's -np 1: the gap warning must then name slot saving, not rule it out."""
     plan = TtftPlan(lengths=(64,), reps=1, response_tokens=4, seed=5)
     specs = [
-        ServerSpec(model=model_file, label="np4", ctx_size=1024, extra_args=("-np", "4")),
-        ServerSpec(model=model_file, label="np1", ctx_size=1024),
+        ServerLaunch(LlamaConfig("np4", server_args=("-np", "4")), model_file, ctx_size=1024),
+        ServerLaunch(LlamaConfig("np1"), model_file, ctx_size=1024),
     ]
     with Store(tmp_path) as store:
         out = asyncio.run(
@@ -680,9 +686,8 @@ def test_cache_lab_servers_start_within_its_startup_timeout(
 
     plan = lab_plan(1024)
     start = time.monotonic()
-    outcome = run_cache_lab(
-        tmp_path, fake_bins, model_file, 1024, ("--fake-fault", "never-healthy"), "fake", startup_timeout_s=1.0
-    )
+    config = LlamaConfig("fake", server_args=("--fake-fault", "never-healthy"))
+    outcome = run_cache_lab(tmp_path, fake_bins, model_file, 1024, config, startup_timeout_s=1.0)
     elapsed = time.monotonic() - start
     assert outcome.samples == ()
     assert [f.stage for f in outcome.failures] == ["server-start"] * len(plan)

@@ -4,7 +4,9 @@ from pathlib import Path
 
 import pytest
 
-from xover.domain.study_spec import LlamaConfig, load_spec, parse_lengths, spec_from_dict
+from xover.domain.config import LlamaConfig
+from xover.domain.prompts import parse_lengths
+from xover.domain.study_spec import config_from_table, load_spec, spec_from_dict
 from xover.errors import XoverError
 
 EXAMPLE = Path(__file__).parents[2] / "examples" / "seed-qwen3-coder-30b.toml"
@@ -16,29 +18,43 @@ def test_shipped_example_reproduces_the_seed():
     assert spec.lengths == (1024, 4096, 16384, 32768)
     assert spec.response_tokens == (200,)
     assert [c.name for c in spec.configs] == ["ncmoe=12", "ncmoe=18"]
-    assert spec.configs[1].flag("-ncmoe") == "18"
+    assert spec.configs[1].get("n-cpu-moe") == "18" and spec.configs[1].n_cpu_moe == 18
 
 
 def test_config_translates_to_both_binaries():
     c = LlamaConfig(
         name="x",
-        flags=(("-ncmoe", "18"), ("-ub", "2048"), ("-fa", "on")),
-        no_op_offload=True,
-        env=(("GGML_OP_OFFLOAD_MIN_BATCH", "64"),),
+        settings=(
+            ("n-cpu-moe", "18"),
+            ("ubatch-size", "2048"),
+            ("flash-attn", "on"),
+            ("no-op-offload", "1"),
+            ("GGML_OP_OFFLOAD_MIN_BATCH", "64"),
+        ),
         server_args=("--mlock",),
     )
-    b = c.bench_config()
-    assert b.fields == (("-ncmoe", "18"), ("-ub", "2048"), ("-fa", "on"), ("-nopo", "1"))
-    assert b.env == (("GGML_OP_OFFLOAD_MIN_BATCH", "64"),) and b.label == "x"
-    assert c.server_args_list() == ("-ncmoe", "18", "-ub", "2048", "-fa", "on", "--no-op-offload", "--mlock")
-    assert c.llama_server_command() == "-ncmoe 18 -ub 2048 -fa on --no-op-offload --mlock"
+    assert c.bench_argv() == ("-ncmoe", "18", "-ub", "2048", "-nopo", "1", "-fa", "on")
+    assert c.environment() == (("GGML_OP_OFFLOAD_MIN_BATCH", "64"),) and c.label == "x"
+    assert c.server_argv() == ("-ncmoe", "18", "-ub", "2048", "--no-op-offload", "-fa", "on", "--mlock")
+    assert c.llama_server_command() == "-ncmoe 18 -ub 2048 --no-op-offload -fa on --mlock"
+    # the spec's [[config]] table says the same with the option table's names
+    table = {
+        "name": "x",
+        "n-cpu-moe": 18,
+        "ubatch-size": 2048,
+        "flash-attn": "on",
+        "no-op-offload": True,
+        "env": {"GGML_OP_OFFLOAD_MIN_BATCH": "64"},
+        "server-args": ["--mlock"],
+    }
+    assert config_from_table(table, 0) == c
 
 
 def test_lengths_accept_k_suffix():
     assert parse_lengths("32k,1k,4096") == (1024, 4096, 32768)
-    with pytest.raises(XoverError, match="positive"):
+    with pytest.raises(XoverError, match="at least 1 token"):
         parse_lengths("0,1k")
-    with pytest.raises(XoverError, match="not a token count"):
+    with pytest.raises(XoverError, match="not a number of tokens"):
         parse_lengths("-5")
 
 
@@ -51,7 +67,7 @@ def test_lengths_accept_k_suffix():
         ({"model": {"preset": "tiny-moe"}, "config": [{"name": "a", "n-cpu-moe": -1}]}, "non-negative integer"),
         ({"model": {"preset": "tiny-moe"}, "config": [{"name": "a", "flash-attn": "yes"}]}, "one of on, off, auto"),
         ({"model": {"preset": "tiny-moe"}, "config": [{"name": "a", "ncmoe": 3}]}, "unknown key 'ncmoe'"),
-        ({"model": {"preset": "tiny-moe"}, "config": [{"name": "a"}], "study": {"lengths": [0]}}, "positive"),
+        ({"model": {"preset": "tiny-moe"}, "config": [{"name": "a"}], "study": {"lengths": [0]}}, "at least 1 token"),
         ({"model": {"preset": "tiny-moe"}, "config": [{"name": "a"}], "study": {"skip": ["nap"]}}, "unknown stage"),
         ({"model": {"preset": "tiny-moe"}, "config": [{"name": "a"}], "studdy": {}}, "unknown section"),
         ({"model": {"preset": "tiny-moe"}, "config": [{}]}, "give it a name"),
@@ -96,11 +112,11 @@ def test_gpu_default_uses_the_placement_planner():
 
     # a 24 GiB card: 8K fits with fewer experts on the CPU than 32K forces
     spec = gpu_default_spec(24 << 30)
-    n = [int(c.flag("-ncmoe")) for c in spec.configs]
+    n = [c.n_cpu_moe for c in spec.configs]
     assert spec.model_preset == "qwen3-30b-a3b" and n[0] <= n[1]
     # a card that holds everything: 0 against what a 24 GiB card needs at 32K
     big = gpu_default_spec(140 << 30)
-    nb = [int(c.flag("-ncmoe")) for c in big.configs]
+    nb = [c.n_cpu_moe for c in big.configs]
     assert nb[0] == 0 and nb[1] == n[1] > 0
     with pytest.raises(XoverError, match="does not fit"):
         gpu_default_spec(1 << 30)

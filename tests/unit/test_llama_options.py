@@ -1,24 +1,27 @@
-"""The llama.cpp option table (xover.domain.llama_options): every option round-trips through the study spec,
-its spellings are llama.cpp's, and what xover passes each tool is spelled as the table says."""
+"""The llama.cpp option table (xover.domain.llama_options) and the one configuration model derived through it
+(xover.domain.config.LlamaConfig): every option round-trips through the study spec, its spellings are llama.cpp's,
+each kind of option (valued, list, switch with and without an "off" spelling, environment variable) is spelled for
+each tool as the table says, and everything that translates a configuration reads the table."""
 
 from __future__ import annotations
 
 import re
 from pathlib import Path
 
+import click
 import pytest
 
 from xover.analysis import theory
 from xover.domain import llama_options as opts
-from xover.domain.records import BenchConfig
-from xover.domain.study_spec import SHARED_FLAGS, TUNE_KNOBS, config_from_table
+from xover.domain.config import LlamaConfig, from_bench_record, from_server_record, matrix
+from xover.domain.study_spec import TUNE_KNOBS, config_from_table
+from xover.errors import XoverError
 from xover.llamacpp import bench
-from xover.llamacpp.server import ServerSpec
-from xover.measure import bench as benchrun
-from xover.measure.ttft import TtftPlan
+from xover.llamacpp.server import ServerLaunch
+from xover.measure.ttft import TtftPlan, launches
 
 LLAMA_SRC = Path.home() / ".cache" / "xover" / "src" / "llama.cpp-0c1e570"
-SAMPLE = {"int": 3, "choice": None, "str": "q8_0", "list": ["10.0.0.1:50052", "10.0.0.2:50053"]}
+SAMPLE = {"int": 3, "choice": None, "str": "q8_0", "switch": True, "list": ["10.0.0.1:50052", "10.0.0.2:50053"]}
 SAMPLE_BY_NAME = {"override-tensor": ["blk\\.[0-3]\\.ffn_.*_exps=CPU", "output=CPU"], "tensor-split": "1/3"}
 
 
@@ -29,7 +32,9 @@ def _value(option: opts.LlamaOption) -> object:
 
 
 def _text(value: object) -> str:
-    """What the tools get for a spec value: a list as one comma-separated value."""
+    """The setting a spec value becomes: a list as one comma-separated value, a switch 1 or 0."""
+    if isinstance(value, bool):
+        return str(int(value))
     return ",".join(value) if isinstance(value, list) else str(value)
 
 
@@ -37,31 +42,103 @@ def test_names_short_names_and_flags_are_unique() -> None:
     for attr in ("name", "short", "bench_flag"):
         values = [getattr(o, attr) for o in opts.OPTIONS if getattr(o, attr) is not None]
         assert len(values) == len(set(values)), attr
-    spellings = [s for o in opts.OPTIONS for s in o.spellings]
+    spellings = [s for o in opts.OPTIONS for s in (*o.spellings, *o.server_off)]
     assert len(spellings) == len(set(spellings))
+    decls = [d for o in opts.OPTIONS for d in o.cli]
+    assert len(decls) == len(set(decls))
 
 
-@pytest.mark.parametrize("option", [o for o in opts.OPTIONS if o.shared_flag], ids=lambda o: o.name)
-def test_every_shared_option_round_trips_through_the_spec(option: opts.LlamaOption) -> None:
+@pytest.mark.parametrize("option", [o for o in opts.OPTIONS if not o.env], ids=lambda o: o.name)
+def test_every_option_round_trips_through_the_spec(option: opts.LlamaOption) -> None:
     value = _value(option)
     config = config_from_table({"name": "x", option.name: value}, 0)
-    assert config.flags == ((option.shared_flag, _text(value)),)
-    bench_value = option.bench_value(_text(value))  # -ot's items joined by ";" for llama-bench, "," for llama-server
-    assert config.bench_config().fields == ((option.bench_flag, bench_value),)
-    assert config.server_args_list() == opts.BY_BENCH_FLAG[option.bench_flag].server_args(bench_value)
-    assert config.server_args_list() == (option.server_flag, _text(value))
-    assert theory.config_from_flags(config.bench_config().fields) == theory.config_from_flags(
-        args=config.server_args_list()
+    assert config.settings == ((option.name, _text(value)),)
+    assert config.bench_argv() == option.bench_args(_text(value))
+    assert config.server_argv() == option.server_args(_text(value))
+    # what llama-bench was given reads back as the same configuration (the store's legacy reader uses this)
+    assert from_bench_record("x", [config.bench_argv()], (), ()).settings == config.settings
+    old_server = ["-m", "m.gguf", "-c", "512", "-np", "1", "--cache-ram", "0", "-fit", "off", *config.server_argv()]
+    assert from_server_record("x", old_server, ()).settings == (
+        config.settings if option.kind != "switch" or option.server_off or value else ()
     )
 
 
-def test_the_spec_takes_every_option_with_one_flag_for_both_tools() -> None:
-    assert set(SHARED_FLAGS) == {o.name for o in opts.OPTIONS if not o.env and o.kind != "switch"}
-    config = config_from_table({"name": "x", "no-op-offload": True}, 0)
-    assert config.bench_config().fields == (("-nopo", "1"),)
-    assert config.server_args_list() == ("--no-op-offload",)
-    with pytest.raises(Exception, match="flash-attn must be one of on, off, auto"):
+def test_an_environment_option_is_a_setting_passed_in_the_environment() -> None:
+    config = config_from_table({"name": "x", "env": {"GGML_OP_OFFLOAD_MIN_BATCH": 64, "OTHER": "y"}}, 0)
+    assert config.settings == (("GGML_OP_OFFLOAD_MIN_BATCH", "64"),) and config.env == (("OTHER", "y"),)
+    assert config.bench_argv() == () and config.server_argv() == ()
+    assert config.environment() == (("GGML_OP_OFFLOAD_MIN_BATCH", "64"), ("OTHER", "y"))
+
+
+def test_each_kind_of_switch_is_spelled_for_each_tool() -> None:
+    # with an "off" spelling for llama-server
+    on, off = (LlamaConfig("x", (("no-op-offload", v),)) for v in ("1", "0"))
+    assert (on.bench_argv(), on.server_argv()) == (("-nopo", "1"), ("--no-op-offload",))
+    assert (off.bench_argv(), off.server_argv()) == (("-nopo", "0"), ("--op-offload",))
+    # without one: off is llama-server's default, so nothing is passed
+    on, off = (LlamaConfig("x", (("no-host", v),)) for v in ("1", "0"))
+    assert (on.bench_argv(), on.server_argv()) == (("--no-host", "1"), ("--no-host",))
+    assert (off.bench_argv(), off.server_argv()) == (("--no-host", "0"), ())
+    # on by default, with an off spelling
+    off = LlamaConfig("x", (("repack", "0"),))
+    assert (off.bench_argv(), off.server_argv()) == (("--repack", "0"), ("-nr",))
+    with pytest.raises(XoverError, match="no-host must be true or false"):
+        config_from_table({"name": "x", "no-host": "yes"}, 0)
+    with pytest.raises(XoverError, match="flash-attn must be one of on, off, auto"):
         config_from_table({"name": "x", "flash-attn": "yes"}, 0)
+
+
+def test_no_host_is_one_table_entry_seen_everywhere() -> None:
+    """Adding --no-host (llama-server's bare flag, llama-bench's 0|1) was one entry in the table: it reaches both
+    tools' arguments, the study spec, llama-bench's record check, the export's columns, the tuning stage's knobs
+    and the sweep options of `xover bench` and `xover ttft`, with nothing else written for it."""
+    from xover.analysis import advise
+    from xover.cli import bench as bench_cli
+    from xover.cli import ttft as ttft_cli
+    from xover.report import export
+
+    config = config_from_table({"name": "x", "n-cpu-moe": 20, "no-host": True}, 0)
+    job = bench.BenchJob(config, 512, 32, (0,), 2)
+    argv = job.to_argv(Path("llama-bench"), Path("m.gguf"))
+    assert argv[argv.index("--no-host") + 1] == "1"
+    assert ServerLaunch(config, Path("m.gguf"), 4096).args()[-3:] == ("-ncmoe", "20", "--no-host")
+    assert bench.record_mismatch(config, {"no_host": True, "n_cpu_moe": 20}) is None
+    assert "no_host=False" in (bench.record_mismatch(config, {"no_host": False, "n_cpu_moe": 20}) or "")
+    assert "no_host" in export._RECORD_COLUMNS
+    knobs = {k.name: k for k in advise.study_knobs(cpu_count=4, gpu_build=True, longest=4096)}
+    assert knobs["no-host"].candidates == ("1",) and knobs["no-host"].short == "nohost"
+    assert "no-host" not in {k.name for k in advise.study_knobs(cpu_count=4, gpu_build=False, longest=4096)}
+    tuned = advise.apply_setting(LlamaConfig("x"), tuple(knobs.values()), (("no-host", "1"),), "x tuned")
+    assert tuned.server_argv() == ("--no-host",) and advise.setting_label(
+        tuple(knobs.values()), (("no-host", "1"),)
+    ) == ("nohost=1")
+    for command in (bench_cli.bench, ttft_cli.ttft):
+        assert "--no-host" in {d for p in command.params if isinstance(p, click.Option) for d in p.opts}
+    assert bench.RESERVED_FLAGS["--no-host"] == "--no-host"
+
+
+def test_an_engine_that_lacks_an_option_is_refused_before_anything_runs(monkeypatch: pytest.MonkeyPatch) -> None:
+    with pytest.raises(XoverError, match="unknown engine 'other'; use one of llama.cpp"):
+        config_from_table({"name": "x", "engine": "other"}, 0)
+    # an engine the table lists no option of: each setting is refused in one line, naming the option
+    monkeypatch.setattr(opts, "ENGINES", (*opts.ENGINES, "other"))
+    assert LlamaConfig("x", engine="other").settings == ()
+    with pytest.raises(XoverError, match=r"\[\[config\]\] 'x': other has no no-host option"):
+        config_from_table({"name": "x", "engine": "other", "no-host": True}, 0)
+
+
+def test_the_identity_is_the_configuration_not_its_name_order_or_measurement() -> None:
+    a = LlamaConfig("a", (("ubatch-size", "2048"), ("n-cpu-moe", "12")))
+    b = LlamaConfig("b", (("n-cpu-moe", "12"), ("ubatch-size", "2048")))
+    assert a.key == b.key and a.settings == (("n-cpu-moe", "12"), ("ubatch-size", "2048"))
+    assert a.key != a.with_values({"ubatch-size": "4096"}).key
+    assert a.key != a.with_env({"XOVER_RECHECK": "1"}).key
+    assert a.key != LlamaConfig("a", a.settings, engine=opts.ENGINE, server_args=("--jinja",)).key
+    launch = ServerLaunch(a, Path("/models/q.gguf"), 8192)
+    moved = ServerLaunch(a, Path("/elsewhere/q.gguf"), 4096, cold_cache=False, own_args=("--cache-reuse", "256"))
+    assert launch.config.key == moved.config.key  # xover's own flags are not part of it
+    with pytest.raises(XoverError, match="unknown llama.cpp option 'ubatch'"):
+        LlamaConfig("x", (("ubatch", "1"),))
 
 
 def test_search_values_and_tuning_knobs() -> None:
@@ -81,35 +158,40 @@ def test_search_values_and_tuning_knobs() -> None:
             assert not option.choices or value in option.choices, option.name
 
 
-def test_record_values() -> None:
+def test_record_values_and_the_record_check() -> None:
     assert opts.FLASH_ATTN.record_value("auto") == -1 and opts.NO_OP_OFFLOAD.record_value("1") == 1
     assert opts.LOAD_MODE.record_value("none") is None and opts.UBATCH_SIZE.record_value("256") == 256
-    assert bench._RECORD_FIELD == {
-        "-ncmoe": "n_cpu_moe",
-        "-ub": "n_ubatch",
-        "-b": "n_batch",
-        "-t": "n_threads",
-        "-nopo": "no_op_offload",
-        "-fa": "flash_attn",
+    checked = {o.name: o.record_field for o in opts.OPTIONS if o.checked}
+    assert checked == {
+        "n-cpu-moe": "n_cpu_moe",
+        "ubatch-size": "n_ubatch",
+        "batch-size": "n_batch",
+        "no-op-offload": "no_op_offload",
+        "no-host": "no_host",
+        "repack": "repack",
+        "threads": "n_threads",
+        "flash-attn": "flash_attn",
     }
-    assert (
-        bench.record_mismatch(
-            BenchConfig("x", (("-nopo", "1"), ("-lm", "none"))), {"no_op_offload": 1, "load_mode": "auto"}
-        )
-        is None
+    config = LlamaConfig("x", (("no-op-offload", "1"), ("load-mode", "none")))
+    assert bench.record_mismatch(config, {"no_op_offload": 1, "load_mode": "auto"}) is None
+    assert bench.record_mismatch(config, {"no_op_offload": 0}) == (
+        "llama-bench reported no_op_offload=0 for a configuration with -nopo 1"
     )
+    assert opts.record_fields()[:2] == ("n_cpu_moe", "n_gpu_layers")
 
 
 def test_what_xover_passes_is_spelled_as_the_table_says() -> None:
-    configs = benchrun.combinations(
-        ncmoe=(12,),
-        load_mode=("none",),
-        batch=(4096,),
-        ubatch=(2048,),
-        flash_attn=("on",),
-        no_op_offload=(0, 1),
-        threads=(4,),
-    )
+    sweeps = [
+        (opts.N_CPU_MOE, ("12",)),
+        (opts.LOAD_MODE, ("none",)),
+        (opts.UBATCH_SIZE, ("2048",)),
+        (opts.BATCH_SIZE, ("4096",)),
+        (opts.NO_OP_OFFLOAD, ("0", "1")),
+        (opts.THREADS, ("4",)),
+        (opts.FLASH_ATTN, ("on",)),
+    ]
+    configs = matrix(sweeps)
+    assert [c.name for c in configs] == ["nopo=0", "nopo=1"]
     argv = bench.BenchJob(configs[1], 512, 128, (0,), 2).to_argv(Path("llama-bench"), Path("m.gguf"))
     bench_flags = [a for a in argv if a.startswith("-") and not re.fullmatch(r"-\d+", a)]
     known = {s for o in opts.OPTIONS for s in o.bench}
@@ -118,80 +200,74 @@ def test_what_xover_passes_is_spelled_as_the_table_says() -> None:
     for flag in bench.RESERVED_FLAGS:
         option = opts.by_spelling(flag)
         assert option is None or flag in option.bench, flag
-
-    server_known = {s for o in opts.OPTIONS for s in (*o.server, *o.server_off)}
-    spec = ServerSpec(Path("m.gguf"), "x", 4096, n_cpu_moe=12, threads=4, flash_attn="on")
-    assert {"--n-cpu-moe", "-t", "-fa", "-ngl"} <= set(spec.args()) and {
-        "--n-cpu-moe",
-        "-t",
-        "-fa",
-        "-ngl",
-    } <= server_known
-    assert [opts.server_config(c).args for c in configs] == [
-        ("-ncmoe", "12", "-lm", "none", "-b", "4096", "-ub", "2048", "-fa", "on", "--op-offload", "-t", "4"),
-        ("-ncmoe", "12", "-lm", "none", "-b", "4096", "-ub", "2048", "-fa", "on", "--no-op-offload", "-t", "4"),
+    assert {"-lm", "-b", "-ub", "-t", "-nopo", "-ncmoe", "-fa"} <= set(bench.RESERVED_FLAGS)
+    assert [c.server_argv() for c in configs] == [
+        ("-ncmoe", "12", "-lm", "none", "-ub", "2048", "-b", "4096", "--op-offload", "-t", "4", "-fa", "on"),
+        ("-ncmoe", "12", "-lm", "none", "-ub", "2048", "-b", "4096", "--no-op-offload", "-t", "4", "-fa", "on"),
     ]
 
 
-def test_ttft_server_configurations() -> None:
-    from xover.cli.ttft import _specs
+def test_rpc_comes_before_the_overrides_that_name_its_devices() -> None:
+    config = config_from_table(
+        {"name": "x", "override-tensor": ["blk\\.[23]\\.ffn_.*_exps=RPC0[{rpc0}]"], "rpc-local": 1}, 0
+    ).with_rpc(("127.0.0.1:50052",))
+    argv = config.bench_argv()
+    assert argv.index("--rpc") < argv.index("-ot") and argv[argv.index("-ot") + 1].endswith("RPC0[127.0.0.1:50052]")
 
-    configs = benchrun.combinations(
-        ncmoe=(12,),
-        load_mode=("none",),
-        batch=(4096,),
-        ubatch=(2048,),
-        flash_attn=("on",),
-        no_op_offload=(1,),
-        threads=(4,),
-        env=(("GGML_OP_OFFLOAD_MIN_BATCH", ("64",)),),
-    )
+
+def test_ttft_server_launches() -> None:
+    sweeps = [
+        (opts.N_CPU_MOE, ("12",)),
+        (opts.LOAD_MODE, ("none",)),
+        (opts.UBATCH_SIZE, ("2048",)),
+        (opts.BATCH_SIZE, ("4096",)),
+        (opts.NO_OP_OFFLOAD, ("1",)),
+        (opts.THREADS, ("4",)),
+        (opts.FLASH_ATTN, ("on",)),
+    ]
     plan = TtftPlan(lengths=(1024,), reps=1, response_tokens=8, mode="cold", text=False, seed=1, max_retries=0)
-    [spec] = _specs(Path("/m.gguf"), [opts.server_config(c) for c in configs], plan, ("--jinja",), True, 4)
-    assert spec.args() == (
+    env = (("GGML_OP_OFFLOAD_MIN_BATCH", ("64",)),)
+    [launch] = launches(Path("/m.gguf"), sweeps, env, ("--jinja", "-ngl", "99"), plan, True, 4)
+    assert launch.args() == (
         "-m",
         "/m.gguf",
         "-c",
         "1536",
-        "-ngl",
-        "99",
-        "--n-cpu-moe",
-        "12",
-        "-t",
-        "4",
-        "-fa",
-        "on",
         "-np",
         "1",
         "--cache-ram",
         "0",
         "-fit",
         "off",
+        "-ncmoe",
+        "12",
+        "-ngl",
+        "99",
         "-lm",
         "none",
-        "-b",
-        "4096",
         "-ub",
         "2048",
+        "-b",
+        "4096",
         "--no-op-offload",
+        "-t",
+        "4",
+        "-fa",
+        "on",
         "--jinja",
     )
-    assert spec.env == (("GGML_OP_OFFLOAD_MIN_BATCH", "64"),)
-    assert opts.take(("-lm", "none", "-t", "4", "--x"), (opts.THREADS,)) == ({"threads": "4"}, ("-lm", "none", "--x"))
+    assert launch.env == (("GGML_OP_OFFLOAD_MIN_BATCH", "64"),)
+    assert ServerLaunch(LlamaConfig("x"), Path("/m.gguf"), 512).args()[4:6] == ("-ngl", "99")  # xover's own
 
 
-def test_theory_reads_every_spelling() -> None:
-    for option, value, field, expected in (
-        (opts.N_CPU_MOE, "7", "n_cpu_moe", 7),
-        (opts.UBATCH_SIZE, "256", "ubatch", 256),
-        (opts.LOAD_MODE, "none", "pinned", True),
-    ):
-        for spelling in option.spellings:
-            assert getattr(theory.config_from_flags([(spelling, value)]), field) == expected, spelling
-            assert getattr(theory.config_from_flags(args=[spelling, value]), field) == expected, spelling
-    for spelling in opts.NO_OP_OFFLOAD.spellings:
-        assert not theory.config_from_flags(args=[spelling]).op_offload
-    assert theory.config_from_flags(env=[(opts.OP_OFFLOAD_MIN_BATCH.name, "64")]).op_offload_min_batch == 64
+def test_the_theory_reads_a_configuration_through_the_table() -> None:
+    config = LlamaConfig(
+        "x", (("n-cpu-moe", "18"), ("no-op-offload", "1"), ("ubatch-size", "256"), ("GGML_OP_OFFLOAD_MIN_BATCH", "64"))
+    )
+    assert theory.offload_of(config) == theory.Offload(18, op_offload=False, ubatch=256, op_offload_min_batch=64)
+    assert theory.offload_of(LlamaConfig("x", (("load-mode", "none"),))).pinned
+    assert theory.offload_of(LlamaConfig("x", server_args=("--no-mmap",))).pinned
+    assert theory.offload_of(LlamaConfig("x")) == theory.Offload()
 
 
 @pytest.mark.skipif(not LLAMA_SRC.is_dir(), reason="the pinned llama.cpp tree is not checked out")
@@ -200,7 +276,7 @@ def test_spellings_are_llama_cpps() -> None:
     server_src = (LLAMA_SRC / "common" / "arg.cpp").read_text()
     for option in opts.OPTIONS:
         if option.env:
-            assert f'"{option.name}"' in (LLAMA_SRC / "ggml" / "src" / "ggml-vulkan" / "ggml-vulkan.cpp").read_text()
+            assert f'"{option.name}"' in (LLAMA_SRC / "ggml" / "src" / "ggml-cuda" / "ggml-cuda.cu").read_text()
             continue
         for spelling in option.bench:
             assert f'arg == "{spelling}"' in bench_src, spelling
@@ -227,5 +303,21 @@ def test_advise_knobs_are_the_tables_options() -> None:
     assert [k.name for k in advise.default_knobs(4)] == [o.name for o, _ in opts.searched(4)]
     assert dict((k.name, k.candidates) for k in knobs)["ubatch-size"] == ("1024", "2048", "4096", "8192")
     config = advise.llama_config(knobs, (("no-op-offload", "1"), ("GGML_OP_OFFLOAD_MIN_BATCH", "64")), 3, "x")
-    assert config.bench_config().fields == (("-ncmoe", "3"), ("-nopo", "1"))
-    assert config.env == (("GGML_OP_OFFLOAD_MIN_BATCH", "64"),)
+    assert config.bench_argv() == ("-ncmoe", "3", "-nopo", "1")
+    assert config.environment() == (("GGML_OP_OFFLOAD_MIN_BATCH", "64"),)
+    knobs = advise.with_values_to_try(advise.default_knobs(4), "flash-attn", ("on",))
+    assert knobs[-1].name == "flash-attn" and knobs[-1].candidates == ("on",)
+
+
+def test_pass_through_arguments_may_not_set_what_the_table_knows() -> None:
+    with pytest.raises(XoverError, match="server-args sets threads, an option xover knows: write it as the key"):
+        config_from_table({"name": "x", "server-args": ["-t", "8"]}, 0)
+    assert config_from_table({"name": "x", "server-args": ["--jinja"]}, 0).server_args == ("--jinja",)
+    assert opts.parse_args(["-ngl", "99", "--mlock", "-nopo", "1"], "bench") == (
+        {"n-gpu-layers": "99", "no-op-offload": "1"},
+        ("--mlock",),
+    )
+    assert opts.parse_args(["--no-op-offload", "--jinja", "-nr"], "server") == (
+        {"no-op-offload": "1", "repack": "0"},
+        ("--jinja",),
+    )

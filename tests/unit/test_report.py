@@ -2,7 +2,8 @@
 
 import pytest
 
-from xover.domain.records import BenchConfig, BenchResult, ModelId, Provenance, ServerConfig, ServerTimings, TtftSample
+from xover.domain.config import LlamaConfig
+from xover.domain.records import BenchResult, ModelId, Provenance, ServerTimings, TtftSample
 from xover.report.html import build_report, render_html, render_markdown, write_report
 from xover.results.read_model import crossover_inputs, load
 from xover.results.store import Store
@@ -31,11 +32,9 @@ def _fill(study, model_name="m.gguf"):
     With R = 200, their totals cross at exactly 8000 tokens."""
     with Store(study) as st:
         run = st.begin_run("ttft", ["xover", "ttft"], _prov(model_name))
-        for label, prefill, decode in (("A", 2000.0, 100.0), ("B", 4000.0, 50.0)):
-            cfg = ServerConfig(label=label, args=("--label", label))
+        for label, threads, prefill, decode in (("A", "1", 2000.0, 100.0), ("B", "2", 4000.0, 50.0)):
+            cfg = LlamaConfig(name=label, settings=(("threads", threads),))
             st.put_config(cfg)
-            bcfg = BenchConfig(label=label, fields=(("-t", label),))
-            st.put_config(bcfg)
             for L in LENGTHS:
                 for rep in range(3):
                     ttft_ns = int((0.1 + L / prefill) * 1e9)
@@ -60,7 +59,7 @@ def _fill(study, model_name="m.gguf"):
                         ),
                     )
                 st.add_bench_result(
-                    run, "mk", BenchResult(bcfg.key, 512, 0, L, (1, 2), (prefill, prefill), prefill, 1.5, {})
+                    run, "mk", BenchResult(cfg.key, 512, 0, L, (1, 2), (prefill, prefill), prefill, 1.5, {})
                 )
             # one polluted sample: stored, never averaged
             st.add_ttft_sample(

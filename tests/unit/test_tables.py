@@ -7,12 +7,13 @@ import dataclasses
 import io
 import json
 
-from xover.domain.records import BenchConfig, BenchResult, Failure
+from xover.domain.config import LlamaConfig
+from xover.domain.records import BenchResult, Failure
 from xover.report import export, tables
 from xover.results.read_model import BenchData, StoredFailure, StoredResult
 
-C12 = BenchConfig("", (("-ncmoe", "12"), ("-t", "8")), env=(("GGML_OP_OFFLOAD_MIN_BATCH", "64"),))
-C18 = BenchConfig("", (("-ncmoe", "18"), ("-t", "8")), env=(("GGML_OP_OFFLOAD_MIN_BATCH", "64"),))
+C12 = LlamaConfig("", (("n-cpu-moe", "12"), ("threads", "8"), ("GGML_OP_OFFLOAD_MIN_BATCH", "64")))
+C18 = LlamaConfig("", (("n-cpu-moe", "18"), ("threads", "8"), ("GGML_OP_OFFLOAD_MIN_BATCH", "64")))
 RECORD = {
     "build_commit": "0c1e570",
     "build_number": 0,
@@ -28,7 +29,7 @@ RECORD = {
 
 
 def result(
-    config: BenchConfig, n_prompt: int, n_gen: int, depth: int, avg: float, sd: float, samples: int = 3
+    config: LlamaConfig, n_prompt: int, n_gen: int, depth: int, avg: float, sd: float, samples: int = 3
 ) -> BenchResult:
     return BenchResult(
         config_key=config.key,
@@ -60,23 +61,24 @@ def test_cells_use_llama_bench_precision() -> None:
 
 def test_labels_name_what_differs_and_common_flags_what_does_not() -> None:
     assert tables.short_labels([C12, C18]) == ["ncmoe=12", "ncmoe=18"]
-    assert tables.common_flags([C12, C18]) == "-t 8 GGML_OP_OFFLOAD_MIN_BATCH=64"
-    assert tables.short_labels([C12]) == ["ncmoe=12 t=8 GGML_OP_OFFLOAD_MIN_BATCH=64"]
-    bare = BenchConfig("", (("-ncmoe", "12"),))
-    extra = BenchConfig("", (("-ncmoe", "12"),), extra_args=("-ngl", "99"))
-    assert tables.short_labels([bare, extra]) == ["(no extra args)", "-- -ngl 99"]
+    # settings in table order: GGML_OP_OFFLOAD_MIN_BATCH comes before threads
+    assert tables.common_flags([C12, C18]) == "GGML_OP_OFFLOAD_MIN_BATCH=64 -t 8"
+    assert tables.short_labels([C12]) == ["ncmoe=12 GGML_OP_OFFLOAD_MIN_BATCH=64 t=8"]
+    bare = LlamaConfig("", (("n-cpu-moe", "12"),))
+    extra = LlamaConfig("", (("n-cpu-moe", "12"),), bench_args=("-nkvo", "1"))
+    assert tables.short_labels([bare, extra]) == ["(no extra args)", "-- -nkvo 1"]
     assert tables.short_labels([bare, C18]) == [
-        "ncmoe=12 t=default GGML_OP_OFFLOAD_MIN_BATCH=default",
-        "ncmoe=18 t=8 GGML_OP_OFFLOAD_MIN_BATCH=64",
+        "ncmoe=12 GGML_OP_OFFLOAD_MIN_BATCH=default t=default",
+        "ncmoe=18 GGML_OP_OFFLOAD_MIN_BATCH=64 t=8",
     ]
-    assert tables.short_labels([BenchConfig("", ())]) == ["default"]
+    assert tables.short_labels([LlamaConfig("", ())]) == ["default"]
 
 
 HEADER = (
     "- model: qwen3-30b-a3b.gguf (qwen3moe 30B.A3B Q4_K - Medium, 17.28 GiB, 30.53 B params)\n"
     "- build: llama.cpp 0c1e570 (0), backend CUDA\n"
     "- machine: AMD EPYC, NVIDIA H200\n"
-    "- common flags: -t 8 GGML_OP_OFFLOAD_MIN_BATCH=64; t/s as mean ± sample sd over 3 repetitions\n"
+    "- common flags: GGML_OP_OFFLOAD_MIN_BATCH=64 -t 8; t/s as mean ± sample sd over 3 repetitions\n"
     "\n"
     "| test          |        ncmoe=12 |      ncmoe=18 |\n"
     "| ------------- | --------------: | ------------: |\n"
@@ -172,6 +174,9 @@ def test_jsonl_export_keeps_everything_and_failures() -> None:
     lines = [json.loads(x) for x in export.render(DATA, "jsonl").splitlines()]
     assert [x["type"] for x in lines] == ["bench_result"] * 5 + ["failure"]
     r = lines[0]
-    assert r["config"]["fields"] == [["-ncmoe", "12"], ["-t", "8"]] and r["config"]["label"] == "ncmoe=12"
+    assert r["config"]["label"] == "ncmoe=12" and r["config"]["key"] == C12.key
+    assert r["config"]["settings"] == {"n-cpu-moe": "12", "GGML_OP_OFFLOAD_MIN_BATCH": "64", "threads": "8"}
+    assert r["config"]["llama_bench_args"] == ["-ncmoe", "12", "-t", "8"]
+    assert r["config"]["env"] == [["GGML_OP_OFFLOAD_MIN_BATCH", "64"]]
     assert r["samples_ns"] == [1, 2, 3] and r["record"]["backends"] == "CUDA"
     assert lines[-1]["reason"] == "timed out" and lines[-1]["stderr_tail"] == "tail"

@@ -10,6 +10,7 @@ import pytest
 from click.testing import CliRunner
 
 from xover.analysis import theory as T
+from xover.domain.config import LlamaConfig
 from xover.errors import XoverError
 from xover.gguf.presets import PRESETS
 from xover.gguf.shapes import Hyperparams, TensorInfo, TensorTable, tensor_nbytes, tensor_table
@@ -147,7 +148,7 @@ def test_quadratic_attention_64x_entries_8x_storage() -> None:
 
 
 def test_decode_time_by_hand() -> None:
-    cfg = T.OffloadConfig(n_cpu_moe=1)
+    cfg = T.Offload(n_cpu_moe=1)
     p = T.predict_point(TERMS, HW, cfg, 1000)
     gpu = (393216 + 262144 / 4) / 1e9  # dense + k/E of layer 1's experts, bandwidth-bound
     cpu = max(2 * 131072 / 4 / 1e9, (512 + 262144 / 4) / 1e12)  # the CPU is compute-bound here
@@ -171,7 +172,7 @@ def _loop_prefill(costs: T._Costs, length: int, depth: int) -> float:
 
 @pytest.mark.parametrize("length,depth,ubatch", [(1, 0, 512), (1000, 0, 512), (1024, 4096, 256), (5000, 77, 512)])
 def test_closed_form_prefill_matches_a_loop(length: int, depth: int, ubatch: int) -> None:
-    c = T._costs(QWEN, builtin("h200"), T.OffloadConfig(n_cpu_moe=12, ubatch=ubatch), "prediction")
+    c = T._costs(QWEN, builtin("h200"), T.Offload(n_cpu_moe=12, ubatch=ubatch), "prediction")
     assert c.prefill_s(length, depth) == pytest.approx(_loop_prefill(c, length, depth), rel=1e-12)
 
 
@@ -179,7 +180,7 @@ def test_op_offload_crossover_by_hand() -> None:
     # CPU experts of layer 0: with op offload a ubatch copies ~262144 bytes at 120 MB/s (pinned) and computes them on
     # the GPU (bandwidth-bound, 262144 / 1e9 s); without, the CPU computes 2 L k/E 131072 FLOPs at 1 GFLOP/s.
     # Equal at L = (262144/1.2e8 + 262144/1e9) / (65536/1e9) = 37.33: op offload wins from 38 tokens.
-    on, off = T.OffloadConfig(n_cpu_moe=1, pinned=True), T.OffloadConfig(n_cpu_moe=1, op_offload=False, pinned=True)
+    on, off = T.Offload(n_cpu_moe=1, pinned=True), T.Offload(n_cpu_moe=1, op_offload=False, pinned=True)
     (pair,) = T.predicted_pairs(TERMS, HW, [on, off], [64, 1024])
     assert [c.length for c in pair.crossings] == [38.0]
     # from pageable memory (60 MB/s) the copy takes twice as long: (262144/6e7 + 262144/1e9) / 65536e-9 = 70.67
@@ -195,26 +196,26 @@ def test_op_offload_crossover_by_hand() -> None:
 
 def test_pinned_copies_faster_and_more_offload_is_slower() -> None:
     h200 = builtin("h200")
-    pageable = T.predict_point(QWEN, h200, T.OffloadConfig(n_cpu_moe=18), 4096)
-    pinned = T.predict_point(QWEN, h200, T.OffloadConfig(n_cpu_moe=18, pinned=True), 4096)
+    pageable = T.predict_point(QWEN, h200, T.Offload(n_cpu_moe=18), 4096)
+    pinned = T.predict_point(QWEN, h200, T.Offload(n_cpu_moe=18, pinned=True), 4096)
     assert pinned.prefill_tps > pageable.prefill_tps
     assert pinned.decode_tps == pageable.decode_tps
-    tps = [T.predict_point(QWEN, h200, T.OffloadConfig(n_cpu_moe=n), 4096) for n in (0, 12, 18, 24)]
+    tps = [T.predict_point(QWEN, h200, T.Offload(n_cpu_moe=n), 4096) for n in (0, 12, 18, 24)]
     assert all(a.decode_tps > b.decode_tps and a.prefill_tps > b.prefill_tps for a, b in itertools.pairwise(tps))
 
 
 def test_cpu_only_moves_nothing() -> None:
     cpu = builtin("cpu")
-    a = T.predict_point(TINY, cpu, T.OffloadConfig(n_cpu_moe=0), 2048)
-    b = T.predict_point(TINY, cpu, T.OffloadConfig(n_cpu_moe=4, op_offload=False), 2048)
+    a = T.predict_point(TINY, cpu, T.Offload(n_cpu_moe=0), 2048)
+    b = T.predict_point(TINY, cpu, T.Offload(n_cpu_moe=4, op_offload=False), 2048)
     assert a == dataclasses.replace(b)
-    pairs = T.predicted_pairs(TINY, cpu, [T.OffloadConfig(n_cpu_moe=0), T.OffloadConfig(n_cpu_moe=4)], [1024])
+    pairs = T.predicted_pairs(TINY, cpu, [T.Offload(n_cpu_moe=0), T.Offload(n_cpu_moe=4)], [1024])
     assert pairs[0].crossings == ()
 
 
 def test_roofline_limit_bounds_the_prediction() -> None:
     h200 = builtin("h200")
-    for cfg in (T.OffloadConfig(), T.OffloadConfig(n_cpu_moe=18), T.OffloadConfig(n_cpu_moe=18, op_offload=False)):
+    for cfg in (T.Offload(), T.Offload(n_cpu_moe=18), T.Offload(n_cpu_moe=18, op_offload=False)):
         for depth in (0, 1000, 32000):
             lim = T.roofline_limit(QWEN, h200, cfg, depth)
             c = T._costs(QWEN, h200, cfg, "prediction")
@@ -222,11 +223,11 @@ def test_roofline_limit_bounds_the_prediction() -> None:
             assert lim.decode_tps >= 1 / c.decode_s(depth)
     # decode at ncmoe 0 is bandwidth-bound: the limit is the bytes over the bandwidth (the embedding row
     # comes from host memory)
-    lim0 = T.roofline_limit(QWEN, h200, T.OffloadConfig(), 0)
+    lim0 = T.roofline_limit(QWEN, h200, T.Offload(), 0)
     expected = (QWEN.dense_gpu_bytes + sum(QWEN.expert_bytes_layer) / 16) / 4.8e12 + QWEN.embd_row_bytes / 92e9
     assert 1 / lim0.decode_tps == pytest.approx(expected + max(T.attention_flops(QWEN, 1, 1) / 989e12, 98304 / 4.8e12))
     with pytest.raises(XoverError):
-        T.roofline_limit(QWEN, h200, T.OffloadConfig(n_cpu_moe=49), 0)
+        T.roofline_limit(QWEN, h200, T.Offload(n_cpu_moe=49), 0)
 
 
 def test_memory_estimate_matches_llama_cpp_cpu_logs() -> None:
@@ -267,32 +268,46 @@ def test_placement_picks_the_smallest_ncmoe_that_fits() -> None:
     assert T.plan_placement(QWEN, 40 << 30, [4096])[0].n_cpu_moe == 0
 
 
-def test_config_from_flags_and_labels() -> None:
-    bench = T.config_from_flags(
-        [("-ncmoe", "18"), ("-nopo", "1"), ("-ub", "256")], env=[("GGML_OP_OFFLOAD_MIN_BATCH", "64")]
+def test_offload_of_a_configuration_and_labels() -> None:
+    bench = T.offload_of(
+        LlamaConfig(
+            "b",
+            settings=(
+                ("n-cpu-moe", "18"),
+                ("no-op-offload", "1"),
+                ("ubatch-size", "256"),
+                ("GGML_OP_OFFLOAD_MIN_BATCH", "64"),
+            ),
+        )
     )
-    assert bench == T.OffloadConfig(n_cpu_moe=18, op_offload=False, ubatch=256, op_offload_min_batch=64)
-    server = T.config_from_flags(args=["--jinja", "--n-cpu-moe", "12", "--no-op-offload", "--no-mmap", "-c", "4096"])
-    assert server == T.OffloadConfig(n_cpu_moe=12, op_offload=False, pinned=True)
-    assert T.config_from_flags(args=["-lm", "none", "-ngl", "-1"]) == T.OffloadConfig(pinned=True)
+    assert bench == T.Offload(n_cpu_moe=18, op_offload=False, ubatch=256, op_offload_min_batch=64)
+    # --no-mmap passed through to llama-server pins host weights as -lm none does
+    server = T.offload_of(
+        LlamaConfig("s", settings=(("n-cpu-moe", "12"), ("no-op-offload", "1")), server_args=("--jinja", "--no-mmap"))
+    )
+    assert server == T.Offload(n_cpu_moe=12, op_offload=False, pinned=True)
+    pinned = LlamaConfig("p", settings=(("load-mode", "none"), ("n-gpu-layers", "-1")))
+    assert T.offload_of(pinned) == T.Offload(pinned=True)
     with pytest.raises(XoverError):
-        T.config_from_flags([("-ncmoe", "x")])
-    labels = T.config_labels([T.OffloadConfig(n_cpu_moe=12), T.OffloadConfig(n_cpu_moe=18, op_offload=False)])
+        T.offload_of(LlamaConfig("x", settings=(("n-cpu-moe", "x"),)))
+    labels = T.config_labels([T.Offload(n_cpu_moe=12), T.Offload(n_cpu_moe=18, op_offload=False)])
     assert labels == ["ncmoe=12 nopo=0", "ncmoe=18 nopo=1"]
-    assert T.config_labels([T.OffloadConfig(n_cpu_moe=18)]) == ["ncmoe=18"]
+    assert T.config_labels([T.Offload(n_cpu_moe=18)]) == ["ncmoe=18"]
 
 
 def _prediction() -> dict:
-    configs = [T.OffloadConfig(n_cpu_moe=12), T.OffloadConfig(n_cpu_moe=18)]
+    configs = (T.Offload(n_cpu_moe=12), T.Offload(n_cpu_moe=18))
     return T.build_prediction(
-        QWEN,
-        builtin("h200"),
-        configs,
-        [1024, 4096],
-        {"name": "qwen"},
-        "2026-11-30T00:00:00+0000",
-        1,
-        vram_budget_bytes=24 << 30,
+        T.TheoryInputs(
+            QWEN,
+            builtin("h200"),
+            configs,
+            (1024, 4096),
+            {"name": "qwen"},
+            "2026-11-30T00:00:00+0000",
+            1,
+            vram_budget_bytes=24 << 30,
+        )
     )
 
 
@@ -304,9 +319,9 @@ def test_prediction_schema_and_lookup() -> None:
     assert point["length"] == 1024 and point["fits"] is True
     assert set(T.METRICS) <= set(point)
     assert T.predicted_value(pred, "ncmoe=18", 1024, "ttft_s") == point["ttft_s"]
-    assert T.predicted_value(pred, T.OffloadConfig(n_cpu_moe=18), 1024, "decode_tps") == point["decode_tps"]
+    assert T.predicted_value(pred, T.Offload(n_cpu_moe=18), 1024, "decode_tps") == point["decode_tps"]
     between = T.predicted_value(pred, "ncmoe=18", 1000, "pp_tps")  # a bench depth nobody asked for: interpolated
-    exact = T.predict_point(QWEN, builtin("h200"), T.OffloadConfig(n_cpu_moe=18), 1000).pp_tps
+    exact = T.predict_point(QWEN, builtin("h200"), T.Offload(n_cpu_moe=18), 1000).pp_tps
     assert between == pytest.approx(exact, rel=0.01)
     assert T.predicted_value(pred, "ncmoe=24", 1024, "ttft_s") is None
     assert T.predicted_value(pred, "ncmoe=18", 10**7, "ttft_s") is None
@@ -329,14 +344,16 @@ def test_prediction_schema_and_lookup() -> None:
 
 def test_theory_report_on_cpu_only() -> None:
     report = T.theory_report(
-        TINY,
-        builtin("cpu"),
-        [T.OffloadConfig(n_cpu_moe=0), T.OffloadConfig(n_cpu_moe=2)],
-        [1024, 4096],
-        {"name": "tiny"},
-        "now",
-        0,
-        vram_budget_bytes=1 << 30,
+        T.TheoryInputs(
+            TINY,
+            builtin("cpu"),
+            (T.Offload(n_cpu_moe=0), T.Offload(n_cpu_moe=2)),
+            (1024, 4096),
+            {"name": "tiny"},
+            "now",
+            0,
+            vram_budget_bytes=1 << 30,
+        )
     )
     assert report["schema"] == T.THEORY_SCHEMA
     assert report["placement"] is None  # no GPU to place on
@@ -344,7 +361,9 @@ def test_theory_report_on_cpu_only() -> None:
     assert [r["n_cpu_moe"] for r in report["experts"]["rows"]] == [0, 2]
     assert report["experts"]["rows"][1]["copy_s_pinned"] is None
     assert report["experts"]["mmq_tile_padding"] == {}  # no GPU kernels, no tiles
-    gpu = T.theory_report(TINY, builtin("h200"), [T.OffloadConfig(n_cpu_moe=0)], [1024], {"name": "tiny"}, "now", 0)
+    gpu = T.theory_report(
+        T.TheoryInputs(TINY, builtin("h200"), (T.Offload(n_cpu_moe=0),), (1024,), {"name": "tiny"}, "now", 0)
+    )
     # tiny-moe: 2 of 8 experts; at 512 tokens each expert gets ~128 (one or two tiles of 128)
     assert gpu["experts"]["mmq_tile_padding"]["512"] == pytest.approx(T.expert_tile_padding(512, 8, 2))
     assert gpu["experts"]["mmq_tile_padding"]["1"] == 1.0
@@ -374,8 +393,8 @@ def test_cli_theory_and_predict(tmp_path) -> None:
             "12,18",
             "--lengths",
             "1k",
-            "--op-offload",
-            "on",
+            "--no-op-offload",
+            "0",
             "-o",
             str(tmp_path),
             "--json",
@@ -409,14 +428,14 @@ def test_mmq_tile_padding_of_expert_matmuls() -> None:
 
 
 def test_predictions_count_the_padding_and_limits_do_not() -> None:
-    from xover.analysis.theory import OffloadConfig, model_terms, predict_point
+    from xover.analysis.theory import Offload, model_terms, predict_point
     from xover.gguf.presets import preset
     from xover.gguf.shapes import tensor_table
     from xover.hardware.profiles import builtin
 
     terms = model_terms(tensor_table(preset("qwen3-30b-a3b")))
     h200, rdna = builtin("h200"), builtin("rx-7900-xtx")
-    ub512, ub4096 = OffloadConfig(n_cpu_moe=0, ubatch=512), OffloadConfig(n_cpu_moe=0, ubatch=4096)
+    ub512, ub4096 = Offload(n_cpu_moe=0, ubatch=512), Offload(n_cpu_moe=0, ubatch=4096)
     # at -ub 4096 the padding is 1.24x instead of 4x: prefill predicted faster on the H200, not on RDNA3
     fast = (
         predict_point(terms, h200, ub4096, 16384, 1).prefill_tps
@@ -461,11 +480,11 @@ def test_gpt_oss_swa_bounds_kv_and_attention() -> None:
 
 
 def test_swa_prefill_and_decode_costs_match_a_loop() -> None:
-    from xover.analysis.theory import OffloadConfig, _costs
+    from xover.analysis.theory import Offload, _costs
     from xover.hardware.profiles import builtin
 
     t = _terms("gpt-oss-20b")
-    c = _costs(t, builtin("h200"), OffloadConfig(ubatch=512), "prediction")
+    c = _costs(t, builtin("h200"), Offload(ubatch=512), "prediction")
     looped = sum(
         c.ubatch_s(512) + e * c.attn_per_key_s(512) + min(e, 128 + 512) * c.swa_per_key_s(512)
         for e in range(512, 4097, 512)

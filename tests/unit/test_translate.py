@@ -5,7 +5,7 @@ import dataclasses
 
 import pytest
 
-from xover.analysis.theory import OffloadConfig, model_terms
+from xover.analysis.theory import Offload, model_terms
 from xover.analysis.translate import SETUPS, ratio, setups_for_budget, translate
 from xover.gguf.presets import preset
 from xover.gguf.shapes import tensor_table
@@ -17,7 +17,7 @@ TERMS = model_terms(tensor_table(preset("qwen3-30b-a3b")))
 
 def test_the_same_machine_translates_to_itself():
     hw = builtin("h200")
-    (t,) = translate(TERMS, hw, hw, OffloadConfig(n_cpu_moe=10), [(8192, 8.5, 100.0)], 200)
+    (t,) = translate(TERMS, hw, hw, Offload(n_cpu_moe=10), [(8192, 8.5, 100.0)], 200)
     assert (t.ttft_s, t.decode_tps) == pytest.approx((8.5, 100.0))
     assert t.total_s == pytest.approx(t.measured_total_s) == pytest.approx(8.5 + 2.0)
 
@@ -28,16 +28,16 @@ def test_a_slower_link_slows_offloaded_prefill_and_slower_host_memory_slows_deco
     slow_link = dataclasses.replace(
         src, gpu=dataclasses.replace(src.gpu, h2d_pinned_bytes_per_s=src.gpu.h2d_pinned_bytes_per_s / 4)
     )
-    pinned = OffloadConfig(n_cpu_moe=23, ubatch=4096, pinned=True)
+    pinned = Offload(n_cpu_moe=23, ubatch=4096, pinned=True)
     r = ratio(TERMS, src, slow_link, pinned, 32768)
     assert r.ttft > 1.5 and r.decode == pytest.approx(1.0)  # decode reads experts on the CPU, not over the link
     slow_ram = dataclasses.replace(
         src, cpu=dataclasses.replace(src.cpu, mem_bw_bytes_per_s=src.cpu.mem_bw_bytes_per_s / 2)
     )
-    r = ratio(TERMS, src, slow_ram, OffloadConfig(n_cpu_moe=23), 1024)
+    r = ratio(TERMS, src, slow_ram, Offload(n_cpu_moe=23), 1024)
     assert r.decode < 0.8
     # nothing on the CPU but the token embeddings: the host hardly matters to decode
-    assert ratio(TERMS, src, slow_ram, OffloadConfig(n_cpu_moe=0), 1024).decode == pytest.approx(1.0, rel=1e-3)
+    assert ratio(TERMS, src, slow_ram, Offload(n_cpu_moe=0), 1024).decode == pytest.approx(1.0, rel=1e-3)
 
 
 def test_the_setups_a_budget_emulates():
@@ -52,7 +52,7 @@ def test_each_translation_carries_the_target_limit_and_this_hosts_share_of_its_o
     from xover.analysis.theory import predict_point
 
     src, tgt = builtin("h200"), SETUPS[0].hardware()
-    config = OffloadConfig(n_cpu_moe=23)
+    config = Offload(n_cpu_moe=23)
     src_limit = predict_point(TERMS, src, config, 4096).limit_decode_tps
     tgt_limit = predict_point(TERMS, tgt, config, 4096).limit_decode_tps
     assert tgt_limit < src_limit  # a 2-channel desktop's RAM holds the same experts back more

@@ -11,16 +11,18 @@ import pytest
 
 from xover.analysis import advise
 from xover.analysis.advise import DEFAULTS, Measurement, RateSamples, Setting
-from xover.domain.study_spec import LlamaConfig, StudySpec, spec_from_dict
+from xover.domain.config import LlamaConfig
+from xover.domain.study_spec import StudySpec, spec_from_dict
 from xover.errors import XoverError
 from xover.measure import tune
+from xover.results.read_model import load
 from xover.results.store import Store
 
-BASE = LlamaConfig("ncmoe=18", flags=(("-ncmoe", "18"), ("-ngl", "99"), ("-ub", "512")))
+BASE = LlamaConfig("ncmoe=18", settings=(("n-cpu-moe", "18"), ("n-gpu-layers", "99"), ("ubatch-size", "512")))
 
 
 def _spec(**kw: object) -> StudySpec:
-    return StudySpec(configs=(BASE, LlamaConfig("ncmoe=0", (("-ncmoe", "0"),))), model_preset="tiny-moe", **kw)  # type: ignore[arg-type]
+    return StudySpec(configs=(BASE, LlamaConfig("ncmoe=0", (("n-cpu-moe", "0"),))), model_preset="tiny-moe", **kw)  # type: ignore[arg-type]
 
 
 def test_setting_on_top_of_a_configuration_replaces_its_flags_in_place() -> None:
@@ -30,18 +32,27 @@ def test_setting_on_top_of_a_configuration_replaces_its_flags_in_place() -> None
     )
     c = advise.apply_setting(BASE, knobs, setting, "ncmoe=18 tuned")
     assert c.name == "ncmoe=18 tuned"
-    # -ub keeps its place, -lm and -b (raised with the ubatch) follow the base's flags
-    assert c.flags == (("-ncmoe", "18"), ("-ngl", "99"), ("-ub", "4096"), ("-lm", "none"), ("-b", "4096"))
-    assert c.no_op_offload and c.env == (("GGML_OP_OFFLOAD_MIN_BATCH", "1024"),)
-    assert c.server_args_list() == (
+    # the base's ubatch is replaced (not passed twice); -lm and -b (raised with the ubatch) join the base's
+    # settings, all kept in the option table's order
+    assert c.settings == (
+        ("n-cpu-moe", "18"),
+        ("n-gpu-layers", "99"),
+        ("load-mode", "none"),
+        ("ubatch-size", "4096"),
+        ("batch-size", "4096"),
+        ("no-op-offload", "1"),
+        ("GGML_OP_OFFLOAD_MIN_BATCH", "1024"),
+    )
+    assert c.environment() == (("GGML_OP_OFFLOAD_MIN_BATCH", "1024"),) and c.env == ()
+    assert c.server_argv() == (
         "-ncmoe",
         "18",
         "-ngl",
         "99",
-        "-ub",
-        "4096",
         "-lm",
         "none",
+        "-ub",
+        "4096",
         "-b",
         "4096",
         "--no-op-offload",
@@ -59,6 +70,7 @@ def test_study_knobs_per_build() -> None:
         "batch-size",
         "no-op-offload",
         "GGML_OP_OFFLOAD_MIN_BATCH",
+        "no-host",
         "threads",
         "flash-attn",
     }
@@ -153,7 +165,7 @@ def test_search_finds_the_known_best_settings_on_a_fake_machine() -> None:
     assert verdicts["load-mode"].kept == "none" and not verdicts["load-mode"].no_effect
     assert verdicts["no-op-offload"].kept is None and not verdicts["no-op-offload"].no_effect  # slower, not noise
     variant = advise.apply_setting(BASE, knobs, search.recommended, tune.variant_name(BASE.name))
-    assert variant.server_args_list() == ("-ncmoe", "18", "-ngl", "99", "-ub", "4096", "-lm", "none", "-b", "4096")
+    assert variant.server_argv() == ("-ncmoe", "18", "-ngl", "99", "-lm", "none", "-ub", "4096", "-b", "4096")
 
 
 def test_a_trade_that_only_pays_for_long_prompts_is_not_taken_for_short_ones() -> None:
@@ -172,18 +184,20 @@ def test_stored_result_round_trip_and_signature(tmp_path: Path) -> None:
     search = advise.coordinate_search(knobs, machine, tune.workload(spec), None)
     body = tune._body(BASE, knobs, search, spec, Path("/m/q.gguf"), "CUDA", tune.chunk(knobs))
     assert body["variant"] == "ncmoe=18 tuned" and body["setting_label"] == "lm=none ub=4096 b=4096"
-    assert body["server_command"] == "llama-server -m q.gguf -ncmoe 18 -ngl 99 -ub 4096 -lm none -b 4096"
+    assert body["server_command"] == "llama-server -m q.gguf -ncmoe 18 -ngl 99 -lm none -ub 4096 -b 4096"
+    assert body["signature"] == BASE.key  # the tuned configuration's key
     with Store(tmp_path) as store:
         store.add_artifact(None, tune.ARTIFACT, body)
-        found = tune.stored(store, spec.configs)
-        assert set(found) == {"ncmoe=18"} and found["ncmoe=18"].reused
-        assert (
-            tune.variants(found.values())[0].server_args_list()
-            == advise.apply_setting(BASE, knobs, search.recommended, "x").server_args_list()
-        )
-        # a configuration whose flags changed since is tuned again
-        changed = dataclasses.replace(BASE, flags=(("-ncmoe", "20"),))
-        assert tune.stored(store, (changed,)) == {}
+    data = load(tmp_path)
+    found = tune.stored(data, spec.configs)
+    assert set(found) == {"ncmoe=18"} and found["ncmoe=18"].reused
+    assert (
+        tune.variants(found.values())[0].server_argv()
+        == advise.apply_setting(BASE, knobs, search.recommended, "x").server_argv()
+    )
+    # a configuration whose settings changed since is tuned again
+    changed = dataclasses.replace(BASE, settings=(("n-cpu-moe", "20"),))
+    assert tune.stored(data, (changed,)) == {}
 
 
 def test_the_spec_knows_the_knobs_the_search_defines() -> None:

@@ -9,7 +9,8 @@ import pytest
 from xover.analysis import advise
 from xover.analysis.advise import Knob, Measurement, RateSamples
 from xover.analysis.tradeoff import ratio
-from xover.domain.records import BenchConfig, BenchResult, ModelId, Provenance, ServerConfig, ServerTimings, TtftSample
+from xover.domain.config import LlamaConfig
+from xover.domain.records import BenchResult, ModelId, Provenance, ServerTimings, TtftSample
 from xover.report.html import build_report, render_html, render_markdown
 from xover.report.tune import ServedRow, knob_rows, layout, pooled_rates, tune_records
 from xover.results.read_model import load
@@ -35,6 +36,8 @@ BENCH_PP = {
     ("cpu tuned", 1024): 1000.0,
     ("cpu tuned", 4096): 1920.0,
 }
+# One configuration per label, told apart by a setting (the same label gets the same key in every fill).
+CONFIGS = {label: LlamaConfig(name=label, settings=(("threads", str(i + 1)),)) for i, label in enumerate(RATES)}
 
 
 def _prov() -> Provenance:
@@ -101,10 +104,8 @@ def fill(study, rates=RATES, tune=True, study_artifact=True, sent_at=0):
     with Store(study) as st:
         run = st.begin_run("study", ["xover", "study"], _prov())
         for label, (prefill, decode) in rates.items():
-            cfg = ServerConfig(label=label, args=("--label", label))
-            bcfg = BenchConfig(label=label, fields=(("-t", label),))
+            cfg = CONFIGS[label]
             st.put_config(cfg)
-            st.put_config(bcfg)
             for L in LENGTHS:
                 for rep, ttft_s in enumerate(_jitter(0.1 + L / prefill)):
                     ns = int(ttft_s * 1e9)
@@ -131,9 +132,7 @@ def fill(study, rates=RATES, tune=True, study_artifact=True, sent_at=0):
                     )
                 if (label, L) in BENCH_PP:
                     pp = BENCH_PP[(label, L)]
-                    st.add_bench_result(
-                        run, "mk", BenchResult(bcfg.key, 512, 0, L, (1, 2, 3), _jitter(pp), pp, 1.0, {})
-                    )
+                    st.add_bench_result(run, "mk", BenchResult(cfg.key, 512, 0, L, (1, 2, 3), _jitter(pp), pp, 1.0, {}))
         if tune:
             st.add_artifact(None, "tune", tune_body("gpu", "gpu tuned", search(4000.0, 100.0)))
             st.add_artifact(None, "tune", tune_body("cpu", "cpu tuned", search()))

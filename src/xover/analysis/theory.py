@@ -1186,7 +1186,7 @@ def predicted_value(prediction: Mapping[str, Any], config: str | Offload, length
     """The value a stored prediction gave for ``metric`` of ``config`` at ``length``.
 
     ``config`` is a stored label or the :class:`Offload` of what was measured (see
-    :func:`config_from_flags`). Lengths between stored ones are interpolated linearly in the stored
+    :func:`offload_of`). Lengths between stored ones are interpolated linearly in the stored
     curve; None when the configuration was not predicted or the length lies outside the curve.
     """
     if prediction.get("schema") != PREDICTION_SCHEMA:

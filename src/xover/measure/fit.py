@@ -50,14 +50,14 @@ def has_fits(spec: StudySpec) -> bool:
     return any(c.fit_request is not None for c in spec.configs)
 
 
-def resolve_fits(spec: StudySpec, model: Path) -> tuple[StudySpec, list[dict[str, Any]]]:
-    """``spec`` with every ``fit`` level replaced by the planner's number, and one record per replacement."""
+def resolve_fits(spec: StudySpec, terms: Any) -> tuple[StudySpec, list[dict[str, Any]]]:
+    """``spec`` with every ``fit`` level replaced by the planner's number for the model's ``terms``
+    (:func:`model_terms`), and one record per replacement."""
     if not has_fits(spec):
         return spec, []
     from xover.llamacpp.server import context_size
 
     budget = budget_for_fit(spec)
-    terms = _terms(model)
     study_ctx = context_size(max(spec.lengths), max(spec.response_tokens))
     configs, records = [], []
     for c in spec.configs:
@@ -133,20 +133,21 @@ def _level(config: LlamaConfig) -> int:
     return 0 if config.fit_request is not None else config.n_cpu_moe
 
 
-def _terms(model: Path) -> Any:
-    from xover.analysis.theory import model_terms
+def model_terms(model: Path) -> Any:
+    """The placement planner's view of a model file (:func:`xover.analysis.theory.model_terms` of its header)."""
+    from xover.analysis.theory import model_terms as terms_of
     from xover.gguf.inspect import model_table
 
-    return model_terms(model_table(str(model))[0])
+    return terms_of(model_table(str(model))[0])
 
 
-def placer(model: Path, records: list[dict[str, Any]]) -> Callable[[LlamaConfig, str], LlamaConfig] | None:
+def placer(terms: Any, records: list[dict[str, Any]]) -> Callable[[LlamaConfig, str], LlamaConfig] | None:
     """For the tuning stage under a budget: a trial setting of a ``fit`` configuration placed for its own ubatch
     (``place(trial, base name)``), so the search weighs a larger ubatch together with the experts it pushes to
     the CPU, as a user of that card must. None without fit configurations."""
     if not records:
         return None
-    terms, by_base = _terms(model), {r["config"]: r for r in records}
+    by_base = {r["config"]: r for r in records}
 
     def place(config: LlamaConfig, base: str) -> LlamaConfig:
         r = by_base.get(base)
@@ -156,7 +157,7 @@ def placer(model: Path, records: list[dict[str, Any]]) -> Callable[[LlamaConfig,
 
 
 def refit_variants(
-    spec: StudySpec, model: Path, records: list[dict[str, Any]], variants: tuple[LlamaConfig, ...]
+    spec: StudySpec, terms: Any, records: list[dict[str, Any]], variants: tuple[LlamaConfig, ...]
 ) -> tuple[tuple[LlamaConfig, ...], list[dict[str, Any]]]:
     """Tuned variants of ``fit`` configurations planned again for their own settings: a larger ubatch needs a
     larger compute buffer, which under a budget can push more experts to the CPU. One record per variant of a
@@ -166,7 +167,6 @@ def refit_variants(
     by_base = {r["config"]: r for r in records}
     if not any(v.name.removesuffix(SUFFIX) in by_base for v in variants):
         return variants, []
-    terms = _terms(model)
     out, refits = [], []
     for v in variants:
         r = by_base.get(v.name.removesuffix(SUFFIX))

@@ -16,18 +16,17 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import time
-from collections import Counter
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 from xover.domain.config import LlamaConfig
-from xover.domain.records import TtftSample
 from xover.domain.study_spec import StudySpec
 from xover.errors import XoverError
 from xover.llamacpp.binaries import Binaries
 from xover.measure.provenance import model_id
-from xover.results.read_model import StoredSample, load
+from xover.measure.resume import missing_ttft, stored_checks, stored_medians, ttft_todo  # noqa: F401 (re-exported)
+from xover.results.read_model import load
 from xover.results.store import Store
 
 STAGE_ORDER = ("model", "theory", "tune", "bench", "ttft", "cache", "session", "report")
@@ -71,6 +70,7 @@ class Study:
     fresh: bool
     command: tuple[str, ...]
     emit: Emit
+    terms: Any = None  # the placement planner's view of the model, where a configuration has a fit level
 
     def with_configs(self, configs: tuple[LlamaConfig, ...]) -> Study:
         return dataclasses.replace(self, spec=dataclasses.replace(self.spec, configs=configs))
@@ -149,7 +149,7 @@ def stage_tune(st: Study, fits: list[dict[str, Any]] | None = None) -> tuple[Any
     def on(status: str, detail: str, completed: float | None, total: float | None) -> None:
         st.emit(StageEvent("tune", status, detail, completed, total))
 
-    place = fit.placer(st.model, fits or [])
+    place = fit.placer(st.terms, fits or [])
     return tune.run_tune(st.spec, st.model, st.binaries, st.study_dir, st.command, st.fresh, on, place)
 
 
@@ -222,41 +222,6 @@ def stage_bench(st: Study) -> int:
     return failures
 
 
-def missing_ttft(
-    stored: Sequence[StoredSample],
-    spec: StudySpec,
-    model_key: str,
-    config_key: str,
-    fresh: bool,
-    lengths: Sequence[int] | None = None,
-) -> dict[int, int]:
-    """Prompt length -> counted cold samples still needed for one configuration (its key), given the study's
-    stored samples (the read model's ``ttft_rows``), among ``lengths`` (default: the study's)."""
-    lengths = spec.lengths if lengths is None else lengths
-    have = Counter(s.length for s in ([] if fresh else _counted(stored, model_key, config_key)))
-    return {L: spec.repetitions - have[L] for L in lengths if have[L] < spec.repetitions}
-
-
-def _counted(stored: Sequence[StoredSample], model_key: str, config_key: str) -> list[TtftSample]:
-    """One configuration's stored cold samples that count (:attr:`TtftSample.counted_cold`)."""
-    return [
-        row.sample
-        for row in stored
-        if row.sample.config_key == config_key and row.model_key == model_key and row.sample.counted_cold
-    ]
-
-
-def stored_medians(stored: Sequence[StoredSample], model_key: str, config_key: str) -> dict[int, float]:
-    """Length -> median cold TTFT (s) of one configuration's counted cold samples."""
-    import statistics
-
-    by_length: dict[int, list[float]] = {}
-    for s in _counted(stored, model_key, config_key):
-        if s.first_token_ns is not None:
-            by_length.setdefault(s.length, []).append(s.first_token_ns / 1e9)
-    return {L: statistics.median(v) for L, v in by_length.items()}
-
-
 def stage_ttft(st: Study) -> int:
     """Cold TTFT for every configuration and length still missing; stores per-server efficiency
     (wall time, load time until /health answered, and the requests' own durations) as an artifact."""
@@ -276,39 +241,25 @@ def stage_ttft(st: Study) -> int:
     ctx = context_size(max(spec.lengths), max(spec.response_tokens))
     mk = model_id(model).key
     failures = 0
-    data = None if fresh else load(study_dir)
-    stored = () if data is None else data.ttft_rows
+    stored = () if fresh else load(study_dir).ttft_rows
     with Store(study_dir) as store:
         todo = []
-        for c in spec.configs:
-            sspec = ServerLaunch(c, model, c.max_context or ctx)
-            keys = c.key
-            lengths = spec.lengths_for(c)
-            if len(lengths) < len(spec.lengths):
-                beyond = ", ".join(f"{L:,}" for L in spec.lengths if L not in lengths)
-                emit(StageEvent("ttft", "info", f"{c.name}: placed for {c.max_context:,} tokens; not at {beyond}"))
-            missing = missing_ttft(stored, spec, mk, keys, fresh, lengths)
-            if missing and spec.max_ttft_s is not None:  # lengths the stored samples already put over the cap
-                medians = stored_medians(stored, mk, keys)
-                for L in sorted(missing):
-                    est = ttftrun.linear_estimate(L, medians)
-                    if est is not None and est[0] > spec.max_ttft_s:
-                        del missing[L]
-                        emit(
-                            StageEvent(
-                                "ttft",
-                                "info",
-                                f"{c.name} L={L:,}: not measured, about {est[0]:.0f} s by the stored "
-                                f"{est[1]:,}-token samples, over max-ttft {spec.max_ttft_s:.0f} s",
-                            )
-                        )
-            if missing:
-                todo.append((c, sspec, missing, keys))
+        for t in ttft_todo(spec, stored, mk, fresh):
+            for note in t.notes:
+                emit(StageEvent("ttft", "info", note))
+            if t.missing:
+                todo.append(
+                    (t.config, ServerLaunch(t.config, model, t.config.max_context or ctx), t.missing, t.medians)
+                )
             else:
-                emit(StageEvent("ttft", "info", f"{c.name}: every length already has {spec.repetitions} cold samples"))
+                emit(
+                    StageEvent(
+                        "ttft", "info", f"{t.config.name}: every length already has {spec.repetitions} cold samples"
+                    )
+                )
         total = sum(sum(m.values()) for _, _, m, _ in todo)
         done = 0
-        for c, sspec, missing, keys in todo:
+        for c, sspec, missing, medians in todo:
             # One server per configuration; the repetitions still missing at each length.
             reps = max(missing.values())
             lengths = tuple(sorted(missing))
@@ -320,7 +271,7 @@ def stage_ttft(st: Study) -> int:
                 seed=time.time_ns() % 2**31,
                 points=tuple(ttftrun.TtftPoint(L, r) for r in range(reps) for L in lengths if r < missing[L]),
                 max_ttft_s=spec.max_ttft_s,
-                known=tuple((c.key, L, m) for L, m in stored_medians(stored, mk, keys).items()),
+                known=tuple((c.key, L, m) for L, m in medians.items()),
             )
 
             t_start = time.perf_counter()
@@ -504,10 +455,9 @@ def _check_fits(
 
     if not records:
         return configs
-    checked = load(st.study_dir).artifact_bodies("fit-check" + suffix)
-    planned = [(r["config"], r["n_cpu_moe"], r["n_ctx"]) for r in records]
-    if checked and not st.fresh and [(c["config"], c["n_cpu_moe"], c["n_ctx"]) for c in checked[-1]] == planned:
-        return fit.apply_checks(configs, checked[-1])
+    stored = None if st.fresh else stored_checks(load(st.study_dir), records, suffix)
+    if stored is not None:
+        return fit.apply_checks(configs, stored)
     for r in records:
         st.emit(StageEvent("model", "info", fit.describe(r)))
     with Store(st.study_dir) as store:
@@ -552,7 +502,8 @@ class _Stages:
 
         fits: list[dict[str, Any]] = []
         if fit.has_fits(spec):
-            placed, fits = fit.resolve_fits(spec, model)
+            st = dataclasses.replace(st, terms=fit.model_terms(model))
+            placed, fits = fit.resolve_fits(spec, st.terms)
             st = dataclasses.replace(st, spec=placed)
             st = st.with_configs(_check_fits(st, placed.configs, fits, ""))
         from xover.gguf.inspect import check_offload_and_context
@@ -594,7 +545,7 @@ class _Stages:
         tuned_configs = variants(tuned)
         if not fits:
             return list(tuned), tuned_configs
-        tuned_configs, refits = fit.refit_variants(st.spec, st.model, fits, tuned_configs)
+        tuned_configs, refits = fit.refit_variants(st.spec, st.terms, fits, tuned_configs)
         tuned_configs = _check_fits(st, tuned_configs, refits, "-tuned")
         placed = {c.name: c for c in tuned_configs}
         return [

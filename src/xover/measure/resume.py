@@ -1,0 +1,182 @@
+"""What a study still has to measure, from its store alone: the plan every stage of ``xover study`` follows on a
+rerun, and what ``xover study --dry-run`` prints. Pure: it reads a :class:`xover.results.read_model.StudyData`.
+
+A study is resumed configuration by configuration: a configuration's key (:attr:`xover.domain.config.LlamaConfig.key`)
+is what it asks of llama.cpp, so whatever was stored under it, from any directory, counts. ``fit`` levels are placed
+by the planner and take llama.cpp's stored word on them when the planned levels are the ones it checked; tuned
+variants come from the stored tuning results of unchanged configurations.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import statistics
+from collections import Counter
+from collections.abc import Sequence
+from typing import Any
+
+from xover.domain.config import LlamaConfig
+from xover.domain.records import TtftSample
+from xover.domain.study_spec import StudySpec
+from xover.measure.ttft import linear_estimate
+from xover.results.read_model import StoredSample, StudyData
+
+
+def _counted(stored: Sequence[StoredSample], model_key: str, config_key: str) -> list[TtftSample]:
+    """One configuration's stored cold samples that count (:attr:`TtftSample.counted_cold`)."""
+    return [
+        row.sample
+        for row in stored
+        if row.sample.config_key == config_key and row.model_key == model_key and row.sample.counted_cold
+    ]
+
+
+def missing_ttft(
+    stored: Sequence[StoredSample],
+    spec: StudySpec,
+    model_key: str,
+    config_key: str,
+    fresh: bool,
+    lengths: Sequence[int] | None = None,
+) -> dict[int, int]:
+    """Prompt length -> counted cold samples still needed for one configuration (its key), given the study's
+    stored samples (the read model's ``ttft_rows``), among ``lengths`` (default: the study's)."""
+    lengths = spec.lengths if lengths is None else lengths
+    have = Counter(s.length for s in ([] if fresh else _counted(stored, model_key, config_key)))
+    return {L: spec.repetitions - have[L] for L in lengths if have[L] < spec.repetitions}
+
+
+def stored_medians(stored: Sequence[StoredSample], model_key: str, config_key: str) -> dict[int, float]:
+    """Length -> median cold TTFT (s) of one configuration's counted cold samples."""
+    by_length: dict[int, list[float]] = {}
+    for s in _counted(stored, model_key, config_key):
+        if s.first_token_ns is not None:
+            by_length.setdefault(s.length, []).append(s.first_token_ns / 1e9)
+    return {L: statistics.median(v) for L, v in by_length.items()}
+
+
+@dataclasses.dataclass(frozen=True)
+class TtftTodo:
+    """One configuration's cold TTFT still to measure: samples per length, its stored medians (for the max-ttft
+    cap), and why lengths are left out (placed for a shorter context, or estimated over the cap)."""
+
+    config: LlamaConfig
+    missing: dict[int, int]
+    medians: dict[int, float]
+    notes: tuple[str, ...]
+
+
+def ttft_todo(spec: StudySpec, stored: Sequence[StoredSample], model_key: str, fresh: bool) -> list[TtftTodo]:
+    """Per configuration of ``spec``: the cold samples still needed (every configuration, also those complete)."""
+    out = []
+    for c in spec.configs:
+        notes = []
+        lengths = spec.lengths_for(c)
+        if len(lengths) < len(spec.lengths):
+            beyond = ", ".join(f"{L:,}" for L in spec.lengths if L not in lengths)
+            notes.append(f"{c.name}: placed for {c.max_context:,} tokens; not at {beyond}")
+        missing = missing_ttft(stored, spec, model_key, c.key, fresh, lengths)
+        medians = {} if fresh else stored_medians(stored, model_key, c.key)
+        if missing and spec.max_ttft_s is not None:  # lengths the stored samples already put over the cap
+            for L in sorted(missing):
+                est = linear_estimate(L, medians)
+                if est is not None and est[0] > spec.max_ttft_s:
+                    del missing[L]
+                    notes.append(
+                        f"{c.name} L={L:,}: not measured, about {est[0]:.0f} s by the stored {est[1]:,}-token "
+                        f"samples, over max-ttft {spec.max_ttft_s:.0f} s"
+                    )
+        out.append(TtftTodo(c, missing, medians, tuple(notes)))
+    return out
+
+
+def bench_todo(spec: StudySpec, data: StudyData, model_key: str, fresh: bool) -> dict[str, int]:
+    """Configuration name -> llama-bench tests still to measure (pp and tg at each of its depths)."""
+    have = (
+        set()
+        if fresh
+        else {
+            (r.result.config_key, r.result.n_prompt, r.result.n_gen, r.result.n_depth)
+            for r in data.bench_rows
+            if r.model_key == model_key
+        }
+    )
+    out = {}
+    for c in spec.configs:
+        depths = spec.bench_depths_for(c)
+        wanted = [(spec.pp, 0, d) for d in depths] + [(0, spec.tg, d) for d in depths]
+        missing = [p for p in wanted if (c.key, *p) not in have]
+        if missing:
+            out[c.name] = len(missing)
+    return out
+
+
+def stored_checks(data: StudyData, records: list[dict[str, Any]], suffix: str) -> list[dict[str, Any]] | None:
+    """llama.cpp's stored word on the planner's levels (artifact ``fit-check{suffix}``) when it checked exactly
+    these levels, else None (the check must run)."""
+    checked = data.artifact_bodies("fit-check" + suffix)
+    planned = [(r["config"], r["n_cpu_moe"], r["n_ctx"]) for r in records]
+    if checked and [(c["config"], c["n_cpu_moe"], c["n_ctx"]) for c in checked[-1]] == planned:
+        return list(checked[-1])
+    return None
+
+
+@dataclasses.dataclass(frozen=True)
+class Pending:
+    """What a resumed study would measure. Empty everywhere: nothing (the report rebuilds from the store)."""
+
+    fit_checks: tuple[str, ...]  # configurations whose llama.cpp check of a planned level would run
+    tune: tuple[str, ...]  # configurations the tuning stage would search
+    bench: dict[str, int]  # configuration -> llama-bench tests
+    ttft: dict[str, int]  # configuration -> cold TTFT samples
+    configs: tuple[LlamaConfig, ...]  # every configuration measured, placed, tuned variants included
+
+    @property
+    def nothing(self) -> bool:
+        return not (self.fit_checks or self.tune or self.bench or self.ttft)
+
+    def describe(self) -> list[str]:
+        if self.nothing:
+            return ["nothing to measure: every configuration's results are stored"]
+        out = [f"llama.cpp's check of the planned level of {c}" for c in self.fit_checks]
+        out += [f"the tuning search of {c}" for c in self.tune]
+        out += [f"{c}: {n} llama-bench tests" for c, n in self.bench.items()]
+        out += [f"{c}: {n} cold TTFT samples" for c, n in self.ttft.items()]
+        return out
+
+
+def pending(spec: StudySpec, data: StudyData, terms: Any, model_key: str) -> Pending:
+    """What ``xover study`` would measure on ``data``'s study: the stages' own plan (``terms``: the model's
+    :class:`xover.analysis.theory.ModelTerms`, for the placement planner; the model's key in the store)."""
+    from xover.measure import fit, tune
+
+    fit_checks: list[str] = []
+    if fit.has_fits(spec):
+        spec, records = fit.resolve_fits(spec, terms)
+        checks = stored_checks(data, records, "")
+        if checks is None:
+            fit_checks += [r["config"] for r in records]
+        else:
+            spec = dataclasses.replace(spec, configs=fit.apply_checks(spec.configs, checks))
+    else:
+        records = []
+    found = tune.stored(data, spec.configs)
+    to_tune = (
+        tuple(c.name for c in spec.configs if c.name not in found) if spec.tune and "tune" not in spec.skip else ()
+    )
+    variants = tune.variants(found[c.name] for c in spec.configs if c.name in found)
+    if records:
+        variants, refits = fit.refit_variants(spec, terms, records, variants)
+        checks = stored_checks(data, refits, "-tuned") if refits else []
+        if checks is None:
+            fit_checks += [r["config"] for r in refits]
+        else:
+            variants = fit.apply_checks(variants, checks)
+    measured = dataclasses.replace(spec, configs=spec.configs + variants)
+    bench = {} if "bench" in spec.skip else bench_todo(measured, data, model_key, fresh=False)
+    ttft = (
+        {}
+        if "ttft" in spec.skip
+        else {t.config.name: sum(t.missing.values()) for t in ttft_todo(measured, data.ttft_rows, model_key, False)}
+    )
+    return Pending(tuple(fit_checks), to_tune, bench, {k: v for k, v in ttft.items() if v}, measured.configs)
