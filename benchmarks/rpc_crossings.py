@@ -29,14 +29,14 @@ from pathlib import Path
 
 import numpy as np
 
-from xover.domain.records import BenchConfig
+from xover.domain.config import LlamaConfig
 from xover.llamacpp import bench, rpc, rpclink
 from xover.llamacpp.binaries import resolve
 
 
-def tg_samples(binary: Path, model: Path, fields: tuple[tuple[str, str], ...], n_gen: int, reps: int) -> list[float]:
-    """llama-bench's decode samples (t/s) of one configuration, through xover's own runner."""
-    job = bench.BenchJob(BenchConfig("probe", fields), 0, n_gen, (0,), reps)
+def tg_samples(binary: Path, model: Path, settings: tuple[tuple[str, str], ...], n_gen: int, reps: int) -> list[float]:
+    """llama-bench's decode samples (t/s) of one configuration (option name -> value), through xover's own runner."""
+    job = bench.BenchJob(LlamaConfig("probe", settings), 0, n_gen, (0,), reps)
     samples: list[float] = []
     exited = None
     for ev in bench.run(job, binary, model, timeout_s=300):
@@ -45,7 +45,7 @@ def tg_samples(binary: Path, model: Path, fields: tuple[tuple[str, str], ...], n
         elif isinstance(ev, bench.Exited):
             exited = ev
     if not samples:
-        raise SystemExit(f"llama-bench gave no result for {fields}: {exited.stderr_tail if exited else '?'}")
+        raise SystemExit(f"llama-bench gave no result for {settings}: {exited.stderr_tail if exited else '?'}")
     return samples
 
 
@@ -77,11 +77,15 @@ def main() -> None:
             print(f"{model.name}: {n_layer} layers; worker {worker.endpoint}, probed round trip {rtt_ms:.3f} ms")
             print("layers with experts on the worker | decode t/s (median [min-max]) | ms per token")
             for k in range(n_layer + 1):
-                fields: tuple[tuple[str, str], ...] = (("--rpc", worker.endpoint), ("-ngl", "0"), ("-t", "1"))
+                settings: tuple[tuple[str, str], ...] = (
+                    ("rpc", worker.endpoint),
+                    ("n-gpu-layers", "0"),
+                    ("threads", "1"),
+                )
                 if k:
                     layers = "|".join(str(i) for i in range(k))
-                    fields += (("-ot", f"blk\\.({layers})\\.ffn_.*_exps=RPC0[{worker.endpoint}]"),)
-                s = tg_samples(binaries.bench, model, fields, args.tg, args.repetitions)
+                    settings += (("override-tensor", f"blk\\.({layers})\\.ffn_.*_exps=RPC0[{worker.endpoint}]"),)
+                s = tg_samples(binaries.bench, model, settings, args.tg, args.repetitions)
                 med = statistics.median(s)
                 ms_per_token.append(1000.0 / med)
                 print(f"{k:>33} | {med:,.1f} [{min(s):,.1f}-{max(s):,.1f}] | {1000.0 / med:.3f}")

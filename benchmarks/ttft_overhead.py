@@ -25,9 +25,10 @@ from pathlib import Path
 
 from xover.analysis.stats import summarize
 from xover.client.http import LlamaClient, completion_body
+from xover.domain.config import LlamaConfig
 from xover.domain.prompts import TokenPrompts, token_pool
 from xover.llamacpp.binaries import resolve
-from xover.llamacpp.server import LlamaServer, ServerSpec, context_size, has_flag
+from xover.llamacpp.server import LlamaServer, ServerLaunch, context_size, has_flag
 from xover.measure.ttft import gguf_token_types
 
 _CONTENT = re.compile(rb'"tokens":\[\d')
@@ -72,13 +73,8 @@ async def xover_ttft(client: LlamaClient, body: dict[str, object]) -> tuple[int,
 
 async def bench(model: Path, bin_dir: Path | None, length: int, pairs: int, response: int, threads: int | None) -> None:
     bins = resolve(bin_dir)
-    spec = ServerSpec(
-        model=model,
-        label="overhead",
-        ctx_size=context_size(length, response),
-        threads=threads,
-        fit_off=has_flag(bins.server, "-fit"),
-    )
+    config = LlamaConfig("overhead", settings=(("threads", str(threads)),) if threads is not None else ())
+    spec = ServerLaunch(config, model, context_size(length, response), fit_off=has_flag(bins.server, "-fit"))
     with tempfile.TemporaryDirectory() as logs:
         async with LlamaServer(bins.server, spec, Path(logs)) as srv:
             assert srv.client is not None

@@ -216,8 +216,7 @@ def test_spec_validation(make, message: str) -> None:
 
 def test_expand_is_the_cartesian_product_with_short_labels() -> None:
     configs = benchrun.sweep_configs(
-        [(opts.N_CPU_MOE, ("12", "18")), (opts.THREADS, ("8",))],
-        env=(("GGML_OP_OFFLOAD_MIN_BATCH", ("32", "4096")),),
+        [(opts.N_CPU_MOE, ("12", "18")), (opts.THREADS, ("8",))], env=(("GGML_OP_OFFLOAD_MIN_BATCH", ("32", "4096")),)
     )
     assert [c.label for c in configs] == [
         "ncmoe=12 GGML_OP_OFFLOAD_MIN_BATCH=32",

@@ -215,8 +215,7 @@ def test_gap_note_names_the_likely_cause() -> None:
 
 def test_server_spec_args_and_helpers(tmp_path: Path, fake_bins: Binaries) -> None:
     config = LlamaConfig(
-        "ncmoe=12",
-        settings=(("n-cpu-moe", "12"), ("threads", "8"), ("flash-attn", "on"), ("ubatch-size", "1024")),
+        "ncmoe=12", settings=(("n-cpu-moe", "12"), ("threads", "8"), ("flash-attn", "on"), ("ubatch-size", "1024"))
     )
     spec = ServerLaunch(config, Path("/m.gguf"), context_size(32768, 200))
     assert spec.args() == (

@@ -56,6 +56,8 @@ def test_lengths_accept_k_suffix():
         parse_lengths("0,1k")
     with pytest.raises(XoverError, match="not a number of tokens"):
         parse_lengths("-5")
+    with pytest.raises(XoverError, match="repeats a length"):
+        parse_lengths("1k,1024")
 
 
 @pytest.mark.parametrize(

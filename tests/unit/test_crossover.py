@@ -301,3 +301,34 @@ def test_lengths_one_side_was_too_slow_for_are_told_after_the_shared_ones():
     assert "; defaults has no measurement there." in verdict(compare_pair(bare, fast, 200, n_boot=0))
     # read from the other side, the same lengths
     assert "past 4K only tuned was measured" in verdict(compare_pair(fast, slow, 200, n_boot=0))
+
+
+def test_a_pair_read_from_b_s_side_exchanges_every_field_of_each_side() -> None:
+    from xover.analysis.crossover import PairResult, swapped
+
+    pair = PairResult(
+        a="A",
+        b="B",
+        response=200,
+        lengths=(1024, 4096),
+        total_a=(1.0, 2.0),
+        total_b=(1.5, 1.8),
+        interpolated=(),
+        fitted=(),
+        ci=None,
+        ci_no_crossing_fraction=None,
+        separated=(-1, 1),
+        max_prompt_a=8192,
+        max_prompt_b=None,
+        only_a=(),
+        only_b=((16384, 3.0),),
+        too_slow_a=((16384, 90.0),),
+        too_slow_b=(),
+    )
+    other = swapped(pair)
+    for f in dataclasses.fields(PairResult):
+        if f.name.endswith("_a"):
+            assert getattr(other, f.name) == getattr(pair, f.name[:-2] + "_b"), f.name
+            assert getattr(other, f.name[:-2] + "_b") == getattr(pair, f.name), f.name
+    assert (other.a, other.b, other.separated) == ("B", "A", (1, -1))
+    assert swapped(other) == pair

@@ -30,8 +30,8 @@ def doc(**study: object) -> dict:
 def test_fit_values_and_the_budget_parse() -> None:
     spec = spec_from_dict(doc(**{"vram-budget": "16GiB"}))
     assert spec.vram_budget == 16 * GIB
-    assert [c.flag("-ncmoe") for c in spec.configs] == ["fit@1024", "fit", "2"]
-    assert [fit_context(c.flag("-ncmoe")) for c in spec.configs] == [1024, True, None]
+    assert [c.get("n-cpu-moe") for c in spec.configs] == ["fit@1024", "fit", "2"]
+    assert [fit_context(c.get("n-cpu-moe")) for c in spec.configs] == [1024, True, None]
     assert has_fits(spec) and not has_fits(spec_from_dict({**doc(), "config": doc()["config"][2:]}))
 
 
@@ -72,8 +72,8 @@ def test_the_planner_resolves_each_fit_to_a_level(tmp_path: Path) -> None:
     ctx = context_size(4096, 200)
     budget = memory_estimate(terms, 3, ctx, 512, True).total_bytes + GIB
     spec = spec_from_dict(doc(**{"vram-budget": str(budget)}))
-    resolved, records = resolve_fits(spec, model)
-    by_name = {c.name: c.flag("-ncmoe") for c in resolved.configs}
+    resolved, records = resolve_fits(spec, terms)
+    by_name = {c.name: c.get("n-cpu-moe") for c in resolved.configs}
     assert by_name["fit"] == "3" and by_name["ncmoe=2"] == "2"
     assert int(by_name["fit@1k"]) <= 3  # a shorter context never needs more offload
     (r,) = [r for r in records if r["config"] == "fit"]

@@ -1,19 +1,14 @@
 """The read model: one load of a study directory gives every reader (report, export, audit, a resumed study)
 the stored records, typed, with their place in the store."""
 
+import json
+from pathlib import Path
+
 import pytest
 
-from xover.domain.records import (
-    BenchConfig,
-    BenchResult,
-    Failure,
-    ModelId,
-    Provenance,
-    ServerConfig,
-    ServerTimings,
-    TtftSample,
-)
-from xover.domain.study_spec import LlamaConfig, StudySpec
+from xover.domain.config import LlamaConfig, from_server_record
+from xover.domain.records import BenchResult, Failure, ModelId, Provenance, ServerTimings, TtftSample
+from xover.domain.study_spec import StudySpec
 from xover.errors import XoverError
 from xover.measure.study import missing_ttft
 from xover.results.read_model import Artifact, StoredRun, bench_data, load
@@ -50,9 +45,9 @@ def _sample(key: str, length: int, rep: int, ok: bool = True) -> TtftSample:
 
 
 def test_one_load_gives_typed_rows_and_the_views_of_every_reader(tmp_path):
-    cfg = BenchConfig(label="ncmoe=12", fields=(("-ncmoe", "12"),))
-    other = BenchConfig(label="ncmoe=18", fields=(("-ncmoe", "18"),))
-    scfg = ServerConfig(label="ncmoe=12", args=("--n-cpu-moe", "12"))
+    cfg = LlamaConfig("ncmoe=12", settings=(("n-cpu-moe", "12"),))
+    other = LlamaConfig("ncmoe=18", settings=(("n-cpu-moe", "18"),))
+    scfg = cfg  # measured by llama-server too: one configuration, one key
     res = BenchResult(cfg.key, 512, 0, 4000, (1_000_000,), (512.0,), 512.0, 0.0, {"avg_ts": 512.0})
     with Store(tmp_path) as st:
         run = st.begin_run("bench", ["xover", "bench"], _prov())
@@ -67,6 +62,7 @@ def test_one_load_gives_typed_rows_and_the_views_of_every_reader(tmp_path):
         st.add_artifact(run, "prediction", {"created_unix_ns": 2})
         st.end_run(run, "done")
     data = load(tmp_path)
+    assert data.configs == (cfg, other) and data.labels == {cfg.key: "ncmoe=12", other.key: "ncmoe=18"}
     (r,) = data.runs
     assert isinstance(r, StoredRun) and (r.kind, r.status, r.command) == ("bench", "done", ("xover", "bench"))
     assert r.start_ns == r.started_unix_ns and data.provenances == [_prov()]
@@ -85,7 +81,7 @@ def test_one_load_gives_typed_rows_and_the_views_of_every_reader(tmp_path):
 
 
 def test_a_resumed_study_counts_the_stored_cold_samples_of_its_model_and_configuration(tmp_path):
-    scfg = ServerConfig(label="a", args=())
+    scfg = LlamaConfig("a")
     with Store(tmp_path) as st:
         run = st.begin_run("ttft", ["xover"], _prov())
         st.put_config(scfg)
@@ -148,7 +144,7 @@ def test_a_rebuilt_report_prices_turns_as_the_study_did(tmp_path, monkeypatch) -
 def test_lengths_a_max_ttft_skipped_reach_the_crossover_inputs_until_they_are_measured(tmp_path):
     from xover.results.read_model import crossover_inputs
 
-    scfg = ServerConfig(label="slow", args=("-ncmoe", "24"))
+    scfg = LlamaConfig("slow", settings=(("n-cpu-moe", "24"),))
 
     def skipped(length: int, estimate: float) -> dict[str, object]:
         return {"config": "slow", "config_key": scfg.key, "length": length, "rep": 0, "estimate_s": estimate,
@@ -170,31 +166,43 @@ def test_lengths_a_max_ttft_skipped_reach_the_crossover_inputs_until_they_are_me
     assert c.too_slow == ((16384, 470.0),)
 
 
-def test_the_same_server_stored_from_another_directory_counts_on_resume(tmp_path):
-    from xover.domain.llama_options import server_identity
-    from xover.measure.study import same_server_keys
-
-    old = ServerConfig(label="a", args=("-m", "/tmp/g24/models/m.gguf", "-c", "4096", "-ncmoe", "24"))
-    moved = ServerConfig(label="a", args=("-m", "/home/me/g24/models/m.gguf", "-c", "4096", "-ncmoe", "24"))
-    other = ServerConfig(label="a", args=("-m", "/home/me/g24/models/m.gguf", "-c", "4096", "-ncmoe", "25"))
-    assert old.key != moved.key and server_identity(old) == server_identity(moved) != server_identity(other)
-    # xover's own -ngl 99 once came before a configuration's -ngl: the same server as the one passed once
-    twice = ServerConfig(label="a", args=("-m", "/x/m.gguf", "-c", "4096", "-ngl", "99", "-ncmoe", "24", "-ngl", "99"))
-    once = ServerConfig(label="a", args=("-m", "/y/m.gguf", "-c", "4096", "-ncmoe", "24", "-ngl", "99"))
-    assert (
-        server_identity(twice)
-        == server_identity(once)
-        != server_identity(
-            ServerConfig(label="a", args=("-m", "/y/m.gguf", "-c", "4096", "-ncmoe", "24", "-ngl", "30"))
-        )
-    )
-    with Store(tmp_path) as st:
+def _store_v2_server(study: Path, label: str, args: list[str], key: str) -> None:
+    """A store of schema 2 holding one cold sample of a llama-server configuration stored as it was then: keyed by
+    its whole argument list, xover's own flags (the model's path, -c, -ngl 99...) in it."""
+    with Store(study) as st:
         run = st.begin_run("ttft", ["xover"], _prov())
-        st.put_config(old)
-        st.add_ttft_sample(run, "mk", _sample(old.key, 1024, 0))
+        spec = {"label": label, "args": args, "env": []}
+        st.db.execute(
+            "INSERT INTO configs(key, kind, label, spec) VALUES(?,?,?,?)", (key, "server", label, json.dumps(spec))
+        )
+        st.add_ttft_sample(run, "mk", _sample(key, 1024, 0))
         st.end_run(run, "done")
+        st.db.execute("UPDATE meta SET value='2' WHERE key='schema_version'")
+
+
+def test_the_same_server_stored_from_another_directory_counts_on_resume(tmp_path):
+    from xover.llamacpp.server import ServerLaunch
+
+    config = LlamaConfig("a", settings=(("n-cpu-moe", "24"),))
+    other = LlamaConfig("a", settings=(("n-cpu-moe", "25"),))
+    # the key is what the configuration asks of llama.cpp: not the model's path, -c or any flag xover adds
+    old = ServerLaunch(config, Path("/tmp/g24/models/m.gguf"), 4096)
+    moved = ServerLaunch(config, Path("/home/me/g24/models/m.gguf"), 4096, cold_cache=False, fit_off=False)
+    assert old.args() != moved.args() and old.config.key == moved.config.key == config.key != other.key
+    # a store of schema 2 keyed the server by its whole argument list; xover's own -ngl 99 once came before a
+    # configuration's -ngl: read back, both are the same configuration, and the one passed once
+    twice = ["-m", "/x/m.gguf", "-c", "4096", "-ngl", "99", "-ncmoe", "24", "-ngl", "99"]
+    once = ["-m", "/y/m.gguf", "-c", "4096", "-ncmoe", "24", "-ngl", "99"]
+    thirty = ["-m", "/y/m.gguf", "-c", "4096", "-ncmoe", "24", "-ngl", "30"]
+    assert (
+        from_server_record("a", twice, []).key
+        == from_server_record("a", once, []).key
+        != from_server_record("a", thirty, []).key
+    )
+    # a study moved from /tmp/g24: its stored samples count for the same configuration run from anywhere
+    _store_v2_server(tmp_path, "a", ["-m", "/tmp/g24/models/m.gguf", "-c", "4096", *old.args()[4:]], "old-key")
     data = load(tmp_path)
-    spec = StudySpec(configs=(LlamaConfig(name="a"),), model_preset="tiny-moe", lengths=(1024,), repetitions=1)
-    assert same_server_keys(data.configs, moved) == {old.key, moved.key}
-    assert missing_ttft(data.ttft_rows, spec, "mk", same_server_keys(data.configs, moved), fresh=False) == {}
-    assert missing_ttft(data.ttft_rows, spec, "mk", same_server_keys(data.configs, other), fresh=False) == {1024: 1}
+    assert [c.key for c in data.configs] == [config.key]
+    spec = StudySpec(configs=(config,), model_preset="tiny-moe", lengths=(1024,), repetitions=1)
+    assert missing_ttft(data.ttft_rows, spec, "mk", moved.config.key, fresh=False) == {}
+    assert missing_ttft(data.ttft_rows, spec, "mk", other.key, fresh=False) == {1024: 1}

@@ -44,9 +44,9 @@ def _spec(*configs: str) -> str:
 def test_rpc_endpoints_become_one_rpc_flag_for_both_tools():
     c = config_from_table({"name": "split", "rpc": ["10.0.0.2:50052", "gpu-box.lan:50053"], "n-gpu-layers": 99}, 0)
     assert c.rpc == ("10.0.0.2:50052", "gpu-box.lan:50053")
-    assert ("--rpc", "10.0.0.2:50052,gpu-box.lan:50053") in c.bench_config().fields
-    assert c.server_args_list() == ("--rpc", "10.0.0.2:50052,gpu-box.lan:50053", "-ngl", "99")
-    job = bench.BenchJob(c.bench_config(), 512, 128, (0,), 2)
+    assert c.bench_argv() == ("-ngl", "99", "--rpc", "10.0.0.2:50052,gpu-box.lan:50053")
+    assert c.server_argv() == ("-ngl", "99", "--rpc", "10.0.0.2:50052,gpu-box.lan:50053")
+    job = bench.BenchJob(c, 512, 128, (0,), 2)
     argv = job.to_argv(Path("llama-bench"), Path("m.gguf"))
     assert argv[argv.index("--rpc") + 1] == "10.0.0.2:50052,gpu-box.lan:50053"
     # one string is taken too (comma-separated, as llama.cpp spells it)
@@ -83,11 +83,11 @@ def test_rpc_local_configurations_cannot_run_before_their_workers():
     c = config_from_table({"name": "rpc", "rpc-local": 2, "rpc-threads": 1}, 0)
     assert (c.rpc_local, c.rpc_threads, c.rpc) == (2, 1, ())
     with pytest.raises(XoverError, match="its 2 rpc-local worker"):
-        c.bench_config()
+        c.bench_argv()
     with pytest.raises(XoverError, match="not running"):
-        c.server_args_list()
+        c.server_argv()
     running = c.with_rpc(("127.0.0.1:50052", "127.0.0.1:50053"))
-    assert running.bench_config().fields == (("--rpc", "127.0.0.1:50052,127.0.0.1:50053"),)
+    assert running.bench_argv() == ("--rpc", "127.0.0.1:50052,127.0.0.1:50053")
     assert running.llama_server_command() == "--rpc 127.0.0.1:50052,127.0.0.1:50053"
 
 
@@ -101,18 +101,18 @@ def test_experts_on_a_user_run_worker_are_one_override_and_rpc_comes_first_for_b
         {"name": "x", "override-tensor": [f"{EXPERTS}=RPC0[{{rpc0}}]", "output=CPU"], "rpc": ["10.0.0.2:50052"]}, 0
     )
     placed = f"{EXPERTS}=RPC0[10.0.0.2:50052]"
-    assert c.flag("-ot") == f"{placed},output=CPU"
-    assert c.server_args_list() == ("--rpc", "10.0.0.2:50052", "-ot", f"{placed},output=CPU")
-    assert ("-ot", f"{placed};output=CPU") in c.bench_config().fields
-    argv = bench.BenchJob(c.bench_config(), 64, 16, (0,), 1).to_argv(Path("llama-bench"), Path("m.gguf"))
+    assert c.get("override-tensor") == f"{placed},output=CPU"
+    assert c.server_argv() == ("--rpc", "10.0.0.2:50052", "-ot", f"{placed},output=CPU")
+    assert c.bench_argv() == ("--rpc", "10.0.0.2:50052", "-ot", f"{placed};output=CPU")
+    argv = bench.BenchJob(c, 64, 16, (0,), 1).to_argv(Path("llama-bench"), Path("m.gguf"))
     assert argv.index("--rpc") < argv.index("-ot")
 
 
 def test_experts_on_local_workers_wait_for_their_ports():
     c = config_from_table({"name": "x", "rpc-local": 2, "override-tensor": f"{EXPERTS}=RPC0[{{rpc1}}]"}, 0)
-    assert c.flag("-ot") == f"{EXPERTS}=RPC0[{{rpc1}}]"
+    assert c.get("override-tensor") == f"{EXPERTS}=RPC0[{{rpc1}}]"
     running = c.with_rpc(("127.0.0.1:50052", "127.0.0.1:50053"))
-    assert running.server_args_list() == (
+    assert running.server_argv() == (
         "--rpc",
         "127.0.0.1:50052,127.0.0.1:50053",
         "-ot",
@@ -121,8 +121,8 @@ def test_experts_on_local_workers_wait_for_their_ports():
 
 
 def test_tensor_split_takes_llama_cpps_form_or_a_list():
-    assert config_from_table({"name": "x", "tensor-split": [1, 3]}, 0).flags == (("-ts", "1/3"),)
-    assert config_from_table({"name": "x", "tensor-split": "0.5/1.5"}, 0).server_args_list() == ("-ts", "0.5/1.5")
+    assert config_from_table({"name": "x", "tensor-split": [1, 3]}, 0).settings == (("tensor-split", "1/3"),)
+    assert config_from_table({"name": "x", "tensor-split": "0.5/1.5"}, 0).server_argv() == ("-ts", "0.5/1.5")
 
 
 @pytest.mark.parametrize(

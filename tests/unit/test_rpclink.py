@@ -201,12 +201,13 @@ def test_probe_refuses_another_protocol():
 
 
 def test_report_section_shows_the_link_and_the_limit():
-    from xover.domain.records import BenchConfig, BenchResult
+    from xover.domain.config import LlamaConfig
+    from xover.domain.records import BenchResult
     from xover.report.rpclink import rpc_link_blocks
     from xover.results.read_model import Artifact, StudyData
 
-    cfg = BenchConfig("split", (("--rpc", "127.0.0.1:50052"), ("-ngl", "2")))
-    local = BenchConfig("local", ())
+    cfg = LlamaConfig("split", (("rpc", "127.0.0.1:50052"), ("n-gpu-layers", "2")))
+    local = LlamaConfig("local")
 
     def res(key: str, n_prompt: int, n_gen: int, ts: float) -> BenchResult:
         return BenchResult(key, n_prompt, n_gen, 0, (1,), (ts,), ts, 0.0, {"n_gpu_layers": 2, "n_ubatch": 512})
@@ -248,7 +249,9 @@ def test_report_section_shows_the_link_and_the_limit():
     assert row == ("split", "tg16", "2", "-", "1", "50.0", f"{limit:,.0f}", f"{50 / limit:.1%}")
     assert blocks[5].kind == "ul"
     # the experts of layers 2 and 3 on the worker, every layer here, this host a GPU: two round trips a token
-    experts = BenchConfig("experts", (("--rpc", "127.0.0.1:50052"), ("-ngl", "0"), ("-ot", "blk\\.[23]\\.=RPC0[x]")))
+    experts = LlamaConfig(
+        "experts", (("rpc", "127.0.0.1:50052"), ("n-gpu-layers", "0"), ("override-tensor", "blk\\.[23]\\.=RPC0[x]"))
+    )
     rec = {"n_gpu_layers": 0, "n_ubatch": 512, "backends": "CUDA,RPC"}
     rows = rpc_link_blocks(
         dataclasses.replace(

@@ -197,10 +197,11 @@ def _turn(
 
 
 def test_store_round_trips_session_turns(tmp_path: Path) -> None:
-    from xover.domain.records import ServerConfig
+    from xover.domain.config import LlamaConfig
     from xover.measure.provenance import collect
 
-    key = ServerConfig(label="a", args=("-c", "512")).key
+    config = LlamaConfig("a", server_args=("--jinja",))
+    key = config.key
     turns = [
         _turn(0, key=key),
         _turn(1, key=key, cache_n=100, prompt_n=20, rewrite=True),
@@ -208,7 +209,7 @@ def test_store_round_trips_session_turns(tmp_path: Path) -> None:
     ]
     with Store(tmp_path) as st:
         run = st.begin_run("session", ["xover", "session"], collect(None, None))
-        st.put_config(ServerConfig(label="a", args=("-c", "512")))
+        st.put_config(config)
         for t in turns:
             st.add_session_turn(run, "model:1", t)
         back = st.session_turns()

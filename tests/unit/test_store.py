@@ -1,19 +1,13 @@
 """The results store round-trips every record type and survives reopening."""
 
+import dataclasses
+import json
 import sqlite3
 
 import pytest
 
-from xover.domain.records import (
-    BenchConfig,
-    BenchResult,
-    Failure,
-    ModelId,
-    Provenance,
-    ServerConfig,
-    ServerTimings,
-    TtftSample,
-)
+from xover.domain.config import LlamaConfig
+from xover.domain.records import BenchResult, Failure, ModelId, Provenance, ServerTimings, TtftSample
 from xover.errors import XoverError
 from xover.results.store import SCHEMA_VERSION, Store, iter_rows
 
@@ -35,11 +29,11 @@ def _prov() -> Provenance:
 
 
 def test_round_trip(tmp_path):
-    cfg = BenchConfig(
-        label="ncmoe=12", fields=(("-ncmoe", "12"), ("-ub", "512")), env=(("GGML_OP_OFFLOAD_MIN_BATCH", "32"),)
+    cfg = LlamaConfig(
+        "ncmoe=12", settings=(("n-cpu-moe", "12"), ("ubatch-size", "512"), ("GGML_OP_OFFLOAD_MIN_BATCH", "32"))
     )
     res = BenchResult(cfg.key, 512, 0, 4000, (1_000_000, 1_100_000), (512.0, 465.45), 488.7, 33.2, {"avg_ts": 488.7})
-    scfg = ServerConfig(label="ncmoe=12", args=("--n-cpu-moe", "12", "-np", "1"))
+    scfg = LlamaConfig("ncmoe=12 jinja", settings=(("n-cpu-moe", "12"),), server_args=("--jinja",))
     t = ServerTimings(
         cache_n=0,
         prompt_n=1024,
@@ -56,6 +50,7 @@ def test_round_trip(tmp_path):
         run = st.begin_run("bench", ["xover", "bench"], _prov())
         st.put_config(cfg)
         st.put_config(scfg)
+        st.put_config(cfg)  # measured by llama-server too: the same configuration, the same record
         st.add_bench_result(run, "mk", res)
         st.add_ttft_sample(run, "mk", sample)
         st.add_failure(run, Failure(cfg.key, "bench", "pp512 @ d4000", "exit 1", "oom"))
@@ -66,7 +61,7 @@ def test_round_trip(tmp_path):
         assert st.has_bench_point(cfg.key, "mk", 512, 0, 4000)
         assert not st.has_bench_point(cfg.key, "other-model", 512, 0, 4000)
         assert st.ttft_samples()[0][3] == sample
-        assert st.configs("bench") == [cfg] and st.configs("server") == [scfg]
+        assert st.configs() == [cfg, scfg]
         assert st.failures()[0][1].stderr_tail == "oom"
         assert st.artifacts("server-props")[0][2] == {"n_ctx": 4096}
         (r,) = st.runs()
@@ -75,12 +70,14 @@ def test_round_trip(tmp_path):
         assert [row["test"] for row in iter_rows(st, "bench_results")] == ["pp512 @ d4000"]
         with pytest.raises(ValueError):
             list(iter_rows(st, "sqlite_master"))
+        st.put_config(dataclasses.replace(cfg, name="renamed"))  # stored again under another name: its latest
+        assert [(c.key, c.name) for c in st.configs()] == [(cfg.key, "renamed"), (scfg.key, scfg.name)]
 
 
 def test_config_key_is_content_addressed():
-    a = BenchConfig(label="a", fields=(("-ncmoe", "12"),))
-    b = BenchConfig(label="renamed", fields=(("-ncmoe", "12"),))
-    c = BenchConfig(label="a", fields=(("-ncmoe", "18"),))
+    a = LlamaConfig("a", settings=(("n-cpu-moe", "12"), ("ubatch-size", "512")))
+    b = LlamaConfig("renamed", settings=(("ubatch-size", "512"), ("n-cpu-moe", "12")))  # in another order
+    c = LlamaConfig("a", settings=(("n-cpu-moe", "18"), ("ubatch-size", "512")))
     assert a.key == b.key != c.key
 
 
@@ -123,6 +120,36 @@ def test_v1_store_is_migrated(tmp_path):
         assert st.db.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()[0] == str(SCHEMA_VERSION)
 
 
+def test_v2_store_is_migrated_to_one_key_per_configuration(tmp_path):
+    """Before schema 3 a configuration measured by llama-bench and llama-server was stored twice, under a key of
+    llama-bench's flags and one of llama-server's whole argument list (with xover's own flags in it): opening
+    the store re-keys both, and every measurement, to the configuration's one key."""
+    with Store(tmp_path) as st:
+        run = st.begin_run("study", ["xover"], _prov())
+        rows = [
+            ("bench-key", "bench", "ncmoe=12", {"label": "ncmoe=12", "fields": [["-ncmoe", "12"]], "env": []}),
+            ("server-key", "server", "ncmoe=12", {"label": "ncmoe=12", "args": ["-m", "/x/m.gguf", "-c", "4096",
+             "-ngl", "99", "--n-cpu-moe", "12", "-np", "1", "--cache-ram", "0", "-fit", "off"], "env": []}),
+        ]  # fmt: skip
+        for key, kind, label, spec in rows:
+            st.db.execute(
+                "INSERT INTO configs(key, kind, label, spec) VALUES(?,?,?,?)", (key, kind, label, json.dumps(spec))
+            )
+        res = BenchResult("bench-key", 512, 0, 0, (1_000_000,), (512.0,), 512.0, 0.0, {})
+        st.add_bench_result(run, "mk", res)
+        st.add_ttft_sample(run, "mk", TtftSample("server-key", "cold", 1024, 0, "p", 1, 1, 2, 3, (2,), 1, None, True))
+        st.add_failure(run, Failure("server-key", "server-start", "-", "no port", ""))
+        st.db.execute("UPDATE meta SET value='2' WHERE key='schema_version'")
+    want = LlamaConfig("ncmoe=12", settings=(("n-cpu-moe", "12"),))
+    with Store(tmp_path) as st:
+        assert st.configs() == [want]
+        assert [r.config_key for _, _, _, r in st.bench_results()] == [want.key]
+        assert [s.config_key for _, _, _, s in st.ttft_samples()] == [want.key]
+        assert [f.config_key for _, f in st.failures()] == [want.key]
+        assert st.db.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()[0] == str(SCHEMA_VERSION)
+        assert st.integrity_ok()
+
+
 def test_raw_server_samples_export_as_csv_and_jsonl(tmp_path):
     import csv
     import io
@@ -130,7 +157,7 @@ def test_raw_server_samples_export_as_csv_and_jsonl(tmp_path):
 
     from xover.report import export
 
-    scfg = ServerConfig(label="ncmoe=<18>", args=("--n-cpu-moe", "18"))
+    scfg = LlamaConfig("ncmoe=<18>", settings=(("n-cpu-moe", "18"),))
     t = ServerTimings(
         cache_n=0,
         prompt_n=1024,

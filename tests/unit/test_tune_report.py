@@ -12,7 +12,7 @@ from xover.analysis.tradeoff import ratio
 from xover.domain.config import LlamaConfig
 from xover.domain.records import BenchResult, ModelId, Provenance, ServerTimings, TtftSample
 from xover.report.html import build_report, render_html, render_markdown
-from xover.report.tune import ServedRow, knob_rows, layout, pooled_rates, tune_records
+from xover.report.tune import ServedRow, knob_rows, layout, pooled_rates
 from xover.results.read_model import load
 from xover.results.store import Store
 
@@ -169,10 +169,10 @@ def test_pooled_rate_is_tokens_over_time_across_depths():
 def test_layout_falls_back_to_first_seen_labels_and_the_first_two_bases(tmp_path):
     fill(tmp_path, study_artifact=False)
     data = load(tmp_path)
-    lay = layout(data.config_labels(), data.artifacts)
+    lay = layout(data)
     assert lay.bases == ("gpu", "cpu") and lay.tuned == {"gpu": "gpu tuned", "cpu": "cpu tuned"} and lay.pairs == ()
     assert lay.best("cpu") == "cpu tuned" and lay.base_of["gpu tuned"] == "gpu"
-    assert [r.config for r in tune_records(data.artifacts)] == ["gpu", "cpu"]
+    assert [r.config for r in data.tune_results()] == ["gpu", "cpu"]
 
 
 def test_verdicts_answer_the_question_at_the_defaults_and_at_each_configuration_s_best(tmp_path):

@@ -554,7 +554,8 @@ def relation(pair: PairResult) -> str:
 
 
 def swapped(pair: PairResult) -> PairResult:
-    """The same comparison read from B's side (A and B exchanged)."""
+    """The same comparison read from B's side: every field of A's exchanged with B's (the crossings, their
+    interval and the lengths are the pair's own)."""
     return dataclasses.replace(
         pair,
         a=pair.b,
@@ -562,6 +563,12 @@ def swapped(pair: PairResult) -> PairResult:
         total_a=pair.total_b,
         total_b=pair.total_a,
         separated=tuple(-s for s in pair.separated),
+        max_prompt_a=pair.max_prompt_b,
+        max_prompt_b=pair.max_prompt_a,
+        only_a=pair.only_b,
+        only_b=pair.only_a,
+        too_slow_a=pair.too_slow_b,
+        too_slow_b=pair.too_slow_a,
     )
 
 

@@ -13,6 +13,44 @@ from xover.cli import options
 from xover.console import console, progress_bar, safe
 from xover.errors import XoverError
 
+HELP = """Prefill and decode speed at depth (llama-bench), swept across offload configurations.
+
+\b
+At every depth N two tests are measured:
+  pp512 @ dN  the speed of 512 NEW prompt tokens on top of N tokens already in the
+              KV cache. The depth prefill itself is not timed: llama-bench computes it
+              once, saves the KV state and restores it for later repetitions. This is
+              an agent's next turn on top of its conversation history.
+  tg128 @ dN  decode speed (one token at a time) with N tokens in the cache. Decode
+              reads the whole KV cache for every token, so it slows with depth too;
+              measuring it at each depth is what lets prefill loss be weighed against
+              decode gain at the context lengths you actually use.
+
+\b
+A configuration is one combination of the swept values (--ncmoe x --load-mode x
+--ubatch x --batch x ... x each --env); each
+runs as its own llama-bench process, so one that does not fit, crashes or times out
+is stored as failed and the sweep goes on. Every test is stored the moment it
+finishes, and each configuration's peak memory (VmHWM and the buffers llama.cpp
+logs) beside it. Rerun the same command with the same -o to resume: measured tests
+are skipped, failed configurations retried. Ctrl-C keeps everything already measured.
+
+\b
+Knobs worth sweeping with --ncmoe:
+  --no-op-offload 0,1   with op offload (0, default) the GPU runs prefill batches of
+                        CPU-resident experts, copying them over PCIe each ubatch
+  --ubatch 512,2048     more tokens per copy amortise that transfer
+  --load-mode none,mmap none: weights in pinned host memory, copied faster than
+                        mmapped (pageable) pages
+  --env GGML_OP_OFFLOAD_MIN_BATCH=32,4096
+                        smallest batch the GPU takes over (CUDA; default 32)
+Anything after `--` goes to llama-bench unchanged (e.g. -- -ngl 99).
+
+\b
+Example (module 6.3):
+  xover bench -m qwen3-30b-a3b.gguf --ncmoe 12,18 --depth 1000,4000,16000,32000 -t 8
+"""
+
 
 class ConfigurationsFailed(XoverError):
     """Some configurations could not be measured; everything else was stored."""
@@ -38,7 +76,9 @@ class _ProgressView:
     def __call__(self, event: object) -> None:
         from xover.measure import events as b
 
-        if isinstance(event, b.SweepPlanned):
+        if isinstance(event, b.Note):  # the VRAM budget held
+            console.print(f"[dim]{safe(event.text)}[/]")
+        elif isinstance(event, b.SweepPlanned):
             for config in event.plan.skipped:
                 console.print(
                     f"[dim]skip {safe(config.label)}: every test already in {safe(event.study_dir)} (--fresh to remeasure)[/]"
@@ -62,7 +102,7 @@ class _ProgressView:
             console.print(f"[red]  {safe(event.label)} failed: {safe(event.reason)}[/]")
 
 
-@click.command(context_settings={"show_default": True})
+@click.command(help=HELP, context_settings={"show_default": True})
 @options.model("The GGUF model to benchmark.", dir_okay=True)
 @click.option(
     "--depth",
@@ -109,50 +149,10 @@ def bench(
     extra: tuple[str, ...],
     **swept: tuple[str, ...],
 ) -> None:
-    """Prefill and decode speed at depth (llama-bench), swept across offload configurations.
-
-    \b
-    At every depth N two tests are measured:
-      pp512 @ dN  the speed of 512 NEW prompt tokens on top of N tokens already in the
-                  KV cache. The depth prefill itself is not timed: llama-bench computes it
-                  once, saves the KV state and restores it for later repetitions. This is
-                  an agent's next turn on top of its conversation history.
-      tg128 @ dN  decode speed (one token at a time) with N tokens in the cache. Decode
-                  reads the whole KV cache for every token, so it slows with depth too;
-                  measuring it at each depth is what lets prefill loss be weighed against
-                  decode gain at the context lengths you actually use.
-
-    \b
-    A configuration is one combination of the swept values (--ncmoe x --load-mode x
-    --ubatch x --batch x ... x each --env); each
-    runs as its own llama-bench process, so one that does not fit, crashes or times out
-    is stored as failed and the sweep goes on. Every test is stored the moment it
-    finishes, and each configuration's peak memory (VmHWM and the buffers llama.cpp
-    logs) beside it. Rerun the same command with the same -o to resume: measured tests
-    are skipped, failed configurations retried. Ctrl-C keeps everything already measured.
-
-    \b
-    Knobs worth sweeping with --ncmoe:
-      --no-op-offload 0,1   with op offload (0, default) the GPU runs prefill batches of
-                            CPU-resident experts, copying them over PCIe each ubatch
-      --ubatch 512,2048     more tokens per copy amortise that transfer
-      --load-mode none,mmap none: weights in pinned host memory, copied faster than
-                            mmapped (pageable) pages
-      --env GGML_OP_OFFLOAD_MIN_BATCH=32,4096
-                            smallest batch the GPU takes over (CUDA; default 32)
-    Anything after `--` goes to llama-bench unchanged (e.g. -- -ngl 99).
-
-    \b
-    Example (module 6.3):
-      xover bench -m qwen3-30b-a3b.gguf --ncmoe 12,18 --depth 1000,4000,16000,32000 -t 8
-    """
-    from xover.llamacpp.binaries import resolve
-    from xover.measure import bench as benchrun
+    from xover.measure.bench import BenchRequest, BenchTests, run_bench
     from xover.report import export
-    from xover.results.read_model import bench_data, load
-    from xover.results.store import Store
 
-    spec = benchrun.BenchTests(
+    tests = BenchTests(
         model=model,
         depths=options.int_list("--depth", depth),
         n_prompt=n_prompt,
@@ -160,21 +160,23 @@ def bench(
         repetitions=repetitions,
         timeout_s=timeout_s,
     )
-    configs = benchrun.sweep_configs(options.table_values(swept), options.parse_env(env), extra)
     study_dir = study_dir or Path("studies") / time.strftime("bench-%Y%m%d-%H%M%S")
-    binaries = resolve(llama_bin_dir)
-    from xover.hardware.vram import holding, parse_budget
-
-    with holding(parse_budget(vram_budget) if vram_budget else None) as hold, _ProgressView() as view:
-        if hold is not None:
-            console.print(f"[dim]{safe(hold.describe())}[/]")
-        outcome = benchrun.run_sweep(spec, configs, binaries, study_dir, fresh=fresh, command=sys.argv, on_event=view)
-    click.echo(export.render_markdown(bench_data(load(study_dir), {c.key for c in outcome.configs})), nl=False)
-    with Store(study_dir) as store:
-        peaks = benchrun.memory_by_config(store)
-    for config in outcome.configs:
-        if config.key in peaks:
-            click.echo(f"memory {config.label}: {benchrun.describe_memory(peaks[config.key])}")
+    request = BenchRequest(
+        tests=tests,
+        study_dir=study_dir,
+        sweeps=tuple(options.table_values(swept)),
+        env=options.parse_env(env),
+        bench_args=extra,
+        fresh=fresh,
+        llama_bin_dir=llama_bin_dir,
+        vram_budget=options.budget(vram_budget or None),
+    )
+    with _ProgressView() as view:
+        run = run_bench(request, command=sys.argv, on_event=view)
+    outcome = run.outcome
+    click.echo(export.render_markdown(run.data), nl=False)
+    for label, memory in run.memory:
+        click.echo(f"memory {label}: {memory}")
     console.print(
         f"{outcome.stored} tests stored in {outcome.store_path}"
         + (f"; {len(outcome.skipped)} configurations already measured" if outcome.skipped else "")

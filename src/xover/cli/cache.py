@@ -15,6 +15,7 @@ if TYPE_CHECKING:
     from rich.console import Console
 
     from xover.analysis.stats import Summary
+    from xover.cli.progress import Bar
     from xover.measure.cachelab import LabAnalysis
 
 
@@ -50,68 +51,50 @@ def cache(
     xover cache -m model.gguf --ncmoe 18 --length 16k
     xover cache -m tiny.gguf --length 2k -- -t 1
     """
-    from rich.markup import escape
-
-    from xover.cli.progress import failed_or_noted
-    from xover.console import console, progress_bar, safe
+    from xover.cli.progress import Bar
+    from xover.console import console, safe
     from xover.domain.prompts import parse_length
-    from xover.llamacpp.binaries import resolve
-    from xover.measure.cachelab import lab_plan, run_cache_lab
-    from xover.measure.events import LabEvent, LabRequestDone, ServerUp
+    from xover.measure.cachelab import CacheLabRequest, run_lab
 
-    if model is None:
-        raise XoverError("no model: pass -m MODEL.gguf")
-    if not model.is_file():
-        raise XoverError(f"model {model} does not exist: fix -m")
     tokens = parse_length(length)
-    planned = sum(len(srv.requests()) for srv in lab_plan(tokens))  # a length the lab cannot use fails here
-    from xover.domain.config import matrix
-    from xover.domain.llama_options import parse_args
-    from xover.gguf.inspect import check_offload_and_context
-    from xover.llamacpp.server import check_explicit_context
-    from xover.measure.cachelab import INSERTED, RESPONSE_TOKENS
-
-    sweeps = options.table_values(swept)
-    several = next((o.cli[-1] for o, values in sweeps if len(values) > 1), None)
-    if several:
-        raise XoverError(f"{several}: the cache lab runs one configuration; give one value")
-    known, rest = parse_args(extra_args, "server")
-    (config,) = [c.with_values({**known, **dict(c.settings)}) for c in matrix(sweeps, server_args=rest)]
-    need = tokens + INSERTED + RESPONSE_TOKENS
-    check_offload_and_context(model, [config.n_cpu_moe] if config.get("n-cpu-moe") else [], need)
-    check_explicit_context(extra_args, need)
-    binaries = resolve(llama_bin_dir)
-    label = config.name
-
-    with progress_bar() as bar:
-        task = bar.add_task("cache lab requests", total=planned)
-
-        def on_event(ev: LabEvent) -> None:
-            if failed_or_noted(ev, bar, task, lambda f: f"{f.scenario}"):
-                return
-            if isinstance(ev, LabRequestDone):
-                bar.update(task, completed=ev.done)
-                if ev.sample.error is not None:
-                    console.print(f"[red]{escape(f'{ev.scenario} {ev.sample.mode}: {ev.sample.error}')}[/]")
-            elif isinstance(ev, ServerUp):
-                console.print(
-                    f"[dim]{escape(f'{ev.scenario}: llama-server ({ev.settings}) at {ev.url}, log {ev.log_path}')}[/]"
-                )
-
-        outcome = run_cache_lab(
-            study_dir,
-            binaries,
-            model,
-            tokens,
-            config,
-            command=["xover", *sys.argv[1:]],
-            startup_timeout_s=server_timeout,
-            on_event=on_event,
-        )
-    _print_lab(outcome.analysis, f"prompt cache lab, {label}, L={tokens:,}")
+    request = CacheLabRequest(
+        model=model,
+        length=tokens,
+        study_dir=study_dir,
+        sweeps=tuple(options.table_values(swept)),
+        server_args=extra_args,
+        llama_bin_dir=llama_bin_dir,
+        startup_timeout_s=server_timeout,
+    )
+    with Bar("cache lab requests") as bar:
+        outcome = run_lab(request, command=["xover", *sys.argv[1:]], on_event=lambda ev: _show(ev, bar))
+    _print_lab(outcome.analysis, f"prompt cache lab, {outcome.label}, L={tokens:,}")
     console.print(f"[dim]run {outcome.run_id}: {len(outcome.samples)} samples in {safe(study_dir)}[/]")
     if outcome.failures:
         raise XoverError(f"{len(outcome.failures)} scenario(s) failed, first: {outcome.failures[0].reason}")
+
+
+def _show(ev: object, bar: Bar) -> None:
+    """One progress event of the lab: the bar, and a line per server started or request failed."""
+    from rich.markup import escape
+
+    from xover.cli.progress import failed_or_noted
+    from xover.console import console
+    from xover.measure.cachelab import LabStarted
+    from xover.measure.events import LabRequestDone, ServerUp
+
+    if isinstance(ev, LabStarted):
+        bar.start(ev.total)
+    elif failed_or_noted(ev, bar, lambda f: f"{f.scenario}"):
+        return
+    elif isinstance(ev, LabRequestDone):
+        bar.completed(ev.done)
+        if ev.sample.error is not None:
+            console.print(f"[red]{escape(f'{ev.scenario} {ev.sample.mode}: {ev.sample.error}')}[/]")
+    elif isinstance(ev, ServerUp):
+        console.print(
+            f"[dim]{escape(f'{ev.scenario}: llama-server ({ev.settings}) at {ev.url}, log {ev.log_path}')}[/]"
+        )
 
 
 def _stdout() -> Console:

@@ -47,6 +47,13 @@ def vram_budget(scope: str = "run") -> Callable[[F], F]:
     )
 
 
+def budget(text: str | None) -> int | None:
+    """``--vram-budget``'s value in bytes, None when it is not given."""
+    from xover.hardware.vram import parse_budget
+
+    return parse_budget(text) if text is not None else None
+
+
 def server_args() -> Callable[[F], F]:
     return click.argument("extra_args", nargs=-1, type=click.UNPROCESSED, metavar="[-- LLAMA-SERVER ARGS]")
 

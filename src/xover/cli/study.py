@@ -14,6 +14,7 @@ from xover.cli import options
 
 if TYPE_CHECKING:
     from xover.domain.study_spec import StudySpec
+    from xover.measure.study import StudyOutcome
 
 
 @click.command()
@@ -98,6 +99,11 @@ def study(
             )
     finally:
         close()
+    _print_outcome(outcome, out_dir)
+
+
+def _print_outcome(outcome: StudyOutcome, out_dir: Path) -> None:
+    """The verdicts, the tuned settings, the stage times, the report's path and the failures."""
     from rich.markup import escape
 
     from xover.console import out, safe

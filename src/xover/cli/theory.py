@@ -18,87 +18,86 @@ from xover.errors import XoverError
 F = TypeVar("F", bound=Callable[..., Any])
 
 
+# The options `theory` and `predict` share, in their help's order: the model and the machine, then the modelled
+# llama.cpp options (cli.options.modelled_options), then the sizes and the budget, then the output.
+_MODEL_OPTIONS = (
+    click.option(
+        "-m",
+        "--model",
+        "model",
+        metavar="FILE|preset:NAME",
+        default=None,
+        help="A GGUF file, or preset:NAME for a built-in shape (no file needed).",
+    ),
+    click.option("--preset", default=None, metavar="NAME", help="Same as -m preset:NAME (tiny-moe, qwen3-30b-a3b...)."),
+    click.option(
+        "--hw",
+        "hw_spec",
+        default=None,
+        metavar="NAME|FILE.toml",
+        help="Hardware profile (h200, rtx-4090, cpu...; xover theory --list-hw) or a TOML file of "
+        "overrides [default: detect this machine].",
+    ),
+    click.option(
+        "--measure",
+        is_flag=True,
+        help="Measure this CPU's FLOP/s and bandwidth and, with a CUDA GPU, its host-to-device rates (about 4 s).",
+    ),
+)
+_SIZE_OPTIONS = (
+    options.lengths("1k,4k,16k,32k"),
+    click.option(
+        "-R",
+        "--response-tokens",
+        "--response",
+        "response",
+        type=int,
+        default=200,
+        show_default=True,
+        help="Response tokens R in total time = TTFT + R decode steps (--response is the old spelling).",
+    ),
+    click.option(
+        "--pp",
+        "pp_tokens",
+        type=int,
+        default=512,
+        show_default=True,
+        help="New tokens of the pp @ depth prediction (llama-bench -p).",
+    ),
+    click.option("--ctk", "cache_type", default="F16", show_default=True, help="KV cache type (F16, Q8_0)."),
+    click.option(
+        "--vram",
+        default=None,
+        metavar="BYTES",
+        help="VRAM budget for the placement plan (16GiB) [default: free VRAM nvidia-smi reports, if any].",
+    ),
+    click.option(
+        "--headroom",
+        default="1GiB",
+        show_default=True,
+        metavar="BYTES",
+        help="VRAM kept free beyond the estimated buffers: the CUDA context (about 0.5 GiB) and what llama.cpp "
+        "allocates at the first request (cuBLAS workspace, CUDA pool); 512 MiB crashed an H200 run under a 16 GiB "
+        "budget.",
+    ),
+)
+_JSON_OPTION = click.option("--json", "as_json", is_flag=True, help="Print JSON instead of tables.")
+
+
 def _options(study_required: bool) -> Callable[[F], F]:
-    """The options `theory` and `predict` share."""
+    """The options `theory` and `predict` share (``-o`` is required by `predict`)."""
+    # no explicit default where it is required: click 8.2+ takes `default=None` as a value given, and skips the check
+    study = click.option(
+        "-o",
+        "--output",
+        "study_dir",
+        type=click.Path(path_type=Path),
+        help="Study directory to store the result in.",
+        **({"required": True} if study_required else {"default": None}),
+    )
 
     def wrap(fn: F) -> F:
-        for decorator in reversed(
-            (
-                click.option(
-                    "-m",
-                    "--model",
-                    "model",
-                    metavar="FILE|preset:NAME",
-                    default=None,
-                    help="A GGUF file, or preset:NAME for a built-in shape (no file needed).",
-                ),
-                click.option(
-                    "--preset",
-                    default=None,
-                    metavar="NAME",
-                    help="Same as -m preset:NAME (tiny-moe, qwen3-30b-a3b...).",
-                ),
-                click.option(
-                    "--hw",
-                    "hw_spec",
-                    default=None,
-                    metavar="NAME|FILE.toml",
-                    help="Hardware profile (h200, rtx-4090, cpu...; xover theory --list-hw) or a TOML file of "
-                    "overrides [default: detect this machine].",
-                ),
-                click.option(
-                    "--measure",
-                    is_flag=True,
-                    help="Measure this CPU's FLOP/s and bandwidth and, with a CUDA GPU, its host-to-device rates (about 4 s).",
-                ),
-                *options.modelled_options(),
-                options.lengths("1k,4k,16k,32k"),
-                click.option(
-                    "-R",
-                    "--response-tokens",
-                    "--response",
-                    "response",
-                    type=int,
-                    default=200,
-                    show_default=True,
-                    help="Response tokens R in total time = TTFT + R decode steps (--response is the old spelling).",
-                ),
-                click.option(
-                    "--pp",
-                    "pp_tokens",
-                    type=int,
-                    default=512,
-                    show_default=True,
-                    help="New tokens of the pp @ depth prediction (llama-bench -p).",
-                ),
-                click.option(
-                    "--ctk", "cache_type", default="F16", show_default=True, help="KV cache type (F16, Q8_0)."
-                ),
-                click.option(
-                    "--vram",
-                    default=None,
-                    metavar="BYTES",
-                    help="VRAM budget for the placement plan (16GiB) [default: free VRAM nvidia-smi reports, if any].",
-                ),
-                click.option(
-                    "--headroom",
-                    default="1GiB",
-                    show_default=True,
-                    metavar="BYTES",
-                    help="VRAM kept free beyond the estimated buffers: the CUDA context (about 0.5 GiB) and what llama.cpp allocates at the first request (cuBLAS workspace, CUDA pool); 512 MiB crashed an H200 run under a 16 GiB budget.",
-                ),
-                click.option(
-                    "-o",
-                    "--output",
-                    "study_dir",
-                    type=click.Path(path_type=Path),
-                    required=study_required,
-                    default=None,
-                    help="Study directory to store the result in.",
-                ),
-                click.option("--json", "as_json", is_flag=True, help="Print JSON instead of tables."),
-            )
-        ):
+        for decorator in reversed((*_MODEL_OPTIONS, *options.modelled_options(), *_SIZE_OPTIONS, study, _JSON_OPTION)):
             fn = decorator(fn)
         return fn
 
@@ -221,22 +220,33 @@ def render_hardware(hw: dict[str, Any]) -> Table:
 
 def render(report: dict[str, Any]) -> None:
     """The theory report as rich tables on stdout."""
-    model, pred = report["model"], report["prediction"]
+    model = report["model"]
     out.print(f"[bold]{safe(model['name'])}[/bold] ({safe(model['source'])}, {_b(model['total_bytes'])})")
     out.print(render_hardware(report["hardware"]))
+    _render_decode(report["decode"])
+    _render_prefill(report["prefill"])
+    _render_experts(report["experts"])
+    _render_attention(report["attention"])
+    if report["placement"]:
+        render_placement(report["placement"])
+    render_prediction(report["prediction"])
 
+
+def _render_decode(decode: dict[str, Any]) -> None:
     t = Table(title="Decode: one token at depth n", title_justify="left")
     for col in ("depth", "weights read", "KV read", "FLOPs", "FLOP/byte"):
         t.add_column(col, justify="right")
-    for r in report["decode"]["rows"]:
+    for r in decode["rows"]:
         t.add_row(str(r["depth"]), _b(r["weight_bytes"]), _b(r["kv_bytes"]), _si(r["flops"]), f"{r['intensity']:.2f}")
     out.print(t)
-    out.print(f"  why it stays flat: {report['decode']['note']}")
+    out.print(f"  why it stays flat: {decode['note']}")
 
+
+def _render_prefill(prefill: dict[str, Any]) -> None:
     t = Table(title="Prefill: one ubatch of B tokens at depth 0 (weights read once per ubatch)", title_justify="left")
     for col in ("B", "experts read", "weights read", "FLOPs/token", "FLOP/byte"):
         t.add_column(col, justify="right")
-    for r in report["prefill"]["rows"]:
+    for r in prefill["rows"]:
         t.add_row(
             str(r["ubatch"]),
             f"{r['coverage']:.1%}",
@@ -245,44 +255,45 @@ def render(report: dict[str, Any]) -> None:
             f"{r['intensity']:.1f}",
         )
     out.print(t)
-    for r in report["prefill"]["ridges"]:
+    for r in prefill["ridges"]:
         b = r["compute_bound_ubatch"]
         out.print(
             f"  ridge {r['name']}: {r['flop_per_byte']:.1f} FLOP/byte; compute-bound from B = "
             f"{b if b is not None else 'never (below 65536)'}"
         )
 
-    ex = report["experts"]
-    if ex["n_expert"]:
-        cov = ex["coverage"]
-        out.print(
-            f"Expert coverage, {ex['n_expert_used']} of {ex['n_expert']} experts per token, uniform routing "
-            f"1 - (1 - k/E)^B: " + ", ".join(f"B={b} {c:.4g}" for b, c in cov.items())
-        )
-        pad = ex.get("mmq_tile_padding") or {}
-        if pad:
-            out.print(
-                "GPU expert matmuls: llama.cpp's MMQ tiles are sized by the ubatch, not by each expert's tokens, "
-                "so they compute " + ", ".join(f"B={b} {p:.2f}x" for b, p in pad.items()) + " the useful work"
-            )
-        t = Table(
-            title="CPU-resident experts (--n-cpu-moe N): read per decode token and per ubatch", title_justify="left"
-        )
-        for col in ("N", "in host", "per token", "per ubatch", "copy pinned", "copy pageable", "on CPU"):
-            t.add_column(col, justify="right")
-        for r in ex["rows"]:
-            t.add_row(
-                str(r["n_cpu_moe"]),
-                _b(r["cpu_expert_bytes"]),
-                _b(r["decode_bytes"]),
-                _b(r["ubatch_bytes"]),
-                _time(r["copy_s_pinned"]),
-                _time(r["copy_s_pageable"]),
-                _time(r["cpu_compute_s"]),
-            )
-        out.print(t)
 
-    att = report["attention"]
+def _render_experts(ex: dict[str, Any]) -> None:
+    if not ex["n_expert"]:
+        return
+    cov = ex["coverage"]
+    out.print(
+        f"Expert coverage, {ex['n_expert_used']} of {ex['n_expert']} experts per token, uniform routing "
+        f"1 - (1 - k/E)^B: " + ", ".join(f"B={b} {c:.4g}" for b, c in cov.items())
+    )
+    pad = ex.get("mmq_tile_padding") or {}
+    if pad:
+        out.print(
+            "GPU expert matmuls: llama.cpp's MMQ tiles are sized by the ubatch, not by each expert's tokens, "
+            "so they compute " + ", ".join(f"B={b} {p:.2f}x" for b, p in pad.items()) + " the useful work"
+        )
+    t = Table(title="CPU-resident experts (--n-cpu-moe N): read per decode token and per ubatch", title_justify="left")
+    for col in ("N", "in host", "per token", "per ubatch", "copy pinned", "copy pageable", "on CPU"):
+        t.add_column(col, justify="right")
+    for r in ex["rows"]:
+        t.add_row(
+            str(r["n_cpu_moe"]),
+            _b(r["cpu_expert_bytes"]),
+            _b(r["decode_bytes"]),
+            _b(r["ubatch_bytes"]),
+            _time(r["copy_s_pinned"]),
+            _time(r["copy_s_pageable"]),
+            _time(r["cpu_compute_s"]),
+        )
+    out.print(t)
+
+
+def _render_attention(att: dict[str, Any]) -> None:
     rows = att["rows"]
     t = Table(
         title=f"Attention: score entries and FLOPs grow as L^2, the KV cache as L (ubatch {att['ubatch']}); "
@@ -305,10 +316,6 @@ def render(report: dict[str, Any]) -> None:
         )
     out.print(t)
     out.print("  flash attention removes the score matrix from memory, not the quadratic FLOPs")
-
-    if report["placement"]:
-        render_placement(report["placement"])
-    render_prediction(pred)
 
 
 def render_placement(pl: dict[str, Any]) -> None:

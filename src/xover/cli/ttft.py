@@ -18,12 +18,30 @@ if TYPE_CHECKING:
     from rich.table import Table
 
     from xover.analysis.stats import Summary
-    from xover.measure.ttft import PointSummary
+    from xover.cli.progress import Bar
+    from xover.measure.ttft import PointSummary, TtftResult
 
 API_KEY_ENV = "XOVER_API_KEY"
 
+HELP = """Time-to-first-token, prefill and decode speed through llama-server, per configuration and prompt length.
 
-@click.command(context_settings={"help_option_names": ["-h", "--help"]})
+A configuration is one combination of the knob values given (--ncmoe x --load-mode x --ubatch x
+--batch x ... x each --env), labelled like `xover bench`'s.
+Each configuration's server starts once (-c sized to the longest prompt, -ngl 99, -fit off,
+-np 1 --cache-ram 0, -lv 4 so its log carries buffer sizes), answers one discarded warm-up
+request, then every length x repetition. Every sample is checked against the server's
+cache_n/prompt_n; one that fails is stored, never averaged, and re-run. Samples go to the
+study's results.sqlite as they arrive, and each server's peak memory (VmHWM, logged buffers)
+beside them.
+
+\b
+xover ttft -m model.gguf --ncmoe 12,18 --lengths 1k,4k,16k,32k -R 200 -r 3
+xover ttft -m model.gguf --ncmoe 18 --load-mode none,mmap --ubatch 512,2048
+xover ttft --url http://127.0.0.1:8080 --lengths 4k
+"""
+
+
+@click.command(help=HELP, context_settings={"help_option_names": ["-h", "--help"]})
 @options.model(
     "GGUF model to serve (with --url: optional, only used to pick prompt token ids and identify results).",
     required=False,
@@ -81,33 +99,9 @@ def ttft(
     extra_args: tuple[str, ...],
     **swept: tuple[str, ...],
 ) -> None:
-    """Time-to-first-token, prefill and decode speed through llama-server, per configuration and prompt length.
-
-    A configuration is one combination of the knob values given (--ncmoe x --load-mode x --ubatch x
-    --batch x ... x each --env), labelled like `xover bench`'s.
-    Each configuration's server starts once (-c sized to the longest prompt, -ngl 99, -fit off,
-    -np 1 --cache-ram 0, -lv 4 so its log carries buffer sizes), answers one discarded warm-up
-    request, then every length x repetition. Every sample is checked against the server's
-    cache_n/prompt_n; one that fails is stored, never averaged, and re-run. Samples go to the
-    study's results.sqlite as they arrive, and each server's peak memory (VmHWM, logged buffers)
-    beside them.
-
-    \b
-    xover ttft -m model.gguf --ncmoe 12,18 --lengths 1k,4k,16k,32k -R 200 -r 3
-    xover ttft -m model.gguf --ncmoe 18 --load-mode none,mmap --ubatch 512,2048
-    xover ttft --url http://127.0.0.1:8080 --lengths 4k
-    """
-    import asyncio
-
-    from rich.markup import escape
-
-    from xover.cli.progress import failed_or_noted
-    from xover.console import console, out, progress_bar, safe
+    from xover.cli.progress import Bar
     from xover.domain.prompts import parse_lengths
-    from xover.measure import bench as benchrun
-    from xover.measure.events import Rerun, SampleDone, ServerUp, TtftEvent
-    from xover.measure.ttft import TtftPlan, TtftRun, expand, gap_note, launches, summarize_points
-    from xover.results.store import Store
+    from xover.measure.ttft import TtftPlan, TtftRequest, run_ttft
 
     plan = TtftPlan(
         lengths=parse_lengths(lengths),
@@ -118,125 +112,75 @@ def ttft(
         seed=seed if seed is not None else time.time_ns() % 1_000_000_007,
         max_retries=retries,
     )
-    sweeps = options.table_values(swept)
-    n_configs = 1
-    binaries = None
-    levels: tuple[int, ...] = ()
-    from xover.hardware.vram import holding, parse_budget
+    request = TtftRequest(
+        plan=plan,
+        study_dir=study_dir,
+        model=model,
+        sweeps=tuple(options.table_values(swept)),
+        env=options.parse_env(env),
+        server_args=extra_args,
+        url=url,
+        api_key=(os.environ.get(API_KEY_ENV) or None) if url is not None else None,
+        llama_bin_dir=llama_bin_dir,
+        startup_timeout_s=server_timeout,
+        vram_budget=options.budget(vram_budget),
+    )
+    with Bar("ttft requests") as bar:
+        result = run_ttft(request, command=["xover", *sys.argv[1:]], on_event=lambda ev: _show(ev, bar))
+    _print_result(result, plan.mode)
 
-    budget = parse_budget(vram_budget) if vram_budget is not None else None
-    if budget is not None and url is not None:
-        raise XoverError("--vram-budget does not apply with --url: start that server under the budget yourself")
-    if url is not None:
-        given = [o.cli[-1] for o, _ in sweeps] + [
-            name
-            for name, v in (("--env", env), ("--llama-bin-dir", llama_bin_dir), ("llama-server args", extra_args))
-            if v
-        ]
-        if given:
-            raise XoverError(f"{given[0]} does not apply with --url: that server's flags are already set; drop it")
-        if model is not None and not model.is_file():
-            raise XoverError(f"model {model} does not exist: fix -m or leave it out with --url")
-    else:
-        if model is None:
-            raise XoverError("no model: pass -m MODEL.gguf (or --url URL to measure a running server)")
-        if not model.is_file():
-            raise XoverError(f"model {model} does not exist: fix -m")
-        from xover.gguf.inspect import check_offload_and_context
-        from xover.llamacpp.binaries import resolve
-        from xover.llamacpp.server import check_explicit_context, has_flag
 
-        need = max(plan.lengths) + plan.response_tokens
-        levels = tuple(int(v) for o, values in sweeps if o.name == "n-cpu-moe" for v in values)
-        check_offload_and_context(model, levels, lengths=plan.lengths, extra_tokens=plan.response_tokens)
-        check_explicit_context(extra_args, need)
-        binaries = resolve(llama_bin_dir)
-        specs = launches(
-            model,
-            sweeps,
-            options.parse_env(env),
-            extra_args,
-            plan,
-            has_flag(binaries.server, "-fit"),
-            4 if has_flag(binaries.server, "-lv") else None,
-        )
-        n_configs = len(specs)
+def _show(ev: object, bar: Bar) -> None:
+    """One progress event of the run: the bar, and a line for what went wrong or was re-run."""
+    from rich.markup import escape
 
-    total = len(expand(plan)) * n_configs
-    with holding(budget) as hold, Store(study_dir) as store, progress_bar() as bar:
-        if hold is not None and model is not None:
-            from xover.measure.budget import planner_notes
+    from xover.cli.progress import failed_or_noted
+    from xover.console import console
+    from xover.measure.events import Rerun, SampleDone, ServerUp
+    from xover.measure.ttft import TtftStarted
 
-            console.print(f"[dim]{escape(hold.describe())}[/]")
-            from xover.llamacpp.server import context_size
-
-            ctx = context_size(max(plan.lengths), plan.response_tokens)  # the -c every server gets
-            for expected in planner_notes(model, levels or (0,), ctx, budget or 0):
-                console.print(f"[yellow]{escape(expected)}[/]")
-        task = bar.add_task("ttft requests", total=total)
-
-        def on_event(ev: TtftEvent) -> None:
-            nonlocal total
-            if failed_or_noted(ev, bar, task, lambda f: f.label):
-                return
-            if isinstance(ev, SampleDone):
-                bar.update(task, advance=1)
-                s = ev.sample
-                if s.error is not None:
-                    console.print(f"[red]{escape(f'{ev.label} L={s.length} rep {s.rep + 1}: {s.error}')}[/]")
-                elif ev.check is not None:
-                    console.print(
-                        f"[yellow]{escape(f'{ev.label} L={s.length} rep {s.rep + 1}: {ev.check}')}; "
-                        "stored, not averaged[/]"
-                    )
-            elif isinstance(ev, Rerun):
-                total += 1
-                bar.update(task, total=total)
-                console.print(
-                    f"[dim]{escape(ev.label)} L={ev.length} rep {ev.rep + 1}: re-running with a fresh prompt[/]"
-                )
-            elif isinstance(ev, ServerUp):
-                where = f", log {ev.log_path}" if ev.log_path else ""
-                line = f"llama-server {ev.label} ready at {ev.url} (build {ev.build_info or 'unknown'}){where}"
-                console.print(f"[dim]{escape(line)}[/]")
-
-        run = TtftRun(store, plan, ["xover", *sys.argv[1:]], binaries=binaries, model=model, on_event=on_event)
-        if url is not None:
-            outcome = asyncio.run(
-                run.run_url(url, api_key=os.environ.get(API_KEY_ENV) or None, startup_timeout_s=server_timeout)
+    if isinstance(ev, TtftStarted):
+        if ev.hold is not None:
+            console.print(f"[dim]{escape(ev.hold)}[/]")
+        for expected in ev.expected:
+            console.print(f"[yellow]{escape(expected)}[/]")
+        bar.start(ev.total)
+    elif failed_or_noted(ev, bar, lambda f: f.label):
+        return
+    elif isinstance(ev, SampleDone):
+        bar.advance()
+        s = ev.sample
+        if s.error is not None:
+            console.print(f"[red]{escape(f'{ev.label} L={s.length} rep {s.rep + 1}: {s.error}')}[/]")
+        elif ev.check is not None:
+            console.print(
+                f"[yellow]{escape(f'{ev.label} L={s.length} rep {s.rep + 1}: {ev.check}')}; stored, not averaged[/]"
             )
-        else:
-            outcome = asyncio.run(run.run_managed(specs, study_dir / "logs", startup_timeout_s=server_timeout))
-        peaks = benchrun.memory_by_config(store, source="llama-server")
+    elif isinstance(ev, Rerun):
+        bar.grow()
+        console.print(f"[dim]{escape(ev.label)} L={ev.length} rep {ev.rep + 1}: re-running with a fresh prompt[/]")
+    elif isinstance(ev, ServerUp):
+        where = f", log {ev.log_path}" if ev.log_path else ""
+        line = f"llama-server {ev.label} ready at {ev.url} (build {ev.build_info or 'unknown'}){where}"
+        console.print(f"[dim]{escape(line)}[/]")
 
-    summaries = summarize_points(outcome.samples)
-    if summaries:
+
+def _print_result(result: TtftResult, mode: str) -> None:
+    """The summary table on stdout, then the warnings, each server's peak memory and where the samples are."""
+    from rich.markup import escape
+
+    from xover.console import console, out, safe, stdout_console
+
+    outcome = result.outcome
+    if result.summaries:
         # a terminal wraps the table to its width; a pipe or file gets it whole
-        from xover.console import stdout_console
-
         target = out if out.is_terminal else stdout_console(width=160)
-        target.print(render_table(summaries, outcome.labels, plan.mode))
-    for p in summaries:
-        label = outcome.labels.get(p.config_key, p.config_key)
-        note = gap_note(p, label, outcome.cold_cache.get(p.config_key), outcome.slots.get(p.config_key))
-        if note:
-            console.print(f"[yellow]warning: {escape(note)}[/]")
-        if p.n_first_two_together:
-            console.print(
-                f"[yellow]warning: {escape(label)} L={p.length}: in {p.n_first_two_together} of {p.n_ok} "
-                "samples the first two tokens arrived together (the server held the first one back inside a "
-                "UTF-8 character, or the client read late): their TTFT includes a decode step[/]"
-            )
-        if p.n_ok < p.n_reps:
-            errored = f" ({p.n_errors} failed with an error)" if p.n_errors else ""
-            console.print(
-                f"[yellow]warning: {escape(label)} L={p.length}: only {p.n_ok} of {p.n_reps} repetitions passed the "
-                f"{p.mode} check{errored}[/]"
-            )
-    for key, label in outcome.labels.items():
-        if key in peaks:
-            console.print(f"[dim]memory {escape(label)}: {benchrun.describe_memory(peaks[key])}[/]")
-    console.print(f"[dim]run {outcome.run_id}: {len(outcome.samples)} samples in {safe(store.path)}[/]")
+        target.print(render_table(result.summaries, outcome.labels, mode))
+    for warning in result.warnings:
+        console.print(f"[yellow]warning: {escape(warning)}[/]")
+    for label, memory in result.memory:
+        console.print(f"[dim]memory {escape(label)}: {escape(memory)}[/]")
+    console.print(f"[dim]run {outcome.run_id}: {len(outcome.samples)} samples in {safe(result.store_path)}[/]")
     if outcome.failures:
         raise XoverError(f"{len(outcome.failures)} configuration(s) failed, first: {outcome.failures[0].reason}")
 

@@ -172,19 +172,19 @@ class LlamaConfig:
 
     def bench_argv(self) -> tuple[str, ...]:
         """llama-bench's arguments for it (table order: --rpc before -ot), then those passed through."""
-        self._measurable()
-        args: list[str] = []
-        for name, value in self.settings:
-            args += opts.BY_NAME[name].bench_args(value)
-        return (*args, *self.bench_args)
+        return self._argv("bench")
 
     def server_argv(self) -> tuple[str, ...]:
         """llama-server's arguments for it (a switch spelled as llama-server takes it), then those passed through."""
+        return self._argv("server")
+
+    def _argv(self, tool: str) -> tuple[str, ...]:
         self._measurable()
         args: list[str] = []
         for name, value in self.settings:
-            args += opts.BY_NAME[name].server_args(value)
-        return (*args, *self.server_args)
+            option = opts.BY_NAME[name]
+            args += option.bench_args(value) if tool == "bench" else option.server_args(value)
+        return (*args, *(self.bench_args if tool == "bench" else self.server_args))
 
     def environment(self) -> tuple[tuple[str, str], ...]:
         """The environment both tools run with: the table's environment options among its settings, and ``env``."""

@@ -393,3 +393,181 @@ def _confirm(
         on_event(Note(f"llama-server confirmation incomplete ({reason}); the advice rests on llama-bench alone"))
         return None
     return advise.confirmation(best.n_cpu_moe, points[keys[0]], points[keys[1]], workload, spec.confirm_repetitions)
+
+
+# ---- `xover advise`: from its options to the advice ------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class AdviseRequest:
+    """What ``xover advise`` was asked: the model, the workload (``"agentic"``, a file of turns, or uniform
+    ``lengths``), the knobs to search (``knob_names`` as given, None for all) with any values to try
+    (``values``: option name -> values; ``n-cpu-moe``'s are the offload levels, each searched on its own), and
+    how to measure."""
+
+    model: Path
+    study_dir: Path
+    workload: str = "agentic"  # "agentic", or a file of turns: PROMPT_TOKENS[,RESPONSE_TOKENS[,WEIGHT]] per line
+    lengths: tuple[int, ...] | None = None  # uniform prompt lengths, instead of the agentic workload
+    response_tokens: int = 200
+    knob_names: str | None = None
+    values: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    repetitions: int = 3
+    chunk: int | None = None
+    n_gen: int = 64
+    budget_s: float = 120.0
+    confirm: bool = True
+    confirm_repetitions: int = 2
+    timeout_s: float | None = None
+    llama_bin_dir: Path | None = None
+    vram_budget: int | None = None  # bytes of GPU memory left to llama.cpp (xover.hardware.vram)
+
+
+@dataclasses.dataclass(frozen=True)
+class Remark:
+    """A line said before the search starts: a knob value left out, or the VRAM budget held."""
+
+    text: str
+
+
+def ubatches_that_fit(knobs: tuple[Knob, ...], n_ctx: int, name: str) -> tuple[tuple[Knob, ...], str | None]:
+    """The default -ub candidates without those above half the training context (the largest one tried
+    is the prefill test's size, and the depths of the workload need the other half), and a line saying what
+    was left out (None when nothing was)."""
+    knob = next((k for k in knobs if k.name == "ubatch-size"), None)
+    if knob is None:
+        return knobs, None
+    keep = [v for v in knob.candidates if int(v) <= n_ctx // 2]
+    if len(keep) == len(knob.candidates):
+        return knobs, None
+    dropped = [v for v in knob.candidates if v not in keep]
+    line = (
+        f"-ub {','.join(dropped)} left out: more than half of {name}'s training context of "
+        f"{n_ctx:,} tokens (--ubatch to choose)"
+    )
+    if not keep:
+        return tuple(k for k in knobs if k.name != "ubatch-size"), line
+    return advise.with_candidates(knobs, "ubatch-size", keep), line
+
+
+def _chosen_knobs(request: AdviseRequest, given: dict[str, tuple[str, ...]]) -> tuple[Knob, ...]:
+    """The knobs to search: all of them (with the values given to try), or those ``--knobs`` names."""
+    import os
+
+    knobs = advise.default_knobs(os.cpu_count() or 1)
+    for name, values in given.items():
+        knobs = advise.with_values_to_try(knobs, name, values)
+    if request.knob_names is None:
+        return knobs
+    wanted = [n.strip() for n in request.knob_names.split(",") if n.strip()]
+    known = {k.name: k for k in knobs} | {k.short: k for k in knobs}
+    bad = [n for n in wanted if n not in known]
+    if bad or not wanted:
+        raise XoverError(
+            f"--knobs {request.knob_names!r}: choose from {', '.join(k.name for k in knobs)} (or lm, ub, b, nopo, t)"
+        )
+    names = {known[n].name for n in wanted}
+    return tuple(k for k in knobs if k.name in names)
+
+
+def _request_workload(request: AdviseRequest) -> Workload | None:
+    """The workload the request names: uniform ``lengths``, a file of turns, or None for the agentic band."""
+    if request.lengths is not None:
+        if request.workload != "agentic":
+            raise XoverError("give either --lengths or --workload FILE, not both")
+        return advise.uniform_workload(request.lengths, request.response_tokens)
+    if request.workload == "agentic":
+        return None
+    path = Path(request.workload)
+    try:
+        text = path.read_text()
+    except OSError as e:
+        raise XoverError(
+            f"--workload {request.workload}: cannot read it ({e.strerror or e}); give agentic or a file of turns"
+        ) from None
+    return advise.parse_workload(text, request.response_tokens, path.name)
+
+
+def _check_context(
+    model: Path,
+    levels: tuple[int | None, ...],
+    workload: Workload,
+    knobs: tuple[Knob, ...],
+    chunk: int | None,
+    n_gen: int,
+    option: str,
+) -> None:
+    """Fail before measuring when a given workload's prompts, as llama-bench depths with the prefill and
+    decode tests on top, exceed the model's training context; the message names the lengths that fit."""
+    from xover.gguf.inspect import check_offload_and_context
+
+    ubatches = [int(v) for k in knobs if k.name == "ubatch-size" for v in k.candidates]
+    pp = chunk or max([advise.LLAMA_DEFAULT_UBATCH, *ubatches])
+    check_offload_and_context(
+        model,
+        [n for n in levels if n is not None],
+        lengths=workload.lengths,
+        extra_tokens=pp + n_gen,
+        option=option,
+        extra_what=f"llama-bench test tokens (pp{pp} + tg{n_gen})",
+    )
+
+
+def run_advise_request(
+    request: AdviseRequest, *, command: Sequence[str] = (), on_event: Callable[[object], None] = lambda e: None
+) -> Advice:
+    """``xover advise``: the request checked (knobs, binaries, model, workload, context), then :func:`run_advise`
+    under the VRAM budget. ``on_event`` gets a :class:`Remark` for each knob value left out (a -ub the model's
+    context cannot hold, as soon as it is known; the GPU-only knobs of a CPU-only build, once every input is
+    known to be good) and for the budget held, then :func:`run_advise`'s events."""
+    from xover.gguf.inspect import model_context
+    from xover.hardware.vram import holding
+    from xover.llamacpp.binaries import resolve
+
+    given = dict(request.values)
+    levels = tuple(int(v) for v in given.pop("n-cpu-moe", ())) or (None,)
+    knobs = _chosen_knobs(request, given)
+    binaries = resolve(request.llama_bin_dir)
+    backend = binaries.manifest.backend if binaries.manifest is not None else None
+    dropped: list[Knob] = []
+    if backend == "cpu" and request.knob_names is None:
+        # pinned memory, op offload and its threshold only change how weights reach a GPU: nothing to copy here
+        dropped = [k for k in knobs if k.gpu_only and k.name not in given]
+        knobs = tuple(k for k in knobs if k not in dropped)
+    model = request.model
+    if not model.is_file():
+        raise XoverError(f"model {model} does not exist: pass -m PATH to a .gguf file")
+    context = model_context(model)
+    if "ubatch-size" not in given and context.n_ctx_train:
+        knobs, line = ubatches_that_fit(knobs, context.n_ctx_train, context.name)
+        if line is not None:
+            on_event(Remark(line))
+    workload = _request_workload(request)
+    if workload is not None:
+        option = "--lengths" if request.lengths is not None else "--workload"
+        _check_context(model, levels, workload, knobs, request.chunk, request.n_gen, option)
+    spec = AdviseSpec(
+        model=model,
+        knobs=knobs,
+        ncmoe=levels,
+        workload=workload,
+        response_tokens=request.response_tokens,
+        repetitions=request.repetitions,
+        n_gen=request.n_gen,
+        chunk=request.chunk,
+        budget_s=request.budget_s,
+        confirm=request.confirm,
+        confirm_repetitions=request.confirm_repetitions,
+        timeout_s=request.timeout_s,
+    )
+    if dropped:  # said once every input is known to be good, so a bad one still gets a one-line error
+        on_event(
+            Remark(
+                f"{', '.join(k.name for k in dropped)} left out: this llama.cpp build is CPU-only and "
+                "they only change how weights reach a GPU (name them with --knobs to search them)"
+            )
+        )
+    with holding(request.vram_budget) as hold:
+        if hold is not None:
+            on_event(Remark(hold.describe()))
+        return run_advise(spec, binaries, request.study_dir, command=command, on_event=on_event)

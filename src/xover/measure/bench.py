@@ -19,6 +19,7 @@ import signal
 from collections.abc import Callable, Sequence
 from contextlib import closing
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from xover.domain.config import LlamaConfig, matrix
 from xover.domain.llama_options import LlamaOption, parse_args
@@ -27,10 +28,13 @@ from xover.errors import XoverError
 from xover.llamacpp import bench, memory
 from xover.llamacpp.bench import BenchJob, Exited, Point, ProgressLine, RecordLine
 from xover.llamacpp.binaries import Binaries
-from xover.measure.events import ConfigStarted, Progressed, ResultStored, SweepEvent, SweepPlanned
+from xover.measure.events import ConfigStarted, Note, Progressed, ResultStored, SweepEvent, SweepPlanned
 from xover.measure.provenance import model_id
 from xover.measure.recorder import Recording
 from xover.results.store import Store
+
+if TYPE_CHECKING:
+    from xover.results.read_model import BenchData
 
 MD_ARTIFACT = "llama-bench-md"  # llama-bench's own markdown for a configuration's tests (-oe md)
 
@@ -292,3 +296,59 @@ def describe_memory(use: memory.MemoryUse) -> str:
     if use.buffers:
         parts.append("buffers: " + ", ".join(f"{dev} {kind} {size(b)}" for dev, kind, b in use.buffers if b))
     return "; ".join(parts)
+
+
+# ---- `xover bench`: from its options to the stored sweep ------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class BenchRequest:
+    """What ``xover bench`` was asked: the tests, the configurations to sweep (every combination of the swept
+    values and ``env`` values, with ``bench_args`` after ``--``), the study to store them in, and the VRAM budget
+    (bytes of GPU memory left to llama.cpp) to run under."""
+
+    tests: BenchTests
+    study_dir: Path
+    sweeps: tuple[tuple[LlamaOption, tuple[str, ...]], ...] = ()
+    env: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    bench_args: tuple[str, ...] = ()
+    fresh: bool = False
+    llama_bin_dir: Path | None = None
+    vram_budget: int | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class BenchRun:
+    """A ``xover bench`` run: the sweep's outcome, its configurations' results as stored, and each one's peak
+    memory in words (label, description)."""
+
+    outcome: SweepOutcome
+    data: BenchData
+    memory: tuple[tuple[str, str], ...]
+
+
+def run_bench(
+    request: BenchRequest,
+    *,
+    command: Sequence[str] = (),
+    on_event: Callable[[SweepEvent | Note], None] = lambda e: None,
+) -> BenchRun:
+    """``xover bench``: the configurations checked, the binaries found, then :func:`run_sweep` under the VRAM
+    budget (a :class:`xover.measure.events.Note` says what is held before the sweep's events)."""
+    from xover.hardware.vram import holding
+    from xover.llamacpp.binaries import resolve
+    from xover.results.read_model import bench_data, load
+
+    configs = sweep_configs(request.sweeps, request.env, request.bench_args)
+    binaries = resolve(request.llama_bin_dir)
+    with holding(request.vram_budget) as hold:
+        if hold is not None:
+            on_event(Note(hold.describe()))
+        outcome = run_sweep(
+            request.tests, configs, binaries, request.study_dir, fresh=request.fresh, command=command, on_event=on_event
+        )
+    data = bench_data(load(request.study_dir), {c.key for c in outcome.configs})
+    with Store(request.study_dir) as store:
+        peaks = memory_by_config(store)
+    memory = tuple((c.label, describe_memory(peaks[c.key])) for c in outcome.configs if c.key in peaks)
+    return BenchRun(outcome, data, memory)

@@ -50,6 +50,7 @@ from xover.analysis.cachelab import (  # noqa: F401 (the plan and analysis, re-e
 )
 from xover.client.http import LlamaClient, completion_body
 from xover.domain.config import LlamaConfig
+from xover.domain.llama_options import LlamaOption
 from xover.domain.prompts import Prompt, TokenPrompts, token_pool
 from xover.domain.records import Failure, TtftSample
 from xover.errors import XoverError
@@ -285,3 +286,69 @@ class _LabRun:
 
 def _hash(ids: Sequence[int]) -> str:
     return hashlib.sha256(",".join(map(str, ids)).encode()).hexdigest()[:12]
+
+
+# ---- `xover cache`: from its options to the lab's analysis ------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class CacheLabRequest:
+    """What ``xover cache`` was asked: the model and prompt length, the one configuration (the table's options,
+    one value each, with ``server_args`` after ``--``) and the study to store the samples in."""
+
+    model: Path | None
+    length: int
+    study_dir: Path
+    sweeps: tuple[tuple[LlamaOption, tuple[str, ...]], ...] = ()
+    server_args: tuple[str, ...] = ()
+    llama_bin_dir: Path | None = None
+    startup_timeout_s: float = 600.0
+
+
+@dataclasses.dataclass(frozen=True)
+class LabStarted:
+    """Sent once the request is checked, before the first scenario's server starts."""
+
+    total: int  # requests planned
+
+
+def run_lab(
+    request: CacheLabRequest,
+    *,
+    command: Sequence[str] = (),
+    on_event: Callable[[LabEvent | LabStarted], None] = lambda ev: None,
+) -> CacheLabOutcome:
+    """``xover cache``: the request checked against the lab's plan, the model, its context and the binaries
+    (before any server starts), then :func:`run_cache_lab`. ``on_event`` gets :class:`LabStarted` first."""
+    from xover.domain.config import matrix
+    from xover.domain.llama_options import parse_args
+    from xover.gguf.inspect import check_offload_and_context
+    from xover.llamacpp.binaries import resolve
+    from xover.llamacpp.server import check_explicit_context
+
+    model, tokens = request.model, request.length
+    if model is None:
+        raise XoverError("no model: pass -m MODEL.gguf")
+    if not model.is_file():
+        raise XoverError(f"model {model} does not exist: fix -m")
+    planned = sum(len(srv.requests()) for srv in lab_plan(tokens))  # a length the lab cannot use fails here
+    several = next((o.cli[-1] for o, values in request.sweeps if len(values) > 1), None)
+    if several:
+        raise XoverError(f"{several}: the cache lab runs one configuration; give one value")
+    known, rest = parse_args(request.server_args, "server")
+    (config,) = [c.with_values({**known, **dict(c.settings)}) for c in matrix(request.sweeps, server_args=rest)]
+    need = tokens + INSERTED + RESPONSE_TOKENS
+    check_offload_and_context(model, [config.n_cpu_moe] if config.get("n-cpu-moe") else [], need)
+    check_explicit_context(request.server_args, need)
+    binaries = resolve(request.llama_bin_dir)
+    on_event(LabStarted(planned))
+    return run_cache_lab(
+        request.study_dir,
+        binaries,
+        model,
+        tokens,
+        config,
+        command=command,
+        startup_timeout_s=request.startup_timeout_s,
+        on_event=on_event,
+    )

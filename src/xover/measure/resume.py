@@ -15,6 +15,7 @@ from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
+from xover.domain.artifacts import TUNED
 from xover.domain.config import LlamaConfig
 from xover.domain.records import TtftSample
 from xover.domain.study_spec import StudySpec
@@ -114,10 +115,10 @@ def bench_todo(spec: StudySpec, data: StudyData, model_key: str, fresh: bool) ->
 def stored_checks(data: StudyData, records: list[dict[str, Any]], suffix: str) -> list[dict[str, Any]] | None:
     """llama.cpp's stored word on the planner's levels (artifact ``fit-check{suffix}``) when it checked exactly
     these levels, else None (the check must run)."""
-    checked = data.artifact_bodies("fit-check" + suffix)
+    checked = data.fit_records(suffix, checked=True)
     planned = [(r["config"], r["n_cpu_moe"], r["n_ctx"]) for r in records]
-    if checked and [(c["config"], c["n_cpu_moe"], c["n_ctx"]) for c in checked[-1]] == planned:
-        return list(checked[-1])
+    if checked is not None and [(c.config, c.n_cpu_moe, c.n_ctx) for c in checked] == planned:
+        return [dict(c.body) for c in checked]
     return None
 
 
@@ -167,7 +168,7 @@ def pending(spec: StudySpec, data: StudyData, terms: Any, model_key: str) -> Pen
     variants = tune.variants(found[c.name] for c in spec.configs if c.name in found)
     if records:
         variants, refits = fit.refit_variants(spec, terms, records, variants)
-        checks = stored_checks(data, refits, "-tuned") if refits else []
+        checks = stored_checks(data, refits, TUNED) if refits else []
         if checks is None:
             fit_checks += [r["config"] for r in refits]
         else:

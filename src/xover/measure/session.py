@@ -35,10 +35,11 @@ import dataclasses
 import math
 from collections.abc import Callable, Coroutine, Mapping, Sequence
 from pathlib import Path
-from typing import Any, ParamSpec, TypeVar
+from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
 from xover.client.chat import ChatClient, chat_body
 from xover.domain.config import LlamaConfig
+from xover.domain.llama_options import LlamaOption
 from xover.domain.records import Failure, SessionTurn
 from xover.domain.workload import (
     Session,
@@ -57,6 +58,10 @@ from xover.measure.events import Note, ReplayDone, ServerUp, SessionEvent, Sized
 from xover.measure.recorder import Recording
 from xover.measure.server_session import started_server
 from xover.results.store import Store
+
+if TYPE_CHECKING:
+    from xover.gguf.inspect import ModelContext
+    from xover.results.read_model import SessionSeries
 
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -471,3 +476,250 @@ class _Replay:
                     "that size: replay with --exact to feed the recorded replies"
                 )
             )
+
+
+# ---- `xover session`: from its options to the replayed series ------------------------------------------
+
+GENERATION_OPTIONS = ("turns", "seed", "system_tokens", "target_tokens", "rewrite_every", "chars_per_token")
+_SCALABLE = ("turns", "system_tokens", "target_tokens")  # the sizes fit_to_context scales unless they are given
+
+
+@dataclasses.dataclass(frozen=True)
+class SessionRequest:
+    """What ``xover session`` was asked: the configurations (every combination of the swept values, with
+    ``server_args`` after ``--``), the session (the ``workload`` file, or one generated from the fields below) and
+    how to replay it."""
+
+    model: Path
+    study_dir: Path
+    sweeps: tuple[tuple[LlamaOption, tuple[str, ...]], ...] = ()
+    server_args: tuple[str, ...] = ()
+    workload: Path | None = None  # replay this file; None: generate a session
+    turns: int = 30
+    seed: int = 0
+    system_tokens: int = 10_240
+    target_tokens: int = 40_960
+    rewrite_every: int = 6
+    chars_per_token: float | None = None  # None: 1 for xover's synthetic byte vocabularies, else 4
+    explicit: tuple[str, ...] = ()  # the GENERATION_OPTIONS given explicitly (a given size is kept, never scaled)
+    modes: tuple[str, ...] = MODES
+    response_tokens: int = 64
+    cache_reuse: int = CACHE_REUSE
+    exact: bool = False
+    ctx_size: int | None = None  # None: sized by a short tokenizing run
+    llama_bin_dir: Path | None = None
+    startup_timeout_s: float = 600.0
+
+
+@dataclasses.dataclass(frozen=True)
+class SessionStarted:
+    """Sent once the session is ready, before the first server of the replay starts."""
+
+    total: int  # turns planned: configurations x cache modes x turns
+    sizing: str = ""  # what was scaled to the model, and why ("" when nothing was)
+    written: Path | None = None  # the generated session's file
+    sized: str = ""  # the context the sizing run chose, in words ("" when it did not run)
+
+
+@dataclasses.dataclass(frozen=True)
+class SessionResult:
+    outcome: SessionOutcome
+    series: tuple[SessionSeries, ...]  # the replayed series, for the summary table and the verdict
+
+
+def _session_configs(request: SessionRequest) -> list[LlamaConfig]:
+    """One configuration per combination of the swept values; the arguments after ``--`` that the option table
+    knows become settings of each, the rest pass through."""
+    from xover.domain.config import matrix
+    from xover.domain.llama_options import parse_args
+
+    known, rest = parse_args(request.server_args, "server")
+    return [c.with_values({**known, **dict(c.settings)}) for c in matrix(request.sweeps, server_args=rest)]
+
+
+def _requested(request: SessionRequest, context: ModelContext) -> WorkloadSpec:
+    """The session the options ask for, before it is fitted to the model."""
+    byte_vocab = request.chars_per_token is None and context.byte_vocab
+    return WorkloadSpec(
+        seed=request.seed,
+        turns=request.turns,
+        system_tokens=request.system_tokens,
+        target_tokens=request.target_tokens,
+        rewrite_every=request.rewrite_every,
+        chars_per_token=request.chars_per_token or (1.0 if byte_vocab else 4.0),
+    )
+
+
+def _check_replay(request: SessionRequest, configs: Sequence[LlamaConfig], spec: WorkloadSpec | None) -> None:
+    """Fail before anything starts when a configuration or the context cannot hold the session, or when a
+    replayed file is missing or is shaped by options that only shape a generated one."""
+    from xover.gguf.inspect import check_offload_and_context
+    from xover.llamacpp.server import check_explicit_context
+
+    need = None if spec is None else spec.target_tokens + request.response_tokens
+    check_offload_and_context(request.model, [c.n_cpu_moe for c in configs if c.get("n-cpu-moe") is not None], need)
+    if need is not None:
+        check_explicit_context(request.server_args, need)
+        if request.ctx_size is not None and request.ctx_size < need:
+            raise XoverError(
+                f"--ctx-size {request.ctx_size} is shorter than the session's last turn plus its response "
+                f"(about {need} tokens): raise it or leave it out (xover sizes it)"
+            )
+    if spec is None:
+        assert request.workload is not None
+        shaping = [name for name in GENERATION_OPTIONS if name in request.explicit]
+        if shaping:
+            raise XoverError(
+                f"--{shaping[0].replace('_', '-')} shapes a generated session; --workload replays a file: drop one"
+            )
+        if not request.workload.is_file():
+            raise XoverError(f"workload {request.workload} does not exist: fix --workload")
+
+
+def replay_session(
+    request: SessionRequest,
+    *,
+    command: Sequence[str] = (),
+    on_event: Callable[[SessionEvent | SessionStarted], None] = lambda ev: None,
+) -> SessionResult:
+    """``xover session``: the request checked against the model and its context (before any server starts), the
+    session generated and sized for the model (or the file read), then :func:`run_session` on every configuration
+    x cache mode. ``on_event`` gets :class:`SessionStarted` first, then :data:`xover.measure.events.SessionEvent`
+    (a :class:`xover.measure.events.Note` after a :class:`xover.measure.events.Sized` whose longest turn does not
+    fit the model's training context)."""
+    from xover.domain.workload import fit_to_context
+    from xover.gguf.inspect import model_context
+    from xover.llamacpp.binaries import resolve
+    from xover.results.read_model import series_from_rows
+
+    model = request.model
+    if not model.is_file():
+        raise XoverError(f"model {model} does not exist: fix -m")
+    context = model_context(model)
+    given = frozenset(n for n in _SCALABLE if n in request.explicit)
+    requested = _requested(request, context) if request.workload is None else None
+    spec, line = (
+        fit_to_context(requested, context.n_ctx_train, request.response_tokens, given, context.name)
+        if requested is not None
+        else (None, None)
+    )
+    configs = _session_configs(request)
+    _check_replay(request, configs, spec)
+    binaries = resolve(request.llama_bin_dir)
+    ctx_size, started = request.ctx_size, SessionStarted(0)
+    if spec is not None and requested is not None:
+        sized_text = ""
+        if context.n_ctx_train and ctx_size is None:
+            # the real token counts, and what the server's own replies become when fed back, decide
+            spec, line, sized = _fit_by_sizing(
+                request, requested, spec, line, given, context, binaries, model.resolve(), configs[0]
+            )
+            ctx_size = sized.ctx_size
+            sized_text = (
+                f"context sized to {sized.ctx_size} tokens (longest turn {sized.max_prompt_tokens} "
+                f"tokens; llama-server holds at most {context.n_ctx_train:,} per slot)"
+            )
+        vocab = (
+            "sized at 1 character per token (xover's synthetic byte vocabulary)"
+            if request.chars_per_token is None and context.byte_vocab
+            else ""
+        )
+        path = write_workload(request.study_dir, spec)
+        started = SessionStarted(0, "; ".join(x for x in (line, vocab) if x), path, sized_text)
+    else:
+        assert request.workload is not None
+        path = request.workload
+    n_turns = len(loads(path.read_text(encoding="utf-8"), source=str(path)).turns)
+    on_event(dataclasses.replace(started, total=len(configs) * len(request.modes) * n_turns))
+
+    def forward(ev: SessionEvent) -> None:
+        on_event(ev)
+        if isinstance(ev, Sized) and context.n_ctx_train and ev.need_tokens > context.n_ctx_train:
+            on_event(Note(_beyond_training(ev, context, request.response_tokens)))
+
+    outcome = run_session(
+        request.study_dir,
+        binaries,
+        model.resolve(),
+        path,
+        configs,
+        request.modes,
+        request.response_tokens,
+        exact=request.exact,
+        cache_reuse=request.cache_reuse,
+        ctx_size=ctx_size,
+        command=command,
+        startup_timeout_s=request.startup_timeout_s,
+        on_event=forward,
+    )
+    series = series_from_rows((outcome.run_id, outcome.labels[t.config_key], t) for t in outcome.turns)
+    return SessionResult(outcome, tuple(series))
+
+
+def _beyond_training(sized: Sized, context: ModelContext, response_tokens: int) -> str:
+    """Why turns will fail: the sized session's longest turn does not fit the model's training context."""
+    replies = (
+        ""
+        if sized.reply_growth is None
+        else f"; each fed-back reply of {response_tokens} tokens comes back as about "
+        f"{sized.reply_growth * response_tokens:,.0f} (--exact feeds the recorded replies)"
+    )
+    return (
+        f"the longest turn needs {sized.need_tokens:,} tokens, beyond {context.name}'s training context "
+        f"of {context.n_ctx_train:,}: llama-server caps a slot there, so turns past it fail{replies}"
+    )
+
+
+def _fit_by_sizing(
+    request: SessionRequest,
+    requested: WorkloadSpec,
+    spec: WorkloadSpec,
+    line: str | None,
+    given: frozenset[str],
+    context: ModelContext,
+    binaries: Binaries,
+    model: Path,
+    config: LlamaConfig,
+) -> tuple[WorkloadSpec, str | None, Sized]:
+    """The generated session refitted until its real size fits the model's training context.
+
+    llama-server caps a slot at the training context, so the longest turn, with the replies fed back
+    and the response, must fit it. A sizing server (what the replay would start anyway) tokenizes every
+    turn and measures what a generated reply becomes when fed back; while the session does not fit, it
+    is refitted with that reply size and the tokenizer's excess over the estimate reserved. Returns the
+    session spec, its one-line description and the sizing (whose context the replay then uses)."""
+    from xover.domain.workload import fit_to_context, last_turn_tokens
+
+    exact, response_tokens = request.exact, request.response_tokens
+    reply, slack = 0, 0
+    for _ in range(4):
+        sized = asyncio.run(
+            size_context(
+                binaries,
+                model,
+                config,
+                generate(spec),
+                exact,
+                response_tokens,
+                request.study_dir / "logs",
+                has_flag(binaries.server, "-fit"),
+                request.startup_timeout_s,
+            )
+        )
+        if sized.need_tokens <= context.n_ctx_train:
+            return spec, line, sized
+        if not exact:
+            reply = max(reply, reply_allowance(sized.reply_growth, response_tokens))
+        slack += max(0, sized.max_prompt_tokens - last_turn_tokens(spec)) + 64
+        spec, line = fit_to_context(
+            requested, context.n_ctx_train, response_tokens, given, context.name, reply_tokens=reply, slack=slack
+        )
+        if line is None:  # every size was given: nothing left to scale
+            break
+    raise XoverError(
+        f"the session's longest turn needs {sized.need_tokens:,} tokens with its response"
+        + ("" if exact else " and the fed-back replies")
+        + f", beyond {context.name}'s training context of "
+        f"{context.n_ctx_train:,} (llama-server caps a slot there): lower --target-tokens or --turns"
+        + ("" if exact else ", or replay --exact")
+    )

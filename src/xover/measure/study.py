@@ -20,6 +20,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from xover.domain import artifacts
+from xover.domain.artifacts import StudyRecord
 from xover.domain.config import LlamaConfig
 from xover.domain.study_spec import StudySpec
 from xover.errors import XoverError
@@ -137,7 +139,7 @@ def stage_theory(st: Study) -> None:
         # The theory's view of the model, so the report can predict from the store alone (the translation of
         # measurements to other machines) without the model file.
         store.add_artifact(None, "model-terms", dataclasses.asdict(model_terms(table)))
-        store.add_artifact(None, "prediction", prediction)
+        store.add_artifact(None, artifacts.PREDICTION, prediction)
     emit(StageEvent("theory", "info", f"prediction stored for {len(spec.configs)} configurations"))
 
 
@@ -166,22 +168,20 @@ def stored_tuning(st: Study) -> tuple[Any, ...]:
 def record_spec(spec: StudySpec, study_dir: Path) -> None:
     """What the report needs of the spec (configuration order, headline pairs, responses, band), stored
     as artifact ``study`` when it changed, so the report rebuilds from the store alone."""
-    previous = load(study_dir).artifact_bodies("study")
-    before = previous[-1] if previous else {}
+    before = load(study_dir).study_record()
     # The full spec sets the order; an invocation narrowed with --configs keeps the order (and pairs) stored before.
-    ours, theirs = [c.name for c in spec.configs], before.get("configs", [])
+    ours, theirs = [c.name for c in spec.configs], list(before.configs) if before is not None else []
     names = ours if set(ours) >= set(theirs) else list(dict.fromkeys([*theirs, *ours]))
-    body = {
-        "configs": names,
-        "pairs": [list(p) for p in spec.pairs] or before.get("pairs", []),
-        "response_tokens": list(spec.response_tokens),
-        "band": list(spec.band),
-    }
-    if spec.decode_tokens is not None:
-        body["decode_tokens"] = spec.decode_tokens
-    if body != before:
+    record = StudyRecord(
+        configs=tuple(names),
+        pairs=tuple(spec.pairs) or (before.pairs if before is not None else ()),
+        response_tokens=tuple(spec.response_tokens),
+        band=(spec.band[0], spec.band[1]),
+        decode_tokens=spec.decode_tokens,
+    )
+    if record != before:
         with Store(study_dir) as store:
-            store.add_artifact(None, "study", body)
+            store.add_artifact(None, artifacts.STUDY, record.to_body())
 
 
 def stage_bench(st: Study) -> int:
@@ -461,7 +461,7 @@ def _check_fits(
     for r in records:
         st.emit(StageEvent("model", "info", fit.describe(r)))
     with Store(st.study_dir) as store:
-        store.add_artifact(None, "fit" + suffix, records)
+        store.add_artifact(None, artifacts.fit_artifact(suffix), records)
     checks = fit.check_fits(
         st.spec,
         configs,
@@ -472,7 +472,7 @@ def _check_fits(
         lambda line: st.emit(StageEvent("model", "info", line)),
     )
     with Store(st.study_dir) as store:
-        store.add_artifact(None, "fit-check" + suffix, checks)
+        store.add_artifact(None, artifacts.fit_artifact(suffix, checked=True), checks)
     return fit.apply_checks(configs, checks)
 
 
@@ -546,7 +546,7 @@ class _Stages:
         if not fits:
             return list(tuned), tuned_configs
         tuned_configs, refits = fit.refit_variants(st.spec, st.terms, fits, tuned_configs)
-        tuned_configs = _check_fits(st, tuned_configs, refits, "-tuned")
+        tuned_configs = _check_fits(st, tuned_configs, refits, artifacts.TUNED)
         placed = {c.name: c for c in tuned_configs}
         return [
             dataclasses.replace(

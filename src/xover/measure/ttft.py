@@ -587,3 +587,152 @@ def build_sample(
         cache_ok=r.error is None and check is None,
         error=r.error,
     )
+
+
+# ---- `xover ttft`: from its options to its summaries ----------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class TtftRequest:
+    """What ``xover ttft`` was asked: the plan, and either the servers to start (``model``, one per combination
+    of the swept values and ``env`` values, with ``server_args`` after ``--``) or the one running at ``url``."""
+
+    plan: TtftPlan
+    study_dir: Path
+    model: Path | None = None
+    sweeps: tuple[tuple[LlamaOption, tuple[str, ...]], ...] = ()
+    env: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    server_args: tuple[str, ...] = ()
+    url: str | None = None
+    api_key: str | None = None  # sent only to ``url``
+    llama_bin_dir: Path | None = None
+    startup_timeout_s: float = 600.0
+    vram_budget: int | None = None  # bytes of GPU memory left to llama.cpp (xover.hardware.vram)
+
+
+@dataclasses.dataclass(frozen=True)
+class TtftStarted:
+    """Sent once the request is checked, before the first server starts: the requests planned, the VRAM budget
+    held (in words; None without one) and the placement planner's expectations under it, one line each."""
+
+    total: int
+    hold: str | None = None
+    expected: tuple[str, ...] = ()
+
+
+@dataclasses.dataclass(frozen=True)
+class TtftResult:
+    """A ``xover ttft`` run: its outcome, the summaries of its samples, and what is worth saying about them."""
+
+    outcome: RunOutcome
+    summaries: tuple[PointSummary, ...]
+    warnings: tuple[str, ...]  # one line each, point by point in the summaries' order
+    memory: tuple[tuple[str, str], ...]  # (label, its server's peak memory in words), per configuration
+    store_path: Path
+
+
+def _checked_servers(request: TtftRequest) -> tuple[list[ServerLaunch], Binaries | None, tuple[int, ...]]:
+    """``request`` checked against the model, its context and the binaries before anything starts: the servers to
+    start (none with ``url``), the binaries and the ``--n-cpu-moe`` levels swept."""
+    model, plan = request.model, request.plan
+    if request.vram_budget is not None and request.url is not None:
+        raise XoverError("--vram-budget does not apply with --url: start that server under the budget yourself")
+    if request.url is not None:
+        given = [o.cli[-1] for o, _ in request.sweeps] + [
+            name
+            for name, v in (
+                ("--env", request.env),
+                ("--llama-bin-dir", request.llama_bin_dir),
+                ("llama-server args", request.server_args),
+            )
+            if v
+        ]
+        if given:
+            raise XoverError(f"{given[0]} does not apply with --url: that server's flags are already set; drop it")
+        if model is not None and not model.is_file():
+            raise XoverError(f"model {model} does not exist: fix -m or leave it out with --url")
+        return [], None, ()
+    if model is None:
+        raise XoverError("no model: pass -m MODEL.gguf (or --url URL to measure a running server)")
+    if not model.is_file():
+        raise XoverError(f"model {model} does not exist: fix -m")
+    from xover.gguf.inspect import check_offload_and_context
+    from xover.llamacpp.binaries import resolve
+    from xover.llamacpp.server import check_explicit_context, has_flag
+
+    levels = tuple(int(v) for o, values in request.sweeps if o.name == "n-cpu-moe" for v in values)
+    check_offload_and_context(model, levels, lengths=plan.lengths, extra_tokens=plan.response_tokens)
+    check_explicit_context(request.server_args, max(plan.lengths) + plan.response_tokens)
+    binaries = resolve(request.llama_bin_dir)
+    servers = launches(
+        model,
+        request.sweeps,
+        request.env,
+        request.server_args,
+        plan,
+        has_flag(binaries.server, "-fit"),
+        4 if has_flag(binaries.server, "-lv") else None,
+    )
+    return servers, binaries, levels
+
+
+def ttft_warnings(summaries: Sequence[PointSummary], outcome: RunOutcome) -> list[str]:
+    """What is worth a warning about each point: a large client-server gap (:func:`gap_note`), first tokens that
+    arrived together, repetitions that did not pass the cache check."""
+    out = []
+    for p in summaries:
+        label = outcome.labels.get(p.config_key, p.config_key)
+        note = gap_note(p, label, outcome.cold_cache.get(p.config_key), outcome.slots.get(p.config_key))
+        if note:
+            out.append(note)
+        if p.n_first_two_together:
+            out.append(
+                f"{label} L={p.length}: in {p.n_first_two_together} of {p.n_ok} samples the first two tokens arrived "
+                "together (the server held the first one back inside a UTF-8 character, or the client read late): "
+                "their TTFT includes a decode step"
+            )
+        if p.n_ok < p.n_reps:
+            errored = f" ({p.n_errors} failed with an error)" if p.n_errors else ""
+            out.append(
+                f"{label} L={p.length}: only {p.n_ok} of {p.n_reps} repetitions passed the {p.mode} check{errored}"
+            )
+    return out
+
+
+def run_ttft(
+    request: TtftRequest,
+    *,
+    command: Sequence[str] = (),
+    on_event: Callable[[TtftEvent | TtftStarted], None] = lambda ev: None,
+) -> TtftResult:
+    """``xover ttft``: check the request (before any server starts or any store is written), hold the VRAM budget,
+    then measure every configuration's servers (or the server at ``url``) into ``study_dir``'s store.
+    ``on_event`` gets :class:`TtftStarted` first, then :data:`xover.measure.events.TtftEvent`."""
+    from xover.hardware.vram import holding
+    from xover.llamacpp.server import context_size
+    from xover.measure.bench import describe_memory, memory_by_config
+    from xover.measure.budget import planner_notes
+
+    servers, binaries, levels = _checked_servers(request)
+    plan, model = request.plan, request.model
+    total = len(expand(plan)) * (len(servers) if request.url is None else 1)
+    with holding(request.vram_budget) as hold, Store(request.study_dir) as store:
+        expected: list[str] = []
+        if hold is not None and model is not None:
+            ctx = context_size(max(plan.lengths), plan.response_tokens)  # the -c every server gets
+            expected = planner_notes(model, levels or (0,), ctx, request.vram_budget or 0)
+        on_event(TtftStarted(total, hold.describe() if hold is not None else None, tuple(expected)))
+        run = TtftRun(store, plan, list(command), binaries=binaries, model=model, on_event=on_event)
+        if request.url is not None:
+            outcome = asyncio.run(
+                run.run_url(request.url, api_key=request.api_key, startup_timeout_s=request.startup_timeout_s)
+            )
+        else:
+            outcome = asyncio.run(
+                run.run_managed(servers, request.study_dir / "logs", startup_timeout_s=request.startup_timeout_s)
+            )
+        peaks = memory_by_config(store, source="llama-server")
+        store_path = store.path
+    summaries = summarize_points(outcome.samples)
+    memory_lines = tuple((label, describe_memory(peaks[key])) for key, label in outcome.labels.items() if key in peaks)
+    return TtftResult(outcome, tuple(summaries), tuple(ttft_warnings(summaries, outcome)), memory_lines, store_path)

@@ -25,6 +25,8 @@ from pathlib import Path
 from typing import Any
 
 from xover.analysis import advise
+from xover.domain import artifacts
+from xover.domain.artifacts import TuneRecord
 from xover.domain.codec import decode
 from xover.domain.config import LlamaConfig
 from xover.domain.study_spec import StudySpec
@@ -33,8 +35,8 @@ from xover.llamacpp.binaries import Binaries
 from xover.results.read_model import StudyData, load
 from xover.results.store import Store
 
-ARTIFACT = "tune"
-SCHEMA = "xover.tune/1"
+ARTIFACT = artifacts.TUNE
+SCHEMA = artifacts.TUNE_SCHEMA
 SUFFIX = " tuned"
 SUBDIR = "tune"
 
@@ -95,10 +97,6 @@ class Tuned:
         return self.variant is not None
 
 
-def _setting_tuple(raw: Any) -> advise.Setting:
-    return tuple((str(k), str(v)) for k, v in raw)
-
-
 def _body(
     config: LlamaConfig,
     knobs: Sequence[advise.Knob],
@@ -131,24 +129,21 @@ def _body(
     }
 
 
-def _from_body(config: LlamaConfig, body: dict[str, Any], reused: bool) -> Tuned:
-    knobs = tuple(decode(advise.Knob, k) for k in body["knobs"])
-    setting = _setting_tuple(body["setting"])
-    variant = advise.apply_setting(config, knobs, setting, variant_name(config.name)) if body.get("variant") else None
-    return Tuned(config, setting, body["setting_label"], variant, body["server_command"], reused)
+def _from_record(config: LlamaConfig, record: TuneRecord, reused: bool) -> Tuned:
+    knobs = tuple(decode(advise.Knob, k) for k in record.knobs)
+    setting = record.setting
+    variant = advise.apply_setting(config, knobs, setting, variant_name(config.name)) if record.variant else None
+    return Tuned(config, setting, record.setting_label, variant, record.server_command, reused)
 
 
 def stored(data: StudyData, configs: Sequence[LlamaConfig]) -> dict[str, Tuned]:
     """The latest stored tuning result of each configuration that is unchanged since (the same key)."""
-    latest: dict[str, dict[str, Any]] = {}
-    for body in data.artifact_bodies(ARTIFACT):
-        if isinstance(body, dict) and body.get("schema") == SCHEMA:
-            latest[body["config"]] = body
+    latest = {r.config: r for r in data.tune_results()}
     out = {}
     for c in configs:
-        body = latest.get(c.name)
-        if body is not None and body.get("signature") == c.key:
-            out[c.name] = _from_body(c, body, reused=True)
+        record = latest.get(c.name)
+        if record is not None and record.signature == c.key:
+            out[c.name] = _from_record(c, record, reused=True)
     return out
 
 
@@ -234,7 +229,7 @@ def run_tune(
         body["placed_trials"] = place is not None and place(config, config.name) is not config
         with Store(study_dir) as store:
             store.add_artifact(None, ARTIFACT, body)
-        results[config.name] = t = _from_body(config, body, reused=False)
+        results[config.name] = t = _from_record(config, TuneRecord.from_body(body), reused=False)
         emit(
             "info",
             f"{config.name}: {'tuned ' + t.label if t.changed else 'no knob beat the noise: defaults kept'}",

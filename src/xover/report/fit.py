@@ -4,52 +4,50 @@ written by :mod:`xover.measure.fit`)."""
 
 from __future__ import annotations
 
-from typing import Any
-
+from xover.domain.artifacts import FitLevelCheck, FitRecord
 from xover.report.blocks import Block, table
-from xover.results.read_model import StudyData, fit_records
+from xover.results.read_model import StudyData, fit_placements
 
 GIB = 1 << 30
 
 
-def _did(check: dict[str, Any] | None) -> str:
+def _did(check: FitLevelCheck | None) -> str:
     if check is None:
         return "-"
-    if check["served"]:
+    if check.served:
         return "loads and serves"
-    what = "loads, fails its first request" if check["loaded"] else "does not load"
-    return f"{what}: {str(check['reason'] or '')[:200]}"
+    what = "loads, fails its first request" if check.loaded else "does not load"
+    return f"{what}: {(check.reason or '')[:200]}"
 
 
-def _llama_fit(r: dict[str, Any]) -> str:
-    if "llama_fit" not in r:
+def _llama_fit(r: FitRecord) -> str:
+    if not r.llama_fit_asked:
         return "-"  # a build without llama-fit-params
-    own = r["llama_fit"]
+    own = r.llama_fit
     if own is None:
-        return f"no answer: {str(r.get('llama_fit_log') or '')[:160]}"
-    n = len(own["cpu_expert_layers"])
-    part = f" ({len(own['partial_layers'])} in part)" if own["partial_layers"] else ""
-    return f"experts of {n} layers on the CPU{part}, -ngl {own['n_gpu_layers']}"
+        return f"no answer: {r.llama_fit_log[:160]}"
+    n = len(own.cpu_expert_layers)
+    part = f" ({len(own.partial_layers)} in part)" if own.partial_layers else ""
+    return f"experts of {n} layers on the CPU{part}, -ngl {own.n_gpu_layers}"
 
 
 def fit_blocks(data: StudyData) -> list[Block]:
-    chosen = fit_records(data)
+    chosen = fit_placements(data)
     if not chosen:
         return []
     rows = []
     for r in chosen:
-        by_level = {c["n_cpu_moe"]: c for c in r.get("checks", [])}
-        n, e = int(r["n_cpu_moe"]), r["estimate"]
-        at = int(r.get("measured_at", n))
+        by_level = {c.n_cpu_moe: c for c in r.checks}
+        n, at = r.n_cpu_moe, r.level
         rows.append(
             (
-                r["config"],
-                str(r["request"]),
-                f"{r['n_ctx']:,}",
-                f"{r['budget_bytes'] / GIB:.1f} GiB",
-                str(r.get("ubatch", 512)),
+                r.config,
+                r.request,
+                f"{r.n_ctx:,}",
+                f"{r.budget_bytes / GIB:.1f} GiB",
+                str(r.ubatch),
                 str(n),
-                f"{e['total_bytes'] / GIB:.2f} GiB + {r['headroom_bytes'] / GIB:.1f} GiB headroom",
+                f"{r.estimate.total_bytes / GIB:.2f} GiB + {r.headroom_bytes / GIB:.1f} GiB headroom",
                 _did(by_level.get(n)),
                 _did(by_level.get(n - 1)),
                 str(at) if at == n else f"{at} (llama.cpp refused {n})",

@@ -39,7 +39,7 @@ from xover.report.fit import fit_blocks
 from xover.report.rpclink import rpc_link_blocks
 from xover.report.translate import translation_blocks
 from xover.report.tune import Block, Layout, Measured, blocks, layout, section_html, section_markdown
-from xover.results.read_model import StudyData, crossover_inputs, skipped_points, vram_budgets
+from xover.results.read_model import StudyData, crossover_inputs, vram_budgets
 
 if TYPE_CHECKING:
     from xover.analysis.advise import Advice
@@ -68,6 +68,7 @@ class Report:
     headline: tuple[PairResult, ...] = ()  # the pairs the verdicts name (with their bootstrap)
     matrix: Matrix | None = None  # every pair, for the collapsed section
     layout: Layout | None = None
+    incomparable: tuple[tuple[str, str, str], ...] = ()  # (a, b, why): pairs that share no measured length
 
 
 def _ordered(configs: Sequence[ConfigData], lay: Layout) -> tuple[ConfigData, ...]:
@@ -88,7 +89,12 @@ def headline_pairs(lay: Layout, available: Sequence[str]) -> tuple[tuple[str, st
     return ((bases[0], bases[1]),) if len(bases) >= 2 else ()
 
 
+NOT_COMPARABLE = "cannot be compared"
+
+
 def pair_matrix(configs: Sequence[ConfigData], pairs: Mapping[tuple[str, str], PairResult]) -> Matrix:
+    """The matrix of ``pairs``; a pair not among them (two configurations that share no measured length) reads
+    :data:`NOT_COMPARABLE`."""
     labels = tuple(c.label for c in configs)
     cells = []
     for a in labels:
@@ -98,8 +104,10 @@ def pair_matrix(configs: Sequence[ConfigData], pairs: Mapping[tuple[str, str], P
                 row.append("—")
             elif (a, b) in pairs:
                 row.append(relation(pairs[(a, b)]))
-            else:
+            elif (b, a) in pairs:
                 row.append(relation(swapped(pairs[(b, a)])))
+            else:
+                row.append(NOT_COMPARABLE)
         cells.append(tuple(row))
     return Matrix(labels, tuple(cells))
 
@@ -211,15 +219,25 @@ def build_report(
     untuned together); the headline pairs (the study's, else its first two configurations), answered at
     llama.cpp's defaults and with each configuration at its best when tuned variants exist; how much of
     the offload penalty tuning removes. Every other pair goes to the matrix, not to a verdict."""
-    lay = layout(data.config_labels(), data.artifacts)
+    lay = layout(data)
     configs = _ordered(crossover_inputs(data), lay)
     by_label = {c.label: c for c in configs}
-    quick = {(a.label, b.label): compare_pair(a, b, response, n_boot=0) for a, b in itertools.combinations(configs, 2)}
+    apart: dict[tuple[str, str], str] = {}  # pairs that cannot be compared, and why
+
+    def compared(a: str, b: str, boot: int) -> PairResult | None:
+        try:
+            return compare_pair(by_label[a], by_label[b], response, n_boot=boot)
+        except ValueError as exc:  # no prompt length measured on both
+            apart[(a, b)] = str(exc)
+            return None
+
+    every = ((a.label, b.label) for a, b in itertools.combinations(configs, 2))
+    quick = {k: p for k in every if (p := compared(*k, 0)) is not None}
     told = _verdict_pairs(lay, by_label)
     full: dict[tuple[str, str], PairResult] = {}
     for _, a, b in told:
-        if a != b and (a, b) not in full:
-            full[(a, b)] = compare_pair(by_label[a], by_label[b], response, n_boot=n_boot)
+        if a != b and (a, b) not in full and (p := compared(a, b, n_boot)) is not None:
+            full[(a, b)] = p
     lines: list[str | None] = [fastest(configs, response)]
     for prefix, a, b in told:
         if prefix == _AT_BEST and any((x, y) == (a, b) for p, x, y in told if p == _AT_DEFAULTS):
@@ -232,9 +250,11 @@ def build_report(
                     else "no tuned variant to compare yet (" + "; ".join(sorted(reasons)) + ")."
                 )
             )
-        elif a != b:
+        elif a != b and (a, b) in full:
             lines.append(prefix + verdict(full[(a, b)], band))
             lines.append(apart_note(data, a, b))
+        elif a != b:
+            lines.append(f"{prefix}{a} vs {b} {NOT_COMPARABLE}: {apart[(a, b)]}.")
     best = {b: v for b, v in lay.tuned.items() if v in by_label}
     if best:
         bases = [b for b in lay.bases if b in by_label]
@@ -259,7 +279,22 @@ def build_report(
     depth = plots.depth_plot(data.bench)
     if depth is not None:
         images.append(("depth", "llama-bench prefill and decode vs depth", depth))
-    return Report(data, response, band, configs, pairs, verdicts, tuple(images), headline, matrix, lay)
+    incomparable: dict[frozenset[str], tuple[str, str, str]] = {}
+    for (a, b), why in apart.items():
+        incomparable.setdefault(frozenset((a, b)), (a, b, why))
+    return Report(
+        data,
+        response,
+        band,
+        configs,
+        pairs,
+        verdicts,
+        tuple(images),
+        headline,
+        matrix,
+        lay,
+        tuple(incomparable.values()),
+    )
 
 
 def _e(x: object) -> str:
@@ -310,12 +345,10 @@ def point_table(report: Report) -> tuple[list[str], list[list[str]]]:
 
 def _stored_advice(data: StudyData) -> Advice | None:
     """The latest `xover advise` result stored in the study, if any."""
-    found = data.artifact_bodies("advise")
-    if not found:
-        return None
-    from xover.analysis.advise import advice_from_dict
+    from xover.analysis.advise import ARTIFACT, advice_from_dict
 
-    return advice_from_dict(found[-1])
+    found = data.artifact_bodies(ARTIFACT)
+    return advice_from_dict(found[-1]) if found else None
 
 
 def _first_crossover(report: Report) -> float | None:
@@ -398,14 +431,8 @@ def skipped_table(data: StudyData) -> tuple[list[str], list[list[str]]]:
     """The lengths not measured because a configuration was too slow for them (artifact ``ttft-skipped``)."""
     header = ["config", "prompt", "estimated cold TTFT", "from the samples at", "max-ttft"]
     rows = [
-        [
-            lb,
-            format_tokens(L),
-            f"{b['estimate_s']:.0f} s",
-            format_tokens(int(b["from_length"])),
-            f"{b['max_ttft_s']:.0f} s",
-        ]
-        for (lb, L), b in sorted(skipped_points(data).items())
+        [lb, format_tokens(L), f"{p.estimate_s:.0f} s", format_tokens(p.from_length), f"{p.max_ttft_s:.0f} s"]
+        for (lb, L), p in sorted(data.skipped_points().items())
     ]
     return header, rows
 
@@ -446,39 +473,28 @@ def attention_table(report: Report) -> tuple[list[str], list[list[str]]]:
     return header, rows
 
 
-def stored_prediction(data: StudyData) -> dict[str, object] | None:
-    """The first prediction stored in the study (made before any measurement), if any."""
-    return data.prediction()
-
-
 def prediction_timing(data: StudyData) -> str | None:
     """When the prediction was stored against the first measurement, in words, from the stored clocks."""
-    pred = stored_prediction(data)
+    pred = data.prediction()
     if pred is None:
         return None
-    made = int(pred.get("created_unix_ns") or 0)  # type: ignore[call-overload]
+    made = pred.created_unix_ns
     starts = [r.start_ns for r in data.runs if r.kind != "predict"]
     first = min(starts) if starts else None
     if first is None:
-        return f"prediction stored at {pred.get('created_at')}; nothing measured yet"
+        return f"prediction stored at {pred.created_at}; nothing measured yet"
     order = "before" if made < first else "AFTER"
     return (
-        f"prediction stored at {pred.get('created_at')}, {abs(first - made) / 1e9:.2f} s {order} the first "
+        f"prediction stored at {pred.created_at}, {abs(first - made) / 1e9:.2f} s {order} the first "
         "measurement started" + ("" if made < first else " (it cannot count as a blind prediction)")
     )
-
-
-def _relabelled(pred: dict[str, object]) -> dict[str, object]:
-    """The prediction with each configuration under the study's own label (when the study stored one)."""
-    configs = [dict(c, label=c.get("study_label", c["label"])) for c in pred["configs"]]  # type: ignore[attr-defined]
-    return dict(pred, configs=configs)
 
 
 def prediction_table(report: Report) -> tuple[list[str], list[list[str]]]:
     """Every measured point beside its prediction and its roofline limit (percent of the limit)."""
     from xover.analysis.theory import predicted_value
 
-    pred = stored_prediction(report.data)
+    pred = report.data.prediction()
     header = [
         "config",
         "L",
@@ -488,7 +504,7 @@ def prediction_table(report: Report) -> tuple[list[str], list[list[str]]]:
     ]
     if pred is None:
         return header, []
-    pred = _relabelled(pred)
+    pred = pred.relabelled()
     pp: dict[tuple[str, int], float] = {}
     tg: dict[tuple[str, int], float] = {}
     for label, r in report.data.bench:
@@ -672,9 +688,8 @@ def render_html(report: Report) -> str:
         )
     timing = prediction_timing(d)
     if timing is not None:
-        pred = stored_prediction(d) or {}
-        listed = pred.get("assumptions")
-        assumptions = "".join(f"<li>{_e(a)}</li>" for a in (listed if isinstance(listed, list) else []))
+        pred = d.prediction()
+        assumptions = "".join(f"<li>{_e(a)}</li>" for a in (pred.assumptions if pred is not None else ()))
         parts.append(
             f"<h2>Predicted vs measured</h2><p>{_e(timing)}.</p>{html_table(*prediction_table(report))}"
             "<p class='muted'>A measurement above its modelled limit means an assumption of the model does "

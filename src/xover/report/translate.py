@@ -38,9 +38,9 @@ def stored_terms(data: StudyData) -> ModelTerms | None:
 
 def _source(data: StudyData) -> Hardware | None:
     pred = data.prediction()
-    if not pred or not isinstance(pred.get("hardware"), dict):
+    if pred is None or pred.hardware is None:
         return None
-    hw = hardware_from_dict(pred["hardware"])
+    hw = hardware_from_dict(pred.hardware)
     return hw if hw.gpu is not None else None
 
 

@@ -24,67 +24,15 @@ from typing import Any
 
 from xover.analysis.crossover import ConfigData, format_tokens, verdict
 from xover.analysis.tradeoff import Ratio, ServedTradeoff, Tradeoff, ratio, served_tradeoff, tradeoff
+from xover.domain.artifacts import TUNED, FitRecord, TuneRecord
 from xover.domain.records import BenchResult, TtftSample
 from xover.report.blocks import Block, blocks_html, blocks_markdown, table
+from xover.results.read_model import StudyData
 
-SCHEMA = "xover.tune/1"
 GAIN_SHOWN = 0.5  # a served gain below half the llama-bench gain counts as not seen through llama-server
 
 
-# ---- reading the artifacts ------------------------------------------------------------------------
-
-
-@dataclasses.dataclass(frozen=True)
-class TuneRecord:
-    """One base configuration's tuning, as stored (artifact ``tune``)."""
-
-    config: str
-    variant: str | None  # the tuned variant's label; None: the search kept llama.cpp's defaults
-    setting_label: str
-    server_command: str
-    env: tuple[tuple[str, str], ...]
-    response: int | None
-    depths: tuple[int, ...]
-    chunk: int | None
-    workload: str
-    search: Any | None  # xover.analysis.advise.Search; None when the stored search could not be read
-    note: str = ""  # why the search is missing
-    placed_trials: bool = False  # under a budget each trial was placed for its own ubatch (a fit configuration)
-
-
-def _record(body: Mapping[str, Any]) -> TuneRecord:
-    search, note = None, ""
-    if body.get("search") is not None:
-        try:
-            from xover.analysis.advise import Search
-            from xover.domain.codec import decode
-
-            search = decode(Search, body["search"])
-        except Exception as exc:  # a store written by another version: show what can be shown
-            note = f"the stored search could not be read ({type(exc).__name__}: {exc})"
-    return TuneRecord(
-        config=str(body["config"]),
-        variant=body.get("variant"),
-        setting_label=str(body.get("setting_label", "")),
-        server_command=str(body.get("server_command", "")),
-        env=tuple((str(k), str(v)) for k, v in body.get("env") or ()),
-        response=int(body["response"]) if body.get("response") is not None else None,
-        depths=tuple(int(d) for d in body.get("depths") or ()),
-        chunk=int(body["chunk"]) if body.get("chunk") is not None else None,
-        workload=str(body.get("workload", "")),
-        search=search,
-        note=note,
-        placed_trials=bool(body.get("placed_trials", False)),
-    )
-
-
-def tune_records(artifacts: Sequence[tuple[int | None, str, Any]]) -> tuple[TuneRecord, ...]:
-    """The latest ``tune`` artifact per base configuration, in the order the configurations first appear."""
-    latest: dict[str, Mapping[str, Any]] = {}
-    for _, name, body in artifacts:
-        if name == "tune" and isinstance(body, Mapping) and body.get("schema") == SCHEMA and "config" in body:
-            latest[str(body["config"])] = body
-    return tuple(_record(b) for b in latest.values())
+# ---- the layout -----------------------------------------------------------------------------------
 
 
 @dataclasses.dataclass(frozen=True)
@@ -118,40 +66,38 @@ class Layout:
         return {v: b for b, v in self.tuned.items()}
 
 
-def layout(labels: Sequence[str], artifacts: Sequence[tuple[int | None, str, Any]]) -> Layout:
-    """The layout from the ``study`` and ``tune`` artifacts; without a ``study`` artifact the bases are the
+def layout(data: StudyData) -> Layout:
+    """The layout from the study's ``study`` and ``tune`` artifacts; without a ``study`` artifact the bases are the
     labels (first-seen order) that are no configuration's tuned variant, and there are no stored pairs."""
-    checks = [body for _, name, body in artifacts if name == "fit-check-tuned" and isinstance(body, list)]
-    placed = {str(c.get("config")): c for c in (checks[-1] if checks else ())}
-    records = tuple(_placed(r, placed.get(str(r.variant))) for r in tune_records(artifacts))
+    placed = {c.config: c for c in data.fit_records(TUNED, checked=True) or ()}
+    records = tuple(_placed(r, placed.get(str(r.variant))) for r in data.tune_results())
     tuned = {r.config: r.variant for r in records if r.variant}
     variants = set(tuned.values())
-    study = [body for _, name, body in artifacts if name == "study" and isinstance(body, Mapping)]
-    spec_order = [str(c) for c in (study[-1].get("configs") or ())] if study else []
-    bases = tuple(dict.fromkeys([*spec_order, *(lb for lb in labels if lb not in variants)]))
-    pairs = tuple((str(p[0]), str(p[1])) for p in (study[-1].get("pairs") or ()) if len(p) == 2) if study else ()
-    return Layout(bases, tuned, pairs, records)
+    study = data.study_record()
+    spec_order = list(study.configs) if study is not None else []
+    bases = tuple(dict.fromkeys([*spec_order, *(lb for lb in data.config_labels() if lb not in variants)]))
+    return Layout(bases, tuned, study.pairs if study is not None else (), records)
 
 
-def _placed(r: TuneRecord, entry: Mapping[str, Any] | None) -> TuneRecord:
+def _placed(r: TuneRecord, entry: FitRecord | None) -> TuneRecord:
     """A tuned variant of a ``fit`` configuration is placed again for its own settings (``entry``: its record in
     the latest ``fit-check-tuned`` artifact): its command shows the level it was measured at, and a note says so."""
     if r.variant is None or entry is None:
         return r
-    level = int(entry.get("measured_at", entry["n_cpu_moe"]))
+    level = entry.level
     m = re.search(r"(?:-ncmoe|--n-cpu-moe) (\d+)", r.server_command)
     if m is None or int(m.group(1)) == level:
         return r
     if r.placed_trials:
         note = (
             f"Under the budget each trial was placed for its own ubatch: the variant runs at --n-cpu-moe {level} "
-            f"(its base at {m.group(1)}) to hold {int(entry['n_ctx']):,} tokens with ubatch {entry.get('ubatch', 512)} "
+            f"(its base at {m.group(1)}) to hold {entry.n_ctx:,} tokens with ubatch {entry.ubatch} "
             "(see Fit), as it was searched and measured."
         )
     else:
         note = (
-            f"Searched at --n-cpu-moe {m.group(1)}; with ubatch {entry.get('ubatch', 512)} the variant needs "
-            f"--n-cpu-moe {level} to hold {int(entry['n_ctx']):,} tokens under the budget (see Fit), and it was "
+            f"Searched at --n-cpu-moe {m.group(1)}; with ubatch {entry.ubatch} the variant needs "
+            f"--n-cpu-moe {level} to hold {entry.n_ctx:,} tokens under the budget (see Fit), and it was "
             "measured there."
         )
     command = r.server_command[: m.start(1)] + str(level) + r.server_command[m.end(1) :]

@@ -11,15 +11,19 @@ from __future__ import annotations
 import dataclasses
 import datetime
 from collections import defaultdict
-from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, TypeVar
 
 from xover.analysis.crossover import ConfigData
+from xover.domain import artifacts as art
+from xover.domain.artifacts import FitRecord, Prediction, SkippedPoint, StudyRecord, TuneRecord
 from xover.domain.config import LlamaConfig
 from xover.domain.records import BenchResult, Failure, Provenance, SessionTurn, TtftSample
 from xover.errors import XoverError
 from xover.results.store import STORE_NAME, Store
+
+T = TypeVar("T")
 
 MODE_ORDER = ("default", "reuse", "off")  # the verdict's primary mode is the first one measured
 WRITTEN_BY = "xover bench/ttft/study"
@@ -202,24 +206,58 @@ class StudyData:
         return [row for row in self.ttft_rows if row.sample.counted_cold]
 
     def artifact_bodies(self, name: str) -> list[Any]:
-        """The bodies of the artifacts called ``name``, oldest first."""
+        """The bodies of the artifacts called ``name``, oldest first, as stored. The artifacts with a typed
+        record (:mod:`xover.domain.artifacts`) are read through the accessors below."""
         return [a.body for a in self.artifacts if a.name == name]
+
+    def _records(self, name: str, parse: Callable[[Any], T]) -> list[T]:
+        """The readable bodies of the artifacts called ``name``, read by ``parse``, oldest first."""
+        found = (art.readable(parse, body) for body in self.artifact_bodies(name))
+        return [r for r in found if r is not None]
+
+    def prediction(self) -> Prediction | None:
+        """The first theory prediction stored in the study (made before any measurement), if any: what
+        :func:`xover.analysis.theory.build_prediction` returned, typed (and still that mapping)."""
+        found = self._records(art.PREDICTION, Prediction.from_body)
+        return found[0] if found else None
+
+    def study_record(self) -> StudyRecord | None:
+        """What the study stored of its spec (its latest ``study`` artifact); None for a store without one
+        (``xover bench``, ``xover ttft``)."""
+        found = self._records(art.STUDY, StudyRecord.from_body)
+        return found[-1] if found else None
 
     def recorded_turns(self) -> tuple[tuple[int, ...], tuple[int, int]] | None:
         """The response lengths and agentic band the study measured for (its latest ``study`` artifact), so a
         rebuilt report prices turns as the study's own did; None for a store without one (``xover bench``,
         ``xover ttft``)."""
-        found = [b for b in self.artifact_bodies("study") if isinstance(b, Mapping)]
-        if not found or not found[-1].get("response_tokens") or len(found[-1].get("band") or ()) != 2:
-            return None
-        lo, hi = found[-1]["band"]
-        return tuple(int(r) for r in found[-1]["response_tokens"]), (int(lo), int(hi))
+        study = self.study_record()
+        return study.turns if study is not None else None
 
-    def prediction(self) -> dict[str, Any] | None:
-        """The first theory prediction stored in the study (made before any measurement), if any: the
-        dict :func:`xover.analysis.theory.build_prediction` returned."""
-        found = self.artifact_bodies("prediction")
-        return found[0] if found else None
+    def tune_results(self) -> tuple[TuneRecord, ...]:
+        """The latest tuning result (artifact ``tune``) of each base configuration, in the order the configurations
+        first appear, its search read back (:class:`xover.analysis.advise.Search`)."""
+        return art.latest_tunes(self.artifact_bodies(art.TUNE), _read_search)
+
+    def fit_records(self, suffix: str = "", checked: bool = False) -> tuple[FitRecord, ...] | None:
+        """The latest stored list of fit records: the planner's (artifact ``fit{suffix}``) or, ``checked``,
+        llama.cpp's word on them (``fit-check{suffix}``); ``suffix`` :data:`xover.domain.artifacts.TUNED` for the
+        tuned variants'. None where none is stored."""
+        found = self._records(art.fit_artifact(suffix, checked), art.fit_records)
+        return found[-1] if found else None
+
+    def skipped_points(self) -> dict[tuple[str, int], SkippedPoint]:
+        """(configuration, prompt length) -> the latest point of that length a max-ttft skipped (artifact
+        ``ttft-skipped``): its estimate, the length it was scaled from and the cap."""
+        return {(p.config, p.length): p for p in self._records(art.TTFT_SKIPPED, SkippedPoint.from_body)}
+
+
+def _read_search(raw: Any) -> Any:
+    """A stored tuning search back as :class:`xover.analysis.advise.Search`."""
+    from xover.analysis.advise import Search
+    from xover.domain.codec import decode
+
+    return decode(Search, raw)
 
 
 def require_store(study_dir: Path, written_by: str = WRITTEN_BY) -> None:
@@ -376,37 +414,26 @@ def crossover_inputs(data: StudyData) -> list[ConfigData]:
     return out
 
 
-def skipped_points(data: StudyData) -> dict[tuple[str, int], dict[str, Any]]:
-    """(configuration, prompt length) -> the latest ``ttft-skipped`` artifact of a length a max-ttft skipped:
-    its estimate (``estimate_s``), the length it was scaled from (``from_length``) and the cap (``max_ttft_s``)."""
-    return {(str(b["config"]), int(b["length"])): b for b in data.artifact_bodies("ttft-skipped")}
-
-
 def too_slow(data: StudyData) -> dict[str, dict[int, float]]:
     """Configuration -> prompt length -> estimated cold TTFT (s), for the lengths a max-ttft skipped (the latest
-    estimate of each, :func:`skipped_points`)."""
+    estimate of each, :meth:`StudyData.skipped_points`)."""
     out: dict[str, dict[int, float]] = defaultdict(dict)
-    for (label, length), body in skipped_points(data).items():
-        out[label][length] = float(body["estimate_s"])
+    for (label, length), point in data.skipped_points().items():
+        out[label][length] = point.estimate_s
     return dict(out)
 
 
-def fit_records(data: StudyData) -> list[dict[str, Any]]:
+def fit_placements(data: StudyData) -> list[FitRecord]:
     """The latest record of each ``fit`` configuration and of each tuned variant of one: from llama.cpp's check
     (artifacts ``fit-check``, ``fit-check-tuned``) where it ran, else the planner's (``fit``, ``fit-tuned``)."""
-    out: list[dict[str, Any]] = []
-    for suffix in ("", "-tuned"):
-        bodies = data.artifact_bodies("fit-check" + suffix) or data.artifact_bodies("fit" + suffix)
-        out += bodies[-1] if bodies else []
+    out: list[FitRecord] = []
+    for suffix in art.FIT_SUFFIXES:
+        checked = data.fit_records(suffix, checked=True)
+        out += checked if checked is not None else data.fit_records(suffix) or ()
     return out
 
 
 def placement_limits(data: StudyData) -> dict[str, int]:
     """Configuration -> the longest prompt its placement holds: a ``fit@L`` level holds L tokens and their
     response, no more."""
-    out: dict[str, int] = {}
-    for r in fit_records(data):
-        request = str(r.get("request") or "")
-        if "@" in request:
-            out[str(r["config"])] = int(request.split("@", 1)[1])
-    return out
+    return {r.config: r.limit for r in fit_placements(data) if r.limit is not None}
