@@ -212,10 +212,13 @@ def test_offload_beyond_layers_fails_before_any_server(command: tuple[str, ...],
             ("session", "--turns", "2", "--target-tokens", "4k", "--system-tokens", "1k", "--ctx-size", "1024"),
             "--ctx-size 1024 is shorter than the session's last turn",
         ),
-        (("ttft", "--lengths", "0"), "prompt length '0' must be at least 1 token"),
-        (("ttft", "--lengths=-5"), "prompt length '-5' is not a number of tokens"),
-        (("ttft", "--lengths", "1k,abc"), "prompt length 'abc' is not a number of tokens"),
+        (("ttft", "--lengths", "0"), "length '0' must be at least 1 token"),
+        (("ttft", "--lengths=-5"), "length '-5' is not a number of tokens"),
+        (("ttft", "--lengths", "1k,abc"), "length 'abc' is not a number of tokens"),
         (("ttft", "--lengths", "256", "--ncmoe", "x"), "--ncmoe"),
+        # the option table's values are checked as the table says, alike in every command
+        (("cache", "--length", "1k", "--ncmoe", "-1"), "--ncmoe: n-cpu-moe must be a non-negative integer"),
+        (("session", "--turns", "2", "--threads", "0"), "--threads: threads must be an integer of at least 1"),
     ],
 )
 def test_lengths_and_contexts(command: tuple[str, ...], needle: str, model: Path, tmp_path: Path) -> None:
@@ -236,7 +239,6 @@ def test_lengths_and_contexts(command: tuple[str, ...], needle: str, model: Path
         (("ttft", "--response-tokens", "0"), "--response-tokens"),
         (("session", "--turns", "0"), "--turns"),
         (("session", "--ctx-size", "-1"), "--ctx-size"),
-        (("cache", "--ncmoe", "-1"), "--ncmoe"),
     ],
 )
 def test_zero_and_negative_counts(command: tuple[str, ...], needle: str, model: Path) -> None:
@@ -247,7 +249,7 @@ def test_zero_and_negative_counts(command: tuple[str, ...], needle: str, model: 
     "text, needle",
     [
         ('[model]\npreset = "no-such-model"\n[[config]]\nname = "a"\n', "no-such-model"),
-        ('[model]\npreset = "tiny-moe"\n[study]\nlengths = [0]\n[[config]]\nname = "a"\n', "lengths must be positive"),
+        ('[model]\npreset = "tiny-moe"\n[study]\nlengths = [0]\n[[config]]\nname = "a"\n', "[study] lengths: length 0 must be at least 1 token"),
         (
             '[model]\npreset = "tiny-moe"\n[study]\nrepetitions = 0\n[[config]]\nname = "a"\n',
             "repetitions must be at least 1",

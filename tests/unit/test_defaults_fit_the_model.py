@@ -186,20 +186,12 @@ def test_advise_band_on_a_context_too_small_for_the_prefill_test(tmp_path: Path)
 
 def test_advise_cli_leaves_out_ubatches_above_half_the_context(tmp_path: Path) -> None:
     from xover.analysis.advise import default_knobs
-    from xover.cli.advise import _ubatches_that_fit
+    from xover.measure.advise import ubatches_that_fit
 
-    printed: list[str] = []
-
-    class Console:
-        def print(self, text: str) -> None:
-            printed.append(text)
-
-    knobs = _ubatches_that_fit(default_knobs(2), 4096, "small", Console())
+    knobs, line = ubatches_that_fit(default_knobs(2), 4096, "small")
     assert next(k for k in knobs if k.name == "ubatch-size").candidates == ("1024", "2048")
-    assert printed == [
-        "-ub 4096 left out: more than half of small's training context of 4,096 tokens (--ubatch to choose)"
-    ]
-    assert _ubatches_that_fit(default_knobs(2), 32768, "tiny", Console()) == default_knobs(2)
+    assert line == "-ub 4096 left out: more than half of small's training context of 4,096 tokens (--ubatch to choose)"
+    assert ubatches_that_fit(default_knobs(2), 32768, "tiny") == (default_knobs(2), None)
 
 
 # ---- item 2: -R / --response-tokens everywhere ------------------------------------------------------

@@ -38,6 +38,9 @@ def test_nothing_moved_and_no_answer():
 
 
 def test_only_the_options_that_size_buffers_are_passed_on():
-    flags = (("-ncmoe", "12"), ("-ngl", "99"), ("-ub", "4096"), ("-b", "4096"), ("-lm", "none"), ("-fa", "1"))
-    assert fit_args(flags) == ["-ub", "4096", "-b", "4096"]
-    assert fit_args((("-fa", "on"), ("-ctk", "q8_0"))) == ["-fa", "on", "-ctk", "q8_0"]
+    from xover.domain.config import LlamaConfig
+
+    settings = (("n-cpu-moe", "12"), ("n-gpu-layers", "99"), ("ubatch-size", "4096"), ("batch-size", "4096"))
+    config = LlamaConfig("x", (*settings, ("load-mode", "none"), ("threads", "8")))
+    assert fit_args(config) == ["-ub", "4096", "-b", "4096"]  # the placement llama.cpp's fit decides is left out
+    assert fit_args(LlamaConfig("x", (("flash-attn", "on"), ("cache-type-k", "q8_0")))) == ["-fa", "on", "-ctk", "q8_0"]

@@ -26,9 +26,12 @@ def test_parse_length_rejects(text: str) -> None:
 
 def test_parse_lengths() -> None:
     assert parse_lengths("1k,4k,16k,32k") == (1024, 4096, 16384, 32768)
-    assert parse_lengths("256, 64") == (256, 64)
+    assert parse_lengths("256, 64") == (64, 256)  # shortest first, whatever the order given
+    assert parse_lengths(["1k", 512], "[study] lengths") == (512, 1024)  # a spec's list: the same rule
     with pytest.raises(XoverError, match="repeat"):
         parse_lengths("1k,1024")
+    with pytest.raises(XoverError, match=r"\[study\] lengths: length 0 must be at least 1 token"):
+        parse_lengths([0], "[study] lengths")
     with pytest.raises(XoverError):
         parse_lengths(",")
 

@@ -28,7 +28,7 @@ from xover.errors import XoverError
 from xover.llamacpp.binaries import Binaries
 from xover.measure.provenance import model_id
 from xover.measure.resume import missing_ttft, stored_checks, stored_medians, ttft_todo  # noqa: F401 (re-exported)
-from xover.results.read_model import load
+from xover.results.read_model import load_if_any
 from xover.results.store import Store
 
 STAGE_ORDER = ("model", "theory", "tune", "bench", "ttft", "cache", "session", "report")
@@ -106,7 +106,7 @@ def server_timeout(spec: StudySpec) -> float:
 def stage_theory(st: Study) -> None:
     """Theory and a prediction, stored before any measurement (skipped if one is stored already)."""
     spec, model, emit = st.spec, st.model, st.emit
-    if load(st.study_dir).prediction() is not None:
+    if load_if_any(st.study_dir).prediction() is not None:
         emit(StageEvent("theory", "info", "prediction already stored"))
         return
     from xover.analysis.theory import TheoryInputs, build_prediction, model_terms, offload_of
@@ -159,7 +159,7 @@ def stored_tuning(st: Study) -> tuple[Any, ...]:
     """Tuning results already in the store, used when the tuning stage is skipped this time."""
     from xover.measure import tune
 
-    found = tune.stored(load(st.study_dir), st.spec.configs)
+    found = tune.stored(load_if_any(st.study_dir), st.spec.configs)
     if found:
         st.emit(StageEvent("tune", "info", f"using the stored tuned settings of {', '.join(found)}"))
     return tuple(found[c.name] for c in st.spec.configs if c.name in found)
@@ -168,7 +168,7 @@ def stored_tuning(st: Study) -> tuple[Any, ...]:
 def record_spec(spec: StudySpec, study_dir: Path) -> None:
     """What the report needs of the spec (configuration order, headline pairs, responses, band), stored
     as artifact ``study`` when it changed, so the report rebuilds from the store alone."""
-    before = load(study_dir).study_record()
+    before = load_if_any(study_dir).study_record()
     # The full spec sets the order; an invocation narrowed with --configs keeps the order (and pairs) stored before.
     ours, theirs = [c.name for c in spec.configs], list(before.configs) if before is not None else []
     names = ours if set(ours) >= set(theirs) else list(dict.fromkeys([*theirs, *ours]))
@@ -241,7 +241,7 @@ def stage_ttft(st: Study) -> int:
     ctx = context_size(max(spec.lengths), max(spec.response_tokens))
     mk = model_id(model).key
     failures = 0
-    stored = () if fresh else load(study_dir).ttft_rows
+    stored = () if fresh else load_if_any(study_dir).ttft_rows
     with Store(study_dir) as store:
         todo = []
         for t in ttft_todo(spec, stored, mk, fresh):
@@ -349,7 +349,7 @@ def stage_cache(st: Study) -> int:
         return 0
     only = None
     if not st.fresh:
-        done = cachelab.complete_scenarios(load(st.study_dir).ttft, config.name, length)
+        done = cachelab.complete_scenarios(load_if_any(st.study_dir).ttft, config.name, length)
         if done >= set(cachelab.CASES):
             emit(StageEvent("cache", "info", f"{config.name}: cache lab already measured"))
             return 0
@@ -395,7 +395,7 @@ def stage_session(st: Study) -> int:
         study_dir,
         WorkloadSpec(seed=0, turns=spec.session_turns, system_tokens=system, target_tokens=target, chars_per_token=cpt),
     )
-    if not st.fresh and load(study_dir).turn_rows:
+    if not st.fresh and load_if_any(study_dir).turn_rows:
         emit(StageEvent("session", "info", "session already replayed"))
         return 0
     total = spec.session_turns * len(spec.configs) * len(sessionrun.MODES)
@@ -437,7 +437,6 @@ def run_study(
     """Every stage of ``spec`` in order; ``report`` renders the report from the store (the CLI passes
     :func:`xover.cli.study.write_report`: only the CLI imports the report package) and returns its verdicts."""
     study_dir.mkdir(parents=True, exist_ok=True)
-    Store(study_dir).close()  # every stage reads what is stored through the read model, which needs a store
     from xover.hardware.vram import holding
 
     with holding(spec.vram_budget) as hold:  # every llama process of the study sees a card of the budget's size
@@ -455,7 +454,7 @@ def _check_fits(
 
     if not records:
         return configs
-    stored = None if st.fresh else stored_checks(load(st.study_dir), records, suffix)
+    stored = None if st.fresh else stored_checks(load_if_any(st.study_dir), records, suffix)
     if stored is not None:
         return fit.apply_checks(configs, stored)
     for r in records:

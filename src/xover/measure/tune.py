@@ -32,7 +32,7 @@ from xover.domain.config import LlamaConfig
 from xover.domain.study_spec import StudySpec
 from xover.errors import XoverError
 from xover.llamacpp.binaries import Binaries
-from xover.results.read_model import StudyData, load
+from xover.results.read_model import StudyData, load_if_any
 from xover.results.store import Store
 
 ARTIFACT = artifacts.TUNE
@@ -169,7 +169,7 @@ def run_tune(
     from xover.measure.advise import AdviseSpec, _Runner, is_gpu_build
     from xover.measure.events import Measured, Measuring
 
-    done = {} if fresh else stored(load(study_dir), spec.configs)
+    done = {} if fresh else stored(load_if_any(study_dir), spec.configs)
     for name, t in done.items():
         emit("info", f"{name}: tuned settings already stored ({t.label})", None, None)
     todo = [c for c in spec.configs if c.name not in done]

@@ -313,6 +313,15 @@ def vram_budgets(data: StudyData) -> tuple[VramBudget, ...]:
     return tuple(out.values())
 
 
+def load_if_any(study_dir: Path | str) -> StudyData:
+    """What a study directory holds so far: its read model, or an empty one where nothing is stored yet (a study
+    about to start; reading creates no store)."""
+    path = Path(study_dir)
+    if not (path / STORE_NAME).is_file():
+        return StudyData(study_dir=str(path), runs=(), labels={}, bench=(), ttft=(), failures=(), artifacts=())
+    return load(path)
+
+
 def load(study_dir: Path | str, written_by: str = WRITTEN_BY) -> StudyData:
     """The read model of a study directory; ``written_by`` names, in the error where there is no store,
     the commands that write one."""
