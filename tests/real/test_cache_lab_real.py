@@ -24,6 +24,7 @@ from pathlib import Path
 import pytest
 
 from procs import pid_gone
+from xover.domain.config import LlamaConfig
 from xover.domain.records import ServerTimings, TtftSample
 from xover.llamacpp.binaries import Binaries
 from xover.measure.cachelab import APPENDED, INSERTED, PREFIX, SHORT, CacheLabOutcome, run_cache_lab
@@ -33,7 +34,8 @@ from xover.results.store import Store
 pytestmark = pytest.mark.real
 
 L = 1024
-SERVER_ARGS = ("-t", "1")
+SERVER_ARGS = ("-t", "1")  # after `--` on the command line: the option table makes it the setting threads=1
+CONFIG = LlamaConfig("tiny", (("threads", "1"),))
 
 
 @pytest.fixture(scope="module")
@@ -42,9 +44,7 @@ def lab(
 ) -> tuple[Path, CacheLabOutcome, list[int]]:
     study = tmp_path_factory.mktemp("cache-lab")
     events: list[LabEvent] = []
-    outcome = run_cache_lab(
-        study, llama_bins, tiny_model, L, SERVER_ARGS, "tiny", command=["test"], on_event=events.append
-    )
+    outcome = run_cache_lab(study, llama_bins, tiny_model, L, CONFIG, command=["test"], on_event=events.append)
     pids = [ev.pid for ev in events if isinstance(ev, ServerUp) and ev.pid is not None]
     return study, outcome, pids
 
@@ -190,7 +190,8 @@ def test_cli_end_to_end(llama_bins: Binaries, tiny_model: Path, tmp_path: Path) 
         assert text in done.stdout
     with Store(tmp_path) as st:
         pids = [body["pid"] for _, _, body in st.artifacts("server-props")]
-        assert all(c.label == "default" for c in st.configs("server"))
+        (config,) = st.configs()  # four scenario servers, one configuration: -t 1 read as threads=1
+        assert config.name == "default" and config.settings == (("threads", "1"),)
     assert len(pids) == 4 and all(pid_gone(p) for p in pids)
     short = _xover("cache", "-m", str(tiny_model), "--length", "512", "-o", str(tmp_path))
     assert short.returncode == 2 and short.stderr.count("\n") == 1 and "raise --length" in short.stderr

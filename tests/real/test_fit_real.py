@@ -90,10 +90,12 @@ n-cpu-moe = "fit@1k"
     report = (out / "report.md").read_text()
     assert f"{budget / GIB:.0f} GiB VRAM budget on GPU 0 (16 GiB): xover held the rest" in report
     assert "| fit | fit | 2,560 | 1.0 GiB | 512 | 2 |" in report and report.count("loads and serves") >= 3
-    # the fit configs were measured at the planner's level under their own names; "short" (placed for a 1K
-    # context) only at the lengths its context holds
+    # the fit configs were measured at the planner's level under their own names; "short", placed for a 1K context
+    # at the level ncmoe=0 already is, asks llama.cpp the same: it is measured once, as ncmoe=0, and said so
     lengths = {(label, s.length) for label, s in data.cold_samples()}
-    assert lengths == {("fit", 1024), ("fit", 2048), ("ncmoe=0", 1024), ("ncmoe=0", 2048), ("short", 1024)}
+    assert short.n_cpu_moe == 0
+    assert lengths == {("fit", 1024), ("fit", 2048), ("ncmoe=0", 1024), ("ncmoe=0", 2048)}
+    assert "- short asks llama.cpp the same as ncmoe=0: measured once, as ncmoe=0." in report
 
 
 def test_under_a_budget_tuning_places_each_trial_for_its_own_ubatch(
@@ -134,11 +136,7 @@ n-cpu-moe = "fit"
     out = tmp_path / "st"
     r = _budgeted_study(spec, out, llama_bins, fake_cudart, timeout_s=900)
     assert r.returncode == 0, r.stderr[-3000:]
-    trials = {
-        dict(c.fields).get("-ub", "512"): dict(c.fields)["-ncmoe"]
-        for c in load_store(out / "tune").configs
-        if hasattr(c, "fields")
-    }
+    trials = {c.get("ubatch-size") or "512": c.get("n-cpu-moe") for c in load_store(out / "tune").configs}
     assert trials["512"] == str(small.n_cpu_moe) and trials["2048"] == str(large.n_cpu_moe)
     (body,) = [b for b in load(out).artifact_bodies("tune")]
     assert body["placed_trials"] is True

@@ -73,7 +73,7 @@ def test_rpc_local_configuration_is_measured_on_a_real_worker(tmp_path: Path, ti
     assert set(by_label) == {"local", "rpc"}
     assert all("RPC" in x["record"]["backends"] for x in by_label["rpc"])
     assert not any("RPC" in x["record"]["backends"] for x in by_label["local"])
-    (endpoint,) = {dict(map(tuple, x["spec"]["fields"]))["--rpc"] for x in by_label["rpc"]}
+    (endpoint,) = {dict(map(tuple, x["spec"]["settings"]))["rpc"] for x in by_label["rpc"]}
     assert endpoint.startswith("127.0.0.1:")
     # llama-server: cold TTFT for both; the rpc one's server put its layers on the worker
     assert sorted(

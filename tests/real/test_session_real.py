@@ -23,6 +23,7 @@ from pathlib import Path
 import pytest
 
 from xover.cli import main
+from xover.domain.config import LlamaConfig
 from xover.domain.records import SessionTurn
 from xover.domain.workload import WorkloadSpec, dumps, generate
 from xover.llamacpp import process
@@ -33,7 +34,13 @@ from xover.results.store import Store
 
 pytestmark = pytest.mark.real
 
-THREADS = ("-t", "2")  # the test machine has 2 cores
+THREADS = (("threads", "2"),)  # the test machine has 2 cores
+
+
+def _config(name: str, settings: tuple[tuple[str, str], ...] = THREADS, **kw: object) -> LlamaConfig:
+    return LlamaConfig(name, settings, **kw)  # type: ignore[arg-type]
+
+
 SPEC = WorkloadSpec(seed=1, turns=4, system_tokens=1200, target_tokens=4000, rewrite_every=3, chars_per_token=1.0)
 REWRITE = 3
 RESPONSE = 8
@@ -74,7 +81,7 @@ def replay(
         llama_bins,
         tiny_model,
         workload,
-        [("tiny", THREADS)],
+        [_config("tiny")],
         ("default", "off", "reuse"),
         RESPONSE,
         command=["test"],
@@ -153,11 +160,12 @@ def test_turns_and_provenance_are_stored(replay: tuple[SessionOutcome, list[Sess
     with Store(study) as st:
         stored = [t for _, _, _, t in st.session_turns()]
         run = st.runs()[-1]
-        configs = {c.key: c for c in st.configs("server")}
-    assert stored == list(out.turns)
+        (config,) = st.configs()  # three cache modes, one configuration
+        props = [body for _, _, body in st.artifacts("server-props")]
+    assert stored == list(out.turns) and {t.config_key for t in stored} == {config.key}
     assert run["kind"] == "session" and run["status"] == "done"
     assert run["provenance"].llama_build_commit == "0c1e570" and run["provenance"].model is not None
-    args = {t.mode: configs[t.config_key].args for t in stored}
+    args = {b["mode"]: b["args"] for b in props}  # each server's whole argument list is its provenance
     assert {"-np", "--cache-ram"} <= set(args["off"]) and "--cache-reuse" not in args["off"]
     assert "--cache-reuse" in args["reuse"] and "--cache-ram" not in args["default"]
     logs = sorted(p.name for p in (study / "logs").iterdir())
@@ -179,7 +187,7 @@ def test_exact_replay_sends_the_recorded_replies(
     tmp_path: Path, llama_bins: Binaries, tiny_model: Path, short_workload: Path
 ) -> None:
     out = run_session(
-        tmp_path, llama_bins, tiny_model, short_workload, [("tiny", THREADS)], ("default",), RESPONSE, exact=True
+        tmp_path, llama_bins, tiny_model, short_workload, [_config("tiny")], ("default",), RESPONSE, exact=True
     )
     assert out.failures == () and [t.turn for t in out.turns] == [0, 1]
     assert all(t.feed == "recorded" and t.reply_tokens is None for t in out.turns)
@@ -198,7 +206,7 @@ def test_a_turn_past_the_context_fails_that_replay_only(
         llama_bins,
         tiny_model,
         short_workload,
-        [("small", THREADS), ("big", THREADS + ("-c", "4096"))],
+        [_config("small"), _config("big", server_args=("-c", "4096"))],
         ("off",),
         RESPONSE,
         exact=True,
@@ -224,12 +232,11 @@ def test_a_configuration_placed_for_a_shorter_context_is_not_started(
         llama_bins,
         tiny_model,
         short_workload,
-        [("long", THREADS), ("short", ("-t", "1"))],  # other arguments: each its own configuration key
+        [_config("long"), _config("short", (("threads", "1"),), max_context=2048)],  # each its own key
         ("off",),
         RESPONSE,
         exact=True,
         ctx_size=4096,
-        max_context={"short": 2048},
         on_event=events.append,
     )
     assert [(out.labels[t.config_key], t.turn) for t in out.turns] == [("long", 0), ("long", 1)]

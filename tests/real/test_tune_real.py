@@ -120,7 +120,7 @@ def test_a_tuned_setting_is_measured_as_its_own_variant_through_the_whole_study(
     con.close()
     assert cold == {(c, L): 2 for c in ("cpu", "cpu tuned") for L in (256, 1024)}
     assert bench == {"cpu": 4, "cpu tuned": 4}  # pp and tg at two depths each
-    assert '"-ub"' in args["cpu tuned"] and '"256"' in args["cpu tuned"] and '"-ub"' not in args["cpu"]
+    assert '["ubatch-size", "256"]' in args["cpu tuned"] and '"ubatch-size"' not in args["cpu"]
 
 
 def test_ctrl_c_during_tuning_keeps_what_was_measured_and_leaves_no_llama_process(

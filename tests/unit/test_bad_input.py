@@ -249,7 +249,10 @@ def test_zero_and_negative_counts(command: tuple[str, ...], needle: str, model: 
     "text, needle",
     [
         ('[model]\npreset = "no-such-model"\n[[config]]\nname = "a"\n', "no-such-model"),
-        ('[model]\npreset = "tiny-moe"\n[study]\nlengths = [0]\n[[config]]\nname = "a"\n', "[study] lengths: length 0 must be at least 1 token"),
+        (
+            '[model]\npreset = "tiny-moe"\n[study]\nlengths = [0]\n[[config]]\nname = "a"\n',
+            "[study] lengths: length 0 must be at least 1 token",
+        ),
         (
             '[model]\npreset = "tiny-moe"\n[study]\nrepetitions = 0\n[[config]]\nname = "a"\n',
             "repetitions must be at least 1",

@@ -305,6 +305,8 @@ class StudyRecord:
     response_tokens: tuple[int, ...]
     band: tuple[int, int] | None  # the agentic band; None where not stored as two lengths
     decode_tokens: int | None = None
+    # configurations that asked llama.cpp the same as an earlier one, measured once under its name: (name, as)
+    same_as: tuple[tuple[str, str], ...] = ()
 
     @property
     def turns(self) -> tuple[tuple[int, ...], tuple[int, int]] | None:
@@ -323,6 +325,8 @@ class StudyRecord:
         }
         if self.decode_tokens is not None:
             body["decode_tokens"] = self.decode_tokens
+        if self.same_as:
+            body["same_as"] = [list(p) for p in self.same_as]
         return body
 
     @classmethod
@@ -337,6 +341,7 @@ class StudyRecord:
                 response_tokens=_ints(b.get("response_tokens")),
                 band=(band[0], band[1]) if len(band) == 2 else None,
                 decode_tokens=_opt_int(b.get("decode_tokens")),
+                same_as=tuple((str(p[0]), str(p[1])) for p in b.get("same_as") or () if len(p) == 2),
             )
 
         return _reading(STUDY, read)

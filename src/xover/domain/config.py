@@ -268,6 +268,25 @@ def matrix(
     return [dataclasses.replace(c, name=label) for c, label in zip(configs, short_labels(configs))]
 
 
+def command_configs(
+    sweeps: Sequence[tuple[opts.LlamaOption, Sequence[str]]],
+    env: Sequence[tuple[str, Sequence[str]]] = (),
+    args: Sequence[str] = (),
+    tool: str = "server",
+) -> list[LlamaConfig]:
+    """The configurations a command line asks for: every combination of the swept values, named by what differs
+    (:func:`matrix`), with the arguments given after ``--`` for ``tool``: those the option table knows become
+    settings of every configuration (``-ngl 99``), the others are passed through to that tool."""
+    known, rest = opts.parse_args(args, "bench" if tool == "bench" else "server")
+    out = []
+    for c in matrix(sweeps, env):
+        c = c.with_values({**known, **dict(c.settings)})
+        out.append(
+            dataclasses.replace(c, bench_args=rest) if tool == "bench" else dataclasses.replace(c, server_args=rest)
+        )
+    return out
+
+
 # ---- the stores written before this model: their configuration records, read back --------------------------
 
 _XOVER_SERVER_FLAGS = {"-np": 1, "--cache-ram": 1, "-fit": 1, "-lv": 1, "--cache-reuse": 1, "--slot-save-path": 1}

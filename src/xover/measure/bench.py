@@ -21,8 +21,8 @@ from contextlib import closing
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from xover.domain.config import LlamaConfig, matrix
-from xover.domain.llama_options import LlamaOption, parse_args
+from xover.domain.config import LlamaConfig, command_configs
+from xover.domain.llama_options import LlamaOption
 from xover.domain.records import Failure
 from xover.errors import XoverError
 from xover.llamacpp import bench, memory
@@ -72,9 +72,7 @@ def sweep_configs(
     with the arguments given after ``--``: those the option table knows become settings of every configuration
     (``-ngl 99``), the rest are passed through; a flag xover sets or sweeps itself is refused."""
     bench.check_extra_args(bench_args)
-    known, rest = parse_args(bench_args, "bench")
-    configs = matrix(sweeps, env, bench_args=rest)
-    return [c.with_values({**known, **dict(c.settings)}) for c in configs]
+    return command_configs(sweeps, env, bench_args, "bench")
 
 
 @dataclasses.dataclass(frozen=True)

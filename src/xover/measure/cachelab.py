@@ -320,8 +320,7 @@ def run_lab(
 ) -> CacheLabOutcome:
     """``xover cache``: the request checked against the lab's plan, the model, its context and the binaries
     (before any server starts), then :func:`run_cache_lab`. ``on_event`` gets :class:`LabStarted` first."""
-    from xover.domain.config import matrix
-    from xover.domain.llama_options import parse_args
+    from xover.domain.config import command_configs
     from xover.gguf.inspect import check_offload_and_context
     from xover.llamacpp.binaries import resolve
     from xover.llamacpp.server import check_explicit_context
@@ -335,8 +334,7 @@ def run_lab(
     several = next((o.cli[-1] for o, values in request.sweeps if len(values) > 1), None)
     if several:
         raise XoverError(f"{several}: the cache lab runs one configuration; give one value")
-    known, rest = parse_args(request.server_args, "server")
-    (config,) = [c.with_values({**known, **dict(c.settings)}) for c in matrix(request.sweeps, server_args=rest)]
+    (config,) = command_configs(request.sweeps, (), request.server_args)
     need = tokens + INSERTED + RESPONSE_TOKENS
     check_offload_and_context(model, [config.n_cpu_moe] if config.get("n-cpu-moe") else [], need)
     check_explicit_context(request.server_args, need)

@@ -56,6 +56,28 @@ def stored_medians(stored: Sequence[StoredSample], model_key: str, config_key: s
     return {L: statistics.median(v) for L, v in by_length.items()}
 
 
+def distinct(spec: StudySpec) -> tuple[StudySpec, tuple[tuple[str, str], ...]]:
+    """``spec`` with each configuration measured once: a configuration that asks llama.cpp the same as an earlier
+    one (the same key: a fit level placed where another configuration already is, a tuned variant equal to another
+    configuration) is left out, its name mapped to the earlier one's in the headline pairs, the context it is
+    placed for the longer of the two; and each name left out with the name it is measured as."""
+    kept: dict[str, LlamaConfig] = {}
+    alias: dict[str, str] = {}
+    for c in spec.configs:
+        first = kept.setdefault(c.key, c)
+        if first is not c:
+            alias[c.name] = first.name
+            if first.max_context is not None and (c.max_context is None or c.max_context > first.max_context):
+                kept[c.key] = dataclasses.replace(first, max_context=c.max_context)  # measured where either holds
+    if not alias:
+        return spec, ()
+    pairs = tuple((alias.get(a, a), alias.get(b, b)) for a, b in spec.pairs)
+    configs = tuple(kept.values())
+    return dataclasses.replace(spec, configs=configs, pairs=tuple(p for p in pairs if p[0] != p[1])), tuple(
+        alias.items()
+    )
+
+
 @dataclasses.dataclass(frozen=True)
 class TtftTodo:
     """One configuration's cold TTFT still to measure: samples per length, its stored medians (for the max-ttft
@@ -161,6 +183,7 @@ def pending(spec: StudySpec, data: StudyData, terms: Any, model_key: str) -> Pen
             spec = dataclasses.replace(spec, configs=fit.apply_checks(spec.configs, checks))
     else:
         records = []
+    spec, _ = distinct(spec)
     found = tune.stored(data, spec.configs)
     to_tune = (
         tuple(c.name for c in spec.configs if c.name not in found) if spec.tune and "tune" not in spec.skip else ()
@@ -173,7 +196,7 @@ def pending(spec: StudySpec, data: StudyData, terms: Any, model_key: str) -> Pen
             fit_checks += [r["config"] for r in refits]
         else:
             variants = fit.apply_checks(variants, checks)
-    measured = dataclasses.replace(spec, configs=spec.configs + variants)
+    measured, _ = distinct(dataclasses.replace(spec, configs=spec.configs + variants))
     bench = {} if "bench" in spec.skip else bench_todo(measured, data, model_key, fresh=False)
     ttft = (
         {}

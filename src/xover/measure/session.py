@@ -530,11 +530,9 @@ class SessionResult:
 def _session_configs(request: SessionRequest) -> list[LlamaConfig]:
     """One configuration per combination of the swept values; the arguments after ``--`` that the option table
     knows become settings of each, the rest pass through."""
-    from xover.domain.config import matrix
-    from xover.domain.llama_options import parse_args
+    from xover.domain.config import command_configs
 
-    known, rest = parse_args(request.server_args, "server")
-    return [c.with_values({**known, **dict(c.settings)}) for c in matrix(request.sweeps, server_args=rest)]
+    return command_configs(request.sweeps, (), request.server_args)
 
 
 def _requested(request: SessionRequest, context: ModelContext) -> WorkloadSpec:

@@ -27,7 +27,7 @@ from xover.domain.study_spec import StudySpec
 from xover.errors import XoverError
 from xover.llamacpp.binaries import Binaries
 from xover.measure.provenance import model_id
-from xover.measure.resume import missing_ttft, stored_checks, stored_medians, ttft_todo  # noqa: F401 (re-exported)
+from xover.measure.resume import distinct, missing_ttft, stored_checks, stored_medians, ttft_todo  # noqa: F401 (missing_ttft, stored_medians re-exported)
 from xover.results.read_model import load_if_any
 from xover.results.store import Store
 
@@ -165,7 +165,7 @@ def stored_tuning(st: Study) -> tuple[Any, ...]:
     return tuple(found[c.name] for c in st.spec.configs if c.name in found)
 
 
-def record_spec(spec: StudySpec, study_dir: Path) -> None:
+def record_spec(spec: StudySpec, study_dir: Path, same_as: tuple[tuple[str, str], ...] = ()) -> None:
     """What the report needs of the spec (configuration order, headline pairs, responses, band), stored
     as artifact ``study`` when it changed, so the report rebuilds from the store alone."""
     before = load_if_any(study_dir).study_record()
@@ -178,6 +178,7 @@ def record_spec(spec: StudySpec, study_dir: Path) -> None:
         response_tokens=tuple(spec.response_tokens),
         band=(spec.band[0], spec.band[1]),
         decode_tokens=spec.decode_tokens,
+        same_as=same_as,
     )
     if record != before:
         with Store(study_dir) as store:
@@ -510,11 +511,12 @@ class _Stages:
         check_offload_and_context(
             model, [c.n_cpu_moe for c in st.spec.configs], max(spec.lengths) + max(spec.response_tokens)
         )
-        record_spec(st.spec, self.study_dir)
+        st, same_as = self._distinct(st)
+        record_spec(st.spec, self.study_dir, same_as)
         self.timed("theory", lambda: stage_theory(st))
         tuned, tuned_configs = self._tuned(st, fits)
         # Every stage below measures each configuration at its defaults and, where tuning changed a knob, tuned.
-        measured = st.with_configs(st.spec.configs + tuned_configs)
+        measured, _ = self._distinct(st.with_configs(st.spec.configs + tuned_configs))
         failures = self.timed("bench", lambda: stage_bench(measured)) or 0
         failures += self.timed("ttft", lambda: stage_ttft(measured)) or 0
         failures += self.timed("cache", lambda: stage_cache(st)) or 0
@@ -527,6 +529,15 @@ class _Stages:
         if res is not None:
             verdicts, html = res
         return StudyOutcome(self.study_dir, model, verdicts, html, self.seconds, failures, tuple(tuned))
+
+    def _distinct(self, st: Study) -> tuple[Study, tuple[tuple[str, str], ...]]:
+        """Each configuration measured once (:func:`xover.measure.resume.distinct`), saying which were the same."""
+        spec, same_as = distinct(st.spec)
+        for name, kept in same_as:
+            self.emit(
+                StageEvent("model", "info", f"{name} asks llama.cpp the same as {kept}: measured once, as {kept}")
+            )
+        return dataclasses.replace(st, spec=spec), same_as
 
     def _tuned(self, st: Study, fits: list[dict[str, Any]]) -> tuple[list[Any], tuple[LlamaConfig, ...]]:
         """The tuning results (searched now, or stored) and the tuned variants to measure, placed again for their

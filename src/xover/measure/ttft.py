@@ -299,21 +299,13 @@ def launches(
     labelled like ``xover bench``'s), each with ``-c`` sized to the plan's longest prompt and response. Of the
     arguments given after ``--``, those the option table knows become settings of every configuration, the rest
     are passed through after them."""
-    from xover.domain.config import matrix
-    from xover.domain.llama_options import parse_args
+    from xover.domain.config import command_configs
     from xover.llamacpp.server import context_size
 
-    known, rest = parse_args(server_args, "server")
     ctx = context_size(max(plan.lengths), plan.response_tokens)
     return [
-        ServerLaunch(
-            c.with_values({**known, **dict(c.settings)}),
-            model.resolve(),
-            ctx,
-            fit_off=fit_off,
-            log_verbosity=log_verbosity,
-        )
-        for c in matrix(sweeps, env, server_args=rest)
+        ServerLaunch(c, model.resolve(), ctx, fit_off=fit_off, log_verbosity=log_verbosity)
+        for c in command_configs(sweeps, env, server_args)
     ]
 
 

@@ -262,6 +262,11 @@ def build_report(
             penalty_line(bases[0], o, best, by_label, response, band, lambda c: lay.why_untuned(c, by_label))
             for o in bases[1:]
         ]
+    study = data.study_record()
+    lines += [
+        f"{name} asks llama.cpp the same as {kept}: measured once, as {kept}."
+        for name, kept in (study.same_as if study is not None else ())
+    ]
     verdicts = tuple(v for v in lines if v)
     pairs = tuple(full.get(k, v) for k, v in quick.items())
     headline = tuple(full.values())
