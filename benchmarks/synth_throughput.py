@@ -13,7 +13,7 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
-from xover.gguf.presets import PRESETS, preset
+from xover.domain.presets import PRESETS, preset
 from xover.gguf.synth import write_model
 
 

@@ -118,7 +118,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         model = a.model
         if model is None:
-            from xover.gguf.presets import PRESETS
+            from xover.domain.presets import PRESETS
             from xover.gguf.synth import write_model
 
             model = Path(tmp) / "tiny-moe.gguf"

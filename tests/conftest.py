@@ -21,7 +21,7 @@ def llama_bins():
 @pytest.fixture(scope="session")
 def tiny_model(tmp_path_factory) -> Path:
     """The tiny-moe preset, synthesized once per test session."""
-    from xover.gguf.presets import PRESETS
+    from xover.domain.presets import PRESETS
     from xover.gguf.synth import write_model
 
     path = tmp_path_factory.mktemp("models") / "tiny-moe.gguf"

@@ -20,8 +20,8 @@ from pathlib import Path
 import pytest
 
 from xover.analysis.theory import memory_estimate, model_terms
-from xover.gguf.presets import ALL_PRESETS, PRESETS
-from xover.gguf.shapes import tensor_table
+from xover.domain.presets import ALL_PRESETS, PRESETS
+from xover.domain.shapes import tensor_table
 from xover.llamacpp.process import spawn, stop
 
 pytestmark = pytest.mark.real

@@ -87,7 +87,7 @@ threads = 2
 
 @pytest.fixture(scope="module")
 def setting(tmp_path_factory: pytest.TempPathFactory) -> Substitutions:
-    from xover.gguf.presets import make_shape
+    from xover.domain.presets import make_shape
     from xover.gguf.synth import write_model
 
     base = tmp_path_factory.mktemp("readme")

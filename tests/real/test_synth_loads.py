@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from xover.gguf.presets import ALL_PRESETS, PRESETS, make_shape
-from xover.gguf.shapes import ModelShape, footprint, tensor_table
+from xover.domain.presets import ALL_PRESETS, PRESETS, make_shape
+from xover.domain.shapes import ModelShape, footprint, tensor_table
 from xover.gguf.synth import write_model
 from xover.llamacpp import process
 from xover.llamacpp.binaries import Binaries

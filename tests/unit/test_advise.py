@@ -14,10 +14,10 @@ import pytest
 from xover.analysis import advise
 from xover.analysis.advise import DEFAULTS, Advice, Measurement, RateSamples, ServerPoint, Setting, Turn, Workload
 from xover.analysis.theory import model_terms
+from xover.domain.presets import PRESETS
+from xover.domain.profiles import builtin
+from xover.domain.shapes import tensor_table
 from xover.errors import XoverError
-from xover.gguf.presets import PRESETS
-from xover.gguf.shapes import tensor_table
-from xover.hardware.profiles import builtin
 from xover.report.advise import advise_section_html, advise_section_markdown
 
 KNOBS = advise.default_knobs(cpu_count=2)  # threads candidates 1 and 2

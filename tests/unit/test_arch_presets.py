@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
+from xover.domain.presets import ALL_PRESETS, MXFP4_PRESETS, THEORY_ONLY, preset
+from xover.domain.shapes import footprint, kv_cache_bytes, kv_swa_cells, tensor_table
 from xover.gguf.inspect import arch_features, inspect_gguf, render_text
-from xover.gguf.presets import ALL_PRESETS, MXFP4_PRESETS, THEORY_ONLY, preset
-from xover.gguf.shapes import footprint, kv_cache_bytes, kv_swa_cells, tensor_table
 from xover.gguf.synth import write_model
 
 # (total, active) as published on the model cards; active without the embedding matrix. Tolerance: 2% on the
@@ -141,8 +141,8 @@ def test_inspect_shows_the_features(name: str, tmp_path: Path) -> None:
     ],
 )
 def test_arch_rules_say_what_to_change(name: str, overrides: dict, message: str) -> None:
+    from xover.domain.presets import make_shape
     from xover.errors import XoverError
-    from xover.gguf.presets import make_shape
 
     with pytest.raises(XoverError, match=message):
         make_shape(name, **overrides)

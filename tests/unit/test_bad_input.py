@@ -23,7 +23,7 @@ MAX_ALLOC = 4 << 20  # bytes: a hostile header must never make the reader alloca
 
 @pytest.fixture(scope="module")
 def model(tmp_path_factory) -> Path:
-    from xover.gguf.presets import PRESETS
+    from xover.domain.presets import PRESETS
     from xover.gguf.synth import write_model
 
     return write_model(PRESETS["tiny-moe"], tmp_path_factory.mktemp("bad") / "tiny.gguf", seed=0).path

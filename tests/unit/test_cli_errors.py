@@ -14,7 +14,7 @@ def test_inspect_bad_files(tmp_path: Path) -> None:
     text = tmp_path / "notes.txt"
     text.write_text("hello, not a model\n")
     one_line_error(run_xover("inspect", str(text)), "not a GGUF file")
-    from xover.gguf.presets import PRESETS
+    from xover.domain.presets import PRESETS
     from xover.gguf.synth import write_model
 
     model = write_model(PRESETS["tiny-moe"], tmp_path / "tiny.gguf").path
@@ -47,7 +47,7 @@ def test_malformed_spec(tmp_path: Path) -> None:
 
 
 def test_offload_beyond_layers_and_context_beyond_training_fail_early(tmp_path: Path) -> None:
-    from xover.gguf.presets import PRESETS
+    from xover.domain.presets import PRESETS
     from xover.gguf.synth import write_model
 
     model = write_model(PRESETS["tiny-moe"], tmp_path / "tiny.gguf").path  # 4 layers, 32K training context

@@ -55,7 +55,7 @@ def fake_bins(tmp_path_factory: pytest.TempPathFactory) -> Binaries:
 @pytest.fixture(scope="module")
 def model_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A real tiny GGUF (its vocabulary picks prompt ids); the fake server never reads it."""
-    from xover.gguf.presets import PRESETS
+    from xover.domain.presets import PRESETS
     from xover.gguf.synth import write_model
 
     path = tmp_path_factory.mktemp("model") / "tiny-moe.gguf"

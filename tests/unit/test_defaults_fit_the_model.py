@@ -37,7 +37,7 @@ from xover.results.store import Store
 
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from xover.gguf.presets import PRESETS
+    from xover.domain.presets import PRESETS
     from xover.gguf.synth import write_model
 
     return write_model(PRESETS["tiny-moe"], tmp_path_factory.mktemp("m") / "tiny.gguf").path  # 4 layers, 32K context
@@ -171,7 +171,7 @@ def test_advise_band_scales_to_the_context(tiny: Path) -> None:
 
 
 def test_advise_band_on_a_context_too_small_for_the_prefill_test(tmp_path: Path) -> None:
-    from xover.gguf.presets import make_shape
+    from xover.domain.presets import make_shape
     from xover.gguf.synth import write_model
     from xover.measure.advise import _agentic_for_context
 

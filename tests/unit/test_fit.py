@@ -55,7 +55,7 @@ def test_a_budget_below_256_mib_is_refused() -> None:
 
 
 def test_the_planner_resolves_each_fit_to_a_level(tmp_path: Path) -> None:
-    from xover.gguf.presets import PRESETS, make_shape
+    from xover.domain.presets import PRESETS, make_shape
     from xover.gguf.synth import write_model
 
     # a model large enough that a small budget forces experts out: tiny-moe's shape with 16 wide experts

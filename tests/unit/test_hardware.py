@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
+from xover.domain import profiles as H
 from xover.errors import XoverError
 from xover.hardware import detect as D
-from xover.hardware import profiles as H
 
 
 def test_builtin_profiles_are_sane() -> None:

@@ -107,8 +107,8 @@ def test_expert_layers_follow_the_first_matching_override():
 
 def test_link_model_from_the_theory_terms():
     from xover.analysis.theory import model_terms
-    from xover.gguf.presets import preset
-    from xover.gguf.shapes import tensor_table
+    from xover.domain.presets import preset
+    from xover.domain.shapes import tensor_table
 
     terms = model_terms(tensor_table(preset("tiny-moe")))
     m = LinkModel.from_terms(terms)
@@ -241,8 +241,8 @@ def test_report_section_shows_the_link_and_the_limit():
     assert link_rows[1][-1] == "not probed: connection refused"
     (row,) = blocks[4].rows  # the RPC configuration only
     from xover.analysis.theory import model_terms
-    from xover.gguf.presets import preset
-    from xover.gguf.shapes import tensor_table
+    from xover.domain.presets import preset
+    from xover.domain.shapes import tensor_table
 
     n_embd = model_terms(tensor_table(preset("tiny-moe"))).n_embd
     limit = 1 / (0.001 + 2 * n_embd * 4 / (1 << 20))  # one round trip + the state up and down at 1 MiB/s

@@ -7,9 +7,8 @@ import re
 
 import pytest
 
-from xover.errors import XoverError
-from xover.gguf.presets import PRESETS, make_shape, preset
-from xover.gguf.shapes import (
+from xover.domain.presets import PRESETS, make_shape, preset
+from xover.domain.shapes import (
     Footprint,
     Hyperparams,
     TensorInfo,
@@ -22,6 +21,7 @@ from xover.gguf.shapes import (
     tensor_table,
     use_more_bits,
 )
+from xover.errors import XoverError
 
 Q4_K = 144 / 256  # bytes per element
 Q6_K = 210 / 256

@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from xover.client.sse import SseEvent, parse_completion_stream, parse_sse
+from xover.domain.sse import SseEvent, parse_completion_stream, parse_sse
 
 # Recorded from llama-server 0c1e570 (CPU, tiny-moe): prompt [300, 301, 302, 303], n_predict 3,
 # cache_prompt false. Offsets in ns from the send; the final event's generation_settings and

@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 
 from xover.analysis.theory import model_terms
+from xover.domain.presets import preset
+from xover.domain.shapes import tensor_table
 from xover.domain.study_spec import load_spec
-from xover.gguf.presets import preset
-from xover.gguf.shapes import tensor_table
 from xover.measure.resume import pending
 from xover.results.read_model import load
 from xover.results.store import SCHEMA_VERSION, Store

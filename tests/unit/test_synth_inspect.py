@@ -16,10 +16,10 @@ import pytest
 from gguf.quants import dequantize
 
 from xover.analysis.theory import coverage
+from xover.domain.presets import PRESETS, make_shape
+from xover.domain.shapes import ModelShape, footprint, tensor_table
 from xover.errors import GGUFError, XoverError
 from xover.gguf.inspect import inspect_gguf, ncmoe_selection, read_header, render_text
-from xover.gguf.presets import PRESETS, make_shape
-from xover.gguf.shapes import ModelShape, footprint, tensor_table
 from xover.gguf.synth import RESIDUAL_WRITERS, SYNTH_TYPES, block_pool, gpt2_byte_tokens, write_model
 
 TINY = PRESETS["tiny-moe"]

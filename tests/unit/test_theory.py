@@ -11,10 +11,10 @@ from click.testing import CliRunner
 
 from xover.analysis import theory as T
 from xover.domain.config import LlamaConfig
+from xover.domain.presets import PRESETS
+from xover.domain.profiles import CpuSpec, GpuSpec, Hardware, builtin
+from xover.domain.shapes import Hyperparams, TensorInfo, TensorTable, tensor_nbytes, tensor_table
 from xover.errors import XoverError
-from xover.gguf.presets import PRESETS
-from xover.gguf.shapes import Hyperparams, TensorInfo, TensorTable, tensor_nbytes, tensor_table
-from xover.hardware.profiles import CpuSpec, GpuSpec, Hardware, builtin
 
 MIB = 1 << 20
 
@@ -429,9 +429,9 @@ def test_mmq_tile_padding_of_expert_matmuls() -> None:
 
 def test_predictions_count_the_padding_and_limits_do_not() -> None:
     from xover.analysis.theory import Offload, model_terms, predict_point
-    from xover.gguf.presets import preset
-    from xover.gguf.shapes import tensor_table
-    from xover.hardware.profiles import builtin
+    from xover.domain.presets import preset
+    from xover.domain.profiles import builtin
+    from xover.domain.shapes import tensor_table
 
     terms = model_terms(tensor_table(preset("qwen3-30b-a3b")))
     h200, rdna = builtin("h200"), builtin("rx-7900-xtx")
@@ -455,8 +455,8 @@ def test_predictions_count_the_padding_and_limits_do_not() -> None:
 
 def _terms(name: str):  # type: ignore[no-untyped-def]
     from xover.analysis.theory import model_terms
-    from xover.gguf.presets import preset
-    from xover.gguf.shapes import tensor_table
+    from xover.domain.presets import preset
+    from xover.domain.shapes import tensor_table
 
     return model_terms(tensor_table(preset(name)))
 
@@ -481,7 +481,7 @@ def test_gpt_oss_swa_bounds_kv_and_attention() -> None:
 
 def test_swa_prefill_and_decode_costs_match_a_loop() -> None:
     from xover.analysis.theory import Offload, _costs
-    from xover.hardware.profiles import builtin
+    from xover.domain.profiles import builtin
 
     t = _terms("gpt-oss-20b")
     c = _costs(t, builtin("h200"), Offload(ubatch=512), "prediction")
@@ -503,8 +503,8 @@ def test_mla_attention_is_absorbed_and_kv_compressed() -> None:
 
 
 def test_glm_nextn_is_not_loaded_and_shared_experts_stay_on_the_gpu() -> None:
-    from xover.gguf.presets import preset
-    from xover.gguf.shapes import nextn_bytes, tensor_table, total_bytes
+    from xover.domain.presets import preset
+    from xover.domain.shapes import nextn_bytes, tensor_table, total_bytes
 
     table = tensor_table(preset("glm-4.5-air"))
     t = _terms("glm-4.5-air")

@@ -7,9 +7,9 @@ import pytest
 
 from xover.analysis.theory import Offload, model_terms
 from xover.analysis.translate import SETUPS, ratio, setups_for_budget, translate
-from xover.gguf.presets import preset
-from xover.gguf.shapes import tensor_table
-from xover.hardware.profiles import builtin
+from xover.domain.presets import preset
+from xover.domain.profiles import builtin
+from xover.domain.shapes import tensor_table
 
 GIB = 1 << 30
 TERMS = model_terms(tensor_table(preset("qwen3-30b-a3b")))

@@ -31,7 +31,7 @@ RAW = ("\x1b", "\x07", "\x9b", "\u202e")
 
 @pytest.fixture(scope="module")
 def model(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from xover.gguf.presets import PRESETS
+    from xover.domain.presets import PRESETS
     from xover.gguf.synth import write_model
 
     return write_model(PRESETS["tiny-moe"], tmp_path_factory.mktemp("m") / "tiny.gguf").path

@@ -138,7 +138,7 @@ def test_the_holder_dies_with_xover(fake_cudart: Path, sig: signal.Signals) -> N
 
 def test_xover_ttft_refuses_a_budget_in_one_line(fake_cudart: Path, tmp_path: Path) -> None:
     from procs import one_line_error
-    from xover.gguf.presets import PRESETS
+    from xover.domain.presets import PRESETS
     from xover.gguf.synth import write_model
 
     model = str(write_model(PRESETS["tiny-moe"], tmp_path / "tiny.gguf").path)

@@ -2,7 +2,7 @@
 VRAM placement and a stored, falsifiable prediction. Pure: no I/O; the hardware arrives as numbers.
 
 **Model.** Everything derives from a :class:`ModelTerms` (built from a GGUF's tensor table) and a
-:class:`~xover.hardware.profiles.Hardware`. With a GPU, every layer is offloaded (``-ngl`` all) and
+:class:`~xover.domain.profiles.Hardware`. With a GPU, every layer is offloaded (``-ngl`` all) and
 ``--n-cpu-moe N`` keeps the expert tensors of the first N layers in host memory.
 
 * **Decode** (one token at depth d): each part of the model costs ``max(FLOPs / FLOP/s, bytes / B/s)``
@@ -43,8 +43,8 @@ from typing import Any, Literal
 from xover.analysis.crossover import Crossing
 from xover.domain import llama_options as opts
 from xover.domain.config import LlamaConfig
-from xover.errors import XoverError
-from xover.gguf.shapes import (
+from xover.domain.profiles import Hardware
+from xover.domain.shapes import (
     TensorTable,
     active_params,
     has_tied_embeddings,
@@ -55,7 +55,7 @@ from xover.gguf.shapes import (
     shared_expert_bytes,
     total_bytes,
 )
-from xover.hardware.profiles import Hardware
+from xover.errors import XoverError
 
 OP_OFFLOAD_MIN_BATCH = 32  # GGML_OP_OFFLOAD_MIN_BATCH default (ggml-cuda.cu)
 COPY_PADDING_BYTES = 512  # extra bytes copied after a run of used experts (ggml-backend.cpp)
@@ -147,7 +147,7 @@ class ModelTerms:
 
     def swa_cells(self, n_ctx: int, ubatch: int) -> int:
         """Cells of the SWA cache llama.cpp allocates (one sequence, unified):
-        ``GGML_PAD(min(n_ctx, n_swa + n_ubatch), 256)``, as :func:`xover.gguf.shapes.kv_swa_cells`."""
+        ``GGML_PAD(min(n_ctx, n_swa + n_ubatch), 256)``, as :func:`xover.domain.shapes.kv_swa_cells`."""
         if not self.n_layer_swa:
             return 0
         return -(-min(n_ctx, self.swa_window + ubatch) // CTX_PAD) * CTX_PAD

@@ -28,7 +28,7 @@ import dataclasses
 from collections.abc import Sequence
 
 from xover.analysis.theory import ModelTerms, Offload, predict_point
-from xover.hardware.profiles import HOSTS, PROFILES, Hardware
+from xover.domain.profiles import HOSTS, PROFILES, Hardware
 
 
 @dataclasses.dataclass(frozen=True)

@@ -15,7 +15,7 @@ def _parse_overrides(items: tuple[str, ...]) -> dict[str, object]:
     """``KEY=VALUE`` strings -> typed shape overrides (ints, floats, names; ``types.ROLE=Q8_0`` retypes a role)."""
     import dataclasses
 
-    from xover.gguf.shapes import ModelShape
+    from xover.domain.shapes import ModelShape
 
     kinds = {f.name: str(f.type) for f in dataclasses.fields(ModelShape)}
     overrides: dict[str, object] = {}
@@ -74,12 +74,12 @@ def synth(preset: str, overrides: tuple[str, ...], output: Path | None, seed: in
     benchmark a 30B MoE without downloading 18 GB. The real llama-bench and llama-server load it;
     its vocabulary accepts text prompts and token-id prompts.
     """
-    from xover.gguf import presets as p
+    from xover.domain import presets as p
     from xover.gguf.synth import write_model
 
     if list_presets:
+        from xover.domain.shapes import expert_params, tensor_table, total_bytes, total_params
         from xover.gguf.inspect import format_bytes, format_params
-        from xover.gguf.shapes import expert_params, tensor_table, total_bytes, total_params
 
         for name, shape in p.ALL_PRESETS.items():
             table = tensor_table(shape)

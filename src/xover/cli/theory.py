@@ -118,9 +118,9 @@ def _inputs(
     """Options -> model terms, hardware, configurations, lengths, budget (one call each into the library)."""
     from xover.analysis.theory import model_terms, offload_of
     from xover.domain.config import matrix
+    from xover.domain.profiles import parse_bytes
     from xover.domain.prompts import parse_lengths
     from xover.hardware.detect import resolve
-    from xover.hardware.profiles import parse_bytes
 
     table, model_info = _load_model(model, preset)
     terms = model_terms(table, cache_type)
@@ -140,8 +140,8 @@ def _inputs(
 
 
 def _load_model(model: str | None, preset: str | None) -> tuple[Any, dict[str, Any]]:
-    from xover.gguf.presets import preset as get_preset
-    from xover.gguf.shapes import tensor_table, total_bytes
+    from xover.domain.presets import preset as get_preset
+    from xover.domain.shapes import tensor_table, total_bytes
 
     if model and preset:
         raise XoverError("give either -m or --preset, not both")
@@ -427,7 +427,7 @@ def _store(study_dir: Path, name: str, body: dict[str, Any]) -> None:
 def _list_hw(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
     if not value or ctx.resilient_parsing:
         return
-    from xover.hardware.profiles import HOSTS, PROFILES, builtin
+    from xover.domain.profiles import HOSTS, PROFILES, builtin
 
     for key, profile in PROFILES.items():
         hw = builtin(key)

@@ -10,8 +10,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from xover.client.http import LlamaClient
-from xover.client.sse import Chunk, event_json, stream_events, timings_from_json, unfinished
 from xover.domain.records import ServerTimings
+from xover.domain.sse import Chunk, event_json, stream_events, timings_from_json, unfinished
 
 
 def chat_body(messages: Sequence[Mapping[str, Any]], max_tokens: int, *, cache_prompt: bool) -> dict[str, Any]:

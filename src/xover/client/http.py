@@ -5,7 +5,7 @@ One :class:`LlamaClient` talks to one server (its base URL). The transport is in
 with real timing. An API key, when given, is sent only as a bearer header to that base URL.
 
 Clocks: ``time.time_ns()`` says when a request was sent; ``time.perf_counter_ns()`` measures every
-duration. The streaming loop only appends ``(perf_counter_ns, raw_bytes)``; :mod:`xover.client.sse`
+duration. The streaming loop only appends ``(perf_counter_ns, raw_bytes)``; :mod:`xover.domain.sse`
 turns that list into events afterwards.
 """
 
@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import httpx
 
-from xover.client.sse import Chunk, CompletionStream, parse_completion_stream
+from xover.domain.sse import Chunk, CompletionStream, parse_completion_stream
 from xover.errors import XoverError
 
 

@@ -141,7 +141,7 @@ def validate_spec(spec: StudySpec) -> None:
     if unknown:
         raise XoverError(f"skip: unknown stage {sorted(unknown)[0]!r}; stages are {', '.join(STAGES)}")
     if spec.hardware not in (None, "measure") and not spec.hardware.endswith(".toml"):
-        from xover.hardware.profiles import builtin
+        from xover.domain.profiles import builtin
 
         builtin(spec.hardware)  # an unknown profile fails here, before anything runs
     if spec.timeout_s is not None and spec.timeout_s <= 0:
@@ -382,7 +382,7 @@ def _tune_keys(study: Mapping[str, Any]) -> dict[str, Any]:
             raise XoverError("[study] tune-depths must be a list of token counts, e.g. ['1k'] ([] for depth 0 only)")
         out["tune_depths"] = tuple(_k(d, "[study] tune-depths") for d in depths)
     if "vram-budget" in study:
-        from xover.hardware.profiles import parse_bytes
+        from xover.domain.profiles import parse_bytes
 
         vb = study["vram-budget"]
         out["vram_budget"] = parse_bytes(str(vb)) if isinstance(vb, (str, int)) and not isinstance(vb, bool) else -1

@@ -20,8 +20,8 @@ from typing import Any
 
 from gguf import GGML_QUANT_SIZES, GGUF_DEFAULT_ALIGNMENT, GGMLQuantizationType, GGUFValueType, LlamaFileType
 
+from xover.domain.shapes import Footprint, Hyperparams, TensorInfo, TensorTable, footprint
 from xover.errors import GGUFError
-from xover.gguf.shapes import Footprint, Hyperparams, TensorInfo, TensorTable, footprint
 from xover.untrusted import visible
 
 _MAGIC = b"GGUF"

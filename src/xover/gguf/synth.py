@@ -46,9 +46,9 @@ from gguf import (
 )
 from gguf.quants import quant_shape_to_byte_shape
 
+from xover.domain.presets import ALL_PRESETS
+from xover.domain.shapes import ModelShape, TensorInfo, TypeMix, tensor_infos, type_sizes
 from xover.errors import XoverError
-from xover.gguf.presets import ALL_PRESETS
-from xover.gguf.shapes import ModelShape, TensorInfo, TypeMix, tensor_infos, type_sizes
 
 SYNTHETIC_KEY = "xover.synthetic"
 PRESET_KEY = "xover.preset"

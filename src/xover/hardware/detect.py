@@ -1,7 +1,7 @@
 """This machine's hardware, probed: GPU detection (``nvidia-smi`` / ``rocm-smi``), CPU detection
 (``/proc/cpuinfo``), quick micro-measurements (CPU matmul and copy, host-to-device copies through the CUDA
 runtime), and :func:`resolve`, which turns them and a profile or TOML file into a :class:`Hardware`. The
-profiles and the parsers are pure and live in :mod:`xover.hardware.profiles`.
+profiles and the parsers are pure and live in :mod:`xover.domain.profiles`.
 """
 
 from __future__ import annotations
@@ -14,8 +14,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from xover.errors import XoverError
-from xover.hardware.profiles import (  # noqa: F401
+from xover.domain.profiles import (  # noqa: F401
     BUILT_IN,
     DETECTED,
     MEASURED,
@@ -31,6 +30,7 @@ from xover.hardware.profiles import (  # noqa: F401
     with_fields,
     without_gpu,
 )
+from xover.errors import XoverError
 
 if sys.version_info >= (3, 11):
     import tomllib

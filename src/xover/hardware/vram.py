@@ -30,8 +30,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from xover.domain.profiles import parse_bytes
 from xover.errors import XoverError
-from xover.hardware.profiles import parse_bytes
 from xover.llamacpp import process
 
 GIB = 1 << 30

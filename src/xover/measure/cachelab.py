@@ -66,8 +66,8 @@ from xover.results.store import Store
 def state_bytes_per_token(model: Path, config: LlamaConfig | None = None) -> int | None:
     """KV cache bytes per token of ``model`` with ``config``'s cache types (``-ctk``/``-ctv``, F16 by default):
     the size of a prompt's saved state per token. None where it cannot be told."""
+    from xover.domain.shapes import kv_bytes_per_token
     from xover.gguf.inspect import model_table
-    from xover.gguf.shapes import kv_bytes_per_token
 
     types = {"k": "F16", "v": "F16"}
     if config is not None:

@@ -84,7 +84,7 @@ def resolve_model(spec: StudySpec, study_dir: Path, emit: Emit) -> Path:
         if not spec.model_path.is_file():
             raise XoverError(f"model {spec.model_path} does not exist: fix [model] path in the spec")
         return spec.model_path
-    from xover.gguf.presets import preset
+    from xover.domain.presets import preset
     from xover.gguf.synth import write_model
 
     shape = preset(str(spec.model_preset))
@@ -110,8 +110,8 @@ def stage_theory(st: Study) -> None:
         emit(StageEvent("theory", "info", "prediction already stored"))
         return
     from xover.analysis.theory import TheoryInputs, build_prediction, model_terms, offload_of
+    from xover.domain.shapes import total_bytes
     from xover.gguf.inspect import inspect_gguf, model_table
-    from xover.gguf.shapes import total_bytes
     from xover.hardware.detect import resolve as resolve_hw
 
     table, name = model_table(model)
@@ -579,8 +579,8 @@ def gpu_default_spec(free_vram_bytes: int, preset: str = "qwen3-30b-a3b") -> Stu
     everything), the second level is what a 24 GiB card would need at 32K, so the study still
     measures a real offload penalty."""
     from xover.analysis.theory import model_terms, plan_placement
-    from xover.gguf.presets import preset as get_preset
-    from xover.gguf.shapes import tensor_table
+    from xover.domain.presets import preset as get_preset
+    from xover.domain.shapes import tensor_table
 
     terms = model_terms(tensor_table(get_preset(preset)))
     short, long_ = (p.n_cpu_moe for p in plan_placement(terms, free_vram_bytes, (8192, 32768 + 512)))

@@ -138,7 +138,7 @@ def lab_state_bytes(data: StudyData) -> dict[str, int]:
     out: dict[str, int] = {}
     inspects = data.artifact_bodies("inspect")
     if len(inspects) == 1 and isinstance(inspects[0].get("hparams"), dict):
-        from xover.gguf.shapes import Hyperparams, kv_bytes_per_token
+        from xover.domain.shapes import Hyperparams, kv_bytes_per_token
 
         try:
             bpt = kv_bytes_per_token(Hyperparams(**inspects[0]["hparams"]))

@@ -9,7 +9,7 @@ import statistics
 from xover.analysis.crossover import format_tokens
 from xover.analysis.theory import ModelTerms, Offload, offload_of
 from xover.analysis.translate import Setup, setup_assumptions, setups_for_budget, translate
-from xover.hardware.profiles import Hardware, hardware_from_dict
+from xover.domain.profiles import Hardware, hardware_from_dict
 from xover.report.blocks import Block, table
 from xover.results.read_model import StudyData, crossover_inputs, vram_budgets
 
@@ -30,8 +30,8 @@ def stored_terms(data: StudyData) -> ModelTerms | None:
     if not name:
         return None
     from xover.analysis.theory import model_terms
-    from xover.gguf.presets import preset
-    from xover.gguf.shapes import tensor_table
+    from xover.domain.presets import preset
+    from xover.domain.shapes import tensor_table
 
     return model_terms(tensor_table(preset(str(name))))
 

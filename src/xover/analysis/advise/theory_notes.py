@@ -10,11 +10,11 @@ from xover.analysis import theory
 from xover.analysis.advise.knobs import DEFAULTS, LLAMA_DEFAULT_BATCH, RECHECK, Knob, Setting, knob_named, llama_config
 from xover.analysis.advise.search import Search
 from xover.analysis.advise.workload import Turn, Workload
-from xover.hardware.profiles import without_gpu
+from xover.domain.profiles import without_gpu
 
 if TYPE_CHECKING:
     from xover.analysis.theory import ModelTerms, Offload
-    from xover.hardware.profiles import Hardware
+    from xover.domain.profiles import Hardware
 
 THEORY_NO_EFFECT = 0.005  # a predicted change below 0.5 % counts as none
 
@@ -37,7 +37,7 @@ def expectations(
     terms: ModelTerms, hw: Hardware, knobs: Sequence[Knob], search: Search, workload: Workload, gpu_build: bool
 ) -> tuple[Expectation, ...]:
     """The theory's expected change for each trial of a search (:mod:`xover.analysis.theory` with the
-    :mod:`xover.hardware.profiles` profile ``hw``; ``gpu_build`` False: a CPU-only llama.cpp build)."""
+    :mod:`xover.domain.profiles` profile ``hw``; ``gpu_build`` False: a CPU-only llama.cpp build)."""
     if not gpu_build and hw.gpu is not None:
         hw = without_gpu(hw, "llama.cpp build without a GPU backend")
     n = search.n_cpu_moe or 0

@@ -8,7 +8,7 @@ llama-bench sizes 59.02 GiB / 11.27 GiB are reproduced exactly) and llama-quant'
 
 :data:`PRESETS` holds the shapes with the Q4_K_M-like mix, :data:`MXFP4_PRESETS` the gpt-oss family;
 :data:`ALL_PRESETS` both. Shapes marked *theory only* are too large to synthesize on a small machine but
-give a :class:`~xover.gguf.shapes.TensorTable` and footprint like any other.
+give a :class:`~xover.domain.shapes.TensorTable` and footprint like any other.
 """
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
+from xover.domain.shapes import ModelShape, TypeMix, type_mix_overrides, validate
 from xover.errors import XoverError
-from xover.gguf.shapes import ModelShape, TypeMix, type_mix_overrides, validate
 
 Q4_K_M = TypeMix()
 """Q4_K everywhere, Q6_K for ``output`` and for ``attn_v`` / ``ffn_down`` in half the layers, F32 norms."""
