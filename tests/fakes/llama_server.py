@@ -51,11 +51,17 @@ class FakeState:
         fault_after: int = 0,
         fault_count: int | None = None,
         load_s: float = 0.0,
+        drift_per_s: float = 0.0,
+        drift_epoch: float | None = None,
     ) -> None:
         if fault is not None and fault not in FAULTS:
             raise ValueError(fault)
-        self.prefill_tps = prefill_tps
-        self.decode_tps = decode_tps
+        self._prefill_tps = prefill_tps
+        self._decode_tps = decode_tps
+        # the machine's slow drift: every rate divided by 1 + drift_per_s * (seconds since drift_epoch), the epoch
+        # shared by every process of a test (unix time), so processes started later run slower
+        self.drift_per_s = drift_per_s
+        self.drift_epoch = time.time() if drift_epoch is None else drift_epoch
         self.n_slots = n_slots
         self.cache_ram = cache_ram
         self.fault = fault
@@ -66,6 +72,18 @@ class FakeState:
         self.slot: list[int] = []  # tokens in the (single) slot's cache
         self.seen: list[list[int]] = []  # every evaluated prompt, for the host-memory cache / other slots
         self.completions = 0
+
+    @property
+    def slowdown(self) -> float:
+        return 1.0 + self.drift_per_s * max(0.0, time.time() - self.drift_epoch)
+
+    @property
+    def prefill_tps(self) -> float:
+        return self._prefill_tps / self.slowdown
+
+    @property
+    def decode_tps(self) -> float:
+        return self._decode_tps / self.slowdown
 
     def cache_n(self, prompt: list[int], cache_prompt: bool) -> int:
         if not cache_prompt:
@@ -271,6 +289,9 @@ def main(argv: list[str]) -> int:
     p.add_argument("--fake-load-s", type=float, default=0.2)
     p.add_argument("--fake-exit", type=int, default=None, help="exit at once with this code, as a failed load")
     p.add_argument("--fake-max-life-s", type=float, default=60.0)
+    p.add_argument("--fake-drift-per-s", type=float, default=0.0, help="slowdown per second since the drift epoch")
+    p.add_argument("--fake-drift-epoch", type=float, default=None, help="unix time the drift counts from")
+    p.add_argument("--fake-tag", default=None, help="ignored: tells apart configurations that are otherwise the same")
     args, _ = p.parse_known_args(argv)
     print(f"fake-llama-server pid {os.getpid()}", flush=True)
     if args.fake_exit is not None:
@@ -285,6 +306,8 @@ def main(argv: list[str]) -> int:
         fault_after=args.fake_fault_after,
         fault_count=args.fake_fault_count,
         load_s=args.fake_load_s,
+        drift_per_s=args.fake_drift_per_s,
+        drift_epoch=args.fake_drift_epoch,
     )
     try:
         httpd = _Server((args.host, args.port), state)

@@ -81,7 +81,7 @@ def test_a_cache_hit_in_disguise_is_found_and_the_summary_corrected() -> None:
         _sample("cache:resend:first", 1024, 1023, 1, 4.0, cache_ok=True),
     )
     r = audit(samples)
-    assert [(f.row_id, f.claim, f.counted) for f in r.findings] == [
+    assert [(f.stored.row_id, f.claim, f.counted) for f in r.findings] == [
         (3, "cold", True),
         (4, "cold", False),
         (6, "warm", True),

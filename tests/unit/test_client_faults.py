@@ -657,7 +657,7 @@ def test_extra_args_that_add_slots_are_noticed(tmp_path: Path, fake_bins: Binari
 def test_max_ttft_skips_what_a_slow_configuration_would_take_too_long_for(tmp_path: Path) -> None:
     """A fake server at 2,000 prefill t/s (known answers): with max-ttft 1 s, 256 and 1,024 tokens are measured
     (about 0.13 s and 0.51 s), 4,096 is skipped (about 2 s by the 1,024-token sample) and listed, not failed."""
-    from xover.measure.events import PointSkipped
+    from xover.domain.artifacts import SkippedPoint
     from xover.measure.ttft import linear_estimate
 
     assert linear_estimate(4096, {1024: 0.5, 256: 0.2}) == (2.0, 1024)
@@ -668,7 +668,7 @@ def test_max_ttft_skips_what_a_slow_configuration_would_take_too_long_for(tmp_pa
         out = run_url(tmp_path, fake.url, plan=plan, events=events)
     assert not out.failures
     assert sorted(s.length for s in stored(tmp_path)) == [256, 1024]
-    (skip,) = [e for e in events if isinstance(e, PointSkipped)]
+    (skip,) = [e for e in events if isinstance(e, SkippedPoint)]
     assert (skip.length, skip.from_length, skip.max_ttft_s) == (4096, 1024, 1.0) and skip.estimate_s > 1.0
     with Store(tmp_path) as store:
         (art,) = [body for _, name, body in store.artifacts("ttft-skipped")]

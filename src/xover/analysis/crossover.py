@@ -553,23 +553,18 @@ def relation(pair: PairResult) -> str:
     return f"{word} below ~{_k(claim.length)}, {'slower' if word == 'faster' else 'faster'} above" + ties
 
 
+_OTHER_SIDE = {"a": "b", "b": "a"}
+
+
 def swapped(pair: PairResult) -> PairResult:
-    """The same comparison read from B's side: every field of A's exchanged with B's (the crossings, their
-    interval and the lengths are the pair's own)."""
-    return dataclasses.replace(
-        pair,
-        a=pair.b,
-        b=pair.a,
-        total_a=pair.total_b,
-        total_b=pair.total_a,
-        separated=tuple(-s for s in pair.separated),
-        max_prompt_a=pair.max_prompt_b,
-        max_prompt_b=pair.max_prompt_a,
-        only_a=pair.only_b,
-        only_b=pair.only_a,
-        too_slow_a=pair.too_slow_b,
-        too_slow_b=pair.too_slow_a,
-    )
+    """The same comparison read from B's side: every field of A's (``a`` and those ending in ``_a``) exchanged
+    with B's, and ``separated`` negated (the crossings, their interval and the lengths are the pair's own)."""
+    sides = {
+        f.name: getattr(pair, f.name[:-1] + _OTHER_SIDE[f.name[-1]])
+        for f in dataclasses.fields(pair)
+        if f.name in _OTHER_SIDE or f.name[-2:] in ("_a", "_b")
+    }
+    return dataclasses.replace(pair, separated=tuple(-s for s in pair.separated), **sides)
 
 
 def fastest(configs: Sequence[ConfigData], response: int) -> str | None:

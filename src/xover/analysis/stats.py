@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 
 @dataclasses.dataclass(frozen=True)
@@ -58,6 +58,12 @@ def summarize(values: Sequence[float]) -> Summary:
         q1=quantile(xs, 0.25),
         q3=quantile(xs, 0.75),
     )
+
+
+def summarize_present(values: Iterable[float | None]) -> Summary | None:
+    """The summary of the values there are (None is a value missing); None when there is none."""
+    present = [v for v in values if v is not None]
+    return summarize(present) if present else None
 
 
 def first_is_outlier(values: Sequence[float], factor: float = 3.0) -> bool:

@@ -45,6 +45,7 @@ from xover.domain import llama_options as opts
 from xover.domain.config import LlamaConfig
 from xover.domain.profiles import Hardware
 from xover.domain.shapes import (
+    Geometry,
     TensorTable,
     active_params,
     has_tied_embeddings,
@@ -95,8 +96,8 @@ F32 = 4
 
 
 @dataclasses.dataclass(frozen=True)
-class ModelTerms:
-    """What the theory needs from a model, derived once from its tensor table.
+class ModelTerms(Geometry):
+    """What the theory needs from a model, derived once from its tensor table: its geometry, and the terms below.
 
     ``dense_*`` is everything but the expert tensors: ``dense_params`` counts the matmul parameters a
     token uses (output projection included, embedding lookup excluded); ``dense_gpu_bytes`` the
@@ -104,16 +105,6 @@ class ModelTerms:
     output copy is on the GPU). Expert figures are per layer and cover all experts of the layer.
     """
 
-    n_layer: int
-    n_embd: int
-    n_head: int
-    n_head_kv: int
-    head_dim_k: int
-    head_dim_v: int
-    n_expert: int  # 0 for dense models
-    n_expert_used: int
-    n_vocab: int
-    n_ctx_train: int
     ffn_width: int  # per token: n_expert_used x n_ff_exp for MoE, n_ff for dense
     dense_params: int
     dense_gpu_bytes: int
@@ -124,7 +115,6 @@ class ModelTerms:
     expert_copy_tensors_layer: tuple[tuple[int, ...], ...]  # bytes of each 3-D expert tensor, copied by expert
     kv_bytes_per_token: int  # full-attention layers only: the part of the cache that grows with the context
     # Per-architecture terms (defaults: a plain transformer, qwen3 / qwen3moe)
-    arch: str = ""
     n_layer_swa: int = 0  # sliding-window layers (gpt-oss: every other one): they attend to at most the window
     swa_window: int = 0
     kv_swa_bytes_per_cell: int = 0  # the SWA layers' cache per cell, summed over them
@@ -205,16 +195,7 @@ def model_terms(table: TensorTable, cache_type: str = "F16") -> ModelTerms:
         t for t in table.tensors if t.is_expert and len(t.ne) == 3 and t.layer is not None and t.layer < hp.n_layer
     ]
     return ModelTerms(
-        n_layer=hp.n_layer,
-        n_embd=hp.n_embd,
-        n_head=hp.n_head,
-        n_head_kv=hp.n_head_kv,
-        head_dim_k=hp.head_dim_k,
-        head_dim_v=hp.head_dim_v,
-        n_expert=hp.n_expert,
-        n_expert_used=hp.n_expert_used,
-        n_vocab=hp.n_vocab,
-        n_ctx_train=hp.n_ctx_train,
+        **hp.geometry(),
         ffn_width=_ffn_width(table),
         dense_params=dense_params,
         dense_gpu_bytes=gpu_at_zero - sum(bytes_layer),
@@ -224,7 +205,6 @@ def model_terms(table: TensorTable, cache_type: str = "F16") -> ModelTerms:
         expert_bytes_layer=tuple(bytes_layer),
         expert_copy_tensors_layer=tuple(tuple(c) for c in copy_layer),
         kv_bytes_per_token=kv,
-        arch=hp.arch,
         n_layer_swa=len(hp.swa_layers),
         swa_window=hp.swa_window if hp.swa_layers else 0,
         kv_swa_bytes_per_cell=swa,
@@ -340,8 +320,12 @@ class DecodeIntensity:
     kv_bytes: int
     weight_flops: float
     attention_flops: float
-    weight_intensity: float  # FLOP per weight byte: 2 / bytes per weight
-    intensity: float  # everything together
+    weight_intensity: float = dataclasses.field(init=False)  # FLOP per weight byte: 2 / bytes per weight
+    intensity: float = dataclasses.field(init=False)  # everything together
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "weight_intensity", self.weight_flops / self.weight_bytes)
+        object.__setattr__(self, "intensity", self.flops / self.bytes)
 
     @property
     def bytes(self) -> int:
@@ -362,13 +346,7 @@ def decode_intensity(terms: ModelTerms, depth: int) -> DecodeIntensity:
     kv = terms.kv_read_bytes(1, depth)
     attn = attention_flops(terms, 1, depth)
     return DecodeIntensity(
-        depth=depth,
-        weight_bytes=weight_bytes,
-        kv_bytes=kv,
-        weight_flops=weight_flops,
-        attention_flops=attn,
-        weight_intensity=weight_flops / weight_bytes,
-        intensity=(weight_flops + attn) / (weight_bytes + kv),
+        depth=depth, weight_bytes=weight_bytes, kv_bytes=kv, weight_flops=weight_flops, attention_flops=attn
     )
 
 
@@ -397,8 +375,12 @@ class PrefillIntensity:
     weight_bytes: float  # read once per ubatch
     kv_bytes: int
     flops: float  # whole ubatch, attention included
-    flops_per_token: float
-    intensity: float
+    flops_per_token: float = dataclasses.field(init=False)
+    intensity: float = dataclasses.field(init=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "flops_per_token", self.flops / self.ubatch)
+        object.__setattr__(self, "intensity", self.flops / (self.weight_bytes + self.kv_bytes))
 
 
 def prefill_intensity(terms: ModelTerms, ubatch: int, depth: int = 0) -> PrefillIntensity:
@@ -410,16 +392,7 @@ def prefill_intensity(terms: ModelTerms, ubatch: int, depth: int = 0) -> Prefill
     kv = terms.kv_read_bytes(ubatch, end)
     flops = ubatch * 2.0 * (terms.dense_params + terms.active_fraction * sum(terms.expert_params_layer))
     flops += attention_flops(terms, ubatch, end)
-    return PrefillIntensity(
-        ubatch=ubatch,
-        depth=depth,
-        coverage=cover,
-        weight_bytes=weights,
-        kv_bytes=kv,
-        flops=flops,
-        flops_per_token=flops / ubatch,
-        intensity=flops / (weights + kv),
-    )
+    return PrefillIntensity(ubatch=ubatch, depth=depth, coverage=cover, weight_bytes=weights, kv_bytes=kv, flops=flops)
 
 
 @dataclasses.dataclass(frozen=True)

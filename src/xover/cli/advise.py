@@ -5,6 +5,7 @@ from __future__ import annotations
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -75,7 +76,11 @@ xover advise -m model.gguf --ncmoe 18 --lengths 8k,16k,32k --knobs lm,ub -r 3
     "--confirm/--no-confirm", default=True, help="Confirm the winner against the defaults with llama-server cold TTFT."
 )
 @click.option(
-    "--confirm-reps", type=click.IntRange(min=1), default=2, help="Repetitions per length of the server confirmation."
+    "--confirm-reps",
+    "confirm_repetitions",
+    type=click.IntRange(min=1),
+    default=2,
+    help="Repetitions per length of the server confirmation.",
 )
 @options.study_dir(
     "Study directory [default: studies/advise-<timestamp>]. Reuse it to reuse measurements.",
@@ -85,24 +90,7 @@ xover advise -m model.gguf --ncmoe 18 --lengths 8k,16k,32k --knobs lm,ub -r 3
 @click.option("--timeout", "timeout_s", type=float, default=None, help="Seconds one llama-bench measurement may run.")
 @options.vram_budget("run")
 @options.llama_bin_dir("llama-bench and llama-server")
-def advise(
-    model: Path,
-    workload: str,
-    lengths: str | None,
-    response_tokens: int,
-    knob_names: str | None,
-    repetitions: int,
-    chunk: int | None,
-    n_gen: int,
-    budget_s: float,
-    confirm: bool,
-    confirm_reps: int,
-    study_dir: Path | None,
-    timeout_s: float | None,
-    vram_budget: str | None,
-    llama_bin_dir: Path | None,
-    **swept: tuple[str, ...],
-) -> None:
+def advise(study_dir: Path | None, lengths: str | None, vram_budget: str | None, **params: Any) -> None:
     from xover.analysis.advise import ARTIFACT
     from xover.console import console
     from xover.domain.prompts import parse_lengths
@@ -111,23 +99,12 @@ def advise(
     from xover.untrusted import visible
 
     study_dir = study_dir or Path("studies") / time.strftime("advise-%Y%m%d-%H%M%S")
-    request = AdviseRequest(
-        model=model,
+    request = AdviseRequest(  # the other options pass through by name, once the values to try are taken out
         study_dir=study_dir,
-        workload=workload,
         lengths=parse_lengths(lengths) if lengths is not None else None,
-        response_tokens=response_tokens,
-        knob_names=knob_names,
-        values=tuple((o.name, v) for o, v in options.table_values(swept)),
-        repetitions=repetitions,
-        chunk=chunk,
-        n_gen=n_gen,
-        budget_s=budget_s,
-        confirm=confirm,
-        confirm_repetitions=confirm_reps,
-        timeout_s=timeout_s,
-        llama_bin_dir=llama_bin_dir,
+        values=tuple((o.name, v) for o, v in options.table_values(params)),
         vram_budget=options.budget(vram_budget or None),
+        **params,
     )
     advice = run_advise_request(request, command=["xover", *sys.argv[1:]], on_event=_show)
     click.echo(visible(advise_section_markdown(advice), keep_newlines=True), nl=False)  # it quotes the model's path

@@ -5,13 +5,16 @@ from __future__ import annotations
 import sys
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import click
-from rich.progress import Progress, TaskID
 
 from xover.cli import options
-from xover.console import console, progress_bar, safe
+from xover.console import console, safe
 from xover.errors import XoverError
+
+if TYPE_CHECKING:
+    from xover.cli.progress import Bar
 
 HELP = """Prefill and decode speed at depth (llama-bench), swept across offload configurations.
 
@@ -58,48 +61,31 @@ class ConfigurationsFailed(XoverError):
     exit_code = 1
 
 
-class _ProgressView:
+def _show(event: object, bar: Bar) -> None:
     """Draws sweep events: one bar over all tests (only when something runs), a line per stored
     test or failed configuration."""
+    from xover.measure import events as b
 
-    def __init__(self) -> None:
-        self.bar: Progress | None = None
-        self.task: TaskID | None = None
-
-    def __enter__(self) -> _ProgressView:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        if self.bar is not None:
-            self.bar.stop()
-
-    def __call__(self, event: object) -> None:
-        from xover.measure import events as b
-
-        if isinstance(event, b.Note):  # the VRAM budget held
-            console.print(f"[dim]{safe(event.text)}[/]")
-        elif isinstance(event, b.SweepPlanned):
-            for config in event.plan.skipped:
-                console.print(
-                    f"[dim]skip {safe(config.label)}: every test already in {safe(event.study_dir)} (--fresh to remeasure)[/]"
-                )
-            if event.plan.jobs:
-                self.bar = progress_bar()
-                self.bar.start()
-                self.task = self.bar.add_task("llama-bench", total=event.plan.total_tests)
-        elif self.bar is None or self.task is None:
-            return
-        elif isinstance(event, b.ConfigStarted):
-            self.bar.update(self.task, description=f"{event.job.config.label} ({event.index + 1}/{event.count})")
-        elif isinstance(event, b.Progressed):
-            self.bar.update(self.task, completed=event.completed)
-        elif isinstance(event, b.ResultStored):
-            r = event.result
+    if isinstance(event, b.Note):  # the VRAM budget held
+        console.print(f"[dim]{safe(event.text)}[/]")
+    elif isinstance(event, b.SweepPlanned):
+        for config in event.plan.skipped:
             console.print(
-                f"  {safe(event.config.label):<24} {r.test_name:<18} {r.avg_ts:>10.2f} ± {r.stddev_ts:.2f} t/s"
+                f"[dim]skip {safe(config.label)}: every test already in {safe(event.study_dir)} (--fresh to remeasure)[/]"
             )
-        elif isinstance(event, b.ConfigFailed):
-            console.print(f"[red]  {safe(event.label)} failed: {safe(event.reason)}[/]")
+        if event.plan.jobs:
+            bar.start(event.plan.total_tests)
+    elif not bar.started:
+        return
+    elif isinstance(event, b.ConfigStarted):
+        bar.describe(f"{event.job.config.label} ({event.index + 1}/{event.count})")
+    elif isinstance(event, b.Progressed):
+        bar.completed(event.completed)
+    elif isinstance(event, b.ResultStored):
+        r = event.result
+        console.print(f"  {safe(event.config.label):<24} {r.test_name:<18} {r.avg_ts:>10.2f} ± {r.stddev_ts:.2f} t/s")
+    elif isinstance(event, b.ConfigFailed):
+        console.print(f"[red]  {safe(event.label)} failed: {safe(event.reason)}[/]")
 
 
 @click.command(help=HELP, context_settings={"show_default": True})
@@ -133,46 +119,24 @@ class _ProgressView:
     "--llama-bin-dir", type=click.Path(path_type=Path), default=None, help="Use llama-bench from this folder."
 )
 @options.vram_budget("run")
-@click.argument("extra", nargs=-1, type=click.UNPROCESSED, metavar="[-- LLAMA_BENCH_ARGS...]")
-def bench(
-    model: Path,
-    depth: str,
-    n_prompt: int,
-    n_gen: int,
-    env: tuple[str, ...],
-    repetitions: int,
-    study_dir: Path | None,
-    fresh: bool,
-    timeout_s: float | None,
-    llama_bin_dir: Path | None,
-    vram_budget: str | None,
-    extra: tuple[str, ...],
-    **swept: tuple[str, ...],
-) -> None:
+@click.argument("bench_args", nargs=-1, type=click.UNPROCESSED, metavar="[-- LLAMA_BENCH_ARGS...]")
+def bench(depth: str, env: tuple[str, ...], study_dir: Path | None, vram_budget: str | None, **params: Any) -> None:
+    from xover.cli.progress import Bar
     from xover.measure.bench import BenchRequest, BenchTests, run_bench
     from xover.report import export
 
-    tests = BenchTests(
-        model=model,
-        depths=options.int_list("--depth", depth),
-        n_prompt=n_prompt,
-        n_gen=n_gen,
-        repetitions=repetitions,
-        timeout_s=timeout_s,
-    )
+    tests = BenchTests(depths=options.int_list("--depth", depth), **options.taken(params, BenchTests))
     study_dir = study_dir or Path("studies") / time.strftime("bench-%Y%m%d-%H%M%S")
-    request = BenchRequest(
+    request = BenchRequest(  # the other options pass through by name, once the swept values are taken out
         tests=tests,
         study_dir=study_dir,
-        sweeps=tuple(options.table_values(swept)),
+        sweeps=tuple(options.table_values(params)),
         env=options.parse_env(env),
-        bench_args=extra,
-        fresh=fresh,
-        llama_bin_dir=llama_bin_dir,
         vram_budget=options.budget(vram_budget or None),
+        **params,
     )
-    with _ProgressView() as view:
-        run = run_bench(request, command=sys.argv, on_event=view)
+    with Bar("llama-bench") as bar:
+        run = run_bench(request, command=sys.argv, on_event=lambda event: _show(event, bar))
     outcome = run.outcome
     click.echo(export.render_markdown(run.data), nl=False)
     for label, memory in run.memory:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -29,15 +29,7 @@ if TYPE_CHECKING:
 @options.llama_bin_dir()
 @options.server_timeout("each server's /health")
 @options.server_args()
-def cache(
-    model: Path | None,
-    length: str,
-    study_dir: Path,
-    llama_bin_dir: Path | None,
-    server_timeout: float,
-    extra_args: tuple[str, ...],
-    **swept: tuple[str, ...],
-) -> None:
+def cache(length: str, **params: Any) -> None:
     """Prompt-cache lab: cold vs cached, --cache-reuse after a mid-prompt edit, hidden warm caches.
 
     Each scenario runs on a freshly started llama-server and every response is checked against
@@ -57,19 +49,12 @@ def cache(
     from xover.measure.cachelab import CacheLabRequest, run_lab
 
     tokens = parse_length(length)
-    request = CacheLabRequest(
-        model=model,
-        length=tokens,
-        study_dir=study_dir,
-        sweeps=tuple(options.table_values(swept)),
-        server_args=extra_args,
-        llama_bin_dir=llama_bin_dir,
-        startup_timeout_s=server_timeout,
-    )
+    # the other options pass through by name, once the swept values are taken out
+    request = CacheLabRequest(length=tokens, sweeps=tuple(options.table_values(params)), **params)
     with Bar("cache lab requests") as bar:
         outcome = run_lab(request, command=["xover", *sys.argv[1:]], on_event=lambda ev: _show(ev, bar))
     _print_lab(outcome.analysis, f"prompt cache lab, {outcome.label}, L={tokens:,}")
-    console.print(f"[dim]run {outcome.run_id}: {len(outcome.samples)} samples in {safe(study_dir)}[/]")
+    console.print(f"[dim]run {outcome.run_id}: {len(outcome.samples)} samples in {safe(request.study_dir)}[/]")
     if outcome.failures:
         raise XoverError(f"{len(outcome.failures)} scenario(s) failed, first: {outcome.failures[0].reason}")
 
@@ -157,14 +142,15 @@ def audit(study_dir: Path) -> int:
         for name in ("row", "run", "config", "mode", "L", "cache_n", "prompt_n", "stored flag", "why"):
             t.add_column(name)
         for f in result.findings:
+            st, timings = f.stored, f.stored.sample.timings
             t.add_row(
-                str(f.row_id),
-                str(f.run_id),
-                escape(f.label),
-                escape(f.mode),
-                f"{f.length:,}",
-                str(f.cache_n),
-                str(f.prompt_n),
+                str(st.row_id),
+                str(st.run_id),
+                escape(st.label),
+                escape(st.sample.mode),
+                f"{st.sample.length:,}",
+                str(timings.cache_n if timings else None),
+                str(timings.prompt_n if timings else None),
                 "[red]ok (counted)[/]" if f.counted else "failed (excluded)",
                 escape(f.reason),
             )

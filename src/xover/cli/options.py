@@ -29,6 +29,7 @@ def llama_bin_dir(tools: str = "llama-server") -> Callable[[F], F]:
 def server_timeout(what: str = "/health") -> Callable[[F], F]:
     return click.option(
         "--server-timeout",
+        "startup_timeout_s",
         type=click.FloatRange(min=1),
         default=600.0,
         show_default=True,
@@ -39,12 +40,20 @@ def server_timeout(what: str = "/health") -> Callable[[F], F]:
 def vram_budget(scope: str = "run") -> Callable[[F], F]:
     return click.option(
         "--vram-budget",
-        "vram_budget",
         metavar="SIZE",
         default=None,
         help="Answer for a smaller card: hold every byte of GPU 0's memory beyond SIZE (e.g. 16GiB) for the whole "
         f"{scope}, so llama.cpp sees a card of that size. Needs a CUDA GPU.",
     )
+
+
+def taken(params: dict[str, Any], record: type) -> dict[str, Any]:
+    """The parameters named like a field of the dataclass ``record``, taken out of ``params``: a command passes
+    its options through to the records they fill by name."""
+    import dataclasses
+
+    names = {f.name for f in dataclasses.fields(record)}
+    return {name: params.pop(name) for name in list(params) if name in names}
 
 
 def budget(text: str | None) -> int | None:
@@ -55,7 +64,7 @@ def budget(text: str | None) -> int | None:
 
 
 def server_args() -> Callable[[F], F]:
-    return click.argument("extra_args", nargs=-1, type=click.UNPROCESSED, metavar="[-- LLAMA-SERVER ARGS]")
+    return click.argument("server_args", nargs=-1, type=click.UNPROCESSED, metavar="[-- LLAMA-SERVER ARGS]")
 
 
 def model(help: str, *, required: bool = True, dir_okay: bool = False) -> Callable[[F], F]:

@@ -1,4 +1,4 @@
-"""What the server commands (ttft, session, cache) show alike of their runners' progress events."""
+"""What the commands that measure (bench, ttft, session, cache) show alike of their runners' progress events."""
 
 from __future__ import annotations
 
@@ -28,6 +28,10 @@ class Bar:
         if self.progress is not None:
             self.progress.stop()
 
+    @property
+    def started(self) -> bool:
+        return self.progress is not None
+
     def start(self, total: int) -> None:
         self.total = total
         self.progress = progress_bar()
@@ -38,9 +42,14 @@ class Bar:
         if self.progress is not None and self.task is not None:
             self.progress.update(self.task, advance=n)
 
-    def completed(self, n: int) -> None:
+    def completed(self, n: float) -> None:
         if self.progress is not None and self.task is not None:
             self.progress.update(self.task, completed=n)
+
+    def describe(self, text: str) -> None:
+        """What the bar is working on from now on (llama-bench: the configuration running)."""
+        if self.progress is not None and self.task is not None:
+            self.progress.update(self.task, description=text)
 
     def grow(self, n: int = 1) -> None:
         """``n`` more units of work than planned (a re-run)."""

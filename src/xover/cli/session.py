@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -97,27 +97,7 @@ xover session -m model.gguf --ncmoe 18 --workload recorded.jsonl --exact -- -ub 
 @options.server_timeout()
 @options.server_args()
 @click.pass_context
-def session(
-    ctx: click.Context,
-    model: Path,
-    workload: Path | None,
-    turns: int,
-    seed: int,
-    system_tokens: str,
-    target_tokens: str,
-    rewrite_every: int,
-    chars_per_token: float | None,
-    response_tokens: int,
-    cache_modes: str,
-    cache_reuse: int,
-    exact: bool,
-    ctx_size: int | None,
-    study_dir: Path,
-    llama_bin_dir: Path | None,
-    server_timeout: float,
-    extra_args: tuple[str, ...],
-    **swept: tuple[str, ...],
-) -> None:
+def session(ctx: click.Context, system_tokens: str, target_tokens: str, cache_modes: str, **params: Any) -> None:
     from xover.cli.progress import Bar
     from xover.domain.prompts import parse_length
     from xover.measure.session import GENERATION_OPTIONS, SessionRequest, parse_modes, replay_session
@@ -127,30 +107,17 @@ def session(
         for name in GENERATION_OPTIONS
         if ctx.get_parameter_source(name) not in (click.core.ParameterSource.DEFAULT, None)
     )
-    request = SessionRequest(
-        model=model,
-        study_dir=study_dir,
-        sweeps=tuple(options.table_values(swept)),
-        server_args=extra_args,
-        workload=workload,
-        turns=turns,
-        seed=seed,
+    request = SessionRequest(  # the other options pass through by name, once the swept values are taken out
+        sweeps=tuple(options.table_values(params)),
         system_tokens=parse_length(system_tokens),
         target_tokens=parse_length(target_tokens),
-        rewrite_every=rewrite_every,
-        chars_per_token=chars_per_token,
         explicit=explicit,
         modes=parse_modes(cache_modes),
-        response_tokens=response_tokens,
-        cache_reuse=cache_reuse,
-        exact=exact,
-        ctx_size=ctx_size,
-        llama_bin_dir=llama_bin_dir,
-        startup_timeout_s=server_timeout,
+        **params,
     )
     with Bar("session turns") as bar:
         result = replay_session(request, command=["xover", *sys.argv[1:]], on_event=lambda ev: _show(ev, bar))
-    _print_result(result, study_dir)
+    _print_result(result, request.study_dir)
 
 
 def _show(ev: object, bar: Bar) -> None:
@@ -175,7 +142,7 @@ def _show(ev: object, bar: Bar) -> None:
     elif isinstance(ev, TurnDone):
         bar.advance()
         if ev.turn.error is not None:
-            console.print(f"[red]{escape(f'{ev.label} {ev.mode} turn {ev.turn.turn}: {ev.turn.error}')}[/]")
+            console.print(f"[red]{escape(f'{ev.label} {ev.turn.mode} turn {ev.turn.turn}: {ev.turn.error}')}[/]")
     elif isinstance(ev, Sized):
         console.print(f"[dim]context sized to {ev.ctx_size} tokens (longest turn {ev.max_prompt_tokens} tokens)[/]")
     elif isinstance(ev, ServerUp):

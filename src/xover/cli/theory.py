@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -232,29 +232,43 @@ def render(report: dict[str, Any]) -> None:
     render_prediction(report["prediction"])
 
 
-def _render_decode(decode: dict[str, Any]) -> None:
-    t = Table(title="Decode: one token at depth n", title_justify="left")
-    for col in ("depth", "weights read", "KV read", "FLOPs", "FLOP/byte"):
+def _print_table(title: str, columns: Sequence[str], rows: Iterable[Sequence[str]]) -> None:
+    """A table of right-aligned columns, one row per item of ``rows``."""
+    t = Table(title=title, title_justify="left")
+    for col in columns:
         t.add_column(col, justify="right")
-    for r in decode["rows"]:
-        t.add_row(str(r["depth"]), _b(r["weight_bytes"]), _b(r["kv_bytes"]), _si(r["flops"]), f"{r['intensity']:.2f}")
+    for row in rows:
+        t.add_row(*row)
     out.print(t)
+
+
+def _render_decode(decode: dict[str, Any]) -> None:
+    _print_table(
+        "Decode: one token at depth n",
+        ("depth", "weights read", "KV read", "FLOPs", "FLOP/byte"),
+        (
+            (str(r["depth"]), _b(r["weight_bytes"]), _b(r["kv_bytes"]), _si(r["flops"]), f"{r['intensity']:.2f}")
+            for r in decode["rows"]
+        ),
+    )
     out.print(f"  why it stays flat: {decode['note']}")
 
 
 def _render_prefill(prefill: dict[str, Any]) -> None:
-    t = Table(title="Prefill: one ubatch of B tokens at depth 0 (weights read once per ubatch)", title_justify="left")
-    for col in ("B", "experts read", "weights read", "FLOPs/token", "FLOP/byte"):
-        t.add_column(col, justify="right")
-    for r in prefill["rows"]:
-        t.add_row(
-            str(r["ubatch"]),
-            f"{r['coverage']:.1%}",
-            _b(r["weight_bytes"]),
-            _si(r["flops_per_token"]),
-            f"{r['intensity']:.1f}",
-        )
-    out.print(t)
+    _print_table(
+        "Prefill: one ubatch of B tokens at depth 0 (weights read once per ubatch)",
+        ("B", "experts read", "weights read", "FLOPs/token", "FLOP/byte"),
+        (
+            (
+                str(r["ubatch"]),
+                f"{r['coverage']:.1%}",
+                _b(r["weight_bytes"]),
+                _si(r["flops_per_token"]),
+                f"{r['intensity']:.1f}",
+            )
+            for r in prefill["rows"]
+        ),
+    )
     for r in prefill["ridges"]:
         b = r["compute_bound_ubatch"]
         out.print(
@@ -277,65 +291,65 @@ def _render_experts(ex: dict[str, Any]) -> None:
             "GPU expert matmuls: llama.cpp's MMQ tiles are sized by the ubatch, not by each expert's tokens, "
             "so they compute " + ", ".join(f"B={b} {p:.2f}x" for b, p in pad.items()) + " the useful work"
         )
-    t = Table(title="CPU-resident experts (--n-cpu-moe N): read per decode token and per ubatch", title_justify="left")
-    for col in ("N", "in host", "per token", "per ubatch", "copy pinned", "copy pageable", "on CPU"):
-        t.add_column(col, justify="right")
-    for r in ex["rows"]:
-        t.add_row(
-            str(r["n_cpu_moe"]),
-            _b(r["cpu_expert_bytes"]),
-            _b(r["decode_bytes"]),
-            _b(r["ubatch_bytes"]),
-            _time(r["copy_s_pinned"]),
-            _time(r["copy_s_pageable"]),
-            _time(r["cpu_compute_s"]),
-        )
-    out.print(t)
+    _print_table(
+        "CPU-resident experts (--n-cpu-moe N): read per decode token and per ubatch",
+        ("N", "in host", "per token", "per ubatch", "copy pinned", "copy pageable", "on CPU"),
+        (
+            (
+                str(r["n_cpu_moe"]),
+                _b(r["cpu_expert_bytes"]),
+                _b(r["decode_bytes"]),
+                _b(r["ubatch_bytes"]),
+                _time(r["copy_s_pinned"]),
+                _time(r["copy_s_pageable"]),
+                _time(r["cpu_compute_s"]),
+            )
+            for r in ex["rows"]
+        ),
+    )
 
 
 def _render_attention(att: dict[str, Any]) -> None:
     rows = att["rows"]
-    t = Table(
-        title=f"Attention: score entries and FLOPs grow as L^2, the KV cache as L (ubatch {att['ubatch']}); "
+    _print_table(
+        f"Attention: score entries and FLOPs grow as L^2, the KV cache as L (ubatch {att['ubatch']}); "
         "FA off keeps an f32 n_head x ubatch x n_kv score matrix per layer, FA on an f16 mask",
-        title_justify="left",
+        ("L", "scores", "x", "KV", "x", "attn FLOPs", "of prefill", "FA off/layer", "FA on mask"),
+        (
+            (
+                _k(r["length"]),
+                _si(r["score_entries"]),
+                f"{r['score_entries'] / rows[0]['score_entries']:.0f}x",
+                _b(r["kv_bytes"]),
+                f"{r['kv_bytes'] / rows[0]['kv_bytes']:.0f}x",
+                _si(r["attention_flops"]),
+                f"{r['attention_share']:.1%}",
+                _b(r["fa_off_scores_bytes"]),
+                _b(r["mask_bytes_fa_on"]),
+            )
+            for r in rows
+        ),
     )
-    for col in ("L", "scores", "x", "KV", "x", "attn FLOPs", "of prefill", "FA off/layer", "FA on mask"):
-        t.add_column(col, justify="right")
-    for r in rows:
-        t.add_row(
-            _k(r["length"]),
-            _si(r["score_entries"]),
-            f"{r['score_entries'] / rows[0]['score_entries']:.0f}x",
-            _b(r["kv_bytes"]),
-            f"{r['kv_bytes'] / rows[0]['kv_bytes']:.0f}x",
-            _si(r["attention_flops"]),
-            f"{r['attention_share']:.1%}",
-            _b(r["fa_off_scores_bytes"]),
-            _b(r["mask_bytes_fa_on"]),
-        )
-    out.print(t)
     out.print("  flash attention removes the score matrix from memory, not the quadratic FLOPs")
 
 
 def render_placement(pl: dict[str, Any]) -> None:
-    t = Table(
-        title=f"Placement: smallest --n-cpu-moe that fits {_b(pl['budget_bytes'])} of VRAM "
+    _print_table(
+        f"Placement: smallest --n-cpu-moe that fits {_b(pl['budget_bytes'])} of VRAM "
         f"(keeping {_b(pl['headroom_bytes'])} free, ubatch {pl['ubatch']})",
-        title_justify="left",
+        ("context", "--n-cpu-moe", "weights", "KV", "compute (rough)", "total"),
+        (
+            (
+                _k(r["n_ctx"]),
+                "does not fit" if r["n_cpu_moe"] is None else str(r["n_cpu_moe"]),
+                _b(r["model_bytes"]),
+                _b(r["kv_bytes"]),
+                _b(r["compute_bytes"]),
+                _b(r["total_bytes"]),
+            )
+            for r in pl["rows"]
+        ),
     )
-    for col in ("context", "--n-cpu-moe", "weights", "KV", "compute (rough)", "total"):
-        t.add_column(col, justify="right")
-    for r in pl["rows"]:
-        t.add_row(
-            _k(r["n_ctx"]),
-            "does not fit" if r["n_cpu_moe"] is None else str(r["n_cpu_moe"]),
-            _b(r["model_bytes"]),
-            _b(r["kv_bytes"]),
-            _b(r["compute_bytes"]),
-            _b(r["total_bytes"]),
-        )
-    out.print(t)
 
 
 def render_prediction(pred: dict[str, Any]) -> None:

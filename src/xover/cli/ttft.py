@@ -6,8 +6,7 @@ import os
 import sys
 import time
 from collections.abc import Mapping, Sequence
-from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -74,7 +73,11 @@ xover ttft --url http://127.0.0.1:8080 --lengths 4k
 @options.llama_bin_dir()
 @options.server_timeout()
 @options.at_least(
-    0, "--retries", default=2, help="Re-runs of a sample that fails its cache check (it is stored, never averaged)."
+    0,
+    "--retries",
+    "max_retries",
+    default=2,
+    help="Re-runs of a sample that fails its cache check (it is stored, never averaged).",
 )
 @click.option(
     "--seed", type=int, default=None, help="Prompt seed [default: from the clock, so runs never share prompts]."
@@ -82,22 +85,7 @@ xover ttft --url http://127.0.0.1:8080 --lengths 4k
 @options.vram_budget("run")
 @options.server_args()
 def ttft(
-    model: Path | None,
-    lengths: str,
-    response_tokens: int,
-    reps: int,
-    study_dir: Path,
-    env: tuple[str, ...],
-    mode: str,
-    text: bool,
-    url: str | None,
-    llama_bin_dir: Path | None,
-    server_timeout: float,
-    retries: int,
-    seed: int | None,
-    vram_budget: str | None,
-    extra_args: tuple[str, ...],
-    **swept: tuple[str, ...],
+    lengths: str, seed: int | None, env: tuple[str, ...], url: str | None, vram_budget: str | None, **params: Any
 ) -> None:
     from xover.cli.progress import Bar
     from xover.domain.prompts import parse_lengths
@@ -105,25 +93,17 @@ def ttft(
 
     plan = TtftPlan(
         lengths=parse_lengths(lengths),
-        reps=reps,
-        response_tokens=response_tokens,
-        mode=mode,
-        text=text,
         seed=seed if seed is not None else time.time_ns() % 1_000_000_007,
-        max_retries=retries,
+        **options.taken(params, TtftPlan),
     )
-    request = TtftRequest(
+    request = TtftRequest(  # the other options pass through by name, once the swept values are taken out
         plan=plan,
-        study_dir=study_dir,
-        model=model,
-        sweeps=tuple(options.table_values(swept)),
+        sweeps=tuple(options.table_values(params)),
         env=options.parse_env(env),
-        server_args=extra_args,
         url=url,
         api_key=(os.environ.get(API_KEY_ENV) or None) if url is not None else None,
-        llama_bin_dir=llama_bin_dir,
-        startup_timeout_s=server_timeout,
         vram_budget=options.budget(vram_budget),
+        **params,
     )
     with Bar("ttft requests") as bar:
         result = run_ttft(request, command=["xover", *sys.argv[1:]], on_event=lambda ev: _show(ev, bar))
@@ -158,7 +138,9 @@ def _show(ev: object, bar: Bar) -> None:
             )
     elif isinstance(ev, Rerun):
         bar.grow()
-        console.print(f"[dim]{escape(ev.label)} L={ev.length} rep {ev.rep + 1}: re-running with a fresh prompt[/]")
+        console.print(
+            f"[dim]{escape(ev.label)} L={ev.point.length} rep {ev.point.rep + 1}: re-running with a fresh prompt[/]"
+        )
     elif isinstance(ev, ServerUp):
         where = f", log {ev.log_path}" if ev.log_path else ""
         line = f"llama-server {ev.label} ready at {ev.url} (build {ev.build_info or 'unknown'}){where}"

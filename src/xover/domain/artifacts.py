@@ -84,6 +84,35 @@ def _ints(values: Any) -> tuple[int, ...]:
     return tuple(int(v) for v in values or ())
 
 
+# How a flat record's field is read, by its declared type.
+_FIELD_READERS: dict[str, Callable[[Any], Any]] = {
+    "str": str,
+    "int": int,
+    "float": float,
+    "str | None": _opt_str,
+    "int | None": _opt_int,
+    "bool | None": _opt_bool,
+    "tuple[int, ...]": _ints,
+}
+
+
+def _flat(cls: type[T], body: Any, what: str) -> T:
+    """A flat record from its stored object, each field read as its declared type says: a field with a default that
+    the body lacks, or holds as null, takes its default; a field without one that is missing or unreadable makes
+    the body :class:`UnreadableArtifact`."""
+    b = _mapping(body, what)
+
+    def read() -> T:
+        values: dict[str, Any] = {}
+        for f in dataclasses.fields(cls):  # type: ignore[arg-type]
+            if b.get(f.name) is None and f.default is not dataclasses.MISSING:
+                continue
+            values[f.name] = _FIELD_READERS[str(f.type)](b[f.name])
+        return cls(**values)
+
+    return _reading(what, read)
+
+
 # ---- the prediction --------------------------------------------------------------------------------
 
 
@@ -137,25 +166,14 @@ class PredictedCrossover:
 
     a: str
     b: str
-    lengths: tuple[int, ...]
-    faster_short: str | None
-    faster_long: str | None
-    max_length: int | None
+    lengths: tuple[int, ...] = ()
+    faster_short: str | None = None
+    faster_long: str | None = None
+    max_length: int | None = None
 
     @classmethod
     def from_body(cls, body: Any) -> PredictedCrossover:
-        b = _mapping(body, PREDICTION)
-        return _reading(
-            PREDICTION,
-            lambda: cls(
-                a=str(b["a"]),
-                b=str(b["b"]),
-                lengths=_ints(b.get("lengths")),
-                faster_short=_opt_str(b.get("faster_short")),
-                faster_long=_opt_str(b.get("faster_long")),
-                max_length=_opt_int(b.get("max_length")),
-            ),
-        )
+        return _flat(cls, body, PREDICTION)
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -480,18 +498,10 @@ class SkippedPoint:
     config_key: str = ""
     rep: int = 0
 
+    def to_body(self) -> dict[str, Any]:
+        """The JSON the TTFT runner stores."""
+        return dataclasses.asdict(self)
+
     @classmethod
     def from_body(cls, body: Any) -> SkippedPoint:
-        b = _mapping(body, TTFT_SKIPPED)
-        return _reading(
-            TTFT_SKIPPED,
-            lambda: cls(
-                config=str(b["config"]),
-                length=int(b["length"]),
-                estimate_s=float(b["estimate_s"]),
-                from_length=int(b["from_length"]),
-                max_ttft_s=float(b["max_ttft_s"]),
-                config_key=str(b.get("config_key") or ""),
-                rep=int(b.get("rep") or 0),
-            ),
-        )
+        return _flat(cls, body, TTFT_SKIPPED)

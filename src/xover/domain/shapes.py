@@ -110,8 +110,9 @@ class TensorInfo:
 
 
 @dataclasses.dataclass(frozen=True)
-class Hyperparams:
-    """The hyperparameters the arithmetic needs beyond the tensor table."""
+class Geometry:
+    """A model's geometry as llama.cpp loads it: what :class:`Hyperparams` and the theory's view of a model
+    (:class:`xover.analysis.theory.ModelTerms`) both start with."""
 
     arch: str
     n_layer: int
@@ -124,6 +125,16 @@ class Hyperparams:
     n_expert_used: int  # 0 for dense models
     n_vocab: int
     n_ctx_train: int
+
+    def geometry(self) -> dict[str, Any]:
+        """These fields by name, to start another record of the same model with."""
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(Geometry)}
+
+
+@dataclasses.dataclass(frozen=True)
+class Hyperparams(Geometry):
+    """The hyperparameters the arithmetic needs beyond the tensor table: the geometry, and the features below."""
+
     # Per-architecture features; the defaults describe a plain transformer (qwen3, qwen3moe). ``n_layer``
     # counts the trunk only: NextN/MTP blocks come on top (``block_count = n_layer + n_layer_nextn``).
     n_layer_dense_lead: int = 0  # leading layers with a dense FFN instead of experts

@@ -26,15 +26,13 @@ import dataclasses
 import os
 import re
 import socket
-import subprocess
 import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any
 
 from xover.errors import XoverError
 from xover.llamacpp import process
-from xover.llamacpp.server import first_error, log_tail, next_log_path, owns_listening_port
+from xover.llamacpp.server import LlamaProcess, next_log_path, owns_listening_port
 
 HOST = "127.0.0.1"
 FIRST_PORT = 50052  # ggml-rpc-server's own default; xover takes the first free ports from here
@@ -180,7 +178,7 @@ def log_path_for(log_dir: Path, port: int) -> Path:
     return next_log_path(log_dir, f"rpc-worker-{port}")
 
 
-class RpcWorker:
+class RpcWorker(LlamaProcess[WorkerSpec]):
     """A running ``ggml-rpc-server``: ``with RpcWorker(binary, spec, log_dir) as w`` -> ``w.info``, ``w.pid``."""
 
     def __init__(
@@ -192,18 +190,9 @@ class RpcWorker:
         build: str | None = None,
         startup_timeout_s: float = 30.0,
     ) -> None:
-        self.binary = binary
-        self.spec = spec
-        self.log_dir = log_dir
+        super().__init__(binary, spec, log_dir, startup_timeout_s)
         self.build = build
-        self.startup_timeout_s = startup_timeout_s
-        self.proc: subprocess.Popen[Any] | None = None
-        self.log_path: Path | None = None
         self.info = WorkerInfo(spec.endpoint, "xover")
-
-    @property
-    def pid(self) -> int | None:
-        return self.proc.pid if self.proc else None
 
     def __enter__(self) -> RpcWorker:
         self.log_dir.mkdir(parents=True, exist_ok=True)
@@ -213,12 +202,7 @@ class RpcWorker:
             self.info = self._read_info()
         except XoverError as e:
             self._stop()
-            where = "no log"
-            if self.log_path is not None:
-                first = first_error(self.log_path)
-                tail = log_tail(self.log_path)
-                where = f"{f'first error: {first}; ' if first and first not in tail else ''}log tail: {tail} ({self.log_path})"
-            raise XoverError(f"RPC worker {self.spec.endpoint} {e}; {where}") from None
+            raise self.failed(f"RPC worker {self.spec.endpoint}", e) from None
         except BaseException:
             self._stop()
             raise

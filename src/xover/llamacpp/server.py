@@ -26,7 +26,7 @@ import socket
 import subprocess
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from xover.client.http import LlamaClient, wait_healthy
 from xover.domain import llama_options
@@ -225,7 +225,39 @@ def first_error(path: Path, max_chars: int = 300) -> str | None:
     return None
 
 
-class LlamaServer:
+S = TypeVar("S")
+
+
+class LlamaProcess(Generic[S]):
+    """A llama.cpp program xover starts (:class:`LlamaServer`, :class:`xover.llamacpp.rpc.RpcWorker`): ``binary``
+    run as ``spec`` says, given ``startup_timeout_s`` to be ready, its log a new file in ``log_dir``. ``proc`` is
+    its process once started (kept after it stops, for its pid and return code), ``log_path`` its log."""
+
+    def __init__(self, binary: Path, spec: S, log_dir: Path, startup_timeout_s: float) -> None:
+        self.binary = binary
+        self.spec = spec
+        self.log_dir = log_dir
+        self.startup_timeout_s = startup_timeout_s
+        self.proc: subprocess.Popen[Any] | None = None
+        self.log_path: Path | None = None
+
+    @property
+    def pid(self) -> int | None:
+        return self.proc.pid if self.proc else None
+
+    def failed(self, what: str, error: XoverError) -> XoverError:
+        """``error`` as the one line that says ``what`` failed to start: with the first error its log shows and
+        the log's last lines."""
+        where = "no log"
+        if self.log_path is not None:
+            tail = log_tail(self.log_path)
+            first = first_error(self.log_path)
+            cause = f"first error: {first}; " if first and first not in tail else ""
+            where = f"{cause}log tail: {tail} ({self.log_path})"
+        return XoverError(f"{what} {error}; {where}")
+
+
+class LlamaServer(LlamaProcess[ServerLaunch]):
     """A running llama-server for one :class:`ServerLaunch`: ``async with LlamaServer(...) as srv``.
 
     Inside: ``srv.url``, ``srv.client`` (a :class:`LlamaClient`), ``srv.props`` (``/props``),
@@ -234,21 +266,12 @@ class LlamaServer:
     """
 
     def __init__(self, binary: Path, spec: ServerLaunch, log_dir: Path, *, startup_timeout_s: float = 600.0) -> None:
-        self.binary = binary
-        self.spec = spec
-        self.log_dir = log_dir
-        self.startup_timeout_s = startup_timeout_s
-        self.proc: subprocess.Popen[Any] | None = None
+        super().__init__(binary, spec, log_dir, startup_timeout_s)
         self.client: LlamaClient | None = None
-        self.log_path: Path | None = None
         self.url = ""
         self.props: dict[str, Any] = {}
         self.model_meta: dict[str, Any] = {}
         self._running = False
-
-    @property
-    def pid(self) -> int | None:
-        return self.proc.pid if self.proc else None
 
     async def __aenter__(self) -> LlamaServer:
         self.log_dir.mkdir(parents=True, exist_ok=True)
@@ -270,13 +293,7 @@ class LlamaServer:
             self.model_meta = dict(data[0].get("meta") or {}) if isinstance(data, list) and data else {}
         except XoverError as e:
             await self._stop()
-            where = "no log"
-            if self.log_path:
-                tail = log_tail(self.log_path)
-                first = first_error(self.log_path)
-                cause = f"first error: {first}; " if first and first not in tail else ""
-                where = f"{cause}log tail: {tail} ({self.log_path})"
-            raise XoverError(f"llama-server ({self.spec.name}) {e}; {where}") from None
+            raise self.failed(f"llama-server ({self.spec.name})", e) from None
         except BaseException:
             await self._stop()
             raise

@@ -14,6 +14,7 @@ import math
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 from xover.analysis import advise
 from xover.analysis.advise import Advice, Knob, Measurement, RateSamples, Search, ServerPoint, Setting, Workload
@@ -29,14 +30,11 @@ from xover.results.store import Store
 GPU_FREE_BACKENDS = {"CPU", "BLAS", "RPC"}
 
 
-@dataclasses.dataclass(frozen=True)
-class AdviseSpec:
-    """What ``xover advise`` searches and measures."""
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class AdviseSettings:
+    """How ``xover advise`` measures: as it was asked (:class:`AdviseRequest`) and as its search runs
+    (:class:`AdviseSpec`)."""
 
-    model: Path
-    knobs: tuple[Knob, ...]
-    ncmoe: tuple[int | None, ...] = (None,)
-    workload: Workload | None = None  # None: the agentic band, scaled down to fit budget_s
     response_tokens: int = 200
     repetitions: int = 3
     n_gen: int = 64  # T of tg{T} @ dN
@@ -45,6 +43,21 @@ class AdviseSpec:
     confirm: bool = True
     confirm_repetitions: int = 2
     timeout_s: float | None = None
+
+    def settings(self) -> dict[str, Any]:
+        """These fields by name, to pass on to the search's :class:`AdviseSpec`."""
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(AdviseSettings)}
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class AdviseSpec(AdviseSettings):
+    """What ``xover advise`` searches and measures: the knobs on the model at each offload level, over the
+    workload, with the settings."""
+
+    model: Path
+    knobs: tuple[Knob, ...]
+    ncmoe: tuple[int | None, ...] = (None,)
+    workload: Workload | None = None  # None: the agentic band, scaled down to fit budget_s
 
     def __post_init__(self) -> None:
         if self.repetitions < 2:
@@ -398,27 +411,19 @@ def _confirm(
 # ---- `xover advise`: from its options to the advice ------------------------------------------------------
 
 
-@dataclasses.dataclass(frozen=True)
-class AdviseRequest:
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class AdviseRequest(AdviseSettings):
     """What ``xover advise`` was asked: the model, the workload (``"agentic"``, a file of turns, or uniform
     ``lengths``), the knobs to search (``knob_names`` as given, None for all) with any values to try
     (``values``: option name -> values; ``n-cpu-moe``'s are the offload levels, each searched on its own), and
-    how to measure."""
+    how to measure (the settings)."""
 
     model: Path
     study_dir: Path
     workload: str = "agentic"  # "agentic", or a file of turns: PROMPT_TOKENS[,RESPONSE_TOKENS[,WEIGHT]] per line
     lengths: tuple[int, ...] | None = None  # uniform prompt lengths, instead of the agentic workload
-    response_tokens: int = 200
     knob_names: str | None = None
     values: tuple[tuple[str, tuple[str, ...]], ...] = ()
-    repetitions: int = 3
-    chunk: int | None = None
-    n_gen: int = 64
-    budget_s: float = 120.0
-    confirm: bool = True
-    confirm_repetitions: int = 2
-    timeout_s: float | None = None
     llama_bin_dir: Path | None = None
     vram_budget: int | None = None  # bytes of GPU memory left to llama.cpp (xover.hardware.vram)
 
@@ -546,20 +551,7 @@ def run_advise_request(
     if workload is not None:
         option = "--lengths" if request.lengths is not None else "--workload"
         _check_context(model, levels, workload, knobs, request.chunk, request.n_gen, option)
-    spec = AdviseSpec(
-        model=model,
-        knobs=knobs,
-        ncmoe=levels,
-        workload=workload,
-        response_tokens=request.response_tokens,
-        repetitions=request.repetitions,
-        n_gen=request.n_gen,
-        chunk=request.chunk,
-        budget_s=request.budget_s,
-        confirm=request.confirm,
-        confirm_repetitions=request.confirm_repetitions,
-        timeout_s=request.timeout_s,
-    )
+    spec = AdviseSpec(model=model, knobs=knobs, ncmoe=levels, workload=workload, **request.settings())
     if dropped:  # said once every input is known to be good, so a bad one still gets a one-line error
         on_event(
             Remark(

@@ -22,7 +22,7 @@ import dataclasses
 from collections.abc import Sequence
 from pathlib import Path
 
-from xover.analysis.stats import Summary, summarize
+from xover.analysis.stats import Summary, summarize_present
 from xover.measure.cachelab import declared_state, parse_mode
 from xover.measure.ttft import check_cache
 from xover.results.read_model import StoredSample, load
@@ -32,18 +32,16 @@ MEASURED_MODES = ("cold", "warm")
 
 @dataclasses.dataclass(frozen=True)
 class Finding:
-    """A sample whose cache_n/prompt_n contradict the cache state it claims."""
+    """A stored sample whose cache_n/prompt_n contradict the cache state it claims."""
 
-    row_id: int
-    run_id: int
-    label: str
-    mode: str
-    length: int
+    stored: StoredSample
     claim: str  # "cold" or "warm"
-    cache_n: int | None
-    prompt_n: int | None
-    counted: bool  # its stored cache_ok flag says it passed, so summaries include it
     reason: str
+
+    @property
+    def counted(self) -> bool:
+        """Its stored cache_ok flag says it passed, so summaries include it."""
+        return self.stored.sample.cache_ok
 
 
 @dataclasses.dataclass(frozen=True)
@@ -100,21 +98,7 @@ def audit(samples: Sequence[StoredSample]) -> AuditResult:
         if reason is None:
             continue
         flagged.add(st.row_id)
-        t = s.timings
-        findings.append(
-            Finding(
-                row_id=st.row_id,
-                run_id=st.run_id,
-                label=st.label,
-                mode=s.mode,
-                length=s.length,
-                claim=state,
-                cache_n=t.cache_n if t else None,
-                prompt_n=t.prompt_n if t else None,
-                counted=s.cache_ok,
-                reason=reason,
-            )
-        )
+        findings.append(Finding(st, state, reason))
     return AuditResult(len(samples), n_checked, n_unclaimed, tuple(findings), tuple(_summary(samples, flagged)))
 
 
@@ -124,29 +108,17 @@ def _summary(samples: Sequence[StoredSample], flagged: set[int]) -> list[Summary
         if st.sample.mode in MEASURED_MODES:
             groups.setdefault((st.label, st.sample.mode, st.sample.length), []).append(st)
     rows = []
-    for (label, mode, length), group in sorted(groups.items(), key=lambda kv: (kv[0][0], kv[0][1], kv[0][2])):
-        counted = [
-            st
-            for st in group
-            if st.sample.cache_ok and st.sample.error is None and st.sample.first_token_ns is not None
-        ]
+    for point, group in sorted(groups.items()):  # (label, mode, length): the row's first fields
+        counted = [st for st in group if st.sample.counted]
         kept = [st for st in counted if st.row_id not in flagged]
         rows.append(
-            SummaryRow(
-                label=label,
-                mode=mode,
-                length=length,
-                stored=_ttft(counted),
-                corrected=_ttft(kept),
-                n_removed=len(counted) - len(kept),
-            )
+            SummaryRow(*point, stored=_ttft(counted), corrected=_ttft(kept), n_removed=len(counted) - len(kept))
         )
     return rows
 
 
 def _ttft(group: Sequence[StoredSample]) -> Summary | None:
-    values = [st.sample.first_token_ns for st in group if st.sample.first_token_ns is not None]
-    return summarize(values) if values else None
+    return summarize_present([st.sample.first_token_ns for st in group])
 
 
 def load_samples(study_dir: Path) -> list[StoredSample]:

@@ -31,7 +31,7 @@ from xover.llamacpp.binaries import Binaries
 from xover.measure.events import ConfigStarted, Note, Progressed, ResultStored, SweepEvent, SweepPlanned
 from xover.measure.provenance import model_id
 from xover.measure.recorder import Recording
-from xover.results.store import Store
+from xover.results.store import STORE_NAME, Store
 
 if TYPE_CHECKING:
     from xover.results.read_model import BenchData
@@ -144,12 +144,15 @@ def describe_job(job: BenchJob) -> str:
 @dataclasses.dataclass(frozen=True)
 class SweepOutcome:
     study_dir: Path
-    store_path: Path
     configs: tuple[LlamaConfig, ...]
     skipped: tuple[LlamaConfig, ...]
     stored: int  # tests stored by this run
     failures: tuple[Failure, ...]
     run_id: int | None  # None when nothing needed measuring
+
+    @property
+    def store_path(self) -> Path:
+        return self.study_dir / STORE_NAME
 
 
 # ---- the sweep, run -------------------------------------------------------------------------------
@@ -211,7 +214,6 @@ def run_sweep(
                     run.fail(job.config, failure)
         return SweepOutcome(
             study_dir=study_dir,
-            store_path=store.path,
             configs=tuple(configs),
             skipped=the_plan.skipped,
             stored=stored,

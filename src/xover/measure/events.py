@@ -11,6 +11,7 @@ import dataclasses
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from xover.domain.artifacts import SkippedPoint
 from xover.domain.config import LlamaConfig
 from xover.domain.records import BenchResult, Failure, SessionTurn, TtftSample
 from xover.llamacpp.bench import BenchJob
@@ -18,6 +19,7 @@ from xover.llamacpp.bench import BenchJob
 if TYPE_CHECKING:  # annotations only: the sweep's plan imports these events; the knob search is not needed at run time
     from xover.analysis.advise import Estimate, Measurement
     from xover.measure.bench import Plan
+    from xover.measure.ttft import TtftPoint
 
 
 # ---- every runner ---------------------------------------------------------------------------------
@@ -72,25 +74,16 @@ class SampleDone:
 
 @dataclasses.dataclass(frozen=True)
 class Rerun:
+    """A point whose sample failed its cache check, measured again with a fresh prompt."""
+
     label: str
-    length: int
-    rep: int
+    point: TtftPoint
     reason: str
 
 
-@dataclasses.dataclass(frozen=True)
-class PointSkipped:
-    """A point not measured: its TTFT, scaled from a shorter length, would exceed the plan's ``max_ttft_s``."""
-
-    label: str
-    length: int
-    rep: int
-    estimate_s: float
-    from_length: int
-    max_ttft_s: float
-
-
-TtftEvent = ServerUp | SampleDone | Rerun | ConfigFailed | Note | PointSkipped
+# A point not measured (its TTFT, scaled from a shorter length, would exceed the plan's ``max_ttft_s``) is sent as
+# the record stored for it, :class:`xover.domain.artifacts.SkippedPoint`.
+TtftEvent = ServerUp | SampleDone | Rerun | ConfigFailed | Note | SkippedPoint
 
 
 # ---- session ------------------------------------------------------------------------------------------
@@ -106,8 +99,9 @@ class Sized:
 
 @dataclasses.dataclass(frozen=True)
 class TurnDone:
+    """A turn replayed and stored (its cache mode is the turn's own)."""
+
     label: str
-    mode: str
     turn: SessionTurn
 
 

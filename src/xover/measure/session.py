@@ -447,7 +447,7 @@ class _Replay:
             )
             self.store.add_session_turn(run_id, self.rec.model_key, turn)
             self.turns.append(turn)
-            self.on_event(TurnDone(config.label, mode, turn))
+            self.on_event(TurnDone(config.label, turn))
             if res.error is not None or res.end_ns is None:
                 raise _ReplayError(f"turn {t.index}: {res.error}")
             self._notes(config.label, mode, turn, len(tokens))
@@ -481,6 +481,8 @@ class _Replay:
 # ---- `xover session`: from its options to the replayed series ------------------------------------------
 
 GENERATION_OPTIONS = ("turns", "seed", "system_tokens", "target_tokens", "rewrite_every", "chars_per_token")
+"""The options a session is generated from: the fields of :class:`~xover.domain.workload.WorkloadSpec`, which
+:class:`SessionRequest` holds under the same names."""
 _SCALABLE = ("turns", "system_tokens", "target_tokens")  # the sizes fit_to_context scales unless they are given
 
 
@@ -538,14 +540,9 @@ def _session_configs(request: SessionRequest) -> list[LlamaConfig]:
 def _requested(request: SessionRequest, context: ModelContext) -> WorkloadSpec:
     """The session the options ask for, before it is fitted to the model."""
     byte_vocab = request.chars_per_token is None and context.byte_vocab
-    return WorkloadSpec(
-        seed=request.seed,
-        turns=request.turns,
-        system_tokens=request.system_tokens,
-        target_tokens=request.target_tokens,
-        rewrite_every=request.rewrite_every,
-        chars_per_token=request.chars_per_token or (1.0 if byte_vocab else 4.0),
-    )
+    generation = {name: getattr(request, name) for name in GENERATION_OPTIONS}
+    generation["chars_per_token"] = request.chars_per_token or (1.0 if byte_vocab else 4.0)
+    return WorkloadSpec(**generation)
 
 
 def _check_replay(request: SessionRequest, configs: Sequence[LlamaConfig], spec: WorkloadSpec | None) -> None:

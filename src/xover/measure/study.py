@@ -235,9 +235,10 @@ def stage_ttft(st: Study) -> int:
         st.command,
         st.emit,
     )
+    from xover.domain.artifacts import SkippedPoint
     from xover.llamacpp.server import ServerLaunch, context_size
     from xover.measure import ttft as ttftrun
-    from xover.measure.events import ConfigFailed, PointSkipped, Rerun, SampleDone, ServerUp
+    from xover.measure.events import ConfigFailed, Rerun, SampleDone, ServerUp
 
     ctx = context_size(max(spec.lengths), max(spec.response_tokens))
     mk = model_id(model).key
@@ -293,8 +294,8 @@ def stage_ttft(st: Study) -> int:
                 elif isinstance(ev, ConfigFailed):
                     emit(StageEvent("ttft", "fail", f"{label}: {ev.reason}"))
                 elif isinstance(ev, Rerun):
-                    emit(StageEvent("ttft", "progress", f"{label} L={ev.length}: re-run ({ev.reason})"))
-                elif isinstance(ev, PointSkipped):
+                    emit(StageEvent("ttft", "progress", f"{label} L={ev.point.length}: re-run ({ev.reason})"))
+                elif isinstance(ev, SkippedPoint):
                     done += 1
                     emit(
                         StageEvent(

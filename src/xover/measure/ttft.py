@@ -25,8 +25,9 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from xover.analysis.stats import Summary, summarize
+from xover.analysis.stats import Summary, summarize_present
 from xover.client.http import LlamaClient, StreamRecord, completion_body, wait_healthy
+from xover.domain.artifacts import TTFT_SKIPPED, SkippedPoint
 from xover.domain.config import LlamaConfig
 from xover.domain.llama_options import LlamaOption
 from xover.domain.prompts import WORDS, Prompt, TextPrompts, TokenPrompts, token_pool
@@ -35,7 +36,7 @@ from xover.errors import XoverError
 from xover.llamacpp import memory
 from xover.llamacpp.binaries import Binaries
 from xover.llamacpp.server import LlamaServer, ServerLaunch
-from xover.measure.events import Note, PointSkipped, Rerun, SampleDone, ServerUp, TtftEvent
+from xover.measure.events import Note, Rerun, SampleDone, ServerUp, TtftEvent
 from xover.measure.recorder import Recording
 from xover.measure.server_session import WARMUP_LENGTH, started_server, warm_up
 from xover.results.store import Store
@@ -185,11 +186,6 @@ class PointSummary:
         return gap_ms > GAP_WARN_MS or (gap_ms > 1.0 and gap_ms > GAP_WARN_SHARE * self.ttft_ns.median / 1e6)
 
 
-def _summary(values: Sequence[float | int | None]) -> Summary | None:
-    present = [float(v) for v in values if v is not None]
-    return summarize(present) if present else None
-
-
 def summarize_points(samples: Sequence[TtftSample]) -> list[PointSummary]:
     """Per (configuration, mode, length), in first-seen order."""
     groups: dict[tuple[str, str, int], list[TtftSample]] = {}
@@ -210,12 +206,12 @@ def summarize_points(samples: Sequence[TtftSample]) -> list[PointSummary]:
                 n_reruns=len(group) - len(reps),
                 n_errors=sum(1 for s in group if s.error is not None),
                 n_first_two_together=sum(1 for m in ok if m.first_two_together),
-                ttft_ns=_summary([m.ttft_ns for m in ok]),
-                prefill_tps_client=_summary([m.prefill_tps_client for m in ok]),
-                prefill_tps_server=_summary([m.prefill_tps_server for m in ok]),
-                decode_tps_client=_summary([m.decode_tps_client for m in ok]),
-                decode_tps_server=_summary([m.decode_tps_server for m in ok]),
-                gap_ns=_summary([m.gap_ns for m in ok]),
+                ttft_ns=summarize_present([m.ttft_ns for m in ok]),
+                prefill_tps_client=summarize_present([m.prefill_tps_client for m in ok]),
+                prefill_tps_server=summarize_present([m.prefill_tps_server for m in ok]),
+                decode_tps_client=summarize_present([m.decode_tps_client for m in ok]),
+                decode_tps_server=summarize_present([m.decode_tps_server for m in ok]),
+                gap_ns=summarize_present([m.gap_ns for m in ok]),
             )
         )
     return out
@@ -481,17 +477,9 @@ class TtftRun:
         est = linear_estimate(point.length, {L: statistics.median(v) for L, v in by_length.items()})
         if est is None or est[0] <= cap:
             return False
-        body = {
-            "config": config.label,
-            "config_key": config.key,
-            "length": point.length,
-            "rep": point.rep,
-            "estimate_s": est[0],
-            "from_length": est[1],
-            "max_ttft_s": cap,
-        }
-        self.store.add_artifact(run_id, "ttft-skipped", body)
-        self.on_event(PointSkipped(config.label, point.length, point.rep, est[0], est[1], cap))
+        skipped = SkippedPoint(config.label, point.length, est[0], est[1], cap, config_key=config.key, rep=point.rep)
+        self.store.add_artifact(run_id, TTFT_SKIPPED, skipped.to_body())
+        self.on_event(skipped)
         return True
 
     async def _point(
@@ -520,7 +508,7 @@ class TtftRun:
             if check is None:
                 return
             if attempt <= plan.max_retries:
-                self.on_event(Rerun(label=config.label, length=point.length, rep=point.rep, reason=check))
+                self.on_event(Rerun(config.label, point, check))
         self.on_event(
             Note(
                 f"{config.label} L={point.length} rep {point.rep + 1}: no sample passed the {plan.mode} "
