@@ -169,6 +169,7 @@ def test_job_argv_and_points_follow_llama_bench_order() -> None:
         ("-o", "JSONL"),
         ("-lm", "--load-mode"),
         ("-b", "--batch"),
+        ("--no-host", "--no-host"),
         ("--repack", "--repack"),
     ],
 )

@@ -75,13 +75,46 @@ def test_each_kind_of_switch_is_spelled_for_each_tool() -> None:
     on, off = (LlamaConfig("x", (("no-op-offload", v),)) for v in ("1", "0"))
     assert (on.bench_argv(), on.server_argv()) == (("-nopo", "1"), ("--no-op-offload",))
     assert (off.bench_argv(), off.server_argv()) == (("-nopo", "0"), ("--op-offload",))
+    # without one: off is llama-server's default, so nothing is passed
+    on, off = (LlamaConfig("x", (("no-host", v),)) for v in ("1", "0"))
+    assert (on.bench_argv(), on.server_argv()) == (("--no-host", "1"), ("--no-host",))
+    assert (off.bench_argv(), off.server_argv()) == (("--no-host", "0"), ())
     # on by default, with an off spelling
     off = LlamaConfig("x", (("repack", "0"),))
     assert (off.bench_argv(), off.server_argv()) == (("--repack", "0"), ("-nr",))
-    with pytest.raises(XoverError, match="repack must be true or false"):
-        config_from_table({"name": "x", "repack": "yes"}, 0)
+    with pytest.raises(XoverError, match="no-host must be true or false"):
+        config_from_table({"name": "x", "no-host": "yes"}, 0)
     with pytest.raises(XoverError, match="flash-attn must be one of on, off, auto"):
         config_from_table({"name": "x", "flash-attn": "yes"}, 0)
+
+
+def test_no_host_is_one_table_entry_seen_everywhere() -> None:
+    """Adding --no-host (llama-server's bare flag, llama-bench's 0|1) was one entry in the table: it reaches both
+    tools' arguments, the study spec, llama-bench's record check, the export's columns, the tuning stage's knobs
+    and the sweep options of `xover bench` and `xover ttft`, with nothing else written for it."""
+    from xover.analysis import advise
+    from xover.cli import bench as bench_cli
+    from xover.cli import ttft as ttft_cli
+    from xover.report import export
+
+    config = config_from_table({"name": "x", "n-cpu-moe": 20, "no-host": True}, 0)
+    job = bench.BenchJob(config, 512, 32, (0,), 2)
+    argv = job.to_argv(Path("llama-bench"), Path("m.gguf"))
+    assert argv[argv.index("--no-host") + 1] == "1"
+    assert ServerLaunch(config, Path("m.gguf"), 4096).args()[-3:] == ("-ncmoe", "20", "--no-host")
+    assert bench.record_mismatch(config, {"no_host": True, "n_cpu_moe": 20}) is None
+    assert "no_host=False" in (bench.record_mismatch(config, {"no_host": False, "n_cpu_moe": 20}) or "")
+    assert "no_host" in export._RECORD_COLUMNS
+    knobs = {k.name: k for k in advise.study_knobs(cpu_count=4, gpu_build=True, longest=4096)}
+    assert knobs["no-host"].candidates == ("1",) and knobs["no-host"].short == "nohost"
+    assert "no-host" not in {k.name for k in advise.study_knobs(cpu_count=4, gpu_build=False, longest=4096)}
+    tuned = advise.apply_setting(LlamaConfig("x"), tuple(knobs.values()), (("no-host", "1"),), "x tuned")
+    assert tuned.server_argv() == ("--no-host",) and advise.setting_label(
+        tuple(knobs.values()), (("no-host", "1"),)
+    ) == ("nohost=1")
+    for command in (bench_cli.bench, ttft_cli.ttft):
+        assert "--no-host" in {d for p in command.params if isinstance(p, click.Option) for d in p.opts}
+    assert bench.RESERVED_FLAGS["--no-host"] == "--no-host"
 
 
 def test_an_engine_that_lacks_an_option_is_refused_before_anything_runs(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -90,8 +123,8 @@ def test_an_engine_that_lacks_an_option_is_refused_before_anything_runs(monkeypa
     # an engine the table lists no option of: each setting is refused in one line, naming the option
     monkeypatch.setattr(opts, "ENGINES", (*opts.ENGINES, "other"))
     assert LlamaConfig("x", engine="other").settings == ()
-    with pytest.raises(XoverError, match=r"\[\[config\]\] 'x': other has no repack option"):
-        config_from_table({"name": "x", "engine": "other", "repack": True}, 0)
+    with pytest.raises(XoverError, match=r"\[\[config\]\] 'x': other has no no-host option"):
+        config_from_table({"name": "x", "engine": "other", "no-host": True}, 0)
 
 
 def test_the_identity_is_the_configuration_not_its_name_order_or_measurement() -> None:
@@ -134,6 +167,7 @@ def test_record_values_and_the_record_check() -> None:
         "ubatch-size": "n_ubatch",
         "batch-size": "n_batch",
         "no-op-offload": "no_op_offload",
+        "no-host": "no_host",
         "repack": "repack",
         "threads": "n_threads",
         "flash-attn": "flash_attn",

@@ -70,6 +70,7 @@ def test_study_knobs_per_build() -> None:
         "batch-size",
         "no-op-offload",
         "GGML_OP_OFFLOAD_MIN_BATCH",
+        "no-host",
         "threads",
         "flash-attn",
     }

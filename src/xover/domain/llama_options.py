@@ -50,7 +50,7 @@ class LlamaOption:
     ``name`` is llama.cpp's long option name without dashes (the study spec's ``[[config]]`` key, a setting's name
     and advise's knob name), or the variable's name for an environment option. ``bench``/``server``: the spellings
     each tool accepts, the one xover passes first; empty when that tool does not take it. For a switch, ``server``
-    turns it on and ``server_off`` off; a switch without an "off" spelling passes nothing when off,
+    turns it on and ``server_off`` off; a switch without an "off" spelling (``--no-host``) passes nothing when off,
     which is llama.cpp's default there. ``default`` is llama.cpp's, as it documents it (``auto`` where llama.cpp
     decides at run time). ``record_field`` is llama-bench's JSONL field reporting the value in effect;
     ``record_values`` maps a value to what that field reports when it is not the value itself (``-fa on`` -> ``1``).
@@ -228,6 +228,13 @@ NO_OP_OFFLOAD = LlamaOption(
 OP_OFFLOAD_MIN_BATCH = LlamaOption(
     "GGML_OP_OFFLOAD_MIN_BATCH", "GGML_OP_OFFLOAD_MIN_BATCH", "int", "32", env=True, gpu_only=True, search=("1024",),
     cli=("--op-offload-min-batch",), help="GGML_OP_OFFLOAD_MIN_BATCH values: the smallest batch op offload copies weights for (CUDA).")
+# With a GPU, CPU-resident weights go into the GPU's host buffer (pinned or mapped), ahead of the CPU's repacked
+# (CPU_REPACK) and AMX buffers: --no-host skips it, so the CPU's own kernels run decode, and op offload has nothing
+# to copy (llama.cpp #16310). llama-bench takes --no-host 0|1 and reports no_host; llama-server a bare --no-host.
+NO_HOST = LlamaOption(
+    "no-host", "nohost", "switch", "0", bench=("--no-host",), server=("--no-host",), record_field="no_host",
+    checked=True, memory=True, gpu_only=True, tune_search=("1",),
+    cli=("--no-host",), help="1: --no-host (CPU-resident weights in the CPU's repacked/AMX buffers, not the GPU's host buffer).")
 # Repacking CPU weights into the layouts of the CPU's vector kernels (CPU_REPACK), on by default where the CPU has
 # such kernels; llama-bench takes --repack 0|1, llama-server --repack and -nr/--no-repack.
 REPACK = LlamaOption(
@@ -254,7 +261,7 @@ CACHE_TYPE_V = LlamaOption(
 
 OPTIONS: tuple[LlamaOption, ...] = (
     N_CPU_MOE, N_GPU_LAYERS, RPC, OVERRIDE_TENSOR, TENSOR_SPLIT,
-    LOAD_MODE, UBATCH_SIZE, BATCH_SIZE, NO_OP_OFFLOAD, OP_OFFLOAD_MIN_BATCH, REPACK, THREADS, FLASH_ATTN,
+    LOAD_MODE, UBATCH_SIZE, BATCH_SIZE, NO_OP_OFFLOAD, OP_OFFLOAD_MIN_BATCH, NO_HOST, REPACK, THREADS, FLASH_ATTN,
     CACHE_TYPE_K, CACHE_TYPE_V,
 )
 """Every option, in the order a configuration's arguments are written (placement first: --rpc before -ot), the
