@@ -68,3 +68,66 @@ def test_drift_beyond_the_rounds_spread() -> None:
     assert s is not None
     assert drifted(s, 1.15) is None
     assert drifted(s, 1.5) == pytest.approx(0.25) and drifted(s, 0.8) == pytest.approx(-0.2)
+
+
+def _config(label: str, ttft: dict[int, float]):  # type: ignore[no-untyped-def]
+    """A configuration measured in rounds at 1K, decode so fast the total is the TTFT."""
+    from xover.analysis.crossover import ConfigData
+
+    rounds = {1024: {n: (t, 1e9) for n, t in ttft.items()}}
+    return ConfigData(label, {1024: list(ttft.values())}, {1024: [1e9] * len(ttft)}, rounds=rounds)
+
+
+def test_what_would_settle_a_pair_the_rounds_left_open() -> None:
+    from xover.analysis.crossover import compare_pair
+    from xover.report.rounds import open_lines
+
+    b = _config("b", {1: 1.0, 2: 1.0, 3: 1.0})
+    near = compare_pair(_config("a", {1: 0.90, 2: 0.97, 3: 0.93}), b, 100, n_boot=0)  # ~7 % faster, 3 rounds
+    assert near.separated == (0,) and near.in_rounds
+    (line,) = open_lines([near])
+    assert line == (
+        "a vs b stays open at 1K after 3 rounds: to settle it, 1K: about 4 rounds, if the difference holds at 7%."
+    )
+    noise = compare_pair(_config("a", {1: 1.0, 2: 1.2, 3: 0.85}), b, 100, n_boot=0)  # no difference, a noisy one
+    (line,) = open_lines([noise])
+    assert "no likely number of rounds" in line and "probably as fast as each other here" in line
+    decided = compare_pair(_config("a", {1: 0.80, 2: 0.81, 3: 0.79}), b, 100, n_boot=0)
+    assert decided.separated == (-1,) and open_lines([decided]) == []
+
+
+def _prov():  # type: ignore[no-untyped-def]
+    from xover.domain.records import ModelId, Provenance
+
+    model = ModelId(path="/m.gguf", name="m.gguf", size_bytes=10, header_sha256="ab" * 32)
+    return Provenance("0c1e570", 1, "CPU", "/bin", "cache", "cpu", None, "h", "Linux", "0.1.0", model)
+
+
+def _store_rounds(study, ttft_by_round: dict[int, float]) -> None:  # type: ignore[no-untyped-def]
+    from xover.domain.config import LlamaConfig
+    from xover.domain.records import ServerTimings, TtftSample
+    from xover.results.store import Store
+
+    with Store(study) as st:
+        run = st.begin_run("ttft", ["xover", "study"], _prov())
+        config = LlamaConfig("a", (("threads", "1"),))
+        st.put_config(config)
+        for n, ttft_s in ttft_by_round.items():
+            ns = int(ttft_s * 1e9)
+            timings = ServerTimings(0, 1024, ns / 1e6, None, 100, 100.0, 1e9)
+            sample = TtftSample(config.key, "cold", 1024, 0, f"p{n}", 0, ns, ns, ns, (ns,), 100, timings, True, round=n)
+            st.add_ttft_sample(run, "mk", sample)
+
+
+def test_a_drift_check_outside_the_spread_of_the_rounds_is_told(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from xover.report.rounds import drift_line
+    from xover.results.read_model import crossover_inputs, load
+
+    _store_rounds(tmp_path / "moved", {1: 1.0, 2: 1.1, 3: 1.05, -3: 1.5})
+    data = load(tmp_path / "moved")
+    assert [s.round for _, s in data.drift_samples()] == [-3] and len(data.cold_samples()) == 3
+    line = drift_line(data, crossover_inputs(data), 100)
+    assert line is not None and "a at 1K: 1.50 s a turn, 36% slower than any of its 3 rounds (1.00-1.10 s)" in line
+    _store_rounds(tmp_path / "steady", {1: 1.0, 2: 1.1, 3: 1.05, -3: 1.08})
+    data = load(tmp_path / "steady")
+    assert drift_line(data, crossover_inputs(data), 100) is None

@@ -23,6 +23,8 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
+from xover.analysis.rounds import RatioInterval, paired_ratio
+
 # Measurements of one configuration: raw TTFT samples (seconds) per prompt length, and raw decode
 # speeds (tokens/s) per context depth.
 Samples = Mapping[int, Sequence[float]]
@@ -39,6 +41,9 @@ class ConfigData:
     # Prompt lengths not measured because the configuration was too slow for them (a study's max-ttft), each
     # with its estimated cold TTFT in seconds, scaled linearly from a shorter measured length.
     too_slow: tuple[tuple[int, float], ...] = ()
+    # Measured in rounds of fresh server processes: prompt length -> round -> that round's median cold TTFT (s) and
+    # median decode speed (tokens/s). Empty for a store measured before rounds (one process per configuration).
+    rounds: Mapping[int, Mapping[int, tuple[float, float]]] = dataclasses.field(default_factory=dict)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -95,6 +100,21 @@ class PairResult:
     only_b: tuple[tuple[int, float], ...] = ()
     too_slow_a: tuple[tuple[int, float], ...] = ()
     too_slow_b: tuple[tuple[int, float], ...] = ()
+    # Per length, A's total time per turn over B's over the rounds both were measured in, with its 95 % interval
+    # (xover.analysis.rounds); empty when either side was measured before rounds (the within-process rule decides).
+    intervals: tuple[RatioInterval | None, ...] = ()
+
+    @property
+    def in_rounds(self) -> bool:
+        """Whether the pair is judged over rounds of fresh processes (else by the spread inside one process)."""
+        return bool(self.intervals)
+
+    def rounds_told(self) -> str:
+        """``3 rounds`` or ``3-5 rounds``: how many rounds the pair's comparisons rest on."""
+        ns = sorted({i.n for i in self.intervals if i is not None})
+        if not ns:
+            return "no shared rounds"
+        return f"{ns[0]} rounds" if len(ns) == 1 else f"{ns[0]}-{ns[-1]} rounds"
 
     def faster_at(self, length_index: int) -> str:
         return self.a if self.total_a[length_index] < self.total_b[length_index] else self.b
@@ -115,18 +135,42 @@ def _decode_tps_at(data: ConfigData, depth: int) -> float:
     return 1.0 / float(np.interp(depth, depths, spt))
 
 
+def round_totals(data: ConfigData, length: int, response: int) -> dict[int, float]:
+    """Round -> total(L) from that round's medians: its cold TTFT and ``response`` tokens at its decode speed."""
+    return {r: ttft + response / decode for r, (ttft, decode) in data.rounds.get(length, {}).items() if decode > 0}
+
+
 def measured_totals(data: ConfigData, response: int) -> dict[int, float]:
-    """total(L) at each measured prompt length, from medians (seconds)."""
-    return {L: _median(s) + response / _decode_tps_at(data, L) for L, s in sorted(data.ttft_s.items())}
+    """total(L) at each measured prompt length (seconds): the median of its round totals where it was measured in
+    rounds of fresh processes, else from the medians of its samples."""
+    out = {}
+    for L, samples in sorted(data.ttft_s.items()):
+        by_round = round_totals(data, L, response)
+        out[L] = _median(list(by_round.values())) if by_round else _median(samples) + response / _decode_tps_at(data, L)
+    return out
+
+
+def round_interval(a: ConfigData, b: ConfigData, length: int, response: int) -> RatioInterval | None:
+    """A's total time per turn over B's at ``length``, paired by round (:func:`xover.analysis.rounds.paired_ratio`);
+    None where they share fewer than two rounds."""
+    return paired_ratio(round_totals(a, length, response), round_totals(b, length, response))
 
 
 def separation(a: ConfigData, b: ConfigData, length: int, response: int) -> int:
-    """-1 when every sample of A's total at ``length`` beats every sample of B's, +1 the reverse, 0 when
-    the ranges overlap (within noise). Totals per sample: its TTFT plus the median decode time.
+    """-1 when A is clearly faster at ``length``, +1 when B is, 0 when the difference is within the noise.
+
+    Measured in rounds of fresh processes (both sides): by the rounds rule (:mod:`xover.analysis.rounds`): the 95 %
+    interval of A's total over B's, paired by round, lies below or above 1. Measured before rounds (one process per
+    configuration): every sample of A's total beats every sample of B's, or the reverse; otherwise the ranges
+    overlap. Totals per sample: its TTFT plus the median decode time.
 
     With 3 samples a side, ranges that do not overlap happen by chance with probability 0.1 when the two
     are equal (2 of the 20 ways to order six samples), so a difference called here is a real one
-    far more often than not; a smaller one is reported as noise rather than as a winner."""
+    far more often than not; a smaller one is reported as noise rather than as a winner. That is the within-process
+    rule: it cannot see the drift between processes, which is why rounds replace it."""
+    if a.rounds.get(length) and b.rounds.get(length):
+        r = round_interval(a, b, length, response)
+        return 0 if r is None else r.sign
 
     def span(d: ConfigData) -> tuple[float, float]:
         dec = response / _decode_tps_at(d, length)
@@ -265,6 +309,11 @@ def compare_pair(a: ConfigData, b: ConfigData, response: int, n_boot: int = 1000
     if n_boot > 0:
         ci, none_frac = bootstrap_crossing(a, b, response, lo, hi, n_boot=n_boot, seed=seed)
     sep = tuple(separation(a, b, L, response) for L in lengths)
+    intervals = (
+        tuple(round_interval(a, b, L, response) for L in lengths)
+        if all(a.rounds.get(L) and b.rounds.get(L) for L in lengths)
+        else ()
+    )
     only_a = tuple((L, t) for L, t in ta.items() if L > lengths[-1] and L not in tb)
     only_b = tuple((L, t) for L, t in tb.items() if L > lengths[-1] and L not in ta)
     return PairResult(
@@ -285,6 +334,7 @@ def compare_pair(a: ConfigData, b: ConfigData, response: int, n_boot: int = 1000
         only_b,
         a.too_slow,
         b.too_slow,
+        intervals,
     )
 
 
@@ -365,6 +415,13 @@ def claims_crossover(pair: PairResult) -> bool:
     return claimed_crossing(pair) is not None
 
 
+def _noise(pair: PairResult, of: str = "") -> str:
+    """How a difference within the noise is told: over rounds, "indistinguishable here"; before them, "within noise"."""
+    if pair.in_rounds:
+        return "indistinguishable here"
+    return f"within noise {of}".strip()
+
+
 def verdict(pair: PairResult, band: tuple[int, int] = (10_000, 40_000)) -> str:
     """One sentence naming both configurations: who wins where, the crossover, where the agentic band falls.
 
@@ -425,8 +482,10 @@ def _band_held(pair: PairResult, band: tuple[int, int], beyond: str | None) -> s
         return None
     s, claim = sides(pair), claimed_crossing(pair)
     span = f"{_k(pair.lengths[0])}-{_k(pair.lengths[-1])} tokens, {pair.response}-token responses"
+    if pair.in_rounds:
+        span += f", {pair.rounds_told()} of fresh servers"
     if not s.clear:
-        within = f"within noise of each other at every length both hold ({span})"
+        within = f"{_noise(pair, 'of each other')} at every length both hold ({span})"
     elif not s.changes:
         within = f"{s.clear[0][1]} is faster at every length both hold where they differ ({span})"
     elif claim is None:
@@ -475,13 +534,21 @@ def _verdict(pair: PairResult, band: tuple[int, int], told_beyond: bool) -> str:
     span = f"{_k(pair.lengths[0])}-{_k(pair.lengths[-1])} tokens, {pair.response}-token responses"
     if not s.clear:
         gap = max(abs(x - y) / min(x, y) for x, y in zip(pair.total_a, pair.total_b))
+        rule = (
+            f"indistinguishable here at every measured length ({span}; over {pair.rounds_told()} of fresh servers "
+            "the 95% interval of their ratio includes 1"
+            if pair.in_rounds
+            else f"within noise of each other at every measured length ({span}; sample ranges overlap"
+        )
         return (
-            head + f"within noise of each other at every measured length ({span}; sample ranges overlap, "
-            f"medians differ by at most {gap:.0%}): either serves agentic turns of {_k(lo_b)}-{_k(hi_b)} tokens."
+            head + f"{rule}, medians differ by at most {gap:.0%}): either serves agentic turns of "
+            f"{_k(lo_b)}-{_k(hi_b)} tokens."
         )
     winners = [w for _, w in s.clear]
     ties = [_k(pair.lengths[i]) for i in s.ties]
-    tie_note = f"; within noise at {', '.join(ties)}" if ties else ""
+    tie_note = f"; {_noise(pair)} at {', '.join(ties)}" if ties else ""
+    if pair.in_rounds:
+        span += f", {pair.rounds_told()} of fresh servers"
     claim = claimed_crossing(pair)
     if not s.changes:
         winner = winners[0]
@@ -536,7 +603,7 @@ def relation(pair: PairResult) -> str:
     (then slower), ``slower below ~8,000`` or ``no consistent winner``; lengths within noise are named."""
     s = sides(pair)
     if not s.clear:
-        return "within noise"
+        return "indistinguishable" if pair.in_rounds else "within noise"
     ties = f" (noise at {', '.join(_k(pair.lengths[i]) for i in s.ties)})" if s.ties else ""
     claim = claimed_crossing(pair)
     if not s.changes:
@@ -558,19 +625,24 @@ _OTHER_SIDE = {"a": "b", "b": "a"}
 
 def swapped(pair: PairResult) -> PairResult:
     """The same comparison read from B's side: every field of A's (``a`` and those ending in ``_a``) exchanged
-    with B's, and ``separated`` negated (the crossings, their interval and the lengths are the pair's own)."""
+    with B's, ``separated`` negated and each round interval inverted (the crossings, their interval and the lengths
+    are the pair's own)."""
     sides = {
         f.name: getattr(pair, f.name[:-1] + _OTHER_SIDE[f.name[-1]])
         for f in dataclasses.fields(pair)
         if f.name in _OTHER_SIDE or f.name[-2:] in ("_a", "_b")
     }
-    return dataclasses.replace(pair, separated=tuple(-s for s in pair.separated), **sides)
+    intervals = tuple(None if i is None else i.inverted() for i in pair.intervals)
+    return dataclasses.replace(pair, separated=tuple(-s for s in pair.separated), intervals=intervals, **sides)
 
 
 def fastest(configs: Sequence[ConfigData], response: int) -> str | None:
-    """The fastest configuration at each measured length (median total), for studies of three or more."""
+    """The fastest configuration at each measured length (median total), for studies of three or more. Measured in
+    rounds, the fastest is named only where it is clearly faster than the next (:func:`separation`); otherwise the
+    two are told as indistinguishable."""
     if len(configs) < 3:
         return None
+    by_label = {c.label: c for c in configs}
     totals = {c.label: measured_totals(c, response) for c in configs}
     lengths = sorted(set.intersection(*(set(t) for t in totals.values())))
     if not lengths:
@@ -579,6 +651,15 @@ def fastest(configs: Sequence[ConfigData], response: int) -> str | None:
     for L in lengths:
         ranked = sorted(totals, key=lambda label: totals[label][L])
         best, second = ranked[0], ranked[1]
+        if by_label[best].rounds.get(L) and by_label[second].rounds.get(L):
+            r = round_interval(by_label[best], by_label[second], L, response)
+            if r is None or not r.decided:
+                n = f"{r.n} rounds" if r is not None else "too few rounds"
+                parts.append(
+                    f"{_k(L)} {best} and {second} indistinguishable here ({totals[best][L]:.2f} s against "
+                    f"{totals[second][L]:.2f} s, {n})"
+                )
+                continue
         parts.append(
             f"{_k(L)} {best} ({totals[best][L]:.2f} s; next {second}, {totals[second][L] / totals[best][L]:.2f}x)"
         )

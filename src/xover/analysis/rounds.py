@@ -94,6 +94,10 @@ class RatioInterval:
     high: float
     n: int
 
+    def inverted(self) -> RatioInterval:
+        """B's time over A's."""
+        return RatioInterval(1 / self.ratio, 1 / self.high, 1 / self.low, self.n)
+
     @property
     def decided(self) -> bool:
         return self.n >= MIN_ROUNDS and (self.high < 1.0 or self.low > 1.0)

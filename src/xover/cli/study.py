@@ -23,6 +23,15 @@ if TYPE_CHECKING:
 @click.option(
     "--fresh", is_flag=True, help="Measure everything again instead of skipping what the store already holds."
 )
+@click.option(
+    "--remeasure",
+    default="",
+    metavar="STAGE,...",
+    help="Measure these stages again and resume the others (model: llama.cpp's check of the placement; tune, "
+    "bench, ttft, cache, session). The stored results stay: cold TTFT adds new rounds of fresh servers after them, "
+    "and its rounds supersede samples measured before rounds (e.g. --remeasure ttft on a study measured before "
+    "rounds keeps its placement and tuning).",
+)
 @options.llama_bin_dir("llama-bench and llama-server")
 @click.option(
     "--skip",
@@ -52,6 +61,7 @@ def study(
     spec_file: Path | None,
     study_dir: Path | None,
     fresh: bool,
+    remeasure: str,
     llama_bin_dir: Path | None,
     skip: str,
     only_configs: str,
@@ -95,7 +105,13 @@ def study(
         # rpc-local workers run for the whole study (and stop on every way out); the configurations get their --rpc.
         with study_workers(spec, out_dir, binaries, lambda line: emit(StageEvent("model", "info", line))) as spec:
             outcome = run_study(
-                spec, out_dir, binaries, fresh=fresh, command=["xover", *sys.argv[1:]], emit=emit, report=write_report
+                spec,
+                out_dir,
+                binaries,
+                fresh=True if fresh else {x.strip() for x in remeasure.split(",") if x.strip()},
+                command=["xover", *sys.argv[1:]],
+                emit=emit,
+                report=write_report,
             )
     finally:
         close()

@@ -117,7 +117,7 @@ def _flat(cls: type[T], body: Any, what: str) -> T:
 
 
 @dataclasses.dataclass(frozen=True)
-class PredictedConfig:
+class PredictionEntry:
     """One configuration of a prediction (an entry of its ``configs``): its label, what the theory modelled of
     it (:class:`xover.analysis.theory.Offload`'s fields; None where an older prediction lacks one), and its
     points and curve as stored."""
@@ -139,10 +139,10 @@ class PredictedConfig:
         return self.label if self.study_label is None else self.study_label
 
     @classmethod
-    def from_body(cls, body: Any) -> PredictedConfig:
+    def from_body(cls, body: Any) -> PredictionEntry:
         b = _mapping(body, PREDICTION)
 
-        def read() -> PredictedConfig:
+        def read() -> PredictionEntry:
             curve = b.get("curve") or {}
             return cls(
                 label=str(b["label"]),
@@ -192,7 +192,7 @@ class Prediction(Mapping[str, Any]):
     response_tokens: int | None
     pp_tokens: int | None
     lengths: tuple[int, ...]
-    configs: tuple[PredictedConfig, ...]
+    configs: tuple[PredictionEntry, ...]
     crossovers: tuple[PredictedCrossover, ...]
     measurements_before: int | None  # measurements already in the study when ``xover predict`` stored it
     body: Mapping[str, Any]
@@ -227,7 +227,7 @@ class Prediction(Mapping[str, Any]):
                 response_tokens=_opt_int(b.get("response_tokens")),
                 pp_tokens=_opt_int(b.get("pp_tokens")),
                 lengths=_ints(b.get("lengths")),
-                configs=tuple(PredictedConfig.from_body(c) for c in b.get("configs") or ()),
+                configs=tuple(PredictionEntry.from_body(c) for c in b.get("configs") or ()),
                 crossovers=tuple(PredictedCrossover.from_body(c) for c in b.get("crossovers") or ()),
                 measurements_before=_opt_int(b.get("measurements_before")),
                 body=b,
@@ -260,6 +260,9 @@ class TuneRecord:
     knobs: tuple[Mapping[str, Any], ...] = ()  # the searched xover.analysis.advise.Knob, as stored
     server_args: tuple[str, ...] = ()
     backend: str = ""
+    # the search's recommendation against the defaults in rounds of fresh processes (xover.measure.tune.Confirmation,
+    # as stored: rounds, ratio, low, high, n, kept, failure); None: stored before rounds, or nothing to confirm
+    confirmation: Mapping[str, Any] | None = None
 
     @classmethod
     def from_body(cls, body: Any, read_search: Callable[[Any], Any] | None = None) -> TuneRecord:
@@ -295,6 +298,7 @@ class TuneRecord:
                 knobs=tuple(_mapping(k, TUNE) for k in b.get("knobs") or ()),
                 server_args=tuple(str(a) for a in b.get("server_args") or ()),
                 backend=str(b.get("backend") or ""),
+                confirmation=_mapping(b["confirmation"], TUNE) if b.get("confirmation") is not None else None,
             )
 
         return _reading(TUNE, read)

@@ -43,6 +43,11 @@ class Provenance:
     extra: tuple[tuple[str, str], ...] = ()
 
 
+ROUND_DOC = """A sample's ``round``: a positive number is the round of fresh processes it was measured in (each round
+starts every configuration's process afresh, in an order that alternates between rounds); a negative number is the
+drift check after round ``-round`` (the first configuration measured again, in a fresh process, at the end of its
+stage); None: measured before xover measured in rounds (one server or llama-bench process per configuration)."""
+
 RPC_WORKER_KEY = "rpc_worker "
 """A provenance ``extra`` key's prefix: ``rpc_worker host:port`` names an RPC worker a run used, its value says what
 the worker is (its build, backend and devices, or that the user runs it)."""
@@ -61,6 +66,7 @@ class BenchResult:
     avg_ts: float
     stddev_ts: float
     record: dict[str, Any]  # llama-bench's JSONL object, untouched
+    round: int | None = None  # the round of fresh processes it was measured in (ROUND_DOC); None: not in rounds
 
     @property
     def test_name(self) -> str:
@@ -111,6 +117,7 @@ class TtftSample:
     timings: ServerTimings | None
     cache_ok: bool  # the declared cache state held (cold: cache_n == 0 and prompt_n == length)
     error: str | None = None
+    round: int | None = None  # the round of fresh server processes it was measured in (ROUND_DOC)
 
     @property
     def counted(self) -> bool:
@@ -118,9 +125,15 @@ class TtftSample:
         return self.cache_ok and self.error is None and self.first_token_ns is not None
 
     @property
+    def drift_check(self) -> bool:
+        """Measured in a drift check (the first configuration again at the end of its stage), not in a round."""
+        return self.round is not None and self.round < 0
+
+    @property
     def counted_cold(self) -> bool:
-        """A cold sample that is :attr:`counted`: the only samples averaged as cold TTFT."""
-        return self.mode == "cold" and self.counted
+        """A cold sample that is :attr:`counted`, of a round (or measured before rounds): the only samples averaged
+        as cold TTFT."""
+        return self.mode == "cold" and self.counted and not self.drift_check
 
 
 @dataclasses.dataclass(frozen=True)

@@ -41,7 +41,12 @@ class StudySpec:
     model_preset: str | None = None
     lengths: tuple[int, ...] = (1024, 4096, 16384, 32768)
     response_tokens: tuple[int, ...] = (200,)
-    repetitions: int = 3
+    repetitions: int = 3  # cold TTFT samples per length in each round (each in a fresh server process)
+    # Rounds of fresh server processes, in an order that alternates between rounds: at least ``rounds``; more, up to
+    # ``max_rounds``, where a verdict is still open (xover.analysis.rounds), while the study's ``budget_s`` lasts.
+    rounds: int = 3
+    max_rounds: int = 6
+    budget_s: float | None = None
     bench_repetitions: int = 5
     pp: int = 512
     tg: int = 128
@@ -133,6 +138,13 @@ def validate_spec(spec: StudySpec) -> None:
         )
     if spec.repetitions < 1 or spec.bench_repetitions < 1:
         raise XoverError("repetitions must be at least 1")
+    if spec.rounds < 1 or spec.max_rounds < spec.rounds:
+        raise XoverError(
+            "[study] rounds must be at least 1 and max-rounds at least rounds (e.g. rounds = 3, max-rounds = 6): "
+            "a verdict needs 3 rounds of fresh processes"
+        )
+    if spec.budget_s is not None and spec.budget_s <= 0:
+        raise XoverError("[study] budget must be a positive duration, e.g. '20min'")
     if spec.pp < 1 or spec.tg < 1:
         raise XoverError("pp and tg must be at least 1 token")
     if not spec.band[0] < spec.band[1]:
@@ -293,6 +305,9 @@ def spec_from_dict(doc: Mapping[str, Any], base_dir: Path | None = None) -> Stud
         "tune-repetitions",
         "pairs",
         "vram-budget",
+        "rounds",
+        "max-rounds",
+        "budget",
     }
     bad = set(study) - known_study
     if bad:
@@ -320,6 +335,8 @@ def spec_from_dict(doc: Mapping[str, Any], base_dir: Path | None = None) -> Stud
         ("bench-repetitions", "bench_repetitions"),
         ("pp", "pp"),
         ("tg", "tg"),
+        ("rounds", "rounds"),
+        ("max-rounds", "max_rounds"),
     ):
         if key in study:
             if not isinstance(study[key], int) or isinstance(study[key], bool):
@@ -338,6 +355,8 @@ def spec_from_dict(doc: Mapping[str, Any], base_dir: Path | None = None) -> Stud
         kwargs["timeout_s"] = float(study["timeout"])
     if "max-ttft" in study:
         kwargs["max_ttft_s"] = _seconds(study["max-ttft"], "[study] max-ttft")
+    if "budget" in study:
+        kwargs["budget_s"] = _seconds(study["budget"], "[study] budget")
     for key in ("session-turns", "session-response-tokens", "decode-tokens"):
         if key in study:
             if not isinstance(study[key], int) or isinstance(study[key], bool) or study[key] < 1:
@@ -429,7 +448,10 @@ def default_spec() -> StudySpec:
         model_preset="tiny-moe",
         lengths=(512, 1024, 2048, 4096),
         response_tokens=(200,),
-        repetitions=3,
+        repetitions=1,
+        rounds=3,
+        max_rounds=6,
+        budget_s=150.0,
         bench_repetitions=3,
         pp=512,
         tg=128,

@@ -43,7 +43,8 @@ MD_ARTIFACT = "llama-bench-md"  # llama-bench's own markdown for a configuration
 class BenchTests:
     """The llama-bench tests every configuration of a sweep runs: ``pp{n_prompt} @ dN`` and ``tg{n_gen} @ dN`` at
     each depth N, ``repetitions`` times, on ``model``; a configuration running longer than ``timeout_s`` is stopped
-    and stored as failed."""
+    and stored as failed. ``round``: the round of fresh processes the sweep is (its results are stored with it and
+    resumed by it; see :data:`xover.domain.records.ROUND_DOC`), None outside rounds."""
 
     model: Path
     depths: tuple[int, ...]
@@ -51,6 +52,7 @@ class BenchTests:
     n_gen: int = 128
     repetitions: int = 5
     timeout_s: float | None = None
+    round: int | None = None
 
     def __post_init__(self) -> None:
         if not self.depths or any(d < 0 for d in self.depths):
@@ -192,7 +194,7 @@ def run_sweep(
     with Store(study_dir) as store:
 
         def measured(config: LlamaConfig, p: Point) -> bool:
-            return not fresh and store.has_bench_point(config.key, model_key, *p)
+            return not fresh and store.has_bench_point(config.key, model_key, *p, round=spec.round)
 
         the_plan = plan(spec, configs, measured)
         on_event(SweepPlanned(the_plan, study_dir))
@@ -243,7 +245,7 @@ def _run_job(
             if isinstance(event, ProgressLine):
                 on_event(Progressed(done_before + max(_within_job(event), len(seen)), total))
             elif isinstance(event, RecordLine):
-                result = bench.result_from_record(job.config.key, event.record)
+                result = dataclasses.replace(bench.result_from_record(job.config.key, event.record), round=spec.round)
                 point = (result.n_prompt, result.n_gen, result.n_depth)
                 problem = bench.record_mismatch(job.config, event.record)
                 if problem is None and (point not in expected or point in seen):

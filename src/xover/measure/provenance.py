@@ -111,8 +111,9 @@ def _rpc_workers() -> tuple[tuple[str, str], ...]:
     return tuple((f"{RPC_WORKER_KEY}{w.endpoint}", w.describe()) for w in active())
 
 
-def cpu_busy_share(stat_before: str, stat_after: str) -> float | None:
-    """Share of all CPU time that was not idle between two reads of /proc/stat (its first line)."""
+def cpu_shares(stat_before: str, stat_after: str) -> tuple[float, float] | None:
+    """The shares of all CPU time between two reads of /proc/stat (its first line) that were busy (not idle or
+    waiting for I/O) and stolen (by the hypervisor, for other guests: a shared cloud machine's noise)."""
 
     def fields(text: str) -> list[int] | None:
         first = text.splitlines()[0].split() if text else []
@@ -122,8 +123,27 @@ def cpu_busy_share(stat_before: str, stat_after: str) -> float | None:
     if a is None or b is None:
         return None
     total = sum(b) - sum(a)
+    if total <= 0:
+        return None
     idle = (b[3] + b[4]) - (a[3] + a[4])  # idle + iowait
-    return None if total <= 0 else max(0.0, min(1.0, 1 - idle / total))
+    steal = (b[7] - a[7]) if len(a) > 7 and len(b) > 7 else 0
+    return max(0.0, min(1.0, 1 - idle / total)), max(0.0, min(1.0, steal / total))
+
+
+def cpu_busy_share(stat_before: str, stat_after: str) -> float | None:
+    """Share of all CPU time that was not idle between two reads of /proc/stat (its first line)."""
+    shares = cpu_shares(stat_before, stat_after)
+    return None if shares is None else shares[0]
+
+
+def proc_stat() -> str:
+    """/proc/stat as text ("" where there is none)."""
+    from pathlib import Path
+
+    try:
+        return Path("/proc/stat").read_text()
+    except OSError:
+        return ""
 
 
 def _machine_load(sample_s: float = 0.25) -> tuple[tuple[str, str], ...]:
@@ -133,7 +153,6 @@ def _machine_load(sample_s: float = 0.25) -> tuple[tuple[str, str], ...]:
     busy share is what the CPUs were doing at the start."""
     import os
     import time
-    from pathlib import Path
 
     out = [("cpu_count", str(os.cpu_count()))]
     try:
@@ -141,12 +160,9 @@ def _machine_load(sample_s: float = 0.25) -> tuple[tuple[str, str], ...]:
         out += [("loadavg_1m", f"{one:.2f}"), ("loadavg_5m", f"{five:.2f}")]
     except OSError:
         pass
-    try:
-        before = Path("/proc/stat").read_text()
-        time.sleep(sample_s)
-        busy = cpu_busy_share(before, Path("/proc/stat").read_text())
-    except OSError:
-        busy = None
-    if busy is not None:
-        out.append(("cpu_busy", f"{busy:.2f}"))
+    before = proc_stat()
+    time.sleep(sample_s)
+    shares = cpu_shares(before, proc_stat())
+    if shares is not None:
+        out += [("cpu_busy", f"{shares[0]:.2f}"), ("cpu_steal", f"{shares[1]:.3f}")]
     return tuple(out)

@@ -23,12 +23,18 @@ from xover.measure.ttft import linear_estimate
 from xover.results.read_model import StoredSample, StudyData
 
 
-def _counted(stored: Sequence[StoredSample], model_key: str, config_key: str) -> list[TtftSample]:
-    """One configuration's stored cold samples that count (:attr:`TtftSample.counted_cold`)."""
+def _counted(
+    stored: Sequence[StoredSample], model_key: str, config_key: str, round: int | None | bool = True
+) -> list[TtftSample]:
+    """One configuration's stored cold samples that count (:attr:`TtftSample.counted_cold`): of round ``round``
+    (None: those measured before rounds), or of every round (True)."""
     return [
         row.sample
         for row in stored
-        if row.sample.config_key == config_key and row.model_key == model_key and row.sample.counted_cold
+        if row.sample.config_key == config_key
+        and row.model_key == model_key
+        and row.sample.counted_cold
+        and (round is True or row.sample.round == round)
     ]
 
 
@@ -39,21 +45,28 @@ def missing_ttft(
     config_key: str,
     fresh: bool,
     lengths: Sequence[int] | None = None,
+    round: int | None = None,
 ) -> dict[int, int]:
-    """Prompt length -> counted cold samples still needed for one configuration (its key), given the study's
-    stored samples (the read model's ``ttft_rows``), among ``lengths`` (default: the study's)."""
+    """Prompt length -> counted cold samples still needed for one configuration (its key) in round ``round`` (None:
+    among those measured before rounds), given the study's stored samples (the read model's ``ttft_rows``), among
+    ``lengths`` (default: the study's). ``spec.repetitions`` samples a length make a round complete."""
     lengths = spec.lengths if lengths is None else lengths
-    have = Counter(s.length for s in ([] if fresh else _counted(stored, model_key, config_key)))
+    have = Counter(s.length for s in ([] if fresh else _counted(stored, model_key, config_key, round)))
     return {L: spec.repetitions - have[L] for L in lengths if have[L] < spec.repetitions}
 
 
 def stored_medians(stored: Sequence[StoredSample], model_key: str, config_key: str) -> dict[int, float]:
-    """Length -> median cold TTFT (s) of one configuration's counted cold samples."""
+    """Length -> median cold TTFT (s) of one configuration's counted cold samples (every round)."""
     by_length: dict[int, list[float]] = {}
     for s in _counted(stored, model_key, config_key):
         if s.first_token_ns is not None:
             by_length.setdefault(s.length, []).append(s.first_token_ns / 1e9)
     return {L: statistics.median(v) for L, v in by_length.items()}
+
+
+def last_round(stored: Sequence[StoredSample]) -> int:
+    """The last round any cold sample was stored in (0: none)."""
+    return max((abs(row.sample.round) for row in stored if row.sample.round is not None), default=0)
 
 
 def distinct(spec: StudySpec) -> tuple[StudySpec, tuple[tuple[str, str], ...]]:
@@ -89,8 +102,13 @@ class TtftTodo:
     notes: tuple[str, ...]
 
 
-def ttft_todo(spec: StudySpec, stored: Sequence[StoredSample], model_key: str, fresh: bool) -> list[TtftTodo]:
-    """Per configuration of ``spec``: the cold samples still needed (every configuration, also those complete)."""
+def ttft_todo(
+    spec: StudySpec, stored: Sequence[StoredSample], model_key: str, round: int, fresh: bool = False
+) -> list[TtftTodo]:
+    """Per configuration of ``spec``: the cold samples round ``round`` still needs (every configuration, also those
+    complete). A configuration whose every length has its samples from before rounds (one server process) is
+    complete, unless ``fresh``: its stored results keep their verdicts, labelled as such. Lengths the stored samples
+    already estimate over the study's max-ttft are left out."""
     out = []
     for c in spec.configs:
         notes = []
@@ -98,17 +116,20 @@ def ttft_todo(spec: StudySpec, stored: Sequence[StoredSample], model_key: str, f
         if len(lengths) < len(spec.lengths):
             beyond = ", ".join(f"{L:,}" for L in spec.lengths if L not in lengths)
             notes.append(f"{c.name}: placed for {c.max_context:,} tokens; not at {beyond}")
-        missing = missing_ttft(stored, spec, model_key, c.key, fresh, lengths)
-        medians = {} if fresh else stored_medians(stored, model_key, c.key)
-        if missing and spec.max_ttft_s is not None:  # lengths the stored samples already put over the cap
-            for L in sorted(missing):
+        medians = stored_medians(stored, model_key, c.key)
+        if spec.max_ttft_s is not None:  # lengths the stored samples already put over the cap
+            for L in sorted(set(lengths) - set(medians)):
                 est = linear_estimate(L, medians)
                 if est is not None and est[0] > spec.max_ttft_s:
-                    del missing[L]
+                    lengths = tuple(x for x in lengths if x != L)
                     notes.append(
                         f"{c.name} L={L:,}: not measured, about {est[0]:.0f} s by the stored {est[1]:,}-token "
                         f"samples, over max-ttft {spec.max_ttft_s:.0f} s"
                     )
+        if not fresh and not missing_ttft(stored, spec, model_key, c.key, False, lengths, round=None):
+            out.append(TtftTodo(c, {}, medians, tuple(notes)))  # measured before rounds, complete
+            continue
+        missing = missing_ttft(stored, spec, model_key, c.key, False, lengths, round=round)
         out.append(TtftTodo(c, missing, medians, tuple(notes)))
     return out
 
@@ -198,9 +219,11 @@ def pending(spec: StudySpec, data: StudyData, terms: Any, model_key: str) -> Pen
             variants = fit.apply_checks(variants, checks)
     measured, _ = distinct(dataclasses.replace(spec, configs=spec.configs + variants))
     bench = {} if "bench" in spec.skip else bench_todo(measured, data, model_key, fresh=False)
-    ttft = (
-        {}
-        if "ttft" in spec.skip
-        else {t.config.name: sum(t.missing.values()) for t in ttft_todo(measured, data.ttft_rows, model_key, False)}
-    )
+    ttft: dict[str, int] = {}
+    if (
+        "ttft" not in spec.skip
+    ):  # the rounds every configuration needs at least (more are added where a question is open)
+        for n in range(1, spec.rounds + 1):
+            for t in ttft_todo(measured, data.ttft_rows, model_key, n):
+                ttft[t.config.name] = ttft.get(t.config.name, 0) + sum(t.missing.values())
     return Pending(tuple(fit_checks), to_tune, bench, {k: v for k, v in ttft.items() if v}, measured.configs)

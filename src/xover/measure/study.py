@@ -13,10 +13,9 @@ visible (``benchmarks/study_efficiency.py``).
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +25,6 @@ from xover.domain.config import LlamaConfig
 from xover.domain.study_spec import StudySpec
 from xover.errors import XoverError
 from xover.llamacpp.binaries import Binaries
-from xover.measure.provenance import model_id
 from xover.measure.resume import distinct, missing_ttft, stored_checks, stored_medians, ttft_todo  # noqa: F401 (missing_ttft, stored_medians re-exported)
 from xover.results.read_model import load_if_any
 from xover.results.store import Store
@@ -69,10 +67,19 @@ class Study:
     model: Path
     binaries: Binaries
     study_dir: Path
-    fresh: bool
+    fresh: frozenset[str]  # the stages whose stored results are measured again (in new rounds), not resumed
     command: tuple[str, ...]
     emit: Emit
     terms: Any = None  # the placement planner's view of the model, where a configuration has a fit level
+    started: float = dataclasses.field(default_factory=time.perf_counter)  # the study's start (perf_counter s)
+
+    def fresh_in(self, stage: str) -> bool:
+        """Whether ``stage`` measures again what is stored (``--fresh``, or ``--remeasure STAGE``)."""
+        return stage in self.fresh
+
+    def elapsed_s(self) -> float:
+        """Seconds since the study started (its ``budget`` counts these)."""
+        return time.perf_counter() - self.started
 
     def with_configs(self, configs: tuple[LlamaConfig, ...]) -> Study:
         return dataclasses.replace(self, spec=dataclasses.replace(self.spec, configs=configs))
@@ -152,7 +159,7 @@ def stage_tune(st: Study, fits: list[dict[str, Any]] | None = None) -> tuple[Any
         st.emit(StageEvent("tune", status, detail, completed, total))
 
     place = fit.placer(st.terms, fits or [])
-    return tune.run_tune(st.spec, st.model, st.binaries, st.study_dir, st.command, st.fresh, on, place)
+    return tune.run_tune(st.spec, st.model, st.binaries, st.study_dir, st.command, st.fresh_in("tune"), on, place)
 
 
 def stored_tuning(st: Study) -> tuple[Any, ...]:
@@ -217,113 +224,20 @@ def stage_bench(st: Study) -> int:
             timeout_s=spec.timeout_s,
         )
         outcome = benchrun.run_sweep(
-            sweep, configs, st.binaries, st.study_dir, fresh=st.fresh, command=st.command, on_event=on_event
+            sweep, configs, st.binaries, st.study_dir, fresh=st.fresh_in("bench"), command=st.command, on_event=on_event
         )
         failures += len(outcome.failures)
     return failures
 
 
-def stage_ttft(st: Study) -> int:
-    """Cold TTFT for every configuration and length still missing; stores per-server efficiency
-    (wall time, load time until /health answered, and the requests' own durations) as an artifact."""
-    spec, model, binaries, study_dir, fresh, command, emit = (
-        st.spec,
-        st.model,
-        st.binaries,
-        st.study_dir,
-        st.fresh,
-        st.command,
-        st.emit,
-    )
-    from xover.domain.artifacts import SkippedPoint
-    from xover.llamacpp.server import ServerLaunch, context_size
-    from xover.measure import ttft as ttftrun
-    from xover.measure.events import ConfigFailed, Rerun, SampleDone, ServerUp
-
-    ctx = context_size(max(spec.lengths), max(spec.response_tokens))
-    mk = model_id(model).key
-    failures = 0
-    stored = () if fresh else load_if_any(study_dir).ttft_rows
-    with Store(study_dir) as store:
-        todo = []
-        for t in ttft_todo(spec, stored, mk, fresh):
-            for note in t.notes:
-                emit(StageEvent("ttft", "info", note))
-            if t.missing:
-                todo.append(
-                    (t.config, ServerLaunch(t.config, model, t.config.max_context or ctx), t.missing, t.medians)
-                )
-            else:
-                emit(
-                    StageEvent(
-                        "ttft", "info", f"{t.config.name}: every length already has {spec.repetitions} cold samples"
-                    )
-                )
-        total = sum(sum(m.values()) for _, _, m, _ in todo)
-        done = 0
-        for c, sspec, missing, medians in todo:
-            # One server per configuration; the repetitions still missing at each length.
-            reps = max(missing.values())
-            lengths = tuple(sorted(missing))
-            plan = ttftrun.TtftPlan(
-                lengths=lengths,
-                reps=reps,
-                response_tokens=spec.generated_tokens,
-                mode="cold",
-                seed=time.time_ns() % 2**31,
-                points=tuple(ttftrun.TtftPoint(L, r) for r in range(reps) for L in lengths if r < missing[L]),
-                max_ttft_s=spec.max_ttft_s,
-                known=tuple((c.key, L, m) for L, m in medians.items()),
-            )
-
-            t_start = time.perf_counter()
-            t_up: list[float] = []
-            busy_ns: list[int] = []
-
-            def on_event(
-                ev: object, label: str = c.name, t_up: list[float] = t_up, busy_ns: list[int] = busy_ns
-            ) -> None:
-                nonlocal done
-                if isinstance(ev, ServerUp):
-                    t_up.append(time.perf_counter())
-                if isinstance(ev, SampleDone) and ev.sample.end_ns is not None:
-                    busy_ns.append(ev.sample.end_ns)
-                if isinstance(ev, SampleDone) and ev.check is None and ev.sample.error is None:
-                    done += 1
-                    emit(StageEvent("ttft", "progress", f"{label} L={ev.sample.length}", done, total))
-                elif isinstance(ev, ConfigFailed):
-                    emit(StageEvent("ttft", "fail", f"{label}: {ev.reason}"))
-                elif isinstance(ev, Rerun):
-                    emit(StageEvent("ttft", "progress", f"{label} L={ev.point.length}: re-run ({ev.reason})"))
-                elif isinstance(ev, SkippedPoint):
-                    done += 1
-                    emit(
-                        StageEvent(
-                            "ttft",
-                            "progress",
-                            f"{label} L={ev.length} skipped: about {ev.estimate_s:.0f} s > max-ttft "
-                            f"{ev.max_ttft_s:.0f} s",
-                            done,
-                            total,
-                        )
-                    )
-
-            run = ttftrun.TtftRun(store, plan, command, binaries=binaries, model=model, on_event=on_event)
-            outcome = asyncio.run(run.run_managed([sspec], study_dir / "logs", startup_timeout_s=server_timeout(spec)))
-            failures += len(outcome.failures)
-            wall = time.perf_counter() - t_start
-            store.add_artifact(
-                outcome.run_id,
-                "ttft-efficiency",
-                {
-                    "label": c.name,
-                    "wall_s": wall,
-                    "load_s": (t_up[0] - t_start) if t_up else None,
-                    "requests_s": sum(busy_ns) / 1e9,
-                    "samples": len(busy_ns),
-                },
-            )
-    return failures
+def verdict_pairs(spec: StudySpec, tuned: dict[str, str]) -> list[tuple[str, str]]:
+    """The pairs a study's verdicts answer: its headline pairs (the spec's, else its first two configurations) at
+    llama.cpp's defaults and with each side at its best (its tuned variant, where tuning kept a knob), and each
+    configuration against its tuned variant."""
+    names = [c.name for c in spec.configs if c.name not in tuned.values()]
+    headline = list(spec.pairs) or ([(names[0], names[1])] if len(names) >= 2 else [])
+    at_best = [(tuned.get(a, a), tuned.get(b, b)) for a, b in headline]
+    return list(dict.fromkeys([*headline, *at_best, *tuned.items()]))
 
 
 def stage_cache(st: Study) -> int:
@@ -350,7 +264,7 @@ def stage_cache(st: Study) -> int:
         emit(StageEvent("cache", "info", f"skipped: the lab needs prompts of at least {cachelab.MIN_LENGTH} tokens"))
         return 0
     only = None
-    if not st.fresh:
+    if not st.fresh_in("cache"):
         done = cachelab.complete_scenarios(load_if_any(st.study_dir).ttft, config.name, length)
         if done >= set(cachelab.CASES):
             emit(StageEvent("cache", "info", f"{config.name}: cache lab already measured"))
@@ -397,7 +311,7 @@ def stage_session(st: Study) -> int:
         study_dir,
         WorkloadSpec(seed=0, turns=spec.session_turns, system_tokens=system, target_tokens=target, chars_per_token=cpt),
     )
-    if not st.fresh and load_if_any(study_dir).turn_rows:
+    if not st.fresh_in("session") and load_if_any(study_dir).turn_rows:
         emit(StageEvent("session", "info", "session already replayed"))
         return 0
     total = spec.session_turns * len(spec.configs) * len(sessionrun.MODES)
@@ -431,20 +345,26 @@ def run_study(
     study_dir: Path,
     binaries: Binaries,
     *,
-    fresh: bool = False,
+    fresh: bool | Collection[str] = False,
     command: Sequence[str] = (),
     emit: Emit = lambda e: None,
     report: Reporter | None = None,
 ) -> StudyOutcome:
     """Every stage of ``spec`` in order; ``report`` renders the report from the store (the CLI passes
-    :func:`xover.cli.study.write_report`: only the CLI imports the report package) and returns its verdicts."""
+    :func:`xover.cli.study.write_report`: only the CLI imports the report package) and returns its verdicts.
+    ``fresh``: True measures every stage again, a collection of stage names those stages (``model`` stands for the
+    placement's check by llama.cpp); what is stored stays, and the cold TTFT stage adds new rounds after it."""
     study_dir.mkdir(parents=True, exist_ok=True)
     from xover.hardware.vram import holding
 
     with holding(spec.vram_budget) as hold:  # every llama process of the study sees a card of the budget's size
         if hold is not None:
             emit(StageEvent("model", "info", hold.describe()))
-        return _Stages(spec, study_dir, emit).run(binaries, fresh, tuple(command), report)
+        stages = frozenset(STAGE_ORDER) if fresh is True else frozenset(fresh or ())
+        unknown = stages - set(STAGE_ORDER)
+        if unknown:
+            raise XoverError(f"--remeasure: unknown stage {sorted(unknown)[0]!r}; stages are {', '.join(STAGE_ORDER)}")
+        return _Stages(spec, study_dir, emit).run(binaries, stages, tuple(command), report)
 
 
 def _check_fits(
@@ -456,7 +376,7 @@ def _check_fits(
 
     if not records:
         return configs
-    stored = None if st.fresh else stored_checks(load_if_any(st.study_dir), records, suffix)
+    stored = None if st.fresh_in("model") else stored_checks(load_if_any(st.study_dir), records, suffix)
     if stored is not None:
         return fit.apply_checks(configs, stored)
     for r in records:
@@ -495,10 +415,13 @@ class _Stages:
         self.emit(StageEvent(stage, "done", f"{self.seconds[stage]:.1f} s"))
         return result
 
-    def run(self, binaries: Binaries, fresh: bool, command: tuple[str, ...], report: Reporter | None) -> StudyOutcome:
+    def run(
+        self, binaries: Binaries, fresh: frozenset[str], command: tuple[str, ...], report: Reporter | None
+    ) -> StudyOutcome:
         spec, emit = self.spec, self.emit
+        started = time.perf_counter()
         model = self.timed("model", lambda: resolve_model(spec, self.study_dir, emit))
-        st = Study(spec, model, binaries, self.study_dir, fresh, command, emit)
+        st = Study(spec, model, binaries, self.study_dir, fresh, command, emit, started=started)
         from xover.measure import fit
 
         fits: list[dict[str, Any]] = []
@@ -519,7 +442,10 @@ class _Stages:
         # Every stage below measures each configuration at its defaults and, where tuning changed a knob, tuned.
         measured, _ = self._distinct(st.with_configs(st.spec.configs + tuned_configs))
         failures = self.timed("bench", lambda: stage_bench(measured)) or 0
-        failures += self.timed("ttft", lambda: stage_ttft(measured)) or 0
+        from xover.measure.cold import stage_ttft
+
+        pairs = verdict_pairs(st.spec, {t.config.name: t.variant.name for t in tuned if t.variant is not None})
+        failures += self.timed("ttft", lambda: stage_ttft(measured, pairs)) or 0
         failures += self.timed("cache", lambda: stage_cache(st)) or 0
         failures += self.timed("session", lambda: stage_session(st)) or 0
         with Store(self.study_dir) as store:
@@ -601,6 +527,7 @@ def gpu_default_spec(free_vram_bytes: int, preset: str = "qwen3-30b-a3b") -> Stu
         model_preset=preset,
         lengths=(1024, 4096, 16384, 32768),
         response_tokens=(200,),
-        repetitions=3,
+        repetitions=1,
+        rounds=3,
         bench_repetitions=3,
     )

@@ -73,6 +73,7 @@ class TtftPlan:
     # (this run's samples and ``known``: stored medians, length -> seconds), would exceed this many seconds.
     max_ttft_s: float | None = None
     known: tuple[tuple[str, int, float], ...] = ()  # (config key, length, median seconds) measured before
+    round: int | None = None  # the round of fresh servers it is (xover.domain.records.ROUND_DOC)
 
     def __post_init__(self) -> None:
         if self.mode not in MODES:
@@ -499,7 +500,7 @@ class TtftRun:
                 completion_body(prompt.prompt, plan.response_tokens, cache_prompt=plan.mode == "warm")
             )
             check = None if rec.result.error else check_cache(plan.mode, point.length, rec.result.timings)
-            sample = build_sample(config.key, plan.mode, point, prompt, rec, check)
+            sample = build_sample(config.key, plan.mode, point, prompt, rec, check, plan.round)
             self.store.add_ttft_sample(run_id, self.rec.model_key, sample)
             self.samples.append(sample)
             self.on_event(SampleDone(label=config.label, sample=sample, attempt=attempt, check=check))
@@ -547,9 +548,16 @@ class TtftRun:
 
 
 def build_sample(
-    config_key: str, mode: str, point: TtftPoint, prompt: Prompt, rec: StreamRecord, check: str | None
+    config_key: str,
+    mode: str,
+    point: TtftPoint,
+    prompt: Prompt,
+    rec: StreamRecord,
+    check: str | None,
+    round: int | None = None,
 ) -> TtftSample:
-    """The stored record of one request; ``check`` is :func:`check_cache`'s verdict (None: passed)."""
+    """The stored record of one request; ``check`` is :func:`check_cache`'s verdict (None: passed); ``round`` the
+    round of fresh servers it was measured in."""
     r = rec.result
     return TtftSample(
         config_key=config_key,
@@ -566,6 +574,7 @@ def build_sample(
         timings=r.timings,
         cache_ok=r.error is None and check is None,
         error=r.error,
+        round=round,
     )
 
 

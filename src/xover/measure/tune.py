@@ -19,12 +19,14 @@ artifact ``tune``, one per configuration. A rerun reuses a stored result whose c
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
 from xover.analysis import advise
+from xover.analysis.rounds import RatioInterval, paired_ratio
 from xover.domain import artifacts
 from xover.domain.artifacts import TuneRecord
 from xover.domain.codec import decode
@@ -105,8 +107,10 @@ def _body(
     model: Path,
     backend: str,
     chunk_tokens: int,
+    confirmation: Confirmation | None,
 ) -> dict[str, Any]:
-    setting = search.recommended
+    kept = confirmation is None or confirmation.kept
+    setting = search.recommended if kept else advise.DEFAULTS
     variant = advise.apply_setting(config, knobs, setting, variant_name(config.name)) if setting else None
     shown = variant or config
     return {
@@ -126,7 +130,90 @@ def _body(
         "backend": backend,
         "knobs": [dataclasses.asdict(k) for k in knobs],
         "search": dataclasses.asdict(search),
+        **({"confirmation": confirmation.to_body()} if confirmation is not None else {}),
     }
+
+
+@dataclasses.dataclass(frozen=True)
+class Confirmation:
+    """The search's recommendation against llama.cpp's defaults in rounds of fresh llama-bench processes (the order
+    alternating between rounds): each round's expected time per turn of both, and the recommendation's time over the
+    defaults', paired by round (:func:`xover.analysis.rounds.paired_ratio`). The recommendation is kept only where
+    that ratio's 95 % interval lies below 1."""
+
+    setting: advise.Setting
+    defaults_s: dict[int, float]  # round -> the defaults' expected time per turn (s)
+    tuned_s: dict[int, float]  # round -> the recommendation's
+    failure: str | None = None
+
+    @property
+    def interval(self) -> RatioInterval | None:
+        return paired_ratio(self.tuned_s, self.defaults_s)
+
+    @property
+    def kept(self) -> bool:
+        r = self.interval
+        return self.failure is None and r is not None and r.sign < 0
+
+    def to_body(self) -> dict[str, Any]:
+        r = self.interval
+        return {
+            "setting": [list(x) for x in self.setting],
+            "rounds": [[n, self.defaults_s.get(n), self.tuned_s.get(n)] for n in sorted(self.defaults_s)],
+            "ratio": r.ratio if r else None,
+            "low": r.low if r else None,
+            "high": r.high if r else None,
+            "n": r.n if r else 0,
+            "kept": self.kept,
+            "failure": self.failure,
+        }
+
+
+def _in_round(
+    runner: Any,
+    config: LlamaConfig,
+    sweep: Any,
+    work: advise.Workload,
+    place: Callable[[LlamaConfig, str], LlamaConfig] | None,
+    setting: advise.Setting,
+    n: int,
+) -> advise.Measurement:
+    """``config`` with ``setting`` in one fresh llama-bench process of round ``n``."""
+    return runner.measure_config_fn(config, dataclasses.replace(sweep, round=n), work, place)(setting)  # type: ignore[no-any-return]
+
+
+def confirm(
+    measure: Callable[[advise.Setting, int], advise.Measurement],
+    setting: advise.Setting,
+    work: advise.Workload,
+    spec: StudySpec,
+    emit: Event,
+    name: str,
+) -> Confirmation:
+    """``setting`` against the defaults in rounds (``measure(setting, round)`` is one fresh llama-bench process):
+    ``spec.rounds`` of them, then more while the interval straddles 1, up to ``spec.max_rounds``."""
+    from xover.analysis.rounds import order
+
+    times: dict[str, dict[int, float]] = {"defaults": {}, "tuned": {}}
+    for n in range(1, spec.max_rounds + 1):
+        for which in order(["defaults", "tuned"], n - 1):
+            m = measure(advise.DEFAULTS if which == "defaults" else setting, n)
+            if not m.ok:
+                return Confirmation(setting, times["defaults"], times["tuned"], f"round {n}: {m.failure}")
+            times[which][n] = advise.estimate(m, work).turn_s
+        c = Confirmation(setting, times["defaults"], times["tuned"])
+        r = c.interval
+        if n >= spec.rounds and r is not None and r.decided:
+            break
+    emit(
+        "info",
+        f"{name}: confirmed in rounds of fresh processes: {c.interval.describe('tuned', 'defaults')}"
+        if c.interval is not None
+        else f"{name}: no rounds to confirm",
+        None,
+        None,
+    )
+    return c
 
 
 def _from_record(config: LlamaConfig, record: TuneRecord, reused: bool) -> Tuned:
@@ -225,14 +312,24 @@ def run_tune(
         except XoverError as e:
             emit("fail", f"{config.name}: {e}", None, None)
             continue
-        body = _body(config, knobs, search, spec, model, backend, chunk_tokens)
+        confirmation = None
+        if search.recommended:  # kept only if it wins in fresh processes, interleaved with the defaults
+            confirmation = confirm(
+                functools.partial(_in_round, runner, config, sweep, work, place),
+                search.recommended,
+                work,
+                spec,
+                emit,
+                config.name,
+            )
+        body = _body(config, knobs, search, spec, model, backend, chunk_tokens, confirmation)
         body["placed_trials"] = place is not None and place(config, config.name) is not config
         with Store(study_dir) as store:
             store.add_artifact(None, ARTIFACT, body)
         results[config.name] = t = _from_record(config, TuneRecord.from_body(body), reused=False)
         emit(
             "info",
-            f"{config.name}: {'tuned ' + t.label if t.changed else 'no knob beat the noise: defaults kept'}",
+            f"{config.name}: {'tuned ' + t.label if t.changed else 'no knob beat the noise between processes: defaults kept'}",
             None,
             None,
         )

@@ -36,6 +36,7 @@ from xover.domain.records import TtftSample, backend_name
 from xover.report import plots
 from xover.report.blocks import html_table, plain_md_table
 from xover.report.fit import fit_blocks
+from xover.report.rounds import drift_line, evidence_line, open_lines, rounds_blocks
 from xover.report.rpclink import rpc_link_blocks
 from xover.report.translate import translation_blocks
 from xover.report.tune import Block, Layout, Measured, blocks, layout, section_html, section_markdown
@@ -267,6 +268,7 @@ def build_report(
         f"{name} asks llama.cpp the same as {kept}: measured once, as {kept}."
         for name, kept in (study.same_as if study is not None else ())
     ]
+    lines += [drift_line(data, configs, response), *open_lines(tuple(full.values()))]
     verdicts = tuple(v for v in lines if v)
     pairs = tuple(full.get(k, v) for k, v in quick.items())
     headline = tuple(full.values())
@@ -652,6 +654,9 @@ def render_html(report: Report) -> str:
     ]
     parts += [f"<p class='budget'><strong>{_e(line)}</strong></p>" for line in budget_lines(d)]
     parts.append("<h2>Verdict</h2>")
+    evidence = evidence_line(d)
+    if evidence is not None:
+        parts.append(f"<p class='muted'>{_e(evidence)}</p>")
     if report.verdicts:
         parts += [f"<p class='verdict'>{_e(v)}</p>" for v in report.verdicts]
     else:
@@ -672,6 +677,9 @@ def render_html(report: Report) -> str:
         parts.append(
             f"<h2>{_e(caption)}</h2><img id='plot-{_e(img_id)}' alt='{_e(caption)}' src='data:image/png;base64,{b64}'>"
         )
+    rounds = rounds_blocks(d, report.configs, report.response)
+    if rounds:
+        parts.append(section_html(rounds))
     fits = fit_blocks(d)
     if fits:
         parts.append(section_html(fits))
@@ -740,10 +748,13 @@ def render_markdown(report: Report) -> str:
         *(f"**{line}**\n" for line in budget_lines(d)),
         "## Verdict\n",
     ]
+    evidence = evidence_line(d)
+    if evidence is not None:
+        out += [f"_{evidence}_\n"]
     out += [f"- {v}" for v in report.verdicts] or ["- no pair of configurations with cold TTFT and decode data"]
     if report.matrix is not None:
         out += ["", "### Every pair of configurations\n", _MATRIX_NOTE + "\n", _matrix_markdown(report.matrix)]
-    for section in (fit_blocks(d), rpc_link_blocks(d)):
+    for section in (rounds_blocks(d, report.configs, report.response), fit_blocks(d), rpc_link_blocks(d)):
         text = section_markdown(section)
         if text:
             out += ["", text]

@@ -337,11 +337,38 @@ def tradeoff_table(t: ServedTradeoff) -> tuple[list[str], list[list[str]]]:
 # ---- the section ----------------------------------------------------------------------------------
 
 
+def _confirmation_text(c: Mapping[str, Any]) -> str:
+    """How the search's recommendation fared against the defaults in rounds of fresh llama-bench processes."""
+    rounds = c.get("rounds") or []
+    told = "; ".join(
+        f"round {n}: {d:.3f} s vs {t:.3f} s"
+        for n, d, t in rounds
+        if isinstance(d, (int, float)) and isinstance(t, (int, float))
+    )
+    if c.get("failure"):
+        return f"The confirmation in rounds failed ({c['failure']}), so the defaults were kept."
+    ratio, low, high, n = c.get("ratio"), c.get("low"), c.get("high"), c.get("n") or 0
+    if ratio is None:
+        return "Too few rounds to confirm it, so the defaults were kept."
+    span = f"{ratio:.2f}x the defaults' time per turn (95% interval {low:.2f}-{high:.2f}, {n} rounds: {told})"
+    if c.get("kept"):
+        return f"Confirmed in rounds of fresh llama-bench processes, interleaved with the defaults: {span}."
+    return (
+        f"Not confirmed in rounds of fresh llama-bench processes, interleaved with the defaults: {span}; the interval "
+        "includes 1, so the recommendation is indistinguishable from the defaults here and the defaults were kept."
+    )
+
+
 def _record_blocks(r: TuneRecord, response: int) -> list[Block]:
     if r.variant is None:
         out = [
             Block("h3", f"{r.config}: llama.cpp's defaults kept"),
-            Block("p", "No knob value beat the defaults by more than the noise, so nothing was measured twice."),
+            Block(
+                "p",
+                _confirmation_text(r.confirmation)
+                if r.confirmation is not None
+                else "No knob value beat the defaults by more than the noise, so nothing was measured twice.",
+            ),
         ]
     else:
         out = [
@@ -353,6 +380,8 @@ def _record_blocks(r: TuneRecord, response: int) -> list[Block]:
                 + "; it was measured through the whole study like any configuration.",
             ),
         ]
+        if r.confirmation is not None:
+            out.append(Block("p", _confirmation_text(r.confirmation)))
     if r.server_command:
         out.append(Block("code", r.server_command))
     if r.note and r.search is not None:

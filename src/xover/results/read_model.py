@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
+import statistics
 from collections import defaultdict
 from collections.abc import Callable, Collection, Iterable
 from pathlib import Path
@@ -198,12 +199,31 @@ class StudyData:
         return list(seen)
 
     def cold_samples(self) -> list[tuple[str, TtftSample]]:
-        """Cold samples that passed their cold check and completed; the only ones averaged as cold."""
-        return [(lb, s) for lb, s in self.ttft if s.counted_cold]
+        """Cold samples that passed their cold check and completed; the only ones averaged as cold. Where a
+        configuration was measured at a length both before rounds and in rounds of fresh servers, the rounds
+        supersede the older samples."""
+        return [(row.label, row.sample) for row in self.cold_rows()]
 
     def cold_rows(self) -> list[StoredSample]:
         """The rows of :meth:`cold_samples`, with their run and model."""
-        return [row for row in self.ttft_rows if row.sample.counted_cold]
+        counted = [row for row in self.ttft_rows if row.sample.counted_cold]
+        in_rounds = {(row.sample.config_key, row.sample.length) for row in counted if row.sample.round is not None}
+        return [
+            row
+            for row in counted
+            if row.sample.round is not None or (row.sample.config_key, row.sample.length) not in in_rounds
+        ]
+
+    def drift_samples(self) -> list[tuple[str, TtftSample]]:
+        """The counted cold samples of drift checks: the first configuration measured again, in a fresh server, at
+        the end of its stage (:data:`xover.domain.records.ROUND_DOC`)."""
+        return [(lb, s) for lb, s in self.ttft if s.mode == "cold" and s.counted and s.drift_check]
+
+    @property
+    def in_rounds(self) -> bool:
+        """Whether the study's cold TTFT was measured in rounds of fresh servers (else one server per
+        configuration, before xover measured in rounds)."""
+        return any(s.round is not None for _, s in self.cold_samples())
 
     def artifact_bodies(self, name: str) -> list[Any]:
         """The bodies of the artifacts called ``name``, oldest first, as stored. The artifacts with a typed
@@ -406,10 +426,20 @@ def crossover_inputs(data: StudyData) -> list[ConfigData]:
     """
     ttft: dict[str, dict[int, list[float]]] = defaultdict(lambda: defaultdict(list))
     dec: dict[str, dict[int, list[float]]] = defaultdict(lambda: defaultdict(list))
+    by_round: dict[tuple[str, int, int], tuple[list[float], list[float]]] = defaultdict(lambda: ([], []))
     for label, s in data.cold_samples():
         ttft[label][s.length].append(s.first_token_ns / 1e9)  # type: ignore[operator]
-        if s.timings is not None and s.timings.predicted_per_second:
-            dec[label][s.length].append(s.timings.predicted_per_second)
+        decode = s.timings.predicted_per_second if s.timings is not None else None
+        if decode:
+            dec[label][s.length].append(decode)
+        if s.round is not None:
+            t, d = by_round[(label, s.length, s.round)]
+            t.append(s.first_token_ns / 1e9)  # type: ignore[operator]
+            d.extend([decode] if decode else [])
+    rounds: dict[str, dict[int, dict[int, tuple[float, float]]]] = defaultdict(lambda: defaultdict(dict))
+    for (label, length, n), (t, d) in by_round.items():
+        if d:  # a round's total needs its decode speed
+            rounds[label][length][n] = (statistics.median(t), statistics.median(d))
     without_server_decode = {label for label in ttft if not dec.get(label)}
     for label, r in data.bench:
         if r.n_prompt == 0 and r.n_gen > 0 and label in without_server_decode:
@@ -419,7 +449,8 @@ def crossover_inputs(data: StudyData) -> list[ConfigData]:
     for label in data.config_labels():
         if ttft.get(label) and dec.get(label):
             skipped = tuple(sorted((L, e) for L, e in slow.get(label, {}).items() if L not in ttft[label]))
-            out.append(ConfigData(label, dict(ttft[label]), dict(dec[label]), limits.get(label), skipped))
+            per_round = {L: dict(v) for L, v in rounds.get(label, {}).items()}
+            out.append(ConfigData(label, dict(ttft[label]), dict(dec[label]), limits.get(label), skipped, per_round))
     return out
 
 

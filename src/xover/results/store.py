@@ -22,7 +22,7 @@ from xover.results import migrate
 
 T = TypeVar("T")
 
-SCHEMA_VERSION = 3  # v2: runs.started_unix_ns; v3: one configuration record and key per configuration
+SCHEMA_VERSION = 3  # v2: runs.started_unix_ns; v3: one configuration record and key per configuration, rounds
 STORE_NAME = "results.sqlite"
 
 # the columns every measurement table starts with, and the server timings TTFT samples and session
@@ -70,6 +70,7 @@ CREATE TABLE IF NOT EXISTS bench_results (
     samples_ns TEXT NOT NULL,
     samples_ts TEXT NOT NULL,
     record TEXT NOT NULL,
+    round INTEGER,                   -- the round of fresh processes (schema 3; NULL before rounds)
     created_at TEXT NOT NULL
 );
 CREATE INDEX IF NOT EXISTS bench_point ON bench_results(config_key, model_key, n_prompt, n_gen, n_depth);
@@ -88,6 +89,7 @@ CREATE TABLE IF NOT EXISTS ttft_samples (
 {_SERVER_TIMINGS}
     cache_ok INTEGER NOT NULL,
     error TEXT,
+    round INTEGER,                   -- the round of fresh processes (schema 3; NULL before rounds)
     created_at TEXT NOT NULL
 );
 CREATE INDEX IF NOT EXISTS ttft_point ON ttft_samples(config_key, model_key, mode, length);
@@ -199,6 +201,9 @@ class Store:
         columns = {r[1] for r in self.db.execute("PRAGMA table_info(runs)")}
         if "started_unix_ns" not in columns:  # a v1 store
             self.db.execute("ALTER TABLE runs ADD COLUMN started_unix_ns INTEGER")
+        for table in ("bench_results", "ttft_samples"):  # v1 and v2 stores: measured before rounds
+            if "round" not in {r[1] for r in self.db.execute(f"PRAGMA table_info({table})")}:
+                self.db.execute(f"ALTER TABLE {table} ADD COLUMN round INTEGER")
         if row is not None and int(row[0]) < 3:
             with self.transaction() as db:
                 migrate.to_v3(db)
@@ -271,10 +276,14 @@ class Store:
         """(row id, run id, model key, result), oldest first."""
         return self._rows("bench_results", config_key, _bench_from_row)
 
-    def has_bench_point(self, config_key: str, model_key: str, n_prompt: int, n_gen: int, n_depth: int) -> bool:
+    def has_bench_point(
+        self, config_key: str, model_key: str, n_prompt: int, n_gen: int, n_depth: int, round: int | None = None
+    ) -> bool:
+        """Whether the test is stored (in round ``round``; None: measured outside rounds)."""
         row = self.db.execute(
-            "SELECT 1 FROM bench_results WHERE config_key=? AND model_key=? AND n_prompt=? AND n_gen=? AND n_depth=? LIMIT 1",
-            (config_key, model_key, n_prompt, n_gen, n_depth),
+            "SELECT 1 FROM bench_results WHERE config_key=? AND model_key=? AND n_prompt=? AND n_gen=? AND n_depth=? "
+            "AND round IS ? LIMIT 1",
+            (config_key, model_key, n_prompt, n_gen, n_depth, round),
         ).fetchone()
         return row is not None
 

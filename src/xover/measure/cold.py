@@ -1,0 +1,209 @@
+"""The study's cold TTFT stage, in rounds of fresh servers: the process is the unit of evidence.
+
+Round after round, every configuration's llama-server is started afresh, answers a discarded warm-up request and
+then ``repetitions`` cold requests at each prompt length (each proven cold: ``cache_n == 0``); the order of the
+configurations alternates between rounds (:func:`xover.analysis.rounds.order`), so slow drift of the machine falls
+on every configuration alike. After the study's ``rounds``, rounds are added only for the configurations of a
+question still open (a verdict pair whose ratio's interval straddles 1 at some length, or a fastest configuration
+not yet separated from the next), up to ``max-rounds`` and while the study's ``budget`` lasts. At the end the first
+configuration is measured once more in a fresh server (a drift check: its samples are kept apart, round ``-R``),
+so the report can say when the machine moved during the stage.
+
+Every sample is stored with its round the moment it is measured, and each server's load time, wall time and the
+machine's busy and stolen CPU share over its life (artifact ``ttft-efficiency``); a rerun resumes round by round.
+A configuration measured completely before rounds existed (one server process) keeps its stored samples and
+verdicts; ``--fresh`` measures it again in rounds after everything stored.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import statistics
+import time
+from collections.abc import Sequence
+
+from xover.analysis.crossover import ConfigData, measured_totals, round_interval
+from xover.analysis.rounds import order
+from xover.domain.artifacts import SkippedPoint
+from xover.llamacpp.server import ServerLaunch, context_size
+from xover.measure import ttft as ttftrun
+from xover.measure.events import ConfigFailed, Rerun, SampleDone, ServerUp
+from xover.measure.provenance import cpu_shares, model_id, proc_stat
+from xover.measure.resume import TtftTodo, last_round, ttft_todo
+from xover.measure.study import StageEvent, Study, server_timeout
+from xover.results.read_model import crossover_inputs, load_if_any
+from xover.results.store import Store
+
+EFFICIENCY = "ttft-efficiency"
+
+
+def open_questions(configs: Sequence[ConfigData], pairs: Sequence[tuple[str, str]], response: int) -> set[str]:
+    """The configurations a decision still waits on: both sides of a pair whose ratio's interval straddles 1 at a
+    length both measured in rounds, and, with three or more configurations, the fastest and the next at a length
+    where they are not yet separated. Configurations measured before rounds open no question."""
+    by_label = {c.label: c for c in configs}
+    out: set[str] = set()
+
+    def undecided(a: ConfigData, b: ConfigData, length: int) -> bool:
+        if not (a.rounds.get(length) and b.rounds.get(length)):
+            return False
+        r = round_interval(a, b, length, response)
+        return r is None or not r.decided
+
+    for x, y in pairs:
+        a, b = by_label.get(x), by_label.get(y)
+        if a is not None and b is not None and any(undecided(a, b, L) for L in set(a.rounds) & set(b.rounds)):
+            out |= {x, y}
+    if len(configs) >= 3:
+        totals = {c.label: measured_totals(c, response) for c in configs}
+        for L in set.intersection(*(set(t) for t in totals.values())):
+            best, second = sorted(totals, key=lambda label: totals[label][L])[:2]
+            if undecided(by_label[best], by_label[second], L):
+                out |= {best, second}
+    return out
+
+
+class _Rounds:
+    """The stage's servers: one per configuration and round, each storing its samples with the round."""
+
+    def __init__(self, st: Study) -> None:
+        self.st = st
+        self.mk = model_id(st.model).key
+        self.ctx = context_size(max(st.spec.lengths), max(st.spec.response_tokens))
+        self.failures = 0
+        self.done = 0
+
+    def measure(self, todo: TtftTodo, round_number: int, what: str) -> float:
+        """One fresh server for ``todo.config`` in round ``round_number``: its missing samples; its wall time."""
+        st, c = self.st, todo.config
+        reps = max(todo.missing.values())
+        lengths = tuple(sorted(todo.missing))
+        plan = ttftrun.TtftPlan(
+            lengths=lengths,
+            reps=reps,
+            response_tokens=st.spec.generated_tokens,
+            mode="cold",
+            seed=time.time_ns() % 2**31,
+            points=tuple(ttftrun.TtftPoint(L, r) for r in range(reps) for L in lengths if r < todo.missing[L]),
+            max_ttft_s=st.spec.max_ttft_s,
+            known=tuple((c.key, L, m) for L, m in todo.medians.items()),
+            round=round_number,
+        )
+        t_start, stat_start = time.perf_counter(), proc_stat()
+        t_up: list[float] = []
+        busy_ns: list[int] = []
+
+        def on_event(ev: object) -> None:
+            if isinstance(ev, ServerUp):
+                t_up.append(time.perf_counter())
+            if isinstance(ev, SampleDone) and ev.sample.end_ns is not None:
+                busy_ns.append(ev.sample.end_ns)
+            if isinstance(ev, SampleDone) and ev.check is None and ev.sample.error is None:
+                self.done += 1
+                st.emit(StageEvent("ttft", "progress", f"{what} {c.name} L={ev.sample.length}", self.done, None))
+            elif isinstance(ev, ConfigFailed):
+                st.emit(StageEvent("ttft", "fail", f"{c.name} ({what}): {ev.reason}"))
+            elif isinstance(ev, Rerun):
+                st.emit(StageEvent("ttft", "progress", f"{c.name} L={ev.point.length}: re-run ({ev.reason})"))
+            elif isinstance(ev, SkippedPoint):
+                st.emit(
+                    StageEvent(
+                        "ttft",
+                        "info",
+                        f"{c.name} L={ev.length} skipped: about {ev.estimate_s:.0f} s > max-ttft {ev.max_ttft_s:.0f} s",
+                    )
+                )
+
+        launch = ServerLaunch(c, st.model, c.max_context or self.ctx)
+        with Store(st.study_dir) as store:
+            run = ttftrun.TtftRun(store, plan, st.command, binaries=st.binaries, model=st.model, on_event=on_event)
+            outcome = asyncio.run(
+                run.run_managed([launch], st.study_dir / "logs", startup_timeout_s=server_timeout(st.spec))
+            )
+            self.failures += len(outcome.failures)
+            wall = time.perf_counter() - t_start
+            shares = cpu_shares(stat_start, proc_stat())
+            store.add_artifact(
+                outcome.run_id,
+                EFFICIENCY,
+                {
+                    "label": c.name,
+                    "config_key": c.key,
+                    "round": round_number,
+                    "wall_s": wall,
+                    "load_s": (t_up[0] - t_start) if t_up else None,
+                    "requests_s": sum(busy_ns) / 1e9,
+                    "samples": len(busy_ns),
+                    "cpu_busy": shares[0] if shares else None,
+                    "cpu_steal": shares[1] if shares else None,
+                },
+            )
+        return wall
+
+
+def stage_ttft(st: Study, pairs: Sequence[tuple[str, str]]) -> int:
+    """Cold TTFT in rounds of fresh servers (see the module's doc); ``pairs``: the pairs the study's verdicts answer
+    (their open questions earn more rounds). Returns the failures."""
+    spec, emit = st.spec, st.emit
+    rounds = _Rounds(st)
+    stored = load_if_any(st.study_dir).ttft_rows
+    fresh = st.fresh_in("ttft")
+    base = last_round(stored) if fresh else 0  # --fresh: new rounds after every stored one
+    response = spec.response_tokens[0]
+    told: set[str] = set()
+    last_wall, last_measured = 0.0, 0
+    n = base + 1
+    while n <= base + spec.max_rounds:
+        stored = load_if_any(st.study_dir).ttft_rows
+        todo = ttft_todo(spec, stored, rounds.mk, n, fresh)
+        for t in todo:
+            for note in t.notes:
+                if note not in told:
+                    told.add(note)
+                    emit(StageEvent("ttft", "info", note))
+        if n > base + spec.rounds:  # past the rounds every configuration gets: only where a question is open
+            open_ = open_questions(crossover_inputs(load_if_any(st.study_dir)), pairs, response)
+            if not open_:
+                break
+            if spec.budget_s is not None and st.elapsed_s() + last_wall > spec.budget_s:
+                emit(
+                    StageEvent(
+                        "ttft",
+                        "info",
+                        f"round {n - base}: not measured, the study's budget of {spec.budget_s:.0f} s would run out "
+                        f"(open: {', '.join(sorted(open_))})",
+                    )
+                )
+                break
+            todo = [t for t in todo if t.config.name in open_]
+        pending = {t.config.name: t for t in todo if t.missing}
+        if pending:
+            emit(StageEvent("ttft", "info", f"round {n - base}: {', '.join(order(list(pending), n - base - 1))}"))
+            t0 = time.perf_counter()
+            for name in order(list(pending), n - base - 1):
+                rounds.measure(pending[name], n, f"round {n - base}")
+            last_wall, last_measured = time.perf_counter() - t0, n
+        n += 1
+    if last_measured:
+        _drift_check(st, rounds, last_measured)
+    return rounds.failures
+
+
+def _drift_check(st: Study, rounds: _Rounds, last: int) -> None:
+    """The first configuration once more, in a fresh server, after the stage's last round (round ``-last``)."""
+    first = st.spec.configs[0]
+    stored = load_if_any(st.study_dir).ttft_rows
+    mine = [r.sample for r in stored if r.sample.config_key == first.key and r.model_key == rounds.mk]
+    if any(s.round == -last for s in mine):
+        return
+    measured = sorted({s.length for s in mine if s.counted_cold and s.round is not None})
+    if not measured:
+        return
+    medians = {
+        L: statistics.median(
+            s.first_token_ns / 1e9 for s in mine if s.length == L and s.counted_cold and s.first_token_ns
+        )
+        for L in measured
+    }
+    st.emit(StageEvent("ttft", "info", f"drift check: {first.name} once more, in a fresh server"))
+    rounds.measure(TtftTodo(first, {L: 1 for L in measured}, medians, ()), -last, "drift check")

@@ -1,0 +1,120 @@
+"""Known answers for rounds of fresh servers under a drifting machine (issue 30), on the fake llama-server (its rates
+slow down with wall time, the same for every process: `--fake-drift-per-s`): the study's real cold TTFT stage
+(xover.measure.cold) and verdict rules (xover.analysis.crossover, xover.analysis.rounds).
+
+(a) Two identical configurations: measured the old way, one server each, one after the other, the within-process
+    rule names a winner (the drift); measured in interleaved rounds, they are indistinguishable.
+(b) A planted 15% difference under the same drift is named, with its interval.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import statistics
+import time
+from pathlib import Path
+
+import pytest
+
+from fakes.llama_server import write_bin_dir
+from xover.analysis.crossover import compare_pair, separation
+from xover.domain.config import LlamaConfig
+from xover.domain.study_spec import StudySpec
+from xover.llamacpp.binaries import Binaries
+from xover.measure.cold import stage_ttft
+from xover.measure.study import StageEvent, Study
+from xover.report.html import build_report, render_markdown
+from xover.results.read_model import crossover_inputs, load
+
+LENGTH = 512
+RESPONSE = 16
+DRIFT = 0.05  # the fake machine slows down by 5 % a second: a server started a second later is 5 % slower
+
+
+@pytest.fixture(scope="module")
+def bins(tmp_path_factory: pytest.TempPathFactory) -> Binaries:
+    d = write_bin_dir(tmp_path_factory.mktemp("fakebin"))
+    return Binaries(bench=d / "llama-bench", server=d / "llama-server", source="--llama-bin-dir")
+
+
+@pytest.fixture(scope="module")
+def model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A real tiny GGUF: its vocabulary picks the prompts' token ids (the fake never reads it)."""
+    from xover.domain.presets import PRESETS
+    from xover.gguf.synth import write_model
+
+    path = tmp_path_factory.mktemp("model") / "tiny-moe.gguf"
+    write_model(PRESETS["tiny-moe"], path, seed=0)
+    return path
+
+
+def _config(name: str, prefill_tps: float, decode_tps: float, epoch: float) -> LlamaConfig:
+    """A configuration of the fake server (its flags pass through to it); ``name`` tags it apart."""
+    return LlamaConfig(
+        name,
+        server_args=(
+            "--fake-prefill-tps",
+            f"{prefill_tps:g}",
+            "--fake-decode-tps",
+            f"{decode_tps:g}",
+            "--fake-drift-per-s",
+            f"{DRIFT:g}",
+            "--fake-drift-epoch",
+            f"{epoch:.3f}",
+            "--fake-load-s",
+            "0.05",
+            "--fake-tag",
+            name,
+        ),
+    )
+
+
+def _stage(configs: tuple[LlamaConfig, ...], study: Path, bins: Binaries, model: Path, **rounds: int) -> None:
+    spec = StudySpec(
+        configs=configs,
+        model_preset="tiny-moe",
+        lengths=(LENGTH,),
+        response_tokens=(RESPONSE,),
+        **rounds,  # type: ignore[arg-type]
+    )
+    events: list[StageEvent] = []
+    st = Study(spec, model, bins, study, frozenset(), ("test",), events.append)
+    assert stage_ttft(st, [(configs[0].name, configs[1].name)]) == 0, [e.detail for e in events if e.status == "fail"]
+
+
+def test_identical_configurations_under_drift(tmp_path: Path, bins: Binaries, model: Path) -> None:
+    epoch = time.time()
+    a, b = _config("a", 8000, 400, epoch), _config("b", 8000, 400, epoch)
+    # the old design: one server per configuration, A's four samples then B's
+    _stage((a, b), tmp_path / "old", bins, model, repetitions=4, rounds=1, max_rounds=1)
+    old = {c.label: dataclasses.replace(c, rounds={}) for c in crossover_inputs(load(tmp_path / "old"))}
+    assert separation(old["a"], old["b"], LENGTH, RESPONSE) == -1  # the within-process rule: "a is faster"
+    # the new design: four interleaved rounds of fresh servers, one sample each
+    _stage((a, b), tmp_path / "new", bins, model, repetitions=1, rounds=4, max_rounds=4)
+    data = load(tmp_path / "new")
+    new = {c.label: c for c in crossover_inputs(data)}
+    assert sorted(new["a"].rounds[LENGTH]) == [1, 2, 3, 4] == sorted(new["b"].rounds[LENGTH])
+    pair = compare_pair(new["a"], new["b"], RESPONSE, n_boot=0)
+    (interval,) = pair.intervals
+    assert interval is not None and interval.low < 1 < interval.high and pair.separated == (0,)
+    md = render_markdown(build_report(data, response=RESPONSE, n_boot=0))
+    assert "indistinguishable here at every measured length" in md and "4 rounds of fresh servers" in md
+    # the first configuration measured once more, in a fresh server, at the end of the stage: kept apart from its
+    # rounds (round -4), slower than their median, as the machine drifted
+    ((label, again),) = data.drift_samples()
+    assert label == "a" and again.round == -4 and again.first_token_ns is not None
+    assert again.first_token_ns / 1e9 > statistics.median(t for t, _ in new["a"].rounds[LENGTH].values())
+
+
+def test_a_planted_difference_under_drift_is_named_with_its_interval(
+    tmp_path: Path, bins: Binaries, model: Path
+) -> None:
+    epoch = time.time()
+    fast, slow = _config("fast", 8000, 400, epoch), _config("slow", 8000 * 0.85, 400 * 0.85, epoch)
+    _stage((fast, slow), tmp_path, bins, model, repetitions=1, rounds=4, max_rounds=4)
+    configs = {c.label: c for c in crossover_inputs(load(tmp_path))}
+    pair = compare_pair(configs["fast"], configs["slow"], RESPONSE, n_boot=0)
+    (interval,) = pair.intervals
+    assert pair.separated == (-1,) and interval is not None and interval.high < 1
+    assert interval.low < 0.85 < interval.high or abs(interval.ratio - 0.85) < 0.05  # the planted 15 %
+    assert interval.describe("fast", "slow").startswith("fast faster than slow: 0.8")
