@@ -29,10 +29,7 @@ RESPONSE = 64
 
 def spec() -> StudySpec:
     return StudySpec(
-        configs=(
-            LlamaConfig("defaults"),
-            LlamaConfig("b=4096", (("batch-size", "4096"),)),
-        ),
+        configs=(LlamaConfig("defaults"), LlamaConfig("b=4096", (("batch-size", "4096"),))),
         model_preset="tiny-moe",
         lengths=LENGTHS,
         response_tokens=(RESPONSE,),
