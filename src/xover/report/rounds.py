@@ -23,7 +23,7 @@ from xover.results.read_model import StudyData
 LEGACY = (
     "Measured before xover measured in rounds: one server process per configuration. Its verdicts keep the "
     "within-process rule (a difference is called where the samples' ranges do not overlap), which cannot see the "
-    "drift between processes; `xover study --fresh` measures it again in rounds of fresh servers."
+    "drift between processes; `xover study --remeasure ttft` measures its cold TTFT again in rounds of fresh servers."
 )
 MOST_ROUNDS = 50  # how far "what would settle it" looks
 
