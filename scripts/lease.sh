@@ -1,0 +1,62 @@
+# The steps every study's lease on a lent GPU machine repeats; a study's run.sh sources this file from the
+# repository root on the GPU machine, which carries out/llsrc, out/xsrc and .whl (scripts/prepare-lease.sh makes them
+# on the development machine, which has the package registries):
+#
+#   lease_init NAME   the job's folder J=/tmp/NAME-job and the study's folder ST=/tmp/NAME; the wheels the GPU
+#                     machine's Python lacks installed into /tmp/site, the committed src (out/xsrc) copied into $J/src,
+#                     the pinned llama.cpp tree (out/llsrc) unpacked into /tmp/ll
+#   lease_job BODY    write $J/job.sh (the common prelude, then the bash text BODY) and start it under setsid once, so
+#                     it outlives the call; BODY may use: $X (xover), $ST, t MSG (timestamped lines), build_cuda (the
+#                     CUDA build for sm_90, llama-fit-params included), synth PRESET PATH, smi_on / smi_off (nvidia-smi
+#                     every 2 s into $ST/smi.log), done_ (mark the job done)
+#   lease_wait        wait up to $WAIT seconds (default 560) for the job, then pack $ST (no models) into
+#                     $OUT/NAME.tgz with the job's log
+#
+# A later call of the same run.sh finds the job started and only waits and packs again: repeat it until the log
+# says done.
+T0=$(date +%s); WAIT=${WAIT:-560}
+t() { echo "[$(( $(date +%s) - T0 ))s] $*"; }
+
+lease_init() {
+  NAME=$1; J=/tmp/$NAME-job; ST=/tmp/$NAME
+  [ -f $J/started ] && return 0
+  mkdir -p $J $ST/models
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
+  rm -rf $J/src; cp -r out/xsrc/src $J/src
+  rm -rf /tmp/ll; mkdir -p /tmp/ll && tar xzf out/llsrc/llama.tar.gz -C /tmp/ll
+  echo 0c1e57098bba43ac29e6e3b677cdceebdd22334f > /tmp/ll/llama.cpp-0c1e570/XOVER_COMMIT
+}
+
+lease_job() {
+  [ -f $J/started ] && return 0
+  cat > $J/job.sh <<JOB
+export PYTHONPATH=$J/src:/tmp/site PYTHONUNBUFFERED=1 LD_LIBRARY_PATH=/usr/local/cuda/lib64:\${LD_LIBRARY_PATH:-}
+X="python3 -m xover"; ST=$ST; J=$J
+T0=\$(date +%s); t() { echo "[\$(( \$(date +%s) - T0 ))s] \$*"; }
+build_cuda() {
+  \$X llama build --backend cuda --source /tmp/ll/llama.cpp-0c1e570 --cmake-arg=-DCMAKE_CUDA_ARCHITECTURES=90 \\
+    > \$ST/build.log 2>&1 || { tail -30 \$ST/build.log; exit 1; }
+  t built; \$X llama which | head -3
+}
+synth() { [ -f "\$2" ] || (\$X synth --preset "\$1" -o "\$2" > \$ST/synth-\$1.log 2>&1; echo "synth rc=\$?" >> \$ST/synth-\$1.log); }
+smi_on() {
+  (while true; do echo "\$(date +%s) \$(nvidia-smi --query-gpu=memory.used,memory.total --format=csv,noheader,nounits)"; sleep 2; done) >> \$ST/smi.log 2>&1 &
+  SMI=\$!
+}
+smi_off() { kill \$SMI 2>/dev/null; }
+done_() { t "after: \$(nvidia-smi --query-gpu=memory.used --format=csv,noheader)"; touch $J/done; t done; }
+nvidia-smi --query-gpu=name,memory.total,memory.free,pcie.link.gen.current,pcie.link.width.current --format=csv,noheader
+grep -m1 "^flags" /proc/cpuinfo > \$ST/cpu-flags.txt; grep -m1 "^model name" /proc/cpuinfo
+JOB
+  cat >> $J/job.sh
+  touch $J/started
+  setsid bash $J/job.sh > $J/job.log 2>&1 < /dev/null &
+  t "job started"
+}
+
+lease_wait() {
+  while [ ! -f $J/done ] && pgrep -f $J/job.sh > /dev/null && [ $(( $(date +%s) - T0 )) -lt $WAIT ]; do sleep 5; done
+  t "waited"; tail -60 $J/job.log
+  tar czf $OUT/$NAME.tgz -C $ST --exclude=models --exclude='*.gguf' . 2>/dev/null
+  cp $J/job.log $OUT/ 2>/dev/null; ls -la $OUT
+}

@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# On the development machine (it has the package registries): what a lease on a lent GPU machine needs carried
+# (scripts/lease.sh uses them there):
+#   out/llsrc/llama.tar.gz  the pinned llama.cpp tree `xover llama build` fetched (about 11 MB: no docs, models, media)
+#   .whl/                   the wheels the GPU machine's Python lacks (gguf, sniffio)
+#   out/xsrc/               the committed src/ and studies/ (what a run uses, whatever the working tree holds)
+# Then, with the device tool: `bash studies/<study>/run.sh`, carry ["out/llsrc", "out/xsrc", ".whl"].
+set -euo pipefail
+cd "$(git rev-parse --show-toplevel)"
+src=${XOVER_CACHE_DIR:-$HOME/.cache/xover}/src/llama.cpp-0c1e570
+[ -d "$src/scripts" ] || { echo "no llama.cpp tree at $src: run 'bash scripts/setup.sh test' (it builds llama.cpp) first" >&2; exit 1; }
+mkdir -p out/llsrc
+tar czf out/llsrc/llama.tar.gz --exclude="$(basename "$src")/docs" --exclude="$(basename "$src")/models" \
+  --exclude="$(basename "$src")/media" --exclude="$(basename "$src")/benches" -C "$(dirname "$src")" "$(basename "$src")"
+python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+  --platform manylinux2014_x86_64 -d .whl gguf==0.19.0 sniffio==1.3.1
+rm -rf out/xsrc && mkdir -p out/xsrc && git archive HEAD src studies | tar -x -C out/xsrc
+ls -la out/llsrc out/xsrc .whl
