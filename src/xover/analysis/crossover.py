@@ -487,7 +487,11 @@ def _band_held(pair: PairResult, band: tuple[int, int], beyond: str | None) -> s
     if not s.clear:
         within = f"{_noise(pair, 'of each other')} at every length both hold ({span})"
     elif not s.changes:
-        within = f"{s.clear[0][1]} is faster at every length both hold where they differ ({span})"
+        ties = [_k(pair.lengths[i]) for i in s.ties]
+        if ties:  # name where they do not differ, as the verdict over shared lengths does
+            within = f"{s.clear[0][1]} is faster at every length both hold where they differ ({span}; {_noise(pair)} at {', '.join(ties)})"
+        else:
+            within = f"{s.clear[0][1]} is faster at every length both hold ({span})"
     elif claim is None:
         within = f"no consistent winner over the lengths both hold ({span})"
     else:
@@ -604,7 +608,8 @@ def relation(pair: PairResult) -> str:
     s = sides(pair)
     if not s.clear:
         return "indistinguishable" if pair.in_rounds else "within noise"
-    ties = f" (noise at {', '.join(_k(pair.lengths[i]) for i in s.ties)})" if s.ties else ""
+    tie_word = "indistinguishable at" if pair.in_rounds else "noise at"
+    ties = f" ({tie_word} {', '.join(_k(pair.lengths[i]) for i in s.ties)})" if s.ties else ""
     claim = claimed_crossing(pair)
     if not s.changes:
         word = "faster" if s.clear[0][1] == pair.a else "slower"

@@ -385,6 +385,16 @@ _MATRIX_NOTE = (
     "within noise (sample ranges overlap at every length), or where the faster one changes; lengths "
     "within noise are named. The same rules as the verdicts."
 )
+_MATRIX_NOTE_ROUNDS = (
+    "Each cell reads the row's configuration against the column's, total time per turn: faster, slower, "
+    "indistinguishable (over the rounds of fresh servers, the 95% interval of their ratio includes 1 at every "
+    "length), or where the faster one changes; lengths where they are indistinguishable are named. The same "
+    "rules as the verdicts."
+)
+
+
+def _matrix_note(pairs: Sequence[PairResult]) -> str:
+    return _MATRIX_NOTE_ROUNDS if any(p.in_rounds for p in pairs) else _MATRIX_NOTE
 
 
 def _matrix_html(m: Matrix) -> str:
@@ -669,7 +679,7 @@ def render_html(report: Report) -> str:
         rest = [p for p in report.pairs if (p.a, p.b) not in told]
         parts.append(
             f"<details><summary>Every pair of configurations ({len(report.matrix.labels)} configurations, "
-            f"{len(report.pairs)} pairs)</summary><p class='muted'>{_e(_MATRIX_NOTE)}</p>"
+            f"{len(report.pairs)} pairs)</summary><p class='muted'>{_e(_matrix_note(report.pairs))}</p>"
             f"{_matrix_html(report.matrix)}{''.join(_pair_details(p) for p in rest)}</details>"
         )
     for img_id, caption, png in report.images:
@@ -753,7 +763,12 @@ def render_markdown(report: Report) -> str:
         out += [f"_{evidence}_\n"]
     out += [f"- {v}" for v in report.verdicts] or ["- no pair of configurations with cold TTFT and decode data"]
     if report.matrix is not None:
-        out += ["", "### Every pair of configurations\n", _MATRIX_NOTE + "\n", _matrix_markdown(report.matrix)]
+        out += [
+            "",
+            "### Every pair of configurations\n",
+            _matrix_note(report.pairs) + "\n",
+            _matrix_markdown(report.matrix),
+        ]
     for section in (rounds_blocks(d, report.configs, report.response), fit_blocks(d), rpc_link_blocks(d)):
         text = section_markdown(section)
         if text:
