@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import re
 import signal
 import socket
 import sqlite3
@@ -262,8 +263,9 @@ def _beyond_memory_context() -> int:
 @pytest.mark.parametrize("fault", ["context-beyond-memory", "unknown-flag"])
 def test_configuration_that_cannot_load(fault: str, tmp_path: Path, tiny_model: Path, shims) -> None:
     """One configuration's server (and, for the unknown flag, its llama-bench) cannot start: its failure
-    is stored with llama.cpp's own reason, the other configuration is measured in the same run, and a
-    resume re-measures nothing that succeeded and records the failure again."""
+    is stored with llama.cpp's own reason once (it is not tried again in the stage's later rounds), the other
+    configuration is measured in the same run, in all 3 rounds, and a resume re-measures nothing that succeeded
+    and records the failure again."""
     bin_dir, pid_file = shims
     broken = (
         f'server-args = ["-c", "{_beyond_memory_context()}"]'
@@ -292,7 +294,7 @@ def test_configuration_that_cannot_load(fault: str, tmp_path: Path, tiny_model: 
         assert [f[0] for f in bench_failed] == ["broken"] and "exited with code" in bench_failed[0][3]
     else:
         assert bench_failed == []
-    assert _good_cold(db) == {("ok", 256): 2}
+    assert _good_cold(db) == {("ok", 256): 2 * 3}  # 2 samples in each of 3 rounds
     ids = set(_query(db, "SELECT id FROM ttft_samples")) | {
         ("b", i) for (i,) in _query(db, "SELECT id FROM bench_results")
     }
@@ -333,7 +335,7 @@ def test_server_never_healthy(tmp_path: Path, tiny_model: Path, shims) -> None:
         failures = _failures(db)
         assert [(f[0], f[1]) for f in failures] == [("stuck", "server-start")] * attempt
         assert "did not become healthy within 3 s" in failures[-1][3] and "503" in failures[-1][3], failures[-1][3]
-        assert _good_cold(db) == {("ok", 256): 2}
+        assert _good_cold(db) == {("ok", 256): 2 * 3}  # 2 samples in each of 3 rounds, stuck in none
         _check_store(db)
         pids = _none_running(pid_file)
         logs = sorted((out / "logs").glob("server-stuck-*.log"))
@@ -367,12 +369,14 @@ def _port_of(pid: int) -> int:
 def test_server_sigkilled_mid_request(tmp_path: Path, tiny_model: Path, shims) -> None:
     """SIGKILL the first configuration's llama-server while a measured request is in flight: the
     samples before it stay, the cut request is stored as an errored sample and a failure with the
-    reason, the next configuration is measured, and the resume completes exactly the missing samples."""
+    reason, the next configuration is measured (in both rounds; the victim in no later round), and the resume
+    completes exactly the missing samples."""
     bin_dir, pid_file = shims
     spec = _spec(
         tmp_path / "spec.toml",
         tiny_model,
-        'lengths = [256, 512]\nresponse-tokens = [96]\nrepetitions = 3\nskip = ["tune", "bench", "cache", "session", "report"]',
+        'lengths = [256, 512]\nresponse-tokens = [96]\nrepetitions = 3\nrounds = 2\nmax-rounds = 2\n'
+        'skip = ["tune", "bench", "cache", "session", "report"]',
         _configs(("victim", "threads = 2"), ("other", "threads = 1")),
     )
     out = tmp_path / "out"
@@ -404,7 +408,7 @@ def test_server_sigkilled_mid_request(tmp_path: Path, tiny_model: Path, shims) -
     assert len(errored) == 1 and errored[0][1] in reason  # the request in flight, stored with what went wrong
     good = _good_cold(db)
     assert 1 <= sum(v for (c, _), v in good.items() if c == "victim") < 6
-    assert {k: v for k, v in good.items() if k[0] == "other"} == {("other", 256): 3, ("other", 512): 3}
+    assert {k: v for k, v in good.items() if k[0] == "other"} == {("other", 256): 6, ("other", 512): 6}
     before = set(_query(db, "SELECT id FROM ttft_samples"))
     _check_store(db)
     pids = _none_running(pid_file)
@@ -412,7 +416,7 @@ def test_server_sigkilled_mid_request(tmp_path: Path, tiny_model: Path, shims) -
 
     r = _study(spec, out, bin_dir)  # the resume
     assert r.returncode == 0, r.stderr
-    assert _good_cold(db) == {(c, L): 3 for c in ("victim", "other") for L in (256, 512)}
+    assert _good_cold(db) == {(c, L): 3 * 2 for c in ("victim", "other") for L in (256, 512)}
     assert before <= set(_query(db, "SELECT id FROM ttft_samples"))
     assert len(_failures(db)) == 1
     _check_store(db)
@@ -462,7 +466,8 @@ def test_llama_bench_crashes_mid_sweep(tmp_path: Path, tiny_model: Path, llama_b
 # ---- SIGINT / SIGTERM to `xover study` at random moments --------------------------------------------
 
 SIGNAL_SPEC = (
-    "lengths = [256, 512, 1024]\nresponse-tokens = [16]\nrepetitions = 2\nbench-repetitions = 2\n"
+    "lengths = [256, 512, 1024]\nresponse-tokens = [16]\nrepetitions = 2\nrounds = 2\nmax-rounds = 2\n"
+    "bench-repetitions = 2\n"
     'pp = 64\ntg = 16\nskip = ["tune", "cache", "session", "report"]'
 )
 EXPECTED_BENCH = 2 * 3 * 2  # configurations x depths x (pp, tg)
@@ -515,8 +520,9 @@ def test_signal_at_a_random_moment(sig: signal.Signals, seed: int, tmp_path: Pat
             and " L=" in ev["detail"]
             and "re-run" not in ev["detail"]
         ):
-            label, length = ev["detail"].split(" L=")
-            announced[(label, int(length))] += 1
+            counted = re.fullmatch(r"round \d+ (.+) L=(\d+)", ev["detail"])  # not the drift check's
+            if counted:
+                announced[(counted[1], int(counted[2]))] += 1
     if db.exists():
         _check_store(db)
         stored = _good_cold(db)
@@ -535,7 +541,7 @@ def test_signal_at_a_random_moment(sig: signal.Signals, seed: int, tmp_path: Pat
         ("b", i) for (i,) in _query(db, "SELECT id FROM bench_results")
     }
     assert before <= after
-    assert _good_cold(db) == {(c, L): 2 for c in ("t=1", "t=2") for L in (256, 512, 1024)}
+    assert _good_cold(db) == {(c, L): 2 * 2 for c in ("t=1", "t=2") for L in (256, 512, 1024)}
     bench = Counter(_query(db, "SELECT config_key, test FROM bench_results"))
     assert len(bench) == EXPECTED_BENCH and set(bench.values()) == {1}
     _check_store(db)

@@ -11,6 +11,8 @@ so the report can say when the machine moved during the stage.
 
 Every sample is stored with its round the moment it is measured, and each server's load time, wall time and the
 machine's busy and stolen CPU share over its life (artifact ``ttft-efficiency``); a rerun resumes round by round.
+A configuration whose server fails (it cannot load, never becomes healthy, dies mid-request) is recorded and left
+out of the stage's later rounds; the next run retries it.
 A configuration measured completely before rounds existed (one server process) keeps its stored samples and
 verdicts; ``--fresh`` measures it again in rounds after everything stored.
 """
@@ -72,6 +74,7 @@ class _Rounds:
         self.ctx = context_size(max(st.spec.lengths), max(st.spec.response_tokens))
         self.failures = 0
         self.done = 0
+        self.failed: set[str] = set()  # configurations whose server failed: no more rounds in this run
 
     def measure(self, todo: TtftTodo, round_number: int, what: str) -> float:
         """One fresh server for ``todo.config`` in round ``round_number``: its missing samples; its wall time."""
@@ -121,6 +124,8 @@ class _Rounds:
                 run.run_managed([launch], st.study_dir / "logs", startup_timeout_s=server_timeout(st.spec))
             )
             self.failures += len(outcome.failures)
+            if outcome.failures:
+                self.failed.add(c.name)
             wall = time.perf_counter() - t_start
             shares = cpu_shares(stat_start, proc_stat())
             store.add_artifact(
@@ -176,7 +181,7 @@ def stage_ttft(st: Study, pairs: Sequence[tuple[str, str]]) -> int:
                 )
                 break
             todo = [t for t in todo if t.config.name in open_]
-        pending = {t.config.name: t for t in todo if t.missing}
+        pending = {t.config.name: t for t in todo if t.missing and t.config.name not in rounds.failed}
         if pending:
             emit(StageEvent("ttft", "info", f"round {n - base}: {', '.join(order(list(pending), n - base - 1))}"))
             t0 = time.perf_counter()
@@ -184,7 +189,16 @@ def stage_ttft(st: Study, pairs: Sequence[tuple[str, str]]) -> int:
                 rounds.measure(pending[name], n, f"round {n - base}")
             last_wall, last_measured = time.perf_counter() - t0, n
         n += 1
-    if last_measured:
+    if rounds.failed:
+        emit(
+            StageEvent(
+                "ttft",
+                "info",
+                f"not measured in later rounds after their failure (recorded; a resume retries them): "
+                f"{', '.join(sorted(rounds.failed))}",
+            )
+        )
+    if last_measured and spec.configs[0].name not in rounds.failed:
         _drift_check(st, rounds, last_measured)
     return rounds.failures
 
