@@ -375,7 +375,7 @@ def test_server_sigkilled_mid_request(tmp_path: Path, tiny_model: Path, shims) -
     spec = _spec(
         tmp_path / "spec.toml",
         tiny_model,
-        'lengths = [256, 512]\nresponse-tokens = [96]\nrepetitions = 3\nrounds = 2\nmax-rounds = 2\n'
+        "lengths = [256, 512]\nresponse-tokens = [96]\nrepetitions = 3\nrounds = 2\nmax-rounds = 2\n"
         'skip = ["tune", "bench", "cache", "session", "report"]',
         _configs(("victim", "threads = 2"), ("other", "threads = 1")),
     )

@@ -21,7 +21,8 @@ pytestmark = pytest.mark.real
 
 WORKER = "ggml-rpc-server"
 STUDY = (
-    "lengths = [256]\nresponse-tokens = [8]\nrepetitions = 1\nbench-repetitions = 1\nbench-depths = [0]\n"
+    "lengths = [256]\nresponse-tokens = [8]\nrepetitions = 1\nrounds = 1\nmax-rounds = 1\nbench-repetitions = 1\n"
+    "bench-depths = [0]\n"
     'pp = 64\ntg = 8\ntune = false\nskip = ["cache", "session", "report"]'
 )
 RPC_CONFIG = (
@@ -80,7 +81,7 @@ def test_rpc_local_configuration_is_measured_on_a_real_worker(tmp_path: Path, ti
         _query(
             db,
             "SELECT c.label, COUNT(*) FROM ttft_samples s JOIN configs c ON c.key = s.config_key "
-            "WHERE s.mode = 'cold' AND s.cache_ok = 1 AND s.error IS NULL GROUP BY c.label",
+            "WHERE s.mode = 'cold' AND s.cache_ok = 1 AND s.error IS NULL AND s.round > 0 GROUP BY c.label",
         )
     ) == [("local", 1), ("rpc", 1)]
     server_logs = [p.read_text(errors="replace") for p in (out / "logs").glob("server-rpc-*.log")]
@@ -215,10 +216,12 @@ def test_experts_on_a_real_worker_through_override_tensor(tmp_path: Path, tiny_m
     on_worker = [n for buft, kind, n in memory["buffers"] if buft == f"RPC0[{endpoint}]" and kind == "model"]
     here = [n for buft, kind, n in memory["buffers"] if buft.startswith("CPU") and kind == "model"]
     assert on_worker and on_worker[0] > 0 and sum(here) > 0, memory["buffers"]
-    assert _query(db, "SELECT COUNT(*) FROM ttft_samples WHERE mode = 'cold' AND cache_ok = 1 AND error IS NULL") == [
-        (1,)
-    ]
-    (server_log,) = (out / "logs").glob("server-experts*.log")
-    command = server_log.read_text(errors="replace").splitlines()[0]
-    assert f"--rpc {endpoint}" in command and f"-ot blk\\.[23]\\.ffn_.*_exps=RPC0[{endpoint}]" in command
-    assert command.index("--rpc") < command.index("-ot")
+    assert _query(
+        db, "SELECT COUNT(*) FROM ttft_samples WHERE mode = 'cold' AND cache_ok = 1 AND error IS NULL AND round > 0"
+    ) == [(1,)]
+    server_logs = sorted((out / "logs").glob("server-experts*.log"))
+    assert len(server_logs) == 2  # round 1 and the drift check
+    for server_log in server_logs:
+        command = server_log.read_text(errors="replace").splitlines()[0]
+        assert f"--rpc {endpoint}" in command and f"-ot blk\\.[23]\\.ffn_.*_exps=RPC0[{endpoint}]" in command
+        assert command.index("--rpc") < command.index("-ot")

@@ -26,6 +26,8 @@ lengths = [256, 1024]
 response-tokens = [16]
 decode-tokens = 4  # each cold request generates 4 tokens for its decode speed; the totals assume 16
 repetitions = 2
+rounds = 2  # two rounds of fresh servers, interrupted and resumed between them; no round added
+max-rounds = 2
 bench-repetitions = 2
 pp = 64
 tg = 16
@@ -134,12 +136,20 @@ def test_resumed_study_measured_each_point_once(study_dir: Path) -> None:
     ok = Counter(
         (labels[k], L)
         for k, L in con.execute(
-            "SELECT config_key, length FROM ttft_samples WHERE mode='cold' AND cache_ok=1 AND error IS NULL"
+            "SELECT config_key, length FROM ttft_samples WHERE mode='cold' AND cache_ok=1 AND error IS NULL "
+            "AND round > 0"
         )
     )
+    drift = Counter(
+        (labels[k], L)
+        for k, L in con.execute("SELECT config_key, length FROM ttft_samples WHERE mode='cold' AND round < 0")
+    )
+    rounds = Counter(r for (r,) in con.execute("SELECT round FROM ttft_samples WHERE mode='cold' AND round > 0"))
     bench = Counter((labels[k], t) for k, t in con.execute("SELECT config_key, test FROM bench_results"))
     con.close()
-    assert ok == {(c, L): 2 for c in ("t=1", "t=2") for L in (256, 1024)}
+    assert ok == {(c, L): 2 * 2 for c in ("t=1", "t=2") for L in (256, 1024)}  # 2 samples in each of 2 rounds
+    assert rounds == {1: 8, 2: 8}
+    assert drift == {("t=1", 256): 1, ("t=1", 1024): 1}  # the first configuration once more, after the last round
     assert set(bench.values()) == {1}  # every llama-bench test stored exactly once
     assert len(bench) == 2 * 2 * 2  # 2 configs x 2 depths x (pp, tg)
     assert "Verdict" in (study_dir.parent / "verdict.txt").read_text()
@@ -226,7 +236,8 @@ def test_a_moved_study_of_a_preset_resumes_without_measuring_again(tmp_path: Pat
     measures nothing again."""
     spec = tmp_path / "spec.toml"
     spec.write_text(
-        '[model]\npreset = "tiny-moe"\n[study]\nlengths = [256]\nresponse-tokens = [8]\nrepetitions = 1\n'
+        '[model]\npreset = "tiny-moe"\n[study]\nlengths = [256]\nresponse-tokens = [8]\nrepetitions = 1\nrounds = 1\n'
+        "max-rounds = 1\n"
         'tune = false\nskip = ["bench", "cache", "session"]\n[[config]]\nname = "t=2"\nthreads = 2\n'
     )
     env = dict(os.environ, XOVER_LLAMA_BIN_DIR=str(llama_bins.bin_dir))
@@ -236,8 +247,8 @@ def test_a_moved_study_of_a_preset_resumes_without_measuring_again(tmp_path: Pat
     moved = tmp_path / "moved"
     shutil.copytree(first, moved, symlinks=False)
     before = _ids(moved / "results.sqlite")[1]
-    assert len(before) == 1
+    assert len(before) == 2  # round 1's sample and the drift check's
     r = subprocess.run(_xover("study", str(spec), "-o", str(moved)), env=env, capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
     assert _ids(moved / "results.sqlite")[1] == before
-    assert "t=2: every length already has 1 cold samples" in r.stdout + r.stderr
+    assert "ttft: nothing left to measure: every configuration's cold samples are stored" in r.stdout + r.stderr

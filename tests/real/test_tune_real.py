@@ -34,6 +34,8 @@ path = "{model}"
 lengths = [256, 1024]
 response-tokens = [16]
 repetitions = 2
+rounds = 2
+max-rounds = 2
 bench-repetitions = 2
 pp = 64
 tg = 16
@@ -103,7 +105,9 @@ def test_a_tuned_setting_is_measured_as_its_own_variant_through_the_whole_study(
     setting = (("ubatch-size", "256"),)
     fake = advise.Search(None, (), (), setting, setting)
     with Store(out) as store:
-        store.add_artifact(None, tune.ARTIFACT, tune._body(spec.configs[0], knobs, fake, spec, tiny_model, "CPU", 512))
+        store.add_artifact(
+            None, tune.ARTIFACT, tune._body(spec.configs[0], knobs, fake, spec, tiny_model, "CPU", 512, None)
+        )
     r = _study(spec_path, out, llama_bins.bin_dir, "--skip", "tune")
     assert r.returncode == 0, r.stderr
     assert "cpu: ub=256" in r.stdout and "llama-server -m " in r.stdout and "-ub 256" in r.stdout
@@ -112,13 +116,14 @@ def test_a_tuned_setting_is_measured_as_its_own_variant_through_the_whole_study(
     cold = Counter(
         (labels[k], L)
         for k, L in con.execute(
-            "SELECT config_key, length FROM ttft_samples WHERE mode='cold' AND cache_ok=1 AND error IS NULL"
+            "SELECT config_key, length FROM ttft_samples WHERE mode='cold' AND cache_ok=1 AND error IS NULL "
+            "AND round > 0"
         )
     )
     bench = Counter(labels[k] for (k,) in con.execute("SELECT config_key FROM bench_results"))
     args = {labels[k]: spec_json for k, spec_json in con.execute("SELECT key, spec FROM configs")}
     con.close()
-    assert cold == {(c, L): 2 for c in ("cpu", "cpu tuned") for L in (256, 1024)}
+    assert cold == {(c, L): 2 * 2 for c in ("cpu", "cpu tuned") for L in (256, 1024)}  # 2 samples in 2 rounds
     assert bench == {"cpu": 4, "cpu tuned": 4}  # pp and tg at two depths each
     assert '["ubatch-size", "256"]' in args["cpu tuned"] and '"ubatch-size"' not in args["cpu"]
 

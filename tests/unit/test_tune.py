@@ -182,7 +182,14 @@ def test_stored_result_round_trip_and_signature(tmp_path: Path) -> None:
     spec = _spec(lengths=(1024, 4096))
     knobs = tune.knobs_for(spec, gpu_build=True)
     search = advise.coordinate_search(knobs, machine, tune.workload(spec), None)
-    body = tune._body(BASE, knobs, search, spec, Path("/m/q.gguf"), "CUDA", tune.chunk(knobs))
+    # a confirmation in rounds that lands within noise keeps nothing: no variant, llama.cpp's defaults
+    within = tune.Confirmation(search.recommended, {1: 10.0, 2: 10.5, 3: 9.8}, {1: 9.9, 2: 10.6, 3: 9.7})
+    rejected = tune._body(BASE, knobs, search, spec, Path("/m/q.gguf"), "CUDA", tune.chunk(knobs), within)
+    assert not within.kept and rejected["variant"] is None and rejected["setting"] == []
+    assert rejected["confirmation"]["kept"] is False and rejected["confirmation"]["n"] == 3
+    faster = tune.Confirmation(search.recommended, {1: 10.0, 2: 10.5, 3: 9.8}, {1: 5.0, 2: 5.2, 3: 4.9})
+    body = tune._body(BASE, knobs, search, spec, Path("/m/q.gguf"), "CUDA", tune.chunk(knobs), faster)
+    assert faster.kept and body["confirmation"]["kept"] is True
     assert body["variant"] == "ncmoe=18 tuned" and body["setting_label"] == "lm=none ub=4096 b=4096"
     assert body["server_command"] == "llama-server -m q.gguf -ncmoe 18 -ngl 99 -lm none -ub 4096 -b 4096"
     assert body["signature"] == BASE.key  # the tuned configuration's key

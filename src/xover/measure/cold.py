@@ -189,6 +189,8 @@ def stage_ttft(st: Study, pairs: Sequence[tuple[str, str]]) -> int:
                 rounds.measure(pending[name], n, f"round {n - base}")
             last_wall, last_measured = time.perf_counter() - t0, n
         n += 1
+    if not last_measured and not rounds.failed:
+        emit(StageEvent("ttft", "info", "nothing left to measure: every configuration's cold samples are stored"))
     if rounds.failed:
         emit(
             StageEvent(
