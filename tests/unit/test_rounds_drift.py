@@ -29,6 +29,9 @@ from xover.results.read_model import crossover_inputs, load
 LENGTH = 512
 RESPONSE = 16
 DRIFT = 0.05  # the fake machine slows down by 5 % a second: a server started a second later is 5 % slower
+# a turn of about 0.4 s (512 tokens at 2,000 t/s, 16 at 100 t/s): long enough that a scheduling hiccup of this
+# 2-core machine is small beside it, and that one configuration's samples take long enough for the drift to show
+PREFILL, DECODE = 2000, 100
 
 
 @pytest.fixture(scope="module")
@@ -84,7 +87,7 @@ def _stage(configs: tuple[LlamaConfig, ...], study: Path, bins: Binaries, model:
 
 def test_identical_configurations_under_drift(tmp_path: Path, bins: Binaries, model: Path) -> None:
     epoch = time.time()
-    a, b = _config("a", 8000, 400, epoch), _config("b", 8000, 400, epoch)
+    a, b = _config("a", PREFILL, DECODE, epoch), _config("b", PREFILL, DECODE, epoch)
     # the old design: one server per configuration, A's four samples then B's
     _stage((a, b), tmp_path / "old", bins, model, repetitions=4, rounds=1, max_rounds=1)
     old = {c.label: dataclasses.replace(c, rounds={}) for c in crossover_inputs(load(tmp_path / "old"))}
@@ -110,7 +113,7 @@ def test_a_planted_difference_under_drift_is_named_with_its_interval(
     tmp_path: Path, bins: Binaries, model: Path
 ) -> None:
     epoch = time.time()
-    fast, slow = _config("fast", 8000, 400, epoch), _config("slow", 8000 * 0.85, 400 * 0.85, epoch)
+    fast, slow = _config("fast", PREFILL, DECODE, epoch), _config("slow", PREFILL * 0.85, DECODE * 0.85, epoch)
     _stage((fast, slow), tmp_path, bins, model, repetitions=1, rounds=4, max_rounds=4)
     configs = {c.label: c for c in crossover_inputs(load(tmp_path))}
     pair = compare_pair(configs["fast"], configs["slow"], RESPONSE, n_boot=0)
