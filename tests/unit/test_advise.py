@@ -481,3 +481,65 @@ def test_a_confirmation_slower_than_the_defaults_is_reported_as_not_confirmed() 
     md = advise_section_markdown(dataclasses.replace(advice, confirmation=slower))
     assert "NOT confirmed through llama-server" in md and "Keep the defaults" in md
     assert "Confirmed through" not in md
+
+
+# ---- decode's own best setting (issue 31) ---------------------------------------------------------
+
+
+def test_a_knob_that_trades_prefill_for_decode_gives_a_setting_for_decode_heavy_turns() -> None:
+    """Threads = 1 halves prefill and decodes 1.5x faster (a machine where one thread streams the experts and more
+    only contend); pinned weights double prefill. The whole turn (agentic lengths) wants lm=none; decode wants t=1:
+    both sides stay in the search, each knob with its prefill and its decode change."""
+
+    def pp(s: dict[str, str]) -> float:
+        return (2.0 if s.get("load-mode") == "none" else 1.0) * (0.5 if s.get("threads") == "1" else 1.0)
+
+    def tg(s: dict[str, str]) -> float:
+        return 1.5 if s.get("threads") == "1" else 1.0
+
+    search = advise.coordinate_search(KNOBS, fake(pp, tg), AGENTIC)
+    assert search.recommended == (("load-mode", "none"),)
+    assert search.decode_recommended == (("threads", "1"),)
+    threads = next(v for v in search.verdicts if v.knob == "threads").effects[0]
+    assert threads.change_s > threads.noise_s  # slower per agentic turn
+    assert threads.decode_change_s < -threads.decode_noise_s  # faster decode
+    # a knob that moves nothing in decode leaves no setting for decode
+    assert advise.coordinate_search(KNOBS, fake(planted), AGENTIC).decode_recommended is None
+
+
+def test_which_knobs_can_act_here_and_why_the_others_are_skipped() -> None:
+    from xover.domain.shapes import TensorInfo
+
+    def experts(layer: int, t: str, rows: int) -> list[TensorInfo]:
+        return [TensorInfo(f"blk.{layer}.ffn_{p}_exps.weight", (256, rows, 8), t, 1) for p in ("gate", "up")]
+
+    tensors = [
+        *experts(0, "MXFP4", 2880),
+        *experts(1, "MXFP4", 2880),
+        TensorInfo("blk.0.attn_q.weight", (64, 64), "Q8_0", 1),
+    ]
+    avx2 = frozenset({"avx2", "fma"})
+    assert advise.cpu_experts(tensors, 1, (), gpu_build=True) == (("MXFP4", 2880),) * 2
+    assert advise.cpu_experts(tensors, 0, ("blk\\.1\\.ffn_.*=CPU",), gpu_build=True) == (("MXFP4", 2880),) * 2
+    assert len(advise.cpu_experts(tensors, 0, (), gpu_build=False)) == 4  # a CPU-only build keeps every one
+    assert advise.cpu_experts(tensors, 0, (), gpu_build=True) == ()
+    gpu = advise.Context(True, avx2, advise.cpu_experts(tensors, 2, (), True))
+    keep, skipped = advise.split(["load-mode", "no-host", "repack", "threads"], gpu)
+    assert keep == ("load-mode", "no-host", "threads")
+    assert skipped == (("repack", skipped[0][1]),) and "--no-host" in skipped[0][1]
+    # no kernel for this type on this CPU: --no-host would repack nothing
+    q6 = advise.Context(True, avx2, (("Q6_K", 768),))
+    assert "no repacked kernel" in str(advise.skip_reason("no-host", q6))
+    assert advise.skip_reason("no-host", advise.Context(True, frozenset(), (("Q6_K", 768),))) is None  # flags unknown
+    assert (
+        advise.skip_reason("no-host", advise.Context(True, avx2, ()))
+        == "no experts stay on the CPU in this configuration"
+    )
+    # a CPU-only build: the GPU-only knobs go, --no-repack stays where something repacks
+    cpu = advise.Context(False, avx2, (("Q4_K", 256), ("Q6_K", 256)))
+    keep, skipped = advise.split(["load-mode", "no-op-offload", "no-host", "repack", "threads"], cpu)
+    assert keep == ("repack", "threads")
+    assert {n: w for n, w in skipped}["no-host"] == "a CPU-only build copies no weights to a GPU"
+    assert advise.repacks("Q4_K", 256, avx2) and not advise.repacks("Q4_K", 260, avx2)
+    assert not advise.repacks("Q4_K", 256, frozenset({"sse4_2"})) and advise.repacks("Q2_K", 8, frozenset({"avx512f"}))
+    assert advise.repacks("Q6_K", 8, frozenset({"asimd", "asimddp"}))

@@ -48,7 +48,7 @@ def test_names_short_names_and_flags_are_unique() -> None:
     assert len(decls) == len(set(decls))
 
 
-@pytest.mark.parametrize("option", [o for o in opts.OPTIONS if not o.env], ids=lambda o: o.name)
+@pytest.mark.parametrize("option", [o for o in opts.OPTIONS if not o.env and o.bench], ids=lambda o: o.name)
 def test_every_option_round_trips_through_the_spec(option: opts.LlamaOption) -> None:
     value = _value(option)
     config = config_from_table({"name": "x", option.name: value}, 0)
@@ -61,6 +61,15 @@ def test_every_option_round_trips_through_the_spec(option: opts.LlamaOption) -> 
     assert from_server_record("x", old_server, ()).settings == (
         config.settings if option.kind != "switch" or option.server_off or value else ()
     )
+
+
+def test_a_server_only_option_is_served_and_refused_by_llama_bench_in_one_line() -> None:
+    config = config_from_table({"name": "x", "threads": 4, "threads-batch": 16}, 0)
+    assert config.server_argv() == ("-t", "4", "-tb", "16")
+    assert from_server_record("x", ["-m", "m.gguf", *config.server_argv()], ()).settings == config.settings
+    with pytest.raises(XoverError, match="llama-bench has no option threads-batch: leave it out"):
+        config.bench_argv()
+    assert opts.THREADS_BATCH not in opts.SWEPT and not opts.THREADS_BATCH.tuned_values
 
 
 def test_an_environment_option_is_a_setting_passed_in_the_environment() -> None:
@@ -170,6 +179,7 @@ def test_record_values_and_the_record_check() -> None:
         "no-host": "no_host",
         "repack": "repack",
         "threads": "n_threads",
+        "poll": "poll",
         "flash-attn": "flash_attn",
     }
     config = LlamaConfig("x", (("no-op-offload", "1"), ("load-mode", "none")))

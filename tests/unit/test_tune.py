@@ -62,24 +62,36 @@ def test_setting_on_top_of_a_configuration_replaces_its_flags_in_place() -> None
 
 
 def test_study_knobs_per_build() -> None:
-    gpu = {k.name: k for k in tune.knobs_for(_spec(lengths=(1024, 32768)), gpu_build=True)}
-    cpu = {k.name: k for k in tune.knobs_for(_spec(lengths=(1024, 8192)), gpu_build=False)}
-    assert set(gpu) == {
+    gpu_spec, cpu_spec = _spec(lengths=(1024, 32768)), _spec(lengths=(1024, 8192))
+    gpu = {k.name: k for k in tune.knobs_for(gpu_spec, gpu_build=True)}
+    cpu = {k.name: k for k in tune.knobs_for(cpu_spec, gpu_build=False)}
+    every = {
         "load-mode",
         "ubatch-size",
         "batch-size",
         "no-op-offload",
         "GGML_OP_OFFLOAD_MIN_BATCH",
         "no-host",
+        "repack",
         "threads",
         "flash-attn",
     }
+    assert set(gpu) == set(cpu) == every  # what can act here is decided per configuration, with a reason
     assert gpu["load-mode"].candidates == ("none", "mlock")
     assert gpu["ubatch-size"].candidates[-1] == "8192"  # a 32K prompt holds two 8K ubatches
-    # nothing is copied to a GPU on a CPU-only build: those knobs are left out; no 8K ubatch for 8K prompts
-    assert set(cpu) == {"ubatch-size", "batch-size", "threads", "flash-attn"}
-    assert "8192" not in cpu["ubatch-size"].candidates
-    assert tune.chunk(tuple(cpu.values())) == 4096
+    assert "8192" not in cpu["ubatch-size"].candidates  # no 8K ubatch for 8K prompts on a CPU-only build
+    avx2, q4k = frozenset({"avx2"}), (("Q4_K", 256),)
+    # with a GPU: everything but --no-repack (nothing is repacked unless --no-host)
+    knobs, skipped = tune.applicable(gpu_spec, tuple(gpu.values()), advise.Context(True, avx2, q4k))
+    assert {k.name for k in knobs} == every - {"repack"} and [n for n, _ in skipped] == ["repack"]
+    # nothing is copied to a GPU on a CPU-only build: those knobs are left out, each with its reason
+    knobs, skipped = tune.applicable(cpu_spec, tuple(cpu.values()), advise.Context(False, avx2, q4k))
+    assert {k.name for k in knobs} == {"ubatch-size", "batch-size", "repack", "threads", "flash-attn"}
+    assert dict(skipped) == {
+        n: "a CPU-only build copies no weights to a GPU"
+        for n in ("load-mode", "no-op-offload", "GGML_OP_OFFLOAD_MIN_BATCH", "no-host")
+    }
+    assert tune.chunk(knobs) == 4096
 
 
 def test_spec_keys_narrow_the_search() -> None:
@@ -89,7 +101,9 @@ def test_spec_keys_narrow_the_search() -> None:
     assert tune.depths(spec) == (0,)
     assert tune.depths(_spec()) == (0, 1024)  # default: depth 0 and the shortest length
     # named on a CPU build: searched anyway (the search then shows it has no effect)
-    assert [k.name for k in tune.knobs_for(_spec(tune_knobs=("load-mode",)), gpu_build=False)] == ["load-mode"]
+    named = _spec(tune_knobs=("load-mode",))
+    knobs, skipped = tune.applicable(named, tune.knobs_for(named, gpu_build=False), advise.Context(False))
+    assert [k.name for k in knobs] == ["load-mode"] and skipped == ()
 
 
 def test_spec_from_toml_dict() -> None:

@@ -136,6 +136,11 @@ def _print_outcome(outcome: StudyOutcome, out_dir: Path) -> None:
                 out.print(f"  - {escape(t.config.name)}: {escape(t.label)}\n      {escape(t.server_command)}")
             else:
                 out.print(f"  - {escape(t.config.name)}: llama.cpp's defaults (no knob beat the noise)")
+            if t.decode_variant is not None:
+                out.print(
+                    f"    for decode-heavy turns: {escape(t.decode_label)}\n"
+                    f"      {escape(t.decode_variant.server_command(outcome.model.name))}"
+                )
     if outcome.stage_seconds:
         out.print(
             "stage times: "

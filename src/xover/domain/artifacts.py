@@ -263,6 +263,19 @@ class TuneRecord:
     # the search's recommendation against the defaults in rounds of fresh processes (xover.measure.tune.Confirmation,
     # as stored: rounds, ratio, low, high, n, kept, failure); None: stored before rounds, or nothing to confirm
     confirmation: Mapping[str, Any] | None = None
+    # The variant tuned for decode-heavy turns, where decode's best setting is not the whole turn's (None: none):
+    # its label, setting, command, and its confirmation in rounds against the recommendation (or the defaults)
+    decode_variant: str | None = None
+    decode_setting: tuple[tuple[str, str], ...] = ()
+    decode_setting_label: str = ""
+    decode_server_command: str = ""
+    decode_confirmation: Mapping[str, Any] | None = None
+    skipped: tuple[tuple[str, str], ...] = ()  # (knob, why) for each knob the search left out on this machine
+
+    @property
+    def variants(self) -> tuple[str, ...]:
+        """The variants this tuning added to the study: the tuned one, then the one tuned for decode."""
+        return tuple(v for v in (self.variant, self.decode_variant) if v)
 
     @classmethod
     def from_body(cls, body: Any, read_search: Callable[[Any], Any] | None = None) -> TuneRecord:
@@ -299,6 +312,14 @@ class TuneRecord:
                 server_args=tuple(str(a) for a in b.get("server_args") or ()),
                 backend=str(b.get("backend") or ""),
                 confirmation=_mapping(b["confirmation"], TUNE) if b.get("confirmation") is not None else None,
+                decode_variant=_opt_str(b.get("decode_variant")),
+                decode_setting=tuple((str(k), str(v)) for k, v in b.get("decode_setting") or ()),
+                decode_setting_label=str(b.get("decode_setting_label", "")),
+                decode_server_command=str(b.get("decode_server_command", "")),
+                decode_confirmation=(
+                    _mapping(b["decode_confirmation"], TUNE) if b.get("decode_confirmation") is not None else None
+                ),
+                skipped=tuple((str(k), str(v)) for k, v in b.get("skipped") or ()),
             )
 
         return _reading(TUNE, read)

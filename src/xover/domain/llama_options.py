@@ -41,6 +41,8 @@ CPUS_HALF = "{cpus/2}"
 """A search value resolved per machine: half the logical CPUs (at least 1)."""
 CPUS = "{cpus}"
 """A search value resolved per machine: every logical CPU."""
+CPUS_QUARTER = "{cpus/4}"
+"""A search value resolved per machine: a quarter of the logical CPUs (at least 1)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -239,12 +241,24 @@ NO_HOST = LlamaOption(
 # such kernels; llama-bench takes --repack 0|1, llama-server --repack and -nr/--no-repack.
 REPACK = LlamaOption(
     "repack", "repack", "switch", "1", bench=("--repack",), server=("--repack",), server_off=("-nr", "--no-repack"),
-    record_field="repack", checked=True, memory=True,
+    record_field="repack", checked=True, memory=True, tune_search=("0",),
     cli=("--repack",), help="0: --no-repack (CPU weights keep the file's layout), 1: repacked for the CPU's kernels.")
+# Threads, scaled to the machine: decode with CPU-resident experts is bound by memory bandwidth once enough threads
+# stream it, and more threads than that only contend; the tuning stage tries a quarter, half and all the logical CPUs.
+# llama-bench's -t sets the threads of both prefill and decode; llama-server splits them (-t decode, -tb batches).
 THREADS = LlamaOption(
     "threads", "t", "int", "auto", bench=("-t", "--threads"), server=("-t", "--threads"),
-    record_field="n_threads", checked=True, search=(CPUS_HALF, CPUS), minimum=1,
-    cli=("-t", "--threads"), help="-t values: CPU threads.")
+    record_field="n_threads", checked=True, search=(CPUS_HALF, CPUS), tune_search=(CPUS_QUARTER, CPUS_HALF, CPUS),
+    minimum=1, cli=("-t", "--threads"), help="-t values: CPU threads.")
+# llama-server's threads for prompt batches (default: -t's). llama-bench has no such option (its -t runs both), so a
+# configuration with -tb is served, not benchmarked: a decode-tuned and a prefill-tuned -t become one server line.
+THREADS_BATCH = LlamaOption(
+    "threads-batch", "tb", "int", "auto", server=("-tb", "--threads-batch"), minimum=1)
+# How hard a CPU thread polls for work before it sleeps (0-100, llama.cpp's default 50): between the GPU's share of
+# a decoded token and the CPU's, a sleeping thread wakes late.
+POLL = LlamaOption(
+    "poll", "poll", "int", "50", bench=("--poll",), server=("--poll",), record_field="poll", checked=True,
+    cli=("--poll",), help="--poll values: 0-100, how long CPU threads poll for work before sleeping.")
 # llama.cpp's default auto enables flash attention where the backend supports it; its record field reports -1
 # for auto.
 FLASH_ATTN = LlamaOption(
@@ -261,7 +275,8 @@ CACHE_TYPE_V = LlamaOption(
 
 OPTIONS: tuple[LlamaOption, ...] = (
     N_CPU_MOE, N_GPU_LAYERS, RPC, OVERRIDE_TENSOR, TENSOR_SPLIT,
-    LOAD_MODE, UBATCH_SIZE, BATCH_SIZE, NO_OP_OFFLOAD, OP_OFFLOAD_MIN_BATCH, NO_HOST, REPACK, THREADS, FLASH_ATTN,
+    LOAD_MODE, UBATCH_SIZE, BATCH_SIZE, NO_OP_OFFLOAD, OP_OFFLOAD_MIN_BATCH, NO_HOST, REPACK, THREADS, THREADS_BATCH,
+    POLL, FLASH_ATTN,
     CACHE_TYPE_K, CACHE_TYPE_V,
 )
 """Every option, in the order a configuration's arguments are written (placement first: --rpc before -ot), the
@@ -314,7 +329,7 @@ TUNE_KNOBS: tuple[tuple[str, str], ...] = tuple((o.name, o.short) for o in OPTIO
 
 def resolve(values: Sequence[str], cpu_count: int) -> tuple[str, ...]:
     """Search values with :data:`CPUS_HALF` and :data:`CPUS` replaced by numbers, duplicates dropped."""
-    numbers = {CPUS_HALF: str(max(1, cpu_count // 2)), CPUS: str(cpu_count)}
+    numbers = {CPUS_QUARTER: str(max(1, cpu_count // 4)), CPUS_HALF: str(max(1, cpu_count // 2)), CPUS: str(cpu_count)}
     return tuple(dict.fromkeys(numbers.get(v, v) for v in values))
 
 

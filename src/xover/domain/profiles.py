@@ -349,3 +349,10 @@ def parse_cpuinfo(text: str) -> str | None:
     """The ``model name`` of /proc/cpuinfo (x86) or its ``Hardware``/``CPU part`` line elsewhere."""
     m = re.search(r"^(?:model name|Hardware|cpu model)\s*:\s*(.+)$", text, re.MULTILINE)
     return m.group(1).strip() if m else None
+
+
+def parse_cpu_flags(text: str) -> frozenset[str]:
+    """The instruction-set flags of /proc/cpuinfo's first processor (x86 ``flags``, Arm ``Features``), lower-case;
+    empty where the file names none."""
+    m = re.search(r"^(?:flags|Features)\s*:\s*(.*)$", text, re.MULTILINE)
+    return frozenset(m.group(1).lower().split()) if m else frozenset()

@@ -45,7 +45,7 @@ class StudySpec:
     # Rounds of fresh server processes, in an order that alternates between rounds: at least ``rounds``; more, up to
     # ``max_rounds``, where a verdict is still open (xover.analysis.rounds), while the study's ``budget_s`` lasts.
     rounds: int = 3
-    max_rounds: int = 6
+    max_rounds: int = 8
     budget_s: float | None = None
     bench_repetitions: int = 5
     pp: int = 512
@@ -140,7 +140,7 @@ def validate_spec(spec: StudySpec) -> None:
         raise XoverError("repetitions must be at least 1")
     if spec.rounds < 1 or spec.max_rounds < spec.rounds:
         raise XoverError(
-            "[study] rounds must be at least 1 and max-rounds at least rounds (e.g. rounds = 3, max-rounds = 6): "
+            "[study] rounds must be at least 1 and max-rounds at least rounds (e.g. rounds = 3, max-rounds = 8): "
             "a verdict needs 3 rounds of fresh processes"
         )
     if spec.budget_s is not None and spec.budget_s <= 0:
@@ -450,7 +450,7 @@ def default_spec() -> StudySpec:
         response_tokens=(200,),
         repetitions=1,
         rounds=3,
-        max_rounds=6,
+        max_rounds=8,
         budget_s=150.0,
         bench_repetitions=3,
         pp=512,

@@ -24,6 +24,7 @@ from xover.domain.profiles import (  # noqa: F401
     apply_toml,
     builtin,
     match_profile,
+    parse_cpu_flags,
     parse_cpuinfo,
     parse_nvidia_smi,
     parse_rocm_smi,
@@ -79,6 +80,15 @@ def detect_cpu() -> tuple[str | None, int]:
         name = None
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
     return name, cores
+
+
+def cpu_flags() -> frozenset[str]:
+    """This CPU's instruction-set flags (``avx2``, ``avx512f``, ``amx_int8``; Arm ``asimddp``...), empty where
+    /proc/cpuinfo cannot be read."""
+    try:
+        return parse_cpu_flags(Path("/proc/cpuinfo").read_text())
+    except OSError:
+        return frozenset()
 
 
 def measure_cpu(budget_s: float = 2.0, copy_bytes: int = 512 * MIB) -> tuple[float, float]:

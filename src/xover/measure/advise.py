@@ -90,12 +90,13 @@ def measurement_from_store(
     for _, _, mk, r in store.bench_results(config.key):
         if mk == model_key:
             latest[(r.n_prompt, r.n_gen, r.n_depth)] = r
-    wanted = [(sweep.n_prompt, 0, d) for d in sweep.depths] + [(0, sweep.n_gen, d) for d in sweep.depths]
-    if failure is not None or any(p not in latest for p in wanted):
+    wanted = [(sweep.n_prompt, 0, d) for d in sweep.depths if sweep.n_prompt]
+    wanted += [(0, sweep.n_gen, d) for d in sweep.depths if sweep.n_gen]
+    if failure is not None or not wanted or any(p not in latest for p in wanted):
         return Measurement(failure=failure or "llama-bench left tests unmeasured", reused=reused)
     prefill = [latest[p] for p in wanted if p[0]]
     decode = [latest[p] for p in wanted if p[1]]
-    record = prefill[0].record
+    record = (prefill or decode)[0].record
     effective = tuple((k, str(v)) for k, v in record.items() if k in _EFFECTIVE_FIELDS)
     use = benchrun.memory_by_config(store).get(config.key)
     return Measurement(

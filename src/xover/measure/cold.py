@@ -20,6 +20,7 @@ verdicts; ``--fresh`` measures it again in rounds after everything stored.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import statistics
 import time
 from collections.abc import Sequence
@@ -27,7 +28,7 @@ from collections.abc import Sequence
 from xover.analysis.crossover import ConfigData, measured_totals, round_interval
 from xover.analysis.rounds import order
 from xover.domain.artifacts import SkippedPoint
-from xover.llamacpp.server import ServerLaunch, context_size
+from xover.llamacpp.server import ServerLaunch, context_size, has_flag
 from xover.measure import ttft as ttftrun
 from xover.measure.events import ConfigFailed, Rerun, SampleDone, ServerUp
 from xover.measure.provenance import cpu_shares, model_id, proc_stat
@@ -39,12 +40,19 @@ from xover.results.store import Store
 EFFICIENCY = "ttft-efficiency"
 
 
-def open_questions(configs: Sequence[ConfigData], pairs: Sequence[tuple[str, str]], response: int) -> set[str]:
-    """The configurations a decision still waits on: both sides of a pair whose ratio's interval straddles 1 at a
-    length both measured in rounds, and, with three or more configurations, the fastest and the next at a length
-    where they are not yet separated. Configurations measured before rounds open no question."""
+def open_questions(
+    configs: Sequence[ConfigData], pairs: Sequence[tuple[str, str]], response: int
+) -> dict[str, set[int]]:
+    """The configurations a decision still waits on, each with the prompt lengths it waits on: both sides of a pair
+    whose ratio's interval straddles 1 at a length both measured in rounds, and, with three or more configurations,
+    the fastest and the next at a length where they are not yet separated. Configurations measured before rounds
+    open no question."""
     by_label = {c.label: c for c in configs}
-    out: set[str] = set()
+    out: dict[str, set[int]] = {}
+
+    def add(names: tuple[str, ...], length: int) -> None:
+        for name in names:
+            out.setdefault(name, set()).add(length)
 
     def undecided(a: ConfigData, b: ConfigData, length: int) -> bool:
         if not (a.rounds.get(length) and b.rounds.get(length)):
@@ -54,14 +62,16 @@ def open_questions(configs: Sequence[ConfigData], pairs: Sequence[tuple[str, str
 
     for x, y in pairs:
         a, b = by_label.get(x), by_label.get(y)
-        if a is not None and b is not None and any(undecided(a, b, L) for L in set(a.rounds) & set(b.rounds)):
-            out |= {x, y}
+        if a is not None and b is not None:
+            for L in set(a.rounds) & set(b.rounds):
+                if undecided(a, b, L):
+                    add((x, y), L)
     if len(configs) >= 3:
         totals = {c.label: measured_totals(c, response) for c in configs}
         for L in set.intersection(*(set(t) for t in totals.values())):
             best, second = sorted(totals, key=lambda label: totals[label][L])[:2]
             if undecided(by_label[best], by_label[second], L):
-                out |= {best, second}
+                add((best, second), L)
     return out
 
 
@@ -117,7 +127,9 @@ class _Rounds:
                     )
                 )
 
-        launch = ServerLaunch(c, st.model, c.max_context or self.ctx)
+        # log level 4: the load log then names every buffer (CPU_Mapped, CUDA_Host, CPU_REPACK...) and its size
+        verbosity = 4 if has_flag(st.binaries.server, "-lv") else None
+        launch = ServerLaunch(c, st.model, c.max_context or self.ctx, log_verbosity=verbosity)
         with Store(st.study_dir) as store:
             run = ttftrun.TtftRun(store, plan, st.command, binaries=st.binaries, model=st.model, on_event=on_event)
             outcome = asyncio.run(
@@ -180,7 +192,12 @@ def stage_ttft(st: Study, pairs: Sequence[tuple[str, str]]) -> int:
                     )
                 )
                 break
-            todo = [t for t in todo if t.config.name in open_]
+            # only the lengths still open: a round past the first ones costs what the open questions need
+            todo = [
+                dataclasses.replace(t, missing={L: k for L, k in t.missing.items() if L in open_[t.config.name]})
+                for t in todo
+                if t.config.name in open_
+            ]
         pending = {t.config.name: t for t in todo if t.missing and t.config.name not in rounds.failed}
         if pending:
             emit(StageEvent("ttft", "info", f"round {n - base}: {', '.join(order(list(pending), n - base - 1))}"))

@@ -162,14 +162,14 @@ def refit_variants(
     """Tuned variants of ``fit`` configurations planned again for their own settings: a larger ubatch needs a
     larger compute buffer, which under a budget can push more experts to the CPU. One record per variant of a
     fit configuration (the same shape as :func:`resolve_fits`' records)."""
-    from xover.measure.tune import SUFFIX
+    from xover.measure.tune import base_name
 
     by_base = {r["config"]: r for r in records}
-    if not any(v.name.removesuffix(SUFFIX) in by_base for v in variants):
+    if not any(base_name(v.name) in by_base for v in variants):
         return variants, []
     out, refits = [], []
     for v in variants:
-        r = by_base.get(v.name.removesuffix(SUFFIX))
+        r = by_base.get(base_name(v.name))
         if r is None:
             out.append(v)
             continue

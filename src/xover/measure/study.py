@@ -230,14 +230,20 @@ def stage_bench(st: Study) -> int:
     return failures
 
 
-def verdict_pairs(spec: StudySpec, tuned: dict[str, str]) -> list[tuple[str, str]]:
+def verdict_pairs(
+    spec: StudySpec, tuned: dict[str, str], for_decode: dict[str, str] | None = None
+) -> list[tuple[str, str]]:
     """The pairs a study's verdicts answer: its headline pairs (the spec's, else its first two configurations) at
-    llama.cpp's defaults and with each side at its best (its tuned variant, where tuning kept a knob), and each
-    configuration against its tuned variant."""
-    names = [c.name for c in spec.configs if c.name not in tuned.values()]
+    llama.cpp's defaults and with each side at its best (its tuned variant, where tuning kept a knob), each
+    configuration against its tuned variant, and each tuned variant (or configuration) against its variant tuned
+    for decode (``for_decode``: configuration -> that variant), the choice between kinds of turn."""
+    for_decode = for_decode or {}
+    variants = {*tuned.values(), *for_decode.values()}
+    names = [c.name for c in spec.configs if c.name not in variants]
     headline = list(spec.pairs) or ([(names[0], names[1])] if len(names) >= 2 else [])
     at_best = [(tuned.get(a, a), tuned.get(b, b)) for a, b in headline]
-    return list(dict.fromkeys([*headline, *at_best, *tuned.items()]))
+    kinds = [(tuned.get(c, c), d) for c, d in for_decode.items()]
+    return list(dict.fromkeys([*headline, *at_best, *tuned.items(), *kinds]))
 
 
 def stage_cache(st: Study) -> int:
@@ -444,7 +450,11 @@ class _Stages:
         failures = self.timed("bench", lambda: stage_bench(measured)) or 0
         from xover.measure.cold import stage_ttft
 
-        pairs = verdict_pairs(st.spec, {t.config.name: t.variant.name for t in tuned if t.variant is not None})
+        pairs = verdict_pairs(
+            st.spec,
+            {t.config.name: t.variant.name for t in tuned if t.variant is not None},
+            {t.config.name: t.decode_variant.name for t in tuned if t.decode_variant is not None},
+        )
         failures += self.timed("ttft", lambda: stage_ttft(measured, pairs)) or 0
         failures += self.timed("cache", lambda: stage_cache(st)) or 0
         failures += self.timed("session", lambda: stage_session(st)) or 0
@@ -485,14 +495,16 @@ class _Stages:
         tuned_configs, refits = fit.refit_variants(st.spec, st.terms, fits, tuned_configs)
         tuned_configs = _check_fits(st, tuned_configs, refits, artifacts.TUNED)
         placed = {c.name: c for c in tuned_configs}
-        return [
-            dataclasses.replace(
-                t, variant=placed[t.variant.name], server_command=placed[t.variant.name].server_command(st.model.name)
-            )
-            if t.variant is not None and t.variant.name in placed
-            else t
-            for t in tuned
-        ], tuned_configs
+
+        def replaced(t: Any) -> Any:
+            if t.variant is not None and t.variant.name in placed:
+                v = placed[t.variant.name]
+                t = dataclasses.replace(t, variant=v, server_command=v.server_command(st.model.name))
+            if t.decode_variant is not None and t.decode_variant.name in placed:
+                t = dataclasses.replace(t, decode_variant=placed[t.decode_variant.name])
+            return t
+
+        return [replaced(t) for t in tuned], tuned_configs
 
 
 # A typical local GPU, for a default study on a card so large that nothing needs offloading.

@@ -28,6 +28,7 @@ from typing import Any
 from xover.analysis import advise
 from xover.analysis.rounds import RatioInterval, paired_ratio
 from xover.domain import artifacts
+from xover.domain import llama_options as opts
 from xover.domain.artifacts import TuneRecord
 from xover.domain.codec import decode
 from xover.domain.config import LlamaConfig
@@ -40,11 +41,24 @@ from xover.results.store import Store
 ARTIFACT = artifacts.TUNE
 SCHEMA = artifacts.TUNE_SCHEMA
 SUFFIX = " tuned"
+DECODE_SUFFIX = " tuned for decode"
 SUBDIR = "tune"
 
 
 def variant_name(config: str) -> str:
     return config + SUFFIX
+
+
+def decode_variant_name(config: str) -> str:
+    return config + DECODE_SUFFIX
+
+
+def base_name(variant: str) -> str:
+    """The configuration a tuned variant (either kind) was tuned from."""
+    for suffix in (DECODE_SUFFIX, SUFFIX):
+        if variant.endswith(suffix):
+            return variant.removesuffix(suffix)
+    return variant
 
 
 def _resolve(name: str, knobs: Sequence[advise.Knob]) -> advise.Knob | None:
@@ -56,11 +70,12 @@ def knobs_for(spec: StudySpec, gpu_build: bool) -> tuple[advise.Knob, ...]:
     searched even where the build makes it moot (the search then reports it as having no effect)."""
     cpus, longest = os.cpu_count() or 1, max(spec.lengths)
     here = advise.study_knobs(cpus, gpu_build, longest)
-    knobs = here
+    # every knob, the GPU-only ones included (:func:`applicable` leaves them out with a reason), with this build's values
+    every = tuple(next((x for x in here if x.name == k.name), k) for k in advise.study_knobs(cpus, True, longest))
+    knobs = every
     if spec.tune_knobs is not None:
-        every = advise.study_knobs(cpus, True, longest)
         wanted = {k.name for n in spec.tune_knobs if (k := _resolve(n, every)) is not None}
-        knobs = tuple(next((x for x in here if x.name == k.name), k) for k in every if k.name in wanted)
+        knobs = tuple(k for k in every if k.name in wanted)
     for name, values in spec.tune_values:
         knob = _resolve(name, knobs)
         if knob is not None:
@@ -83,6 +98,32 @@ def chunk(knobs: Sequence[advise.Knob]) -> int:
     return max([advise.LLAMA_DEFAULT_UBATCH, *ubatches])
 
 
+def applicable(
+    spec: StudySpec, knobs: Sequence[advise.Knob], ctx: advise.Context
+) -> tuple[tuple[advise.Knob, ...], tuple[tuple[str, str], ...]]:
+    """The knobs that can act on this configuration here (:mod:`xover.analysis.advise.applicability`), and the
+    others with their reasons; a knob the spec names in ``tune-knobs`` is searched whatever the theory says."""
+    named = set() if spec.tune_knobs is None else {k.name for k in knobs}
+    names, skipped = advise.split([k.name for k in knobs if k.name not in named], ctx)
+    keep = set(names) | named
+    return tuple(k for k in knobs if k.name in keep), skipped
+
+
+def context(config: LlamaConfig, model: Path, gpu_build: bool) -> advise.Context:
+    """What decides which knobs can act on ``config``: the build, this CPU's flags and the experts it keeps on
+    the CPU (every expert while a fit level is not placed yet)."""
+    from xover.gguf.inspect import model_table
+    from xover.hardware.detect import cpu_flags
+
+    table, _ = model_table(model)
+    try:
+        level: int | None = config.n_cpu_moe
+    except XoverError:
+        level = None
+    overrides = tuple(x for x in (config.get("override-tensor") or "").split(",") if x)
+    return advise.Context(gpu_build, cpu_flags(), advise.cpu_experts(table.tensors, level, overrides, gpu_build))
+
+
 @dataclasses.dataclass(frozen=True)
 class Tuned:
     """One configuration's tuning result."""
@@ -93,10 +134,17 @@ class Tuned:
     variant: LlamaConfig | None  # None: llama.cpp's defaults stay the best measured
     server_command: str
     reused: bool = False
+    decode_setting: advise.Setting = ()
+    decode_label: str = ""
+    decode_variant: LlamaConfig | None = None  # tuned for decode-heavy turns, where that differs (None: it does not)
 
     @property
     def changed(self) -> bool:
         return self.variant is not None
+
+    @property
+    def variants(self) -> tuple[LlamaConfig, ...]:
+        return tuple(v for v in (self.variant, self.decode_variant) if v is not None)
 
 
 def _body(
@@ -108,11 +156,25 @@ def _body(
     backend: str,
     chunk_tokens: int,
     confirmation: Confirmation | None,
+    decode_confirmation: Confirmation | None = None,
+    skipped: Sequence[tuple[str, str]] = (),
 ) -> dict[str, Any]:
     kept = confirmation is None or confirmation.kept
     setting = search.recommended if kept else advise.DEFAULTS
     variant = advise.apply_setting(config, knobs, setting, variant_name(config.name)) if setting else None
     shown = variant or config
+    decode: dict[str, Any] = {}
+    if decode_confirmation is not None:
+        decode["decode_confirmation"] = decode_confirmation.to_body()
+        if decode_confirmation.kept:
+            d_setting = decode_confirmation.setting
+            d_variant = advise.apply_setting(config, knobs, d_setting, decode_variant_name(config.name))
+            decode |= {
+                "decode_variant": d_variant.name,
+                "decode_setting": [list(x) for x in d_setting],
+                "decode_setting_label": advise.setting_label(knobs, d_setting),
+                "decode_server_command": d_variant.server_command(model.name),
+            }
     return {
         "schema": SCHEMA,
         "config": config.name,
@@ -131,6 +193,8 @@ def _body(
         "knobs": [dataclasses.asdict(k) for k in knobs],
         "search": dataclasses.asdict(search),
         **({"confirmation": confirmation.to_body()} if confirmation is not None else {}),
+        **decode,
+        "skipped": [list(x) for x in skipped],
     }
 
 
@@ -139,12 +203,15 @@ class Confirmation:
     """The search's recommendation against llama.cpp's defaults in rounds of fresh llama-bench processes (the order
     alternating between rounds): each round's expected time per turn of both, and the recommendation's time over the
     defaults', paired by round (:func:`xover.analysis.rounds.paired_ratio`). The recommendation is kept only where
-    that ratio's 95 % interval lies below 1."""
+    that ratio's 95 % interval lies below 1. A decode-heavy turn's setting is confirmed the same way against the
+    recommendation (``against``), on the decode part of a turn (``part``)."""
 
     setting: advise.Setting
-    defaults_s: dict[int, float]  # round -> the defaults' expected time per turn (s)
+    defaults_s: dict[int, float]  # round -> the defaults' (or ``against``'s) expected time per turn (s)
     tuned_s: dict[int, float]  # round -> the recommendation's
     failure: str | None = None
+    against: advise.Setting = ()
+    part: str = "turn"  # "turn": the whole expected turn; "decode": its decode part
 
     @property
     def interval(self) -> RatioInterval | None:
@@ -166,6 +233,8 @@ class Confirmation:
             "n": r.n if r else 0,
             "kept": self.kept,
             "failure": self.failure,
+            "against": [list(x) for x in self.against],
+            "part": self.part,
         }
 
 
@@ -189,25 +258,33 @@ def confirm(
     spec: StudySpec,
     emit: Event,
     name: str,
+    against: advise.Setting = advise.DEFAULTS,
+    part: str = "turn",
 ) -> Confirmation:
-    """``setting`` against the defaults in rounds (``measure(setting, round)`` is one fresh llama-bench process):
-    ``spec.rounds`` of them, then more while the interval straddles 1, up to ``spec.max_rounds``."""
+    """``setting`` against ``against`` (the defaults) in rounds (``measure(setting, round)`` is one fresh
+    llama-bench process): ``spec.rounds`` of them, then more while the interval straddles 1, up to
+    ``spec.max_rounds``. ``part``: compare whole expected turns, or their decode parts."""
     from xover.analysis.rounds import order
 
-    times: dict[str, dict[int, float]] = {"defaults": {}, "tuned": {}}
+    def cost(m: advise.Measurement) -> float:
+        return advise.decode_turn_s(m, work) if part == "decode" else advise.estimate(m, work).turn_s
+
+    times: dict[str, dict[int, float]] = {"against": {}, "tuned": {}}
     for n in range(1, spec.max_rounds + 1):
-        for which in order(["defaults", "tuned"], n - 1):
-            m = measure(advise.DEFAULTS if which == "defaults" else setting, n)
-            if not m.ok:
-                return Confirmation(setting, times["defaults"], times["tuned"], f"round {n}: {m.failure}")
-            times[which][n] = advise.estimate(m, work).turn_s
-        c = Confirmation(setting, times["defaults"], times["tuned"])
+        for which in order(["against", "tuned"], n - 1):
+            m = measure(against if which == "against" else setting, n)
+            if not (m.ok or (part == "decode" and m.failure is None and m.decode)):
+                return Confirmation(setting, times["against"], times["tuned"], f"round {n}: {m.failure}", against, part)
+            times[which][n] = cost(m)
+        c = Confirmation(setting, times["against"], times["tuned"], None, against, part)
         r = c.interval
         if n >= spec.rounds and r is not None and r.decided:
             break
+    what = "tuned for decode" if part == "decode" else "tuned"
+    base = "tuned" if against else "defaults"
     emit(
         "info",
-        f"{name}: confirmed in rounds of fresh processes: {c.interval.describe('tuned', 'defaults')}"
+        f"{name}: confirmed in rounds of fresh processes ({part}): {c.interval.describe(what, base)}"
         if c.interval is not None
         else f"{name}: no rounds to confirm",
         None,
@@ -220,7 +297,23 @@ def _from_record(config: LlamaConfig, record: TuneRecord, reused: bool) -> Tuned
     knobs = tuple(decode(advise.Knob, k) for k in record.knobs)
     setting = record.setting
     variant = advise.apply_setting(config, knobs, setting, variant_name(config.name)) if record.variant else None
-    return Tuned(config, setting, record.setting_label, variant, record.server_command, reused)
+    d_setting = record.decode_setting
+    d_variant = (
+        advise.apply_setting(config, knobs, d_setting, decode_variant_name(config.name))
+        if record.decode_variant
+        else None
+    )
+    return Tuned(
+        config,
+        setting,
+        record.setting_label,
+        variant,
+        record.server_command,
+        reused,
+        d_setting,
+        record.decode_setting_label,
+        d_variant,
+    )
 
 
 def stored(data: StudyData, configs: Sequence[LlamaConfig]) -> dict[str, Tuned]:
@@ -235,8 +328,9 @@ def stored(data: StudyData, configs: Sequence[LlamaConfig]) -> dict[str, Tuned]:
 
 
 def variants(results: Iterable[Tuned]) -> tuple[LlamaConfig, ...]:
-    """The tuned variants to measure beside their configurations."""
-    return tuple(t.variant for t in results if t.variant is not None)
+    """The tuned variants to measure beside their configurations (each configuration's tuned one, then the one
+    tuned for decode)."""
+    return tuple(v for t in results for v in t.variants)
 
 
 Event = Callable[[str, str, float | None, float | None], None]  # (status, detail, completed, total)
@@ -272,7 +366,7 @@ def run_tune(
             emit("progress", f"llama-bench {ev.label}", None, None)
         elif isinstance(ev, Measured):
             measured += 1
-            if ev.estimate is None:
+            if ev.estimate is None and ev.measurement.failure is not None:
                 emit("fail", f"{ev.label}: {ev.measurement.failure}", None, None)
 
     results = dict(done)
@@ -293,9 +387,13 @@ def run_tune(
             )
             continue
         backend = dict(base.effective).get("backends", "")
-        knobs = knobs_for(spec, is_gpu_build(backend))
-        if chunk(knobs) != chunk_tokens:  # fewer ubatch candidates on this build: measure with their chunk
-            chunk_tokens = chunk(knobs)
+        gpu_build = is_gpu_build(backend)
+        knobs, skipped = applicable(spec, knobs_for(spec, gpu_build), context(config, model, gpu_build))
+        for knob_name, why in skipped:
+            emit("info", f"{config.name}: not searching {opts.option(knob_name).short}: {why}", None, None)
+        own_ub = int(config.get(opts.UBATCH_SIZE.name) or opts.UBATCH_SIZE.default)
+        if max(chunk(knobs), own_ub) != chunk_tokens:  # this build's candidates, or the configuration's own ubatch
+            chunk_tokens = max(chunk(knobs), own_ub)
             sweep = probe_runner.sweep(depths(spec), chunk_tokens, spec.tg, spec.tune_repetitions)
         runner = _Runner(dataclasses.replace(probe_spec, knobs=knobs), binaries, tune_dir, command, on_event)
         planned = 2 + sum(len(k.candidates) for k in knobs)
@@ -312,24 +410,32 @@ def run_tune(
         except XoverError as e:
             emit("fail", f"{config.name}: {e}", None, None)
             continue
-        confirmation = None
+        confirmation = decode_confirmation = None
+        in_round = functools.partial(_in_round, runner, config, sweep, work, place)
         if search.recommended:  # kept only if it wins in fresh processes, interleaved with the defaults
-            confirmation = confirm(
-                functools.partial(_in_round, runner, config, sweep, work, place),
-                search.recommended,
-                work,
-                spec,
-                emit,
-                config.name,
-            )
-        body = _body(config, knobs, search, spec, model, backend, chunk_tokens, confirmation)
+            confirmation = confirm(in_round, search.recommended, work, spec, emit, config.name)
+        if search.decode_recommended is not None:  # a decode-heavy turn's own setting, against the kept one
+            kept = search.recommended if confirmation is not None and confirmation.kept else advise.DEFAULTS
+            if search.decode_recommended != kept:
+                # decode alone (llama-bench -p 0): a setting that runs prompts on the CPU would spend most of each
+                # round on prefill tests its comparison does not read
+                decode_only = functools.partial(
+                    _in_round, runner, config, dataclasses.replace(sweep, n_prompt=0), work, place
+                )
+                decode_confirmation = confirm(
+                    decode_only, search.decode_recommended, work, spec, emit, config.name, kept, "decode"
+                )
+        body = _body(
+            config, knobs, search, spec, model, backend, chunk_tokens, confirmation, decode_confirmation, skipped
+        )
         body["placed_trials"] = place is not None and place(config, config.name) is not config
         with Store(study_dir) as store:
             store.add_artifact(None, ARTIFACT, body)
         results[config.name] = t = _from_record(config, TuneRecord.from_body(body), reused=False)
         emit(
             "info",
-            f"{config.name}: {'tuned ' + t.label if t.changed else 'no knob beat the noise between processes: defaults kept'}",
+            f"{config.name}: {'tuned ' + t.label if t.changed else 'no knob beat the noise between processes: defaults kept'}"
+            + (f"; tuned for decode {t.decode_label}" if t.decode_variant is not None else ""),
             None,
             None,
         )

@@ -35,6 +35,7 @@ from xover.analysis.stats import summarize
 from xover.domain.records import TtftSample, backend_name
 from xover.report import plots
 from xover.report.blocks import html_table, plain_md_table
+from xover.report.decode import decode_blocks
 from xover.report.fit import fit_blocks
 from xover.report.rounds import drift_line, evidence_line, open_lines, rounds_blocks
 from xover.report.rpclink import rpc_link_blocks
@@ -74,7 +75,7 @@ class Report:
 
 def _ordered(configs: Sequence[ConfigData], lay: Layout) -> tuple[ConfigData, ...]:
     """Base configurations in spec order, each followed by its tuned variant; anything else after."""
-    order = [x for b in lay.bases for x in (b, lay.tuned.get(b)) if x is not None]
+    order = [x for b in lay.bases for x in (b, lay.tuned.get(b), lay.for_decode.get(b)) if x is not None]
     rank = {label: i for i, label in enumerate(dict.fromkeys(order))}
     return tuple(sorted(configs, key=lambda c: rank.get(c.label, len(rank))))
 
@@ -161,23 +162,29 @@ def penalty_line(
 _AT_DEFAULTS = "At llama.cpp's defaults: "
 _AT_BEST = "Each configuration at its best: "
 _TUNED = "Tuned against llama.cpp's defaults: "
+_FOR_DECODE = "Which to run for which kind of turn (tuned for the whole turn, or for decode): "
 
 
 def _verdict_pairs(lay: Layout, by_label: Mapping[str, ConfigData]) -> list[tuple[str, str, str]]:
     """(prefix, a, b) for each verdict about a pair, in the order they are told. A study of one configuration
     (one placement under a budget, say) and its tuned variant answers that pair: what tuning buys there."""
     best = {b: v for b, v in lay.tuned.items() if v in by_label}
+    kinds = [
+        (_FOR_DECODE, best.get(b, b), d)
+        for b, d in lay.for_decode.items()
+        if d in by_label and best.get(b, b) in by_label
+    ]
     heads = headline_pairs(lay, list(by_label))
     bases = [b for b in lay.bases if b in by_label]
     if not heads and len(bases) == 1 and bases[0] in best:
-        return [(_TUNED, bases[0], best[bases[0]])]
+        return [(_TUNED, bases[0], best[bases[0]]), *kinds]
     if not best and not lay.records:
         return [("", a, b) for a, b in heads]  # no tuning ran: one answer, at llama.cpp's defaults
     out = []
     for a, b in heads:
         out.append((_AT_DEFAULTS, a, b))
         out.append((_AT_BEST, best.get(a, a), best.get(b, b)))
-    return out
+    return out + kinds
 
 
 APART_S = 3600.0
@@ -408,6 +415,10 @@ def _matrix_html(m: Matrix) -> str:
 
 def _matrix_markdown(m: Matrix) -> str:
     return plain_md_table(["", *m.labels], [[lb, *row] for lb, row in zip(m.labels, m.cells)])
+
+
+def _decode_blocks(report: Report) -> list[Block]:
+    return decode_blocks(report.data, report.layout or layout(report.data))
 
 
 def _tune_blocks(report: Report) -> list[Block]:
@@ -697,6 +708,7 @@ def render_html(report: Report) -> str:
     if link:
         parts.append(section_html(link))
     parts.append(section_html(_tune_blocks(report)))
+    parts.append(section_html(_decode_blocks(report)))
     desktop = translation_blocks(d, report.response)
     if desktop:
         parts.append(section_html(desktop))
@@ -773,9 +785,10 @@ def render_markdown(report: Report) -> str:
         text = section_markdown(section)
         if text:
             out += ["", text]
-    tuning = section_markdown(_tune_blocks(report))
-    if tuning:
-        out += ["", tuning]
+    for section in (_tune_blocks(report), _decode_blocks(report)):
+        text = section_markdown(section)
+        if text:
+            out += ["", text]
     desktop = section_markdown(translation_blocks(d, report.response))
     if desktop:
         out += ["", desktop]

@@ -44,6 +44,7 @@ class Layout:
     tuned: dict[str, str]  # base -> tuned variant label
     pairs: tuple[tuple[str, str], ...]  # the study's headline pairs as stored (may be empty)
     records: tuple[TuneRecord, ...]
+    for_decode: dict[str, str] = dataclasses.field(default_factory=dict)  # base -> its variant tuned for decode
 
     def best(self, base: str) -> str:
         """The configuration at its best: its tuned variant, or itself when tuning kept the defaults."""
@@ -63,7 +64,7 @@ class Layout:
 
     @property
     def base_of(self) -> dict[str, str]:
-        return {v: b for b, v in self.tuned.items()}
+        return {v: b for b, v in (*self.tuned.items(), *self.for_decode.items())}
 
 
 def layout(data: StudyData) -> Layout:
@@ -72,11 +73,12 @@ def layout(data: StudyData) -> Layout:
     placed = {c.config: c for c in data.fit_records(TUNED, checked=True) or ()}
     records = tuple(_placed(r, placed.get(str(r.variant))) for r in data.tune_results())
     tuned = {r.config: r.variant for r in records if r.variant}
-    variants = set(tuned.values())
+    for_decode = {r.config: r.decode_variant for r in records if r.decode_variant}
+    variants = {*tuned.values(), *for_decode.values()}
     study = data.study_record()
-    spec_order = list(study.configs) if study is not None else []
+    spec_order = [c for c in study.configs if c not in variants] if study is not None else []
     bases = tuple(dict.fromkeys([*spec_order, *(lb for lb in data.config_labels() if lb not in variants)]))
-    return Layout(bases, tuned, study.pairs if study is not None else (), records)
+    return Layout(bases, tuned, study.pairs if study is not None else (), records, for_decode)
 
 
 def _placed(r: TuneRecord, entry: FitRecord | None) -> TuneRecord:
@@ -359,6 +361,41 @@ def _confirmation_text(c: Mapping[str, Any]) -> str:
     )
 
 
+def _decode_text(c: Mapping[str, Any]) -> str:
+    """How decode's own best setting fared against the recommendation in rounds of fresh llama-bench processes."""
+    against = "the tuned setting" if c.get("against") else "the defaults"
+    if c.get("failure"):
+        return f"Its confirmation in rounds failed ({c['failure']}): no variant tuned for decode."
+    ratio, low, high, n = c.get("ratio"), c.get("low"), c.get("high"), c.get("n") or 0
+    if ratio is None:
+        return "Too few rounds to confirm it: no variant tuned for decode."
+    span = f"{ratio:.2f}x {against}' decode time per turn (95% interval {low:.2f}-{high:.2f}, {n} rounds)"
+    if c.get("kept"):
+        return f"Confirmed in rounds of fresh llama-bench processes, interleaved with {against}: {span}."
+    return f"Not confirmed in rounds of fresh llama-bench processes against {against}: {span}; not measured further."
+
+
+def _decode_blocks(r: TuneRecord) -> list[Block]:
+    """The variant tuned for decode-heavy turns (or why there is none though decode's best setting differed)."""
+    c = r.decode_confirmation
+    if c is None:
+        return []
+    label = ", ".join(f"{k}={v}" for k, v in c.get("setting") or ())
+    if r.decode_variant is None:
+        return [Block("p", f"Decode's own best setting ({label or 'the defaults'}): " + _decode_text(c))]
+    return [
+        Block("h3", f"{r.config} → {r.decode_variant}: {r.decode_setting_label}"),
+        Block(
+            "p",
+            f"Decode's own best setting differs from the whole turn's: {r.decode_variant} runs {r.config} with "
+            f"{r.decode_setting_label}, and was measured through the whole study beside {r.variant or r.config}. "
+            "The verdicts say which to run for which kind of turn, and the prompt length where they cross. "
+            + _decode_text(c),
+        ),
+        *([Block("code", r.decode_server_command)] if r.decode_server_command else []),
+    ]
+
+
 def _record_blocks(r: TuneRecord, response: int) -> list[Block]:
     if r.variant is None:
         out = [
@@ -384,6 +421,9 @@ def _record_blocks(r: TuneRecord, response: int) -> list[Block]:
             out.append(Block("p", _confirmation_text(r.confirmation)))
     if r.server_command:
         out.append(Block("code", r.server_command))
+    out += _decode_blocks(r)
+    if r.skipped:
+        out.append(Block("p", "Not searched here: " + "; ".join(f"{knob}: {why}" for knob, why in r.skipped) + "."))
     if r.note and r.search is not None:
         out.append(Block("p", r.note))
     where = [f"workload {r.workload}"] if r.workload else []

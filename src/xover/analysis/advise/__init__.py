@@ -45,11 +45,13 @@ noise of the defaults. With one repetition the spread is 0: use two or more.
 **Modules.** :mod:`.knobs` (the settings searched and the configuration that runs them), :mod:`.workload`,
 :mod:`.objective` (a measurement's expected time per turn, and the noise rule), :mod:`.search`,
 :mod:`.theory_notes` (the theory's note per trial), :mod:`.crossovers` (offload levels' crossover revisited),
-:mod:`.confirm` (llama-server's check of the winner) and :mod:`.advice` (the stored record). This package
+:mod:`.confirm` (llama-server's check of the winner), :mod:`.applicability` (which knobs can act here, and why a
+knob is skipped) and :mod:`.advice` (the stored record). This package
 re-exports their public names, so ``advise.coordinate_search`` and ``from xover.analysis.advise import Knob`` work.
 """
 
 from xover.analysis.advise.advice import ARTIFACT, SCHEMA, Advice, advice_from_dict
+from xover.analysis.advise.applicability import Context, cpu_experts, repacks, skip_reason, split
 from xover.analysis.advise.confirm import Confirmation, ServerPoint, confirmation, server_turn_s
 from xover.analysis.advise.crossovers import RevisitedPair, config_data, revisit_crossovers
 from xover.analysis.advise.knobs import (
@@ -80,6 +82,7 @@ from xover.analysis.advise.objective import (
     RateSamples,
     curve_at,
     decode_s_per_token,
+    decode_turn_s,
     estimate,
     ttft_s,
     within_noise,
@@ -100,6 +103,12 @@ from xover.analysis.advise.workload import (
 
 __all__ = [
     "option_knob",
+    "decode_turn_s",
+    "Context",
+    "cpu_experts",
+    "repacks",
+    "skip_reason",
+    "split",
     "AGENTIC_LENGTHS",
     "ARTIFACT",
     "DEFAULTS",

@@ -84,10 +84,15 @@ class Estimate:
     ttft_s: float  # its TTFT part
     decode_s: float  # its decode part
     turn_samples_s: tuple[float, ...]  # once per repetition
+    decode_samples_s: tuple[float, ...] = ()  # its decode part, once per repetition
 
     @property
     def spread_s(self) -> float:
         return max(self.turn_samples_s) - min(self.turn_samples_s) if self.turn_samples_s else 0.0
+
+    @property
+    def decode_spread_s(self) -> float:
+        return max(self.decode_samples_s) - min(self.decode_samples_s) if self.decode_samples_s else 0.0
 
 
 def _parts(
@@ -104,7 +109,7 @@ def estimate(m: Measurement, workload: Workload) -> Estimate:
     ttft, dec = _parts(
         [(r.depth, r.tokens, r.median_tps) for r in m.prefill], [(r.depth, r.median_tps) for r in m.decode], workload
     )
-    per_rep = []
+    per_rep, decode_rep = [], []
     for i in range(m.repetitions):
         a, b = _parts(
             [(r.depth, r.tokens, r.samples_tps[i]) for r in m.prefill],
@@ -112,7 +117,19 @@ def estimate(m: Measurement, workload: Workload) -> Estimate:
             workload,
         )
         per_rep.append(a + b)
-    return Estimate(turn_s=ttft + dec, ttft_s=ttft, decode_s=dec, turn_samples_s=tuple(per_rep))
+        decode_rep.append(b)
+    return Estimate(
+        turn_s=ttft + dec, ttft_s=ttft, decode_s=dec, turn_samples_s=tuple(per_rep), decode_samples_s=tuple(decode_rep)
+    )
+
+
+def decode_turn_s(m: Measurement, workload: Workload) -> float:
+    """The decode part of the expected turn from a measurement's decode tests alone (a decode-only measurement,
+    llama-bench ``-p 0``, has no prefill tests)."""
+    if m.failure is not None or not m.decode:
+        raise XoverError(f"cannot estimate decode from a configuration without decode tests ({m.failure or 'none'})")
+    decode = [(r.depth, r.median_tps) for r in m.decode]
+    return workload.expected(lambda t: t.response * decode_s_per_token(decode, t.length))
 
 
 def noise_between(a: Estimate, b: Estimate, drift_s: float | None = None) -> float:
@@ -121,6 +138,11 @@ def noise_between(a: Estimate, b: Estimate, drift_s: float | None = None) -> flo
     cannot act, measured against the defaults, came out faster than the larger spread alone), or the drift of the
     defaults measured twice, if larger."""
     return max(a.spread_s + b.spread_s, drift_s or 0.0)
+
+
+def decode_noise_between(a: Estimate, b: Estimate, drift_s: float | None = None) -> float:
+    """:func:`noise_between` for the decode part of a turn alone."""
+    return max(a.decode_spread_s + b.decode_spread_s, drift_s or 0.0)
 
 
 def within_noise(a: Estimate, b: Estimate, drift_s: float | None = None) -> bool:

@@ -7,7 +7,14 @@ import dataclasses
 from collections.abc import Callable, Sequence
 
 from xover.analysis.advise.knobs import DEFAULTS, RECHECK, Knob, Setting, level_label, normalize, setting_label
-from xover.analysis.advise.objective import Estimate, Measurement, estimate, noise_between, within_noise
+from xover.analysis.advise.objective import (
+    Estimate,
+    Measurement,
+    decode_noise_between,
+    estimate,
+    noise_between,
+    within_noise,
+)
 from xover.analysis.advise.workload import Workload
 from xover.errors import XoverError
 
@@ -28,10 +35,16 @@ class Effect:
     value: str
     change_s: float  # time per turn minus the defaults' (negative: faster)
     noise_s: float  # the two spreads added (or the drift of the defaults, if larger)
+    decode_change_s: float = 0.0  # the decode part of a turn minus the defaults' (a knob can trade one for the other)
+    decode_noise_s: float = 0.0
 
     @property
     def within_noise(self) -> bool:
         return abs(self.change_s) <= self.noise_s
+
+    @property
+    def decode_within_noise(self) -> bool:
+        return abs(self.decode_change_s) <= self.decode_noise_s
 
 
 @dataclasses.dataclass(frozen=True)
@@ -63,6 +76,10 @@ class Search:
     combination: Setting  # the kept values together
     recommended: Setting
     drift_s: float | None = None  # |defaults again - defaults| per turn; None: not re-measured
+    # The fastest setting for the decode part of a turn where it is not :attr:`recommended` and decodes faster than
+    # it beyond the noise: a decode-heavy turn's choice. None: the recommendation is decode's best too.
+    decode_recommended: Setting | None = None
+    decode_drift_s: float | None = None
 
     @property
     def label(self) -> str:
@@ -137,17 +154,30 @@ def coordinate_search(
             else:
                 measured.append((value, e))
         tried.append((knob, skipped, measured, failed))
-    drift = None
+    drift = decode_drift = None
     if recheck:
         again = run(RECHECK, None).estimate
         drift = abs(again.turn_s - b.turn_s) if again is not None else None
-    floor = drift or 0.0
-    verdicts, kept = [], {}
+        decode_drift = abs(again.decode_s - b.decode_s) if again is not None else None
+    floor, decode_floor = drift or 0.0, decode_drift or 0.0
+    verdicts, kept, decode_kept = [], {}, {}
     for knob, skipped, measured, failed in tried:
-        effects = [Effect(value, e.turn_s - b.turn_s, noise_between(e, b, floor)) for value, e in measured]
+        effects = [
+            Effect(
+                value,
+                e.turn_s - b.turn_s,
+                noise_between(e, b, floor),
+                e.decode_s - b.decode_s,
+                decode_noise_between(e, b, decode_floor),
+            )
+            for value, e in measured
+        ]
         best = min(effects, key=lambda e: e.change_s) if effects else None
         if best is not None and best.change_s < 0 and not best.within_noise:
             kept[knob.name] = best.value
+        best_decode = min(effects, key=lambda e: e.decode_change_s) if effects else None
+        if best_decode is not None and best_decode.decode_change_s < 0 and not best_decode.decode_within_noise:
+            decode_kept[knob.name] = best_decode.value
         verdicts.append(KnobVerdict(knob.name, kept.get(knob.name), tuple(effects), skipped, tuple(failed)))
     combination = normalize(knobs, kept)
     run(combination, None)  # already measured unless two or more knobs were kept
@@ -156,4 +186,25 @@ def coordinate_search(
     assert best_trial.estimate is not None
     e = best_trial.estimate
     recommended = DEFAULTS if within_noise(e, b, floor) else best_trial.setting
-    return Search(n_cpu_moe, tuple(trials.values()), tuple(verdicts), combination, recommended, drift)
+    decode_recommended = None
+    if decode_kept:
+        run(normalize(knobs, decode_kept), None)  # the decode winners together
+        measured_trials = [t for t in trials.values() if t.estimate is not None and t.setting != RECHECK]
+        fastest = min(measured_trials, key=lambda t: t.estimate.decode_s)  # type: ignore[union-attr]
+        chosen = trials[recommended].estimate
+        assert fastest.estimate is not None and chosen is not None
+        beyond = fastest.estimate.decode_s - chosen.decode_s < -decode_noise_between(
+            fastest.estimate, chosen, decode_floor
+        )
+        if fastest.setting != recommended and beyond:
+            decode_recommended = fastest.setting
+    return Search(
+        n_cpu_moe,
+        tuple(trials.values()),
+        tuple(verdicts),
+        combination,
+        recommended,
+        drift,
+        decode_recommended,
+        decode_drift,
+    )

@@ -1,0 +1,124 @@
+"""Which tuning knobs can act on a configuration on this machine, and the one-line reason a knob is skipped. Pure.
+
+The tuning stage searches only what can change something here; each skip is reported, so that a knob missing from
+the search is never a silent gap.
+
+* **GPU-only knobs** (pinned host memory, op offload and its threshold, ``--no-host``) change how weights reach a
+  GPU: a CPU-only build has nothing to copy.
+* **Where the CPU-resident experts live.** With a GPU present, llama.cpp puts weights overridden to the CPU into the
+  GPU's host buffer (``CUDA_Host``, or the mapped file), ahead of the CPU's repacked buffer (``CPU_REPACK``).
+  ``--no-host`` skips that buffer, so experts the CPU can repack are repacked for its vector kernels (decode), and
+  are then no longer copied to the GPU for prompt batches (prefill). It is searched only where some CPU-resident
+  expert tensor has a repacked kernel on this CPU's instruction set (:data:`REPACK_KERNELS`). AMX kernels take
+  ``MUL_MAT`` only, never the experts' ``MUL_MAT_ID``, so they never hold experts.
+* **``--no-repack``** changes a buffer only where something is repacked: on a CPU-only build, CPU-resident experts
+  with a kernel here; with a GPU, nothing unless ``--no-host`` is given (that pair is searched as ``--no-host``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from collections.abc import Iterable, Sequence
+
+from xover.domain import llama_options as opts
+from xover.domain.shapes import TensorInfo
+
+# (CPU flags that must all be present as /proc/cpuinfo names them, ggml types, rows the tensor's ne[1] must be a
+# multiple of): ggml-cpu's repack.cpp (ggml_repack_get_optimal_repack_type) at the pinned llama.cpp commit.
+REPACK_KERNELS: tuple[tuple[frozenset[str], frozenset[str], int], ...] = (
+    (frozenset({"avx2"}), frozenset({"Q4_0", "Q4_K", "IQ4_NL", "MXFP4"}), 8),
+    (frozenset({"avx512f"}), frozenset({"Q2_K"}), 8),
+    (frozenset({"asimd", "i8mm"}), frozenset({"Q4_0", "Q8_0"}), 4),
+    (frozenset({"asimd", "i8mm"}), frozenset({"Q4_K", "Q5_K", "Q6_K"}), 8),
+    (frozenset({"asimd", "asimddp"}), frozenset({"Q4_0", "IQ4_NL", "MXFP4", "Q8_0"}), 4),
+    (frozenset({"asimd", "asimddp"}), frozenset({"Q4_K", "Q5_K", "Q6_K"}), 8),
+)
+
+
+def repacks(ggml_type: str, rows: int, cpu_flags: frozenset[str]) -> bool:
+    """Whether llama.cpp repacks a tensor of this type and ``ne[1]`` on a CPU with these flags."""
+    return any(
+        need <= cpu_flags and ggml_type.upper() in types and rows % multiple == 0
+        for need, types, multiple in REPACK_KERNELS
+    )
+
+
+@dataclasses.dataclass(frozen=True)
+class Context:
+    """What decides whether a knob can act: the build, the CPU's flags (empty: not known, so nothing is skipped on
+    their account) and the expert tensors a configuration keeps on the CPU, as (ggml type, ne[1])."""
+
+    gpu_build: bool
+    cpu_flags: frozenset[str] = frozenset()
+    cpu_experts: tuple[tuple[str, int], ...] = ()
+
+    @property
+    def repacked_types(self) -> tuple[str, ...]:
+        """The CPU-resident experts' types this CPU repacks."""
+        return tuple(dict.fromkeys(t for t, rows in self.cpu_experts if repacks(t, rows, self.cpu_flags)))
+
+    @property
+    def expert_types(self) -> tuple[str, ...]:
+        return tuple(dict.fromkeys(t for t, _ in self.cpu_experts))
+
+
+def cpu_experts(
+    tensors: Iterable[TensorInfo], n_cpu_moe: int | None, overrides: Sequence[str], gpu_build: bool
+) -> tuple[tuple[str, int], ...]:
+    """The expert tensors that stay on the CPU, as (ggml type, ne[1]): every one on a CPU-only build; with a GPU,
+    those of the first ``n_cpu_moe`` layers and those an ``-ot <regex>=CPU`` override names. ``n_cpu_moe`` None:
+    the placement is not known yet (a fit level), so every expert counts as possibly on the CPU."""
+    to_cpu = [re.compile(o.rsplit("=", 1)[0]) for o in overrides if o.rsplit("=", 1)[-1].upper().startswith("CPU")]
+    out = []
+    for t in tensors:
+        if not t.is_expert or len(t.ne) < 2:
+            continue
+        layer = t.layer
+        on_cpu = (
+            not gpu_build
+            or n_cpu_moe is None
+            or (layer is not None and layer < n_cpu_moe)
+            or any(p.search(t.name) for p in to_cpu)
+        )
+        if on_cpu:
+            out.append((t.ggml_type, t.ne[1]))
+    return tuple(out)
+
+
+def skip_reason(name: str, ctx: Context) -> str | None:
+    """Why the option ``name`` cannot change anything for this configuration here (one line), or None to search it."""
+    option = opts.BY_NAME.get(name)
+    if option is not None and option.gpu_only and not ctx.gpu_build:
+        return "a CPU-only build copies no weights to a GPU"
+    if name == opts.NO_HOST.name:
+        if not ctx.cpu_experts:
+            return "no experts stay on the CPU in this configuration"
+        if ctx.cpu_flags and not ctx.repacked_types:
+            return (
+                f"the CPU-resident experts ({', '.join(ctx.expert_types)}) have no repacked kernel on this CPU, so "
+                "--no-host would repack nothing"
+            )
+    if name == opts.REPACK.name:
+        if ctx.gpu_build:
+            return (
+                "with a GPU, CPU-resident experts sit in the GPU's host buffer and are not repacked unless --no-host "
+                "is given (searched as --no-host)"
+            )
+        if not ctx.cpu_experts:
+            return "no experts stay on the CPU in this configuration"
+        if ctx.cpu_flags and not ctx.repacked_types:
+            return f"the experts ({', '.join(ctx.expert_types)}) have no repacked kernel on this CPU: nothing to switch"
+    return None
+
+
+def split(names: Sequence[str], ctx: Context) -> tuple[tuple[str, ...], tuple[tuple[str, str], ...]]:
+    """The options among ``names`` to search here, and the skipped ones with their reasons, in ``names``' order."""
+    keep, skipped = [], []
+    for name in names:
+        why = skip_reason(name, ctx)
+        if why is None:
+            keep.append(name)
+        else:
+            skipped.append((name, why))
+    return tuple(keep), tuple(skipped)

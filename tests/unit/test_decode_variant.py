@@ -1,0 +1,102 @@
+"""Known answer for issue 31's two tuned variants, on the fake llama-server: a machine where the setting tuned for
+decode (half the prefill speed, twice the decode speed) wins short prompts and loses long ones. Both variants go
+through the study's real cold TTFT stage in rounds of fresh servers (xover.measure.cold); the report shows both, says
+which to run for which kind of turn, and where they cross.
+
+Per turn of R = 32 response tokens: tuned L/4000 + 32/50 s, tuned for decode L/1000 + 32/100 s, equal at L = 427.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from fakes.llama_server import write_bin_dir
+from xover.domain import artifacts
+from xover.domain.config import LlamaConfig
+from xover.domain.study_spec import StudySpec
+from xover.llamacpp.binaries import Binaries
+from xover.measure.cold import stage_ttft
+from xover.measure.study import StageEvent, Study
+from xover.report.html import build_report, render_markdown
+from xover.results.read_model import load
+from xover.results.store import Store
+
+RESPONSE = 32
+LENGTHS = (128, 2048)
+CROSSING = 427  # L / 4000 + 32 / 50 = L / 1000 + 32 / 100
+
+
+def _fake(name: str, prefill_tps: float, decode_tps: float) -> LlamaConfig:
+    args = ("--fake-prefill-tps", f"{prefill_tps:g}", "--fake-decode-tps", f"{decode_tps:g}", "--fake-load-s", "0.05")
+    return LlamaConfig(name, server_args=(*args, "--fake-tag", name))
+
+
+@pytest.fixture(scope="module")
+def model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from xover.domain.presets import PRESETS
+    from xover.gguf.synth import write_model
+
+    path = tmp_path_factory.mktemp("model") / "tiny-moe.gguf"
+    write_model(PRESETS["tiny-moe"], path, seed=0)
+    return path
+
+
+def test_a_decode_tuned_variant_that_wins_short_prompts_is_shown_beside_the_tuned_one_with_their_crossing(
+    tmp_path: Path, model: Path
+) -> None:
+    d = write_bin_dir(tmp_path / "bin")
+    bins = Binaries(bench=d / "llama-bench", server=d / "llama-server", source="--llama-bin-dir")
+    tuned, for_decode = _fake("x tuned", 4000, 50), _fake("x tuned for decode", 1000, 100)
+    spec = StudySpec(
+        configs=(tuned, for_decode),
+        model_preset="tiny-moe",
+        lengths=LENGTHS,
+        response_tokens=(RESPONSE,),
+        decode_tokens=RESPONSE,
+        repetitions=1,
+        rounds=3,
+        max_rounds=3,
+    )
+    events: list[StageEvent] = []
+    study = Study(spec, model, bins, tmp_path / "study", frozenset(), ("test",), events.append)
+    assert stage_ttft(study, [(tuned.name, for_decode.name)]) == 0, [e.detail for e in events if e.status == "fail"]
+    # what the tuning stage stores when decode's best setting differs from the whole turn's (xover.measure.tune)
+    with Store(tmp_path / "study") as store:
+        store.add_artifact(
+            None,
+            artifacts.TUNE,
+            {
+                "schema": artifacts.TUNE_SCHEMA,
+                "config": "x",
+                "variant": tuned.name,
+                "setting_label": "lm=none ub=4096 b=4096",
+                "server_command": "llama-server -m m.gguf -lm none -ub 4096 -b 4096",
+                "decode_variant": for_decode.name,
+                "decode_setting_label": "nohost=1",
+                "decode_server_command": "llama-server -m m.gguf --no-host",
+                "decode_confirmation": {
+                    "setting": [["no-host", "1"]],
+                    "ratio": 0.5,
+                    "low": 0.45,
+                    "high": 0.55,
+                    "n": 3,
+                    "kept": True,
+                    "against": [["load-mode", "none"]],
+                    "part": "decode",
+                },
+            },
+        )
+    report = build_report(load(tmp_path / "study"), response=RESPONSE, n_boot=0)
+    told = next(v for v in report.verdicts if v.startswith("Which to run for which kind of turn"))
+    # the decode-tuned variant first below the crossing, the tuned one above it, the crossing near 427 tokens
+    m = re.search(r"x tuned for decode is faster below ~([\d,]+) tokens and x tuned above", told)
+    assert m is not None, told
+    assert 0.7 * CROSSING < int(m.group(1).replace(",", "")) < 1.4 * CROSSING
+    md = render_markdown(report)
+    assert "x → x tuned for decode: nohost=1" in md and "llama-server -m m.gguf --no-host" in md
+    assert "Decode against its limit" in md  # each variant's decode, side by side
+    decode_rows = [line for line in md.splitlines() if line.startswith("| x tuned")]
+    assert any("x tuned for decode" in r and "no-host" not in r for r in decode_rows)
