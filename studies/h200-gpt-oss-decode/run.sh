@@ -8,9 +8,16 @@
 #      configuration at -t 8 with --no-host 0 and 1 (the study's search ran -t 16, llama-bench's default here).
 # Run from the repository root on the GPU machine after scripts/prepare-lease.sh here, carrying out/llsrc, out/xsrc
 # and .whl; repeat the same call until job.log says done. Returns $OUT/dec.tgz and job.log.
+# The committed stores seed the study: the 2026-12-02 lease measured the search and 2 of the 3 rounds of its decode
+# confirmation before the device time ran out (README.md), so a rerun reuses those llama-bench processes (the same
+# tests, the same rounds) and measures what is left.
 source scripts/lease.sh
 lease_init dec
-[ -f $J/started ] || cp out/xsrc/studies/h200-gpt-oss-decode/study.toml $J/study.toml
+if [ ! -f $J/started ]; then
+  S=out/xsrc/studies/h200-gpt-oss-decode
+  cp $S/study.toml $J/study.toml
+  [ -f $ST/results.sqlite ] || { cp $S/results.sqlite $ST/; mkdir -p $ST/tune; cp $S/tune/results.sqlite $ST/tune/; }
+fi
 lease_job <<BODY
 M=/dev/shm/gpt-oss-120b.gguf
 synth gpt-oss-120b \$M &
