@@ -183,3 +183,52 @@ def test_ctrl_c_during_tuning_keeps_what_was_measured_and_leaves_no_llama_proces
     assert tune_results() >= kept
     with Store(out) as store:
         assert len(store.artifacts(tune.ARTIFACT)) == 1
+
+
+def test_the_default_search_on_a_cpu_build_skips_what_cannot_act_and_reads_the_buffers_from_the_logs(
+    llama_bins, tiny_model: Path, tmp_path: Path
+) -> None:
+    """Issue 31: with no tune-knobs, the GPU-only knobs (pinned memory, op offload, its threshold, --no-host) are
+    left out on a CPU build, each with its one-line reason; --no-repack is searched where this CPU repacks the
+    experts' type (tiny-moe's Q4_K on AVX2), and each llama-bench process's -v log says where the experts went."""
+    spec = tmp_path / "spec.toml"
+    narrow = 'tune-depths = []\ntune-values = { ubatch-size = ["1024"], threads = ["1"], flash-attn = ["off"] }'
+    body = SPEC.format(model=tiny_model).replace('tune-knobs = ["GGML_OP_OFFLOAD_MIN_BATCH"]\n', "")
+    spec.write_text(body.replace("tune-repetitions = 3", "tune-repetitions = 2\n" + narrow))
+    out = tmp_path / "out"
+    r = _study(spec, out, llama_bins.bin_dir, "--skip", "bench,ttft,report")
+    assert r.returncode == 0, r.stderr
+    with Store(out) as store:
+        (tuned,) = [b for _, _, b in store.artifacts(tune.ARTIFACT)]
+    with Store(out / "tune") as store:
+        memory = [b for _, _, b in store.artifacts("memory")]
+    skipped = {knob: why for knob, why in tuned["skipped"]}
+    gpu_only = ("load-mode", "no-op-offload", "GGML_OP_OFFLOAD_MIN_BATCH", "no-host")
+    assert {k: skipped[k] for k in gpu_only} == dict.fromkeys(gpu_only, "a CPU-only build copies no weights to a GPU")
+    searched = [v["knob"] for v in tuned["search"]["verdicts"]]
+    repacked = _repacks(tiny_model)
+    if repacked:
+        assert searched == ["ubatch-size", "batch-size", "repack", "threads", "flash-attn"] and set(skipped) == set(
+            gpu_only
+        )
+    else:  # a CPU without the kernels: nothing to switch, said in one line
+        assert "repack" not in searched and "no repacked kernel" in skipped["repack"]
+    # the model buffers each llama-bench process logged (-v): repacked experts at llama.cpp's defaults, none with -nr
+    devices: dict[str, set[str]] = {}
+    for m in memory:
+        devices.setdefault(m["label"], set()).update(dev for dev, kind, _ in m["buffers"] if kind == "model")
+    assert all("CPU_Mapped" in d for d in devices.values()) and "cpu defaults" in devices
+    assert ("CPU_REPACK" in devices["cpu defaults"]) == repacked
+    if repacked:
+        assert "CPU_REPACK" not in devices["cpu repack=0"]
+
+
+def _repacks(model: Path) -> bool:
+    """Whether this CPU repacks some expert tensor of the model (llama.cpp's CPU_REPACK buffer)."""
+    from xover.analysis.advise import cpu_experts, repacks
+    from xover.gguf.inspect import model_table
+    from xover.hardware.detect import cpu_flags
+
+    table, _ = model_table(model)
+    flags = cpu_flags()
+    return any(repacks(t, rows, flags) for t, rows in cpu_experts(table.tensors, 0, (), gpu_build=False))

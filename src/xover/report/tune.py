@@ -339,40 +339,29 @@ def tradeoff_table(t: ServedTradeoff) -> tuple[list[str], list[list[str]]]:
 # ---- the section ----------------------------------------------------------------------------------
 
 
-def _confirmation_text(c: Mapping[str, Any]) -> str:
-    """How the search's recommendation fared against the defaults in rounds of fresh llama-bench processes."""
-    rounds = c.get("rounds") or []
+def _rounds_text(c: Mapping[str, Any], decode: bool) -> str:
+    """How a setting fared in rounds of fresh llama-bench processes (a stored confirmation): the search's
+    recommendation against the defaults, or decode's own best setting (``decode``) against the recommendation."""
+    against = "the tuned setting" if c.get("against") else "the defaults"
+    outcome = "no variant tuned for decode" if decode else "the defaults were kept"
+    if c.get("failure"):
+        return f"The confirmation in rounds failed ({c['failure']}): {outcome}."
+    ratio, low, high, n = c.get("ratio"), c.get("low"), c.get("high"), c.get("n") or 0
+    if ratio is None:
+        return f"Too few rounds to confirm it: {outcome}."
     told = "; ".join(
-        f"round {n}: {d:.3f} s vs {t:.3f} s"
-        for n, d, t in rounds
+        f"round {k}: {d:.3f} s vs {t:.3f} s"
+        for k, d, t in c.get("rounds") or []
         if isinstance(d, (int, float)) and isinstance(t, (int, float))
     )
-    if c.get("failure"):
-        return f"The confirmation in rounds failed ({c['failure']}), so the defaults were kept."
-    ratio, low, high, n = c.get("ratio"), c.get("low"), c.get("high"), c.get("n") or 0
-    if ratio is None:
-        return "Too few rounds to confirm it, so the defaults were kept."
-    span = f"{ratio:.2f}x the defaults' time per turn (95% interval {low:.2f}-{high:.2f}, {n} rounds: {told})"
-    if c.get("kept"):
-        return f"Confirmed in rounds of fresh llama-bench processes, interleaved with the defaults: {span}."
-    return (
-        f"Not confirmed in rounds of fresh llama-bench processes, interleaved with the defaults: {span}; the interval "
-        "includes 1, so the recommendation is indistinguishable from the defaults here and the defaults were kept."
-    )
-
-
-def _decode_text(c: Mapping[str, Any]) -> str:
-    """How decode's own best setting fared against the recommendation in rounds of fresh llama-bench processes."""
-    against = "the tuned setting" if c.get("against") else "the defaults"
-    if c.get("failure"):
-        return f"Its confirmation in rounds failed ({c['failure']}): no variant tuned for decode."
-    ratio, low, high, n = c.get("ratio"), c.get("low"), c.get("high"), c.get("n") or 0
-    if ratio is None:
-        return "Too few rounds to confirm it: no variant tuned for decode."
-    span = f"{ratio:.2f}x {against}' decode time per turn (95% interval {low:.2f}-{high:.2f}, {n} rounds)"
+    what = "decode time" if decode else "time"
+    span = f"{ratio:.2f}x {against}' {what} per turn (95% interval {low:.2f}-{high:.2f}, {n} rounds: {told})"
     if c.get("kept"):
         return f"Confirmed in rounds of fresh llama-bench processes, interleaved with {against}: {span}."
-    return f"Not confirmed in rounds of fresh llama-bench processes against {against}: {span}; not measured further."
+    return (
+        f"Not confirmed in rounds of fresh llama-bench processes, interleaved with {against}: {span}; the interval "
+        f"includes 1, so it is indistinguishable from {against} here: {outcome}."
+    )
 
 
 def _decode_blocks(r: TuneRecord) -> list[Block]:
@@ -382,7 +371,7 @@ def _decode_blocks(r: TuneRecord) -> list[Block]:
         return []
     label = ", ".join(f"{k}={v}" for k, v in c.get("setting") or ())
     if r.decode_variant is None:
-        return [Block("p", f"Decode's own best setting ({label or 'the defaults'}): " + _decode_text(c))]
+        return [Block("p", f"Decode's own best setting ({label or 'the defaults'}): " + _rounds_text(c, decode=True))]
     return [
         Block("h3", f"{r.config} → {r.decode_variant}: {r.decode_setting_label}"),
         Block(
@@ -390,7 +379,7 @@ def _decode_blocks(r: TuneRecord) -> list[Block]:
             f"Decode's own best setting differs from the whole turn's: {r.decode_variant} runs {r.config} with "
             f"{r.decode_setting_label}, and was measured through the whole study beside {r.variant or r.config}. "
             "The verdicts say which to run for which kind of turn, and the prompt length where they cross. "
-            + _decode_text(c),
+            + _rounds_text(c, decode=True),
         ),
         *([Block("code", r.decode_server_command)] if r.decode_server_command else []),
     ]
@@ -402,7 +391,7 @@ def _record_blocks(r: TuneRecord, response: int) -> list[Block]:
             Block("h3", f"{r.config}: llama.cpp's defaults kept"),
             Block(
                 "p",
-                _confirmation_text(r.confirmation)
+                _rounds_text(r.confirmation, decode=False)
                 if r.confirmation is not None
                 else "No knob value beat the defaults by more than the noise, so nothing was measured twice.",
             ),
@@ -418,7 +407,7 @@ def _record_blocks(r: TuneRecord, response: int) -> list[Block]:
             ),
         ]
         if r.confirmation is not None:
-            out.append(Block("p", _confirmation_text(r.confirmation)))
+            out.append(Block("p", _rounds_text(r.confirmation, decode=False)))
     if r.server_command:
         out.append(Block("code", r.server_command))
     out += _decode_blocks(r)
