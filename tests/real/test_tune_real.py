@@ -128,6 +128,42 @@ def test_a_tuned_setting_is_measured_as_its_own_variant_through_the_whole_study(
     assert '["ubatch-size", "256"]' in args["cpu tuned"] and '"ubatch-size"' not in args["cpu"]
 
 
+def test_a_variant_tuned_for_decode_goes_through_the_study_beside_the_tuned_one(
+    llama_bins, tiny_model: Path, tmp_path: Path
+) -> None:
+    """Issue 31: a stored tuning whose decode setting differs from the whole turn's (as the search writes it when
+    both win their rounds) gives two variants; a resumed study measures both in every stage, asks which to run for
+    which kind of turn, and prints each one's llama-server line."""
+    spec_path = tmp_path / "spec.toml"
+    spec_path.write_text(SPEC.format(model=tiny_model))
+    spec = load_spec(spec_path)
+    out = tmp_path / "out"
+    knobs = tune.knobs_for(dataclasses.replace(spec, tune_knobs=("ubatch-size", "threads")), gpu_build=False)
+    turn, for_decode = (("ubatch-size", "256"),), (("threads", "1"),)
+    search = advise.Search(None, (), (), turn, turn, decode_recommended=for_decode)
+    rounds = {1: 1.0, 2: 1.1, 3: 0.9}
+    decode_check = tune.Confirmation(
+        for_decode, rounds, {n: 0.5 * v * (1 + n / 100) for n, v in rounds.items()}, against=turn, part="decode"
+    )
+    assert decode_check.kept
+    body = tune._body(spec.configs[0], knobs, search, spec, tiny_model, "CPU", 512, None, decode_check)
+    with Store(out) as store:
+        store.add_artifact(None, tune.ARTIFACT, body)
+    r = _study(spec_path, out, llama_bins.bin_dir, "--skip", "tune")
+    assert r.returncode == 0, r.stderr
+    assert "cpu: ub=256" in r.stdout and "for decode-heavy turns: t=1" in r.stdout and "-t 1" in r.stdout
+    con = sqlite3.connect(out / "results.sqlite")
+    labels = dict(con.execute("SELECT key, label FROM configs"))
+    cold = Counter(
+        labels[k] for (k,) in con.execute("SELECT config_key FROM ttft_samples WHERE mode='cold' AND round > 0")
+    )
+    con.close()
+    assert set(cold) == {"cpu", "cpu tuned", "cpu tuned for decode"}
+    md = (out / "report.md").read_text()
+    assert "Which to run for which kind of turn (tuned for the whole turn, or for decode): " in md
+    assert "cpu → cpu tuned for decode: t=1" in md and "| cpu tuned for decode |" in md
+
+
 def test_ctrl_c_during_tuning_keeps_what_was_measured_and_leaves_no_llama_process(
     llama_bins, tiny_model: Path, tmp_path: Path
 ) -> None:
