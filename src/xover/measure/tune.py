@@ -284,7 +284,7 @@ def confirm(
     base = "tuned" if against else "defaults"
     emit(
         "info",
-        f"{name}: confirmed in rounds of fresh processes ({part}): {c.interval.describe(what, base)}"
+        f"{name}: checked in rounds of fresh llama-bench processes ({part}): {c.interval.describe(what, base)}"
         if c.interval is not None
         else f"{name}: no rounds to confirm",
         None,
