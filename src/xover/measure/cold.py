@@ -85,6 +85,8 @@ class _Rounds:
         self.failures = 0
         self.done = 0
         self.failed: set[str] = set()  # configurations whose server failed: no more rounds in this run
+        # log level 4: the load log then names every buffer (CPU_Mapped, CUDA_Host, CPU_REPACK...) and its size
+        self.verbosity = 4 if has_flag(st.binaries.server, "-lv") else None
 
     def measure(self, todo: TtftTodo, round_number: int, what: str) -> float:
         """One fresh server for ``todo.config`` in round ``round_number``: its missing samples; its wall time."""
@@ -127,9 +129,7 @@ class _Rounds:
                     )
                 )
 
-        # log level 4: the load log then names every buffer (CPU_Mapped, CUDA_Host, CPU_REPACK...) and its size
-        verbosity = 4 if has_flag(st.binaries.server, "-lv") else None
-        launch = ServerLaunch(c, st.model, c.max_context or self.ctx, log_verbosity=verbosity)
+        launch = ServerLaunch(c, st.model, c.max_context or self.ctx, log_verbosity=self.verbosity)
         with Store(st.study_dir) as store:
             run = ttftrun.TtftRun(store, plan, st.command, binaries=st.binaries, model=st.model, on_event=on_event)
             outcome = asyncio.run(
@@ -163,23 +163,22 @@ def stage_ttft(st: Study, pairs: Sequence[tuple[str, str]]) -> int:
     (their open questions earn more rounds). Returns the failures."""
     spec, emit = st.spec, st.emit
     rounds = _Rounds(st)
-    stored = load_if_any(st.study_dir).ttft_rows
     fresh = st.fresh_in("ttft")
-    base = last_round(stored) if fresh else 0  # --fresh: new rounds after every stored one
+    base = last_round(load_if_any(st.study_dir).ttft_rows) if fresh else 0  # --fresh: new rounds after every stored one
     response = spec.response_tokens[0]
     told: set[str] = set()
     last_wall, last_measured = 0.0, 0
     n = base + 1
     while n <= base + spec.max_rounds:
-        stored = load_if_any(st.study_dir).ttft_rows
-        todo = ttft_todo(spec, stored, rounds.mk, n, fresh)
+        data = load_if_any(st.study_dir)
+        todo = ttft_todo(spec, data.ttft_rows, rounds.mk, n, fresh)
         for t in todo:
             for note in t.notes:
                 if note not in told:
                     told.add(note)
                     emit(StageEvent("ttft", "info", note))
         if n > base + spec.rounds:  # past the rounds every configuration gets: only where a question is open
-            open_ = open_questions(crossover_inputs(load_if_any(st.study_dir)), pairs, response)
+            open_ = open_questions(crossover_inputs(data), pairs, response)
             if not open_:
                 break
             if spec.budget_s is not None and st.elapsed_s() + last_wall > spec.budget_s:

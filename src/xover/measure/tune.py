@@ -32,6 +32,7 @@ from xover.domain import llama_options as opts
 from xover.domain.artifacts import TuneRecord
 from xover.domain.codec import decode
 from xover.domain.config import LlamaConfig
+from xover.domain.shapes import TensorInfo
 from xover.domain.study_spec import StudySpec
 from xover.errors import XoverError
 from xover.llamacpp.binaries import Binaries
@@ -103,25 +104,23 @@ def applicable(
 ) -> tuple[tuple[advise.Knob, ...], tuple[tuple[str, str], ...]]:
     """The knobs that can act on this configuration here (:mod:`xover.analysis.advise.applicability`), and the
     others with their reasons; a knob the spec names in ``tune-knobs`` is searched whatever the theory says."""
-    named = set() if spec.tune_knobs is None else {k.name for k in knobs}
-    names, skipped = advise.split([k.name for k in knobs if k.name not in named], ctx)
-    keep = set(names) | named
+    if spec.tune_knobs is not None:
+        return tuple(knobs), ()
+    keep, skipped = advise.split([k.name for k in knobs], ctx)
     return tuple(k for k in knobs if k.name in keep), skipped
 
 
-def context(config: LlamaConfig, model: Path, gpu_build: bool) -> advise.Context:
-    """What decides which knobs can act on ``config``: the build, this CPU's flags and the experts it keeps on
-    the CPU (every expert while a fit level is not placed yet)."""
-    from xover.gguf.inspect import model_table
+def context(config: LlamaConfig, tensors: Sequence[TensorInfo], gpu_build: bool) -> advise.Context:
+    """What decides which knobs can act on ``config``: the build, this CPU's flags and the experts (of the model's
+    ``tensors``) it keeps on the CPU (every expert while a fit level is not placed yet)."""
     from xover.hardware.detect import cpu_flags
 
-    table, _ = model_table(model)
     try:
         level: int | None = config.n_cpu_moe
     except XoverError:
         level = None
     overrides = tuple(x for x in (config.get("override-tensor") or "").split(",") if x)
-    return advise.Context(gpu_build, cpu_flags(), advise.cpu_experts(table.tensors, level, overrides, gpu_build))
+    return advise.Context(gpu_build, cpu_flags(), advise.cpu_experts(tensors, level, overrides, gpu_build))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -207,7 +206,7 @@ class Confirmation:
     recommendation (``against``), on the decode part of a turn (``part``)."""
 
     setting: advise.Setting
-    defaults_s: dict[int, float]  # round -> the defaults' (or ``against``'s) expected time per turn (s)
+    against_s: dict[int, float]  # round -> ``against``'s (the defaults') expected time per turn, or its decode part (s)
     tuned_s: dict[int, float]  # round -> the recommendation's
     failure: str | None = None
     against: advise.Setting = ()
@@ -215,7 +214,7 @@ class Confirmation:
 
     @property
     def interval(self) -> RatioInterval | None:
-        return paired_ratio(self.tuned_s, self.defaults_s)
+        return paired_ratio(self.tuned_s, self.against_s)
 
     @property
     def kept(self) -> bool:
@@ -226,7 +225,7 @@ class Confirmation:
         r = self.interval
         return {
             "setting": [list(x) for x in self.setting],
-            "rounds": [[n, self.defaults_s.get(n), self.tuned_s.get(n)] for n in sorted(self.defaults_s)],
+            "rounds": [[n, self.against_s.get(n), self.tuned_s.get(n)] for n in sorted(self.against_s)],
             "ratio": r.ratio if r else None,
             "low": r.low if r else None,
             "high": r.high if r else None,
@@ -369,6 +368,9 @@ def run_tune(
             if ev.estimate is None and ev.measurement.failure is not None:
                 emit("fail", f"{ev.label}: {ev.measurement.failure}", None, None)
 
+    from xover.gguf.inspect import model_table
+
+    tensors = model_table(model)[0].tensors  # which experts stay on the CPU decides which knobs can act
     results = dict(done)
     for config in todo:
         # The defaults first: the build's backends decide which knobs can matter at all.
@@ -388,7 +390,7 @@ def run_tune(
             continue
         backend = dict(base.effective).get("backends", "")
         gpu_build = is_gpu_build(backend)
-        knobs, skipped = applicable(spec, knobs_for(spec, gpu_build), context(config, model, gpu_build))
+        knobs, skipped = applicable(spec, knobs_for(spec, gpu_build), context(config, tensors, gpu_build))
         for knob_name, why in skipped:
             emit("info", f"{config.name}: not searching {opts.option(knob_name).short}: {why}", None, None)
         own_ub = int(config.get(opts.UBATCH_SIZE.name) or opts.UBATCH_SIZE.default)

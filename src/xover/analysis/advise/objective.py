@@ -95,12 +95,15 @@ class Estimate:
         return max(self.decode_samples_s) - min(self.decode_samples_s) if self.decode_samples_s else 0.0
 
 
+def _decode_part(decode: Sequence[tuple[int, float]], workload: Workload) -> float:
+    """The expected seconds a turn spends decoding its response, from ``tg`` tests given as (depth, tok/s)."""
+    return workload.expected(lambda t: t.response * decode_s_per_token(decode, t.length))
+
+
 def _parts(
     prefill: Sequence[tuple[int, int, float]], decode: Sequence[tuple[int, float]], workload: Workload
 ) -> tuple[float, float]:
-    ttft = workload.expected(lambda t: ttft_s(prefill, t.length))
-    dec = workload.expected(lambda t: t.response * decode_s_per_token(decode, t.length))
-    return ttft, dec
+    return workload.expected(lambda t: ttft_s(prefill, t.length)), _decode_part(decode, workload)
 
 
 def estimate(m: Measurement, workload: Workload) -> Estimate:
@@ -128,8 +131,7 @@ def decode_turn_s(m: Measurement, workload: Workload) -> float:
     llama-bench ``-p 0``, has no prefill tests)."""
     if m.failure is not None or not m.decode:
         raise XoverError(f"cannot estimate decode from a configuration without decode tests ({m.failure or 'none'})")
-    decode = [(r.depth, r.median_tps) for r in m.decode]
-    return workload.expected(lambda t: t.response * decode_s_per_token(decode, t.length))
+    return _decode_part([(r.depth, r.median_tps) for r in m.decode], workload)
 
 
 def noise_between(a: Estimate, b: Estimate, drift_s: float | None = None) -> float:
