@@ -16,24 +16,19 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Mapping, Sequence
-from typing import Any
 
 from xover.analysis.crossover import format_tokens
+from xover.analysis.rounds import paired_ratio
 from xover.analysis.theory import ModelTerms, offload_of, roofline_limit
 from xover.domain import llama_options as opts
 from xover.domain.config import LlamaConfig
 from xover.domain.profiles import Hardware, hardware_from_dict
 from xover.errors import XoverError
 from xover.report.blocks import Block, table
+from xover.report.tables import format_size
 from xover.report.translate import stored_terms
 from xover.report.tune import Layout
 from xover.results.read_model import StudyData, crossover_inputs
-
-GIB = 1 << 30
-
-
-def _gib(n: int) -> str:
-    return f"{n / GIB:.2f} GiB" if n >= GIB // 10 else f"{n / (1 << 20):.0f} MiB"
 
 
 def model_buffers(data: StudyData) -> dict[str, tuple[str, tuple[tuple[str, int], ...]]]:
@@ -56,7 +51,7 @@ def model_buffers(data: StudyData) -> dict[str, tuple[str, tuple[tuple[str, int]
 
 def buffers_text(found: Sequence[tuple[str, int]]) -> str:
     """``CUDA0 10.20 GiB, CUDA_Host 6.80 GiB``, the host buffers (where CPU-resident experts live) marked."""
-    return ", ".join(f"{dev} {_gib(b)}" for dev, b in found)
+    return ", ".join(f"{dev} {format_size(b)}" for dev, b in found)
 
 
 def _bench_decode(data: StudyData) -> dict[str, tuple[int, float]]:
@@ -68,14 +63,16 @@ def _bench_decode(data: StudyData) -> dict[str, tuple[int, float]]:
     return out
 
 
-def _server_decode(data: StudyData) -> dict[str, tuple[int, float]]:
-    """Label -> (prompt length, median t/s) of llama-server's decode at the shortest length with any."""
-    out = {}
+def _server_decode(data: StudyData) -> tuple[dict[str, tuple[int, float]], dict[str, dict[int, float]]]:
+    """Label -> (prompt length, median t/s) of llama-server's decode at the shortest length with any, and label ->
+    round -> that round's median decode t/s at that length (empty for a store measured before rounds)."""
+    out, by_round = {}, {}
     for c in crossover_inputs(data):
         lengths = sorted(L for L, xs in c.decode_tps.items() if xs)
         if lengths:
             out[c.label] = (lengths[0], statistics.median(c.decode_tps[lengths[0]]))
-    return out
+            by_round[c.label] = {r: tps for r, (_, tps) in c.rounds.get(lengths[0], {}).items() if tps > 0}
+    return out, by_round
 
 
 def _hardware(data: StudyData) -> Hardware | None:
@@ -108,14 +105,14 @@ def _pct(measured: float, limit: float | None) -> str:
 
 def decode_blocks(data: StudyData, lay: Layout) -> list[Block]:
     """The section; empty where nothing decoded was measured."""
-    bench, served = _bench_decode(data), _server_decode(data)
+    bench, (served, served_rounds) = _bench_decode(data), _server_decode(data)
     if not bench and not served:
         return []
     terms, hw = stored_terms(data), _hardware(data)
     configs = {c.name: c for c in data.configs}
     buffers = model_buffers(data)
     base_of = lay.base_of
-    order = [x for b in lay.bases for x in (b, lay.tuned.get(b), lay.for_decode.get(b)) if x is not None]
+    order = [x for b in lay.bases for x in lay.family(b)]
     labels = [lb for lb in dict.fromkeys([*order, *bench, *served]) if lb in bench or lb in served]
     rows: list[list[str]] = []
     limits: dict[str, float] = {}
@@ -163,7 +160,7 @@ def decode_blocks(data: StudyData, lay: Layout) -> list[Block]:
             rows,
         ),
     ]
-    out += _physics(lay, bench, served, limits)
+    out += _physics(lay, bench, served, served_rounds, limits)
     return out
 
 
@@ -171,26 +168,42 @@ def _physics(
     lay: Layout,
     bench: Mapping[str, tuple[int, float]],
     served: Mapping[str, tuple[int, float]],
+    served_rounds: Mapping[str, Mapping[int, float]],
     limits: Mapping[str, float],
 ) -> list[Block]:
-    """Per base: what tuning removed of decode's time per token, and what is left against the limit."""
+    """Per base: what tuning removed of decode's time per token, and what is left against the limit. A variant is
+    credited only where its decode is faster than its base's beyond the noise between rounds of fresh servers (the
+    rounds rule on seconds per token, paired by round); without rounds, the comparison is said to rest on one
+    process each."""
     lines = []
     for base in lay.bases:
-        family = [x for x in (base, lay.tuned.get(base), lay.for_decode.get(base)) if x is not None]
-        rates: dict[str, Any] = {x: (served.get(x) or bench.get(x)) for x in family}
-        if rates.get(base) is None or len([x for x in family if rates.get(x)]) < 2:
+        rates = {x: rate for x in lay.family(base) if (rate := served.get(x) or bench.get(x)) is not None}
+        if base not in rates or len(rates) < 2:
             continue
         d0 = rates[base][1]
-        best = max((x for x in family if rates.get(x)), key=lambda x: rates[x][1])
-        d1 = rates[best][1]
-        limit = limits.get(best)
-        removed = 1 - d0 / d1 if d1 > d0 else 0.0
-        text = f"{base}: decode at llama.cpp's defaults {d0:,.1f} t/s; the best measured, {best}, {d1:,.1f} t/s" + (
-            f" ({removed:.0%} of the time per token removed by settings)" if best != base else " (no setting beat it)"
-        )
+        best = max(rates, key=lambda x: rates[x][1])
+        text = f"{base}: decode at llama.cpp's defaults {d0:,.1f} t/s"
+        if best == base:
+            text += " (no setting beat it)"
+        else:
+            r = paired_ratio(
+                {n: 1 / t for n, t in served_rounds.get(best, {}).items()},
+                {n: 1 / t for n, t in served_rounds.get(base, {}).items()},
+            )
+            if r is not None and r.sign >= 0:  # not faster beyond the noise between rounds
+                text += (
+                    f"; the fastest measured, {best}, {rates[best][1]:,.1f} t/s, is not faster than it beyond the "
+                    f"noise between {r.n} rounds of fresh servers, so no setting is credited"
+                )
+                best = base
+            else:
+                removed = 1 - d0 / rates[best][1]
+                text += f"; the best measured, {best}, {rates[best][1]:,.1f} t/s ({removed:.0%} of the time per token "
+                text += "removed by settings" + (f", over {r.n} rounds)" if r is not None else ", one process each)")
+        d1, limit = rates[best][1], limits.get(best)
         if limit:
             text += (
-                f"; its limit here is {limit:,.1f} t/s, so {d1 / limit:.0%} of it is reached and the remaining "
+                f"; the limit here is {limit:,.1f} t/s, so {d1 / limit:.0%} of it is reached and the remaining "
                 f"{max(0.0, 1 / d1 - 1 / limit) * 1000:,.1f} ms a token are what no searched setting moved"
             )
         lines.append(text + ".")

@@ -75,7 +75,7 @@ class Report:
 
 def _ordered(configs: Sequence[ConfigData], lay: Layout) -> tuple[ConfigData, ...]:
     """Base configurations in spec order, each followed by its tuned variant; anything else after."""
-    order = [x for b in lay.bases for x in (b, lay.tuned.get(b), lay.for_decode.get(b)) if x is not None]
+    order = [x for b in lay.bases for x in lay.family(b)]
     rank = {label: i for i, label in enumerate(dict.fromkeys(order))}
     return tuple(sorted(configs, key=lambda c: rank.get(c.label, len(rank))))
 

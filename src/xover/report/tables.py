@@ -29,7 +29,8 @@ def _row_order(result: BenchResult) -> tuple[int, int, int, int]:
     return (result.n_depth, 1 if result.n_gen and not result.n_prompt else 0, result.n_prompt, result.n_gen)
 
 
-def _size(n_bytes: int) -> str:
+def format_size(n_bytes: int) -> str:
+    """Bytes as MiB below a GiB, else GiB, two decimals."""
     return f"{n_bytes / 2**20:.2f} MiB" if n_bytes < 2**30 else f"{n_bytes / 2**30:.2f} GiB"
 
 
@@ -52,7 +53,7 @@ def _header(results: Sequence[BenchResult], configs: Sequence[LlamaConfig], mode
                 x
                 for x in (
                     mtype,
-                    _size(int(size)) if size is not None else None,
+                    format_size(int(size)) if size is not None else None,
                     f"{_params(int(n_params))} params" if n_params is not None else None,
                 )
                 if x

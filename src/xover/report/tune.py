@@ -62,6 +62,10 @@ class Layout:
             return f"{record.variant} is not measured through llama-server yet"
         return f"{base} keeps llama.cpp's defaults"
 
+    def family(self, base: str) -> tuple[str, ...]:
+        """A base configuration, then its tuned variant and its variant tuned for decode, where they exist."""
+        return tuple(x for x in (base, self.tuned.get(base), self.for_decode.get(base)) if x is not None)
+
     @property
     def base_of(self) -> dict[str, str]:
         return {v: b for b, v in (*self.tuned.items(), *self.for_decode.items())}
