@@ -29,6 +29,17 @@ def tiny_model(tmp_path_factory) -> Path:
     return path
 
 
+@pytest.fixture(scope="session")
+def fake_bins(tmp_path_factory):
+    """A binary folder whose llama-server is the fake server (tests/fakes/llama_server.py) and whose llama-bench
+    is a stub: for known answers and injected faults, never in place of the real path."""
+    from fakes.llama_server import write_bin_dir
+    from xover.llamacpp.binaries import Binaries
+
+    d = write_bin_dir(tmp_path_factory.mktemp("fakebin"))
+    return Binaries(bench=d / "llama-bench", server=d / "llama-server", source="--llama-bin-dir")
+
+
 @pytest.fixture(autouse=True)
 def no_tracked_child_left():
     """After every test, no llama process (or fake) that xover started in this process is still running."""

@@ -22,6 +22,7 @@ from xover.analysis import advise
 from xover.domain.codec import decode
 from xover.domain.study_spec import load_spec
 from xover.measure import tune
+from xover.results.read_model import load
 from xover.results.store import Store
 
 pytestmark = pytest.mark.real
@@ -152,13 +153,8 @@ def test_a_variant_tuned_for_decode_goes_through_the_study_beside_the_tuned_one(
     r = _study(spec_path, out, llama_bins.bin_dir, "--skip", "tune")
     assert r.returncode == 0, r.stderr
     assert "cpu: ub=256" in r.stdout and "for decode-heavy turns: t=1" in r.stdout and "-t 1" in r.stdout
-    con = sqlite3.connect(out / "results.sqlite")
-    labels = dict(con.execute("SELECT key, label FROM configs"))
-    cold = Counter(
-        labels[k] for (k,) in con.execute("SELECT config_key FROM ttft_samples WHERE mode='cold' AND round > 0")
-    )
-    con.close()
-    assert set(cold) == {"cpu", "cpu tuned", "cpu tuned for decode"}
+    cold = {label for label, sample in load(out).cold_samples() if sample.round}
+    assert cold == {"cpu", "cpu tuned", "cpu tuned for decode"}
     md = (out / "report.md").read_text()
     assert "Which to run for which kind of turn (tuned for the whole turn, or for decode): " in md
     assert "cpu → cpu tuned for decode: t=1" in md and "| cpu tuned for decode |" in md

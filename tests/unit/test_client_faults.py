@@ -20,7 +20,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from fakes.llama_server import FakeLlamaServer, pid_from_log, write_bin_dir
+from fakes.llama_server import FakeLlamaServer, pid_from_log
 from procs import pid_gone
 from xover.analysis.stats import summarize
 from xover.cli import main
@@ -44,24 +44,6 @@ from xover.measure.ttft import (
     summarize_points,
 )
 from xover.results.store import Store
-
-
-@pytest.fixture(scope="module")
-def fake_bins(tmp_path_factory: pytest.TempPathFactory) -> Binaries:
-    d = write_bin_dir(tmp_path_factory.mktemp("fakebin"))
-    return Binaries(bench=d / "llama-bench", server=d / "llama-server", source="--llama-bin-dir")
-
-
-@pytest.fixture(scope="module")
-def model_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A real tiny GGUF (its vocabulary picks prompt ids); the fake server never reads it."""
-    from xover.domain.presets import PRESETS
-    from xover.gguf.synth import write_model
-
-    path = tmp_path_factory.mktemp("model") / "tiny-moe.gguf"
-    write_model(PRESETS["tiny-moe"], path, seed=0)
-    return path
-
 
 PLAN = TtftPlan(lengths=(32, 64), reps=3, response_tokens=8, seed=11)
 
@@ -448,11 +430,11 @@ def _spec(model: Path, *fake_args: str) -> ServerLaunch:
 
 
 def test_server_never_healthy_stops_it_and_quotes_the_log(
-    tmp_path: Path, fake_bins: Binaries, model_file: Path
+    tmp_path: Path, fake_bins: Binaries, tiny_model: Path
 ) -> None:
     async def go() -> None:
         async with LlamaServer(
-            fake_bins.server, _spec(model_file, "--fake-fault", "never-healthy"), tmp_path, startup_timeout_s=1.0
+            fake_bins.server, _spec(tiny_model, "--fake-fault", "never-healthy"), tmp_path, startup_timeout_s=1.0
         ):
             pass
 
@@ -466,9 +448,9 @@ def test_server_never_healthy_stops_it_and_quotes_the_log(
     assert pid_gone(pid_from_log(tmp_path / "server-fake-1.log"))
 
 
-def test_server_dying_early_is_reported_at_once(tmp_path: Path, fake_bins: Binaries, model_file: Path) -> None:
+def test_server_dying_early_is_reported_at_once(tmp_path: Path, fake_bins: Binaries, tiny_model: Path) -> None:
     async def go() -> None:
-        async with LlamaServer(fake_bins.server, _spec(model_file, "--fake-exit", "3"), tmp_path, startup_timeout_s=60):
+        async with LlamaServer(fake_bins.server, _spec(tiny_model, "--fake-exit", "3"), tmp_path, startup_timeout_s=60):
             pass
 
     t = time.monotonic()
@@ -481,11 +463,11 @@ def test_server_dying_early_is_reported_at_once(tmp_path: Path, fake_bins: Binar
     assert time.monotonic() - t < 10
 
 
-def test_no_server_outlives_its_context(tmp_path: Path, fake_bins: Binaries, model_file: Path) -> None:
+def test_no_server_outlives_its_context(tmp_path: Path, fake_bins: Binaries, tiny_model: Path) -> None:
     pids: list[int] = []
 
     async def go(fail: bool) -> None:
-        async with LlamaServer(fake_bins.server, _spec(model_file), tmp_path) as srv:
+        async with LlamaServer(fake_bins.server, _spec(tiny_model), tmp_path) as srv:
             assert srv.pid is not None and srv.props["build_info"] == "b0-fake"
             assert srv.model_meta["n_vocab"] == 512
             pids.append(srv.pid)
@@ -499,15 +481,15 @@ def test_no_server_outlives_its_context(tmp_path: Path, fake_bins: Binaries, mod
     assert sorted(p.name for p in tmp_path.iterdir()) == ["server-fake-1.log", "server-fake-2.log"]
 
 
-def test_managed_run_known_answers(tmp_path: Path, fake_bins: Binaries, model_file: Path) -> None:
+def test_managed_run_known_answers(tmp_path: Path, fake_bins: Binaries, tiny_model: Path) -> None:
     """Fake rates: 20,000 tok/s prefill, 500 tok/s decode -> TTFT of 2,000 tokens is about 100 ms."""
     plan = TtftPlan(lengths=(500, 2000), reps=3, response_tokens=11, seed=5)
     specs = [
-        ServerLaunch(LlamaConfig(f"ncmoe={n}", (("n-cpu-moe", str(n)),)), model_file, context_size(2000, 11))
+        ServerLaunch(LlamaConfig(f"ncmoe={n}", (("n-cpu-moe", str(n)),)), tiny_model, context_size(2000, 11))
         for n in (0, 2)
     ]
     with Store(tmp_path) as store:
-        run = TtftRun(store, plan, ["test"], binaries=fake_bins, model=model_file)
+        run = TtftRun(store, plan, ["test"], binaries=fake_bins, model=tiny_model)
         out = asyncio.run(run.run_managed(specs, tmp_path / "logs"))
         assert store.runs()[-1]["status"] == "done"
         prov = store.runs()[-1]["provenance"]
@@ -531,35 +513,35 @@ def test_managed_run_known_answers(tmp_path: Path, fake_bins: Binaries, model_fi
     ).exists()
 
 
-def test_managed_warm_mode(tmp_path: Path, fake_bins: Binaries, model_file: Path) -> None:
+def test_managed_warm_mode(tmp_path: Path, fake_bins: Binaries, tiny_model: Path) -> None:
     plan = TtftPlan(lengths=(64, 256), reps=2, response_tokens=4, mode="warm", seed=5)
-    spec = ServerLaunch(LlamaConfig("fake"), model_file, ctx_size=1024)
+    spec = ServerLaunch(LlamaConfig("fake"), tiny_model, ctx_size=1024)
     with Store(tmp_path) as store:
         out = asyncio.run(
-            TtftRun(store, plan, ["test"], binaries=fake_bins, model=model_file).run_managed([spec], tmp_path)
+            TtftRun(store, plan, ["test"], binaries=fake_bins, model=tiny_model).run_managed([spec], tmp_path)
         )
     assert len(out.samples) == 4 and all(s.cache_ok and s.mode == "warm" for s in out.samples)
     assert all(s.timings and (s.timings.cache_n, s.timings.prompt_n) == (s.length - 1, 1) for s in out.samples)
 
 
 def test_a_server_that_cannot_start_is_a_failure_and_the_next_config_runs(
-    tmp_path: Path, fake_bins: Binaries, model_file: Path
+    tmp_path: Path, fake_bins: Binaries, tiny_model: Path
 ) -> None:
     plan = TtftPlan(lengths=(64,), reps=1, response_tokens=4, seed=5)
     specs = [
-        ServerLaunch(LlamaConfig("broken", server_args=("--fake-exit", "1")), model_file, ctx_size=1024),
-        ServerLaunch(LlamaConfig("fine"), model_file, ctx_size=1024),
+        ServerLaunch(LlamaConfig("broken", server_args=("--fake-exit", "1")), tiny_model, ctx_size=1024),
+        ServerLaunch(LlamaConfig("fine"), tiny_model, ctx_size=1024),
     ]
     with Store(tmp_path) as store:
         out = asyncio.run(
-            TtftRun(store, plan, ["test"], binaries=fake_bins, model=model_file).run_managed(specs, tmp_path)
+            TtftRun(store, plan, ["test"], binaries=fake_bins, model=tiny_model).run_managed(specs, tmp_path)
         )
     assert [f.stage for f in out.failures] == ["server-start"]
     assert [out.labels[s.config_key] for s in out.samples] == ["fine"]
 
 
 def test_ctrl_c_stops_the_server_keeps_samples_and_exits_130(
-    tmp_path: Path, fake_bins: Binaries, model_file: Path
+    tmp_path: Path, fake_bins: Binaries, tiny_model: Path
 ) -> None:
     study = tmp_path / "study"
     xover = Path(sys.executable).parent / "xover"
@@ -567,7 +549,7 @@ def test_ctrl_c_stops_the_server_keeps_samples_and_exits_130(
         str(xover),
         "ttft",
         "-m",
-        str(model_file),
+        str(tiny_model),
         "--llama-bin-dir",
         str(fake_bins.bin_dir),
         "--lengths",
@@ -640,16 +622,16 @@ def main_ok(argv: list[str]) -> None:
         assert e.code in (0, None), e.code
 
 
-def test_extra_args_that_add_slots_are_noticed(tmp_path: Path, fake_bins: Binaries, model_file: Path) -> None:
+def test_extra_args_that_add_slots_are_noticed(tmp_path: Path, fake_bins: Binaries, tiny_model: Path) -> None:
     """`-- -np 4` overrides xover's -np 1: the gap warning must then name slot saving, not rule it out."""
     plan = TtftPlan(lengths=(64,), reps=1, response_tokens=4, seed=5)
     specs = [
-        ServerLaunch(LlamaConfig("np4", server_args=("-np", "4")), model_file, ctx_size=1024),
-        ServerLaunch(LlamaConfig("np1"), model_file, ctx_size=1024),
+        ServerLaunch(LlamaConfig("np4", server_args=("-np", "4")), tiny_model, ctx_size=1024),
+        ServerLaunch(LlamaConfig("np1"), tiny_model, ctx_size=1024),
     ]
     with Store(tmp_path) as store:
         out = asyncio.run(
-            TtftRun(store, plan, ["test"], binaries=fake_bins, model=model_file).run_managed(specs, tmp_path)
+            TtftRun(store, plan, ["test"], binaries=fake_bins, model=tiny_model).run_managed(specs, tmp_path)
         )
     assert {out.labels[k]: v for k, v in out.cold_cache.items()} == {"np4": False, "np1": True}
 
@@ -676,7 +658,7 @@ def test_max_ttft_skips_what_a_slow_configuration_would_take_too_long_for(tmp_pa
 
 
 def test_cache_lab_servers_start_within_its_startup_timeout(
-    tmp_path: Path, fake_bins: Binaries, model_file: Path
+    tmp_path: Path, fake_bins: Binaries, tiny_model: Path
 ) -> None:
     """run_cache_lab's startup_timeout_s reaches every scenario's server: a server that never becomes healthy
     is given up after 1 s, recorded as a server-start failure, and the next scenario runs."""
@@ -686,7 +668,7 @@ def test_cache_lab_servers_start_within_its_startup_timeout(
     plan = lab_plan(1024)
     start = time.monotonic()
     config = LlamaConfig("fake", server_args=("--fake-fault", "never-healthy"))
-    outcome = run_cache_lab(tmp_path, fake_bins, model_file, 1024, config, startup_timeout_s=1.0)
+    outcome = run_cache_lab(tmp_path, fake_bins, tiny_model, 1024, config, startup_timeout_s=1.0)
     elapsed = time.monotonic() - start
     assert outcome.samples == ()
     assert [f.stage for f in outcome.failures] == ["server-start"] * len(plan)

@@ -11,9 +11,6 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-import pytest
-
-from fakes.llama_server import write_bin_dir
 from xover.domain import artifacts
 from xover.domain.config import LlamaConfig
 from xover.domain.study_spec import StudySpec
@@ -34,21 +31,9 @@ def _fake(name: str, prefill_tps: float, decode_tps: float) -> LlamaConfig:
     return LlamaConfig(name, server_args=(*args, "--fake-tag", name))
 
 
-@pytest.fixture(scope="module")
-def model(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from xover.domain.presets import PRESETS
-    from xover.gguf.synth import write_model
-
-    path = tmp_path_factory.mktemp("model") / "tiny-moe.gguf"
-    write_model(PRESETS["tiny-moe"], path, seed=0)
-    return path
-
-
 def test_a_decode_tuned_variant_that_wins_short_prompts_is_shown_beside_the_tuned_one_with_their_crossing(
-    tmp_path: Path, model: Path
+    tmp_path: Path, fake_bins: Binaries, tiny_model: Path
 ) -> None:
-    d = write_bin_dir(tmp_path / "bin")
-    bins = Binaries(bench=d / "llama-bench", server=d / "llama-server", source="--llama-bin-dir")
     tuned, for_decode = _fake("x tuned", 4000, 50), _fake("x tuned for decode", 1000, 100)
     spec = StudySpec(
         configs=(tuned, for_decode),
@@ -61,7 +46,7 @@ def test_a_decode_tuned_variant_that_wins_short_prompts_is_shown_beside_the_tune
         max_rounds=3,
     )
     events: list[StageEvent] = []
-    study = Study(spec, model, bins, tmp_path / "study", frozenset(), ("test",), events.append)
+    study = Study(spec, tiny_model, fake_bins, tmp_path / "study", frozenset(), ("test",), events.append)
     assert stage_ttft(study, [(tuned.name, for_decode.name)]) == 0, [e.detail for e in events if e.status == "fail"]
     # what the tuning stage stores when decode's best setting differs from the whole turn's (xover.measure.tune)
     with Store(tmp_path / "study") as store:
@@ -100,3 +85,25 @@ def test_a_decode_tuned_variant_that_wins_short_prompts_is_shown_beside_the_tune
     assert "Decode against its limit" in md  # each variant's decode, side by side
     decode_rows = [line for line in md.splitlines() if line.startswith("| x tuned")]
     assert any("x tuned for decode" in r and "no-host" not in r for r in decode_rows)
+
+
+def test_a_faster_decode_is_credited_to_settings_only_beyond_the_noise_between_rounds() -> None:
+    from xover.report.decode import _physics
+    from xover.report.tune import Layout
+
+    lay = Layout(bases=("b",), tuned={"b": "b tuned"}, pairs=(), records=())
+    served = {"b": (1024, 100.0), "b tuned": (1024, 105.0)}
+
+    def told(rounds: dict[str, dict[int, float]]) -> str:
+        blocks = _physics(lay, {}, served, rounds, {"b": 300.0, "b tuned": 300.0})
+        return blocks[1].items[0]
+
+    noisy = told({"b": {1: 100.0, 2: 110.0, 3: 95.0}, "b tuned": {1: 105.0, 2: 100.0, 3: 110.0}})
+    assert "not faster than it beyond the noise between 3 rounds" in noisy and "no setting is credited" in noisy
+    assert "33% of it is reached" in noisy  # the base's 100 t/s against the limit, not the variant's
+    clear = told({"b": {1: 100.0, 2: 104.0, 3: 98.0}, "b tuned": {1: 150.0, 2: 160.0, 3: 155.0}})
+    assert (
+        "the best measured, b tuned, 105.0 t/s (5% of the time per token removed by settings, over 3 rounds)" in clear
+    )
+    legacy = told({})  # measured before rounds: said to rest on one process each
+    assert "removed by settings, one process each)" in legacy

@@ -14,9 +14,6 @@ import statistics
 import time
 from pathlib import Path
 
-import pytest
-
-from fakes.llama_server import write_bin_dir
 from xover.analysis.crossover import compare_pair, separation
 from xover.domain.config import LlamaConfig
 from xover.domain.study_spec import StudySpec
@@ -32,23 +29,6 @@ DRIFT = 0.05  # the fake machine slows down by 5 % a second: a server started a 
 # a turn of about 0.4 s (512 tokens at 2,000 t/s, 16 at 100 t/s): long enough that a scheduling hiccup of this
 # 2-core machine is small beside it, and that one configuration's samples take long enough for the drift to show
 PREFILL, DECODE = 2000, 100
-
-
-@pytest.fixture(scope="module")
-def bins(tmp_path_factory: pytest.TempPathFactory) -> Binaries:
-    d = write_bin_dir(tmp_path_factory.mktemp("fakebin"))
-    return Binaries(bench=d / "llama-bench", server=d / "llama-server", source="--llama-bin-dir")
-
-
-@pytest.fixture(scope="module")
-def model(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A real tiny GGUF: its vocabulary picks the prompts' token ids (the fake never reads it)."""
-    from xover.domain.presets import PRESETS
-    from xover.gguf.synth import write_model
-
-    path = tmp_path_factory.mktemp("model") / "tiny-moe.gguf"
-    write_model(PRESETS["tiny-moe"], path, seed=0)
-    return path
 
 
 def _config(name: str, prefill_tps: float, decode_tps: float, epoch: float) -> LlamaConfig:
@@ -85,15 +65,15 @@ def _stage(configs: tuple[LlamaConfig, ...], study: Path, bins: Binaries, model:
     assert stage_ttft(st, [(configs[0].name, configs[1].name)]) == 0, [e.detail for e in events if e.status == "fail"]
 
 
-def test_identical_configurations_under_drift(tmp_path: Path, bins: Binaries, model: Path) -> None:
+def test_identical_configurations_under_drift(tmp_path: Path, fake_bins: Binaries, tiny_model: Path) -> None:
     epoch = time.time()
     a, b = _config("a", PREFILL, DECODE, epoch), _config("b", PREFILL, DECODE, epoch)
     # the old design: one server per configuration, A's four samples then B's
-    _stage((a, b), tmp_path / "old", bins, model, repetitions=4, rounds=1, max_rounds=1)
+    _stage((a, b), tmp_path / "old", fake_bins, tiny_model, repetitions=4, rounds=1, max_rounds=1)
     old = {c.label: dataclasses.replace(c, rounds={}) for c in crossover_inputs(load(tmp_path / "old"))}
     assert separation(old["a"], old["b"], LENGTH, RESPONSE) == -1  # the within-process rule: "a is faster"
     # the new design: four interleaved rounds of fresh servers, one sample each
-    _stage((a, b), tmp_path / "new", bins, model, repetitions=1, rounds=4, max_rounds=4)
+    _stage((a, b), tmp_path / "new", fake_bins, tiny_model, repetitions=1, rounds=4, max_rounds=4)
     data = load(tmp_path / "new")
     new = {c.label: c for c in crossover_inputs(data)}
     assert sorted(new["a"].rounds[LENGTH]) == [1, 2, 3, 4] == sorted(new["b"].rounds[LENGTH])
@@ -110,11 +90,11 @@ def test_identical_configurations_under_drift(tmp_path: Path, bins: Binaries, mo
 
 
 def test_a_planted_difference_under_drift_is_named_with_its_interval(
-    tmp_path: Path, bins: Binaries, model: Path
+    tmp_path: Path, fake_bins: Binaries, tiny_model: Path
 ) -> None:
     epoch = time.time()
     fast, slow = _config("fast", PREFILL, DECODE, epoch), _config("slow", PREFILL * 0.85, DECODE * 0.85, epoch)
-    _stage((fast, slow), tmp_path, bins, model, repetitions=1, rounds=4, max_rounds=4)
+    _stage((fast, slow), tmp_path, fake_bins, tiny_model, repetitions=1, rounds=4, max_rounds=4)
     configs = {c.label: c for c in crossover_inputs(load(tmp_path))}
     pair = compare_pair(configs["fast"], configs["slow"], RESPONSE, n_boot=0)
     (interval,) = pair.intervals
