@@ -3,9 +3,10 @@
 #   1. the CUDA build while gpt-oss-120b is synthesized into /dev/shm (59 GiB; the one-GPU kind's disk is 64 GiB);
 #   2. `xover study study.toml`: the --no-host search from the pinned configuration, its decode confirmation in rounds
 #      of fresh llama-bench processes, cold TTFT in 3 rounds of fresh servers; nvidia-smi sampled every 2 s;
-#   3. if the job is young enough (PROBE_BEFORE_S, default 1200 s after its start), a decode probe with llama-bench
-#      tg32: llama.cpp's defaults at the 24 GiB fit level (--n-cpu-moe 24, mmap, -ub 512), and the pinned
-#      configuration at -t 8 with --no-host 0 and 1 (the study's search ran -t 16, llama-bench's default here).
+#   3. while the device time lasts (each step guarded by the job's age), a decode probe with llama-bench tg32, one
+#      process per configuration: llama.cpp's defaults for gpt-oss-120b at the 24 GiB fit level (--n-cpu-moe 24,
+#      mmap, -ub 512); qwen3-30b-a3b (synthesized on disk beside the build) at --n-cpu-moe 18 over --no-host 0,1 x
+#      -t 4,8,16; gpt-oss-120b's pinned configuration at -t 8 with --no-host 0 and 1 (the study ran -t 16).
 # Run from the repository root on the GPU machine after scripts/prepare-lease.sh here, carrying out/llsrc, out/xsrc
 # and .whl; repeat the same call until job.log says done. Returns $OUT/dec.tgz and job.log.
 # The committed stores seed the study: the 2026-12-02 lease measured the search and 2 of the 3 rounds of its decode
@@ -20,7 +21,9 @@ if [ ! -f $J/started ]; then
 fi
 lease_job <<BODY
 M=/dev/shm/gpt-oss-120b.gguf
+Q=/tmp/qwen3-30b-a3b.gguf
 synth gpt-oss-120b \$M &
+synth qwen3-30b-a3b \$Q &
 build_cuda
 wait; t synthesized; tail -qn1 \$ST/synth-*.log
 ln -sf \$M \$ST/models/gpt-oss-120b.gguf
@@ -28,14 +31,20 @@ smi_on
 \$X study \$J/study.toml -o \$ST > \$ST/study.log 2>&1
 t "study rc=\$?"; tail -40 \$ST/study.log
 smi_off
-if [ \$(( \$(date +%s) - T0 )) -lt ${PROBE_BEFORE_S:-1200} ]; then
-  \$X bench -m \$M --ncmoe 24 --pp 0 --tg 32 -r 2 -o \$ST/probe -- -ngl 99 > \$ST/probe-defaults.log 2>&1
+age() { echo \$(( \$(date +%s) - T0 )); }
+if [ \$(age) -lt ${DEFAULTS_BEFORE_S:-1450} ]; then
+  \$X bench -m \$M --ncmoe 24 --depth 0 --pp 0 --tg 32 -r 2 -o \$ST/probe -- -ngl 99 > \$ST/probe-defaults.log 2>&1
   t "probe defaults rc=\$?"; tail -4 \$ST/probe-defaults.log
-  \$X bench -m \$M --ncmoe 26 --load-mode none --ubatch 4096 --batch 4096 -t 8 --no-host 0,1 --pp 0 --tg 32 -r 2 \\
+fi
+if [ \$(age) -lt ${QWEN_BEFORE_S:-1500} ]; then
+  \$X bench -m \$Q --ncmoe 18 --no-host 0,1 -t 4,8,16 --depth 0 --pp 0 --tg 32 -r 3 -o \$ST/probe-qwen3 -- -ngl 99 \\
+    > \$ST/probe-qwen3.log 2>&1
+  t "probe qwen3 rc=\$?"; tail -10 \$ST/probe-qwen3.log
+fi
+if [ \$(age) -lt ${T8_BEFORE_S:-1350} ]; then
+  \$X bench -m \$M --ncmoe 26 --load-mode none --ubatch 4096 --batch 4096 -t 8 --no-host 0,1 --depth 0 --pp 0 --tg 32 -r 2 \\
     -o \$ST/probe -- -ngl 99 > \$ST/probe-t8.log 2>&1
   t "probe t8 rc=\$?"; tail -6 \$ST/probe-t8.log
-else
-  t "no time left for the decode probe"
 fi
 done_
 BODY
