@@ -444,6 +444,31 @@ def test_measurements_are_read_back_from_the_store(tmp_path: Path) -> None:
     )
 
 
+def test_a_round_reads_only_its_own_process(tmp_path: Path) -> None:
+    """A resumed confirmation reads each round's own llama-bench process: neither a later round's record (the latest
+    stored) nor the search's (outside rounds) stands in for it, and the search never reads a round's."""
+    from xover.domain.records import BenchResult, Provenance
+    from xover.measure import bench as benchrun
+    from xover.measure.advise import measurement_from_store
+    from xover.results.store import Store
+
+    config = advise.llama_config(KNOBS, (), 18, "ncmoe=18")
+    sweep = benchrun.BenchTests(model=Path("m.gguf"), depths=(0,), n_prompt=0, n_gen=16, repetitions=2)
+    prov = Provenance(None, None, None, None, None, None, None, "h", "Linux", "0", None)
+    with Store(tmp_path) as store:
+        run = store.begin_run("bench", ["test"], prov)
+        store.put_config(config)
+        for n, tps in ((None, 10.0), (1, 11.0), (2, 12.0), (3, 13.0)):
+            r = BenchResult(config.key, 0, 16, 0, (1, 1), (tps, tps), tps, 0.0, {"backends": "CUDA"}, round=n)
+            store.add_bench_result(run, "mk", r)
+        read = {
+            n: measurement_from_store(store, config, "mk", dataclasses.replace(sweep, round=n), None, True)
+            for n in (None, 1, 2, 3, 4)
+        }
+    assert {n: m.decode[0].samples_tps[0] for n, m in read.items() if m.failure is None} == {None: 10.0, 1: 11.0, 2: 12.0, 3: 13.0}
+    assert read[4].failure == "llama-bench left tests unmeasured"
+
+
 def test_doubts_name_kept_values_the_theory_rules_out_and_combinations_that_do_not_add_up() -> None:
     def interacting(s: dict[str, str]) -> float:
         """nopo=1 "helps" on a CPU build (drift), ub=2048 helps, together they do not."""

@@ -85,10 +85,11 @@ _EFFECTIVE_FIELDS = frozenset(llama_options.record_fields())  # the values in ef
 def measurement_from_store(
     store: Store, config: LlamaConfig, model_key: str, sweep: benchrun.BenchTests, failure: str | None, reused: bool
 ) -> Measurement:
-    """A configuration's tests at the sweep's depths (the latest of each), as a :class:`Measurement`."""
+    """A configuration's tests at the sweep's depths (the latest of each in the sweep's round: a round's process is
+    never read for another round, nor for the search outside rounds), as a :class:`Measurement`."""
     latest: dict[tuple[int, int, int], BenchResult] = {}
     for _, _, mk, r in store.bench_results(config.key):
-        if mk == model_key:
+        if mk == model_key and r.round == sweep.round:
             latest[(r.n_prompt, r.n_gen, r.n_depth)] = r
     wanted = [(sweep.n_prompt, 0, d) for d in sweep.depths if sweep.n_prompt]
     wanted += [(0, sweep.n_gen, d) for d in sweep.depths if sweep.n_gen]
