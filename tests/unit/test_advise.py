@@ -465,7 +465,12 @@ def test_a_round_reads_only_its_own_process(tmp_path: Path) -> None:
             n: measurement_from_store(store, config, "mk", dataclasses.replace(sweep, round=n), None, True)
             for n in (None, 1, 2, 3, 4)
         }
-    assert {n: m.decode[0].samples_tps[0] for n, m in read.items() if m.failure is None} == {None: 10.0, 1: 11.0, 2: 12.0, 3: 13.0}
+    assert {n: m.decode[0].samples_tps[0] for n, m in read.items() if m.failure is None} == {
+        None: 10.0,
+        1: 11.0,
+        2: 12.0,
+        3: 13.0,
+    }
     assert read[4].failure == "llama-bench left tests unmeasured"
 
 

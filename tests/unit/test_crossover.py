@@ -332,3 +332,16 @@ def test_a_pair_read_from_b_s_side_exchanges_every_field_of_each_side() -> None:
             assert getattr(other, f.name[:-2] + "_b") == getattr(pair, f.name), f.name
     assert (other.a, other.b, other.separated) == ("B", "A", (1, -1))
     assert swapped(other) == pair
+
+
+def test_a_configuration_measured_at_one_length_scales_through_the_origin():
+    """One length (the others over max-ttft): TTFT grows with the prompt as the max-ttft estimate scales it, so the
+    line drawn for it and a crossing with it are not those of a prompt that costs nothing more."""
+    one = ConfigData("slow prefill", {1024: [27.0, 28.0, 29.0]}, {0: [22.0, 22.0]})
+    m = fit_cost_model(one)
+    assert (m.a, m.b, m.c) == pytest.approx((0.0, 28.0 / 1024, 0.0))
+    assert m.total(4096, 200) == pytest.approx(4 * 28.0 + 200 / 22.0)
+    fast = fit_cost_model(ConfigData("fast prefill", {L: [L / 2000] for L in (1024, 4096)}, {0: [7.0]}))
+    # 28/1024 L + 200/22 = L/2000 + 200/7 at L = (200/7 - 200/22) / (28/1024 - 1/2000)
+    (c,) = model_crossings(m, fast, 200, 1024, 4096)
+    assert c.length == pytest.approx((200 / 7 - 200 / 22) / (28 / 1024 - 1 / 2000)) and c.extrapolated

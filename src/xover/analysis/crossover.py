@@ -203,8 +203,10 @@ def interpolate_crossings(lengths: Sequence[float], diff: Sequence[float]) -> li
 def fit_cost_model(data: ConfigData) -> CostModel:
     """Least squares on the raw samples: TTFT quadratic in L, decode s/token linear in depth.
 
-    With fewer than three distinct lengths the quadratic term is dropped (c = 0); with one
-    decode depth the slope q is 0.
+    With fewer than three distinct lengths the quadratic term is dropped (c = 0); with one length TTFT is scaled
+    through the origin (a = 0, as the study's max-ttft estimate scales it: prefill's time grows with the prompt, and a
+    constant would draw a configuration measured once as if its prompts cost nothing more); with one decode depth
+    the slope q is 0.
     """
     xs, ys = [], []
     for L, samples in data.ttft_s.items():
@@ -225,7 +227,7 @@ def fit_cost_model(data: ConfigData) -> CostModel:
         (a, b), *_ = np.linalg.lstsq(design, y, rcond=None)
         c = 0.0
     else:
-        a, b, c = float(y.mean()), 0.0, 0.0
+        a, b, c = 0.0, float(y.mean()), 0.0  # u = 1 at the one length
     ds, ts = [], []
     for d, samples in data.decode_tps.items():
         for tps in samples:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import io
+import math
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -48,10 +49,21 @@ def _k_formatter() -> Any:
 
 
 def _plain_log_y(ax: Any) -> None:
+    """Plain numbers on a log y axis; the minor ticks (2, 3, ... 9 times a power of ten) are labelled too when the
+    axis spans less than a decade, which would otherwise show no number at all, and those at 2 and 5 within two
+    decades. Call it after plotting."""
     from matplotlib.ticker import FuncFormatter
 
+    lo, hi = ax.get_ylim()
+    span = hi / lo if lo > 0 else float("inf")
+    # the leading digit of each minor tick that gets a number: all within a decade, 2 and 5 within two
+    shown = set(range(2, 10)) if span < 10 else {2, 5} if span < 100 else set()
+
+    def minor(y: float, _: object) -> str:
+        return f"{y:g}" if y > 0 and int(round(y / 10 ** math.floor(math.log10(y)))) in shown else ""
+
     ax.yaxis.set_major_formatter(FuncFormatter(lambda y, _: f"{y:g}"))
-    ax.yaxis.set_minor_formatter(FuncFormatter(lambda y, _: ""))
+    ax.yaxis.set_minor_formatter(FuncFormatter(minor))
 
 
 @dataclasses.dataclass(frozen=True)
