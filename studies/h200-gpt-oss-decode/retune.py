@@ -20,9 +20,9 @@ import tempfile
 from pathlib import Path
 
 from xover.domain.presets import ALL_PRESETS
+from xover.domain.shapes import tensor_infos, type_sizes
 from xover.domain.study_spec import load_spec
 from xover.gguf import synth
-from xover.domain.shapes import tensor_infos, type_sizes
 from xover.llamacpp.binaries import Binaries
 from xover.measure import tune
 from xover.measure.provenance import model_id

@@ -412,6 +412,31 @@ def claimed_crossing(pair: PairResult) -> ClaimedCrossing | None:
     return ClaimedCrossing(x, False, False)
 
 
+def _lengths_span(pair: PairResult) -> str:
+    """``1K-16K tokens``, or ``1K tokens`` where the pair shares one length."""
+    lo, hi = pair.lengths[0], pair.lengths[-1]
+    return f"{_k(lo)} tokens" if lo == hi else f"{_k(lo)}-{_k(hi)} tokens"
+
+
+def fitted_outside(pair: PairResult) -> str:
+    """For a pair indistinguishable at every shared length: where its fitted totals cross just outside them (from
+    a tenth of the shortest to twice the longest, as :func:`claimed_crossing` keeps), told as a prediction to
+    measure, never as a finding (the plot marks no crossing for it); empty otherwise."""
+    lo, hi = pair.lengths[0], pair.lengths[-1]
+    near = [c for c in pair.fitted if c.kind == "cross" and lo / 10 <= c.length <= 2 * hi and not lo <= c.length <= hi]
+    if len(near) != 1:
+        return ""
+    x = near[0].length
+    below = x < lo
+    measured = pair.faster_at(0 if below else len(pair.lengths) - 1)  # the medians' order where measured
+    other = pair.b if measured == pair.a else pair.a
+    where, past, settle = ("below", "shortest", "shorter") if below else ("above", "longest", "longer")
+    return (
+        f"; their fitted totals cross at about {_k(x)} tokens, {where} the {past} length measured: {where} it "
+        f"{other} is expected faster (extrapolated; measure {settle} prompts to settle it)"
+    )
+
+
 def claims_crossover(pair: PairResult) -> bool:
     """Whether :func:`verdict` names a crossover for this pair (measured or fitted)."""
     return claimed_crossing(pair) is not None
@@ -483,7 +508,7 @@ def _band_held(pair: PairResult, band: tuple[int, int], beyond: str | None) -> s
     if not limited:
         return None
     s, claim = sides(pair), claimed_crossing(pair)
-    span = f"{_k(pair.lengths[0])}-{_k(pair.lengths[-1])} tokens, {pair.response}-token responses"
+    span = f"{_lengths_span(pair)}, {pair.response}-token responses"
     if pair.in_rounds:
         span += f", {pair.rounds_told()} of fresh servers"
     if not s.clear:
@@ -537,7 +562,7 @@ def _verdict(pair: PairResult, band: tuple[int, int], told_beyond: bool) -> str:
     head = f"{pair.a} vs {pair.b}: "
     lo_b, hi_b = band
     s = sides(pair)
-    span = f"{_k(pair.lengths[0])}-{_k(pair.lengths[-1])} tokens, {pair.response}-token responses"
+    span = f"{_lengths_span(pair)}, {pair.response}-token responses"
     if not s.clear:
         gap = max(abs(x - y) / min(x, y) for x, y in zip(pair.total_a, pair.total_b))
         rule = (
@@ -546,10 +571,13 @@ def _verdict(pair: PairResult, band: tuple[int, int], told_beyond: bool) -> str:
             if pair.in_rounds
             else f"within noise of each other at every measured length ({span}; sample ranges overlap"
         )
-        return (
-            head + f"{rule}, medians differ by at most {gap:.0%}): either serves agentic turns of "
-            f"{_k(lo_b)}-{_k(hi_b)} tokens."
+        # "either serves the band" only where the shared lengths reach it; otherwise the lengths past them say
+        band_note = (
+            f": either serves agentic turns of {_k(lo_b)}-{_k(hi_b)} tokens"
+            if pair.lengths[-1] >= lo_b or not told_beyond
+            else ""
         )
+        return head + f"{rule}, medians differ by at most {gap:.0%}){band_note}{fitted_outside(pair)}."
     winners = [w for _, w in s.clear]
     ties = [_k(pair.lengths[i]) for i in s.ties]
     tie_note = f"; {_noise(pair)} at {', '.join(ties)}" if ties else ""
