@@ -138,6 +138,7 @@ class _Runner:
         )
         self.model_key = model_id(spec.model).key
         self.count = 0
+        self.measured_here: set[tuple[str, int | None]] = set()  # (configuration key, round) this runner measured
 
     def sweep(self, depths: tuple[int, ...], n_prompt: int, n_gen: int, repetitions: int) -> benchrun.BenchTests:
         return benchrun.BenchTests(
@@ -149,13 +150,15 @@ class _Runner:
             timeout_s=self.spec.timeout_s,
         )
 
-    def bench(self, sweep: benchrun.BenchTests, config: LlamaConfig) -> Measurement:
-        outcome = benchrun.run_sweep(sweep, [config], self.binaries, self.study_dir, command=self.command)
+    def bench(self, sweep: benchrun.BenchTests, config: LlamaConfig, fresh: bool = False) -> Measurement:
+        outcome = benchrun.run_sweep(sweep, [config], self.binaries, self.study_dir, fresh=fresh, command=self.command)
         failure = outcome.failures[0].reason if outcome.failures else None
+        here = (config.key, sweep.round)
+        if outcome.stored:
+            self.measured_here.add(here)
+        reused = outcome.stored == 0 and not failure and here not in self.measured_here  # stored by another session
         with Store(self.study_dir) as store:
-            return measurement_from_store(
-                store, config, self.model_key, sweep, failure, reused=outcome.stored == 0 and not failure
-            )
+            return measurement_from_store(store, config, self.model_key, sweep, failure, reused=reused)
 
     def measure_fn(
         self, level: int | None, sweep: benchrun.BenchTests, workload: Workload
@@ -169,17 +172,18 @@ class _Runner:
         sweep: benchrun.BenchTests,
         workload: Workload,
         place: Callable[[LlamaConfig, str], LlamaConfig] | None = None,
-    ) -> Callable[[Setting], Measurement]:
-        """``measure(setting)``: ``base`` with the setting on top, through llama-bench, labelled
-        ``"<base name> <setting>"``; ``place(trial, base name)`` may move the trial's ``--n-cpu-moe`` (a fit
-        configuration under a VRAM budget is placed for each trial's own ubatch)."""
+    ) -> Callable[..., Measurement]:
+        """``measure(setting, fresh=False)``: ``base`` with the setting on top, through llama-bench (``fresh``: in a
+        new process even if its tests are stored), labelled ``"<base name> <setting>"``; ``place(trial, base
+        name)`` may move the trial's ``--n-cpu-moe`` (a fit configuration under a VRAM budget is placed for each
+        trial's own ubatch)."""
 
-        def measure(setting: Setting) -> Measurement:
+        def measure(setting: Setting, fresh: bool = False) -> Measurement:
             label = f"{base.name} {advise.setting_label(self.spec.knobs, setting)}"
             self.count += 1
             self.on_event(Measuring(label, self.count))
             trial = advise.apply_setting(base, self.spec.knobs, setting, label)
-            m = self.bench(sweep, place(trial, base.name) if place is not None else trial)
+            m = self.bench(sweep, place(trial, base.name) if place is not None else trial, fresh)
             self.on_event(Measured(label, m, advise.estimate(m, workload) if m.ok else None))
             return m
 

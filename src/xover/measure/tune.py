@@ -245,13 +245,15 @@ def _in_round(
     place: Callable[[LlamaConfig, str], LlamaConfig] | None,
     setting: advise.Setting,
     n: int,
+    fresh: bool = False,
 ) -> advise.Measurement:
-    """``config`` with ``setting`` in one fresh llama-bench process of round ``n``."""
-    return runner.measure_config_fn(config, dataclasses.replace(sweep, round=n), work, place)(setting)  # type: ignore[no-any-return]
+    """``config`` with ``setting`` in one fresh llama-bench process of round ``n`` (the one stored for that round,
+    unless ``fresh``)."""
+    return runner.measure_config_fn(config, dataclasses.replace(sweep, round=n), work, place)(setting, fresh)  # type: ignore[no-any-return]
 
 
 def confirm(
-    measure: Callable[[advise.Setting, int], advise.Measurement],
+    measure: Callable[..., advise.Measurement],
     setting: advise.Setting,
     work: advise.Workload,
     spec: StudySpec,
@@ -261,8 +263,10 @@ def confirm(
     part: str = "turn",
 ) -> Confirmation:
     """``setting`` against ``against`` (the defaults) in rounds (``measure(setting, round)`` is one fresh
-    llama-bench process): ``spec.rounds`` of them, then more while the interval straddles 1, up to
-    ``spec.max_rounds``. ``part``: compare whole expected turns, or their decode parts."""
+    llama-bench process; ``measure(setting, round, True)`` a new one even if one is stored): ``spec.rounds`` of
+    them, then more while the interval straddles 1, up to ``spec.max_rounds``. ``part``: compare whole expected
+    turns, or their decode parts. A round is one session's pair: where an earlier, interrupted session stored only
+    one side of a round, that side is measured again beside the other, so no round pairs two sessions' machines."""
     from xover.analysis.rounds import order
 
     def cost(m: advise.Measurement) -> float:
@@ -270,11 +274,20 @@ def confirm(
 
     times: dict[str, dict[int, float]] = {"against": {}, "tuned": {}}
     for n in range(1, spec.max_rounds + 1):
-        for which in order(["against", "tuned"], n - 1):
-            m = measure(against if which == "against" else setting, n)
+        reused: dict[str, bool] = {}
+        for which in order(["against", "tuned"], n - 1) + ["again"]:
+            if which == "again":  # half a round from an earlier session: its stored side in a process of this one
+                if len(set(reused.values())) < 2:
+                    break
+                which = next(w for w, r in reused.items() if r)
+                emit(
+                    "info", f"{name}: round {n} was half stored by an earlier session: its other side again", None, None
+                )
+            m = measure(against if which == "against" else setting, n, which in reused)
             if not (m.ok or (part == "decode" and m.failure is None and m.decode)):
                 return Confirmation(setting, times["against"], times["tuned"], f"round {n}: {m.failure}", against, part)
             times[which][n] = cost(m)
+            reused[which] = m.reused
         c = Confirmation(setting, times["against"], times["tuned"], None, against, part)
         r = c.interval
         if n >= spec.rounds and r is not None and r.decided:

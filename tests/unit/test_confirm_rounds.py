@@ -1,0 +1,48 @@
+"""Confirmation rounds resumed across sessions (xover.measure.tune.confirm): a round is one session's pair."""
+
+from __future__ import annotations
+
+from xover.analysis import advise
+from xover.analysis.advise import Measurement, RateSamples
+from xover.domain.config import LlamaConfig
+from xover.domain.study_spec import StudySpec
+from xover.measure import tune
+
+NO_HOST = (("no-host", "1"),)
+
+
+def _spec() -> StudySpec:
+    return StudySpec(configs=(LlamaConfig("pinned"),), model_preset="tiny-moe", lengths=(1024,), rounds=3, max_rounds=3)
+
+
+def _run(stored: dict[tuple[bool, int], float]) -> tuple[tune.Confirmation, list[tuple[str, int, bool]]]:
+    """Decode at 6.5 t/s at the defaults and 22 t/s tuned for decode in this session; ``stored``: (tuned?, round) ->
+    t/s an earlier session stored (reused unless asked afresh)."""
+    calls: list[tuple[str, int, bool]] = []
+
+    def measure(setting: advise.Setting, n: int, fresh: bool = False) -> Measurement:
+        tuned = setting == NO_HOST
+        calls.append(("tuned" if tuned else "defaults", n, fresh))
+        old = None if fresh else stored.get((tuned, n))
+        tps = old if old is not None else (22.0 if tuned else 6.5)
+        return Measurement(decode=(RateSamples(0, 128, (tps, tps)),), reused=old is not None)
+
+    c = tune.confirm(measure, NO_HOST, tune.workload(_spec()), _spec(), lambda *a: None, "pinned", part="decode")
+    return c, calls
+
+
+def test_a_round_half_stored_by_an_earlier_session_measures_its_stored_side_again() -> None:
+    """Round 3's defaults were stored by a session that then ended (at 5 t/s on its machine); this session measures
+    the other side and then the stored side again, so round 3 pairs two processes of one machine."""
+    rounds = {(False, 1): 6.4, (True, 1): 21.0, (False, 2): 6.6, (True, 2): 20.0, (False, 3): 5.0}
+    c, calls = _run(rounds)
+    assert calls[-3:] == [("defaults", 3, False), ("tuned", 3, False), ("defaults", 3, True)]
+    assert ("defaults", 1, True) not in calls and ("tuned", 2, True) not in calls  # whole rounds are kept
+    decode_s = advise.decode_turn_s
+    assert c.against_s[3] == decode_s(Measurement(decode=(RateSamples(0, 128, (6.5, 6.5)),)), tune.workload(_spec()))
+    assert c.kept and c.interval is not None and c.interval.n == 3
+
+
+def test_whole_rounds_from_one_session_are_not_measured_again() -> None:
+    c, calls = _run({})
+    assert [f for _, _, f in calls] == [False] * 6 and c.kept
