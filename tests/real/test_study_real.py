@@ -34,6 +34,8 @@ tg = 16
 cache-length = 1024
 skip = ["session"]  # replayed in tests/real/test_session_real.py
 tune = false  # a kept knob would add variants to the exact counts below; tests/real/test_tune_real.py covers tuning
+cached-turns = [64, 256]  # cached agentic turns on a 512-token context, after each server's cold samples
+cached-depth = 512
 
 [[config]]
 name = "t=1"
@@ -153,6 +155,28 @@ def test_resumed_study_measured_each_point_once(study_dir: Path) -> None:
     assert set(bench.values()) == {1}  # every llama-bench test stored exactly once
     assert len(bench) == 2 * 2 * 2  # 2 configs x 2 depths x (pp, tg)
     assert "Verdict" in (study_dir.parent / "verdict.txt").read_text()
+
+
+def test_cached_turns_are_proven_cached_by_the_real_server_and_answered_per_turn_size(study_dir: Path) -> None:
+    """Every cached turn on real llama-server: its 512-token context from the slot's cache (cache_n), its new tokens
+    prefilled (prompt_n), 2 samples in each of the 2 rounds (resumed across the interruption), never counted as
+    cold; the report answers the pair per turn size and tabulates each configuration's turns."""
+    con = sqlite3.connect(study_dir / "results.sqlite")
+    labels = dict(con.execute("SELECT key, label FROM configs"))
+    rows = con.execute(
+        "SELECT config_key, length, round, cache_n, prompt_n FROM ttft_samples "
+        "WHERE mode='cached:512' AND cache_ok=1 AND error IS NULL"
+    ).fetchall()
+    con.close()
+    assert rows and all((cache_n, prompt_n) == (512, n) for _, n, _, cache_n, prompt_n in rows), rows
+    counted = Counter((labels[k], n, r) for k, n, r, _, _ in rows)
+    assert counted == {(c, n, r): 2 for c in ("t=1", "t=2") for n in (64, 256) for r in (1, 2)}
+    md = (study_dir / "report.md").read_text()
+    verdicts = md.split("## Verdict", 1)[1].split("## ", 1)[0]
+    assert "t=1 vs t=2 on cached turns (512-token context in the cache): " in verdicts
+    assert "64-256 new tokens a turn, 16-token responses, 2 rounds of fresh servers" in verdicts
+    section = md.split("## Cached agentic turns", 1)[1].split("## ", 1)[0]
+    assert len([ln for ln in section.splitlines() if ln.startswith("| t=")]) == 4  # 2 configs x 2 turn sizes
 
 
 def test_cold_requests_generate_decode_tokens_and_the_totals_assume_the_response(study_dir: Path) -> None:

@@ -85,6 +85,18 @@ def test_lengths_accept_k_suffix():
             {"model": {"preset": "tiny-moe"}, "config": [{"name": "a"}], "study": {"hardware": "h300"}},
             "unknown hardware",
         ),
+        (
+            {"model": {"preset": "tiny-moe"}, "config": [{"name": "a"}], "study": {"cached-turns": ["2k", "2048"]}},
+            "cached-turns must be distinct positive token counts",
+        ),
+        (
+            {"model": {"preset": "tiny-moe"}, "config": [{"name": "a"}], "study": {"cached-turns": ["lots"]}},
+            "cached-turns 'lots' is not a number of tokens",
+        ),
+        (
+            {"model": {"preset": "tiny-moe"}, "config": [{"name": "a"}], "study": {"cached-depth": 0}},
+            "cached-depth must be a positive token count",
+        ),
     ],
 )
 def test_bad_specs_are_one_line_errors(doc, message):
@@ -135,3 +147,22 @@ def test_study_cli_narrows_one_invocation():
         narrow(spec, "ttfb", "")
     with pytest.raises(XoverError, match="--configs 'ncmoe=24' is not in the spec: use some of ncmoe=12, ncmoe=18"):
         narrow(spec, "", "ncmoe=24")
+
+
+def test_cached_turns_are_given_or_taken_around_the_replayed_session() -> None:
+    """cached-turns lists new tokens per turn; "session" takes them around the session's turn (a quarter of it, it,
+    four times it), on the session's last cached context unless cached-depth says otherwise; a configuration
+    placed for a shorter context measures only the turns it holds."""
+    from xover.domain.config import LlamaConfig
+
+    doc = {"model": {"preset": "tiny-moe"}, "config": [{"name": "a"}], "study": {"lengths": ["1k", "16k"]}}
+    assert spec_from_dict(doc).turns_depth is None and spec_from_dict(doc).cached_new_tokens == ()
+    doc["study"].update({"cached-turns": "session", "session-turns": 12})
+    spec = spec_from_dict(doc)
+    # system 4K (a quarter of 16K), final size 16K: 12 turns of 1,024 tokens; the last cached context 15K
+    assert spec.session_step == 1024 and spec.cached_new_tokens == (256, 1024, 4096) and spec.turns_depth == 15360
+    assert spec.longest_context_need == 15360 + 4096
+    doc["study"].update({"cached-turns": ["512", "8k"], "cached-depth": "16k"})
+    spec = spec_from_dict(doc)
+    assert spec.cached_new_tokens == (512, 8192) and spec.turns_depth == 16384
+    assert spec.cached_turns_for(LlamaConfig("short", max_context=20_000)) == (512,)

@@ -418,10 +418,11 @@ def _lengths_span(pair: PairResult) -> str:
     return f"{_k(lo)} tokens" if lo == hi else f"{_k(lo)}-{_k(hi)} tokens"
 
 
-def fitted_outside(pair: PairResult) -> str:
+def fitted_outside(pair: PairResult, unit: str = "tokens", what: str = "prompts") -> str:
     """For a pair indistinguishable at every shared length: where its fitted totals cross just outside them (from
     a tenth of the shortest to twice the longest, as :func:`claimed_crossing` keeps), told as a prediction to
-    measure, never as a finding (the plot marks no crossing for it); empty otherwise."""
+    measure, never as a finding (the plot marks no crossing for it); empty otherwise. ``unit``, ``what``: how the
+    lengths are told (``new tokens`` and ``turns`` for cached turns)."""
     lo, hi = pair.lengths[0], pair.lengths[-1]
     near = [c for c in pair.fitted if c.kind == "cross" and lo / 10 <= c.length <= 2 * hi and not lo <= c.length <= hi]
     if len(near) != 1:
@@ -432,8 +433,8 @@ def fitted_outside(pair: PairResult) -> str:
     other = pair.b if measured == pair.a else pair.a
     where, past, settle = ("below", "shortest", "shorter") if below else ("above", "longest", "longer")
     return (
-        f"; their fitted totals cross at about {_k(x)} tokens, {where} the {past} length measured: {where} it "
-        f"{other} is expected faster (extrapolated; measure {settle} prompts to settle it)"
+        f"; their fitted totals cross at about {_k(x)} {unit}, {where} the {past} length measured: {where} it "
+        f"{other} is expected faster (extrapolated; measure {settle} {what} to settle it)"
     )
 
 

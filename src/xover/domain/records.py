@@ -48,6 +48,25 @@ starts every configuration's process afresh, in an order that alternates between
 drift check after round ``-round`` (the first configuration measured again, in a fresh process, at the end of its
 stage); None: measured before xover measured in rounds (one server or llama-bench process per configuration)."""
 
+CACHED_MODE = "cached:"
+"""A cached agentic turn's sample ``mode``: ``cached:<depth>``. Its ``length`` is the turn's new tokens, sent after the
+``depth`` tokens the slot's cache already holds (``cache_n == depth`` and ``prompt_n == length`` prove it)."""
+
+
+def cached_mode(depth: int) -> str:
+    return f"{CACHED_MODE}{depth}"
+
+
+def cached_depth(mode: str) -> int | None:
+    """The cached context of a ``cached:<depth>`` mode; None for any other mode."""
+    if not mode.startswith(CACHED_MODE):
+        return None
+    try:
+        return int(mode[len(CACHED_MODE) :])
+    except ValueError:
+        return None
+
+
 RPC_WORKER_KEY = "rpc_worker "
 """A provenance ``extra`` key's prefix: ``rpc_worker host:port`` names an RPC worker a run used, its value says what
 the worker is (its build, backend and devices, or that the user runs it)."""
@@ -104,8 +123,8 @@ class TtftSample:
     """
 
     config_key: str
-    mode: str  # "cold" or "warm"
-    length: int  # prompt tokens intended
+    mode: str  # "cold", "warm", a cached turn's "cached:<depth>" (CACHED_MODE) or a cache-lab request's "cache:..."
+    length: int  # prompt tokens intended (a cached turn: its new tokens, after the cached depth)
     rep: int  # repetition index; warm-up requests are not stored as samples
     prompt_id: str  # identifies the exact prompt (seed), so uniqueness can be audited
     sent_at_unix_ns: int
@@ -134,6 +153,12 @@ class TtftSample:
         """A cold sample that is :attr:`counted`, of a round (or measured before rounds): the only samples averaged
         as cold TTFT."""
         return self.mode == "cold" and self.counted and not self.drift_check
+
+    @property
+    def counted_cached(self) -> bool:
+        """A cached turn's sample that is :attr:`counted` (its cached part proven), of a round: the samples the
+        cached-turn verdicts average."""
+        return cached_depth(self.mode) is not None and self.counted and not self.drift_check
 
 
 @dataclasses.dataclass(frozen=True)

@@ -75,6 +75,11 @@ class StudySpec:
     # depth is read; the total time per turn still assumes ``response_tokens``. None: the longest response.
     # Where decode is slow (7 t/s), 200 tokens cost 30 s a sample, most of a study's measuring time.
     decode_tokens: int | None = None
+    # Cached agentic turns (xover.analysis.cached): the tokens a turn adds after a context the slot's cache already
+    # holds, measured on the cold stage's fresh servers after their cold samples; () measures none. The depth
+    # defaults to the replayed session's last cached context (its final size less one turn's new tokens).
+    cached_new_tokens: tuple[int, ...] = ()
+    cached_depth: int | None = None
 
     def __post_init__(self) -> None:
         validate_spec(self)
@@ -94,6 +99,44 @@ class StudySpec:
         context); None where it holds none of them."""
         candidates = (self.cache_length,) if self.cache_length is not None else sorted(self.lengths, reverse=True)
         return next((L for L in candidates if config.holds(context(L))), None)
+
+    @property
+    def session_sizes(self) -> tuple[int, int]:
+        """The replayed session's system prompt and final size (tokens): the spec's, else a quarter of the final
+        size (256 to 10K tokens) and the longest length."""
+        target = self.session_target_tokens or max(self.lengths)
+        return self.session_system_tokens or min(10_240, max(256, target // 4)), target
+
+    @property
+    def session_step(self) -> int:
+        """The tokens one replayed session turn adds, about: what cached turns default to around."""
+        system, target = self.session_sizes
+        return max(1, (target - system) // self.session_turns)
+
+    @property
+    def turns_depth(self) -> int | None:
+        """The cached agentic turns' context in the cache: ``cached_depth``, else the session's last cached
+        context; None when no cached turns are measured."""
+        if not self.cached_new_tokens:
+            return None
+        if self.cached_depth is not None:
+            return self.cached_depth
+        return max(1, self.session_sizes[1] - self.session_step)
+
+    def cached_turns_for(self, config: LlamaConfig) -> tuple[int, ...]:
+        """The cached turns' new tokens measured on ``config``: those its context holds after the cached depth, with
+        the longest response."""
+        depth = self.turns_depth
+        if depth is None:
+            return ()
+        return tuple(n for n in self.cached_new_tokens if config.holds(depth + n + max(self.response_tokens)))
+
+    @property
+    def longest_context_need(self) -> int:
+        """The most tokens a cold-stage request holds: the longest prompt, or the cached depth and the largest
+        turn (without the response)."""
+        depth = self.turns_depth
+        return max(max(self.lengths), (depth + max(self.cached_new_tokens)) if depth is not None else 0)
 
     def bench_depths_for(self, config: LlamaConfig) -> tuple[int, ...]:
         """llama-bench depths for ``config``: those its context holds with the longer of the pp and tg tests."""
@@ -164,6 +207,10 @@ def validate_spec(spec: StudySpec) -> None:
         raise XoverError("[study] vram-budget must be an amount of GPU memory of at least 256 MiB, e.g. '16GiB'")
     if spec.tune_repetitions < 2:
         raise XoverError("tune-repetitions must be at least 2: telling an effect from noise needs a spread")
+    if any(n < 1 for n in spec.cached_new_tokens) or len(set(spec.cached_new_tokens)) != len(spec.cached_new_tokens):
+        raise XoverError("[study] cached-turns must be distinct positive token counts, e.g. ['512', '2k', '8k']")
+    if spec.cached_depth is not None and spec.cached_depth < 1:
+        raise XoverError("[study] cached-depth must be a positive token count, e.g. '16k'")
     if spec.tune_depths is not None and any(d < 0 for d in spec.tune_depths):
         raise XoverError("tune-depths must be token counts of 0 or more, e.g. [1024]")
     for a, b in spec.pairs:
@@ -308,6 +355,8 @@ def spec_from_dict(doc: Mapping[str, Any], base_dir: Path | None = None) -> Stud
         "rounds",
         "max-rounds",
         "budget",
+        "cached-turns",
+        "cached-depth",
     }
     bad = set(study) - known_study
     if bad:
@@ -366,12 +415,35 @@ def spec_from_dict(doc: Mapping[str, Any], base_dir: Path | None = None) -> Stud
     for key in ("session-system-tokens", "session-target-tokens"):
         if key in study:
             kwargs[key.replace("-", "_")] = _k(study[key], f"[study] {key}")
-    return StudySpec(
+    kwargs.update(_cached_keys(study))
+    spec = StudySpec(
         configs=tuple(config_from_table(t, i) for i, t in enumerate(tables)),
         model_path=model_path,
         model_preset=preset,
         **kwargs,
     )
+    if study.get("cached-turns") == "session":  # around the replayed session's turn
+        spec = dataclasses.replace(spec, cached_new_tokens=default_new_tokens(spec.session_step))
+    return spec
+
+
+def default_new_tokens(step: int) -> tuple[int, ...]:
+    """New tokens per cached turn around a session's step (the tokens a turn adds): a quarter of it, it, and four
+    times it, each at least 64 tokens."""
+    return tuple(sorted({max(64, step // 4), max(64, step), max(64, step * 4)}))
+
+
+def _cached_keys(study: Mapping[str, Any]) -> dict[str, Any]:
+    """``cached-turns`` (new tokens per cached turn; "session" is resolved by the caller) and ``cached-depth``."""
+    out: dict[str, Any] = {}
+    turns = study.get("cached-turns")
+    if turns is not None and turns != "session":
+        out["cached_new_tokens"] = tuple(
+            _k(n, "[study] cached-turns") for n in _as_list(turns, "cached-turns (or 'session')")
+        )
+    if "cached-depth" in study:
+        out["cached_depth"] = _k(study["cached-depth"], "[study] cached-depth")
+    return out
 
 
 def _tune_keys(study: Mapping[str, Any]) -> dict[str, Any]:
@@ -438,7 +510,9 @@ def default_spec() -> StudySpec:
     really trades prefill for decode on a CPU: flash attention on against off (off decodes this small model
     faster; on prefills faster), with the crossover somewhere in the short prompts. Each configuration is also
     measured at the settings the tuning stage finds best for this machine (ubatch and batch size, threads), so
-    the verdict answers at llama.cpp's defaults and tuned, and says what tuning changed, if anything.
+    the verdict answers at llama.cpp's defaults and tuned, and says what tuning changed, if anything. Beside the
+    cold prompts, cached agentic turns of 128 to 2K new tokens on a 2K-token cached context: the same trade seen
+    by a turn whose context is already in the cache.
     """
     return StudySpec(
         configs=(
@@ -463,4 +537,6 @@ def default_spec() -> StudySpec:
         session_response_tokens=16,
         tune_knobs=("ubatch-size", "batch-size", "threads"),
         tune_values=(("ubatch-size", ("1024", "2048")),),
+        cached_new_tokens=(128, 512, 2048),
+        cached_depth=2048,
     )

@@ -34,7 +34,7 @@ from xover.measure.events import ConfigFailed, Rerun, SampleDone, ServerUp
 from xover.measure.provenance import cpu_shares, model_id, proc_stat
 from xover.measure.resume import TtftTodo, last_round, ttft_todo
 from xover.measure.study import StageEvent, Study, server_timeout
-from xover.results.read_model import crossover_inputs, load_if_any
+from xover.results.read_model import cached_inputs, crossover_inputs, load_if_any
 from xover.results.store import Store
 
 EFFICIENCY = "ttft-efficiency"
@@ -81,7 +81,7 @@ class _Rounds:
     def __init__(self, st: Study) -> None:
         self.st = st
         self.mk = model_id(st.model).key
-        self.ctx = context_size(max(st.spec.lengths), max(st.spec.response_tokens))
+        self.ctx = context_size(st.spec.longest_context_need, max(st.spec.response_tokens))
         self.failures = 0
         self.done = 0
         self.failed: set[str] = set()  # configurations whose server failed: no more rounds in this run
@@ -91,15 +91,21 @@ class _Rounds:
     def measure(self, todo: TtftTodo, round_number: int, what: str) -> float:
         """One fresh server for ``todo.config`` in round ``round_number``: its missing samples; its wall time."""
         st, c = self.st, todo.config
-        reps = max(todo.missing.values())
-        lengths = tuple(sorted(todo.missing))
+        reps = max((*todo.missing.values(), *todo.cached.values()))
+        lengths = tuple(sorted(todo.missing)) or (max(st.spec.lengths),)
+        depth = st.spec.turns_depth or 0
+        cold = [ttftrun.TtftPoint(L, r) for r in range(reps) for L in sorted(todo.missing) if r < todo.missing[L]]
+        # cached turns after the cold samples: their priming would otherwise leave a context in the slot
+        cached = [
+            ttftrun.TtftPoint(n, r, depth) for r in range(reps) for n in sorted(todo.cached) if r < todo.cached[n]
+        ]
         plan = ttftrun.TtftPlan(
             lengths=lengths,
             reps=reps,
             response_tokens=st.spec.generated_tokens,
             mode="cold",
             seed=time.time_ns() % 2**31,
-            points=tuple(ttftrun.TtftPoint(L, r) for r in range(reps) for L in lengths if r < todo.missing[L]),
+            points=tuple(cold + cached),
             max_ttft_s=st.spec.max_ttft_s,
             known=tuple((c.key, L, m) for L, m in todo.medians.items()),
             round=round_number,
@@ -115,7 +121,8 @@ class _Rounds:
                 busy_ns.append(ev.sample.end_ns)
             if isinstance(ev, SampleDone) and ev.check is None and ev.sample.error is None:
                 self.done += 1
-                st.emit(StageEvent("ttft", "progress", f"{what} {c.name} L={ev.sample.length}", self.done, None))
+                point = f"L={ev.sample.length}" if ev.sample.mode == "cold" else f"+{ev.sample.length} @ {depth}"
+                st.emit(StageEvent("ttft", "progress", f"{what} {c.name} {point}", self.done, None))
             elif isinstance(ev, ConfigFailed):
                 st.emit(StageEvent("ttft", "fail", f"{c.name} ({what}): {ev.reason}"))
             elif isinstance(ev, Rerun):
@@ -179,7 +186,8 @@ def stage_ttft(st: Study, pairs: Sequence[tuple[str, str]]) -> int:
                     emit(StageEvent("ttft", "info", note))
         if n > base + spec.rounds:  # past the rounds every configuration gets: only where a question is open
             open_ = open_questions(crossover_inputs(data), pairs, response)
-            if not open_:
+            open_cached = open_questions(cached_inputs(data), pairs, response)
+            if not open_ and not open_cached:
                 break
             if spec.budget_s is not None and st.elapsed_s() + last_wall > spec.budget_s:
                 emit(
@@ -187,17 +195,21 @@ def stage_ttft(st: Study, pairs: Sequence[tuple[str, str]]) -> int:
                         "ttft",
                         "info",
                         f"round {n - base}: not measured, the study's budget of {spec.budget_s:.0f} s would run out "
-                        f"(open: {', '.join(sorted(open_))})",
+                        f"(open: {', '.join(sorted(set(open_) | set(open_cached)))})",
                     )
                 )
                 break
             # only the lengths still open: a round past the first ones costs what the open questions need
             todo = [
-                dataclasses.replace(t, missing={L: k for L, k in t.missing.items() if L in open_[t.config.name]})
+                dataclasses.replace(
+                    t,
+                    missing={L: k for L, k in t.missing.items() if L in open_.get(t.config.name, ())},
+                    cached={n: k for n, k in t.cached.items() if n in open_cached.get(t.config.name, ())},
+                )
                 for t in todo
-                if t.config.name in open_
+                if t.config.name in open_ or t.config.name in open_cached
             ]
-        pending = {t.config.name: t for t in todo if t.missing and t.config.name not in rounds.failed}
+        pending = {t.config.name: t for t in todo if t.anything and t.config.name not in rounds.failed}
         if pending:
             emit(StageEvent("ttft", "info", f"round {n - base}: {', '.join(order(list(pending), n - base - 1))}"))
             t0 = time.perf_counter()

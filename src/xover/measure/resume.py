@@ -17,7 +17,7 @@ from typing import Any
 
 from xover.domain.artifacts import TUNED
 from xover.domain.config import LlamaConfig
-from xover.domain.records import TtftSample
+from xover.domain.records import TtftSample, cached_mode
 from xover.domain.study_spec import StudySpec
 from xover.measure.ttft import linear_estimate
 from xover.results.read_model import StoredSample, StudyData
@@ -100,6 +100,11 @@ class TtftTodo:
     missing: dict[int, int]
     medians: dict[int, float]
     notes: tuple[str, ...]
+    cached: dict[int, int] = dataclasses.field(default_factory=dict)  # cached turns' new tokens -> samples needed
+
+    @property
+    def anything(self) -> bool:
+        return bool(self.missing or self.cached)
 
 
 def ttft_todo(
@@ -126,12 +131,34 @@ def ttft_todo(
                         f"{c.name} L={L:,}: not measured, about {est[0]:.0f} s by the stored {est[1]:,}-token "
                         f"samples, over max-ttft {spec.max_ttft_s:.0f} s"
                     )
+        cached = missing_cached(stored, spec, model_key, c, round, fresh)
         if not fresh and not missing_ttft(stored, spec, model_key, c.key, False, lengths, round=None):
-            out.append(TtftTodo(c, {}, medians, tuple(notes)))  # measured before rounds, complete
+            out.append(TtftTodo(c, {}, medians, tuple(notes), cached))  # measured before rounds, complete
             continue
         missing = missing_ttft(stored, spec, model_key, c.key, False, lengths, round=round)
-        out.append(TtftTodo(c, missing, medians, tuple(notes)))
+        out.append(TtftTodo(c, missing, medians, tuple(notes), cached))
     return out
+
+
+def missing_cached(
+    stored: Sequence[StoredSample], spec: StudySpec, model_key: str, config: LlamaConfig, round: int, fresh: bool
+) -> dict[int, int]:
+    """New tokens -> cached-turn samples still needed by ``config`` in round ``round`` (``spec.repetitions`` each, at
+    the study's cached depth)."""
+    depth = spec.turns_depth
+    if depth is None:
+        return {}
+    mode = cached_mode(depth)
+    have = Counter(
+        row.sample.length
+        for row in ([] if fresh else stored)
+        if row.sample.config_key == config.key
+        and row.model_key == model_key
+        and row.sample.mode == mode
+        and row.sample.counted_cached
+        and row.sample.round == round
+    )
+    return {n: spec.repetitions - have[n] for n in spec.cached_turns_for(config) if have[n] < spec.repetitions}
 
 
 def bench_todo(spec: StudySpec, data: StudyData, model_key: str, fresh: bool) -> dict[str, int]:

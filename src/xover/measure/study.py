@@ -308,8 +308,7 @@ def stage_session(st: Study) -> int:
     from xover.measure import session as sessionrun
     from xover.measure.events import ConfigFailed, TurnDone
 
-    target = spec.session_target_tokens or max(spec.lengths)
-    system = spec.session_system_tokens or min(10240, max(256, target // 4))
+    system, target = spec.session_sizes
     # Sizes are estimated as characters per token: about 4 for English and code on a real vocabulary, 1 on the
     # byte-level vocabulary of xover's synthetic models (as `xover session` estimates them).
     cpt = 1.0 if model_context(model).byte_vocab else 4.0

@@ -31,7 +31,7 @@ from xover.domain.artifacts import TTFT_SKIPPED, SkippedPoint
 from xover.domain.config import LlamaConfig
 from xover.domain.llama_options import LlamaOption
 from xover.domain.prompts import WORDS, Prompt, TextPrompts, TokenPrompts, token_pool
-from xover.domain.records import Failure, ServerTimings, TtftSample
+from xover.domain.records import Failure, ServerTimings, TtftSample, cached_depth, cached_mode
 from xover.errors import XoverError
 from xover.llamacpp import memory
 from xover.llamacpp.binaries import Binaries
@@ -54,6 +54,12 @@ GAP_WARN_SHARE = 0.05
 class TtftPoint:
     length: int
     rep: int
+    depth: int = 0  # a cached agentic turn's context in the slot's cache (``length`` new tokens after it); 0: cold
+
+    @property
+    def mode(self) -> str:
+        """The mode its sample is stored with: the plan's, or ``cached:<depth>``."""
+        return cached_mode(self.depth) if self.depth else "cold"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -88,15 +94,17 @@ class TtftPlan:
             raise XoverError("--response-tokens must be at least 1")
         if self.max_retries < 0:
             raise XoverError("retries must be >= 0")
-        if self.points is not None and not {p.length for p in self.points} <= set(self.lengths):
+        if self.points is not None and not {p.length for p in self.points if not p.depth} <= set(self.lengths):
             raise XoverError("every planned point's length must be one of the plan's lengths")
+        if any(p.depth for p in self.points or ()) and (self.mode != "cold" or self.text):
+            raise XoverError("cached turns are measured beside cold samples, on token-id prompts")
 
 
-def linear_estimate(length: int, medians: Mapping[int, float]) -> tuple[float, int] | None:
-    """TTFT at ``length`` scaled linearly from the longest shorter length with a median, and that length; None
-    without one. Linear is a floor for prefill (attention adds a quadratic term): a cap on it errs towards
-    measuring."""
-    shorter = [L for L in medians if L < length]
+def linear_estimate(length: int, medians: Mapping[int, float], inclusive: bool = False) -> tuple[float, int] | None:
+    """TTFT at ``length`` scaled linearly from the longest shorter length with a median (``inclusive``: or that
+    length itself), and that length; None without one. Linear is a floor for prefill (attention adds a quadratic
+    term): a cap on it errs towards measuring."""
+    shorter = [L for L in medians if L < length or (inclusive and L == length)]
     if not shorter:
         return None
     base = max(shorter)
@@ -117,7 +125,8 @@ def check_cache(mode: str, length: int, timings: ServerTimings | None) -> str | 
     """None when the declared cache state held, else why not (one line)."""
     if timings is None or timings.cache_n is None or timings.prompt_n is None:
         return "no cache_n/prompt_n in the server's timings"
-    want = (0, length) if mode == "cold" else (length - 1, 1)
+    depth = cached_depth(mode)
+    want = (0, length) if mode == "cold" else (depth, length) if depth is not None else (length - 1, 1)
     if (timings.cache_n, timings.prompt_n) == want:
         return None
     return (
@@ -342,6 +351,7 @@ class TtftRun:
         self.slots: dict[str, int | None] = {}
         self._index = itertools.count()  # prompt index: every request of the run gets its own prompt
         self._token_prompts: TokenPrompts | None = None
+        self._contexts: dict[int, Prompt] = {}  # depth -> this server's primed cached-turn context
         self._text_prompts = TextPrompts(plan.seed)
 
     # -- the two ways to run ------------------------------------------------------------------
@@ -447,6 +457,7 @@ class TtftRun:
             )
         )
         done, where = 0, "warm-up"
+        self._contexts = {}  # a cached-turn context is primed once per server
         try:
             failed = await warm_up(client, (await self._prompt(client, model_meta, WARMUP_LENGTH)).prompt)
             if failed is not None:
@@ -473,11 +484,22 @@ class TtftRun:
             if key == config.key:
                 by_length.setdefault(L, []).append(median_s)
         for s in self.samples:
-            if s.config_key == config.key and s.counted and s.first_token_ns is not None:
+            if s.config_key == config.key and s.counted and s.mode == "cold" and s.first_token_ns is not None:
                 by_length.setdefault(s.length, []).append(s.first_token_ns / 1e9)
-        est = linear_estimate(point.length, {L: statistics.median(v) for L, v in by_length.items()})
+        # a cached turn's new tokens cost at least what a cold prompt of as many does: the cold samples decide
+        medians = {L: statistics.median(v) for L, v in by_length.items()}
+        est = linear_estimate(point.length, medians, inclusive=bool(point.depth))
         if est is None or est[0] <= cap:
             return False
+        if point.depth:  # told, not stored as a cold point too slow to measure
+            self.on_event(
+                Note(
+                    f"{config.label}: a cached turn of {point.length} new tokens skipped: about {est[0]:.0f} s to "
+                    f"prefill (from its cold samples) > max-ttft {cap:.0f} s",
+                    label=config.label,
+                )
+            )
+            return True
         skipped = SkippedPoint(config.label, point.length, est[0], est[1], cap, config_key=config.key, rep=point.rep)
         self.store.add_artifact(run_id, TTFT_SKIPPED, skipped.to_body())
         self.on_event(skipped)
@@ -487,9 +509,12 @@ class TtftRun:
         self, client: LlamaClient, config: LlamaConfig, model_meta: Mapping[str, Any], point: TtftPoint, run_id: int
     ) -> None:
         plan = self.plan
+        mode = point.mode if plan.mode == "cold" else plan.mode
         for attempt in range(1, plan.max_retries + 2):
             prompt = await self._prompt(client, model_meta, point.length)
-            if plan.mode == "warm":
+            if point.depth:  # the cached context, then this turn's new tokens
+                prompt = await self._cached_turn(client, model_meta, point, prompt)
+            elif plan.mode == "warm":
                 prime = await client.stream_completion(completion_body(prompt.prompt, 1, cache_prompt=True))
                 if prime.result.error is not None:
                     raise _PointFailedError(
@@ -497,10 +522,10 @@ class TtftRun:
                         counted=False,
                     )
             rec = await client.stream_completion(
-                completion_body(prompt.prompt, plan.response_tokens, cache_prompt=plan.mode == "warm")
+                completion_body(prompt.prompt, plan.response_tokens, cache_prompt=mode != "cold")
             )
-            check = None if rec.result.error else check_cache(plan.mode, point.length, rec.result.timings)
-            sample = build_sample(config.key, plan.mode, point, prompt, rec, check, plan.round)
+            check = None if rec.result.error else check_cache(mode, point.length, rec.result.timings)
+            sample = build_sample(config.key, mode, point, prompt, rec, check, plan.round)
             self.store.add_ttft_sample(run_id, self.rec.model_key, sample)
             self.samples.append(sample)
             self.on_event(SampleDone(label=config.label, sample=sample, attempt=attempt, check=check))
@@ -512,11 +537,30 @@ class TtftRun:
                 self.on_event(Rerun(config.label, point, check))
         self.on_event(
             Note(
-                f"{config.label} L={point.length} rep {point.rep + 1}: no sample passed the {plan.mode} "
+                f"{config.label} L={point.length} rep {point.rep + 1}: no sample passed the {mode} "
                 f"check in {plan.max_retries + 1} attempts; it is left out of the summary",
                 label=config.label,
             )
         )
+
+    async def _cached_turn(
+        self, client: LlamaClient, model_meta: Mapping[str, Any], point: TtftPoint, turn: Prompt
+    ) -> Prompt:
+        """A cached agentic turn's prompt: this server's context of ``point.depth`` tokens, sent once (primed) with
+        ``cache_prompt`` the first time it is needed, then ``turn``'s new tokens after it. The slot then holds the
+        context and the last turn: the next turn's common prefix is the context, which ``cache_n`` proves."""
+        context = self._contexts.get(point.depth)
+        if context is None:
+            context = await self._prompt(client, model_meta, point.depth)
+            prime = await client.stream_completion(completion_body(context.prompt, 1, cache_prompt=True))
+            if prime.result.error is not None:
+                raise _PointFailedError(
+                    f"the {point.depth}-token context of the cached turns could not be primed: {prime.result.error}",
+                    counted=False,
+                )
+            self._contexts[point.depth] = context
+        assert isinstance(context.prompt, tuple) and isinstance(turn.prompt, tuple)  # token ids (the plan checks)
+        return Prompt(context.prompt + turn.prompt, turn.length, f"{context.prompt_id}+{turn.prompt_id}")
 
     async def _prompt(self, client: LlamaClient, model_meta: Mapping[str, Any], length: int) -> Prompt:
         index = next(self._index)

@@ -35,6 +35,7 @@ from xover.analysis.stats import summarize
 from xover.domain.records import TtftSample, backend_name
 from xover.report import plots
 from xover.report.blocks import html_table, plain_md_table
+from xover.report.cached import cached_blocks, cached_verdicts
 from xover.report.decode import decode_blocks
 from xover.report.fit import fit_blocks
 from xover.report.rounds import drift_line, evidence_line, open_lines, rounds_blocks
@@ -275,6 +276,7 @@ def build_report(
         f"{name} asks llama.cpp the same as {kept}: measured once, as {kept}."
         for name, kept in (study.same_as if study is not None else ())
     ]
+    lines += cached_verdicts(data, told, response)
     lines += [drift_line(data, configs, response), *open_lines(tuple(full.values()))]
     verdicts = tuple(v for v in lines if v)
     pairs = tuple(full.get(k, v) for k, v in quick.items())
@@ -415,6 +417,10 @@ def _matrix_html(m: Matrix) -> str:
 
 def _matrix_markdown(m: Matrix) -> str:
     return plain_md_table(["", *m.labels], [[lb, *row] for lb, row in zip(m.labels, m.cells)])
+
+
+def _cached_blocks(report: Report) -> list[Block]:
+    return cached_blocks(report.data, report.response)
 
 
 def _decode_blocks(report: Report) -> list[Block]:
@@ -709,6 +715,7 @@ def render_html(report: Report) -> str:
         parts.append(section_html(link))
     parts.append(section_html(_tune_blocks(report)))
     parts.append(section_html(_decode_blocks(report)))
+    parts.append(section_html(_cached_blocks(report)))
     desktop = translation_blocks(d, report.response)
     if desktop:
         parts.append(section_html(desktop))
@@ -785,7 +792,7 @@ def render_markdown(report: Report) -> str:
         text = section_markdown(section)
         if text:
             out += ["", text]
-    for section in (_tune_blocks(report), _decode_blocks(report)):
+    for section in (_tune_blocks(report), _decode_blocks(report), _cached_blocks(report)):
         text = section_markdown(section)
         if text:
             out += ["", text]

@@ -12,7 +12,7 @@ import dataclasses
 import datetime
 import statistics
 from collections import defaultdict
-from collections.abc import Callable, Collection, Iterable
+from collections.abc import Callable, Collection, Iterable, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple, TypeVar
 
@@ -20,7 +20,7 @@ from xover.analysis.crossover import ConfigData
 from xover.domain import artifacts as art
 from xover.domain.artifacts import FitRecord, Prediction, SkippedPoint, StudyRecord, TuneRecord
 from xover.domain.config import LlamaConfig
-from xover.domain.records import BenchResult, Failure, Provenance, SessionTurn, TtftSample
+from xover.domain.records import BenchResult, Failure, Provenance, SessionTurn, TtftSample, cached_depth
 from xover.errors import XoverError
 from xover.results.store import STORE_NAME, Store
 
@@ -203,6 +203,15 @@ class StudyData:
         configuration was measured at a length both before rounds and in rounds of fresh servers, the rounds
         supersede the older samples."""
         return [(row.label, row.sample) for row in self.cold_rows()]
+
+    def cached_samples(self) -> dict[int, list[tuple[str, TtftSample]]]:
+        """Cached agentic turns' samples whose cached part was proven (``cache_n`` the depth), by depth."""
+        out: dict[int, list[tuple[str, TtftSample]]] = defaultdict(list)
+        for row in self.ttft_rows:
+            depth = cached_depth(row.sample.mode)
+            if depth is not None and row.sample.counted_cached:
+                out[depth].append((row.label, row.sample))
+        return dict(out)
 
     def cold_rows(self) -> list[StoredSample]:
         """The rows of :meth:`cold_samples`, with their run and model."""
@@ -417,17 +426,35 @@ def bench_data(data: StudyData, config_keys: Collection[str] | None = None) -> B
     )
 
 
-def crossover_inputs(data: StudyData) -> list[ConfigData]:
-    """Per configuration: cold TTFT samples (s) per length, and decode speed per depth.
+def cached_inputs(data: StudyData, depth: int | None = None) -> list[ConfigData]:
+    """Per configuration, its cached agentic turns at ``depth`` (default: the deepest measured) as the crossover's
+    inputs, keyed by new tokens per turn: TTFT samples (s) and the decode speed the same requests measured (on top
+    of the depth and the new tokens); per round where measured in rounds. Empty without cached turns."""
+    by_depth = data.cached_samples()
+    if not by_depth:
+        return []
+    depth = max(by_depth) if depth is None else depth
+    ttft, dec, rounds = _per_length(by_depth.get(depth, []))
+    return [
+        ConfigData(label, dict(ttft[label]), dict(dec[label]), None, (), {n: dict(v) for n, v in rounds[label].items()})
+        for label in data.config_labels()
+        if ttft.get(label) and dec.get(label)
+    ]
 
-    Decode speed at depth L is the server's own ``predicted_per_second`` from the same cold
-    requests (the response really is decoded on top of L tokens); configurations without it fall
-    back to llama-bench's ``tg @ dL``.
-    """
+
+def _per_length(
+    samples: Sequence[tuple[str, TtftSample]],
+) -> tuple[
+    dict[str, dict[int, list[float]]],
+    dict[str, dict[int, list[float]]],
+    dict[str, dict[int, dict[int, tuple[float, float]]]],
+]:
+    """Per configuration and length: TTFT samples (s), the server's decode speeds from the same requests, and per
+    round the medians of both (a round's total needs its decode speed)."""
     ttft: dict[str, dict[int, list[float]]] = defaultdict(lambda: defaultdict(list))
     dec: dict[str, dict[int, list[float]]] = defaultdict(lambda: defaultdict(list))
     by_round: dict[tuple[str, int, int], tuple[list[float], list[float]]] = defaultdict(lambda: ([], []))
-    for label, s in data.cold_samples():
+    for label, s in samples:
         ttft[label][s.length].append(s.first_token_ns / 1e9)  # type: ignore[operator]
         decode = s.timings.predicted_per_second if s.timings is not None else None
         if decode:
@@ -438,8 +465,19 @@ def crossover_inputs(data: StudyData) -> list[ConfigData]:
             d.extend([decode] if decode else [])
     rounds: dict[str, dict[int, dict[int, tuple[float, float]]]] = defaultdict(lambda: defaultdict(dict))
     for (label, length, n), (t, d) in by_round.items():
-        if d:  # a round's total needs its decode speed
+        if d:
             rounds[label][length][n] = (statistics.median(t), statistics.median(d))
+    return ttft, dec, rounds
+
+
+def crossover_inputs(data: StudyData) -> list[ConfigData]:
+    """Per configuration: cold TTFT samples (s) per length, and decode speed per depth.
+
+    Decode speed at depth L is the server's own ``predicted_per_second`` from the same cold
+    requests (the response really is decoded on top of L tokens); configurations without it fall
+    back to llama-bench's ``tg @ dL``.
+    """
+    ttft, dec, rounds = _per_length(data.cold_samples())
     without_server_decode = {label for label in ttft if not dec.get(label)}
     for label, r in data.bench:
         if r.n_prompt == 0 and r.n_gen > 0 and label in without_server_decode:

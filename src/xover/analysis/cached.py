@@ -1,0 +1,70 @@
+"""Cached agentic turns: the turn tools like Cline and Roo send once a conversation is in llama-server's prompt
+cache. Each turn resends the whole conversation; the slot's cache serves its first ``depth`` tokens (``cache_n``
+proves it) and only the ``new`` tokens after them are prefilled, then the answer is decoded on top of both.
+
+    turn(new) = TTFT(new @ depth) + R / decode(depth + new)
+
+So for cached turns two configurations cross in *new tokens per turn* at a depth, not in prompt length: a setting
+that costs prefill and wins decode (pinned against repacked experts, fewer batch threads) can lose every cold prompt
+and win every turn that adds a few thousand tokens. The verdict here reads a :class:`~xover.analysis.crossover.
+PairResult` whose lengths are new tokens per turn (:func:`xover.results.read_model.cached_inputs`) under the same
+noise rules as the cold verdicts (rounds of fresh servers). Pure.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from xover.analysis.crossover import PairResult, claimed_crossing, fitted_outside, format_tokens, sides
+
+_k = format_tokens
+
+
+def cached_verdict(pair: PairResult, depth: int) -> str:
+    """One sentence: who is faster for which turn size on a ``depth``-token cached context, and where they cross in
+    new tokens per turn. Within the noise between rounds of fresh servers no winner is named."""
+    head = f"{pair.a} vs {pair.b} on cached turns ({_k(depth)}-token context in the cache): "
+    s = sides(pair)
+    lo, hi = pair.lengths[0], pair.lengths[-1]
+    span = f"{_k(lo)} new tokens" if lo == hi else f"{_k(lo)}-{_k(hi)} new tokens"
+    span += f" a turn, {pair.response}-token responses"
+    if pair.in_rounds:
+        span += f", {pair.rounds_told()} of fresh servers"
+    noise = "indistinguishable here" if pair.in_rounds else "within noise"
+    if not s.clear:
+        hint = fitted_outside(pair, unit="new tokens", what="turns")
+        return head + f"{noise} at every turn size measured ({span}){hint}."
+    ties = [_k(pair.lengths[i]) for i in s.ties]
+    tie_note = f"; {noise} at {', '.join(ties)}" if ties else ""
+    claim = claimed_crossing(pair)
+    if not s.changes:
+        winner = s.clear[0][1]
+        sentence = head + f"{winner} is faster for every turn size {'measured' if not ties else 'where they differ'}"
+        sentence += f" ({span}{tie_note})"
+        if claim is not None:
+            other = pair.b if winner == pair.a else pair.a
+            where = "more" if claim.length > hi else "fewer"
+            sentence += (
+                f"; the fitted cost model has {other} faster for turns of {where} than ~{_k(claim.length)} new "
+                f"tokens ({'extrapolated' if claim.extrapolated else 'fitted'})"
+            )
+        return sentence + "."
+    if claim is None:
+        runs = ", ".join(f"{w} at {_k(pair.lengths[i])}" for i, w in s.clear)
+        return head + f"no consistent winner ({runs}{tie_note}): the order flips more than once."
+    short, long_ = s.clear[0][1], s.clear[-1][1]
+    ci = f"95% CI {_k(pair.ci[0])}-{_k(pair.ci[1])}; " if pair.ci else ""
+    return head + (
+        f"{short} is faster for turns of fewer than ~{_k(claim.length)} new tokens and {long_} for more "
+        f"({ci}{span}{tie_note})."
+    )
+
+
+def which_for_which(cold: str | None, cached: Sequence[tuple[int, str]]) -> str:
+    """``cold``: the faster configuration for cold prompts (None: undecided); ``cached``: (new tokens, the faster
+    there) per measured turn size. A line saying which to run for which kind of work, or '' when one serves all."""
+    winners = {w for _, w in cached}
+    if cold is None or not cached or winners == {cold}:
+        return ""
+    sizes = ", ".join(f"{_k(n)}: {w}" for n, w in cached)
+    return f"for cold prompts run {cold}; for cached turns by new tokens a turn ({sizes})"

@@ -1,0 +1,99 @@
+"""The report's cached agentic turns (xover.analysis.cached): the turns tools like Cline and Roo send once a
+conversation is in llama-server's prompt cache, measured on the cold stage's fresh servers. Built from the read
+model alone (:func:`xover.results.read_model.cached_inputs`)."""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Sequence
+
+from xover.analysis.cached import cached_verdict
+from xover.analysis.crossover import ConfigData, PairResult, compare_pair, format_tokens, round_totals
+from xover.report.blocks import Block, table
+from xover.results.read_model import StudyData, cached_inputs
+
+TITLE = "Cached agentic turns"
+
+
+def cached_depth_of(data: StudyData) -> int | None:
+    """The cached turns' context (the deepest measured); None without cached turns."""
+    by_depth = data.cached_samples()
+    return max(by_depth) if by_depth else None
+
+
+def cached_pairs(data: StudyData, told: Sequence[tuple[str, str, str]], response: int) -> list[tuple[str, PairResult]]:
+    """(prefix, pair) for each verdict pair both of whose sides measured cached turns (the same pairs, in the same
+    order and with the same prefixes, as the cold verdicts)."""
+    by_label = {c.label: c for c in cached_inputs(data)}
+    out, seen = [], set()
+    for prefix, a, b in told:
+        if a == b or (a, b) in seen or a not in by_label or b not in by_label:
+            continue
+        seen.add((a, b))
+        try:
+            out.append((prefix, compare_pair(by_label[a], by_label[b], response, n_boot=0)))
+        except ValueError:  # no turn size measured on both
+            continue
+    return out
+
+
+def cached_verdicts(data: StudyData, told: Sequence[tuple[str, str, str]], response: int) -> list[str]:
+    depth = cached_depth_of(data)
+    if depth is None:
+        return []
+    return [prefix + cached_verdict(pair, depth) for prefix, pair in cached_pairs(data, told, response)]
+
+
+def _row(c: ConfigData, n: int, response: int) -> list[str]:
+    rounds = round_totals(c, n, response)
+    ttft = statistics.median(c.ttft_s[n])
+    decode = statistics.median(c.decode_tps[n]) if c.decode_tps.get(n) else None
+    totals = sorted(rounds.values())
+    total = statistics.median(totals) if totals else ttft + response / decode if decode else None
+    spread = f"{totals[0]:.3f}-{totals[-1]:.3f}" if len(totals) > 1 else "—"
+    return [
+        c.label,
+        format_tokens(n),
+        str(len(rounds)) if rounds else "—",
+        f"{ttft * 1000:.1f}",
+        f"{decode:.1f}" if decode else "—",
+        f"{total:.3f}" if total is not None else "—",
+        spread,
+    ]
+
+
+def cached_blocks(data: StudyData, response: int) -> list[Block]:
+    """The section: what a cached turn is here and each configuration's turns (the verdicts are the report's)."""
+    depth = cached_depth_of(data)
+    configs = cached_inputs(data)
+    if depth is None or not configs:
+        return []
+    out = [
+        Block("h2", TITLE),
+        Block(
+            "p",
+            f"A cached turn resends the conversation: the first {format_tokens(depth)} tokens come from the slot's "
+            "prompt cache (each sample's cache_n equals them, prompt_n its new tokens) and only the new tokens are "
+            f"prefilled, then a {response}-token answer is decoded on top of both. Measured on the cold stage's "
+            "fresh servers (-np 1 --cache-ram 0: the slot is the only cache), after their cold samples, in the same "
+            "rounds; a turn's total is its TTFT plus the answer at the decode speed the same request measured. "
+            "Two configurations cross here in new tokens per turn, not in prompt length: a setting that loses "
+            "every cold prompt can win every turn that adds a few thousand tokens.",
+        ),
+    ]
+    rows = [_row(c, n, response) for c in configs for n in sorted(c.ttft_s)]
+    out.append(
+        table(
+            [
+                "config",
+                "new tokens",
+                "rounds",
+                "TTFT ms (median)",
+                "decode t/s",
+                f"total per turn, {response}-token answer (s)",
+                "between rounds (s)",
+            ],
+            rows,
+        )
+    )
+    return out

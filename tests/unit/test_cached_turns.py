@@ -1,0 +1,73 @@
+"""Known answer for issue 32's cached agentic turns, on the fake llama-server (real cache semantics): a configuration
+that prefills 4x faster and decodes at half the speed wins every cold prompt measured and loses the cached turns
+that add few tokens. Both go through the study's cold stage in rounds of fresh servers, which measures the cached
+turns after the cold samples; every cached sample proves its context came from the slot's cache (cache_n), and the
+report gives the crossover in new tokens per turn.
+
+Per turn of R = 32 response tokens: fast-prefill N/4000 + 32/50 s, fast-decode N/1000 + 32/100 s, equal at N = 427
+new tokens (the fake's prefill does not slow with depth).
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from xover.domain.config import LlamaConfig
+from xover.domain.records import cached_depth
+from xover.domain.study_spec import StudySpec
+from xover.llamacpp.binaries import Binaries
+from xover.measure.cold import stage_ttft
+from xover.measure.study import StageEvent, Study
+from xover.report.html import build_report, render_markdown
+from xover.results.read_model import load
+
+RESPONSE = 32
+DEPTH = 1024
+NEW = (128, 256, 1024)
+CROSSING = 427  # N / 4000 + 32 / 50 = N / 1000 + 32 / 100
+
+
+def _fake(name: str, prefill_tps: float, decode_tps: float) -> LlamaConfig:
+    args = ("--fake-prefill-tps", f"{prefill_tps:g}", "--fake-decode-tps", f"{decode_tps:g}", "--fake-load-s", "0.05")
+    return LlamaConfig(name, server_args=(*args, "--fake-tag", name))
+
+
+def test_cached_turns_cross_in_new_tokens_where_cold_prompts_do_not(
+    tmp_path: Path, fake_bins: Binaries, tiny_model: Path
+) -> None:
+    prefill, decode = _fake("fast prefill", 4000, 50), _fake("fast decode", 1000, 100)
+    spec = StudySpec(
+        configs=(prefill, decode),
+        model_preset="tiny-moe",
+        lengths=(1024, 2048),
+        response_tokens=(RESPONSE,),
+        decode_tokens=RESPONSE,
+        repetitions=1,
+        rounds=3,
+        max_rounds=3,
+        cached_new_tokens=NEW,
+        cached_depth=DEPTH,
+    )
+    events: list[StageEvent] = []
+    study = Study(spec, tiny_model, fake_bins, tmp_path / "study", frozenset(), ("test",), events.append)
+    assert stage_ttft(study, [(prefill.name, decode.name)]) == 0, [e.detail for e in events if e.status == "fail"]
+    data = load(tmp_path / "study")
+    cached = [row.sample for row in data.ttft_rows if cached_depth(row.sample.mode) is not None]
+    # every turn size, in every round, on both: each proven to come from the slot's cache
+    assert sorted((s.length, s.round) for s in cached if s.counted_cached) == sorted(
+        (n, r) for n in NEW for r in (1, 2, 3) for _ in range(2)
+    )
+    assert all(s.timings is not None and (s.timings.cache_n, s.timings.prompt_n) == (DEPTH, s.length) for s in cached)
+    report = build_report(data, response=RESPONSE, n_boot=0)
+    cold = next(v for v in report.verdicts if v.startswith("fast prefill vs fast decode:"))
+    assert "fast prefill is faster at every measured length" in cold, cold
+    told = next(v for v in report.verdicts if "on cached turns" in v)
+    m = re.search(r"fast decode is faster for turns of fewer than ~([\d,]+) new tokens and fast prefill for more", told)
+    assert m is not None, told
+    assert 0.7 * CROSSING < int(m.group(1).replace(",", "")) < 1.4 * CROSSING
+    assert "1K-token context in the cache" in told and "3 rounds of fresh servers" in told
+    md = render_markdown(report)
+    assert "## Cached agentic turns" in md
+    rows = [line for line in md.splitlines() if line.startswith("| fast decode | 128 |")]
+    assert len(rows) == 1 and "| 3 |" in rows[0]
