@@ -573,3 +573,49 @@ def test_which_knobs_can_act_here_and_why_the_others_are_skipped() -> None:
     assert advise.repacks("Q4_K", 256, avx2) and not advise.repacks("Q4_K", 260, avx2)
     assert not advise.repacks("Q4_K", 256, frozenset({"sse4_2"})) and advise.repacks("Q2_K", 8, frozenset({"avx512f"}))
     assert advise.repacks("Q6_K", 8, frozenset({"asimd", "asimddp"}))
+
+
+def test_a_cached_turn_prefills_only_its_new_tokens_at_its_depth_and_decodes_past_both() -> None:
+    """Known answer: prefill at 1,000 t/s at depth 0 and 500 t/s at 8K (linear in seconds per token between), decode
+    at 100 t/s at 0 and 50 at 8K. A cached turn of 1K new tokens on 4K cached prefills from 4K to 5K and decodes at
+    5K; the same 1K tokens cold prefill from 0."""
+    m = Measurement(
+        prefill=(RateSamples(0, 0, (1000.0, 1000.0)), RateSamples(8192, 0, (500.0, 500.0))),
+        decode=(RateSamples(0, 16, (100.0, 100.0)), RateSamples(8192, 16, (50.0, 50.0))),
+    )
+
+    def spt(depth: float) -> float:  # seconds per token, linear between the two tests
+        return 1 / 1000 + (1 / 500 - 1 / 1000) * depth / 8192
+
+    cached = advise.estimate(m, advise.cached_workload([1024], 4096, 100))
+    assert cached.ttft_s == pytest.approx(1024 * (spt(4096) + spt(5120)) / 2)
+    assert cached.decode_s == pytest.approx(100 * (1 / 100 + (1 / 50 - 1 / 100) * 5120 / 8192))
+    cold = advise.estimate(m, advise.uniform_workload([1024], 100))
+    assert cold.ttft_s == pytest.approx(1024 * (spt(0) + spt(1024)) / 2) and cold.ttft_s < cached.ttft_s
+    assert advise.cached_workload([2048, 512], 4096, 100).describe().startswith("cached turns on 4K: ")
+
+
+def test_the_search_table_scores_each_value_per_cached_turn_too() -> None:
+    """A knob that halves prefill and doubles decode (a repacked placement, say) loses the cold agentic turn and
+    wins the cached one that adds 512 tokens to a 16K context: the table shows both from the same tests."""
+    from xover.report.tune import knob_table
+
+    knobs = [k for k in KNOBS if k.name == "load-mode"]
+
+    def trade(s: dict[str, str]) -> float:
+        return 0.5 if s.get("load-mode") == "none" else 1.0
+
+    search = advise.coordinate_search(knobs, fake(trade, lambda s: 1 / trade(s)), AGENTIC)
+    turns = advise.cached_workload([512], 16384, 200)
+    header, rows = knob_table(search, 200, turns)
+    assert header[5] == "per cached turn (cached turns on 16K) vs defaults"
+    row = next(r for r in rows if r[1] == "none")
+    cold, cached = float(row[4].split()[0]), float(row[5].split()[0])
+    assert cold > 0 > cached  # slower per cold turn, faster per cached turn
+    m = {t.label: t for t in search.trials}
+    want = (
+        advise.estimate(m["lm=none"].measurement, turns).turn_s
+        - advise.estimate(m["defaults"].measurement, turns).turn_s
+    )
+    assert cached == pytest.approx(want, rel=1e-2)
+    assert len(knob_table(search, 200)[0]) == len(header) - 1  # no cached turns, no column

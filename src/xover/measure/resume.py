@@ -199,7 +199,7 @@ class Pending:
     fit_checks: tuple[str, ...]  # configurations whose llama.cpp check of a planned level would run
     tune: tuple[str, ...]  # configurations the tuning stage would search
     bench: dict[str, int]  # configuration -> llama-bench tests
-    ttft: dict[str, int]  # configuration -> cold TTFT samples
+    ttft: dict[str, int]  # configuration -> cold TTFT samples and cached turns
     configs: tuple[LlamaConfig, ...]  # every configuration measured, placed, tuned variants included
 
     @property
@@ -212,7 +212,7 @@ class Pending:
         out = [f"llama.cpp's check of the planned level of {c}" for c in self.fit_checks]
         out += [f"the tuning search of {c}" for c in self.tune]
         out += [f"{c}: {n} llama-bench tests" for c, n in self.bench.items()]
-        out += [f"{c}: {n} cold TTFT samples" for c, n in self.ttft.items()]
+        out += [f"{c}: {n} cold TTFT samples and cached turns" for c, n in self.ttft.items()]
         return out
 
 
@@ -252,5 +252,5 @@ def pending(spec: StudySpec, data: StudyData, terms: Any, model_key: str) -> Pen
     ):  # the rounds every configuration needs at least (more are added where a question is open)
         for n in range(1, spec.rounds + 1):
             for t in ttft_todo(measured, data.ttft_rows, model_key, n):
-                ttft[t.config.name] = ttft.get(t.config.name, 0) + sum(t.missing.values())
+                ttft[t.config.name] = ttft.get(t.config.name, 0) + sum(t.missing.values()) + sum(t.cached.values())
     return Pending(tuple(fit_checks), to_tune, bench, {k: v for k, v in ttft.items() if v}, measured.configs)

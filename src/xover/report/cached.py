@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Sequence
+from typing import Any
 
 from xover.analysis.cached import cached_verdict
 from xover.analysis.crossover import ConfigData, PairResult, compare_pair, format_tokens, round_totals
@@ -97,3 +98,15 @@ def cached_blocks(data: StudyData, response: int) -> list[Block]:
         )
     )
     return out
+
+
+def turns_workload(data: StudyData, response: int) -> Any | None:
+    """The study's cached agentic turns as a workload for the tuning search's scores (the depth and turn sizes its
+    cached samples were measured at); None without cached turns."""
+    from xover.analysis.advise import cached_workload
+
+    depth = cached_depth_of(data)
+    if depth is None:
+        return None
+    sizes = sorted({s.length for _, s in data.cached_samples()[depth]})
+    return cached_workload(sizes, depth, response)

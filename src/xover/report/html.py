@@ -35,7 +35,7 @@ from xover.analysis.stats import summarize
 from xover.domain.records import TtftSample, backend_name
 from xover.report import plots
 from xover.report.blocks import html_table, plain_md_table
-from xover.report.cached import cached_blocks, cached_verdicts
+from xover.report.cached import cached_blocks, cached_verdicts, turns_workload
 from xover.report.decode import decode_blocks
 from xover.report.fit import fit_blocks
 from xover.report.rounds import drift_line, evidence_line, open_lines, rounds_blocks
@@ -439,6 +439,7 @@ def _tune_blocks(report: Report) -> list[Block]:
                 report.data.cold_samples(),
                 report.response,
                 report.band,
+                turns_workload(report.data, report.response),
             ),
         )
     )

@@ -211,25 +211,48 @@ def break_even_text(t: Tradeoff) -> str:
     return f"{side} ~{format_tokens(t.break_even)} tokens{tail}"
 
 
-def knob_table(search: Any, response: int) -> tuple[list[str], list[list[str]]]:
+def cached_change(search: Any, trial: Any | None, turns: Any) -> str:
+    """A trial's expected time per cached turn (``turns``: a cached workload) against the defaults', from the same
+    llama-bench tests the search measured (prefill integrated from the cached depth, decode past it), with the
+    noise rule of the search's own verdicts."""
+    from xover.analysis.advise import DEFAULTS, estimate
+    from xover.analysis.advise.objective import noise_between
+
+    base = next((t for t in search.trials if t.setting == DEFAULTS), None)
+    if trial is None or base is None or not trial.measurement.ok or not base.measurement.ok:
+        return "—"
+    a, b = estimate(trial.measurement, turns), estimate(base.measurement, turns)
+    change = a.turn_s - b.turn_s
+    return f"{change:+.3g} s" + (" (noise)" if abs(change) <= noise_between(a, b, search.drift_s) else "")
+
+
+def knob_table(search: Any, response: int, turns: Any | None = None) -> tuple[list[str], list[list[str]]]:
+    """The search's table; with ``turns`` (the study's cached agentic turns as a workload) each value is also
+    scored per cached turn."""
     header = [
         "knob",
         "value",
         "prefill vs defaults",
         "decode vs defaults",
         "time per turn vs defaults (search)",
+        *([f"per cached turn ({turns.name}) vs defaults"] if turns is not None else []),
         "verdict",
-        f"break-even ({response}-token responses)",
+        f"break-even ({response}-token responses{'; prompt or new tokens a turn' if turns is not None else ''})",
     ]
     rows = []
     for r in knob_rows(search, response):
+        cached = (
+            [cached_change(search, _trial_of(search, r.knob, r.value) if r.effect is not None else None, turns)]
+            if turns is not None
+            else []
+        )
         turn = (
             "—"
             if r.turn_change_s is None
             else f"{r.turn_change_s:+.3g} s" + (" (noise)" if r.turn_within_noise else "")
         )
         if r.effect is None:
-            rows.append([r.knob, r.value, "—", "—", turn, r.status, "—"])
+            rows.append([r.knob, r.value, "—", "—", turn, *cached, r.status, "—"])
             continue
         rows.append(
             [
@@ -238,6 +261,7 @@ def knob_table(search: Any, response: int) -> tuple[list[str], list[list[str]]]:
                 _change(r.effect.prefill),
                 _change(r.effect.decode),
                 turn,
+                *cached,
                 r.status,
                 break_even_text(r.effect),
             ]
@@ -389,7 +413,7 @@ def _decode_blocks(r: TuneRecord) -> list[Block]:
     ]
 
 
-def _record_blocks(r: TuneRecord, response: int) -> list[Block]:
+def _record_blocks(r: TuneRecord, response: int, turns: Any | None = None) -> list[Block]:
     if r.variant is None:
         out = [
             Block("h3", f"{r.config}: llama.cpp's defaults kept"),
@@ -427,7 +451,7 @@ def _record_blocks(r: TuneRecord, response: int) -> list[Block]:
     if r.search is None:
         out.append(Block("p", r.note or "The search itself was not stored."))
         return out
-    out.append(table(*knob_table(r.search, response)))
+    out.append(table(*knob_table(r.search, response, turns)))
     no_effect = [v.knob for v in r.search.verdicts if v.no_effect]
     if no_effect:
         out.append(
@@ -448,6 +472,7 @@ class Measured:
     cold: Sequence[tuple[str, TtftSample]]
     response: int
     band: tuple[int, int]
+    turns: Any | None = None  # the study's cached agentic turns as an advise workload (None: none measured)
 
 
 def _served_blocks(base: str, variant: str, m: Measured) -> list[Block]:
@@ -493,7 +518,7 @@ def blocks(lay: Layout, m: Measured) -> list[Block]:
         ),
     ]
     for r in lay.records:
-        out += _record_blocks(r, m.response)
+        out += _record_blocks(r, m.response, m.turns)
     served = [(r.config, r.variant) for r in lay.records if r.variant]
     if served:
         out.append(Block("h2", "The serving path decides: llama-bench's gain through llama-server"))

@@ -65,10 +65,12 @@ def _integral(points: Sequence[tuple[float, float]], hi: float) -> float:
     return sum((b - a) * (curve_at(points, a) + curve_at(points, b)) / 2 for a, b in itertools.pairwise(xs))
 
 
-def ttft_s(prefill: Sequence[tuple[int, int, float]], length: int) -> float:
-    """TTFT of a cold ``length``-token prompt from ``pp`` tests given as (depth, tokens, tok/s): the
-    integral of prefill time per token over depth, placed at the middle of each test's chunk."""
-    return _integral(sorted((d + n / 2, 1.0 / tps) for d, n, tps in prefill), float(length))
+def ttft_s(prefill: Sequence[tuple[int, int, float]], length: int, cached: int = 0) -> float:
+    """TTFT of a ``length``-token prompt from ``pp`` tests given as (depth, tokens, tok/s): the integral of prefill
+    time per token over depth, placed at the middle of each test's chunk; from ``cached`` on for a turn whose first
+    ``cached`` tokens come from the prompt cache (0: a cold prompt)."""
+    points = sorted((d + n / 2, 1.0 / tps) for d, n, tps in prefill)
+    return _integral(points, float(cached + length)) - (_integral(points, float(cached)) if cached else 0.0)
 
 
 def decode_s_per_token(decode: Sequence[tuple[int, float]], depth: int) -> float:
@@ -97,13 +99,13 @@ class Estimate:
 
 def _decode_part(decode: Sequence[tuple[int, float]], workload: Workload) -> float:
     """The expected seconds a turn spends decoding its response, from ``tg`` tests given as (depth, tok/s)."""
-    return workload.expected(lambda t: t.response * decode_s_per_token(decode, t.length))
+    return workload.expected(lambda t: t.response * decode_s_per_token(decode, t.cached + t.length))
 
 
 def _parts(
     prefill: Sequence[tuple[int, int, float]], decode: Sequence[tuple[int, float]], workload: Workload
 ) -> tuple[float, float]:
-    return workload.expected(lambda t: ttft_s(prefill, t.length)), _decode_part(decode, workload)
+    return workload.expected(lambda t: ttft_s(prefill, t.length, t.cached)), _decode_part(decode, workload)
 
 
 def estimate(m: Measurement, workload: Workload) -> Estimate:

@@ -17,9 +17,10 @@ REPRESENTATIVE_POINTS = 4  # measured depths besides 0
 
 @dataclasses.dataclass(frozen=True)
 class Turn:
-    length: int  # prompt tokens
+    length: int  # prompt tokens (a cached turn: its new tokens, prefilled after ``cached``)
     response: int  # generated tokens
     weight: float = 1.0
+    cached: int = 0  # tokens the prompt cache already holds (a cached agentic turn); 0: a cold prompt
 
 
 @dataclasses.dataclass(frozen=True)
@@ -85,6 +86,14 @@ class Workload:
 
 def uniform_workload(lengths: Sequence[int], response: int, name: str = "lengths") -> Workload:
     return Workload(name, tuple(Turn(L, response) for L in sorted(set(lengths))))
+
+
+def cached_workload(new_tokens: Sequence[int], depth: int, response: int) -> Workload:
+    """Cached agentic turns, uniform over ``new_tokens`` new tokens each on a ``depth``-token cached context."""
+    return Workload(
+        f"cached turns on {format_tokens(depth)}",
+        tuple(Turn(n, response, cached=depth) for n in sorted(set(new_tokens))),
+    )
 
 
 def agentic_workload(response: int) -> Workload:
