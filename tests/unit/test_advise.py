@@ -619,3 +619,24 @@ def test_the_search_table_scores_each_value_per_cached_turn_too() -> None:
     )
     assert cached == pytest.approx(want, rel=1e-2)
     assert len(knob_table(search, 200)[0]) == len(header) - 1  # no cached turns, no column
+
+
+def test_the_second_kind_of_turn_is_decode_or_the_studys_cached_turns() -> None:
+    """A knob that halves prefill and doubles decode: decode alone always wants it; cached turns want it when they
+    add 512 tokens to a 16K context, not when they add 16K (their prefill then outweighs the faster answer). The
+    cold agentic turn never does."""
+    knobs = [k for k in KNOBS if k.name == "load-mode"]
+
+    def trade(s: dict[str, str]) -> float:
+        return 0.5 if s.get("load-mode") == "none" else 1.0
+
+    def search(second: advise.Workload | None) -> advise.Search:
+        return advise.coordinate_search(knobs, fake(trade, lambda s: 1 / trade(s)), AGENTIC, second=second)
+
+    pinned = (("load-mode", "none"),)
+    assert search(None).recommended == DEFAULTS and search(None).decode_recommended == pinned
+    small = search(advise.cached_workload([512], 16384, 200))
+    assert small.recommended == DEFAULTS and small.decode_recommended == pinned
+    effect = next(v for v in small.verdicts if v.knob == "load-mode").effects[0]
+    assert effect.change_s > 0 > effect.decode_change_s and not effect.decode_within_noise
+    assert search(advise.cached_workload([16384], 16384, 200)).decode_recommended is None

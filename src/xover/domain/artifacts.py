@@ -24,6 +24,7 @@ TUNE = "tune"  # one per base configuration and search: the tuning stage's resul
 STUDY = "study"  # what the report needs of the spec: configuration order, pairs, responses, band
 FIT = "fit"  # the placement planner's level of each ``fit`` configuration (a list of records)
 FIT_CHECK = "fit-check"  # the same records with llama.cpp's word on each level
+FOR_CACHED_SUFFIX = " tuned for cached turns"  # a variant tuned for the study's cached agentic turns (its name's end)
 TUNED = "-tuned"  # the suffix of the fit artifacts of the tuned variants (placed again for their own settings)
 TTFT_SKIPPED = "ttft-skipped"  # one per cold TTFT point a max-ttft skipped
 

@@ -43,6 +43,7 @@ ARTIFACT = artifacts.TUNE
 SCHEMA = artifacts.TUNE_SCHEMA
 SUFFIX = " tuned"
 DECODE_SUFFIX = " tuned for decode"
+CACHED_SUFFIX = artifacts.FOR_CACHED_SUFFIX
 SUBDIR = "tune"
 
 
@@ -50,13 +51,15 @@ def variant_name(config: str) -> str:
     return config + SUFFIX
 
 
-def decode_variant_name(config: str) -> str:
-    return config + DECODE_SUFFIX
+def decode_variant_name(config: str, part: str = "decode") -> str:
+    """The variant tuned for the second kind of turn: decode-heavy turns (``part`` "decode"), or the study's cached
+    agentic turns ("cached")."""
+    return config + (CACHED_SUFFIX if part == "cached" else DECODE_SUFFIX)
 
 
 def base_name(variant: str) -> str:
-    """The configuration a tuned variant (either kind) was tuned from."""
-    for suffix in (DECODE_SUFFIX, SUFFIX):
+    """The configuration a tuned variant (any kind) was tuned from."""
+    for suffix in (DECODE_SUFFIX, CACHED_SUFFIX, SUFFIX):
         if variant.endswith(suffix):
             return variant.removesuffix(suffix)
     return variant
@@ -86,6 +89,15 @@ def knobs_for(spec: StudySpec, gpu_build: bool) -> tuple[advise.Knob, ...]:
 
 def workload(spec: StudySpec) -> advise.Workload:
     return advise.uniform_workload(spec.lengths, spec.response_tokens[0], "study")
+
+
+def cached_turns(spec: StudySpec) -> advise.Workload | None:
+    """The study's cached agentic turns as the search's second kind of turn (None: the search's second kind is the
+    decode part of a turn)."""
+    depth = spec.turns_depth
+    if depth is None:
+        return None
+    return advise.cached_workload(spec.cached_new_tokens, depth, spec.response_tokens[0])
 
 
 def depths(spec: StudySpec) -> tuple[int, ...]:
@@ -167,7 +179,9 @@ def _body(
         decode["decode_confirmation"] = decode_confirmation.to_body()
         if decode_confirmation.kept:
             d_setting = decode_confirmation.setting
-            d_variant = advise.apply_setting(config, knobs, d_setting, decode_variant_name(config.name))
+            d_variant = advise.apply_setting(
+                config, knobs, d_setting, decode_variant_name(config.name, decode_confirmation.part)
+            )
             decode |= {
                 "decode_variant": d_variant.name,
                 "decode_setting": [list(x) for x in d_setting],
@@ -210,7 +224,7 @@ class Confirmation:
     tuned_s: dict[int, float]  # round -> the recommendation's
     failure: str | None = None
     against: advise.Setting = ()
-    part: str = "turn"  # "turn": the whole expected turn; "decode": its decode part
+    part: str = "turn"  # "turn": the whole expected turn; "decode": its decode part; "cached": a cached turn
 
     @property
     def interval(self) -> RatioInterval | None:
@@ -265,7 +279,8 @@ def confirm(
     """``setting`` against ``against`` (the defaults) in rounds (``measure(setting, round)`` is one fresh
     llama-bench process; ``measure(setting, round, True)`` a new one even if one is stored): ``spec.rounds`` of
     them, then more while the interval straddles 1, up to ``spec.max_rounds``. ``part``: compare whole expected
-    turns, or their decode parts. A round is one session's pair: where an earlier, interrupted session stored only
+    turns, their decode parts ("decode": ``work``'s) or cached agentic turns ("cached": ``work`` is those turns). A
+    round is one session's pair: where an earlier, interrupted session stored only
     one side of a round, that side is measured again beside the other, so no round pairs two sessions' machines."""
     from xover.analysis.rounds import order
 
@@ -292,7 +307,7 @@ def confirm(
         r = c.interval
         if n >= spec.rounds and r is not None and r.decided:
             break
-    what = "tuned for decode" if part == "decode" else "tuned"
+    what = {"decode": "tuned for decode", "cached": "tuned for cached turns"}.get(part, "tuned")
     base = "tuned" if against else "defaults"
     emit(
         "info",
@@ -310,11 +325,7 @@ def _from_record(config: LlamaConfig, record: TuneRecord, reused: bool) -> Tuned
     setting = record.setting
     variant = advise.apply_setting(config, knobs, setting, variant_name(config.name)) if record.variant else None
     d_setting = record.decode_setting
-    d_variant = (
-        advise.apply_setting(config, knobs, d_setting, decode_variant_name(config.name))
-        if record.decode_variant
-        else None
-    )
+    d_variant = advise.apply_setting(config, knobs, d_setting, record.decode_variant) if record.decode_variant else None
     return Tuned(
         config,
         setting,
@@ -369,7 +380,7 @@ def run_tune(
     if not todo:
         return tuple(done[c.name] for c in spec.configs)
     tune_dir = study_dir / SUBDIR
-    work = workload(spec)
+    work, turns = workload(spec), cached_turns(spec)
     measured = 0
 
     def on_event(ev: object) -> None:
@@ -421,7 +432,9 @@ def run_tune(
             None,
         )
         try:
-            search = advise.coordinate_search(knobs, runner.measure_config_fn(config, sweep, work, place), work, None)
+            search = advise.coordinate_search(
+                knobs, runner.measure_config_fn(config, sweep, work, place), work, None, second=turns
+            )
         except XoverError as e:
             emit("fail", f"{config.name}: {e}", None, None)
             continue
@@ -429,9 +442,14 @@ def run_tune(
         in_round = functools.partial(_in_round, runner, config, sweep, work, place)
         if search.recommended:  # kept only if it wins in fresh processes, interleaved with the defaults
             confirmation = confirm(in_round, search.recommended, work, spec, emit, config.name)
-        if search.decode_recommended is not None:  # a decode-heavy turn's own setting, against the kept one
+        if search.decode_recommended is not None:  # the second kind of turn's own setting, against the kept one
             kept = search.recommended if confirmation is not None and confirmation.kept else advise.DEFAULTS
-            if search.decode_recommended != kept:
+            if search.decode_recommended != kept and turns is not None:
+                # cached turns prefill their new tokens: the same tests as the search, per round
+                decode_confirmation = confirm(
+                    in_round, search.decode_recommended, turns, spec, emit, config.name, kept, "cached"
+                )
+            elif search.decode_recommended != kept:
                 # decode alone (llama-bench -p 0): a setting that runs prompts on the CPU would spend most of each
                 # round on prefill tests its comparison does not read
                 decode_only = functools.partial(

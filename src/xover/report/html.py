@@ -32,6 +32,7 @@ from xover.analysis.crossover import (
     verdict,
 )
 from xover.analysis.stats import summarize
+from xover.domain.artifacts import FOR_CACHED_SUFFIX
 from xover.domain.records import TtftSample, backend_name
 from xover.report import plots
 from xover.report.blocks import html_table, plain_md_table
@@ -164,6 +165,7 @@ _AT_DEFAULTS = "At llama.cpp's defaults: "
 _AT_BEST = "Each configuration at its best: "
 _TUNED = "Tuned against llama.cpp's defaults: "
 _FOR_DECODE = "Which to run for which kind of turn (tuned for the whole turn, or for decode): "
+_FOR_CACHED = "Which to run for which kind of turn (tuned for cold prompts, or for cached turns): "
 
 
 def _verdict_pairs(lay: Layout, by_label: Mapping[str, ConfigData]) -> list[tuple[str, str, str]]:
@@ -171,7 +173,7 @@ def _verdict_pairs(lay: Layout, by_label: Mapping[str, ConfigData]) -> list[tupl
     (one placement under a budget, say) and its tuned variant answers that pair: what tuning buys there."""
     best = {b: v for b, v in lay.tuned.items() if v in by_label}
     kinds = [
-        (_FOR_DECODE, best.get(b, b), d)
+        (_FOR_CACHED if d.endswith(FOR_CACHED_SUFFIX) else _FOR_DECODE, best.get(b, b), d)
         for b, d in lay.for_decode.items()
         if d in by_label and best.get(b, b) in by_label
     ]

@@ -371,7 +371,9 @@ def _rounds_text(c: Mapping[str, Any], decode: bool) -> str:
     """How a setting fared in rounds of fresh llama-bench processes (a stored confirmation): the search's
     recommendation against the defaults, or decode's own best setting (``decode``) against the recommendation."""
     against = "the tuned setting" if c.get("against") else "the defaults"
-    outcome = "no variant tuned for decode" if decode else "the defaults were kept"
+    cached = c.get("part") == "cached"
+    kind = "cached turns" if cached else "decode"
+    outcome = f"no variant tuned for {kind}" if decode else "the defaults were kept"
     if c.get("failure"):
         return f"The confirmation in rounds failed ({c['failure']}): {outcome}."
     ratio, low, high, n = c.get("ratio"), c.get("low"), c.get("high"), c.get("n") or 0
@@ -382,8 +384,8 @@ def _rounds_text(c: Mapping[str, Any], decode: bool) -> str:
         for k, d, t in c.get("rounds") or []
         if isinstance(d, (int, float)) and isinstance(t, (int, float))
     )
-    what = "decode time" if decode else "time"
-    span = f"{ratio:.2f}x {against}' {what} per turn (95% interval {low:.2f}-{high:.2f}, {n} rounds: {told})"
+    what = "decode time" if decode and not cached else "time"
+    span = f"{ratio:.2f}x {against}' {what} per {'cached turn' if cached else 'turn'} (95% interval {low:.2f}-{high:.2f}, {n} rounds: {told})"
     if c.get("kept"):
         return f"Confirmed in rounds of fresh llama-bench processes, interleaved with {against}: {span}."
     return (
@@ -398,15 +400,23 @@ def _decode_blocks(r: TuneRecord) -> list[Block]:
     if c is None:
         return []
     label = ", ".join(f"{k}={v}" for k, v in c.get("setting") or ())
+    cached = c.get("part") == "cached"
+    whose = "The cached turns' own best setting" if cached else "Decode's own best setting"
     if r.decode_variant is None:
-        return [Block("p", f"Decode's own best setting ({label or 'the defaults'}): " + _rounds_text(c, decode=True))]
+        return [Block("p", f"{whose} ({label or 'the defaults'}): " + _rounds_text(c, decode=True))]
+    cross = (
+        "the verdicts on cached turns say which to run for which turn size, and where they cross in new tokens"
+        if cached
+        else "The verdicts say which to run for which kind of turn, and the prompt length where they cross"
+    )
     return [
         Block("h3", f"{r.config} → {r.decode_variant}: {r.decode_setting_label}"),
         Block(
             "p",
-            f"Decode's own best setting differs from the whole turn's: {r.decode_variant} runs {r.config} with "
-            f"{r.decode_setting_label}, and was measured through the whole study beside {r.variant or r.config}. "
-            "The verdicts say which to run for which kind of turn, and the prompt length where they cross. "
+            f"{whose} differs from the whole turn's: {r.decode_variant} runs {r.config} with "
+            f"{r.decode_setting_label}, and was measured through the whole study beside {r.variant or r.config}"
+            + (" (scored on the study's cached agentic turns from the search's llama-bench tests)" if cached else "")
+            + f". {cross[0].upper() + cross[1:]}. "
             + _rounds_text(c, decode=True),
         ),
         *([Block("code", r.decode_server_command)] if r.decode_server_command else []),

@@ -7,14 +7,7 @@ import dataclasses
 from collections.abc import Callable, Sequence
 
 from xover.analysis.advise.knobs import DEFAULTS, RECHECK, Knob, Setting, level_label, normalize, setting_label
-from xover.analysis.advise.objective import (
-    Estimate,
-    Measurement,
-    decode_noise_between,
-    estimate,
-    noise_between,
-    within_noise,
-)
+from xover.analysis.advise.objective import Estimate, Measurement, estimate, noise_between, within_noise
 from xover.analysis.advise.workload import Workload
 from xover.errors import XoverError
 
@@ -113,16 +106,30 @@ class Search:
         return d.turn_s / b.turn_s
 
 
+def _second(t: Trial, second: Workload | None) -> Estimate | None:
+    """A trial's score on the second kind of turn: the decode part of the workload's turn (``second`` None), or the
+    expected turn over ``second`` (cached agentic turns) from the same tests. Its ``turn_s`` and spread decide."""
+    e = t.estimate
+    if e is None:
+        return None
+    if second is None:
+        return Estimate(e.decode_s, 0.0, e.decode_s, e.decode_samples_s, e.decode_samples_s)
+    return estimate(t.measurement, second)
+
+
 def coordinate_search(
     knobs: Sequence[Knob],
     measure: Callable[[Setting], Measurement],
     workload: Workload,
     n_cpu_moe: int | None = None,
     recheck: bool = True,
+    second: Workload | None = None,
 ) -> Search:
     """The search of the module docstring; ``measure`` runs one configuration. With ``recheck`` the
     defaults are measured again after every knob (:data:`RECHECK`) and the drift between the two
-    widens the noise band of every decision."""
+    widens the noise band of every decision. Beside the workload's best setting, the second kind of turn's
+    (:attr:`Search.decode_recommended`): decode-heavy turns (the decode part of a turn), or with ``second`` the
+    cached agentic turns it describes, scored from the same tests."""
     trials: dict[Setting, Trial] = {}
 
     def run(setting: Setting, varied: str | None) -> Trial:
@@ -154,24 +161,30 @@ def coordinate_search(
             else:
                 measured.append((value, e))
         tried.append((knob, skipped, measured, failed))
+    b2 = _second(base, second)
+    assert b2 is not None
     drift = decode_drift = None
     if recheck:
-        again = run(RECHECK, None).estimate
+        again_trial = run(RECHECK, None)
+        again, again2 = again_trial.estimate, _second(again_trial, second)
         drift = abs(again.turn_s - b.turn_s) if again is not None else None
-        decode_drift = abs(again.decode_s - b.decode_s) if again is not None else None
+        decode_drift = abs(again2.turn_s - b2.turn_s) if again2 is not None else None
     floor, decode_floor = drift or 0.0, decode_drift or 0.0
     verdicts, kept, decode_kept = [], {}, {}
     for knob, skipped, measured, failed in tried:
-        effects = [
-            Effect(
-                value,
-                e.turn_s - b.turn_s,
-                noise_between(e, b, floor),
-                e.decode_s - b.decode_s,
-                decode_noise_between(e, b, decode_floor),
+        effects = []
+        for value, e in measured:
+            e2 = _second(trials[normalize(knobs, {knob.name: value})], second)
+            assert e2 is not None
+            effects.append(
+                Effect(
+                    value,
+                    e.turn_s - b.turn_s,
+                    noise_between(e, b, floor),
+                    e2.turn_s - b2.turn_s,
+                    noise_between(e2, b2, decode_floor),
+                )
             )
-            for value, e in measured
-        ]
         best = min(effects, key=lambda e: e.change_s) if effects else None
         if best is not None and best.change_s < 0 and not best.within_noise:
             kept[knob.name] = best.value
@@ -189,15 +202,12 @@ def coordinate_search(
     decode_recommended = None
     if decode_kept:
         run(normalize(knobs, decode_kept), None)  # the decode winners together
-        measured_trials = [t for t in trials.values() if t.estimate is not None and t.setting != RECHECK]
-        fastest = min(measured_trials, key=lambda t: t.estimate.decode_s)  # type: ignore[union-attr]
-        chosen = trials[recommended].estimate
-        assert fastest.estimate is not None and chosen is not None
-        beyond = fastest.estimate.decode_s - chosen.decode_s < -decode_noise_between(
-            fastest.estimate, chosen, decode_floor
-        )
-        if fastest.setting != recommended and beyond:
-            decode_recommended = fastest.setting
+        scored = {t.setting: e2 for t in trials.values() if t.setting != RECHECK and (e2 := _second(t, second))}
+        fastest = min(scored, key=lambda s: scored[s].turn_s)
+        chosen = scored[recommended]
+        beyond = scored[fastest].turn_s - chosen.turn_s < -noise_between(scored[fastest], chosen, decode_floor)
+        if fastest != recommended and beyond:
+            decode_recommended = fastest
     return Search(
         n_cpu_moe,
         tuple(trials.values()),
