@@ -312,3 +312,36 @@ def test_write_workload_names_the_spec_and_is_idempotent(tmp_path: Path) -> None
     assert path.name == "session-seed4-turns3-sys512-target2048-rw6-cpt1.jsonl"
     first = path.read_bytes()
     assert write_workload(tmp_path / "study", spec).read_bytes() == first == dumps(generate(spec)).encode()
+
+
+def test_replayed_turns_are_shown_against_the_cached_turns_prediction() -> None:
+    """Turns served from the cache (cache_n > 0) beside the cached turns' fit for their new tokens: a fit of 1 ms a
+    new token predicts 20 ms for 20 new tokens, and a turn of 30 ms is 1.5x it; the cold first turn, the failed
+    turn and the cache-off replay are left out."""
+    from xover.report.session import against_cached, session_section_markdown
+
+    on = SessionSeries(
+        1,
+        "a",
+        "default",
+        "s",
+        "generated",
+        (
+            _turn(0, ttft_ms=500.0),
+            _turn(1, cache_n=100, prompt_n=20, ttft_ms=30.0),
+            _turn(2, cache_n=140, prompt_n=40, ttft_ms=40.0),
+            _turn(3, error="HTTP 500: boom"),
+        ),
+    )
+    off = SessionSeries(2, "a", "off", "s", "generated", (_turn(0), _turn(1, prompt_n=120)))
+    cached = ({"a": lambda n: n / 1000.0}, 2048)
+    header, rows, summary = against_cached([on, off], *cached)
+    assert [r[2] for r in rows] == ["1", "2"] and [r[-1] for r in rows] == ["1.50", "1.00"]
+    assert header[-1] == "measured / predicted" and rows[0][3:7] == ["100", "20", "30.0", "20.0"]
+    assert summary == [
+        "a (default): the replayed turns took 1.25x what its cached turns on a 2,048-token context predict for their "
+        "new tokens (median of 2 turns, 1.00-1.50)"
+    ]
+    md = session_section_markdown([on, off], cached=cached)
+    assert "### Against the cached turns" in md and summary[0] in md
+    assert "Against the cached turns" not in session_section_markdown([on, off])

@@ -70,7 +70,9 @@ def study(
     progress_jsonl: IO[str] | None,
 ) -> None:
     """Run the whole investigation: theory and a stored prediction, llama-bench prefill/decode
-    sweeps at depth, cold TTFT per configuration and prompt length, then the report and a verdict.
+    sweeps at depth, cold TTFT per configuration and prompt length (and, with [study] cached-turns,
+    cached agentic turns: new tokens on a context the slot's cache holds), then the report and a
+    verdict.
 
     SPEC_FILE is a TOML study spec (see examples/seed-qwen3-coder-30b.toml). Without one, the
     embedded default runs: the synthetic tiny-moe model on this machine's llama.cpp build, done in

@@ -5,11 +5,11 @@ model alone (:func:`xover.results.read_model.cached_inputs`)."""
 from __future__ import annotations
 
 import statistics
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from xover.analysis.cached import cached_verdict
-from xover.analysis.crossover import ConfigData, PairResult, compare_pair, format_tokens, round_totals
+from xover.analysis.crossover import ConfigData, PairResult, compare_pair, fit_cost_model, format_tokens, round_totals
 from xover.report.blocks import Block, table
 from xover.results.read_model import StudyData, cached_inputs
 
@@ -110,3 +110,12 @@ def turns_workload(data: StudyData, response: int) -> Any | None:
         return None
     sizes = sorted({s.length for _, s in data.cached_samples()[depth]})
     return cached_workload(sizes, depth, response)
+
+
+def cached_ttft(data: StudyData) -> tuple[dict[str, Callable[[int], float]], int] | None:
+    """Per configuration, the TTFT of a cached turn of N new tokens as fitted to its measured cached turns (the
+    crossover's cost model), and their depth: what the session replay's turns are shown against."""
+    depth = cached_depth_of(data)
+    if depth is None:
+        return None
+    return {c.label: fit_cost_model(c).ttft for c in cached_inputs(data, depth)}, depth

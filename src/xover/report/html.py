@@ -36,7 +36,7 @@ from xover.domain.artifacts import FOR_CACHED_SUFFIX
 from xover.domain.records import TtftSample, backend_name
 from xover.report import plots
 from xover.report.blocks import html_table, plain_md_table
-from xover.report.cached import cached_blocks, cached_verdicts, turns_workload
+from xover.report.cached import cached_blocks, cached_ttft, cached_verdicts, turns_workload
 from xover.report.decode import decode_blocks
 from xover.report.fit import fit_blocks
 from xover.report.rounds import drift_line, evidence_line, open_lines, rounds_blocks
@@ -671,7 +671,7 @@ def _lab_sections(report: Report, as_html: bool) -> list[str]:
         out.append((advise.advise_section_html if as_html else advise.advise_section_markdown)(advice))
     if d.session:
         render = session.session_section_html if as_html else session.session_section_markdown
-        out.append(render(d.session, crossover_tokens=_first_crossover(report)))
+        out.append(render(d.session, crossover_tokens=_first_crossover(report), cached=cached_ttft(d)))
     return out
 
 

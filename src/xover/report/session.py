@@ -8,7 +8,7 @@ from __future__ import annotations
 import base64
 import html
 import statistics
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 
 from xover.domain.records import SessionTurn
 from xover.report.blocks import html_table, plain_md_table
@@ -20,6 +20,7 @@ MODE_TEXT = {
     "off": "caching off",
 }
 _LINESTYLE = {"default": "-", "reuse": "--", "off": ":"}
+Cached = tuple[Mapping[str, Callable[[int], float]], int]  # configuration -> TTFT(new tokens) fit, and its depth
 
 
 # ---- numbers (pure) -----------------------------------------------------------------------------
@@ -167,6 +168,56 @@ def turn_table(series: Sequence[SessionSeries]) -> tuple[list[str], list[list[st
     return header, rows
 
 
+def against_cached(
+    series: Sequence[SessionSeries], ttft_of: Mapping[str, Callable[[int], float]], depth: int
+) -> tuple[list[str], list[list[str]], list[str]]:
+    """Each replayed turn that came from the cache (cache_n > 0) beside what the study's cached agentic turns predict
+    for its new tokens (``ttft_of``: configuration -> TTFT in seconds of a turn of N new tokens, fitted to the
+    cached turns measured on a ``depth``-token context); the table and one summary line per configuration (the
+    median of measured over predicted). A session turn sits on its own context, deeper or shallower than
+    ``depth``: prefill slows with depth, so a ratio above 1 on deeper turns is expected."""
+    header = ["config", "mode", "turn", "cache_n", "prompt_n (new)", "TTFT ms", "predicted ms", "measured / predicted"]
+    rows: list[list[str]] = []
+    ratios: dict[str, list[float]] = {}
+    for s in series:
+        fit = ttft_of.get(s.label)
+        if fit is None or s.mode == "off":
+            continue
+        for t in s.turns:
+            cached, new = _cache_n(t), _prompt_n(t)
+            if t.error is not None or t.first_token_ns is None or not cached or not new:
+                continue
+            predicted = fit(new)
+            if predicted <= 0:
+                continue
+            ratio = t.first_token_ns / 1e9 / predicted
+            ratios.setdefault(f"{s.label} ({s.mode})", []).append(ratio)
+            rows.append(
+                [
+                    s.label,
+                    s.mode,
+                    str(t.turn),
+                    _tokens(cached),
+                    _tokens(new),
+                    _ms(t.first_token_ns),
+                    f"{predicted * 1000:,.1f}",
+                    f"{ratio:.2f}",
+                ]
+            )
+    summary = [
+        f"{name}: the replayed turns took {statistics.median(r):.2f}x what its cached turns on a {depth:,}-token "
+        f"context predict for their new tokens (median of {len(r)} turns, {min(r):.2f}-{max(r):.2f})"
+        for name, r in ratios.items()
+    ]
+    return header, rows, summary
+
+
+AGAINST = (
+    "Against the cached turns: each replayed turn served from the cache beside the TTFT the study's cached agentic "
+    "turns predict for its new tokens (their fit, on their own cached context; a deeper turn prefills slower)."
+)
+
+
 def _description(series: Sequence[SessionSeries]) -> str:
     s = series[0]
     rewrites = [str(t.turn) for t in s.turns if t.rewrite]
@@ -227,7 +278,9 @@ def _e(x: object) -> str:
     return html.escape(str(x), quote=True)
 
 
-def session_section_html(series: Sequence[SessionSeries], *, crossover_tokens: float | None = None) -> str:
+def session_section_html(
+    series: Sequence[SessionSeries], *, crossover_tokens: float | None = None, cached: Cached | None = None
+) -> str:
     """The report section as an HTML fragment (plots embedded as base64 PNG, every text escaped)."""
     parts = ["<h2>Agentic session replay</h2>"]
     if not series:
@@ -244,10 +297,18 @@ def session_section_html(series: Sequence[SessionSeries], *, crossover_tokens: f
     parts.append(f"<img id='plot-session' alt='{_e(caption)}' src='data:image/png;base64,{b64}'>")
     parts.append(f"<h3>Whole session</h3>{html_table(*session_table(series))}")
     parts.append(f"<h3>Per turn</h3>{html_table(*turn_table(series))}")
+    if cached is not None:
+        header, rows, summary = against_cached(series, *cached)
+        if rows:
+            parts.append(f"<h3>Against the cached turns</h3><p>{_e(AGAINST)}</p>")
+            parts.append("<ul>" + "".join(f"<li>{_e(x)}</li>" for x in summary) + "</ul>")
+            parts.append(html_table(header, rows))
     return "\n".join(parts)
 
 
-def session_section_markdown(series: Sequence[SessionSeries], *, crossover_tokens: float | None = None) -> str:
+def session_section_markdown(
+    series: Sequence[SessionSeries], *, crossover_tokens: float | None = None, cached: Cached | None = None
+) -> str:
     out = ["## Agentic session replay\n"]
     if not series:
         return out[0] + "\n_no session replayed_\n"
@@ -260,4 +321,9 @@ def session_section_markdown(series: Sequence[SessionSeries], *, crossover_token
         "### Per turn\n",
         plain_md_table(*turn_table(series)),
     ]
+    if cached is not None:
+        header, rows, summary = against_cached(series, *cached)
+        if rows:
+            out += ["### Against the cached turns\n", AGAINST + "\n", "".join(f"- {x}\n" for x in summary)]
+            out.append(plain_md_table(header, rows))
     return "\n".join(out)
