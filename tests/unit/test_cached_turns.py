@@ -71,3 +71,35 @@ def test_cached_turns_cross_in_new_tokens_where_cold_prompts_do_not(
     assert "## Cached agentic turns" in md
     rows = [line for line in md.splitlines() if line.startswith("| fast decode | 128 |")]
     assert len(rows) == 1 and "| 3 |" in rows[0]
+
+
+def test_cached_turns_the_cold_samples_put_over_max_ttft_are_planned_out_with_a_note() -> None:
+    """A configuration that prefills 1K cold in 20 s cannot take an 8K-token turn under a 60 s max-ttft (its prefill
+    alone about 160 s): round 2 plans the 512 and 1K turns it still lacks, not the 8K one, and says why, so no
+    server is started for turns it would only skip."""
+    from xover.domain.records import ServerTimings, TtftSample
+    from xover.measure.resume import ttft_todo
+    from xover.results.read_model import StoredSample
+
+    slow = LlamaConfig("slow")
+    spec = StudySpec(
+        configs=(slow,),
+        model_preset="tiny-moe",
+        lengths=(1024,),
+        response_tokens=(RESPONSE,),
+        repetitions=1,
+        max_ttft_s=60.0,
+        cached_new_tokens=(512, 1024, 8192),
+        cached_depth=DEPTH,
+    )
+
+    def sample(round: int) -> StoredSample:
+        s = TtftSample(
+            slow.key, "cold", 1024, 0, "p", 0, None, 20 * 10**9, 21 * 10**9, (), 1,
+            ServerTimings(0, 1024, 20_000.0, 51.2, 8, 100.0, 80.0), True, round=round,
+        )  # fmt: skip
+        return StoredSample(1, 1, "slow", s, "mk")
+
+    (todo,) = ttft_todo(spec, [sample(1)], "mk", 2)
+    assert todo.missing == {1024: 1} and todo.cached == {512: 1, 1024: 1}
+    assert any("cached turns of 8,192 new tokens not measured" in n and "about 160 s" in n for n in todo.notes)

@@ -132,6 +132,16 @@ def ttft_todo(
                         f"samples, over max-ttft {spec.max_ttft_s:.0f} s"
                     )
         cached = missing_cached(stored, spec, model_key, c, round, fresh)
+        if spec.max_ttft_s is not None:  # cached turns whose new tokens alone the cold samples put over the cap
+            for n in sorted(cached):
+                est = linear_estimate(n, medians, inclusive=True)
+                if est is not None and est[0] > spec.max_ttft_s:
+                    del cached[n]
+                    notes.append(
+                        f"{c.name}: cached turns of {n:,} new tokens not measured, their prefill alone about "
+                        f"{est[0]:.0f} s by the stored {est[1]:,}-token cold samples, over max-ttft "
+                        f"{spec.max_ttft_s:.0f} s"
+                    )
         if not fresh and not missing_ttft(stored, spec, model_key, c.key, False, lengths, round=None):
             out.append(TtftTodo(c, {}, medians, tuple(notes), cached))  # measured before rounds, complete
             continue
