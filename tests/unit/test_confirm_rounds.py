@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from xover.analysis import advise
 from xover.analysis.advise import Measurement, RateSamples
 from xover.domain.config import LlamaConfig
@@ -46,3 +48,21 @@ def test_a_round_half_stored_by_an_earlier_session_measures_its_stored_side_agai
 def test_whole_rounds_from_one_session_are_not_measured_again() -> None:
     c, calls = _run({})
     assert [f for _, _, f in calls] == [False] * 6 and c.kept
+
+
+def test_a_cached_turn_confirmation_prices_the_new_tokens_prefill_too() -> None:
+    """Confirmed on cached turns (512 new tokens on 16K, 200-token answers): the setting that halves prefill and
+    triples decode is kept, each round's times being the whole cached turn from the same process's tests."""
+    turns = advise.cached_workload([512], 16384, 200)
+
+    def measure(setting: advise.Setting, n: int, fresh: bool = False) -> Measurement:
+        pp, tg = (500.0, 30.0) if setting == NO_HOST else (1000.0, 10.0)
+        return Measurement(prefill=(RateSamples(0, 512, (pp, pp)),), decode=(RateSamples(0, 128, (tg, tg)),))
+
+    c = tune.confirm(measure, NO_HOST, turns, _spec(), lambda *a: None, "pinned", part="cached")
+    assert c.kept and c.part == "cached"
+    assert c.against_s[1] == pytest.approx(512 / 1000 + 200 / 10) and c.tuned_s[1] == pytest.approx(
+        512 / 500 + 200 / 30
+    )
+    assert tune.decode_variant_name("pinned", c.part) == "pinned tuned for cached turns"
+    assert tune.base_name("pinned tuned for cached turns") == "pinned"
