@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# Issue 32 on the H200, one lease of the one-GPU kind (prepared, not yet run): the 16 GiB qwen3-30b-a3b study with cached agentic turns.
+#   1. the CUDA build while qwen3-30b-a3b is synthesized;
+#   2. the store seeded from the committed 16 GiB study: its placement records and llama.cpp's checks, its prediction
+#      (theory), and none of its measurements or tuning (the search now scores cached turns too);
+#   3. `xover study study.toml` under the 16 GiB budget: the placement resumes from the seed; tuning, cold TTFT with
+#      cached turns in 3-4 interleaved rounds, and the session replay; nvidia-smi sampled every 2 s.
+# Run from the repository root on the GPU machine after scripts/prepare-lease.sh here, carrying out/llsrc, out/xsrc
+# and .whl; repeat the same call until job.log says done. Returns $OUT/q16c.tgz and job.log.
+source scripts/lease.sh
+lease_init q16c
+if [ ! -f $J/started ]; then
+  cp out/xsrc/studies/h200-16gib-cached/study.toml $J/study.toml
+  python3 - "$ST/results.sqlite" out/xsrc/studies/h200-16gib-qwen3-30b-a3b/results.sqlite <<'PY'
+import shutil, sqlite3, sys
+new, old = sys.argv[1], sys.argv[2]
+shutil.copy(old, new)
+db = sqlite3.connect(new)
+for table in ("bench_results", "ttft_samples", "failures", "session_turns"):
+    db.execute(f"DELETE FROM {table}")
+keep = ("fit", "fit-check", "study", "prediction", "inspect", "model-terms")  # tuning runs again
+db.execute(f"DELETE FROM artifacts WHERE name NOT IN ({','.join('?' * len(keep))})", keep)
+db.commit()
+print("seeded:", dict(db.execute("SELECT name, count(*) FROM artifacts GROUP BY name").fetchall()))
+PY
+fi
+lease_job <<'BODY'
+M=$ST/models/qwen3-30b-a3b.gguf
+synth qwen3-30b-a3b $M &
+build_cuda
+wait; t synthesized; tail -qn1 $ST/synth-*.log
+smi_on
+$X study $J/study.toml -o $ST > $ST/study.log 2>&1
+t "study rc=$?"; tail -40 $ST/study.log
+smi_off
+done_
+BODY
+lease_wait
