@@ -13,9 +13,7 @@ noise rules as the cold verdicts (rounds of fresh servers). Pure.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
-from xover.analysis.crossover import PairResult, claimed_crossing, fitted_outside, format_tokens, sides
+from xover.analysis.crossover import PairResult, claimed_crossing, fitted_outside, format_tokens, lengths_span, sides
 
 _k = format_tokens
 
@@ -25,9 +23,8 @@ def cached_verdict(pair: PairResult, depth: int) -> str:
     new tokens per turn. Within the noise between rounds of fresh servers no winner is named."""
     head = f"{pair.a} vs {pair.b} on cached turns ({_k(depth)}-token context in the cache): "
     s = sides(pair)
-    lo, hi = pair.lengths[0], pair.lengths[-1]
-    span = f"{_k(lo)} new tokens" if lo == hi else f"{_k(lo)}-{_k(hi)} new tokens"
-    span += f" a turn, {pair.response}-token responses"
+    hi = pair.lengths[-1]
+    span = f"{lengths_span(pair, 'new tokens')} a turn, {pair.response}-token responses"
     if pair.in_rounds:
         span += f", {pair.rounds_told()} of fresh servers"
     noise = "indistinguishable here" if pair.in_rounds else "within noise"
@@ -58,13 +55,3 @@ def cached_verdict(pair: PairResult, depth: int) -> str:
         f"{short} is faster for turns of fewer than ~{_k(claim.length)} new tokens and {long_} for more "
         f"({ci}{span}{tie_note})."
     )
-
-
-def which_for_which(cold: str | None, cached: Sequence[tuple[int, str]]) -> str:
-    """``cold``: the faster configuration for cold prompts (None: undecided); ``cached``: (new tokens, the faster
-    there) per measured turn size. A line saying which to run for which kind of work, or '' when one serves all."""
-    winners = {w for _, w in cached}
-    if cold is None or not cached or winners == {cold}:
-        return ""
-    sizes = ", ".join(f"{_k(n)}: {w}" for n, w in cached)
-    return f"for cold prompts run {cold}; for cached turns by new tokens a turn ({sizes})"

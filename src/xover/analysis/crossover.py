@@ -412,10 +412,10 @@ def claimed_crossing(pair: PairResult) -> ClaimedCrossing | None:
     return ClaimedCrossing(x, False, False)
 
 
-def _lengths_span(pair: PairResult) -> str:
-    """``1K-16K tokens``, or ``1K tokens`` where the pair shares one length."""
+def lengths_span(pair: PairResult, unit: str = "tokens") -> str:
+    """``1K-16K tokens``, or ``1K tokens`` where the pair shares one length (``unit``: how lengths are told)."""
     lo, hi = pair.lengths[0], pair.lengths[-1]
-    return f"{_k(lo)} tokens" if lo == hi else f"{_k(lo)}-{_k(hi)} tokens"
+    return f"{_k(lo)} {unit}" if lo == hi else f"{_k(lo)}-{_k(hi)} {unit}"
 
 
 def fitted_outside(pair: PairResult, unit: str = "tokens", what: str = "prompts") -> str:
@@ -509,7 +509,7 @@ def _band_held(pair: PairResult, band: tuple[int, int], beyond: str | None) -> s
     if not limited:
         return None
     s, claim = sides(pair), claimed_crossing(pair)
-    span = f"{_lengths_span(pair)}, {pair.response}-token responses"
+    span = f"{lengths_span(pair)}, {pair.response}-token responses"
     if pair.in_rounds:
         span += f", {pair.rounds_told()} of fresh servers"
     if not s.clear:
@@ -563,7 +563,7 @@ def _verdict(pair: PairResult, band: tuple[int, int], told_beyond: bool) -> str:
     head = f"{pair.a} vs {pair.b}: "
     lo_b, hi_b = band
     s = sides(pair)
-    span = f"{_lengths_span(pair)}, {pair.response}-token responses"
+    span = f"{lengths_span(pair)}, {pair.response}-token responses"
     if not s.clear:
         gap = max(abs(x - y) / min(x, y) for x, y in zip(pair.total_a, pair.total_b))
         rule = (

@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 import statistics
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from xover.domain.artifacts import TUNED
@@ -24,18 +24,34 @@ from xover.results.read_model import StoredSample, StudyData
 
 
 def _counted(
-    stored: Sequence[StoredSample], model_key: str, config_key: str, round: int | None | bool = True
+    stored: Sequence[StoredSample], model_key: str, config_key: str, round: int | None | bool = True, mode: str = "cold"
 ) -> list[TtftSample]:
-    """One configuration's stored cold samples that count (:attr:`TtftSample.counted_cold`): of round ``round``
-    (None: those measured before rounds), or of every round (True)."""
+    """One configuration's stored samples that count, cold (:attr:`TtftSample.counted_cold`) or of a cached turn's
+    ``mode`` (:attr:`TtftSample.counted_cached`): of round ``round`` (None: those measured before rounds), or of
+    every round (True)."""
     return [
         row.sample
         for row in stored
         if row.sample.config_key == config_key
         and row.model_key == model_key
-        and row.sample.counted_cold
+        and (row.sample.counted_cold if mode == "cold" else row.sample.mode == mode and row.sample.counted_cached)
         and (round is True or row.sample.round == round)
     ]
+
+
+def _over_cap(
+    sizes: Sequence[int], medians: Mapping[int, float], cap: float | None, inclusive: bool = False
+) -> dict[int, tuple[float, int]]:
+    """The sizes the stored cold medians already estimate over the max-ttft ``cap`` (:func:`linear_estimate`), each
+    with its estimate and the length it was scaled from."""
+    if cap is None:
+        return {}
+    out = {}
+    for n in sizes:
+        est = linear_estimate(n, medians, inclusive)
+        if est is not None and est[0] > cap:
+            out[n] = est
+    return out
 
 
 def missing_ttft(
@@ -122,26 +138,22 @@ def ttft_todo(
             beyond = ", ".join(f"{L:,}" for L in spec.lengths if L not in lengths)
             notes.append(f"{c.name}: placed for {c.max_context:,} tokens; not at {beyond}")
         medians = stored_medians(stored, model_key, c.key)
-        if spec.max_ttft_s is not None:  # lengths the stored samples already put over the cap
-            for L in sorted(set(lengths) - set(medians)):
-                est = linear_estimate(L, medians)
-                if est is not None and est[0] > spec.max_ttft_s:
-                    lengths = tuple(x for x in lengths if x != L)
-                    notes.append(
-                        f"{c.name} L={L:,}: not measured, about {est[0]:.0f} s by the stored {est[1]:,}-token "
-                        f"samples, over max-ttft {spec.max_ttft_s:.0f} s"
-                    )
+        cap = spec.max_ttft_s
+        # lengths the stored samples already put over the cap
+        for L, est in _over_cap(sorted(set(lengths) - set(medians)), medians, cap).items():
+            lengths = tuple(x for x in lengths if x != L)
+            notes.append(
+                f"{c.name} L={L:,}: not measured, about {est[0]:.0f} s by the stored {est[1]:,}-token "
+                f"samples, over max-ttft {cap:.0f} s"
+            )
         cached = missing_cached(stored, spec, model_key, c, round, fresh)
-        if spec.max_ttft_s is not None:  # cached turns whose new tokens alone the cold samples put over the cap
-            for n in sorted(cached):
-                est = linear_estimate(n, medians, inclusive=True)
-                if est is not None and est[0] > spec.max_ttft_s:
-                    del cached[n]
-                    notes.append(
-                        f"{c.name}: cached turns of {n:,} new tokens not measured, their prefill alone about "
-                        f"{est[0]:.0f} s by the stored {est[1]:,}-token cold samples, over max-ttft "
-                        f"{spec.max_ttft_s:.0f} s"
-                    )
+        # cached turns whose new tokens alone the cold samples put over the cap
+        for n, est in _over_cap(sorted(cached), medians, cap, inclusive=True).items():
+            del cached[n]
+            notes.append(
+                f"{c.name}: cached turns of {n:,} new tokens not measured, their prefill alone about "
+                f"{est[0]:.0f} s by the stored {est[1]:,}-token cold samples, over max-ttft {cap:.0f} s"
+            )
         if not fresh and not missing_ttft(stored, spec, model_key, c.key, False, lengths, round=None):
             out.append(TtftTodo(c, {}, medians, tuple(notes), cached))  # measured before rounds, complete
             continue
@@ -158,15 +170,8 @@ def missing_cached(
     depth = spec.turns_depth
     if depth is None:
         return {}
-    mode = cached_mode(depth)
     have = Counter(
-        row.sample.length
-        for row in ([] if fresh else stored)
-        if row.sample.config_key == config.key
-        and row.model_key == model_key
-        and row.sample.mode == mode
-        and row.sample.counted_cached
-        and row.sample.round == round
+        s.length for s in ([] if fresh else _counted(stored, model_key, config.key, round, cached_mode(depth)))
     )
     return {n: spec.repetitions - have[n] for n in spec.cached_turns_for(config) if have[n] < spec.repetitions}
 

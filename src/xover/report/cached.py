@@ -9,7 +9,15 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from xover.analysis.cached import cached_verdict
-from xover.analysis.crossover import ConfigData, PairResult, compare_pair, fit_cost_model, format_tokens, round_totals
+from xover.analysis.crossover import (
+    ConfigData,
+    PairResult,
+    compare_pair,
+    fit_cost_model,
+    format_tokens,
+    measured_totals,
+    round_totals,
+)
 from xover.report.blocks import Block, table
 from xover.results.read_model import StudyData, cached_inputs
 
@@ -50,7 +58,7 @@ def _row(c: ConfigData, n: int, response: int) -> list[str]:
     ttft = statistics.median(c.ttft_s[n])
     decode = statistics.median(c.decode_tps[n]) if c.decode_tps.get(n) else None
     totals = sorted(rounds.values())
-    total = statistics.median(totals) if totals else ttft + response / decode if decode else None
+    total = measured_totals(c, response)[n] if decode else None
     spread = f"{totals[0]:.3f}-{totals[-1]:.3f}" if len(totals) > 1 else "—"
     return [
         c.label,
