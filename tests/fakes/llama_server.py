@@ -335,6 +335,15 @@ def write_bin_dir(folder: Path) -> Path:
     return folder
 
 
+def fake_config(name: str, prefill_tps: float, decode_tps: float, *extra: str) -> Any:
+    """A study configuration served by this fake (its flags pass through llama-server's extra arguments): fixed
+    prefill and decode rates, ``extra`` fake flags, a 50 ms load, tagged by ``name``."""
+    from xover.domain.config import LlamaConfig
+
+    rates = ("--fake-prefill-tps", f"{prefill_tps:g}", "--fake-decode-tps", f"{decode_tps:g}")
+    return LlamaConfig(name, server_args=(*rates, *extra, "--fake-load-s", "0.05", "--fake-tag", name))
+
+
 def pid_from_log(log: Path) -> int:
     """The pid the fake wrote as its first log line."""
     for line in log.read_text().splitlines():

@@ -13,6 +13,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from fakes.llama_server import fake_config
 from xover.domain.config import LlamaConfig
 from xover.domain.records import cached_depth
 from xover.domain.study_spec import StudySpec
@@ -28,15 +29,10 @@ NEW = (128, 256, 1024)
 CROSSING = 427  # N / 4000 + 32 / 50 = N / 1000 + 32 / 100
 
 
-def _fake(name: str, prefill_tps: float, decode_tps: float) -> LlamaConfig:
-    args = ("--fake-prefill-tps", f"{prefill_tps:g}", "--fake-decode-tps", f"{decode_tps:g}", "--fake-load-s", "0.05")
-    return LlamaConfig(name, server_args=(*args, "--fake-tag", name))
-
-
 def test_cached_turns_cross_in_new_tokens_where_cold_prompts_do_not(
     tmp_path: Path, fake_bins: Binaries, tiny_model: Path
 ) -> None:
-    prefill, decode = _fake("fast prefill", 4000, 50), _fake("fast decode", 1000, 100)
+    prefill, decode = fake_config("fast prefill", 4000, 50), fake_config("fast decode", 1000, 100)
     spec = StudySpec(
         configs=(prefill, decode),
         model_preset="tiny-moe",

@@ -11,8 +11,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from fakes.llama_server import fake_config
 from xover.domain import artifacts
-from xover.domain.config import LlamaConfig
 from xover.domain.study_spec import StudySpec
 from xover.llamacpp.binaries import Binaries
 from xover.measure.cold import stage_ttft
@@ -26,15 +26,10 @@ LENGTHS = (128, 2048)
 CROSSING = 427  # L / 4000 + 32 / 50 = L / 1000 + 32 / 100
 
 
-def _fake(name: str, prefill_tps: float, decode_tps: float) -> LlamaConfig:
-    args = ("--fake-prefill-tps", f"{prefill_tps:g}", "--fake-decode-tps", f"{decode_tps:g}", "--fake-load-s", "0.05")
-    return LlamaConfig(name, server_args=(*args, "--fake-tag", name))
-
-
 def test_a_decode_tuned_variant_that_wins_short_prompts_is_shown_beside_the_tuned_one_with_their_crossing(
     tmp_path: Path, fake_bins: Binaries, tiny_model: Path
 ) -> None:
-    tuned, for_decode = _fake("x tuned", 4000, 50), _fake("x tuned for decode", 1000, 100)
+    tuned, for_decode = fake_config("x tuned", 4000, 50), fake_config("x tuned for decode", 1000, 100)
     spec = StudySpec(
         configs=(tuned, for_decode),
         model_preset="tiny-moe",

@@ -14,6 +14,7 @@ import statistics
 import time
 from pathlib import Path
 
+from fakes.llama_server import fake_config
 from xover.analysis.crossover import compare_pair, separation
 from xover.domain.config import LlamaConfig
 from xover.domain.study_spec import StudySpec
@@ -32,24 +33,9 @@ PREFILL, DECODE = 2000, 100
 
 
 def _config(name: str, prefill_tps: float, decode_tps: float, epoch: float) -> LlamaConfig:
-    """A configuration of the fake server (its flags pass through to it); ``name`` tags it apart."""
-    return LlamaConfig(
-        name,
-        server_args=(
-            "--fake-prefill-tps",
-            f"{prefill_tps:g}",
-            "--fake-decode-tps",
-            f"{decode_tps:g}",
-            "--fake-drift-per-s",
-            f"{DRIFT:g}",
-            "--fake-drift-epoch",
-            f"{epoch:.3f}",
-            "--fake-load-s",
-            "0.05",
-            "--fake-tag",
-            name,
-        ),
-    )
+    """A configuration of the fake server that drifts from ``epoch`` on; ``name`` tags it apart."""
+    drift = ("--fake-drift-per-s", f"{DRIFT:g}", "--fake-drift-epoch", f"{epoch:.3f}")
+    return fake_config(name, prefill_tps, decode_tps, *drift)
 
 
 def _stage(configs: tuple[LlamaConfig, ...], study: Path, bins: Binaries, model: Path, **rounds: int) -> None:
