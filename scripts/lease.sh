@@ -9,6 +9,9 @@
 #                     it outlives the call; BODY may use: $X (xover), $ST, t MSG (timestamped lines), build_cuda (the
 #                     CUDA build for sm_90, llama-fit-params included), synth PRESET PATH, smi_on / smi_off (nvidia-smi
 #                     every 2 s into $ST/smi.log), done_ (mark the job done)
+#   seed_store SRC NAME...  $ST/results.sqlite as a copy of the committed store SRC without its measurements,
+#                     keeping only the artifacts NAME... (placement, tuning, prediction): a study that reuses
+#                     another's placement and measures the rest afresh
 #   lease_wait        wait up to $WAIT seconds (default 560) for the job, then pack $ST (no models) into
 #                     $OUT/NAME.tgz with the job's log
 #
@@ -52,6 +55,20 @@ JOB
   touch $J/started
   setsid bash $J/job.sh > $J/job.log 2>&1 < /dev/null &
   t "job started"
+}
+
+seed_store() {
+  python3 - "$ST/results.sqlite" "$@" <<'PY'
+import shutil, sqlite3, sys
+new, old, keep = sys.argv[1], sys.argv[2], tuple(sys.argv[3:])
+shutil.copy(old, new)
+db = sqlite3.connect(new)
+for table in ("bench_results", "ttft_samples", "failures", "session_turns"):
+    db.execute(f"DELETE FROM {table}")
+db.execute(f"DELETE FROM artifacts WHERE name NOT IN ({','.join('?' * len(keep))})", keep)
+db.commit()
+print("seeded:", dict(db.execute("SELECT name, count(*) FROM artifacts GROUP BY name").fetchall()))
+PY
 }
 
 lease_wait() {

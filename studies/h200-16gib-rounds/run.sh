@@ -11,18 +11,7 @@ source scripts/lease.sh
 lease_init q16r
 if [ ! -f $J/started ]; then
   cp out/xsrc/studies/h200-16gib-rounds/study.toml $J/study.toml
-  python3 - "$ST/results.sqlite" out/xsrc/studies/h200-16gib-qwen3-30b-a3b/results.sqlite <<'PY'
-import shutil, sqlite3, sys
-new, old = sys.argv[1], sys.argv[2]
-shutil.copy(old, new)
-db = sqlite3.connect(new)
-for table in ("bench_results", "ttft_samples", "failures", "session_turns"):
-    db.execute(f"DELETE FROM {table}")
-keep = ("fit", "fit-check", "fit-tuned", "fit-check-tuned", "tune", "study", "prediction", "inspect", "model-terms")
-db.execute(f"DELETE FROM artifacts WHERE name NOT IN ({','.join('?' * len(keep))})", keep)
-db.commit()
-print("seeded:", dict(db.execute("SELECT name, count(*) FROM artifacts GROUP BY name").fetchall()))
-PY
+  seed_store out/xsrc/studies/h200-16gib-qwen3-30b-a3b/results.sqlite fit fit-check fit-tuned fit-check-tuned tune study prediction inspect model-terms
 fi
 lease_job <<'BODY'
 M=$ST/models/qwen3-30b-a3b.gguf
