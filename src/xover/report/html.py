@@ -718,7 +718,9 @@ def render_html(report: Report) -> str:
         parts.append(section_html(link))
     parts.append(section_html(_tune_blocks(report)))
     parts.append(section_html(_decode_blocks(report)))
-    parts.append(section_html(_cached_blocks(report)))
+    cached = _cached_blocks(report)
+    if cached:
+        parts.append(section_html(cached))
     desktop = translation_blocks(d, report.response)
     if desktop:
         parts.append(section_html(desktop))
