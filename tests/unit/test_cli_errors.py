@@ -58,3 +58,36 @@ def test_offload_beyond_layers_and_context_beyond_training_fail_early(tmp_path: 
     spec.write_text(f'[model]\npath = "{model}"\n[study]\nlengths = [65536]\n[[config]]\nname = "a"\n')
     one_line_error(run_xover("study", str(spec), "-o", str(tmp_path / "s"), "-q"), "exceed")
     assert not (tmp_path / "s" / "results.sqlite").exists()  # nothing measured
+
+
+def test_an_interrupt_asyncio_wraps_while_shutting_down_is_still_an_interrupt(monkeypatch, capsys) -> None:
+    """A signal that lands while asyncio.run tidies up (its default executor's shutdown) surfaces as asyncio's
+    RuntimeError with the KeyboardInterrupt as its context: the CLI still says its one line and exits 130; any
+    other RuntimeError is not taken for an interrupt."""
+    import asyncio
+
+    import xover.cli as cli_module
+    from xover.llamacpp.process import interrupted_by
+
+    def wrapped() -> None:
+        try:
+            raise KeyboardInterrupt
+        except KeyboardInterrupt:
+            raise RuntimeError("Event loop stopped before Future completed.")  # noqa: B904 (as asyncio raises it)
+
+    def fails(**_: object) -> None:
+        wrapped()
+
+    monkeypatch.setattr(cli_module.cli, "main", fails)
+    with pytest.raises(SystemExit) as e:
+        cli_module.main([])
+    assert e.value.code == 130 and "xover: interrupted; completed results are kept" in capsys.readouterr().err
+
+    def broken(**_: object) -> None:
+        asyncio.run(asyncio.sleep(0))
+        raise RuntimeError("a real bug")
+
+    monkeypatch.setattr(cli_module.cli, "main", broken)
+    with pytest.raises(RuntimeError, match="a real bug"):
+        cli_module.main([])
+    assert not interrupted_by(RuntimeError("a real bug"))

@@ -83,7 +83,7 @@ def _interrupted() -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    from xover.llamacpp.process import ignore_signals_until_exit, install_signal_handlers, stop_all
+    from xover.llamacpp.process import ignore_signals_until_exit, install_signal_handlers, interrupted_by, stop_all
 
     install_signal_handlers()
     try:
@@ -100,6 +100,10 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(e.exit_code)
     except click.exceptions.Exit as e:
         sys.exit(e.exit_code)
+    except RuntimeError as e:  # an interrupt that reached asyncio while it was shutting down
+        if not interrupted_by(e):
+            raise
+        _interrupted()
     finally:
         stop_all()
         if argv is None:  # the program itself (not a test calling main in-process): its work is done

@@ -163,6 +163,19 @@ def _raise_interrupt() -> None:
     raise KeyboardInterrupt
 
 
+def interrupted_by(exc: BaseException) -> bool:
+    """Whether ``exc`` is the unwinding of a SIGINT/SIGTERM this process took: a KeyboardInterrupt, or what
+    asyncio raised while handling one. When the interrupt lands while ``asyncio.run`` is tidying up (its default
+    executor's shutdown), the loop reports ``RuntimeError('Event loop stopped before Future completed.')`` with the
+    KeyboardInterrupt as its context."""
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, KeyboardInterrupt):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
+
+
 def install_signal_handlers() -> None:
     """Make SIGINT and SIGTERM unwind like Ctrl-C, once (call from the main thread of the CLI)."""
     if threading.current_thread() is threading.main_thread():
