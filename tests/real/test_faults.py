@@ -496,8 +496,8 @@ def test_signal_at_a_random_moment(sig: signal.Signals, seed: int, tmp_path: Pat
         text=True,
     )
     deadline = time.monotonic() + 60
-    while proc.poll() is None and not (events.exists() and events.stat().st_size) and time.monotonic() < deadline:
-        time.sleep(0.005)  # the study has started (imports done, first stage begun)
+    while proc.poll() is None and not recorded_pids(pid_file) and time.monotonic() < deadline:
+        time.sleep(0.005)  # the measuring stages have begun: the first llama process has started
     time.sleep(rng.uniform(0.0, 3.0))
     proc.send_signal(sig)
     if seed % 2:
