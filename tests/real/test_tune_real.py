@@ -77,11 +77,17 @@ def test_a_knob_without_effect_is_reported_as_none_and_keeps_the_defaults(
     # The knob cannot act on a CPU build: it is never kept. Mostly it measures within noise ("no effect"); a trial
     # that lands on a slow moment of this 2-core machine can measure slower than the noise (about 1 run in 10 here,
     # separate llama-bench processes vary more than one process's repetitions): slower, never kept, is honest too.
-    assert verdict.no_effect or all(e.change_s > e.noise_s for e in verdict.effects), verdict
+    # One that lands on a quiet moment and measures faster, but by less than CLEAR_MARGIN times the noise (seen
+    # once in CI: 1.7 times), is measured again in a fresh process, and the two processes decide.
+    (effect,) = verdict.effects
+    assert verdict.no_effect or effect.change_s > effect.noise_s, verdict
     assert verdict.kept is None and search.recommended == advise.DEFAULTS
     assert body["variant"] is None and body["backend"] == "CPU" and body["depths"] == [0, 256]
-    # defaults, the knob's value, the defaults again (drift): the search's own store, not the study's
-    assert [t.label for t in search.trials] == ["defaults", "GGML_OP_OFFLOAD_MIN_BATCH=1024", "defaults (again)"]
+    # defaults, the knob's value, the defaults again (drift), and the value again when its first process measured a
+    # marginal gain: the search's own store, not the study's
+    labels_run = [t.label for t in search.trials]
+    assert labels_run[:3] == ["defaults", "GGML_OP_OFFLOAD_MIN_BATCH=1024", "defaults (again)"]
+    assert labels_run[3:] == (["GGML_OP_OFFLOAD_MIN_BATCH=1024 (again)"] if effect.processes == 2 else [])
     assert (out / "tune" / "results.sqlite").is_file() and labels == {"cpu"}
     assert "cpu: llama.cpp's defaults (no knob beat the noise)" in r.stdout
     assert "stage times: " in r.stdout and "tune " in r.stdout

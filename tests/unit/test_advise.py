@@ -175,6 +175,65 @@ def test_drift_between_measurements_widens_the_noise_band() -> None:
     )
 
 
+def _lucky_once(lucky: Setting, factor: float) -> Callable[[Setting], Measurement]:
+    """A machine where no knob acts, whose process for ``lucky`` lands on a quiet moment (``factor`` times
+    faster, the repetitions tight); a second process of the same setting shows the truth. Each call is one
+    llama-bench process."""
+    inner = fake(lambda s: 1.0, jitter=0.001)
+
+    def measure(setting: Setting) -> Measurement:
+        m = inner(advise.first_of(setting))
+        if setting != lucky:
+            return m
+        scale = lambda rs: tuple(RateSamples(r.depth, r.tokens, tuple(x * factor for x in r.samples_tps)) for r in rs)  # noqa: E731
+        return dataclasses.replace(m, prefill=scale(m.prefill), decode=scale(m.decode))
+
+    return measure
+
+
+def test_a_marginal_winner_is_measured_again_in_a_fresh_process_and_dropped_when_the_rerun_disagrees() -> None:
+    """The failure seen in CI: a knob that cannot act measured 1.7 times its noise band faster on one process.
+    A gain under CLEAR_MARGIN times the noise is measured again; the two processes' mean and their difference
+    decide, and the knob is not kept."""
+    min_batch = (("GGML_OP_OFFLOAD_MIN_BATCH", "1024"),)
+    calls: list[Setting] = []
+    machine = _lucky_once(min_batch, 1.01)
+
+    def measure(setting: Setting) -> Measurement:
+        calls.append(setting)
+        return machine(setting)
+
+    search = advise.coordinate_search(KNOBS, measure, AGENTIC, n_cpu_moe=18)
+    verdict = next(v for v in search.verdicts if v.knob == "GGML_OP_OFFLOAD_MIN_BATCH")
+    (effect,) = verdict.effects
+    assert effect.processes == 2 and effect.within_noise and verdict.kept is None
+    assert search.recommended == DEFAULTS
+    # the rerun comes after the defaults' recheck, and only the marginal winner is measured twice
+    assert calls.index(advise.again(min_batch)) > calls.index(advise.RECHECK)
+    assert sum(1 for c in calls if advise.is_again(c)) == 2
+    assert search.trial(advise.again(min_batch)).label == "GGML_OP_OFFLOAD_MIN_BATCH=1024 (again)"
+    # the second process runs as its own configuration (the store keeps it apart), with the same llama.cpp flags
+    first, second = (advise.llama_config(KNOBS, s, 18, "x") for s in (min_batch, advise.again(min_batch)))
+    assert second.key != first.key and second.env == ((advise.RECHECK_ENV, "1"),)
+    assert second.bench_argv() == first.bench_argv() and second.settings == first.settings
+
+
+def test_a_marginal_winner_that_reproduces_is_kept_on_two_processes_and_a_clear_one_on_one() -> None:
+    calls: list[Setting] = []
+    # ub=2048 1.5 % faster every time: beyond the tight spreads, under three times them
+    search = advise.coordinate_search(
+        KNOBS, fake(lambda s: 1.015 if s.get("ubatch-size") == "2048" else 1.0, calls=calls, jitter=0.001), AGENTIC
+    )
+    ub = next(v for v in search.verdicts if v.knob == "ubatch-size")
+    best = next(e for e in ub.effects if e.value == "2048")
+    assert ub.kept == "2048" and best.processes == 2 and not best.within_noise
+    assert search.recommended == (("ubatch-size", "2048"),)
+    # a gain far beyond the noise needs no second process (the planted optimum's count stays eleven, above)
+    calls.clear()
+    advise.coordinate_search(KNOBS, fake(planted, calls=calls), AGENTIC)
+    assert not any(advise.is_again(c) for c in calls if c != advise.RECHECK)
+
+
 def test_failed_candidates_are_recorded_and_never_recommended() -> None:
     search = advise.coordinate_search(
         KNOBS, fake(planted, fail=lambda s: s.get("ubatch-size") in ("2048", "4096")), AGENTIC

@@ -96,7 +96,7 @@ def _placed(r: TuneRecord, entry: FitRecord | None) -> TuneRecord:
         return r
     if r.placed_trials:
         note = (
-            f"Under the budget each trial was placed for its own ubatch: the variant runs at --n-cpu-moe {level} "
+            f"Under the budget each trial was placed for its own ubatch and KV cache types: the variant runs at --n-cpu-moe {level} "
             f"(its base at {m.group(1)}) to hold {entry.n_ctx:,} tokens with ubatch {entry.ubatch} "
             "(see Fit), as it was searched and measured."
         )
@@ -143,8 +143,9 @@ class KnobRow:
     turn_within_noise: bool | None
 
 
-def _trial_of(search: Any, knob: str, value: str) -> Any | None:
-    return next((t for t in search.trials if t.varied == knob and dict(t.setting).get(knob) == value), None)
+def _trials_of(search: Any, knob: str, value: str) -> list[Any]:
+    """The value's llama-bench processes: its trial, and its second when a marginal gain was measured again."""
+    return [t for t in search.trials if t.varied == knob and dict(t.setting).get(knob) == value]
 
 
 def knob_rows(search: Any, response: int) -> list[KnobRow]:
@@ -154,8 +155,8 @@ def knob_rows(search: Any, response: int) -> list[KnobRow]:
     defaults = [t for t in search.trials if t.setting in (DEFAULTS, RECHECK)]
     pp0, tg0 = _trial_rates(defaults)
 
-    def effect(trial: Any, value: str) -> Tradeoff | None:
-        pp, tg = _trial_rates([trial]) if trial is not None else ([], [])
+    def effect(trials: list[Any], value: str) -> Tradeoff | None:
+        pp, tg = _trial_rates(trials)
         if not (pp and tg and pp0 and tg0):
             return None
         return tradeoff("defaults", pp0, tg0, value, pp, tg, response)
@@ -171,12 +172,14 @@ def knob_rows(search: Any, response: int) -> list[KnobRow]:
                 status = "not kept" + (
                     " (within noise)" if e.within_noise else " (slower per turn)" if e.change_s > 0 else ""
                 )
+            if e.processes > 1:
+                status += f" ({e.processes} processes)"
             rows.append(
                 KnobRow(
                     v.knob,
                     e.value,
                     status,
-                    effect(_trial_of(search, v.knob, e.value), e.value),
+                    effect(_trials_of(search, v.knob, e.value), e.value),
                     e.change_s,
                     e.within_noise,
                 )
@@ -188,7 +191,7 @@ def knob_rows(search: Any, response: int) -> list[KnobRow]:
     if search.recommended != DEFAULTS:
         best = next((t for t in search.trials if t.setting == search.recommended), None)
         if best is not None:
-            rows.append(KnobRow("recommended", best.label, "the tuned variant", effect(best, best.label), None, None))
+            rows.append(KnobRow("recommended", best.label, "the tuned variant", effect([best], best.label), None, None))
     return rows
 
 
@@ -242,7 +245,7 @@ def knob_table(search: Any, response: int, turns: Any | None = None) -> tuple[li
     rows = []
     for r in knob_rows(search, response):
         cached = (
-            [cached_change(search, _trial_of(search, r.knob, r.value) if r.effect is not None else None, turns)]
+            [cached_change(search, next(iter(_trials_of(search, r.knob, r.value)), None) if r.effect else None, turns)]
             if turns is not None
             else []
         )
@@ -419,8 +422,23 @@ def _decode_blocks(r: TuneRecord) -> list[Block]:
             + f". {cross[0].upper() + cross[1:]}. "
             + _rounds_text(c, decode=True),
         ),
-        *([Block("code", r.decode_server_command)] if r.decode_server_command else []),
+        *(
+            [Block("code", r.decode_server_command), *_kv_note(r.decode_server_command)]
+            if r.decode_server_command
+            else []
+        ),
     ]
+
+
+KV_QUALITY_NOTE = (
+    "This line quantizes the KV cache (-ctk/-ctv): xover measured its speed and the experts the freed VRAM keeps on "
+    "the GPU, not its quality cost. Check your model's answers with it before you adopt it."
+)
+
+
+def _kv_note(command: str) -> list[Block]:
+    """The quality note under a command line that quantizes the KV cache."""
+    return [Block("p", KV_QUALITY_NOTE)] if re.search(r"(?:^|\s)(?:-ctk|-ctv|--cache-type-[kv])\s", command) else []
 
 
 def _record_blocks(r: TuneRecord, response: int, turns: Any | None = None) -> list[Block]:
@@ -447,7 +465,7 @@ def _record_blocks(r: TuneRecord, response: int, turns: Any | None = None) -> li
         if r.confirmation is not None:
             out.append(Block("p", _rounds_text(r.confirmation, decode=False)))
     if r.server_command:
-        out.append(Block("code", r.server_command))
+        out += [Block("code", r.server_command), *_kv_note(r.server_command)]
     out += _decode_blocks(r)
     if r.skipped:
         out.append(Block("p", "Not searched here: " + "; ".join(f"{knob}: {why}" for knob, why in r.skipped) + "."))

@@ -28,13 +28,17 @@ lengths. From them:
    e.g. the default thread count) is skipped;
 3. measure the defaults again (:data:`RECHECK`): the drift between the two measurements is load that
    changed while the search ran, and it joins the noise band;
-4. per knob, keep the best value when it beats the defaults by more than the noise, else the default;
-5. measure the kept values together when they change two knobs or more (one knob: already measured);
-6. recommend the measured configuration with the lowest expected time per turn, or the defaults when
-   that one is within noise of them.
+4. per knob, the best value beats the defaults by more than the noise, or the default stays;
+5. a best value whose gain is less than :data:`CLEAR_MARGIN` times its noise band is measured again in a fresh
+   process (the process is the unit of evidence: one process can land on a quiet moment of the machine). It is
+   kept only when the mean of its two processes beats the mean of the defaults' two by more than the noise,
+   which now includes the difference between its own two processes;
+6. measure the kept values together when they change two knobs or more (one knob: already measured);
+7. recommend the fastest of the defaults, the kept values alone and together, or the defaults when that one
+   is within noise of them.
 
-Measurements: ``2 + candidates (less those skipped) + (1 if two or more knobs were kept)`` (the last
-one only when the kept values together differ from every configuration already measured).
+Measurements: ``2 + candidates (less those skipped) + marginal winners + (1 if two or more knobs were kept)``
+(the last one only when the kept values together differ from every configuration already measured).
 
 **Noise.** Each configuration's objective is computed once per repetition (the i-th sample of every
 test) and once from the tests' medians. Its spread is ``max - min`` of the per-repetition values. Two
@@ -63,8 +67,11 @@ from xover.analysis.advise.knobs import (
     RECHECK_ENV,
     Knob,
     Setting,
+    again,
     apply_setting,
     default_knobs,
+    first_of,
+    is_again,
     knob_named,
     level_label,
     llama_config,
@@ -87,7 +94,7 @@ from xover.analysis.advise.objective import (
     ttft_s,
     within_noise,
 )
-from xover.analysis.advise.search import Effect, KnobVerdict, Search, Trial, coordinate_search
+from xover.analysis.advise.search import CLEAR_MARGIN, Effect, KnobVerdict, Search, Trial, coordinate_search
 from xover.analysis.advise.theory_notes import THEORY_NO_EFFECT, Expectation, expectations
 from xover.analysis.advise.workload import (
     AGENTIC_LENGTHS,
@@ -118,6 +125,10 @@ __all__ = [
     "LLAMA_DEFAULT_UBATCH",
     "RECHECK",
     "RECHECK_ENV",
+    "CLEAR_MARGIN",
+    "again",
+    "first_of",
+    "is_again",
     "REPRESENTATIVE_POINTS",
     "SCHEMA",
     "THEORY_NO_EFFECT",

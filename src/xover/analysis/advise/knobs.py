@@ -23,6 +23,21 @@ spread within one llama-bench process cannot show (load that changed in the minu
 RECHECK_ENV = "XOVER_RECHECK"
 
 
+def again(setting: Setting) -> Setting:
+    """``setting`` measured a second time, in a fresh llama-bench process (the recheck marker added):
+    :data:`RECHECK` is ``again(DEFAULTS)``."""
+    return setting if is_again(setting) else (*setting, RECHECK[0])
+
+
+def is_again(setting: Setting) -> bool:
+    return RECHECK[0] in setting
+
+
+def first_of(setting: Setting) -> Setting:
+    """The setting a second measurement repeats (``setting`` itself when it is a first)."""
+    return tuple(kv for kv in setting if kv != RECHECK[0])
+
+
 @dataclasses.dataclass(frozen=True)
 class Knob:
     """One llama.cpp setting the search varies, in llama.cpp's own names.
@@ -128,8 +143,8 @@ def normalize(knobs: Sequence[Knob], values: Mapping[str, str]) -> Setting:
 
 def setting_label(knobs: Sequence[Knob], setting: Setting) -> str:
     """``lm=none ub=2048``; ``defaults`` for llama.cpp's defaults."""
-    if setting == RECHECK:
-        return "defaults (again)"
+    if is_again(setting):
+        return f"{setting_label(knobs, first_of(setting))} (again)"
     short = {k.name: k.short for k in knobs} | {opts.BATCH_SIZE.name: opts.BATCH_SIZE.short}
     return " ".join(f"{short[n]}={v}" for n, v in setting) or "defaults"
 
@@ -148,9 +163,9 @@ def apply_setting(base: LlamaConfig, knobs: Sequence[Knob], setting: Setting, na
     """``base`` (a study's configuration) with a setting's knob values on top: a setting the knobs name replaces
     the base's value; the batch size raised with the ubatch is a setting too; the recheck marker is an environment
     variable llama.cpp ignores."""
-    values = {knob_name: value for knob_name, value in setting if knob_name != RECHECK[0][0]}
+    values = dict(first_of(setting))
     config = base.with_values(values, name=name)
-    if (RECHECK[0][0], RECHECK[0][1]) in setting:
+    if is_again(setting):
         config = config.with_env({RECHECK_ENV: RECHECK[0][1]})
     return config
 

@@ -6,10 +6,25 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Sequence
 
-from xover.analysis.advise.knobs import DEFAULTS, RECHECK, Knob, Setting, level_label, normalize, setting_label
+from xover.analysis.advise.knobs import (
+    DEFAULTS,
+    RECHECK,
+    Knob,
+    Setting,
+    again,
+    is_again,
+    level_label,
+    normalize,
+    setting_label,
+)
 from xover.analysis.advise.objective import Estimate, Measurement, estimate, noise_between, within_noise
 from xover.analysis.advise.workload import Workload
 from xover.errors import XoverError
+
+CLEAR_MARGIN = 3.0
+"""A best value whose gain over the defaults is at least this many times its noise band is kept on one process's
+evidence; a smaller gain is measured again in a fresh process first (a no-op knob on a 2-core CPU machine once
+measured 1.7 times its noise band faster)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -30,6 +45,7 @@ class Effect:
     noise_s: float  # the two spreads added (or the drift of the defaults, if larger)
     decode_change_s: float = 0.0  # the decode part of a turn minus the defaults' (a knob can trade one for the other)
     decode_noise_s: float = 0.0
+    processes: int = 1  # llama-bench processes of this value: 2 when a marginal gain was measured again
 
     @property
     def within_noise(self) -> bool:
@@ -166,43 +182,95 @@ def coordinate_search(
     drift = decode_drift = None
     if recheck:
         again_trial = run(RECHECK, None)
-        again, again2 = again_trial.estimate, _second(again_trial, second)
-        drift = abs(again.turn_s - b.turn_s) if again is not None else None
-        decode_drift = abs(again2.turn_s - b2.turn_s) if again2 is not None else None
+        b_again, b_again2 = again_trial.estimate, _second(again_trial, second)
+        drift = abs(b_again.turn_s - b.turn_s) if b_again is not None else None
+        decode_drift = abs(b_again2.turn_s - b2.turn_s) if b_again2 is not None else None
     floor, decode_floor = drift or 0.0, decode_drift or 0.0
-    verdicts, kept, decode_kept = [], {}, {}
-    for knob, skipped, measured, failed in tried:
-        effects = []
-        for value, e in measured:
-            e2 = _second(trials[normalize(knobs, {knob.name: value})], second)
-            assert e2 is not None
-            effects.append(
-                Effect(
-                    value,
-                    e.turn_s - b.turn_s,
-                    noise_between(e, b, floor),
-                    e2.turn_s - b2.turn_s,
-                    noise_between(e2, b2, decode_floor),
-                )
+    defaults_again = trials.get(RECHECK) if recheck else None
+
+    def effect(knob: Knob, value: str) -> Effect:
+        """The value against the defaults: one process each, or with the value measured again (and the defaults
+        rechecked), the means of the two processes each, the noise widened by the value's own difference."""
+        setting = normalize(knobs, {knob.name: value})
+        firsts = [trials[setting]]
+        if again(setting) in trials and trials[again(setting)].estimate is not None:
+            firsts.append(trials[again(setting)])
+        bases = [base] + ([defaults_again] if defaults_again is not None and defaults_again.estimate else [])
+        one, one2 = firsts[0].estimate, _second(firsts[0], second)
+        assert one is not None and one2 is not None
+        if len(firsts) == 1:
+            return Effect(
+                value,
+                one.turn_s - b.turn_s,
+                noise_between(one, b, floor),
+                one2.turn_s - b2.turn_s,
+                noise_between(one2, b2, decode_floor),
             )
-        best = min(effects, key=lambda e: e.change_s) if effects else None
+        ests = [t.estimate for t in firsts]
+        ests2 = [_second(t, second) for t in firsts]
+        bs = [t.estimate for t in bases]
+        bs2 = [_second(t, second) for t in bases]
+        mean = lambda xs: sum(x.turn_s for x in xs) / len(xs)  # type: ignore[union-attr]  # noqa: E731
+        spread = lambda xs: max(x.turn_s for x in xs) - min(x.turn_s for x in xs)  # type: ignore[union-attr]  # noqa: E731
+        return Effect(
+            value,
+            mean(ests) - mean(bs),
+            max(noise_between(one, b, floor), spread(ests)),
+            mean(ests2) - mean(bs2),
+            max(noise_between(one2, b2, decode_floor), spread(ests2)),
+            processes=len(firsts),
+        )
+
+    def marginal(e: Effect, decode: bool) -> bool:
+        change, noise = (e.decode_change_s, e.decode_noise_s) if decode else (e.change_s, e.noise_s)
+        return change < 0 and -change > noise and -change < CLEAR_MARGIN * noise
+
+    verdicts: list[KnobVerdict] = []
+    kept: dict[str, str] = {}
+    decode_kept: dict[str, str] = {}
+    for knob, skipped, measured, failed in tried:
+        effects = [effect(knob, value) for value, _ in measured]
+        if recheck and effects:
+            leaders = (min(effects, key=lambda x: x.change_s), min(effects, key=lambda x: x.decode_change_s))
+            retried = [
+                run(again(normalize(knobs, {knob.name: lead.value})), knob.name)
+                for lead, on_decode in zip(leaders, (False, True), strict=True)
+                if marginal(lead, on_decode)
+            ]
+            if retried:
+                effects = [effect(knob, value) for value, _ in measured]
+        best = min(effects, key=lambda x: x.change_s) if effects else None
         if best is not None and best.change_s < 0 and not best.within_noise:
             kept[knob.name] = best.value
-        best_decode = min(effects, key=lambda e: e.decode_change_s) if effects else None
+        best_decode = min(effects, key=lambda x: x.decode_change_s) if effects else None
         if best_decode is not None and best_decode.decode_change_s < 0 and not best_decode.decode_within_noise:
             decode_kept[knob.name] = best_decode.value
         verdicts.append(KnobVerdict(knob.name, kept.get(knob.name), tuple(effects), skipped, tuple(failed)))
     combination = normalize(knobs, kept)
     run(combination, None)  # already measured unless two or more knobs were kept
-    measured_trials = [t for t in trials.values() if t.estimate is not None and t.setting != RECHECK]
+    # The recommendation is chosen among settings made of kept values only: a single trial that beat the defaults
+    # on one process and not on its second is no candidate.
+    allowed = {DEFAULTS, combination, *(normalize(knobs, {k: v}) for k, v in kept.items())}
+    measured_trials = [t for t in trials.values() if t.estimate is not None and t.setting in allowed]
     best_trial = min(measured_trials, key=lambda t: t.estimate.turn_s)  # type: ignore[union-attr]
     assert best_trial.estimate is not None
     e = best_trial.estimate
     recommended = DEFAULTS if within_noise(e, b, floor) else best_trial.setting
     decode_recommended = None
     if decode_kept:
-        run(normalize(knobs, decode_kept), None)  # the decode winners together
-        scored = {t.setting: e2 for t in trials.values() if t.setting != RECHECK and (e2 := _second(t, second))}
+        decode_combination = normalize(knobs, decode_kept)
+        run(decode_combination, None)  # the decode winners together
+        decode_allowed = {
+            DEFAULTS,
+            recommended,
+            decode_combination,
+            *(normalize(knobs, {k: v}) for k, v in decode_kept.items()),
+        }
+        scored = {
+            t.setting: e2
+            for t in trials.values()
+            if t.setting in decode_allowed and not is_again(t.setting) and (e2 := _second(t, second))
+        }
         fastest = min(scored, key=lambda s: scored[s].turn_s)
         chosen = scored[recommended]
         beyond = scored[fastest].turn_s - chosen.turn_s < -noise_between(scored[fastest], chosen, decode_floor)

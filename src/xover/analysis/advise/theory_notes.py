@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from xover.analysis import theory
-from xover.analysis.advise.knobs import DEFAULTS, LLAMA_DEFAULT_BATCH, RECHECK, Knob, Setting, knob_named, llama_config
+from xover.analysis.advise.knobs import DEFAULTS, LLAMA_DEFAULT_BATCH, Knob, Setting, is_again, knob_named, llama_config
 from xover.analysis.advise.search import Search
 from xover.analysis.advise.workload import Turn, Workload
 from xover.domain.profiles import without_gpu
@@ -60,7 +60,7 @@ def expectations(
     base_cfg, base_s = offload(DEFAULTS), turn_s(DEFAULTS)
     out = []
     for trial in search.trials:
-        if trial.setting in (DEFAULTS, RECHECK):
+        if trial.setting == DEFAULTS or is_again(trial.setting):
             continue
         cfg = offload(trial.setting)
         names = [name for name, _ in trial.setting]
