@@ -155,3 +155,156 @@ def test_the_cache_lab_runs_at_the_longest_length_a_fit_level_holds() -> None:
     asked = dataclasses.replace(spec, cache_length=32768)  # an explicit cache-length is not shortened
     assert asked.cache_length_for(placed, lab) is None
     assert asked.cache_length_for(dataclasses.replace(placed, max_context=None), lab) == 32768
+
+
+# ---- budget-aware tuning: a trial placed for its own ubatch and KV cache types (issue 32) ------------------------
+
+
+def _qwen3_budget_records(budget: int, ctx: int) -> tuple[object, list[dict]]:
+    """qwen3-30b-a3b's terms (from its preset, no file) and the fit record of a configuration planned at
+    ``-ub 512`` under ``budget``."""
+    from xover.analysis.theory import model_terms
+    from xover.domain.presets import preset as get_preset
+    from xover.domain.shapes import tensor_table
+
+    terms = model_terms(tensor_table(get_preset("qwen3-30b-a3b")))
+    spec = spec_from_dict(
+        {
+            "model": {"preset": "qwen3-30b-a3b"},
+            "study": {"lengths": [ctx - 1024], "vram-budget": str(budget)},
+            "config": [{"name": "fit", "n-cpu-moe": "fit"}],
+        }
+    )
+    _, records = resolve_fits(spec, terms)
+    return terms, records
+
+
+def test_the_kv_cache_types_change_the_kv_buffer_as_llama_cpp_sizes_it() -> None:
+    from xover.analysis.theory import model_terms
+    from xover.domain.presets import preset as get_preset
+    from xover.domain.shapes import tensor_table
+
+    terms = model_terms(tensor_table(get_preset("qwen3-30b-a3b")))
+    assert terms.with_cache_types("F16") == terms
+    # q8_0: 34 bytes per 32 elements against f16's 64; K and V each half of the cache (head_dim_k == head_dim_v)
+    q8 = terms.with_cache_types("Q8_0", "Q8_0")
+    assert q8.kv_bytes_per_token * 64 == terms.kv_bytes_per_token * 34
+    mixed = terms.with_cache_types("q8_0", "f16")
+    assert mixed.kv_bytes_per_token * 2 == q8.kv_bytes_per_token + terms.kv_bytes_per_token
+
+
+def test_budget_aware_placement_moves_the_level_with_the_ubatch_and_the_kv_cache_types() -> None:
+    """The 16 GiB study's gap: fit@32k's level planned at -ub 512 has no room for -ub 4096's compute buffer. Placed
+    for its own settings, a -ub 4096 trial goes to a higher level, a q8_0 cache to a lower one, and both together
+    between; a setting no level can hold is refused in one line, and the search records it as failed."""
+    from xover.domain.config import LlamaConfig
+    from xover.measure.fit import placer
+
+    ctx = 32768 + 1024
+    terms, records = _qwen3_budget_records(16 * GIB, ctx)
+    (record,) = records
+    first = int(record["n_cpu_moe"])
+    place = placer(terms, records)
+    assert place is not None
+    base = LlamaConfig("fit", (("n-cpu-moe", str(first)),))
+
+    def level(**values: str) -> int:
+        return place(base.with_values(values), "fit").n_cpu_moe
+
+    assert level() == first
+    big_ub = level(**{"ubatch-size": "4096", "batch-size": "4096"})
+    q8 = level(**{"cache-type-k": "q8_0", "cache-type-v": "q8_0"})
+    both = level(**{"ubatch-size": "4096", "batch-size": "4096", "cache-type-k": "q8_0", "cache-type-v": "q8_0"})
+    assert big_ub > first and q8 < first and q8 <= both <= big_ub, (first, big_ub, q8, both)
+    # another configuration's trial is left alone
+    assert place(base, "other") is base
+    # a budget that holds every expert on the CPU at -ub 512 but not -ub 8192's compute buffer
+    from xover.analysis.theory import memory_estimate
+
+    tight = memory_estimate(terms, terms.n_layer, ctx, 512, True).total_bytes + GIB + (64 << 20)
+    terms, records = _qwen3_budget_records(tight, ctx)
+    place = placer(terms, records)
+    assert place is not None and place(base, "fit").n_cpu_moe == terms.n_layer
+    with pytest.raises(XoverError, match=r"could not place under the budget: .* GiB at [0-9,]+ tokens of context"):
+        place(base.with_values({"ubatch-size": "8192", "batch-size": "8192"}), "fit")
+
+
+def test_a_trial_the_budget_cannot_place_is_a_failed_measurement_and_runs_nothing(tmp_path: Path) -> None:
+    from xover.analysis import advise
+    from xover.domain.config import LlamaConfig
+    from xover.measure.advise import AdviseSpec, _Runner
+
+    model = tmp_path / "m.gguf"
+    model.write_bytes(b"GGUF" + bytes(64))
+    knobs = advise.default_knobs(2)
+    runner = _Runner(AdviseSpec(model=model, knobs=knobs), None, tmp_path, (), lambda e: None)  # type: ignore[arg-type]
+
+    def refuse(config: LlamaConfig, base: str) -> LlamaConfig:
+        raise XoverError("could not place under the budget: 15.2 GiB of GPU buffers ...")
+
+    sweep = runner.sweep((0,), 512, 16, 2)
+    m = runner.measure_config_fn(LlamaConfig("fit", ()), sweep, advise.agentic_workload(200), refuse)(
+        (("ubatch-size", "8192"),)
+    )
+    assert not m.ok and m.failure is not None and m.failure.startswith("could not place under the budget")
+
+
+def test_the_compute_buffer_is_calibrated_from_the_load_llama_cpp_logged() -> None:
+    """The planner's compute estimate is off both ways against llama-server (it counts a ubatch of logits that
+    llama-server, reserving one output per slot, never allocates, and undercounts the MoE intermediates). Where the
+    fit check logged a load, the per-token part is taken from that log: it reproduces the logged buffer and scales
+    with the ubatch, the KQ mask recomputed for the context."""
+    from xover.analysis.theory import compute_per_token, memory_estimate, model_terms
+    from xover.domain.presets import preset as get_preset
+    from xover.domain.shapes import tensor_table
+
+    terms = model_terms(tensor_table(get_preset("qwen3-30b-a3b")))
+    mib = 1 << 20
+    # studies/h200-vram-budget: llama-server -ub 512 -c 8704 logged CUDA0 compute buffer size = 226.01 MiB
+    logged = round(226.01 * mib)
+    formula = memory_estimate(terms, 10, 8704, 512, True).compute_bytes
+    assert formula > 300 * mib  # the planner's own estimate: 309 MiB, above the log
+    per = compute_per_token(terms, logged, 512, 8704)
+    again = memory_estimate(terms, 10, 8704, 512, True, compute_per_token=per).compute_bytes
+    assert abs(again - logged) <= 1
+    # -ub 4096 at 33,792 cells: 8x the activations, the mask of a 4096 x 33,792 tile (f16)
+    mask_512, mask_4096 = 512 * 8704 * 2, 4096 * 33792 * 2
+    big = memory_estimate(terms, 10, 33792, 4096, True, compute_per_token=per).compute_bytes
+    assert abs(big - ((logged - mask_512) * 8 + mask_4096)) <= 8
+
+
+def test_a_trial_is_placed_with_the_compute_buffer_its_base_configuration_logged() -> None:
+    from xover.domain.config import LlamaConfig
+    from xover.measure.fit import calibration, placer
+
+    ctx = 32768 + 1024
+    terms, records = _qwen3_budget_records(16 * GIB, ctx)
+    (record,) = records
+    n = int(record["n_cpu_moe"])
+    base = LlamaConfig("fit", (("n-cpu-moe", str(n)),))
+    trial = base.with_values({"ubatch-size": "4096", "batch-size": "4096"})
+    planned = placer(terms, records)(trial, "fit").n_cpu_moe  # type: ignore[misc]
+    assert calibration(terms, record) is None  # before the check: the planner's estimate
+    # the check logged a compute buffer twice the planner's at -ub 512: a -ub 4096 trial needs more levels
+    own = record["estimate"]["compute_bytes"]
+    checked = {**record, "checks": [{"n_cpu_moe": n, "loaded": True, "served": True, "reason": None,
+                                     "compute_bytes": 2 * own}], "measured_at": n}  # fmt: skip
+    assert calibration(terms, checked) is not None
+    heavier = placer(terms, [checked])(trial, "fit").n_cpu_moe  # type: ignore[misc]
+    assert heavier > planned
+    # a check that logged nothing (a CPU-only build) leaves the planner's estimate
+    silent = {**checked, "checks": [{**checked["checks"][0], "compute_bytes": None}]}
+    assert placer(terms, [silent])(trial, "fit").n_cpu_moe == planned  # type: ignore[misc]
+
+
+def test_the_logged_compute_buffer_is_the_accelerators_not_the_hosts(tmp_path: Path) -> None:
+    from xover.measure.fit import logged_compute_bytes
+
+    log = tmp_path / "server.log"
+    log.write_text(
+        "load_tensors:   CPU_Mapped model buffer size =   166.92 MiB\n"
+        "sched_reserve:      CUDA0 compute buffer size =   226.01 MiB\n"
+        "sched_reserve:  CUDA_Host compute buffer size =    20.02 MiB\n"
+    )
+    assert logged_compute_bytes(log) == round(226.01 * (1 << 20))
+    assert logged_compute_bytes(tmp_path / "missing.log") is None and logged_compute_bytes(None) is None

@@ -75,6 +75,8 @@ def test_study_knobs_per_build() -> None:
         "repack",
         "threads",
         "flash-attn",
+        "cache-type-k",
+        "cache-type-v",
     }
     assert set(gpu) == set(cpu) == every  # what can act here is decided per configuration, with a reason
     assert gpu["load-mode"].candidates == ("none", "mlock")
@@ -83,11 +85,18 @@ def test_study_knobs_per_build() -> None:
     avx2, q4k = frozenset({"avx2"}), (("Q4_K", 256),)
     # with a GPU: everything but --no-repack (nothing is repacked unless --no-host)
     knobs, skipped = tune.applicable(gpu_spec, tuple(gpu.values()), advise.Context(True, avx2, q4k))
+    kv = {"cache-type-k", "cache-type-v"}
+    assert {k.name for k in knobs} == every - {"repack"} - kv
+    assert [n for n, _ in skipped] == ["repack", "cache-type-k", "cache-type-v"]
+    assert dict(skipped)["cache-type-k"].startswith("searched only under a VRAM budget")
+    # under a VRAM budget (a fit configuration) the KV cache types are searched: they move the level
+    knobs, skipped = tune.applicable(gpu_spec, tuple(gpu.values()), advise.Context(True, avx2, q4k, budget=True))
     assert {k.name for k in knobs} == every - {"repack"} and [n for n, _ in skipped] == ["repack"]
+    assert gpu["cache-type-k"].candidates == gpu["cache-type-v"].candidates == ("q8_0",)
     # nothing is copied to a GPU on a CPU-only build: those knobs are left out, each with its reason
     knobs, skipped = tune.applicable(cpu_spec, tuple(cpu.values()), advise.Context(False, avx2, q4k))
     assert {k.name for k in knobs} == {"ubatch-size", "batch-size", "repack", "threads", "flash-attn"}
-    assert dict(skipped) == {
+    assert {n: why for n, why in skipped if n not in kv} == {
         n: "a CPU-only build copies no weights to a GPU"
         for n in ("load-mode", "no-op-offload", "GGML_OP_OFFLOAD_MIN_BATCH", "no-host")
     }

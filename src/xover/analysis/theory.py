@@ -50,6 +50,7 @@ from xover.domain.shapes import (
     active_params,
     has_tied_embeddings,
     kv_bytes_per_token,
+    kv_layer_bytes,
     kv_swa_bytes_per_cell,
     ncmoe_table,
     nextn_bytes,
@@ -141,6 +142,20 @@ class ModelTerms(Geometry):
         if not self.n_layer_swa:
             return 0
         return -(-min(n_ctx, self.swa_window + ubatch) // CTX_PAD) * CTX_PAD
+
+    def with_cache_types(self, cache_type_k: str = "F16", cache_type_v: str | None = None) -> ModelTerms:
+        """These terms with the KV cache stored as ``-ctk cache_type_k -ctv cache_type_v`` (V as K when None):
+        a smaller cache type frees VRAM that a budget's placement gives to experts. Its quality cost is not
+        something xover measures."""
+        per_layer = kv_layer_bytes(self, self.is_mla, cache_type_k, cache_type_v)
+        if per_layer is None:
+            raise XoverError(
+                f"a KV cache of type {cache_type_k}/{cache_type_v or cache_type_k} does not fit this model's head "
+                "size: use f16 or q8_0"
+            )
+        return dataclasses.replace(
+            self, kv_bytes_per_token=self.n_layer_full * per_layer, kv_swa_bytes_per_cell=self.n_layer_swa * per_layer
+        )
 
     def kv_cache_bytes(self, n_ctx: int, ubatch: int = 512) -> int:
         """KV buffer bytes at a (padded) context of ``n_ctx`` cells: the full-attention cache grows with it, the
@@ -928,6 +943,7 @@ def memory_estimate(
     flash_attn: bool = True,
     device: Literal["gpu", "cpu"] = "gpu",
     n_outputs: int | None = None,
+    compute_per_token: float | None = None,
 ) -> MemoryEstimate:
     """Model, KV and compute buffers on ``device`` (``cpu`` for a CPU-only build, where all weights sit).
 
@@ -945,21 +961,26 @@ def memory_estimate(
     plus ``ubatch x n_embd``). Checked: exact on the CPU logs of tiny-moe variants; 12 % under the
     CUDA0 compute buffer of the qwen3-30b-a3b shape on an H200 (301 vs 342 MiB at n_ctx 512), which
     ``--n-cpu-moe 18`` with op offload left unchanged (the expert copies do not live there).
+
+    Against llama-server's logs it is off both ways: llama-server reserves one output per slot
+    (``server_output_limits``: ``n_outputs_max = n_parallel``), not a ubatch of logits, while the CUDA graph's
+    MoE intermediates outgrow the FFN term (qwen3-30b-a3b, ``-ub 512``, 8,704 cells: 309 MiB estimated, 226
+    logged; gpt-oss-120b, ``-ub 4096``, 16,896 cells: 1,218 logged). So where a load of the same model has
+    been logged, ``compute_per_token`` (:func:`compute_per_token`, from that log) replaces the three peaks: the
+    compute buffer is then the mask plus that many bytes per ubatch token.
     """
     _check_ncmoe(terms, n_cpu_moe)
     n_kv = _pad_ctx(n_ctx)
     b = min(ubatch, n_kv)
     outputs = b if n_outputs is None else min(n_outputs, b)
-    mask = b * n_kv * (2 if flash_attn else F32)
-    if terms.n_layer_swa:  # iSWA: a second mask over the SWA cache
-        mask += b * terms.swa_cells(n_kv, ubatch) * (2 if flash_attn else F32)
+    mask = _mask_bytes(terms, n_kv, ubatch, flash_attn)
     hd = terms.head_dim_k
     ffn = b * (3 * terms.ffn_width + 3 * terms.n_embd + terms.n_head * hd)
     attn = b * (2 * terms.n_embd + 2 * (terms.n_head + 2 * terms.n_head_kv) * hd)
     if not flash_attn:
         attn += terms.n_head * b * n_kv
     out = outputs * terms.n_vocab + b * terms.n_embd
-    compute = mask + F32 * max(ffn, attn, out)
+    compute = mask + (F32 * max(ffn, attn, out) if compute_per_token is None else round(compute_per_token * b))
     loaded = terms.total_bytes - terms.nextn_bytes  # NextN/MTP blocks are in the file, never loaded
     model = terms.gpu_weight_bytes(n_cpu_moe) if device == "gpu" else loaded
     return MemoryEstimate(
@@ -973,6 +994,24 @@ def memory_estimate(
         compute_bytes=compute,
         host_model_bytes=loaded - model if device == "gpu" else 0,
     )
+
+
+def _mask_bytes(terms: ModelTerms, n_kv: int, ubatch: int, flash_attn: bool) -> int:
+    """The KQ mask of one ubatch over the padded context (f16 with flash attention, f32 without), plus the SWA
+    cache's second mask (iSWA)."""
+    b = min(ubatch, n_kv)
+    mask = b * n_kv * (2 if flash_attn else F32)
+    if terms.n_layer_swa:
+        mask += b * terms.swa_cells(n_kv, ubatch) * (2 if flash_attn else F32)
+    return mask
+
+
+def compute_per_token(terms: ModelTerms, logged_bytes: int, ubatch: int, n_ctx: int, flash_attn: bool = True) -> float:
+    """Bytes per ubatch token of a compute buffer llama.cpp logged at ``-ub ubatch`` and ``n_ctx`` cells, the KQ
+    mask taken out: the graph's activations grow with the ubatch, the mask with the ubatch times the context. A
+    plan for another ubatch or context scales the first and recomputes the second (:func:`memory_estimate`)."""
+    n_kv = _pad_ctx(n_ctx)
+    return max(0.0, (logged_bytes - _mask_bytes(terms, n_kv, ubatch, flash_attn)) / min(ubatch, n_kv))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -1001,14 +1040,17 @@ def plan_placement(
     ubatch: int = 512,
     flash_attn: bool = True,
     headroom_bytes: int = DEFAULT_HEADROOM_BYTES,
+    compute_per_token: float | None = None,
 ) -> tuple[Placement, ...]:
     """For each context, the smallest N whose GPU buffers plus ``headroom_bytes`` (CUDA context, cuBLAS
-    workspace and pool, fragmentation: :data:`DEFAULT_HEADROOM_BYTES`) fit in ``budget_bytes`` of free VRAM."""
+    workspace and pool, fragmentation: :data:`DEFAULT_HEADROOM_BYTES`) fit in ``budget_bytes`` of free VRAM;
+    ``compute_per_token``: the compute buffer calibrated from a logged load (:func:`compute_per_token`)."""
     out = []
+    per = compute_per_token
     for n_ctx in contexts:
-        chosen, est = None, memory_estimate(terms, terms.n_layer, n_ctx, ubatch, flash_attn)
+        chosen, est = None, memory_estimate(terms, terms.n_layer, n_ctx, ubatch, flash_attn, compute_per_token=per)
         for n in range(terms.n_layer + 1):
-            e = memory_estimate(terms, n, n_ctx, ubatch, flash_attn)
+            e = memory_estimate(terms, n, n_ctx, ubatch, flash_attn, compute_per_token=per)
             if e.total_bytes + headroom_bytes <= budget_bytes:
                 chosen, est = n, e
                 break

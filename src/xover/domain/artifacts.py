@@ -412,6 +412,7 @@ class FitLevelCheck:
     loaded: bool
     served: bool
     reason: str | None  # why not
+    compute_bytes: int | None = None  # the accelerator compute buffer llama.cpp logged (None: not logged)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -479,7 +480,11 @@ class FitRecord:
                 ubatch=int(b.get("ubatch", DEFAULT_UBATCH)),
                 checks=tuple(
                     FitLevelCheck(
-                        int(c["n_cpu_moe"]), bool(c.get("loaded")), bool(c.get("served")), _opt_str(c.get("reason"))
+                        int(c["n_cpu_moe"]),
+                        bool(c.get("loaded")),
+                        bool(c.get("served")),
+                        _opt_str(c.get("reason")),
+                        _opt_int(c.get("compute_bytes")),
                     )
                     for c in b.get("checks") or ()
                 ),

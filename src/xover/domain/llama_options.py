@@ -63,7 +63,9 @@ class LlamaOption:
     study's tuning stage's when they differ (``()``: not searched there). ``cli``: the command-line option
     ``xover bench`` and ``xover ttft`` sweep it with and ``xover advise`` takes its values to try with (none:
     no option), with ``help``. ``placement``: it says where weights live (a
-    configuration's placement rather than its settings). ``engines``: the engines that take it.
+    configuration's placement rather than its settings). ``budget_only``: the tuning stage searches it only for a
+configuration placed under a VRAM budget (``n-cpu-moe = "fit"``), where the memory it frees keeps more experts on
+the GPU. ``engines``: the engines that take it.
     """
 
     name: str
@@ -90,6 +92,7 @@ class LlamaOption:
     help: str = ""
     minimum: int = 0  # an int's least value
     placement: bool = False
+    budget_only: bool = False  # searched only where a VRAM budget places the configuration (it moves experts)
     engines: tuple[str, ...] = (ENGINE,)
     # A value written in the spec (a TOML value) -> the setting's text, or a one-line error naming ``where``;
     # None: by ``kind``.
@@ -266,12 +269,14 @@ FLASH_ATTN = LlamaOption(
     choices=FLASH_ATTN_MODES, record_field="flash_attn", record_values=(("on", 1), ("off", 0), ("auto", -1)),
     checked=True, memory=True, tune_search=("on", "off"),
     cli=("--flash-attn",), help="-fa values: flash attention on, off or auto.")
+# KV cache types: under a VRAM budget, a q8_0 cache (about half of f16) frees VRAM that the placement gives to
+# experts. Their quality cost is not something xover measures; every recommendation of one says so.
 CACHE_TYPE_K = LlamaOption(
     "cache-type-k", "ctk", "str", "f16", bench=("-ctk", "--cache-type-k"), server=("-ctk", "--cache-type-k"),
-    record_field="type_k", memory=True)
+    record_field="type_k", memory=True, tune_search=("q8_0",), budget_only=True)
 CACHE_TYPE_V = LlamaOption(
     "cache-type-v", "ctv", "str", "f16", bench=("-ctv", "--cache-type-v"), server=("-ctv", "--cache-type-v"),
-    record_field="type_v", memory=True)
+    record_field="type_v", memory=True, tune_search=("q8_0",), budget_only=True)
 
 OPTIONS: tuple[LlamaOption, ...] = (
     N_CPU_MOE, N_GPU_LAYERS, RPC, OVERRIDE_TENSOR, TENSOR_SPLIT,

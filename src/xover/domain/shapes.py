@@ -282,20 +282,30 @@ def input_embd_bytes(table: TensorTable) -> int:
     return embd.nbytes if embd is not None else 0
 
 
-def _kv_row_elements(hp: Hyperparams) -> tuple[int, ...]:
+def _kv_row_elements(geom: Geometry, is_mla: bool) -> tuple[int, ...]:
     """Elements one token adds to one layer's cache: (K, V), or (K,) for MLA (compressed, K only)."""
-    if hp.is_mla:
-        return (hp.n_head_kv * hp.head_dim_k,)  # kv_lora_rank + rope_dim, one "head"
-    return (hp.n_head_kv * hp.head_dim_k, hp.n_head_kv * hp.head_dim_v)
+    if is_mla:
+        return (geom.n_head_kv * geom.head_dim_k,)  # kv_lora_rank + rope_dim, one "head"
+    return (geom.n_head_kv * geom.head_dim_k, geom.n_head_kv * geom.head_dim_v)
+
+
+def kv_layer_bytes(
+    geom: Geometry, is_mla: bool, cache_type_k: str = "F16", cache_type_v: str | None = None
+) -> int | None:
+    """Cache bytes per token of one layer with K cached as ``cache_type_k`` and V as ``cache_type_v`` (``-ctk``,
+    ``-ctv``; V as K when None), or None when a row is not a whole number of its type's blocks, as llama.cpp then
+    refuses the type. MLA caches K only."""
+    total = 0
+    for rows, cache_type in zip(_kv_row_elements(geom, is_mla), (cache_type_k, cache_type_v or cache_type_k)):
+        block, size = type_sizes(cache_type.upper())
+        if rows % block:
+            return None
+        total += rows // block * size
+    return total
 
 
 def _kv_layer_bytes(hp: Hyperparams, cache_type: str) -> int | None:
-    """Cache bytes per token of one layer, None when a row is not a whole number of ``cache_type`` blocks."""
-    block, size = type_sizes(cache_type)
-    rows = _kv_row_elements(hp)
-    if any(r % block for r in rows):
-        return None
-    return sum(rows) // block * size
+    return kv_layer_bytes(hp, hp.is_mla, cache_type)
 
 
 def kv_bytes_per_token(hp: Hyperparams, cache_type: str = "F16") -> int | None:

@@ -183,7 +183,12 @@ class _Runner:
             self.count += 1
             self.on_event(Measuring(label, self.count))
             trial = advise.apply_setting(base, self.spec.knobs, setting, label)
-            m = self.bench(sweep, place(trial, base.name) if place is not None else trial, fresh)
+            try:
+                placed = place(trial, base.name) if place is not None else trial
+            except XoverError as e:  # a setting the budget cannot hold: a failed trial, and the search goes on
+                m = Measurement(failure=str(e))
+            else:
+                m = self.bench(sweep, placed, fresh)
             self.on_event(Measured(label, m, advise.estimate(m, workload) if m.ok else None))
             return m
 

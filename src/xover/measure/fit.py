@@ -22,6 +22,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from xover.domain import llama_options as opts
 from xover.domain.config import LlamaConfig
 from xover.domain.option_values import FIT
 from xover.domain.study_spec import StudySpec
@@ -93,12 +94,44 @@ def with_level(config: LlamaConfig, n: int) -> LlamaConfig:
     return config.with_values({"n-cpu-moe": str(n)})
 
 
-def _plan(terms: Any, budget: int, ctx: int, config: LlamaConfig) -> Any:
-    """The planner's placement of ``config`` (its own ubatch and attention) at ``ctx`` under ``budget``."""
+def _plan(terms: Any, budget: int, ctx: int, config: LlamaConfig, compute_per_token: float | None = None) -> Any:
+    """The planner's placement of ``config`` (its own ubatch, attention and KV cache types) at ``ctx`` under
+    ``budget``; ``compute_per_token``: the compute buffer's per-token bytes calibrated from a logged load
+    (:func:`calibration`), else the planner's estimate."""
     from xover.analysis.theory import plan_placement
 
-    (plan,) = plan_placement(terms, budget, (ctx,), _ubatch(config), flash_attn=config.get("flash-attn") != "off")
+    (plan,) = plan_placement(
+        terms.with_cache_types(*cache_types(config)),
+        budget,
+        (ctx,),
+        _ubatch(config),
+        flash_attn=config.get("flash-attn") != "off",
+        compute_per_token=compute_per_token,
+    )
     return plan
+
+
+def calibration(terms: Any, record: dict[str, Any]) -> float | None:
+    """The compute buffer's bytes per ubatch token that llama.cpp logged when the fit check loaded ``record``'s
+    configuration (the check at the level it is measured at, else any that loaded), the KQ mask taken out: what
+    a trial with another ubatch is planned with (:func:`xover.analysis.theory.compute_per_token`). None before
+    the check, or when no compute buffer was logged."""
+    from xover.analysis.theory import compute_per_token
+
+    checks = [c for c in record.get("checks") or () if c.get("compute_bytes")]
+    if not checks:
+        return None
+    at = int(record.get("measured_at", record["n_cpu_moe"]))
+    chosen = next((c for c in checks if int(c["n_cpu_moe"]) == at), checks[0])
+    fa = record.get("flash_attn", True)
+    return compute_per_token(terms, int(chosen["compute_bytes"]), int(record["ubatch"]), int(record["n_ctx"]), fa)
+
+
+def cache_types(config: LlamaConfig) -> tuple[str, str]:
+    """The KV cache's (K, V) ggml types a configuration runs with (``-ctk``/``-ctv``; llama.cpp's f16 default)."""
+    k = config.get(opts.CACHE_TYPE_K.name) or opts.CACHE_TYPE_K.default
+    v = config.get(opts.CACHE_TYPE_V.name) or opts.CACHE_TYPE_V.default
+    return k.upper(), v.upper()
 
 
 def _placement_fields(plan: Any, config: LlamaConfig) -> dict[str, Any]:
@@ -107,6 +140,8 @@ def _placement_fields(plan: Any, config: LlamaConfig) -> dict[str, Any]:
     return {
         "headroom_bytes": plan.headroom_bytes,
         "ubatch": _ubatch(config),
+        "cache_types": list(cache_types(config)),
+        "flash_attn": config.get("flash-attn") != "off",
         "estimate": {
             "model_bytes": e.model_bytes,
             "kv_bytes": e.kv_bytes,
@@ -117,11 +152,14 @@ def _placement_fields(plan: Any, config: LlamaConfig) -> dict[str, Any]:
 
 
 def _planned_level(terms: Any, record: dict[str, Any], config: LlamaConfig) -> tuple[int, Any]:
-    """The smallest level that holds ``record``'s context under its budget with ``config``'s own ubatch and
-    attention (never below the level ``config`` already has), and the plan."""
-    plan = _plan(terms, int(record["budget_bytes"]), int(record["n_ctx"]), config)
+    """The smallest level that holds ``record``'s context under its budget with ``config``'s own ubatch, attention
+    and KV cache types, plus the levels llama.cpp's check added above the planner's for the base configuration
+    (``config``'s level over the record's), and the plan. A larger ubatch can raise the level, a smaller cache
+    lower it."""
+    plan = _plan(terms, int(record["budget_bytes"]), int(record["n_ctx"]), config, calibration(terms, record))
     n = plan.n_cpu_moe if plan.n_cpu_moe is not None else terms.n_layer
-    return max(n, _level(config)), plan
+    correction = max(0, _level(config) - int(record["n_cpu_moe"]))
+    return min(terms.n_layer, n + correction), plan
 
 
 def _ubatch(config: LlamaConfig) -> int:
@@ -142,16 +180,27 @@ def model_terms(model: Path) -> Any:
 
 
 def placer(terms: Any, records: list[dict[str, Any]]) -> Callable[[LlamaConfig, str], LlamaConfig] | None:
-    """For the tuning stage under a budget: a trial setting of a ``fit`` configuration placed for its own ubatch
-    (``place(trial, base name)``), so the search weighs a larger ubatch together with the experts it pushes to
-    the CPU, as a user of that card must. None without fit configurations."""
+    """For the tuning stage under a budget: a trial setting of a ``fit`` configuration placed for its own ubatch and
+    KV cache types (``place(trial, base name)``), so the search weighs a larger ubatch together with the experts it
+    pushes to the CPU, and a smaller cache with the experts it brings back, as a user of that card must. A setting
+    that cannot be placed at all raises a one-line error (the search records it as failed). None without fit
+    configurations."""
     if not records:
         return None
     by_base = {r["config"]: r for r in records}
 
     def place(config: LlamaConfig, base: str) -> LlamaConfig:
         r = by_base.get(base)
-        return config if r is None else with_level(config, _planned_level(terms, r, config)[0])
+        if r is None:
+            return config
+        n, plan = _planned_level(terms, r, config)
+        if plan.n_cpu_moe is None:
+            raise XoverError(
+                f"could not place under the budget: {plan.estimate.total_bytes / GIB:.2f} GiB of GPU buffers with "
+                f"every expert on the CPU, plus {plan.headroom_bytes / GIB:.1f} GiB headroom, exceed "
+                f"{plan.budget_bytes / GIB:.1f} GiB at {int(r['n_ctx']):,} tokens of context"
+            )
+        return with_level(config, n)
 
     return place
 
@@ -203,6 +252,7 @@ class LevelCheck:
     loaded: bool
     served: bool
     reason: str | None  # why not, from the server's log or the request's error
+    compute_bytes: int | None = None  # the accelerator's compute buffer llama.cpp logged at load (None: none logged)
 
     def as_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -222,11 +272,26 @@ async def _check_level(
             prompt = tuple(100 + (i % 150) for i in range(min(512, ctx // 2)))  # ordinary ids in any vocabulary
             assert srv.client is not None  # set once the server is up
             rec = await srv.client.stream_completion(completion_body(prompt, 4, cache_prompt=False))
+            compute = logged_compute_bytes(srv.log_path)
             if rec.result.error is not None:
-                return LevelCheck(n, True, False, str(rec.result.error))
-            return LevelCheck(n, True, True, None)
+                return LevelCheck(n, True, False, str(rec.result.error), compute)
+            return LevelCheck(n, True, True, None, compute)
     except XoverError as e:
         return LevelCheck(n, False, False, str(e))
+
+
+def logged_compute_bytes(log: Path | None) -> int | None:
+    """The largest accelerator compute buffer a llama.cpp log reports (``CUDA0 compute buffer size``), or None."""
+    from xover.llamacpp.memory import buffer_lines_in, is_host_device, is_remote_device, parse_buffer_lines
+
+    if log is None:
+        return None
+    found = [
+        b
+        for dev, kind, b in parse_buffer_lines(buffer_lines_in(log))
+        if kind == "compute" and not is_host_device(dev) and not is_remote_device(dev)
+    ]
+    return max(found) if found else None
 
 
 def check_fits(

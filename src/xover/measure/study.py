@@ -374,16 +374,17 @@ def run_study(
 
 def _check_fits(
     st: Study, configs: tuple[LlamaConfig, ...], records: list[dict[str, Any]], suffix: str
-) -> tuple[LlamaConfig, ...]:
+) -> tuple[tuple[LlamaConfig, ...], list[dict[str, Any]]]:
     """llama.cpp's word on the planner's levels (artifacts ``fit{suffix}`` and ``fit-check{suffix}``), asked
-    once per set of levels and reused on resume; ``configs`` at the levels they are measured at."""
+    once per set of levels and reused on resume; ``configs`` at the levels they are measured at, and the checked
+    records (each with the compute buffer llama.cpp logged, which calibrates the placement of later trials)."""
     from xover.measure import fit
 
     if not records:
-        return configs
+        return configs, records
     stored = None if st.fresh_in("model") else stored_checks(load_if_any(st.study_dir), records, suffix)
     if stored is not None:
-        return fit.apply_checks(configs, stored)
+        return fit.apply_checks(configs, stored), stored
     for r in records:
         st.emit(StageEvent("model", "info", fit.describe(r)))
     with Store(st.study_dir) as store:
@@ -399,7 +400,7 @@ def _check_fits(
     )
     with Store(st.study_dir) as store:
         store.add_artifact(None, artifacts.fit_artifact(suffix, checked=True), checks)
-    return fit.apply_checks(configs, checks)
+    return fit.apply_checks(configs, checks), checks
 
 
 class _Stages:
@@ -434,7 +435,8 @@ class _Stages:
             st = dataclasses.replace(st, terms=fit.model_terms(model))
             placed, fits = fit.resolve_fits(spec, st.terms)
             st = dataclasses.replace(st, spec=placed)
-            st = st.with_configs(_check_fits(st, placed.configs, fits, ""))
+            checked, fits = _check_fits(st, placed.configs, fits, "")
+            st = st.with_configs(checked)
         from xover.gguf.inspect import check_offload_and_context
 
         check_offload_and_context(
@@ -492,7 +494,7 @@ class _Stages:
         if not fits:
             return list(tuned), tuned_configs
         tuned_configs, refits = fit.refit_variants(st.spec, st.terms, fits, tuned_configs)
-        tuned_configs = _check_fits(st, tuned_configs, refits, artifacts.TUNED)
+        tuned_configs, _ = _check_fits(st, tuned_configs, refits, artifacts.TUNED)
         placed = {c.name: c for c in tuned_configs}
 
         def replaced(t: Any) -> Any:

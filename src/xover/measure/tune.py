@@ -122,9 +122,12 @@ def applicable(
     return tuple(k for k in knobs if k.name in keep), skipped
 
 
-def context(config: LlamaConfig, tensors: Sequence[TensorInfo], gpu_build: bool) -> advise.Context:
-    """What decides which knobs can act on ``config``: the build, this CPU's flags and the experts (of the model's
-    ``tensors``) it keeps on the CPU (every expert while a fit level is not placed yet)."""
+def context(
+    config: LlamaConfig, tensors: Sequence[TensorInfo], gpu_build: bool, budget: bool = False
+) -> advise.Context:
+    """What decides which knobs can act on ``config``: the build, this CPU's flags, the experts (of the model's
+    ``tensors``) it keeps on the CPU (every expert while a fit level is not placed yet) and whether a VRAM budget
+    places it (``budget``)."""
     from xover.hardware.detect import cpu_flags
 
     try:
@@ -132,7 +135,7 @@ def context(config: LlamaConfig, tensors: Sequence[TensorInfo], gpu_build: bool)
     except XoverError:
         level = None
     overrides = tuple(x for x in (config.get("override-tensor") or "").split(",") if x)
-    return advise.Context(gpu_build, cpu_flags(), advise.cpu_experts(tensors, level, overrides, gpu_build))
+    return advise.Context(gpu_build, cpu_flags(), advise.cpu_experts(tensors, level, overrides, gpu_build), budget)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -414,7 +417,8 @@ def run_tune(
             continue
         backend = dict(base.effective).get("backends", "")
         gpu_build = is_gpu_build(backend)
-        knobs, skipped = applicable(spec, knobs_for(spec, gpu_build), context(config, tensors, gpu_build))
+        placed = place is not None and place(config, config.name) is not config
+        knobs, skipped = applicable(spec, knobs_for(spec, gpu_build), context(config, tensors, gpu_build, placed))
         for knob_name, why in skipped:
             emit("info", f"{config.name}: not searching {opts.option(knob_name).short}: {why}", None, None)
         own_ub = int(config.get(opts.UBATCH_SIZE.name) or opts.UBATCH_SIZE.default)
@@ -461,7 +465,7 @@ def run_tune(
         body = _body(
             config, knobs, search, spec, model, backend, chunk_tokens, confirmation, decode_confirmation, skipped
         )
-        body["placed_trials"] = place is not None and place(config, config.name) is not config
+        body["placed_trials"] = placed
         with Store(study_dir) as store:
             store.add_artifact(None, ARTIFACT, body)
         results[config.name] = t = _from_record(config, TuneRecord.from_body(body), reused=False)

@@ -9,6 +9,7 @@ from xover.report.blocks import Block, table
 from xover.results.read_model import StudyData, fit_placements
 
 GIB = 1 << 30
+MIB = 1 << 20
 
 
 def _did(check: FitLevelCheck | None) -> str:
@@ -31,6 +32,14 @@ def _llama_fit(r: FitRecord) -> str:
     return f"experts of {n} layers on the CPU{part}, -ngl {own.n_gpu_layers}"
 
 
+def _compute(r: FitRecord, check: FitLevelCheck | None) -> str:
+    """The planner's compute buffer against the one llama.cpp logged at the level measured."""
+    planned = f"{r.estimate.compute_bytes / MIB:,.0f} MiB"
+    if check is None or check.compute_bytes is None:
+        return f"{planned} / -"
+    return f"{planned} / {check.compute_bytes / MIB:,.0f} MiB"
+
+
 def fit_blocks(data: StudyData) -> list[Block]:
     chosen = fit_placements(data)
     if not chosen:
@@ -48,6 +57,7 @@ def fit_blocks(data: StudyData) -> list[Block]:
                 str(r.ubatch),
                 str(n),
                 f"{r.estimate.total_bytes / GIB:.2f} GiB + {r.headroom_bytes / GIB:.1f} GiB headroom",
+                _compute(r, by_level.get(at)),
                 _did(by_level.get(n)),
                 _did(by_level.get(n - 1)),
                 str(at) if at == n else f"{at} (llama.cpp refused {n})",
@@ -61,8 +71,10 @@ def fit_blocks(data: StudyData) -> list[Block]:
             "The placement planner's level for each 'fit' configuration (llama.cpp's buffer arithmetic: model, "
             "KV and compute buffers, plus headroom for the CUDA context and the first request's allocations), "
             "then llama.cpp itself at that level and one below: llama-server started with the same context "
-            "under the same budget, answering one ubatch-long request. A tuned variant is placed again for its "
-            "own ubatch (a larger ubatch needs a larger compute buffer). The last column is what llama.cpp's own "
+            "under the same budget, answering one ubatch-long request. A tuned variant, and each trial of the "
+            "tuning search, is placed again for its own ubatch and KV cache types (a larger ubatch needs a larger "
+            "compute buffer, a q8_0 cache frees VRAM), with the compute buffer calibrated from the one llama.cpp "
+            "logged at the checked level (the planner's own estimate is off both ways). The last column is what llama.cpp's own "
             "--fit (llama-fit-params, same context and budget) would do instead: it keeps every layer's attention "
             "on the GPU and moves the experts of the highest layers to the CPU, where --n-cpu-moe moves the "
             "lowest; the number of layers is what compares.",
@@ -76,6 +88,7 @@ def fit_blocks(data: StudyData) -> list[Block]:
                 "ubatch",
                 "planner's level",
                 "planner's GPU buffers",
+                "compute buffer: planned / logged",
                 "llama.cpp at that level",
                 "one level below",
                 "measured at",

@@ -13,6 +13,9 @@ the search is never a silent gap.
   ``MUL_MAT`` only, never the experts' ``MUL_MAT_ID``, so they never hold experts.
 * **``--no-repack``** changes a buffer only where something is repacked: on a CPU-only build, CPU-resident experts
   with a kernel here; with a GPU, nothing unless ``--no-host`` is given (that pair is searched as ``--no-host``).
+* **KV cache types** (``-ctk``/``-ctv q8_0``) are searched only for a configuration placed under a VRAM budget: the
+  memory a smaller cache frees keeps more experts on the GPU. Elsewhere they would trade quality, which xover does
+  not measure, for little speed.
 """
 
 from __future__ import annotations
@@ -52,6 +55,7 @@ class Context:
     gpu_build: bool
     cpu_flags: frozenset[str] = frozenset()
     cpu_experts: tuple[tuple[str, int], ...] = ()
+    budget: bool = False  # placed under a VRAM budget (a fit configuration): memory knobs move its experts
 
     @property
     def repacked_types(self) -> tuple[str, ...]:
@@ -91,6 +95,11 @@ def skip_reason(name: str, ctx: Context) -> str | None:
     option = opts.BY_NAME.get(name)
     if option is not None and option.gpu_only and not ctx.gpu_build:
         return "a CPU-only build copies no weights to a GPU"
+    if option is not None and option.budget_only and not ctx.budget:
+        return (
+            "searched only under a VRAM budget (n-cpu-moe = 'fit'), where the memory a smaller cache frees keeps "
+            "experts on the GPU; its quality cost is not measured"
+        )
     if name == opts.NO_HOST.name:
         if not ctx.cpu_experts:
             return "no experts stay on the CPU in this configuration"
