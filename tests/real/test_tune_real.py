@@ -245,9 +245,11 @@ def test_the_default_search_on_a_cpu_build_skips_what_cannot_act_and_reads_the_b
     assert {k: skipped[k] for k in gpu_only} == dict.fromkeys(gpu_only, "a CPU-only build copies no weights to a GPU")
     searched = [v["knob"] for v in tuned["search"]["verdicts"]]
     repacked = _repacks(tiny_model)
+    kv = ("cache-type-k", "cache-type-v")  # searched only under a VRAM budget
+    assert all(skipped[k].startswith("searched only under a VRAM budget") for k in kv)
     if repacked:
         assert searched == ["ubatch-size", "batch-size", "repack", "threads", "flash-attn"] and set(skipped) == set(
-            gpu_only
+            gpu_only + kv
         )
     else:  # a CPU without the kernels: nothing to switch, said in one line
         assert "repack" not in searched and "no repacked kernel" in skipped["repack"]

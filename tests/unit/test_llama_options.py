@@ -21,6 +21,7 @@ from xover.llamacpp.server import ServerLaunch
 from xover.measure.ttft import TtftPlan, launches
 
 LLAMA_SRC = Path.home() / ".cache" / "xover" / "src" / "llama.cpp-0c1e570"
+IK_SRC = Path.home() / ".cache" / "xover" / "src" / "ik_llama.cpp-ik0.1.5"  # `xover llama build --engine ik_llama.cpp`
 SAMPLE = {"int": 3, "choice": None, "str": "q8_0", "switch": True, "list": ["10.0.0.1:50052", "10.0.0.2:50053"]}
 SAMPLE_BY_NAME = {"override-tensor": ["blk\\.[0-3]\\.ffn_.*_exps=CPU", "output=CPU"], "tensor-split": "1/3"}
 
@@ -51,10 +52,13 @@ def test_names_short_names_and_flags_are_unique() -> None:
 @pytest.mark.parametrize("option", [o for o in opts.OPTIONS if not o.env and o.bench], ids=lambda o: o.name)
 def test_every_option_round_trips_through_the_spec(option: opts.LlamaOption) -> None:
     value = _value(option)
-    config = config_from_table({"name": "x", option.name: value}, 0)
+    engine = option.engines[0]  # an engine's own option (ik_llama.cpp's -fmoe) is given on that engine
+    config = config_from_table({"name": "x", "engine": engine, option.name: value}, 0)
     assert config.settings == ((option.name, _text(value)),)
     assert config.bench_argv() == option.bench_args(_text(value))
     assert config.server_argv() == option.server_args(_text(value))
+    if engine != opts.ENGINE:
+        return  # the legacy readers below are for stores written before engines existed
     # what llama-bench was given reads back as the same configuration (the store's legacy reader uses this)
     assert from_bench_record("x", [config.bench_argv()], (), ()).settings == config.settings
     old_server = ["-m", "m.gguf", "-c", "512", "-np", "1", "--cache-ram", "0", "-fit", "off", *config.server_argv()]
@@ -160,7 +164,12 @@ def test_search_values_and_tuning_knobs() -> None:
         ("threads", ("4", "8")),
     ]
     assert dict((o.name, v) for o, v in opts.tuned(cpu_count=1))["threads"] == ("1",)
-    assert TUNE_KNOBS == tuple((o.name, o.short) for o, _ in opts.tuned(cpu_count=1))
+    every_engine = {(o.name, o.short) for e in opts.ENGINES for o, _ in opts.tuned(cpu_count=1, engine=e)}
+    assert set(TUNE_KNOBS) == every_engine
+    # each engine searches its own knobs: ik_llama.cpp's fused MoE and run-time repacking, not mainline's -lm
+    ik = {o.name: v for o, v in opts.tuned(cpu_count=1, engine=opts.IK_LLAMA)}
+    assert ik["fused-moe"] == ("0",) and ik["run-time-repack"] == ("1",) and ik["flash-attn"] == ("off",)
+    assert "load-mode" not in ik and "fused-moe" not in {o.name for o, _ in opts.tuned(cpu_count=1)}
     for option in opts.OPTIONS:
         for value in (*option.search, *option.tuned_values):
             assert value != option.default, option.name
@@ -181,7 +190,20 @@ def test_record_values_and_the_record_check() -> None:
         "threads": "n_threads",
         "poll": "poll",
         "flash-attn": "flash_attn",
+        # ik_llama.cpp's own, in its llama-bench's JSON fields
+        "fused-moe": "fused_moe",
+        "run-time-repack": "repack",
+        "no-offload-only-active-experts": "no_ooae",
+        "attention-max-batch": "attn_max_batch",
     }
+    # ik_llama.cpp's llama-bench reports no n_cpu_moe (its --n-cpu-moe is a tensor override there), and its -fa is a
+    # boolean: the check follows the engine's form of each option
+    ik = LlamaConfig("ik", (("n-cpu-moe", "4"), ("flash-attn", "off")), engine=opts.IK_LLAMA)
+    assert bench.record_mismatch(ik, {"n_cpu_moe": 0, "flash_attn": False}) is None
+    assert (
+        bench.record_mismatch(ik, {"flash_attn": True})
+        == "llama-bench reported flash_attn=True for a configuration with -fa 0"
+    )
     config = LlamaConfig("x", (("no-op-offload", "1"), ("load-mode", "none")))
     assert bench.record_mismatch(config, {"no_op_offload": 1, "load_mode": "auto"}) is None
     assert bench.record_mismatch(config, {"no_op_offload": 0}) == (
@@ -284,7 +306,7 @@ def test_the_theory_reads_a_configuration_through_the_table() -> None:
 def test_spellings_are_llama_cpps() -> None:
     bench_src = (LLAMA_SRC / "tools" / "llama-bench" / "llama-bench.cpp").read_text()
     server_src = (LLAMA_SRC / "common" / "arg.cpp").read_text()
-    for option in opts.OPTIONS:
+    for option in (o.for_engine(opts.ENGINE) for o in opts.OPTIONS if opts.ENGINE in o.engines):
         if option.env:
             assert f'"{option.name}"' in (LLAMA_SRC / "ggml" / "src" / "ggml-cuda" / "ggml-cuda.cu").read_text()
             continue
@@ -294,6 +316,28 @@ def test_spellings_are_llama_cpps() -> None:
             assert re.search(rf'{{[^}}]*"{re.escape(spelling)}"', server_src), spelling
         if option.record_field:
             assert f'"{option.record_field}"' in bench_src, option.record_field
+
+
+@pytest.mark.skipif(not IK_SRC.is_dir(), reason="the pinned ik_llama.cpp tree is not unpacked")
+def test_ik_llama_cpp_spellings_are_its_own() -> None:
+    """Each option ik_llama.cpp takes, in its form (its llama-bench's ``--n-cpu-moe``, ``-fa 0|1``, ``-fmoe``...),
+    is spelled as that engine's llama-bench and common/common.cpp (its llama-server's arguments) parse it, and its
+    record field is one its llama-bench writes."""
+    bench_src = (IK_SRC / "examples" / "llama-bench" / "llama-bench.cpp").read_text()
+    server_src = (IK_SRC / "common" / "common.cpp").read_text()
+    taken = [o.for_engine(opts.IK_LLAMA) for o in opts.OPTIONS if opts.IK_LLAMA in o.engines]
+    assert {o.name for o in taken} >= {"n-cpu-moe", "ubatch-size", "flash-attn", "fused-moe", "run-time-repack"}
+    for option in taken:
+        for spelling in option.bench:
+            assert f'arg == "{spelling}"' in bench_src, spelling
+        for spelling in (*option.server, *option.server_off):
+            assert f'arg == "{spelling}"' in server_src or f'|| arg == "{spelling}"' in server_src, spelling
+        if option.record_field:
+            assert f'"{option.record_field}"' in bench_src, option.record_field
+    # what mainline has and ik_llama.cpp lacks is refused in one line, before anything runs
+    for name in ("load-mode", "no-op-offload", "no-host", "repack", "poll", "rpc"):
+        with pytest.raises(XoverError, match=f"ik_llama.cpp has no {name} option"):
+            LlamaConfig("x", ((name, "1" if opts.BY_NAME[name].kind == "switch" else "none"),), engine=opts.IK_LLAMA)
 
 
 def test_advise_knobs_are_the_tables_options() -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -14,7 +15,21 @@ def llama() -> None:
     """Build and locate the llama.cpp binaries xover drives."""
 
 
+def _engine_option() -> Any:
+    from xover.domain.llama_options import ENGINE, ENGINES
+
+    return click.option(
+        "--engine",
+        type=click.Choice(ENGINES),
+        default=ENGINE,
+        show_default=True,
+        help="Which llama.cpp: mainline llama.cpp, or ik_llama.cpp (its fused MoE, run-time repacking and "
+        "offload of active experts only).",
+    )
+
+
 @llama.command()
+@_engine_option()
 @click.option(
     "--backend",
     type=click.Choice(["cpu", "cuda", "hip", "vulkan", "metal"]),
@@ -33,22 +48,28 @@ def llama() -> None:
     "--source",
     type=click.Path(path_type=Path),
     default=None,
-    help="llama-cpp-python sdist (.tar.gz) or unpacked llama.cpp tree, for machines without registry access.",
+    help="The engine's sdist (.tar.gz: llama-cpp-python, ik-llama-cpp-python) or an unpacked source tree, for "
+    "machines without registry access.",
 )
 @click.option(
     "-j", "--jobs", type=click.IntRange(min=1), default=None, help="Parallel compile jobs [default: all cores]."
 )
-def build(backend: str, cmake_args: tuple[str, ...], source: Path | None, jobs: int | None) -> None:
-    """Build llama-bench and llama-server from a pinned llama.cpp (cached per version+backend+flags).
+def build(engine: str, backend: str, cmake_args: tuple[str, ...], source: Path | None, jobs: int | None) -> None:
+    """Build llama-bench and llama-server from a pinned llama.cpp (cached per engine+version+backend+flags).
 
-    By default the source is the llama-cpp-python sdist from the package registry, which vendors
-    the full llama.cpp tree; it is hash-checked, and nothing else is downloaded at build time.
-    A second call with the same key returns at once.
+    By default the source is the engine's sdist from the package registry, which vendors its whole tree
+    (llama.cpp: llama-cpp-python; ik_llama.cpp: ik-llama-cpp-python); it is hash-checked, and nothing else is
+    downloaded at build time. A second call with the same key returns at once.
+
+    \b
+      xover llama build                          # mainline llama.cpp for the CPU
+      xover llama build --backend cuda --cmake-arg=-DCMAKE_CUDA_ARCHITECTURES=90
+      xover llama build --engine ik_llama.cpp    # ik_llama.cpp beside it, for [[config]] engine = "ik_llama.cpp"
     """
     from xover.llamacpp import build as b
 
     with progress_bar("compiling", transient=True) as bar:
-        task = bar.add_task("llama.cpp", total=None)
+        task = bar.add_task(engine, total=None)
         manifest = b.build(
             backend=backend,
             extra_cmake_args=cmake_args,
@@ -56,17 +77,37 @@ def build(backend: str, cmake_args: tuple[str, ...], source: Path | None, jobs: 
             jobs=jobs,
             log=lambda s: console.print(f"[dim]{safe(s)}[/]"),
             on_progress=lambda i, n: bar.update(task, completed=i, total=n),
+            engine=engine,
         )
-    console.print(f"llama.cpp {manifest.commit[:7]} ({manifest.backend}) ready in {safe(manifest.bin_dir)}")
+    console.print(f"{engine} {manifest.commit[:7]} ({manifest.backend}) ready in {safe(manifest.bin_dir)}")
 
 
 @llama.command()
 @click.option("--llama-bin-dir", type=click.Path(path_type=Path), default=None, help="Use binaries from this folder.")
-def which(llama_bin_dir: Path | None) -> None:
-    """Print the llama-bench and llama-server xover will use, and where they came from.
+@click.option(
+    "--engine",
+    "engine",
+    default=None,
+    help="Only this engine (llama.cpp, ik_llama.cpp) [default: every engine, each with its own binaries].",
+)
+def which(llama_bin_dir: Path | None, engine: str | None) -> None:
+    """Print the llama-bench and llama-server xover will use for each engine, and where they came from.
 
-    Order: --llama-bin-dir > $XOVER_LLAMA_BIN_DIR > newest cached `xover llama build` > PATH.
+    Order, per engine: --llama-bin-dir (with --engine, or mainline's) > its variable ($XOVER_LLAMA_BIN_DIR,
+    $XOVER_IK_LLAMA_BIN_DIR) > its newest cached `xover llama build --engine` > PATH (mainline only).
     """
+    from xover.domain.llama_options import ENGINE, ENGINES
+    from xover.errors import XoverError
     from xover.llamacpp.binaries import resolve
 
-    click.echo(resolve(llama_bin_dir).describe())
+    if engine is not None and engine not in ENGINES:
+        raise XoverError(f"unknown engine {engine!r}: use one of {', '.join(ENGINES)}")
+    for name in (engine,) if engine is not None else ENGINES:
+        given = llama_bin_dir if name == (engine or ENGINE) else None
+        click.echo(f"[{name}]")
+        try:
+            click.echo(resolve(given, name).describe())
+        except XoverError as e:
+            if engine is not None or name == ENGINE:
+                raise
+            click.echo(f"not built: {e}")

@@ -98,6 +98,8 @@ def parse_chat_stream(chunks: Sequence[Chunk], t0_ns: int, transport_error: str 
             usage = obj["usage"]
         if isinstance(obj.get("timings"), dict):
             timings = timings_from_json(obj["timings"])
+    if timings is not None and timings.cache_n is None and isinstance(usage.get("prompt_tokens"), int):
+        timings = dataclasses.replace(timings, cache_n=max(0, usage["prompt_tokens"] - (timings.prompt_n or 0)))
     if error is None and end is None:
         error = unfinished(f"after {len(content)} text events", transport_error, parsed.trailing, "data: [DONE]")
     elif error is None and timings is None:

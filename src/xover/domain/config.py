@@ -67,6 +67,7 @@ class LlamaConfig:
         object.__setattr__(self, "settings", _canonical(self.settings))
         object.__setattr__(self, "env", tuple(sorted(dict(self.env).items())))
         opts.check_engine(self.engine, (n for n, _ in self.settings), f"[[config]] {self.name!r}")
+        opts.check_values(self.engine, self.settings, f"[[config]] {self.name!r}")
 
     # ---- what it asks ------------------------------------------------------------------------------
 
@@ -182,7 +183,7 @@ class LlamaConfig:
         self._measurable()
         args: list[str] = []
         for name, value in self.settings:
-            option = opts.BY_NAME[name]
+            option = opts.BY_NAME[name].for_engine(self.engine)
             args += option.bench_args(value) if tool == "bench" else option.server_args(value)
         return (*args, *(self.bench_args if tool == "bench" else self.server_args))
 

@@ -34,8 +34,42 @@ in the study spec)."""
 
 ENGINE = "llama.cpp"
 """The engine a configuration runs on unless it names another: mainline llama.cpp, built by ``xover llama build``."""
-ENGINES: tuple[str, ...] = (ENGINE,)
+IK_LLAMA = "ik_llama.cpp"
+"""ik_llama.cpp (ikawrakow/ik_llama.cpp): a llama.cpp fork with fused MoE, run-time repacking and offload of the
+active experts only, built by ``xover llama build --engine ik_llama.cpp``."""
+ENGINES: tuple[str, ...] = (ENGINE, IK_LLAMA)
 """The engines (llama.cpp builds with their own flags) a configuration may name."""
+
+
+@dataclasses.dataclass(frozen=True)
+class EngineTraits:
+    """What an engine's tools can do beyond the options of the table. ``server_fit``: llama-server's ``--fit`` (on
+    by default in mainline, so xover passes ``-fit off``); ``server_log_verbosity``: ``-lv`` (4 logs the buffers);
+    ``bench_depth``: llama-bench's ``-d`` and JSONL (ik_llama.cpp's llama-bench has neither: prefill from an empty
+    context, decode at a depth with ``-gp``, one JSON array); ``timings_cache_n``: llama-server's timings report
+    ``cache_n`` (ik_llama.cpp's do not: the cached part is the prompt's tokens less ``prompt_n``). The build of
+    each engine is its entry in :data:`xover.llamacpp.build.ENGINE_SOURCES`."""
+
+    name: str
+    server_fit: bool = True
+    server_log_verbosity: bool = True
+    bench_depth: bool = True
+    timings_cache_n: bool = True
+
+
+ENGINE_TRAITS: Mapping[str, EngineTraits] = {
+    ENGINE: EngineTraits(ENGINE),
+    IK_LLAMA: EngineTraits(
+        IK_LLAMA, server_fit=False, server_log_verbosity=False, bench_depth=False, timings_cache_n=False
+    ),
+}
+
+
+def traits(engine: str) -> EngineTraits:
+    found = ENGINE_TRAITS.get(engine)
+    if found is None:
+        raise XoverError(f"unknown engine {engine!r}; use one of {', '.join(ENGINES)}")
+    return found
 
 CPUS_HALF = "{cpus/2}"
 """A search value resolved per machine: half the logical CPUs (at least 1)."""
@@ -43,6 +77,25 @@ CPUS = "{cpus}"
 """A search value resolved per machine: every logical CPU."""
 CPUS_QUARTER = "{cpus/4}"
 """A search value resolved per machine: a quarter of the logical CPUs (at least 1)."""
+
+
+_SAME: Any = object()  # an EngineForm field left as the option's own
+
+
+@dataclasses.dataclass(frozen=True)
+class EngineForm:
+    """How an engine other than mainline takes an option, where it differs from the option's own spellings: its
+    llama-bench and llama-server spellings (a switch's "on" and "off" ones), the values llama-bench takes for a
+    setting's values, and llama-bench's record field (None: it reports none, so nothing is checked)."""
+
+    bench: tuple[str, ...] = _SAME
+    server: tuple[str, ...] = _SAME
+    server_off: tuple[str, ...] = _SAME
+    bench_values: tuple[tuple[str, str], ...] = _SAME
+    record_field: str | None = _SAME
+    record_values: tuple[tuple[str, int], ...] = _SAME
+    choices: tuple[str, ...] = _SAME
+    default: str = _SAME
 
 
 @dataclasses.dataclass(frozen=True)
@@ -94,9 +147,26 @@ the GPU. ``engines``: the engines that take it.
     placement: bool = False
     budget_only: bool = False  # searched only where a VRAM budget places the configuration (it moves experts)
     engines: tuple[str, ...] = (ENGINE,)
+    # How another engine among ``engines`` takes it where that differs: (engine, form).
+    forms: tuple[tuple[str, EngineForm], ...] = ()
+    bench_values: tuple[tuple[str, str], ...] = ()  # a setting's value -> llama-bench's, where they differ
     # A value written in the spec (a TOML value) -> the setting's text, or a one-line error naming ``where``;
     # None: by ``kind``.
     parser: Callable[[Any, str], str] | None = None
+
+    def for_engine(self, engine: str) -> LlamaOption:
+        """This option as ``engine`` takes it (its form applied); a one-line error when the engine lacks it."""
+        if engine not in self.engines:
+            raise XoverError(
+                f"{engine} has no {self.name} option (it is {'/'.join(self.spellings) or self.name} in "
+                f"{', '.join(self.engines)})"
+            )
+        form = dict(self.forms).get(engine)
+        if form is None:
+            return self
+        changed = {f.name: v for f in dataclasses.fields(form) if (v := getattr(form, f.name)) is not _SAME}
+        changed["checked"] = self.checked and changed.get("record_field", self.record_field) is not None
+        return dataclasses.replace(self, forms=(), **changed)
 
     @property
     def bench_flag(self) -> str | None:
@@ -128,6 +198,13 @@ the GPU. ``engines``: the engines that take it.
 
     def bench_value(self, value: str) -> str:
         """A setting's value (a list: comma-separated, as llama-server takes it) in llama-bench's form."""
+        if self.bench_values:
+            mapped = dict(self.bench_values)
+            if value not in mapped:
+                raise XoverError(
+                    f"this llama-bench takes {self.name} as {', '.join(mapped)} only, not {value!r}: set one of those"
+                )
+            return mapped[value]
         return value.replace(",", self.bench_list_sep) if self.kind == "list" else value
 
     def bench_args(self, value: str) -> tuple[str, ...]:
@@ -179,6 +256,7 @@ the GPU. ``engines``: the engines that take it.
         return str(value)
 
 
+BOTH = (ENGINE, IK_LLAMA)  # options both engines take (ik_llama.cpp's spelling in the option's forms)
 LOAD_MODES = ("auto", "none", "mmap", "mlock", "mmap+mlock", "dio")  # llama_load_mode_name
 FLASH_ATTN_MODES = ("on", "off", "auto")  # llama_flash_attn_type_name
 
@@ -186,11 +264,12 @@ FLASH_ATTN_MODES = ("on", "off", "auto")  # llama_flash_attn_type_name
 N_CPU_MOE = LlamaOption(
     "n-cpu-moe", "ncmoe", "int", "0", bench=("-ncmoe", "--n-cpu-moe"), server=("-ncmoe", "--n-cpu-moe"),
     record_field="n_cpu_moe", checked=True, memory=True, placement=True, parser=option_values.parse_n_cpu_moe,
-    cli=("--ncmoe",), help="--n-cpu-moe values: the experts of the first N layers stay in host memory.")
+    cli=("--ncmoe",), help="--n-cpu-moe values: the experts of the first N layers stay in host memory.",
+    engines=BOTH, forms=((IK_LLAMA, EngineForm(bench=("--n-cpu-moe",), record_field=None)),))
 # llama-bench's default -1 and llama-server's auto both offload every layer that fits.
 N_GPU_LAYERS = LlamaOption(
     "n-gpu-layers", "ngl", "int", "-1", bench=("-ngl", "--n-gpu-layers"),
-    server=("-ngl", "--gpu-layers", "--n-gpu-layers"), record_field="n_gpu_layers", memory=True, placement=True)
+    server=("-ngl", "--gpu-layers", "--n-gpu-layers"), record_field="n_gpu_layers", memory=True, placement=True, engines=BOTH)
 # RPC workers (ggml-rpc-server, tools/rpc; a build with -DGGML_RPC=ON): each worker's devices join the local ones
 # and the offloaded layers (-ngl) are split over every device in proportion to its free memory. Both tools take
 # one comma-separated list of host:port (llama-bench registers them once, it does not sweep them); llama-bench
@@ -205,12 +284,12 @@ RPC = LlamaOption(
 # RPC<device>[host:port]).
 OVERRIDE_TENSOR = LlamaOption(
     "override-tensor", "ot", "list", "", bench=("-ot", "--override-tensor"), server=("-ot", "--override-tensor"),
-    memory=True, bench_list_sep=";", placement=True, parser=option_values.parse_overrides)
+    memory=True, bench_list_sep=";", placement=True, parser=option_values.parse_overrides, engines=BOTH)
 # The share of the offloaded layers each device gets, in llama.cpp's device order (RPC workers first, then local
 # GPUs), e.g. 1/3: the worker a quarter. Default: in proportion to each device's free memory.
 TENSOR_SPLIT = LlamaOption(
     "tensor-split", "ts", "str", "", bench=("-ts", "--tensor-split"), server=("-ts", "--tensor-split"), memory=True,
-    placement=True, parser=option_values.parse_tensor_split)
+    placement=True, parser=option_values.parse_tensor_split, engines=BOTH)
 
 # Settings, the searched ones in the order advise and the tuning stage vary them.
 LOAD_MODE = LlamaOption(
@@ -220,11 +299,11 @@ LOAD_MODE = LlamaOption(
 UBATCH_SIZE = LlamaOption(
     "ubatch-size", "ub", "int", "512", bench=("-ub", "--ubatch-size"), server=("-ub", "--ubatch-size"),
     record_field="n_ubatch", checked=True, memory=True, search=("1024", "2048", "4096"), minimum=1,
-    cli=("--ubatch",), help="-ub values: tokens per expert copy when op offload runs prefill on the GPU.")
+    cli=("--ubatch",), help="-ub values: tokens per expert copy when op offload runs prefill on the GPU.", engines=BOTH)
 BATCH_SIZE = LlamaOption(
     "batch-size", "b", "int", "2048", bench=("-b", "--batch-size"), server=("-b", "--batch-size"),
     record_field="n_batch", checked=True, memory=True, search=("4096",), minimum=1,
-    cli=("--batch",), help="-b values (logical batch; llama.cpp caps the ubatch at it).")
+    cli=("--batch",), help="-b values (logical batch; llama.cpp caps the ubatch at it).", engines=BOTH)
 NO_OP_OFFLOAD = LlamaOption(
     "no-op-offload", "nopo", "switch", "0", bench=("-nopo", "--no-op-offload"), server=("--no-op-offload",),
     server_off=("--op-offload",), record_field="no_op_offload", checked=True, gpu_only=True, search=("1",),
@@ -252,11 +331,11 @@ REPACK = LlamaOption(
 THREADS = LlamaOption(
     "threads", "t", "int", "auto", bench=("-t", "--threads"), server=("-t", "--threads"),
     record_field="n_threads", checked=True, search=(CPUS_HALF, CPUS), tune_search=(CPUS_QUARTER, CPUS_HALF, CPUS),
-    minimum=1, cli=("-t", "--threads"), help="-t values: CPU threads.")
+    minimum=1, cli=("-t", "--threads"), help="-t values: CPU threads.", engines=BOTH)
 # llama-server's threads for prompt batches (default: -t's). llama-bench has no such option (its -t runs both), so a
 # configuration with -tb is served, not benchmarked: a decode-tuned and a prefill-tuned -t become one server line.
 THREADS_BATCH = LlamaOption(
-    "threads-batch", "tb", "int", "auto", server=("-tb", "--threads-batch"), minimum=1)
+    "threads-batch", "tb", "int", "auto", server=("-tb", "--threads-batch"), minimum=1, engines=BOTH)
 # How hard a CPU thread polls for work before it sleeps (0-100, llama.cpp's default 50): between the GPU's share of
 # a decoded token and the CPU's, a sleeping thread wakes late.
 POLL = LlamaOption(
@@ -268,21 +347,47 @@ FLASH_ATTN = LlamaOption(
     "flash-attn", "fa", "choice", "auto", bench=("-fa", "--flash-attn"), server=("-fa", "--flash-attn"),
     choices=FLASH_ATTN_MODES, record_field="flash_attn", record_values=(("on", 1), ("off", 0), ("auto", -1)),
     checked=True, memory=True, tune_search=("on", "off"),
-    cli=("--flash-attn",), help="-fa values: flash attention on, off or auto.")
+    cli=("--flash-attn",), help="-fa values: flash attention on, off or auto.",
+    engines=BOTH, forms=((IK_LLAMA, EngineForm(bench_values=(("on", "1"), ("off", "0")),
+                                             record_values=(("on", 1), ("off", 0)), default="on")),))
 # KV cache types: under a VRAM budget, a q8_0 cache (about half of f16) frees VRAM that the placement gives to
 # experts. Their quality cost is not something xover measures; every recommendation of one says so.
 CACHE_TYPE_K = LlamaOption(
     "cache-type-k", "ctk", "str", "f16", bench=("-ctk", "--cache-type-k"), server=("-ctk", "--cache-type-k"),
-    record_field="type_k", memory=True, tune_search=("q8_0",), budget_only=True)
+    record_field="type_k", memory=True, tune_search=("q8_0",), budget_only=True, engines=BOTH)
 CACHE_TYPE_V = LlamaOption(
     "cache-type-v", "ctv", "str", "f16", bench=("-ctv", "--cache-type-v"), server=("-ctv", "--cache-type-v"),
-    record_field="type_v", memory=True, tune_search=("q8_0",), budget_only=True)
+    record_field="type_v", memory=True, tune_search=("q8_0",), budget_only=True, engines=BOTH)
+
+# ik_llama.cpp's own options (``[[config]] engine = "ik_llama.cpp"``), as its llama-bench and llama-server
+# (common/common.cpp) spell them. Fused MoE (up, gate and their product in one op) is on by default; llama-server
+# turns it off with -no-fmoe. Run-time repacking (-rtr) repacks the tensors left on the CPU for its kernels as the
+# model loads (and turns mmap off), which, like mainline's --no-host, trades the copy of CPU experts to the GPU for
+# prefill against faster CPU decode. ik_llama.cpp copies only the experts a batch uses to the GPU unless -no-ooae.
+# -amb caps the attention's K*Q batch (MiB; 0: no cap), which matters for MLA models' compute buffer.
+FUSED_MOE = LlamaOption(
+    "fused-moe", "fmoe", "switch", "1", bench=("-fmoe", "--fused-moe"), server=(),
+    server_off=("-no-fmoe", "--no-fused-moe"), record_field="fused_moe", checked=True, tune_search=("0",),
+    engines=(IK_LLAMA,))
+RUN_TIME_REPACK = LlamaOption(
+    "run-time-repack", "rtr", "switch", "0", bench=("-rtr", "--run-time-repack"),
+    server=("-rtr", "--run-time-repack"), record_field="repack", checked=True, memory=True, tune_search=("1",),
+    engines=(IK_LLAMA,))
+NO_OFFLOAD_ONLY_ACTIVE_EXPERTS = LlamaOption(
+    "no-offload-only-active-experts", "no-ooae", "switch", "0", bench=("-no-ooae", "--no-offload-only-active-experts"),
+    server=("-no-ooae", "--no-offload-only-active-experts"), record_field="no_ooae", checked=True, gpu_only=True,
+    tune_search=("1",), engines=(IK_LLAMA,))
+ATTN_MAX_BATCH = LlamaOption(
+    "attention-max-batch", "amb", "int", "0", bench=("-amb", "--attn-max-batch"),
+    server=("-amb", "--attention-max-batch"), record_field="attn_max_batch", checked=True, memory=True,
+    engines=(IK_LLAMA,))
 
 OPTIONS: tuple[LlamaOption, ...] = (
     N_CPU_MOE, N_GPU_LAYERS, RPC, OVERRIDE_TENSOR, TENSOR_SPLIT,
     LOAD_MODE, UBATCH_SIZE, BATCH_SIZE, NO_OP_OFFLOAD, OP_OFFLOAD_MIN_BATCH, NO_HOST, REPACK, THREADS, THREADS_BATCH,
     POLL, FLASH_ATTN,
     CACHE_TYPE_K, CACHE_TYPE_V,
+    FUSED_MOE, RUN_TIME_REPACK, NO_OFFLOAD_ONLY_ACTIVE_EXPERTS, ATTN_MAX_BATCH,
 )
 """Every option, in the order a configuration's arguments are written (placement first: --rpc before -ot), the
 searched ones in the order advise and the tuning stage vary them."""
@@ -323,13 +428,22 @@ def searched(cpu_count: int) -> tuple[tuple[LlamaOption, tuple[str, ...]], ...]:
     return tuple((o, resolve(o.search, cpu_count)) for o in OPTIONS if o.search)
 
 
-def tuned(cpu_count: int) -> tuple[tuple[LlamaOption, tuple[str, ...]], ...]:
-    """The tuning stage's options and values, as :func:`searched`."""
-    return tuple((o, resolve(o.tuned_values, cpu_count)) for o in OPTIONS if o.tuned_values)
+def tuned(cpu_count: int, engine: str = ENGINE) -> tuple[tuple[LlamaOption, tuple[str, ...]], ...]:
+    """The tuning stage's options and values for ``engine`` (each in that engine's form; its default left out of
+    the values), as :func:`searched`."""
+    out = []
+    for o in OPTIONS:
+        if not o.tuned_values or engine not in o.engines:
+            continue
+        own = o.for_engine(engine)
+        values = tuple(v for v in resolve(o.tuned_values, cpu_count) if v != own.default)
+        if values:
+            out.append((own, values))
+    return tuple(out)
 
 
 TUNE_KNOBS: tuple[tuple[str, str], ...] = tuple((o.name, o.short) for o in OPTIONS if o.tuned_values)
-"""The knobs a study's tuning stage can search, (name, short name)."""
+"""The knobs a study's tuning stage can search, on one engine or another, (name, short name)."""
 
 
 def resolve(values: Sequence[str], cpu_count: int) -> tuple[str, ...]:
@@ -348,6 +462,17 @@ def check_engine(engine: str, names: Iterable[str], where: str) -> None:
             raise XoverError(
                 f"{where}: {engine} has no {name} option (it is {'/'.join(opt.spellings) or opt.name} in "
                 f"{', '.join(opt.engines)}): remove it from this configuration or run it on {opt.engines[0]}"
+            )
+
+
+def check_values(engine: str, settings: Iterable[tuple[str, str]], where: str) -> None:
+    """Refuse, in one line, a value the engine's llama-bench cannot be given (ik_llama.cpp's ``-fa`` is 0 or 1)."""
+    for name, value in settings:
+        opt = BY_NAME[name].for_engine(engine)
+        if opt.bench_values and value not in dict(opt.bench_values):
+            raise XoverError(
+                f"{where}: {engine}'s llama-bench takes {name} as {' or '.join(dict(opt.bench_values))} only, "
+                f"not {value!r}: set one of those"
             )
 
 

@@ -120,10 +120,17 @@ def _float(v: Any) -> float | None:
     return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
 
 
-def timings_from_json(t: dict[str, Any]) -> ServerTimings:
-    """llama-server's ``timings`` object; absent fields stay None."""
+def timings_from_json(t: dict[str, Any], prompt_tokens: int | None = None) -> ServerTimings:
+    """llama-server's ``timings`` object; absent fields stay None. ik_llama.cpp's server reports no ``cache_n``:
+    with the request's prompt tokens (its final event's ``tokens_evaluated``, a chat's ``usage.prompt_tokens``) the
+    cached part is what the server did not process, ``prompt_tokens - prompt_n``, so the same checks hold (cold:
+    every token processed)."""
+    cache_n = _int(t.get("cache_n"))
+    prompt_n = _int(t.get("prompt_n"))
+    if cache_n is None and prompt_tokens is not None and prompt_n is not None and 0 <= prompt_n <= prompt_tokens:
+        cache_n = prompt_tokens - prompt_n
     return ServerTimings(
-        cache_n=_int(t.get("cache_n")),
+        cache_n=cache_n,
         prompt_n=_int(t.get("prompt_n")),
         prompt_ms=_float(t.get("prompt_ms")),
         prompt_per_second=_float(t.get("prompt_per_second")),
@@ -203,7 +210,7 @@ def parse_completion_stream(
         if obj.get("stop") is True:
             end = t
             if isinstance(obj.get("timings"), dict):
-                timings = timings_from_json(obj["timings"])
+                timings = timings_from_json(obj["timings"], _int(obj.get("tokens_evaluated")))
             break
     if error is None and end is None:
         error = unfinished(

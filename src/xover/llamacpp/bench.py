@@ -1,7 +1,10 @@
 """llama-bench as a library: argument lists from typed configuration, a streaming runner, pure parsers.
 
 One :class:`BenchJob` is one llama-bench process: a configuration (:class:`xover.domain.config.LlamaConfig`)
-and the tests to measure with it (``pp{n_prompt} @ dN`` and ``tg{n_gen} @ dN`` at each depth N).
+and the tests to measure with it (``pp{n_prompt} @ dN`` and ``tg{n_gen} @ dN`` at each depth N). An
+ik_llama.cpp configuration runs that engine's llama-bench, which has no ``-d``, no JSONL and no ``--progress``:
+prefill from an empty context, decode at each depth through its ``-gp DEPTH,TG`` test, one JSON array read test by
+test (:class:`IkJsonRecords`) and put in mainline's terms (:func:`normalize_ik_record`).
 :func:`run` starts it with ``-o jsonl -oe md --progress`` and yields events as lines arrive:
 
 * stdout carries one JSON object per finished test (flushed by llama-bench) -> :class:`RecordLine`;
@@ -95,9 +98,24 @@ class BenchJob:
     repetitions: int
     verbose: bool = False
 
+    @property
+    def ik(self) -> bool:
+        """ik_llama.cpp's llama-bench: no ``-d``; decode at a depth is its ``-gp DEPTH,TG`` test, and prefill is
+        measured from an empty context only."""
+        return not llama_options.traits(self.config.engine).bench_depth
+
     def points(self) -> list[Point]:
-        """The tests in llama-bench's own order: by depth, prefill before decode."""
+        """The tests in llama-bench's own order: by depth, prefill before decode. ik_llama.cpp's llama-bench
+        measures prefill at depth 0 only (it has no ``-d``), then decode at depth 0 and at each ``-gp`` depth."""
         out: list[Point] = []
+        if self.ik:
+            if self.n_prompt:
+                out.append((self.n_prompt, 0, 0))
+            return (
+                out
+                + [(0, self.n_gen, d) for d in self.depths if self.n_gen and d == 0]
+                + [(0, self.n_gen, d) for d in self.depths if self.n_gen and d > 0]
+            )
         for d in self.depths:
             if self.n_prompt:
                 out.append((self.n_prompt, 0, d))
@@ -105,7 +123,17 @@ class BenchJob:
                 out.append((0, self.n_gen, d))
         return out
 
+    def _ik_argv(self, bench: Path, model: Path) -> list[str]:
+        gen_at_zero = self.n_gen if 0 in self.depths else 0
+        argv = [str(bench), "-m", str(model), "-p", str(self.n_prompt), "-n", str(gen_at_zero)]
+        for d in (d for d in self.depths if d > 0 and self.n_gen):
+            argv += ["-gp", f"{d},{self.n_gen}"]
+        argv += ["-r", str(self.repetitions), *self.config.bench_argv()]
+        return argv + (["-v"] if self.verbose else []) + ["-o", "json", "-oe", "md"]
+
     def to_argv(self, bench: Path, model: Path) -> list[str]:
+        if self.ik:
+            return self._ik_argv(bench, model)
         argv = [
             str(bench),
             "-m",
@@ -192,7 +220,7 @@ def parse_progress(text: str) -> ProgressLine | None:
     return ProgressLine(index, count, p.group(1), int(p.group(2)), int(p.group(3)), cached=bool(p.group(4)))
 
 
-def parse_record(text: str) -> dict[str, Any] | None:
+def parse_record(text: str, required: Sequence[str] = _REQUIRED) -> dict[str, Any] | None:
     """A JSONL test record, or None when the line is not one (usage text, a truncated line)."""
     if not text.startswith("{"):
         return None
@@ -200,9 +228,56 @@ def parse_record(text: str) -> dict[str, Any] | None:
         obj = json.loads(text)
     except json.JSONDecodeError:
         return None
-    if not isinstance(obj, dict) or any(k not in obj for k in _REQUIRED) or not isinstance(obj["samples_ns"], list):
+    if not isinstance(obj, dict) or any(k not in obj for k in required) or not isinstance(obj["samples_ns"], list):
         return None
     return obj
+
+
+_IK_GP = re.compile(r"^tg(\d+)@pp(\d+)$")
+
+
+def normalize_ik_record(record: dict[str, Any]) -> dict[str, Any]:
+    """An ik_llama.cpp llama-bench JSON test in mainline's JSONL terms: ``n_depth`` (its ``tg{T}@pp{D}`` test is
+    decode at depth D, timed without the prompt: n_prompt 0), and ``backends`` from its backend flags. The engine's
+    own fields are kept."""
+    out = dict(record)
+    m = _IK_GP.match(str(record.get("test", "")))
+    if m is not None:
+        out["n_prompt"], out["n_depth"] = 0, int(m.group(2))
+    else:
+        out.setdefault("n_depth", 0)
+    if "backends" not in out:
+        names = [name.upper() for name in ("cuda", "vulkan", "metal", "sycl", "kompute", "rpc") if record.get(name)]
+        out["backends"] = ",".join([*names, "CPU"] if not names else names)
+    out.setdefault("engine", llama_options.IK_LLAMA)
+    return out
+
+
+class IkJsonRecords:
+    """ik_llama.cpp's llama-bench writes one JSON array (``-o json``), each test an indented object it flushes as
+    the test ends. :meth:`feed` takes stdout lines and returns a test's record (normalised) when its object
+    closes."""
+
+    def __init__(self) -> None:
+        self._lines: list[str] | None = None
+
+    def feed(self, text: str) -> dict[str, Any] | None:
+        stripped = text.strip()
+        if stripped == "{":
+            self._lines = ["{"]
+            return None
+        if self._lines is None:
+            return None
+        if stripped in ("}", "},"):
+            self._lines.append("}")
+            body, self._lines = "\n".join(self._lines), None
+            record = parse_record(body.replace("\n", " "), required=_REQUIRED_IK)
+            return normalize_ik_record(record) if record is not None else None
+        self._lines.append(text)
+        return None
+
+
+_REQUIRED_IK = ("n_prompt", "n_gen", "samples_ns", "avg_ts", "stddev_ts", "test")
 
 
 def classify(stream: str, text: str) -> Line:
@@ -243,7 +318,7 @@ def record_mismatch(config: LlamaConfig, record: dict[str, Any]) -> str | None:
     """Why a record cannot belong to ``config`` (a value the option table has llama-bench echo differs), or None
     when it matches."""
     for name, value in config.settings:
-        option = llama_options.BY_NAME[name]
+        option = llama_options.BY_NAME[name].for_engine(config.engine)
         key = option.record_field
         if not option.checked or key is None or key not in record:
             continue
@@ -318,10 +393,15 @@ def run(job: BenchJob, bench: Path, model: Path, timeout_s: float | None = None)
     buffers: list[str] = []
     peak_rss: int | None = None
     timed_out = False
+    ik = IkJsonRecords() if job.ik else None
     try:
         try:
             for stream, text in _raw_lines(proc, deadline):
-                line = classify(stream, text)
+                if ik is not None and stream == "stdout":
+                    record = ik.feed(text)
+                    line: Line = RecordLine(record) if record is not None else OtherLine(stream, text)
+                else:
+                    line = classify(stream, text)
                 if isinstance(line, (ProgressLine, RecordLine)):
                     peak_rss = memory.peak_rss_bytes(proc.pid) or peak_rss  # VmHWM only grows
                     yield line

@@ -1,7 +1,9 @@
-"""Which llama-bench and llama-server to run, and why.
+"""Which llama-bench and llama-server to run for each engine, and why.
 
-Resolution order: ``--llama-bin-dir`` > ``$XOVER_LLAMA_BIN_DIR`` > newest cached xover build > ``PATH``.
-A user's own build directory (``./build-hip/bin``) works unchanged through the first two.
+Resolution order, per engine: ``--llama-bin-dir`` > its variable (:data:`ENV_VARS`: ``$XOVER_LLAMA_BIN_DIR``,
+``$XOVER_IK_LLAMA_BIN_DIR``) > its newest cached xover build > ``PATH`` (mainline only: an ik_llama.cpp build
+installs the same binary names). A user's own build directory (``./build-hip/bin``) works unchanged through the
+first two.
 """
 
 from __future__ import annotations
@@ -15,6 +17,8 @@ from xover.errors import XoverError
 from xover.llamacpp.build import BuildManifest, cached_builds
 
 ENV_VAR = "XOVER_LLAMA_BIN_DIR"
+ENV_VARS: dict[str, str] = {"llama.cpp": ENV_VAR, "ik_llama.cpp": "XOVER_IK_LLAMA_BIN_DIR"}
+"""Each engine's variable naming its binaries' folder."""
 RPC_SERVER = "ggml-rpc-server"  # tools/rpc's target and binary
 
 
@@ -24,6 +28,11 @@ class Binaries:
     server: Path
     source: str  # "--llama-bin-dir", "$XOVER_LLAMA_BIN_DIR", "cache", "PATH"
     manifest: BuildManifest | None = None
+    engine: str = "llama.cpp"
+
+    def for_engine(self, engine: str) -> Binaries:
+        """The binaries of ``engine``: these, or that engine's own (its variable, else its cached build)."""
+        return self if engine == self.engine else resolve(None, engine)
 
     @property
     def bin_dir(self) -> Path:
@@ -46,12 +55,9 @@ class Binaries:
         return Path(found).resolve() if found else None
 
     def describe(self) -> str:
-        where = {
-            "--llama-bin-dir": "from --llama-bin-dir",
-            "$XOVER_LLAMA_BIN_DIR": f"from ${ENV_VAR}",
-            "cache": "xover build cache",
-            "PATH": "found on PATH",
-        }[self.source]
+        where = {"--llama-bin-dir": "from --llama-bin-dir", "cache": "xover build cache", "PATH": "found on PATH"}.get(
+            self.source, f"from {self.source}"
+        )
         rpc = self.rpc_server
         line = (
             f"llama-bench:  {self.bench}\nllama-server: {self.server}\n"
@@ -61,7 +67,7 @@ class Binaries:
         if self.manifest is not None:
             m = self.manifest
             line += (
-                f"\nbuild:        {m.backend}, llama.cpp {m.commit[:7]} (build {m.build_number}), from {m.origin}"
+                f"\nbuild:        {m.backend}, {m.engine} {m.commit[:7]} (build {m.build_number}), from {m.origin}"
                 f"\ncmake:        {' '.join(m.cmake_args)}"
             )
         return line
@@ -78,20 +84,28 @@ def _from_dir(d: Path, source: str) -> Binaries:
     return Binaries(bench=bench.resolve(), server=server.resolve(), source=source)
 
 
-def resolve(bin_dir: Path | None = None) -> Binaries:
-    """The binaries xover will use; raises with what to do when there are none."""
+def resolve(bin_dir: Path | None = None, engine: str = "llama.cpp") -> Binaries:
+    """The binaries xover will use for ``engine``; raises with what to do when there are none."""
+    var = ENV_VARS.get(engine)
+    if var is None:
+        raise XoverError(f"unknown engine {engine!r}: use one of {', '.join(ENV_VARS)}")
     if bin_dir is not None:
-        return _from_dir(bin_dir, "--llama-bin-dir")
-    env = os.environ.get(ENV_VAR)
+        return dataclasses.replace(_from_dir(bin_dir, "--llama-bin-dir"), engine=engine)
+    env = os.environ.get(var)
     if env:
-        return _from_dir(Path(env), "$XOVER_LLAMA_BIN_DIR")
-    for manifest in cached_builds():
+        return dataclasses.replace(_from_dir(Path(env), f"${var}"), engine=engine)
+    for manifest in cached_builds(engine=engine):
         b = _from_dir(Path(manifest.bin_dir), "cache")
-        return dataclasses.replace(b, manifest=manifest)
-    bench, server = shutil.which("llama-bench"), shutil.which("llama-server")
-    if bench and server:
-        return Binaries(bench=Path(bench).resolve(), server=Path(server).resolve(), source="PATH")
+        return dataclasses.replace(b, manifest=manifest, engine=engine)
+    if engine == "llama.cpp":
+        bench, server = shutil.which("llama-bench"), shutil.which("llama-server")
+        if bench and server:
+            return Binaries(bench=Path(bench).resolve(), server=Path(server).resolve(), source="PATH")
+        raise XoverError(
+            "no llama-bench/llama-server found: run `xover llama build`, or pass --llama-bin-dir DIR "
+            f"(or set {ENV_VAR}) to use your own build"
+        )
     raise XoverError(
-        "no llama-bench/llama-server found: run `xover llama build`, or pass --llama-bin-dir DIR "
-        f"(or set {ENV_VAR}) to use your own build"
+        f"no {engine} build found: run `xover llama build --engine {engine}`, or set {var} to the folder holding "
+        "its llama-bench and llama-server"
     )

@@ -1,17 +1,20 @@
-"""Build llama-bench and llama-server from a pinned llama.cpp source taken from a package registry.
+"""Build llama-bench and llama-server of an engine from a pinned source taken from a package registry.
 
-The llama-cpp-python sdist vendors the whole llama.cpp tree (tools included), so the ordinary
-``pip download`` gives a reproducible, hash-checked source on any machine that reaches PyPI.
-Machines with no registry access pass ``--source`` (the sdist file or an unpacked tree).
+Each engine (:data:`ENGINE_SOURCES`: mainline llama.cpp, ik_llama.cpp) is one entry: the registry sdist that
+vendors its tree, where in the sdist the tree sits, the targets, the cmake arguments, how a local tree is
+recognised and what the sdist leaves out that the build needs. The llama-cpp-python sdist vendors the whole
+llama.cpp tree (tools included) and the ik-llama-cpp-python sdist the ik_llama.cpp tree, so the ordinary
+``pip download`` gives a reproducible, hash-checked source on any machine that reaches PyPI. Machines with no
+registry access pass ``--source`` (the sdist file or an unpacked tree).
 
 Cache layout (under :func:`xover.paths.cache_root`)::
 
-    downloads/llama_cpp_python-<ver>.tar.gz
-    src/llama.cpp-<commit7>/               unpacked tree (docs/models/media/benches left out)
-    builds/<commit7>-<backend>-<hash8>/    build/ (cmake tree, binaries in build/bin), manifest.json
+    downloads/<package>-<ver>.tar.gz
+    src/<engine tree>-<identity>/            unpacked tree (docs/models/media/benches left out)
+    builds/<identity>-<backend>-<hash8>/     build/ (cmake tree, binaries in build/bin), manifest.json
 
-A build is keyed by source commit + backend + cmake arguments; a second call with the same key
-returns the manifest at once.
+A build is keyed by source identity (mainline: its commit; ik_llama.cpp: its sdist, which records no commit) +
+backend + cmake arguments; a second call with the same key returns the manifest at once.
 """
 
 from __future__ import annotations
@@ -41,12 +44,17 @@ class PinnedSource:
     package: str
     version: str
     sha256: str
-    commit: str
+    commit: str  # "" when the sdist records none
     build_number: int
 
     @property
     def filename(self) -> str:
         return f"{self.package.replace('-', '_')}-{self.version}.tar.gz"
+
+    @property
+    def identity(self) -> str:
+        """What keys the unpacked tree and the build: the commit's 7 characters, else the package's version."""
+        return self.commit[:7] if self.commit else f"{self.package.split('-')[0]}{self.version}"
 
 
 # llama-cpp-python 0.3.36 vendors ggml-org/llama.cpp@0c1e57098 (its CHANGELOG and the submodule HEAD
@@ -57,6 +65,16 @@ PINNED = PinnedSource(
     version="0.3.36",
     sha256="832db0699007f1be95a7e41ef12e88926b02ba836461e36a36372db2760c1a2e",
     commit="0c1e57098bba43ac29e6e3b677cdceebdd22334f",
+    build_number=0,
+)
+
+# ik-llama-cpp-python 0.1.5 vendors ik_llama.cpp (ikawrakow/ik_llama.cpp) at vendor/ik_llama.cpp, without its git
+# metadata: no commit is recorded, so the sdist's hash is the identity.
+IK_PINNED = PinnedSource(
+    package="ik-llama-cpp-python",
+    version="0.1.5",
+    sha256="33c67eb99e4dcab5e611050433243815709b8b3067753f9ce18375013cf002ad",
+    commit="",
     build_number=0,
 )
 
@@ -76,13 +94,95 @@ TARGETS = ("llama-bench", "llama-server", "llama-fit-params", "ggml-rpc-server")
 # Parts of the tree the two targets never need (about 115 MB of the 176 MB).
 _SKIP_DIRS = ("docs", "models", "media", "benches", ".devops", ".github")
 
+_IK_BUILD_INFO = """# Written by xover: the ik-llama-cpp-python sdist leaves this script out, and common/CMakeLists.txt runs it to
+# generate build-info.cpp. It takes the compiler and target from the tree's own cmake/build-info.cmake (git is
+# absent from an unpacked sdist) and stamps the sdist's identity as the commit.
+include("${CMAKE_CURRENT_LIST_DIR}/../../cmake/build-info.cmake")
+set(BUILD_COMMIT "@IDENTITY@")
+configure_file("${CMAKE_CURRENT_LIST_DIR}/../build-info.cpp.in" "${CMAKE_CURRENT_LIST_DIR}/../build-info.cpp")
+"""
+
+
+def _ik_fixups(tree: Path, identity: str) -> None:
+    """What the ik_llama.cpp sdist leaves out that its build runs (``common/cmake/build-info-gen-cpp.cmake``)."""
+    script = tree / "common" / "cmake" / "build-info-gen-cpp.cmake"
+    if not script.exists():
+        script.parent.mkdir(parents=True, exist_ok=True)
+        script.write_text(_IK_BUILD_INFO.replace("@IDENTITY@", identity))
+
+
+@dataclasses.dataclass(frozen=True)
+class EngineSource:
+    """How one engine is built. ``vendor``: the tree's folder inside the sdist; ``targets``: what is built (the
+    first two, llama-bench and llama-server, must exist); ``cmake_base``: the engine's own -D arguments before the
+    backend's; ``server_dir``: the folder that tells a local tree of this engine; ``tree_name``: the unpacked
+    tree's folder prefix in the cache; ``fixups``: what the sdist leaves out, written into the unpacked tree."""
+
+    engine: str
+    pinned: PinnedSource
+    vendor: str
+    targets: tuple[str, ...]
+    cmake_base: tuple[str, ...]
+    server_dir: str
+    tree_name: str
+    stamps_commit: bool = True  # takes -DLLAMA_BUILD_COMMIT / -DLLAMA_BUILD_NUMBER
+    fixups: Callable[[Path, str], None] | None = None
+
+
+ENGINE_SOURCES: dict[str, EngineSource] = {
+    "llama.cpp": EngineSource(
+        engine="llama.cpp",
+        pinned=PINNED,
+        vendor="vendor/llama.cpp",
+        targets=TARGETS,
+        cmake_base=(
+            "-DCMAKE_BUILD_TYPE=Release",
+            "-DLLAMA_USE_PREBUILT_UI=OFF",  # otherwise the server build downloads its web UI
+            "-DLLAMA_BUILD_TESTS=OFF",
+            "-DLLAMA_BUILD_EXAMPLES=OFF",
+            "-DLLAMA_OPENSSL=OFF",
+            "-DGGML_RPC=ON",  # the RPC backend (--rpc) and the ggml-rpc-server target
+        ),
+        server_dir="tools/server",
+        tree_name="llama.cpp",
+    ),
+    # ik_llama.cpp keeps llama-bench and llama-server under examples/ (built with LLAMA_BUILD_EXAMPLES), and has
+    # neither llama-fit-params nor the RPC server xover uses.
+    "ik_llama.cpp": EngineSource(
+        engine="ik_llama.cpp",
+        pinned=IK_PINNED,
+        vendor="vendor/ik_llama.cpp",
+        targets=("llama-bench", "llama-server"),
+        cmake_base=(
+            "-DCMAKE_BUILD_TYPE=Release",
+            "-DLLAMA_BUILD_TESTS=OFF",
+            "-DLLAMA_BUILD_EXAMPLES=ON",
+            "-DLLAMA_BUILD_SERVER=ON",
+            "-DLLAMA_CURL=OFF",
+        ),
+        server_dir="examples/server",
+        tree_name="ik_llama.cpp",
+        stamps_commit=False,
+        fixups=_ik_fixups,
+    ),
+}
+"""Every engine xover builds, by the name a configuration gives (:data:`xover.domain.llama_options.ENGINES`)."""
+
+
+def engine_source(engine: str) -> EngineSource:
+    found = ENGINE_SOURCES.get(engine)
+    if found is None:
+        raise BuildError(f"unknown engine {engine!r}: choose one of {', '.join(ENGINE_SOURCES)}")
+    return found
+
 
 @dataclasses.dataclass(frozen=True)
 class SourceTree:
     root: Path
-    commit: str  # full or short hash, or "unknown"
+    commit: str  # full or short hash, an sdist's identity, or "unknown"
     build_number: int
     origin: str  # human description: "llama-cpp-python 0.3.36 (PyPI sdist)", a path, ...
+    engine: str = "llama.cpp"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -96,6 +196,7 @@ class BuildManifest:
     bin_dir: str
     built_at: str
     build_seconds: float
+    engine: str = "llama.cpp"
 
     def to_json(self) -> str:
         return json.dumps(dataclasses.asdict(self), indent=2)
@@ -107,20 +208,19 @@ class BuildManifest:
         return cls(**data)
 
 
-def cmake_args_for(backend: str, extra: tuple[str, ...], commit: str, build_number: int) -> tuple[str, ...]:
+def cmake_args_for(
+    backend: str, extra: tuple[str, ...], commit: str, build_number: int, engine: str = "llama.cpp"
+) -> tuple[str, ...]:
     """Every cmake -D argument of a build, in a stable order (they form part of the cache key)."""
     if backend not in BACKENDS:
         raise BuildError(f"unknown backend {backend!r}: choose one of {', '.join(BACKENDS)}")
-    base = [
-        "-DCMAKE_BUILD_TYPE=Release",
-        "-DLLAMA_USE_PREBUILT_UI=OFF",  # otherwise the server build downloads its web UI
-        "-DLLAMA_BUILD_TESTS=OFF",
-        "-DLLAMA_BUILD_EXAMPLES=OFF",
-        "-DLLAMA_OPENSSL=OFF",
-        "-DGGML_RPC=ON",  # the RPC backend (--rpc) and the ggml-rpc-server target
-        f"-DLLAMA_BUILD_COMMIT={commit[:7] if commit != 'unknown' else 'unknown'}",
-        f"-DLLAMA_BUILD_NUMBER={build_number}",
-    ]
+    eng = engine_source(engine)
+    base = list(eng.cmake_base)
+    if eng.stamps_commit:
+        base += [
+            f"-DLLAMA_BUILD_COMMIT={commit[:7] if commit != 'unknown' else 'unknown'}",
+            f"-DLLAMA_BUILD_NUMBER={build_number}",
+        ]
     return tuple(base + BACKENDS[backend] + _cpu_isa_args(backend) + list(extra))
 
 
@@ -161,13 +261,14 @@ def _locked(path: Path) -> Iterator[None]:
             fcntl.flock(f, fcntl.LOCK_UN)
 
 
-def download_pinned(root: Path, log: Callable[[str], None]) -> Path:
+def download_pinned(root: Path, log: Callable[[str], None], pinned: PinnedSource = PINNED) -> Path:
     """The pinned sdist, fetched with pip from the configured index and checked against its hash."""
+    PINNED = pinned  # noqa: N806 - the engine's pin
     target = root / "downloads" / PINNED.filename
     if target.exists() and _sha256(target) == PINNED.sha256:
         return target
     target.parent.mkdir(parents=True, exist_ok=True)
-    log(f"downloading {PINNED.package}=={PINNED.version} (sdist, vendors llama.cpp) with pip")
+    log(f"downloading {PINNED.package}=={PINNED.version} (sdist, vendors its engine's tree) with pip")
     cmd = [
         sys.executable,
         "-m",
@@ -186,7 +287,7 @@ def download_pinned(root: Path, log: Callable[[str], None]) -> Path:
         tail = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or ["(no output)"]
         raise BuildError(
             f"could not download {PINNED.package}=={PINNED.version} from the package index ({tail[0]}); "
-            "on a machine without registry access pass --source PATH (the sdist or an unpacked llama.cpp tree)"
+            "on a machine without registry access pass --source PATH (the sdist or an unpacked source tree)"
         )
     got = _sha256(target)
     if got != PINNED.sha256:
@@ -206,8 +307,9 @@ def _sdist_commit(tar: tarfile.TarFile, prefix: str) -> str:
     return head if re.fullmatch(r"[0-9a-f]{40}", head) else "unknown"
 
 
-def unpack_sdist(sdist: Path, root: Path) -> SourceTree:
-    """Unpack the vendored llama.cpp tree of an sdist into the cache (once per commit)."""
+def unpack_sdist(sdist: Path, root: Path, engine: str = "llama.cpp") -> SourceTree:
+    """Unpack the vendored tree of an engine's sdist into the cache (once per identity)."""
+    eng = engine_source(engine)
     try:
         tar = tarfile.open(sdist, "r:gz")
     except (OSError, tarfile.TarError) as e:
@@ -215,15 +317,17 @@ def unpack_sdist(sdist: Path, root: Path) -> SourceTree:
     with tar:
         names = tar.getnames()
         top = names[0].split("/")[0] + "/" if names else ""
-        vendor = f"{top}vendor/llama.cpp/"
+        vendor = f"{top}{eng.vendor}/"
         if f"{vendor}CMakeLists.txt" not in names:
-            raise BuildError(f"{sdist} does not vendor llama.cpp (no vendor/llama.cpp/CMakeLists.txt)")
-        commit = _sdist_commit(tar, top)
-        if commit == PINNED.commit:
-            build_number = PINNED.build_number
-        else:
-            build_number = 0
-        dest = root / "src" / f"llama.cpp-{commit[:7] if commit != 'unknown' else _sha256(sdist)[:7]}"
+            raise BuildError(f"{sdist} does not vendor {engine} (no {eng.vendor}/CMakeLists.txt)")
+        commit = _sdist_commit(tar, top) if eng.pinned.commit else "unknown"
+        if commit == "unknown" and not eng.pinned.commit and _sha256(sdist) == eng.pinned.sha256:
+            commit = eng.pinned.identity  # an sdist that records no commit: its pinned identity
+        build_number = eng.pinned.build_number if commit == eng.pinned.commit else 0
+        ident = commit[:7] if commit != "unknown" else _sha256(sdist)[:7]
+        if not eng.pinned.commit and commit == eng.pinned.identity:
+            ident = commit
+        dest = root / "src" / f"{eng.tree_name}-{ident}"
         with _locked(root / "src" / ".lock"):
             if not (dest / ".complete").exists():
                 shutil.rmtree(dest, ignore_errors=True)
@@ -242,10 +346,12 @@ def unpack_sdist(sdist: Path, root: Path) -> SourceTree:
                     tar.extractall(tmp, members=members, filter="data")  # noqa: S202 - filtered above
                 else:  # pragma: no cover - Python without extraction filters
                     tar.extractall(tmp, members=members)  # noqa: S202 - filtered above
+                if eng.fixups is not None:
+                    eng.fixups(tmp, ident)
                 tmp.rename(dest)
                 (dest / ".complete").write_text(commit + "\n")
     origin = f"{sdist.name}"
-    return SourceTree(root=dest, commit=commit, build_number=build_number, origin=origin)
+    return SourceTree(root=dest, commit=commit, build_number=build_number, origin=origin, engine=engine)
 
 
 def _git_commit(tree: Path) -> str:
@@ -257,25 +363,32 @@ def _git_commit(tree: Path) -> str:
     return out if proc.returncode == 0 and re.fullmatch(r"[0-9a-f]{40}", out) else "unknown"
 
 
-def resolve_source(source: Path | None, root: Path, log: Callable[[str], None]) -> SourceTree:
-    """The llama.cpp tree to build: the pinned registry sdist, or what ``--source`` names."""
+def resolve_source(
+    source: Path | None, root: Path, log: Callable[[str], None], engine: str = "llama.cpp"
+) -> SourceTree:
+    """The engine's tree to build: its pinned registry sdist, or what ``--source`` names."""
+    eng = engine_source(engine)
     if source is None:
-        tree = unpack_sdist(download_pinned(root, log), root)
-        return dataclasses.replace(tree, origin=f"{PINNED.package} {PINNED.version} sdist (package registry)")
+        tree = unpack_sdist(download_pinned(root, log, eng.pinned), root, engine)
+        return dataclasses.replace(tree, origin=f"{eng.pinned.package} {eng.pinned.version} sdist (package registry)")
     source = source.expanduser()
     if not source.exists():
-        raise BuildError(f"--source {source} does not exist: pass an sdist .tar.gz or an unpacked llama.cpp tree")
+        raise BuildError(f"--source {source} does not exist: pass an sdist .tar.gz or an unpacked {engine} tree")
     if source.is_file():
-        return unpack_sdist(source.resolve(), root)
-    for candidate in (source, source / "vendor" / "llama.cpp"):
-        if (candidate / "CMakeLists.txt").exists() and (candidate / "tools" / "server").is_dir():
+        return unpack_sdist(source.resolve(), root, engine)
+    for candidate in (source, source / eng.vendor):
+        if (candidate / "CMakeLists.txt").exists() and (candidate / eng.server_dir).is_dir():
             commit = _git_commit(candidate)
             stamp = candidate / "XOVER_COMMIT"  # written by whoever copied a tree without .git
             if commit == "unknown" and stamp.exists():
                 commit = stamp.read_text().strip() or "unknown"
-            number = PINNED.build_number if commit == PINNED.commit else 0
-            return SourceTree(root=candidate.resolve(), commit=commit, build_number=number, origin=str(candidate))
-    raise BuildError(f"--source {source} is not a llama.cpp tree (no CMakeLists.txt and tools/server)")
+            number = eng.pinned.build_number if commit == eng.pinned.commit else 0
+            if eng.fixups is not None:
+                eng.fixups(candidate, commit[:7] if commit != "unknown" else "unknown")
+            return SourceTree(
+                root=candidate.resolve(), commit=commit, build_number=number, origin=str(candidate), engine=engine
+            )
+    raise BuildError(f"--source {source} is not a {engine} tree (no CMakeLists.txt and {eng.server_dir})")
 
 
 def _ninja() -> str | None:
@@ -290,18 +403,19 @@ def find_manifest(key: str, root: Path | None = None) -> BuildManifest | None:
     if not path.exists():
         return None
     manifest = BuildManifest.from_json(path.read_text())
-    if all((Path(manifest.bin_dir) / t).exists() for t in TARGETS):
+    eng = ENGINE_SOURCES.get(manifest.engine)
+    if eng is not None and all((Path(manifest.bin_dir) / t).exists() for t in eng.targets):
         return manifest
     return None
 
 
-def cached_builds(root: Path | None = None) -> list[BuildManifest]:
-    """Every complete cached build, newest first."""
+def cached_builds(root: Path | None = None, engine: str | None = "llama.cpp") -> list[BuildManifest]:
+    """Every complete cached build of ``engine`` (None: of every engine), newest first."""
     builds = (root or cache_root()) / "builds"
     found = []
     for path in sorted(builds.glob("*/manifest.json")) if builds.exists() else []:
         m = find_manifest(path.parent.name, root)
-        if m is not None:
+        if m is not None and (engine is None or m.engine == engine):
             found.append(m)
     return sorted(found, key=lambda m: m.built_at, reverse=True)
 
@@ -313,19 +427,22 @@ def build(
     jobs: int | None = None,
     log: Callable[[str], None] = lambda s: None,
     on_progress: Callable[[int, int], None] | None = None,
+    engine: str = "llama.cpp",
 ) -> BuildManifest:
-    """Build (or find in the cache) llama-bench and llama-server for a backend."""
+    """Build (or find in the cache) an engine's llama-bench and llama-server for a backend."""
     root = cache_root()
+    eng = engine_source(engine)
+    pin = eng.pinned
     # Fast path: the pinned source with these arguments is already built.
     if source is None:
-        args = cmake_args_for(backend, extra_cmake_args, PINNED.commit, PINNED.build_number)
-        hit = find_manifest(build_key(PINNED.commit, backend, args), root)
+        args = cmake_args_for(backend, extra_cmake_args, pin.commit or pin.identity, pin.build_number, engine)
+        hit = find_manifest(build_key(pin.commit or pin.identity, backend, args), root)
         if hit is not None:
             return hit
     if shutil.which("cmake") is None:
         raise BuildError("cmake is not on PATH: install it (apt-get install cmake) and retry")
-    tree = resolve_source(source, root, log)
-    args = cmake_args_for(backend, extra_cmake_args, tree.commit, tree.build_number)
+    tree = resolve_source(source, root, log, engine)
+    args = cmake_args_for(backend, extra_cmake_args, tree.commit, tree.build_number, engine)
     commit_for_key = tree.commit if tree.commit != "unknown" else hashlib.sha256(str(tree.root).encode()).hexdigest()
     key = build_key(commit_for_key, backend, args)
     workdir = root / "builds" / key
@@ -337,16 +454,17 @@ def build(
         log_path = workdir / "build.log"
         generator = ["-G", "Ninja", f"-DCMAKE_MAKE_PROGRAM={_ninja()}"] if _ninja() else ["-G", "Unix Makefiles"]
         configure = ["cmake", "-S", str(tree.root), "-B", str(build_dir), *generator, *args]
-        compile_ = ["cmake", "--build", str(build_dir), "--target", *TARGETS, "-j", str(jobs or os.cpu_count() or 2)]
+        targets = eng.targets
+        compile_ = ["cmake", "--build", str(build_dir), "--target", *targets, "-j", str(jobs or os.cpu_count() or 2)]
         start = time.monotonic()
-        log(f"building {', '.join(TARGETS)} ({backend}) from {tree.origin}; log: {log_path}")
+        log(f"building {engine}'s {', '.join(targets)} ({backend}) from {tree.origin}; log: {log_path}")
         with log_path.open("w", buffering=1) as logf:
             for cmd in (configure, compile_):
                 logf.write("$ " + " ".join(cmd) + "\n")
                 logf.flush()
                 _run_logged(cmd, logf, on_progress)
         bin_dir = build_dir / "bin"
-        missing = [t for t in TARGETS if not (bin_dir / t).exists()]
+        missing = [t for t in targets if not (bin_dir / t).exists()]
         if missing:
             raise BuildError(f"build finished without {', '.join(missing)}; see {log_path}")
         manifest = BuildManifest(
@@ -359,6 +477,7 @@ def build(
             bin_dir=str(bin_dir),
             built_at=time.strftime("%Y-%m-%dT%H:%M:%S%z"),
             build_seconds=round(time.monotonic() - start, 1),
+            engine=engine,
         )
         (workdir / "manifest.json").write_text(manifest.to_json())
         return manifest

@@ -84,12 +84,14 @@ class ServerLaunch:
             a += ["-ngl", str(self.n_gpu_layers)]
         if self.cold_cache:
             a += ["-np", "1", "--cache-ram", "0"]
-        if self.fit_off:
+        engine = llama_options.traits(self.config.engine)
+        if self.fit_off and engine.server_fit:
             a += ["-fit", "off"]
         return (*a, *self.own_args, *self.config.server_argv())
 
     def to_argv(self, binary: Path, port: int) -> list[str]:
-        verbosity = ["-lv", str(self.log_verbosity)] if self.log_verbosity is not None else []
+        lv = self.log_verbosity is not None and llama_options.traits(self.config.engine).server_log_verbosity
+        verbosity = ["-lv", str(self.log_verbosity)] if lv else []
         return [str(binary), *self.args(), *verbosity, "--host", HOST, "--port", str(port)]
 
     @property

@@ -240,7 +240,8 @@ def _run_job(
     seen: set[Point] = set()
     problem: str | None = None
     exited: Exited | None = None
-    with closing(bench.run(job, binaries.bench, spec.model, spec.timeout_s)) as events:
+    bench_bin = binaries.for_engine(job.config.engine).bench
+    with closing(bench.run(job, bench_bin, spec.model, spec.timeout_s)) as events:
         for event in events:
             if isinstance(event, ProgressLine):
                 on_event(Progressed(done_before + max(_within_job(event), len(seen)), total))

@@ -268,7 +268,7 @@ async def _check_level(
     sspec = ServerLaunch(at, model, ctx, label=f"fitcheck-{config.name}-{n}")
     kwargs = {} if timeout_s is None else {"startup_timeout_s": timeout_s}
     try:
-        async with LlamaServer(binaries.server, sspec, log_dir, **kwargs) as srv:
+        async with LlamaServer(binaries.for_engine(config.engine).server, sspec, log_dir, **kwargs) as srv:
             prompt = tuple(100 + (i % 150) for i in range(min(512, ctx // 2)))  # ordinary ids in any vocabulary
             assert srv.client is not None  # set once the server is up
             rec = await srv.client.stream_completion(completion_body(prompt, 4, cache_prompt=False))

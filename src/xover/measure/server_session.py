@@ -39,7 +39,7 @@ async def started_server(
     list (xover's own flags with the configuration's: the server's provenance).
     ``startup_timeout_s`` None: :class:`LlamaServer`'s own."""
     timeout = {} if startup_timeout_s is None else {"startup_timeout_s": startup_timeout_s}
-    async with LlamaServer(binaries.server, spec, log_dir, **timeout) as srv:
+    async with LlamaServer(binaries.for_engine(spec.config.engine).server, spec, log_dir, **timeout) as srv:
         recording.server_props(
             config or spec.config,
             srv.props,

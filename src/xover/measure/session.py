@@ -253,7 +253,9 @@ async def size_context(
     cpu_only = config.with_values({"n-gpu-layers": "0"}, name="sizing")
     spec = ServerLaunch(cpu_only, model, ctx, fit_off=fit_off)
     async with (
-        LlamaServer(binaries.server, spec, log_dir, startup_timeout_s=startup_timeout_s) as srv,
+        LlamaServer(
+            binaries.for_engine(config.engine).server, spec, log_dir, startup_timeout_s=startup_timeout_s
+        ) as srv,
         ChatClient(srv.url) as client,
     ):
         turn_tokens = []

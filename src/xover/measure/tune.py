@@ -69,13 +69,16 @@ def _resolve(name: str, knobs: Sequence[advise.Knob]) -> advise.Knob | None:
     return next((k for k in knobs if name in (k.name, k.short)), None)
 
 
-def knobs_for(spec: StudySpec, gpu_build: bool) -> tuple[advise.Knob, ...]:
-    """The knobs the spec asks to search, with its candidate values. A knob named in ``tune-knobs`` is
-    searched even where the build makes it moot (the search then reports it as having no effect)."""
+def knobs_for(spec: StudySpec, gpu_build: bool, engine: str = opts.ENGINE) -> tuple[advise.Knob, ...]:
+    """The knobs the spec asks to search on ``engine`` (its own knobs included, each in its spelling), with its
+    candidate values. A knob named in ``tune-knobs`` is searched even where the build makes it moot (the search then
+    reports it as having no effect); one the engine does not take is not."""
     cpus, longest = os.cpu_count() or 1, max(spec.lengths)
-    here = advise.study_knobs(cpus, gpu_build, longest)
+    here = advise.study_knobs(cpus, gpu_build, longest, engine)
     # every knob, the GPU-only ones included (:func:`applicable` leaves them out with a reason), with this build's values
-    every = tuple(next((x for x in here if x.name == k.name), k) for k in advise.study_knobs(cpus, True, longest))
+    every = tuple(
+        next((x for x in here if x.name == k.name), k) for k in advise.study_knobs(cpus, True, longest, engine)
+    )
     knobs = every
     if spec.tune_knobs is not None:
         wanted = {k.name for n in spec.tune_knobs if (k := _resolve(n, every)) is not None}
@@ -403,7 +406,7 @@ def run_tune(
         # The defaults first: the build's backends decide which knobs can matter at all.
         probe_spec = AdviseSpec(model=model, knobs=(), repetitions=spec.tune_repetitions, timeout_s=spec.timeout_s)
         probe_runner = _Runner(probe_spec, binaries, tune_dir, command, on_event)
-        all_knobs = knobs_for(spec, gpu_build=True)
+        all_knobs = knobs_for(spec, True, config.engine)
         chunk_tokens = chunk(all_knobs)
         sweep = probe_runner.sweep(depths(spec), chunk_tokens, spec.tg, spec.tune_repetitions)
         base = probe_runner.measure_config_fn(config, sweep, work)(advise.DEFAULTS)
@@ -418,7 +421,8 @@ def run_tune(
         backend = dict(base.effective).get("backends", "")
         gpu_build = is_gpu_build(backend)
         placed = place is not None and place(config, config.name) is not config
-        knobs, skipped = applicable(spec, knobs_for(spec, gpu_build), context(config, tensors, gpu_build, placed))
+        own = knobs_for(spec, gpu_build, config.engine)
+        knobs, skipped = applicable(spec, own, context(config, tensors, gpu_build, placed))
         for knob_name, why in skipped:
             emit("info", f"{config.name}: not searching {opts.option(knob_name).short}: {why}", None, None)
         own_ub = int(config.get(opts.UBATCH_SIZE.name) or opts.UBATCH_SIZE.default)

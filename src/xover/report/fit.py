@@ -64,6 +64,7 @@ def fit_blocks(data: StudyData) -> list[Block]:
                 _llama_fit(r),
             )
         )
+    logged = any(c.compute_bytes is not None for r in chosen for c in r.checks)
     return [
         Block("h2", "Fit: the smallest --n-cpu-moe that holds the context"),
         Block(
@@ -73,8 +74,14 @@ def fit_blocks(data: StudyData) -> list[Block]:
             "then llama.cpp itself at that level and one below: llama-server started with the same context "
             "under the same budget, answering one ubatch-long request. A tuned variant, and each trial of the "
             "tuning search, is placed again for its own ubatch and KV cache types (a larger ubatch needs a larger "
-            "compute buffer, a q8_0 cache frees VRAM), with the compute buffer calibrated from the one llama.cpp "
-            "logged at the checked level (the planner's own estimate is off both ways). The last column is what llama.cpp's own "
+            "compute buffer, a q8_0 cache frees VRAM), "
+            + (
+                "with the compute buffer calibrated from the one llama.cpp logged at the checked level (the "
+                "planner's own estimate is off both ways)"
+                if logged
+                else "with the planner's compute buffer (no check of this study logged one to calibrate it with)"
+            )
+            + ". The last column is what llama.cpp's own "
             "--fit (llama-fit-params, same context and budget) would do instead: it keeps every layer's attention "
             "on the GPU and moves the experts of the highest layers to the CPU, where --n-cpu-moe moves the "
             "lowest; the number of layers is what compares.",

@@ -95,14 +95,14 @@ FLASH_ATTN = option_knob(opts.FLASH_ATTN, opts.FLASH_ATTN.tuned_values)
 where the backend supports it). Its record field (``flash_attn``) reports -1 for auto, so no value is skipped."""
 
 
-def study_knobs(cpu_count: int, gpu_build: bool, longest: int) -> tuple[Knob, ...]:
+def study_knobs(cpu_count: int, gpu_build: bool, longest: int, engine: str = opts.ENGINE) -> tuple[Knob, ...]:
     """The knobs ``xover study``'s tuning stage searches (the options' ``tune_search`` values): advise's, plus
     ``-lm mlock`` (``-lm mmap`` is what ``auto`` resolves to wherever the backends support mmap:
     llama-model.cpp), ``-ub 8192`` when the study's longest prompt holds two such ubatches, and flash attention.
     On a CPU-only build the knobs that only change how weights reach a GPU (op offload, its threshold, pinned
     host memory) are left out: there is nothing to copy."""
     knobs = []
-    for option, values in opts.tuned(cpu_count):
+    for option, values in opts.tuned(cpu_count, engine):
         if option.gpu_only and not gpu_build:
             continue
         if option is opts.UBATCH_SIZE and gpu_build and longest >= 2 * 8192:
