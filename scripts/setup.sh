@@ -56,6 +56,10 @@ if [ "$mode" = run ]; then
   exec "$venv/bin/xover" study "$@"
 fi
 
+# The engine comparison's tests run ik_llama.cpp beside mainline: its CPU build, from the ik-llama-cpp-python sdist
+# (about 14 minutes on 2 cores, cached like mainline's).
+"$venv/bin/xover" llama build --engine ik_llama.cpp
+
 # Static checks first (import-linter's layer contracts run inside the tests: tests/unit/test_architecture.py).
 "$venv/bin/ruff" check src tests benchmarks || { echo "setup: ruff found lint errors (above; 'ruff check --fix' fixes most)" >&2; exit 1; }
 "$venv/bin/ruff" format --check src tests benchmarks || { echo "setup: files need 'ruff format src tests benchmarks'" >&2; exit 1; }

@@ -19,6 +19,21 @@ def llama_bins():
 
 
 @pytest.fixture(scope="session")
+def ik_bins():
+    """ik_llama.cpp's real llama-bench/llama-server: xover's cached CPU build of the ik-llama-cpp-python sdist (built
+    on first use; `bash scripts/setup.sh test` builds it before the tests)."""
+    from xover.llamacpp import build
+    from xover.llamacpp.binaries import Binaries
+
+    manifest = build.build(backend="cpu", engine="ik_llama.cpp")
+    bin_dir = Path(manifest.bin_dir)
+    return Binaries(
+        bench=bin_dir / "llama-bench", server=bin_dir / "llama-server", source="cache", manifest=manifest,
+        engine="ik_llama.cpp",
+    )  # fmt: skip
+
+
+@pytest.fixture(scope="session")
 def tiny_model(tmp_path_factory) -> Path:
     """The tiny-moe preset, synthesized once per test session."""
     from xover.domain.presets import PRESETS

@@ -231,9 +231,8 @@ def test_stored_result_round_trip_and_signature(tmp_path: Path) -> None:
 
 
 def test_the_spec_knows_the_knobs_the_search_defines() -> None:
-    from xover.domain.study_spec import TUNE_KNOBS
-
     from xover.domain.llama_options import ENGINES
+    from xover.domain.study_spec import TUNE_KNOBS
 
     knobs = {(k.name, k.short) for e in ENGINES for k in advise.study_knobs(4, gpu_build=True, longest=32768, engine=e)}
     assert set(TUNE_KNOBS) == knobs

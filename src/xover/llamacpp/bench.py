@@ -247,7 +247,11 @@ def normalize_ik_record(record: dict[str, Any]) -> dict[str, Any]:
     else:
         out.setdefault("n_depth", 0)
     if "backends" not in out:
-        names = [name.upper() for name in ("cuda", "vulkan", "metal", "sycl", "kompute", "rpc") if record.get(name)]
+        names = [
+            n.upper()
+            for n in ("cuda", "vulkan", "metal", "sycl", "kompute", "rpc")
+            if record.get(n) not in (None, False, 0, "0", "")
+        ]
         out["backends"] = ",".join([*names, "CPU"] if not names else names)
     out.setdefault("engine", llama_options.IK_LLAMA)
     return out

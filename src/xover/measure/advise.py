@@ -22,6 +22,7 @@ from xover.domain import llama_options
 from xover.domain.config import LlamaConfig
 from xover.domain.records import BenchResult
 from xover.errors import XoverError
+from xover.llamacpp.bench import BenchJob
 from xover.llamacpp.binaries import Binaries
 from xover.measure import bench as benchrun
 from xover.measure.events import Measured, Measuring, Note
@@ -91,8 +92,8 @@ def measurement_from_store(
     for _, _, mk, r in store.bench_results(config.key):
         if mk == model_key and r.round == sweep.round:
             latest[(r.n_prompt, r.n_gen, r.n_depth)] = r
-    wanted = [(sweep.n_prompt, 0, d) for d in sweep.depths if sweep.n_prompt]
-    wanted += [(0, sweep.n_gen, d) for d in sweep.depths if sweep.n_gen]
+    # the tests one llama-bench process of this configuration runs (an engine without -d: prefill at depth 0 only)
+    wanted = BenchJob(config, sweep.n_prompt, sweep.n_gen, sweep.depths, sweep.repetitions).points()
     if failure is not None or not wanted or any(p not in latest for p in wanted):
         return Measurement(failure=failure or "llama-bench left tests unmeasured", reused=reused)
     prefill = [latest[p] for p in wanted if p[0]]

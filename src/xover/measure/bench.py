@@ -99,7 +99,7 @@ def plan(spec: BenchTests, configs: Sequence[LlamaConfig], measured: Callable[[L
             skipped.append(config)
             continue
         kinds_at: dict[int, tuple[bool, bool]] = {}
-        for d in spec.depths:
+        for d in sorted({p[2] for p in missing}):  # an engine without -d measures prefill at depth 0 only
             at = [p for p in missing if p[2] == d]
             if at:
                 kinds_at[d] = (any(p[0] for p in at), any(p[1] for p in at))
