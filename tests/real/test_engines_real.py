@@ -97,6 +97,7 @@ def test_a_study_compares_mainline_and_ik_llama_cpp_each_on_its_own_build(
     assert searched["ik"] == ["ubatch-size", "fused-moe"] and searched["mainline"] == ["ubatch-size"]
     # the verdicts compare them like any configurations
     assert "mainline vs ik" in r.stdout or "ik vs mainline" in r.stdout
+    assert "Engines: llama.cpp: mainline; ik_llama.cpp: ik." in r.stdout and "At each engine's defaults" in r.stdout
     md = (out / "report.md").read_text()
     assert "| ik |" in md and "| mainline |" in md
     # and `xover llama which` shows each engine's binaries

@@ -137,7 +137,7 @@ def _print_outcome(outcome: StudyOutcome, out_dir: Path) -> None:
             if t.changed:
                 out.print(f"  - {escape(t.config.name)}: {escape(t.label)}\n      {escape(t.server_command)}")
             else:
-                out.print(f"  - {escape(t.config.name)}: llama.cpp's defaults (no knob beat the noise)")
+                out.print(f"  - {escape(t.config.name)}: {t.config.engine}'s defaults (no knob beat the noise)")
             if t.decode_variant is not None:
                 out.print(
                     f"    for decode-heavy turns: {escape(t.decode_label)}\n"

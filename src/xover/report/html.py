@@ -223,6 +223,17 @@ def apart_note(data: StudyData, a: str, b: str) -> str | None:
     )
 
 
+def engines_line(data: StudyData, by_label: Mapping[str, ConfigData]) -> str | None:
+    """Which engine each configuration ran on, when the study compares engines (one engine: None)."""
+    engine_of = {c.label: c.engine for c in data.configs if c.label in by_label}
+    if len(set(engine_of.values())) < 2:
+        return None
+    by_engine: dict[str, list[str]] = {}
+    for label, engine in engine_of.items():
+        by_engine.setdefault(engine, []).append(label)
+    return "Engines: " + "; ".join(f"{e}: {', '.join(labels)}" for e, labels in by_engine.items()) + "."
+
+
 def build_report(
     data: StudyData, response: int = 200, band: tuple[int, int] = AGENTIC_BAND, n_boot: int = 500
 ) -> Report:
@@ -249,7 +260,7 @@ def build_report(
     for _, a, b in told:
         if a != b and (a, b) not in full and (p := compared(a, b, n_boot)) is not None:
             full[(a, b)] = p
-    lines: list[str | None] = [fastest(configs, response)]
+    lines: list[str | None] = [fastest(configs, response), engines_line(data, by_label)]
     for prefix, a, b in told:
         if prefix == _AT_BEST and any((x, y) == (a, b) for p, x, y in told if p == _AT_DEFAULTS):
             reasons = {lay.why_untuned(x, by_label) for x in (a, b)}
@@ -280,6 +291,8 @@ def build_report(
     ]
     lines += cached_verdicts(data, told, response)
     lines += [drift_line(data, configs, response), *open_lines(tuple(full.values()))]
+    if lines[1] is not None:  # engines compared: each runs at its own engine's defaults
+        lines = [v.replace("llama.cpp's defaults", "each engine's defaults") if v else v for v in lines]
     verdicts = tuple(v for v in lines if v)
     pairs = tuple(full.get(k, v) for k, v in quick.items())
     headline = tuple(full.values())
