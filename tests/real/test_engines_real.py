@@ -20,39 +20,15 @@ from xover.measure import tune
 from xover.results.store import Store
 
 pytestmark = pytest.mark.real
+IK, MAIN = "ik_llama.cpp", "llama.cpp"  # the example's configuration names
 
-SPEC = """
-[model]
-path = "{model}"
-
-[study]
-lengths = [256, 1024]
-response-tokens = [16]
-repetitions = 2
-rounds = 2
-max-rounds = 2
-bench-repetitions = 2
-pp = 128
-tg = 16
-skip = ["cache", "session"]
-tune-knobs = ["fmoe", "ub"]
-tune-values = {{ ubatch-size = ["1024"] }}
-tune-repetitions = 2
-
-[[config]]
-name = "mainline"
-
-[[config]]
-name = "ik"
-engine = "ik_llama.cpp"
-"""
+EXAMPLE = Path(__file__).parents[2] / "examples" / "engines.toml"  # run as the README shows it
 
 
-def test_a_study_compares_mainline_and_ik_llama_cpp_each_on_its_own_build(
-    llama_bins, ik_bins, tiny_model: Path, tmp_path: Path
+def test_the_example_study_compares_mainline_and_ik_llama_cpp_each_on_its_own_build(
+    llama_bins, ik_bins, tmp_path: Path
 ) -> None:
-    spec = tmp_path / "spec.toml"
-    spec.write_text(SPEC.format(model=tiny_model))
+    spec = EXAMPLE
     out = tmp_path / "out"
     env = dict(os.environ, XOVER_LLAMA_BIN_DIR=str(llama_bins.bin_dir), XOVER_IK_LLAMA_BIN_DIR=str(ik_bins.bin_dir))
     r = subprocess.run(
@@ -68,12 +44,13 @@ def test_a_study_compares_mainline_and_ik_llama_cpp_each_on_its_own_build(
     for key, np_, ng, nd, rec in db.execute("SELECT config_key, n_prompt, n_gen, n_depth, record FROM bench_results"):
         tests.setdefault(label_of[key], set()).add((np_, ng, nd))
         record = __import__("json").loads(rec)
-        if label_of[key] == "ik":
+        if label_of[key] == IK:
             assert record["build_commit"] == "ik0.1.5" and "fused_moe" in record and record["backends"] == "CPU"
         else:
             assert record["build_commit"] == "0c1e570" and "n_depth" in record and "fused_moe" not in record
-    assert tests["ik"] == {(128, 0, 0), (0, 16, 256), (0, 16, 1024)}
-    assert tests["mainline"] == {(128, 0, 256), (0, 16, 256), (128, 0, 1024), (0, 16, 1024)}
+    depths = (256, 1024, 2048)
+    assert tests[IK] == {(256, 0, 0), *((0, 16, d) for d in depths)}
+    assert tests[MAIN] == {*((256, 0, d) for d in depths), *((0, 16, d) for d in depths)}
     # every cold sample of both engines, in 2 rounds of fresh servers: proven cold, none refused
     cold = db.execute(
         "SELECT config_key, length, cache_n, prompt_n, round, cache_ok FROM ttft_samples WHERE mode = 'cold'"
@@ -82,24 +59,24 @@ def test_a_study_compares_mainline_and_ik_llama_cpp_each_on_its_own_build(
     for key, length, cache_n, prompt_n, rnd, ok in cold:
         assert (cache_n, prompt_n, ok) == (0, length, 1), (label_of[key], length, cache_n, prompt_n)
         by_label.setdefault(label_of[key], []).append(rnd)
-    for label in ("ik", "mainline"):  # 2 lengths x 2 repetitions in each of rounds 1 and 2 (a drift check: < 0)
-        assert sorted(x for x in by_label[label] if x > 0) == [1] * 4 + [2] * 4, label
+    for label in (IK, MAIN):  # 3 lengths x 2 repetitions in each of rounds 1 and 2 (a drift check: < 0)
+        assert sorted(x for x in by_label[label] if x > 0) == [1] * 6 + [2] * 6, label
     # each engine's llama-server got its own flags: no -fit for ik_llama.cpp, -fit off for mainline
     args = {b["label"]: b["args"] for b in map(__import__("json").loads, (x for (x,) in db.execute(
         "SELECT body FROM artifacts WHERE name = 'server-props'")))}  # fmt: skip
-    assert "-fit" not in args["ik"] and "-fit" in args["mainline"]
+    assert "-fit" not in args[IK] and "-fit" in args[MAIN]
     # the tuning stage searched each engine's own knobs: -fmoe on ik_llama.cpp only
     with Store(out) as store:
         searched = {
             b["config"]: [v.knob for v in decode(advise.Search, b["search"]).verdicts]
             for _, _, b in store.artifacts(tune.ARTIFACT)
         }
-    assert searched["ik"] == ["ubatch-size", "fused-moe"] and searched["mainline"] == ["ubatch-size"]
+    assert searched[IK] == ["ubatch-size", "fused-moe"] and searched[MAIN] == ["ubatch-size"]
     # the verdicts compare them like any configurations
-    assert "mainline vs ik" in r.stdout or "ik vs mainline" in r.stdout
-    assert "Engines: llama.cpp: mainline; ik_llama.cpp: ik." in r.stdout and "At each engine's defaults" in r.stdout
+    assert f"{MAIN} vs {IK}" in r.stdout
+    assert f"Engines: llama.cpp: {MAIN}; ik_llama.cpp: {IK}." in r.stdout and "At each engine's defaults" in r.stdout
     md = (out / "report.md").read_text()
-    assert "| ik |" in md and "| mainline |" in md
+    assert f"| {IK} |" in md and f"| {MAIN} |" in md
     # and `xover llama which` shows each engine's binaries
     which = subprocess.run(
         [sys.executable, "-m", "xover", "llama", "which"], env=env, capture_output=True, text=True, timeout=60
