@@ -4,10 +4,12 @@
 #
 #   lease_init NAME   the job's folder J=/tmp/NAME-job and the study's folder ST=/tmp/NAME; the wheels the GPU
 #                     machine's Python lacks installed into /tmp/site, the committed src (out/xsrc) copied into $J/src,
-#                     the pinned llama.cpp tree (out/llsrc) unpacked into /tmp/ll
+#                     the pinned llama.cpp tree (out/llsrc) unpacked into /tmp/ll, and ik_llama.cpp's (out/iksrc,
+#                     where prepare-lease.sh packed one) into /tmp/ik
 #   lease_job BODY    write $J/job.sh (the common prelude, then the bash text BODY) and start it under setsid once, so
 #                     it outlives the call; BODY may use: $X (xover), $ST, t MSG (timestamped lines), build_cuda (the
-#                     CUDA build for sm_90, llama-fit-params included), synth PRESET PATH, smi_on / smi_off (nvidia-smi
+#                     CUDA build for sm_90, llama-fit-params included), build_cuda_ik (ik_llama.cpp's, about 12-13
+#                     minutes on the H200 machine's 16 cores), synth PRESET PATH, smi_on / smi_off (nvidia-smi
 #                     every 2 s into $ST/smi.log), done_ (mark the job done)
 #   seed_store SRC NAME...  $ST/results.sqlite as a copy of the committed store SRC without its measurements,
 #                     keeping only the artifacts NAME... (placement, tuning, prediction): a study that reuses
@@ -28,6 +30,10 @@ lease_init() {
   rm -rf $J/src; cp -r out/xsrc/src $J/src
   rm -rf /tmp/ll; mkdir -p /tmp/ll && tar xzf out/llsrc/llama.tar.gz -C /tmp/ll
   echo 0c1e57098bba43ac29e6e3b677cdceebdd22334f > /tmp/ll/llama.cpp-0c1e570/XOVER_COMMIT
+  if [ -f out/iksrc/ik.tgz ]; then  # ik_llama.cpp's tree, for studies that compare engines
+    rm -rf /tmp/ik; mkdir -p /tmp/ik && tar xzf out/iksrc/ik.tgz -C /tmp/ik
+    echo ik0.1.5 > /tmp/ik/ik_llama.cpp-ik0.1.5/XOVER_COMMIT
+  fi
 }
 
 lease_job() {
@@ -40,6 +46,11 @@ build_cuda() {
   \$X llama build --backend cuda --source /tmp/ll/llama.cpp-0c1e570 --cmake-arg=-DCMAKE_CUDA_ARCHITECTURES=90 \\
     > \$ST/build.log 2>&1 || { tail -30 \$ST/build.log; exit 1; }
   t built; \$X llama which | head -3
+}
+build_cuda_ik() {
+  \$X llama build --engine ik_llama.cpp --backend cuda --source /tmp/ik/ik_llama.cpp-ik0.1.5 \\
+    --cmake-arg=-DCMAKE_CUDA_ARCHITECTURES=90 > \$ST/build-ik.log 2>&1 || { tail -30 \$ST/build-ik.log; exit 1; }
+  t built ik_llama.cpp; \$X llama which --engine ik_llama.cpp | head -3
 }
 synth() { [ -f "\$2" ] || (\$X synth --preset "\$1" -o "\$2" > \$ST/synth-\$1.log 2>&1; echo "synth rc=\$?" >> \$ST/synth-\$1.log); }
 smi_on() {

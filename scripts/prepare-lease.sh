@@ -2,6 +2,7 @@
 # On the development machine (it has the package registries): what a lease on a lent GPU machine needs carried
 # (scripts/lease.sh uses them there):
 #   out/llsrc/llama.tar.gz  the pinned llama.cpp tree `xover llama build` fetched (about 11 MB: no docs, models, media)
+#   out/iksrc/ik.tgz        ik_llama.cpp's tree, where `xover llama build --engine ik_llama.cpp` fetched it (about 25 MB)
 #   .whl/                   the wheels the GPU machine's Python lacks (gguf, sniffio)
 #   out/xsrc/               the committed src/ and studies/ (what a run uses, whatever the working tree holds)
 # Then, with the device tool: `bash studies/<study>/run.sh`, carry ["out/llsrc", "out/xsrc", ".whl"].
@@ -12,6 +13,12 @@ src=${XOVER_CACHE_DIR:-$HOME/.cache/xover}/src/llama.cpp-0c1e570
 mkdir -p out/llsrc
 tar czf out/llsrc/llama.tar.gz --exclude="$(basename "$src")/docs" --exclude="$(basename "$src")/models" \
   --exclude="$(basename "$src")/media" --exclude="$(basename "$src")/benches" -C "$(dirname "$src")" "$(basename "$src")"
+ik=${XOVER_CACHE_DIR:-$HOME/.cache/xover}/src/ik_llama.cpp-ik0.1.5  # `xover llama build --engine ik_llama.cpp` made it
+if [ -d "$ik" ]; then
+  mkdir -p out/iksrc
+  tar czf out/iksrc/ik.tgz --exclude="$(basename "$ik")/github-data" --exclude="$(basename "$ik")/docs" \
+    --exclude="$(basename "$ik")/models" --exclude="$(basename "$ik")/media" -C "$(dirname "$ik")" "$(basename "$ik")"
+fi
 python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
   --platform manylinux2014_x86_64 -d .whl gguf==0.19.0 sniffio==1.3.1
 rm -rf out/xsrc && mkdir -p out/xsrc && git archive HEAD src studies | tar -x -C out/xsrc
