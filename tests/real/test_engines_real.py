@@ -77,8 +77,31 @@ def test_the_example_study_compares_mainline_and_ik_llama_cpp_each_on_its_own_bu
     assert f"Engines: llama.cpp: {MAIN}; ik_llama.cpp: {IK}." in r.stdout and "At each engine's defaults" in r.stdout
     md = (out / "report.md").read_text()
     assert f"| {IK} |" in md and f"| {MAIN} |" in md
+    # each engine's build is in the study's provenance
+    with Store(out) as store:
+        (builds,) = [b for _, _, b in store.artifacts("engines")][-1:]
+    by_engine = {b["engine"]: b for b in builds}
+    assert by_engine[IK]["bin_dir"] == str(ik_bins.bin_dir) and by_engine[MAIN]["bin_dir"] == str(llama_bins.bin_dir)
     # and `xover llama which` shows each engine's binaries
     which = subprocess.run(
         [sys.executable, "-m", "xover", "llama", "which"], env=env, capture_output=True, text=True, timeout=60
     )
     assert which.returncode == 0 and "[ik_llama.cpp]" in which.stdout and str(ik_bins.server) in which.stdout
+
+
+def test_an_engine_without_a_build_is_a_one_line_error_before_anything_runs(llama_bins, tmp_path: Path) -> None:
+    from procs import one_line_error
+
+    empty = tmp_path / "no-build"
+    empty.mkdir()
+    env = dict(os.environ, XOVER_LLAMA_BIN_DIR=str(llama_bins.bin_dir), XOVER_IK_LLAMA_BIN_DIR=str(empty))
+    out = tmp_path / "out"
+    r = subprocess.run(
+        [sys.executable, "-m", "xover", "study", str(EXAMPLE), "-o", str(out), "-q"],
+        env=env, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert "has no executable llama-bench or llama-server" in one_line_error(r, "XOVER_IK_LLAMA_BIN_DIR")
+    assert (
+        not (out / "results.sqlite").exists()
+        or not sqlite3.connect(out / "results.sqlite").execute("SELECT count(*) FROM bench_results").fetchone()[0]
+    )

@@ -19,7 +19,7 @@ from collections.abc import Callable, Collection, Sequence
 from pathlib import Path
 from typing import Any
 
-from xover.domain import artifacts
+from xover.domain import artifacts, llama_options
 from xover.domain.artifacts import StudyRecord
 from xover.domain.config import LlamaConfig
 from xover.domain.study_spec import StudySpec
@@ -372,6 +372,38 @@ def run_study(
         return _Stages(spec, study_dir, emit).run(binaries, stages, tuple(command), report)
 
 
+ENGINES_ARTIFACT = "engines"
+
+
+def record_engines(spec: StudySpec, binaries: Binaries, study_dir: Path, emit: Callable[[StageEvent], None]) -> None:
+    """A study whose configurations run on engines other than mainline: each engine's binaries found (a one-line
+    error naming the build to make, before anything runs) and their provenance stored (artifact ``engines``: the
+    folder, how it was chosen, and for xover's builds the commit or sdist identity, backend, origin and cmake
+    flags)."""
+    engines = sorted({c.engine for c in spec.configs})
+    if engines == [llama_options.ENGINE]:
+        return
+    rows = []
+    for engine in engines:
+        b = binaries.for_engine(engine)
+        m = b.manifest
+        rows.append(
+            {
+                "engine": engine,
+                "bin_dir": str(b.bin_dir),
+                "source": b.source,
+                "commit": m.commit if m else None,
+                "backend": m.backend if m else None,
+                "origin": m.origin if m else None,
+                "cmake_args": list(m.cmake_args) if m else None,
+            }
+        )
+        build = f"{m.commit[:7]} ({m.backend}) from {m.origin}" if m else f"{b.source}"
+        emit(StageEvent("model", "info", f"{engine}: {b.bin_dir} [{build}]"))
+    with Store(study_dir) as store:
+        store.add_artifact(None, ENGINES_ARTIFACT, rows)
+
+
 def _check_fits(
     st: Study, configs: tuple[LlamaConfig, ...], records: list[dict[str, Any]], suffix: str
 ) -> tuple[tuple[LlamaConfig, ...], list[dict[str, Any]]]:
@@ -426,6 +458,7 @@ class _Stages:
     ) -> StudyOutcome:
         spec, emit = self.spec, self.emit
         started = time.perf_counter()
+        record_engines(spec, binaries, self.study_dir, emit)  # before anything runs: each engine's build found
         model = self.timed("model", lambda: resolve_model(spec, self.study_dir, emit))
         st = Study(spec, model, binaries, self.study_dir, fresh, command, emit, started=started)
         from xover.measure import fit
