@@ -10,7 +10,8 @@
 #                     it outlives the call; BODY may use: $X (xover), $ST, t MSG (timestamped lines), build_cuda (the
 #                     CUDA build for sm_90, llama-fit-params included), build_cuda_ik (ik_llama.cpp's, about 12-13
 #                     minutes on the H200 machine's 16 cores), synth PRESET PATH, smi_on / smi_off (nvidia-smi
-#                     every 2 s into $ST/smi.log), done_ (mark the job done)
+#                     every 2 s into $ST/smi.log), study_once (`xover study $J/study.toml -o $ST` with nvidia-smi
+#                     sampled, its log's tail), done_ (mark the job done)
 #   seed_store SRC NAME...  $ST/results.sqlite as a copy of the committed store SRC without its measurements,
 #                     keeping only the artifacts NAME... (placement, tuning, prediction): a study that reuses
 #                     another's placement and measures the rest afresh
@@ -58,6 +59,12 @@ smi_on() {
   SMI=\$!
 }
 smi_off() { kill \$SMI 2>/dev/null; }
+study_once() {  # the study of \$J/study.toml into \$ST, nvidia-smi sampled meanwhile
+  smi_on
+  \$X study \$J/study.toml -o \$ST > \$ST/study.log 2>&1
+  t "study rc=\$?"; tail -40 \$ST/study.log
+  smi_off
+}
 done_() { t "after: \$(nvidia-smi --query-gpu=memory.used --format=csv,noheader)"; touch $J/done; t done; }
 nvidia-smi --query-gpu=name,memory.total,memory.free,pcie.link.gen.current,pcie.link.width.current --format=csv,noheader
 grep -m1 "^flags" /proc/cpuinfo > \$ST/cpu-flags.txt; grep -m1 "^model name" /proc/cpuinfo

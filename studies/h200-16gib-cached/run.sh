@@ -19,10 +19,7 @@ M=$ST/models/qwen3-30b-a3b.gguf
 synth qwen3-30b-a3b $M &
 build_cuda
 wait; t synthesized; tail -qn1 $ST/synth-*.log
-smi_on
-$X study $J/study.toml -o $ST > $ST/study.log 2>&1
-t "study rc=$?"; tail -40 $ST/study.log
-smi_off
+study_once
 done_
 BODY
 lease_wait

@@ -16,10 +16,7 @@ synth qwen3-30b-a3b $M &
 build_cuda &
 build_cuda_ik
 wait; t "built both; synthesized"; tail -qn1 $ST/synth-*.log
-smi_on
-$X study $J/study.toml -o $ST > $ST/study.log 2>&1
-t "study rc=$?"; tail -40 $ST/study.log
-smi_off
+study_once
 done_
 BODY
 lease_wait

@@ -1046,11 +1046,11 @@ def plan_placement(
     workspace and pool, fragmentation: :data:`DEFAULT_HEADROOM_BYTES`) fit in ``budget_bytes`` of free VRAM;
     ``compute_per_token``: the compute buffer calibrated from a logged load (:func:`compute_per_token`)."""
     out = []
-    per = compute_per_token
     for n_ctx in contexts:
-        chosen, est = None, memory_estimate(terms, terms.n_layer, n_ctx, ubatch, flash_attn, compute_per_token=per)
+        chosen = None
+        est = memory_estimate(terms, terms.n_layer, n_ctx, ubatch, flash_attn, compute_per_token=compute_per_token)
         for n in range(terms.n_layer + 1):
-            e = memory_estimate(terms, n, n_ctx, ubatch, flash_attn, compute_per_token=per)
+            e = memory_estimate(terms, n, n_ctx, ubatch, flash_attn, compute_per_token=compute_per_token)
             if e.total_bytes + headroom_bytes <= budget_bytes:
                 chosen, est = n, e
                 break

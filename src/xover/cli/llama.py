@@ -15,21 +15,18 @@ def llama() -> None:
     """Build and locate the llama.cpp binaries xover drives."""
 
 
-def _engine_option() -> Any:
-    from xover.domain.llama_options import ENGINE, ENGINES
+def _engine_option(default: str | None, help: str) -> Any:
+    from xover.domain.llama_options import ENGINES
 
-    return click.option(
-        "--engine",
-        type=click.Choice(ENGINES),
-        default=ENGINE,
-        show_default=True,
-        help="Which llama.cpp: mainline llama.cpp, or ik_llama.cpp (its fused MoE, run-time repacking and "
-        "offload of active experts only).",
-    )
+    return click.option("--engine", type=click.Choice(ENGINES), default=default, show_default=bool(default), help=help)
 
 
 @llama.command()
-@_engine_option()
+@_engine_option(
+    "llama.cpp",
+    "Which llama.cpp: mainline llama.cpp, or ik_llama.cpp (its fused MoE, run-time repacking and offload of active "
+    "experts only).",
+)
 @click.option(
     "--backend",
     type=click.Choice(["cpu", "cuda", "hip", "vulkan", "metal"]),
@@ -84,12 +81,7 @@ def build(engine: str, backend: str, cmake_args: tuple[str, ...], source: Path |
 
 @llama.command()
 @click.option("--llama-bin-dir", type=click.Path(path_type=Path), default=None, help="Use binaries from this folder.")
-@click.option(
-    "--engine",
-    "engine",
-    default=None,
-    help="Only this engine (llama.cpp, ik_llama.cpp) [default: every engine, each with its own binaries].",
-)
+@_engine_option(None, "Only this engine [default: every engine, each with its own binaries].")
 def which(llama_bin_dir: Path | None, engine: str | None) -> None:
     """Print the llama-bench and llama-server xover will use for each engine, and where they came from.
 
@@ -100,8 +92,6 @@ def which(llama_bin_dir: Path | None, engine: str | None) -> None:
     from xover.errors import XoverError
     from xover.llamacpp.binaries import resolve
 
-    if engine is not None and engine not in ENGINES:
-        raise XoverError(f"unknown engine {engine!r}: use one of {', '.join(ENGINES)}")
     for name in (engine,) if engine is not None else ENGINES:
         given = llama_bin_dir if name == (engine or ENGINE) else None
         click.echo(f"[{name}]")

@@ -70,6 +70,7 @@ def parse_chat_stream(chunks: Sequence[Chunk], t0_ns: int, transport_error: str 
     finish: str | None = None
     usage: dict[str, Any] = {}
     timings: ServerTimings | None = None
+    raw_timings: dict[str, Any] | None = None
     error: str | None = None
     for k, ev in enumerate(parsed.events, start=1):
         t = ev.t_ns - t0_ns
@@ -97,9 +98,11 @@ def parse_chat_stream(chunks: Sequence[Chunk], t0_ns: int, transport_error: str 
         if isinstance(obj.get("usage"), dict):
             usage = obj["usage"]
         if isinstance(obj.get("timings"), dict):
-            timings = timings_from_json(obj["timings"])
-    if timings is not None and timings.cache_n is None and isinstance(usage.get("prompt_tokens"), int):
-        timings = dataclasses.replace(timings, cache_n=max(0, usage["prompt_tokens"] - (timings.prompt_n or 0)))
+            raw_timings = obj["timings"]
+    # usage may come in a later event than timings: its prompt tokens give the cached part where cache_n is absent
+    prompt_tokens = usage.get("prompt_tokens")
+    if raw_timings is not None:
+        timings = timings_from_json(raw_timings, prompt_tokens if isinstance(prompt_tokens, int) else None)
     if error is None and end is None:
         error = unfinished(f"after {len(content)} text events", transport_error, parsed.trailing, "data: [DONE]")
     elif error is None and timings is None:

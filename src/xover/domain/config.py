@@ -66,8 +66,7 @@ class LlamaConfig:
     def __post_init__(self) -> None:
         object.__setattr__(self, "settings", _canonical(self.settings))
         object.__setattr__(self, "env", tuple(sorted(dict(self.env).items())))
-        opts.check_engine(self.engine, (n for n, _ in self.settings), f"[[config]] {self.name!r}")
-        opts.check_values(self.engine, self.settings, f"[[config]] {self.name!r}")
+        opts.check_engine(self.engine, self.settings, f"[[config]] {self.name!r}")
 
     # ---- what it asks ------------------------------------------------------------------------------
 

@@ -46,22 +46,20 @@ class EngineTraits:
     """What an engine's tools can do beyond the options of the table. ``server_fit``: llama-server's ``--fit`` (on
     by default in mainline, so xover passes ``-fit off``); ``server_log_verbosity``: ``-lv`` (4 logs the buffers);
     ``bench_depth``: llama-bench's ``-d`` and JSONL (ik_llama.cpp's llama-bench has neither: prefill from an empty
-    context, decode at a depth with ``-gp``, one JSON array); ``timings_cache_n``: llama-server's timings report
-    ``cache_n`` (ik_llama.cpp's do not: the cached part is the prompt's tokens less ``prompt_n``). The build of
-    each engine is its entry in :data:`xover.llamacpp.build.ENGINE_SOURCES`."""
+    context, decode at a depth with ``-gp``, one JSON array). An engine whose llama-server timings lack ``cache_n``
+    (ik_llama.cpp) needs no trait: :func:`xover.domain.sse.timings_from_json` derives it from the prompt's tokens
+    less ``prompt_n`` wherever the field is absent. The build of each engine is its entry in
+    :data:`xover.llamacpp.build.ENGINE_SOURCES`."""
 
     name: str
     server_fit: bool = True
     server_log_verbosity: bool = True
     bench_depth: bool = True
-    timings_cache_n: bool = True
 
 
 ENGINE_TRAITS: Mapping[str, EngineTraits] = {
     ENGINE: EngineTraits(ENGINE),
-    IK_LLAMA: EngineTraits(
-        IK_LLAMA, server_fit=False, server_log_verbosity=False, bench_depth=False, timings_cache_n=False
-    ),
+    IK_LLAMA: EngineTraits(IK_LLAMA, server_fit=False, server_log_verbosity=False, bench_depth=False),
 }
 
 
@@ -159,7 +157,7 @@ the GPU. ``engines``: the engines that take it.
         if engine not in self.engines:
             raise XoverError(
                 f"{engine} has no {self.name} option (it is {'/'.join(self.spellings) or self.name} in "
-                f"{', '.join(self.engines)})"
+                f"{', '.join(self.engines)}): remove it from this configuration or run it on {self.engines[0]}"
             )
         form = dict(self.forms).get(engine)
         if form is None:
@@ -198,13 +196,8 @@ the GPU. ``engines``: the engines that take it.
 
     def bench_value(self, value: str) -> str:
         """A setting's value (a list: comma-separated, as llama-server takes it) in llama-bench's form."""
-        if self.bench_values:
-            mapped = dict(self.bench_values)
-            if value not in mapped:
-                raise XoverError(
-                    f"this llama-bench takes {self.name} as {', '.join(mapped)} only, not {value!r}: set one of those"
-                )
-            return mapped[value]
+        if self.bench_values:  # a value the engine's llama-bench lacks was refused with the configuration (check_engine)
+            return dict(self.bench_values)[value]
         return value.replace(",", self.bench_list_sep) if self.kind == "list" else value
 
     def bench_args(self, value: str) -> tuple[str, ...]:
@@ -452,23 +445,16 @@ def resolve(values: Sequence[str], cpu_count: int) -> tuple[str, ...]:
     return tuple(dict.fromkeys(numbers.get(v, v) for v in values))
 
 
-def check_engine(engine: str, names: Iterable[str], where: str) -> None:
-    """Refuse, in one line, an engine xover does not know or a setting the engine does not take."""
+def check_engine(engine: str, settings: Iterable[tuple[str, str]], where: str) -> None:
+    """Refuse, in one line, an engine xover does not know, a setting the engine does not take, or a value its
+    llama-bench cannot be given (ik_llama.cpp's ``-fa`` is 0 or 1)."""
     if engine not in ENGINES:
         raise XoverError(f"{where}: unknown engine {engine!r}; use one of {', '.join(ENGINES)}")
-    for name in names:
-        opt = BY_NAME[name]
-        if engine not in opt.engines:
-            raise XoverError(
-                f"{where}: {engine} has no {name} option (it is {'/'.join(opt.spellings) or opt.name} in "
-                f"{', '.join(opt.engines)}): remove it from this configuration or run it on {opt.engines[0]}"
-            )
-
-
-def check_values(engine: str, settings: Iterable[tuple[str, str]], where: str) -> None:
-    """Refuse, in one line, a value the engine's llama-bench cannot be given (ik_llama.cpp's ``-fa`` is 0 or 1)."""
     for name, value in settings:
-        opt = BY_NAME[name].for_engine(engine)
+        try:
+            opt = BY_NAME[name].for_engine(engine)
+        except XoverError as e:
+            raise XoverError(f"{where}: {e}") from None
         if opt.bench_values and value not in dict(opt.bench_values):
             raise XoverError(
                 f"{where}: {engine}'s llama-bench takes {name} as {' or '.join(dict(opt.bench_values))} only, "

@@ -131,7 +131,7 @@ def timings_from_json(t: dict[str, Any], prompt_tokens: int | None = None) -> Se
         cache_n = prompt_tokens - prompt_n
     return ServerTimings(
         cache_n=cache_n,
-        prompt_n=_int(t.get("prompt_n")),
+        prompt_n=prompt_n,
         prompt_ms=_float(t.get("prompt_ms")),
         prompt_per_second=_float(t.get("prompt_per_second")),
         predicted_n=_int(t.get("predicted_n")),

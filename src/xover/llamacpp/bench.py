@@ -274,8 +274,8 @@ class IkJsonRecords:
             return None
         if stripped in ("}", "},"):
             self._lines.append("}")
-            body, self._lines = "\n".join(self._lines), None
-            record = parse_record(body.replace("\n", " "), required=_REQUIRED_IK)
+            body, self._lines = " ".join(self._lines), None
+            record = parse_record(body, required=_REQUIRED_IK)
             return normalize_ik_record(record) if record is not None else None
         self._lines.append(text)
         return None

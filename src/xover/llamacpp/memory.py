@@ -45,6 +45,12 @@ def is_remote_device(device: str) -> bool:
     return device.startswith("RPC")
 
 
+def is_local_accelerator(device: str) -> bool:
+    """Whether a llama.cpp buffer lives on this host's accelerator (``CUDA0``, ``ROCm0``): neither host memory nor an
+    RPC worker's."""
+    return not is_host_device(device) and not is_remote_device(device)
+
+
 @dataclasses.dataclass(frozen=True)
 class MemoryUse:
     """Peak memory of one configuration's process. Missing is None (or no buffers), never 0."""
@@ -56,7 +62,7 @@ class MemoryUse:
     def device_bytes(self) -> int | None:
         """This host's accelerator buffers together (model, KV, compute; an RPC worker's are not counted); None when
         none were logged."""
-        found = [b for dev, _, b in self.buffers if not is_host_device(dev) and not is_remote_device(dev)]
+        found = [b for dev, _, b in self.buffers if is_local_accelerator(dev)]
         return sum(found) if found else None
 
     @property

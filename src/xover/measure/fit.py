@@ -105,7 +105,7 @@ def _plan(terms: Any, budget: int, ctx: int, config: LlamaConfig, compute_per_to
         budget,
         (ctx,),
         _ubatch(config),
-        flash_attn=config.get("flash-attn") != "off",
+        flash_attn=_flash_attn(config),
         compute_per_token=compute_per_token,
     )
     return plan
@@ -141,7 +141,7 @@ def _placement_fields(plan: Any, config: LlamaConfig) -> dict[str, Any]:
         "headroom_bytes": plan.headroom_bytes,
         "ubatch": _ubatch(config),
         "cache_types": list(cache_types(config)),
-        "flash_attn": config.get("flash-attn") != "off",
+        "flash_attn": _flash_attn(config),
         "estimate": {
             "model_bytes": e.model_bytes,
             "kv_bytes": e.kv_bytes,
@@ -164,6 +164,11 @@ def _planned_level(terms: Any, record: dict[str, Any], config: LlamaConfig) -> t
 
 def _ubatch(config: LlamaConfig) -> int:
     return int(config.get("ubatch-size") or 512)
+
+
+def _flash_attn(config: LlamaConfig) -> bool:
+    """Whether it runs with flash attention (llama.cpp's auto enables it where the backend has it)."""
+    return config.get("flash-attn") != "off"
 
 
 def _level(config: LlamaConfig) -> int:
@@ -282,14 +287,14 @@ async def _check_level(
 
 def logged_compute_bytes(log: Path | None) -> int | None:
     """The largest accelerator compute buffer a llama.cpp log reports (``CUDA0 compute buffer size``), or None."""
-    from xover.llamacpp.memory import buffer_lines_in, is_host_device, is_remote_device, parse_buffer_lines
+    from xover.llamacpp.memory import buffer_lines_in, is_local_accelerator, parse_buffer_lines
 
     if log is None:
         return None
     found = [
         b
         for dev, kind, b in parse_buffer_lines(buffer_lines_in(log))
-        if kind == "compute" and not is_host_device(dev) and not is_remote_device(dev)
+        if kind == "compute" and is_local_accelerator(dev)
     ]
     return max(found) if found else None
 

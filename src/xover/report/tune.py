@@ -24,6 +24,7 @@ from typing import Any
 
 from xover.analysis.crossover import ConfigData, format_tokens, verdict
 from xover.analysis.tradeoff import Ratio, ServedTradeoff, Tradeoff, ratio, served_tradeoff, tradeoff
+from xover.domain import llama_options as opts
 from xover.domain.artifacts import TUNED, FitRecord, TuneRecord
 from xover.domain.records import BenchResult, TtftSample
 from xover.report.blocks import Block, blocks_html, blocks_markdown, table
@@ -438,7 +439,8 @@ KV_QUALITY_NOTE = (
 
 def _kv_note(command: str) -> list[Block]:
     """The quality note under a command line that quantizes the KV cache."""
-    return [Block("p", KV_QUALITY_NOTE)] if re.search(r"(?:^|\s)(?:-ctk|-ctv|--cache-type-[kv])\s", command) else []
+    flags = {*opts.CACHE_TYPE_K.server, *opts.CACHE_TYPE_V.server}
+    return [Block("p", KV_QUALITY_NOTE)] if flags.intersection(command.split()) else []
 
 
 def _record_blocks(r: TuneRecord, response: int, turns: Any | None = None) -> list[Block]:
