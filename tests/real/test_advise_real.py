@@ -165,9 +165,12 @@ def test_advise_searches_ranks_names_knobs_without_effect_and_stores_its_advice(
     (search,) = advice.searches
     assert advice.backend == "CPU" and advice.workload.lengths == (512, 1024)
 
-    # the search: defaults, one trial per candidate, and the kept values together when two or more were kept
+    # the search: defaults, one trial per candidate, a fresh process for each marginal winner (a value whose effect
+    # says it ran twice), and the kept values together when two or more were kept
     kept = [v.knob for v in search.verdicts if v.kept is not None]
-    assert search.measurements == 2 + 4 + (1 if len(kept) >= 2 else 0)  # defaults twice (drift), 4 candidates
+    again = [t for t in search.trials if advise.is_again(t.setting) and t.setting != advise.RECHECK]
+    assert len(again) == sum(1 for v in search.verdicts for e in v.effects if e.processes == 2)
+    assert search.measurements == 2 + 4 + len(again) + (1 if len(kept) >= 2 else 0)  # defaults twice (drift)
     assert search.drift_s is not None
     assert [t.setting for t in search.trials][:5] == [
         (),
@@ -187,12 +190,18 @@ def test_advise_searches_ranks_names_knobs_without_effect_and_stores_its_advice(
     assert base is not None and len(base.turn_samples_s) == 2
     for v in search.verdicts:
         for e in v.effects:
-            trial = next(t for t in search.trials if t.varied == v.knob and dict(t.setting)[v.knob] == e.value)
-            assert trial.estimate is not None
-            assert e.noise_s == max(
-                trial.estimate.spread_s + base.spread_s, search.drift_s or 0.0
-            )  # both spreads added
-            assert e.within_noise == advise.within_noise(trial.estimate, base, search.drift_s)
+            runs = [t for t in search.trials if t.varied == v.knob and dict(t.setting)[v.knob] == e.value]
+            trial = runs[0]
+            assert trial.estimate is not None and len(runs) == e.processes
+            one_rule = max(trial.estimate.spread_s + base.spread_s, search.drift_s or 0.0)  # both spreads added
+            if e.processes == 1:
+                assert e.noise_s == one_rule
+                assert e.within_noise == advise.within_noise(trial.estimate, base, search.drift_s)
+            else:  # a marginal winner measured again: the means of two processes each, its own difference as noise
+                t1, t2 = (t.estimate.turn_s for t in runs)  # type: ignore[union-attr]
+                d1, d2 = base.turn_s, search.trial(advise.RECHECK).estimate.turn_s  # type: ignore[union-attr]
+                assert e.change_s == pytest.approx((t1 + t2) / 2 - (d1 + d2) / 2)
+                assert e.noise_s == pytest.approx(max(one_rule, abs(t2 - t1)))
         assert v.no_effect == all(e.within_noise for e in v.effects)
         if v.kept is not None:
             assert v.best is not None and v.best.change_s < -v.best.noise_s
