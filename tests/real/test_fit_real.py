@@ -83,6 +83,9 @@ n-cpu-moe = "fit@1k"
         (1, True, True),
     ]
     assert all(c["measured_at"] == c["n_cpu_moe"] for c in checks)
+    # each check's load log names the buffers (-lv 4), where a CUDA build's compute buffer calibrates the planner
+    fit_logs = sorted((out / "logs").glob("server-fitcheck-*.log"))
+    assert fit_logs and all("compute buffer size" in p.read_text() for p in fit_logs)
     # llama.cpp's own --fit answered (a CPU build: no device to fit, so nothing moves)
     assert checks[0]["llama_fit"]["n_ctx"] == ctx and checks[0]["llama_fit"]["cpu_expert_layers"] == []
     (b,) = vram_budgets(data)

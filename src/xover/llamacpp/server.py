@@ -133,6 +133,12 @@ def has_flag(binary: Path, flag: str) -> bool:
     return re.search(rf"(^|[\s,]){re.escape(flag)}([\s,=]|$)", help_text(binary), re.M) is not None
 
 
+def buffer_log_verbosity(binary: Path) -> int | None:
+    """The ``-lv`` level at which llama-server's load log names every buffer and its size (CUDA0 compute, CUDA_Host,
+    CPU_REPACK...): 4 where the binary takes ``-lv``, else None (pass nothing)."""
+    return 4 if has_flag(binary, "-lv") else None
+
+
 def parse_build_info(build_info: object) -> dict[str, object]:
     """``/props`` ``build_info`` (``b<number>-<commit>``) as provenance's ``build_number``/``build_commit``."""
     m = re.fullmatch(r"b(\d+)-(\S+)", str(build_info or ""))

@@ -377,7 +377,7 @@ def _confirm(
 ) -> advise.Confirmation | None:
     """Cold TTFT and decode through llama-server: the defaults against the recommendation, at the best
     offload level and the workload's representative lengths."""
-    from xover.llamacpp.server import ServerLaunch, context_size, has_flag
+    from xover.llamacpp.server import ServerLaunch, buffer_log_verbosity, context_size, has_flag
     from xover.measure import ttft as ttftrun
 
     best = advice.best
@@ -388,7 +388,7 @@ def _confirm(
     lengths = workload.representative()
     response = max(16, round(workload.mean_response))
     ctx = context_size(max(lengths), response)
-    fit_off, verbosity = has_flag(binaries.server, "-fit"), 4 if has_flag(binaries.server, "-lv") else None
+    fit_off, verbosity = has_flag(binaries.server, "-fit"), buffer_log_verbosity(binaries.server)
     trials = (best.defaults, best.best)
     specs = []
     for trial in trials:

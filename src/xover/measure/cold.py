@@ -28,7 +28,7 @@ from collections.abc import Sequence
 from xover.analysis.crossover import ConfigData, measured_totals, round_interval
 from xover.analysis.rounds import order
 from xover.domain.artifacts import SkippedPoint
-from xover.llamacpp.server import ServerLaunch, context_size, has_flag
+from xover.llamacpp.server import ServerLaunch, buffer_log_verbosity, context_size
 from xover.measure import ttft as ttftrun
 from xover.measure.events import ConfigFailed, Rerun, SampleDone, ServerUp
 from xover.measure.provenance import cpu_shares, model_id, proc_stat
@@ -86,7 +86,7 @@ class _Rounds:
         self.done = 0
         self.failed: set[str] = set()  # configurations whose server failed: no more rounds in this run
         # log level 4: the load log then names every buffer (CPU_Mapped, CUDA_Host, CPU_REPACK...) and its size
-        self.verbosity = 4 if has_flag(st.binaries.server, "-lv") else None
+        self.verbosity = buffer_log_verbosity(st.binaries.server)
 
     def measure(self, todo: TtftTodo, round_number: int, what: str) -> float:
         """One fresh server for ``todo.config`` in round ``round_number``: its missing samples; its wall time."""

@@ -267,13 +267,17 @@ async def _check_level(
     binaries: Binaries, model: Path, config: LlamaConfig, n: int, ctx: int, log_dir: Path, timeout_s: float | None
 ) -> LevelCheck:
     from xover.client.http import completion_body
-    from xover.llamacpp.server import LlamaServer, ServerLaunch
+    from xover.llamacpp.server import LlamaServer, ServerLaunch, buffer_log_verbosity
 
     at = config.with_values({"n-cpu-moe": str(n)}, name=f"{config.name} at {n}")
-    sspec = ServerLaunch(at, model, ctx, label=f"fitcheck-{config.name}-{n}")
+    server = binaries.for_engine(config.engine).server
+    # the load log's buffer sizes (-lv 4) calibrate the planner's compute buffer for the tuning trials
+    sspec = ServerLaunch(
+        at, model, ctx, label=f"fitcheck-{config.name}-{n}", log_verbosity=buffer_log_verbosity(server)
+    )
     kwargs = {} if timeout_s is None else {"startup_timeout_s": timeout_s}
     try:
-        async with LlamaServer(binaries.for_engine(config.engine).server, sspec, log_dir, **kwargs) as srv:
+        async with LlamaServer(server, sspec, log_dir, **kwargs) as srv:
             prompt = tuple(100 + (i % 150) for i in range(min(512, ctx // 2)))  # ordinary ids in any vocabulary
             assert srv.client is not None  # set once the server is up
             rec = await srv.client.stream_completion(completion_body(prompt, 4, cache_prompt=False))

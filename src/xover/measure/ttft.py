@@ -691,7 +691,7 @@ def _checked_servers(request: TtftRequest) -> tuple[list[ServerLaunch], Binaries
         raise XoverError(f"model {model} does not exist: fix -m")
     from xover.gguf.inspect import check_offload_and_context
     from xover.llamacpp.binaries import resolve
-    from xover.llamacpp.server import check_explicit_context, has_flag
+    from xover.llamacpp.server import buffer_log_verbosity, check_explicit_context, has_flag
 
     levels = tuple(int(v) for o, values in request.sweeps if o.name == "n-cpu-moe" for v in values)
     check_offload_and_context(model, levels, lengths=plan.lengths, extra_tokens=plan.response_tokens)
@@ -704,7 +704,7 @@ def _checked_servers(request: TtftRequest) -> tuple[list[ServerLaunch], Binaries
         request.server_args,
         plan,
         has_flag(binaries.server, "-fit"),
-        4 if has_flag(binaries.server, "-lv") else None,
+        buffer_log_verbosity(binaries.server),
     )
     return servers, binaries, levels
 
