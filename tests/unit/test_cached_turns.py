@@ -63,6 +63,13 @@ def test_cached_turns_cross_in_new_tokens_where_cold_prompts_do_not(
     assert m is not None, told
     assert 0.7 * CROSSING < int(m.group(1).replace(",", "")) < 1.4 * CROSSING
     assert "1K-token context in the cache" in told and "3 rounds of fresh servers" in told
+    # which to run: fast prefill for every cold prompt, fast decode for the turns below the crossing (128, 256 new
+    # tokens: 0.45 s and 0.58 s against 0.67 s and 0.70 s), fast prefill above it (1K: 0.90 s against 1.34 s)
+    work = next(v for v in report.verdicts if v.startswith("Which to run for which kind of work"))
+    assert work.endswith(
+        "cold prompts: 1K-2K fast prefill; cached turns on a 1K-token context: 128-256 new tokens fast decode, "
+        "1K new tokens fast prefill."
+    ), work
     md = render_markdown(report)
     assert "## Cached agentic turns" in md
     rows = [line for line in md.splitlines() if line.startswith("| fast decode | 128 |")]

@@ -374,3 +374,27 @@ def test_one_shared_length_within_noise_tells_the_fitted_crossing_below_it_as_a_
     assert f"their fitted totals cross at about {format_tokens(x)} tokens, below the shortest length measured: " in told
     assert "below it for decode is expected faster (extrapolated; measure shorter prompts to settle it)" in told
     assert "either serves agentic turns" not in told and "past 1K only for the turn was measured" in told
+
+
+def test_which_to_run_names_each_kind_of_works_winner_and_the_ties_the_rounds_cannot_part() -> None:
+    """Known answer: three rounds each (TTFT s, decode 100 t/s; 100-token responses add 1 s a turn). Cold: A wins
+    1K and 2K clearly, A and B are within noise at 4K (B's rounds straddle A's), only B holds 8K. Cached turns on a
+    16K context: B wins at every turn size."""
+    from xover.analysis.cached import work_line
+
+    def cfg(label: str, ttft: dict[int, tuple[float, float, float]]) -> ConfigData:
+        rounds = {n: {r + 1: (t, 100.0) for r, t in enumerate(ts)} for n, ts in ttft.items()}
+        return ConfigData(label, {n: list(ts) for n, ts in ttft.items()}, {n: [100.0] for n in ttft}, rounds=rounds)
+
+    cold_a = cfg("A", {1024: (0.50, 0.51, 0.52), 2048: (1.00, 1.02, 1.01), 4096: (2.0, 2.6, 1.5)})
+    cold_b = cfg(
+        "B", {1024: (0.90, 0.92, 0.91), 2048: (1.80, 1.83, 1.81), 4096: (2.3, 1.6, 2.4), 8192: (4.0, 4.1, 4.2)}
+    )
+    cached_a = cfg("A", {512: (0.9, 0.92, 0.91), 2048: (3.0, 3.1, 3.05)})
+    cached_b = cfg("B", {512: (0.3, 0.31, 0.32), 2048: (0.8, 0.82, 0.81)})
+    line = work_line([cold_a, cold_b], [cached_a, cached_b], 100, 16384)
+    assert line == (
+        "Which to run for which kind of work (100-token responses): cold prompts: 1K-2K A, 4K A or B "
+        "(indistinguishable here), 8K B; cached turns on a 16K-token context: 512-2K new tokens B."
+    )
+    assert work_line([cold_a, cold_b], [cached_b], 100, 16384) is None  # one configuration: nothing to choose

@@ -13,7 +13,18 @@ noise rules as the cold verdicts (rounds of fresh servers). Pure.
 
 from __future__ import annotations
 
-from xover.analysis.crossover import PairResult, claimed_crossing, fitted_outside, format_tokens, lengths_span, sides
+from collections.abc import Sequence
+
+from xover.analysis.crossover import (
+    ConfigData,
+    PairResult,
+    claimed_crossing,
+    fitted_outside,
+    format_tokens,
+    lengths_span,
+    sides,
+    winners,
+)
 
 _k = format_tokens
 
@@ -55,3 +66,32 @@ def cached_verdict(pair: PairResult, depth: int) -> str:
         f"{short} is faster for turns of fewer than ~{_k(claim.length)} new tokens and {long_} for more "
         f"({ci}{span}{tie_note})."
     )
+
+
+def _runs(best: dict[int, tuple[str, str | None]], unit: str) -> str:
+    """Consecutive lengths with the same answer told together: '1K-4K A; 8K A or B (indistinguishable here)'."""
+    groups: list[tuple[list[int], tuple[str, str | None]]] = []
+    for n, answer in sorted(best.items()):
+        if groups and groups[-1][1] == answer:
+            groups[-1][0].append(n)
+        else:
+            groups.append(([n], answer))
+    parts = []
+    for lengths, (first, tie) in groups:
+        span = _k(lengths[0]) if len(lengths) == 1 else f"{_k(lengths[0])}-{_k(lengths[-1])}"
+        who = f"{first} or {tie} (indistinguishable here)" if tie else first
+        parts.append(f"{span}{unit} {who}")
+    return ", ".join(parts)
+
+
+def work_line(cold: Sequence[ConfigData], cached: Sequence[ConfigData], response: int, depth: int) -> str | None:
+    """Which configuration to run for which kind of work: per cold prompt length and per cached turn's new tokens,
+    the fastest measured there, or the two the noise cannot part. None unless two or more configurations measured
+    cached turns (a cached answer needs a comparison)."""
+    if len(cached) < 2:
+        return None
+    on_cold = _runs(winners(cold, response), "") if cold else ""
+    on_cached = _runs(winners(cached, response), " new tokens")
+    head = f"Which to run for which kind of work ({response}-token responses): "
+    cold_part = f"cold prompts: {on_cold}; " if on_cold else ""
+    return head + cold_part + f"cached turns on a {_k(depth)}-token context: {on_cached}."

@@ -672,6 +672,23 @@ def swapped(pair: PairResult) -> PairResult:
     return dataclasses.replace(pair, separated=tuple(-s for s in pair.separated), intervals=intervals, **sides)
 
 
+def winners(configs: Sequence[ConfigData], response: int) -> dict[int, tuple[str, str | None]]:
+    """Per length any of ``configs`` measured: the fastest there (median total) and, where the next fastest is
+    within the noise (:func:`separation`: rounds of fresh processes, or overlapping ranges before rounds), that one;
+    None where it is clearly slower or no other configuration measured the length."""
+    out: dict[int, tuple[str, str | None]] = {}
+    totals = {c.label: measured_totals(c, response) for c in configs}
+    by_label = {c.label: c for c in configs}
+    for L in sorted({n for t in totals.values() for n in t}):
+        ranked = sorted((label for label in totals if L in totals[label]), key=lambda label: totals[label][L])
+        if len(ranked) == 1:
+            out[L] = (ranked[0], None)
+            continue
+        tie = separation(by_label[ranked[0]], by_label[ranked[1]], L, response) == 0
+        out[L] = (ranked[0], ranked[1] if tie else None)
+    return out
+
+
 def fastest(configs: Sequence[ConfigData], response: int) -> str | None:
     """The fastest configuration at each measured length (median total), for studies of three or more. Measured in
     rounds, the fastest is named only where it is clearly faster than the next (:func:`separation`); otherwise the

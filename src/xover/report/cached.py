@@ -8,7 +8,7 @@ import statistics
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from xover.analysis.cached import cached_verdict
+from xover.analysis.cached import cached_verdict, work_line
 from xover.analysis.crossover import (
     ConfigData,
     PairResult,
@@ -46,11 +46,17 @@ def cached_pairs(data: StudyData, told: Sequence[tuple[str, str, str]], response
     return out
 
 
-def cached_verdicts(data: StudyData, told: Sequence[tuple[str, str, str]], response: int) -> list[str]:
+def cached_verdicts(
+    data: StudyData, told: Sequence[tuple[str, str, str]], response: int, cold: Sequence[ConfigData] = ()
+) -> list[str]:
+    """The verdicts on cached turns: each told pair both of whose sides measured them, and which configuration to
+    run for which kind of work (cold prompts against cached turns, ``cold`` the cold verdicts' inputs)."""
     depth = cached_depth_of(data)
     if depth is None:
         return []
-    return [prefix + cached_verdict(pair, depth) for prefix, pair in cached_pairs(data, told, response)]
+    lines = [prefix + cached_verdict(pair, depth) for prefix, pair in cached_pairs(data, told, response)]
+    work = work_line(cold, cached_inputs(data, depth), response, depth)
+    return lines + ([work] if work else [])
 
 
 def _row(c: ConfigData, n: int, response: int) -> list[str]:

@@ -289,7 +289,9 @@ def build_report(
         f"{name} asks llama.cpp the same as {kept}: measured once, as {kept}."
         for name, kept in (study.same_as if study is not None else ())
     ]
-    lines += cached_verdicts(data, told, response)
+    # on cached turns also what tuning bought each configuration: where a configuration that holds no cached turn
+    # takes part in every told pair (a placement for a short context), that is the only comparison they allow
+    lines += cached_verdicts(data, [*told, *((_TUNED, b, v) for b, v in best.items())], response, configs)
     lines += [drift_line(data, configs, response), *open_lines(tuple(full.values()))]
     if lines[1] is not None:  # engines compared: each runs at its own engine's defaults
         lines = [v.replace("llama.cpp's defaults", "each engine's defaults") if v else v for v in lines]
