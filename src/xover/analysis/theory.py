@@ -966,8 +966,12 @@ def memory_estimate(
     (``server_output_limits``: ``n_outputs_max = n_parallel``), not a ubatch of logits, while the CUDA graph's
     MoE intermediates outgrow the FFN term (qwen3-30b-a3b, ``-ub 512``, 8,704 cells: 309 MiB estimated, 226
     logged; gpt-oss-120b, ``-ub 4096``, 16,896 cells: 1,218 logged). So where a load of the same model has
-    been logged, ``compute_per_token`` (:func:`compute_per_token`, from that log) replaces the three peaks: the
-    compute buffer is then the mask plus that many bytes per ubatch token.
+    been logged, ``compute_per_token`` (:func:`compute_per_token`, from that log) replaces the FFN and attention
+    peaks: the compute buffer is then the mask plus the larger of that many bytes per ubatch token and the output
+    peak. The log is a server's (one output row), so the calibration holds the activations only, and a llama-bench
+    trial's ubatch of logits still counts where it is the larger peak: at ``-ub 4096`` qwen3-30b-a3b's llama-server
+    logged 962 MiB of compute buffer (h200-16gib-cached), its llama-bench 2,732 MiB (h200-16gib-qwen3-30b-a3b),
+    2,374 MiB of which are the logits.
     """
     _check_ncmoe(terms, n_cpu_moe)
     n_kv = _pad_ctx(n_ctx)
@@ -980,7 +984,8 @@ def memory_estimate(
     if not flash_attn:
         attn += terms.n_head * b * n_kv
     out = outputs * terms.n_vocab + b * terms.n_embd
-    compute = mask + (F32 * max(ffn, attn, out) if compute_per_token is None else round(compute_per_token * b))
+    peak = F32 * max(ffn, attn, out) if compute_per_token is None else max(round(compute_per_token * b), F32 * out)
+    compute = mask + peak
     loaded = terms.total_bytes - terms.nextn_bytes  # NextN/MTP blocks are in the file, never loaded
     model = terms.gpu_weight_bytes(n_cpu_moe) if device == "gpu" else loaded
     return MemoryEstimate(
