@@ -214,6 +214,14 @@ def test_a_configuration_whose_tuning_kept_the_defaults_is_its_own_best(tmp_path
     assert "with each at its best (gpu keeps llama.cpp's defaults)" in rep.verdicts[3]
     md = render_markdown(rep)
     assert "### gpu: llama.cpp's defaults kept" in md
+    # a configuration on another engine kept that engine's defaults
+    from xover.report.tune import Measured, blocks
+
+    assert rep.layout is not None
+    on_ik = Measured({c.label: c for c in rep.configs}, rep.data.bench, rep.data.cold_samples(), 200, rep.band,
+                     engines={"gpu": "ik_llama.cpp"})  # fmt: skip
+    heads = [b.text for b in blocks(rep.layout, on_ik) if b.kind == "h3"]
+    assert "gpu: ik_llama.cpp's defaults kept" in heads and "gpu: llama.cpp's defaults kept" not in heads
 
 
 def test_when_tuning_kept_every_default_both_verdicts_are_still_told(tmp_path):

@@ -457,6 +457,7 @@ def _tune_blocks(report: Report) -> list[Block]:
                 report.response,
                 report.band,
                 turns_workload(report.data, report.response),
+                {c.label: c.engine for c in report.data.configs},
             ),
         )
     )

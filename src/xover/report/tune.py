@@ -443,10 +443,10 @@ def _kv_note(command: str) -> list[Block]:
     return [Block("p", KV_QUALITY_NOTE)] if flags.intersection(command.split()) else []
 
 
-def _record_blocks(r: TuneRecord, response: int, turns: Any | None = None) -> list[Block]:
+def _record_blocks(r: TuneRecord, response: int, turns: Any | None = None, engine: str = "llama.cpp") -> list[Block]:
     if r.variant is None:
         out = [
-            Block("h3", f"{r.config}: llama.cpp's defaults kept"),
+            Block("h3", f"{r.config}: {engine}'s defaults kept"),
             Block(
                 "p",
                 _rounds_text(r.confirmation, decode=False)
@@ -503,6 +503,7 @@ class Measured:
     response: int
     band: tuple[int, int]
     turns: Any | None = None  # the study's cached agentic turns as an advise workload (None: none measured)
+    engines: Mapping[str, str] = dataclasses.field(default_factory=dict)  # label -> its engine (default llama.cpp)
 
 
 def _served_blocks(base: str, variant: str, m: Measured) -> list[Block]:
@@ -548,7 +549,7 @@ def blocks(lay: Layout, m: Measured) -> list[Block]:
         ),
     ]
     for r in lay.records:
-        out += _record_blocks(r, m.response, m.turns)
+        out += _record_blocks(r, m.response, m.turns, m.engines.get(r.config, "llama.cpp"))
     served = [(r.config, r.variant) for r in lay.records if r.variant]
     if served:
         out.append(Block("h2", "The serving path decides: llama-bench's gain through llama-server"))
