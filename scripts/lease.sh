@@ -10,8 +10,12 @@
 #                     it outlives the call; BODY may use: $X (xover), $ST, t MSG (timestamped lines), build_cuda (the
 #                     CUDA build for sm_90, llama-fit-params included), build_cuda_ik (ik_llama.cpp's, about 12-13
 #                     minutes on the H200 machine's 16 cores), synth PRESET PATH, smi_on / smi_off (nvidia-smi
-#                     every 2 s into $ST/smi.log), study_once (`xover study $J/study.toml -o $ST` with nvidia-smi
-#                     sampled, its log's tail), done_ (mark the job done)
+#                     every 2 s into $ST/smi.log), study_once [ARGS] (`xover study $J/study.toml -o $ST ARGS` with
+#                     nvidia-smi sampled, its log's tail), pack_builds (below), done_ (mark the job done)
+#   pack_builds       (in BODY, after the builds) each CUDA build's binaries and libraries, stripped, as
+#                     /tmp/NAME-bins/<build>.tar.xz.partNN (15 MiB parts): lease_wait returns them once, and a later
+#                     lease that carries them as out/bins (copy the parts there) restores the builds in lease_init,
+#                     and build_cuda / build_cuda_ik find them and skip their 5 and 13 minutes
 #   seed_store SRC NAME...  $ST/results.sqlite as a copy of the committed store SRC without its measurements,
 #                     keeping only the artifacts NAME... (placement, tuning, prediction): a study that reuses
 #                     another's placement and measures the rest afresh
@@ -29,8 +33,16 @@ lease_init() {
   mkdir -p $J $ST/models
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
   rm -rf $J/src; cp -r out/xsrc/src $J/src
-  rm -rf /tmp/ll; mkdir -p /tmp/ll && tar xzf out/llsrc/llama.tar.gz -C /tmp/ll
-  echo 0c1e57098bba43ac29e6e3b677cdceebdd22334f > /tmp/ll/llama.cpp-0c1e570/XOVER_COMMIT
+  if [ -f out/llsrc/llama.tar.gz ]; then  # absent where the build itself is carried (out/bins)
+    rm -rf /tmp/ll; mkdir -p /tmp/ll && tar xzf out/llsrc/llama.tar.gz -C /tmp/ll
+    echo 0c1e57098bba43ac29e6e3b677cdceebdd22334f > /tmp/ll/llama.cpp-0c1e570/XOVER_COMMIT
+  fi
+  if ls out/bins/*.part* > /dev/null 2>&1; then  # builds a former lease packed (pack_builds): restored as built
+    for b in $(ls out/bins/ | sed 's/\.part.*//' | sort -u); do
+      cat out/bins/$b.part* | xz -d | tar x -C / && echo "restored $b"
+    done
+    touch $J/restored
+  fi
   if [ -f out/iksrc/ik.tgz ]; then  # ik_llama.cpp's tree, for studies that compare engines
     rm -rf /tmp/ik; mkdir -p /tmp/ik && tar xzf out/iksrc/ik.tgz -C /tmp/ik
     echo ik0.1.5 > /tmp/ik/ik_llama.cpp-ik0.1.5/XOVER_COMMIT
@@ -43,15 +55,32 @@ lease_job() {
 export PYTHONPATH=$J/src:/tmp/site PYTHONUNBUFFERED=1 LD_LIBRARY_PATH=/usr/local/cuda/lib64:\${LD_LIBRARY_PATH:-}
 X="python3 -m xover"; ST=$ST; J=$J
 T0=\$(date +%s); t() { echo "[\$(( \$(date +%s) - T0 ))s] \$*"; }
+CACHE=\${XOVER_CACHE_DIR:-\$HOME/.cache/xover}
+built() { ls \$CACHE/builds/\$1-cuda-*/manifest.json > /dev/null 2>&1; }  # a CUDA build of identity \$1 is there
 build_cuda() {
+  if built 0c1e570; then t "llama.cpp's CUDA build restored (out/bins)"; return 0; fi
   \$X llama build --backend cuda --source /tmp/ll/llama.cpp-0c1e570 --cmake-arg=-DCMAKE_CUDA_ARCHITECTURES=90 \\
     > \$ST/build.log 2>&1 || { tail -30 \$ST/build.log; exit 1; }
   t built; \$X llama which | head -3
 }
 build_cuda_ik() {
+  if built ik0.1.5; then t "ik_llama.cpp's CUDA build restored (out/bins)"; return 0; fi
   \$X llama build --engine ik_llama.cpp --backend cuda --source /tmp/ik/ik_llama.cpp-ik0.1.5 \\
     --cmake-arg=-DCMAKE_CUDA_ARCHITECTURES=90 > \$ST/build-ik.log 2>&1 || { tail -30 \$ST/build-ik.log; exit 1; }
   t built ik_llama.cpp; \$X llama which --engine ik_llama.cpp | head -3
+}
+pack_builds() {  # each CUDA build's manifest, binaries and libraries (stripped; no objects) in 15 MiB xz parts
+  rm -rf /tmp/$NAME-bins.tmp; mkdir -p /tmp/$NAME-bins.tmp
+  for d in \$CACHE/builds/*-cuda-*; do
+    [ -f \$d/manifest.json ] || continue
+    find \$d/build -type f \( -name '*.so*' -o -path '*/bin/*' \) -not -path '*/CMakeFiles/*' \
+      -exec strip --strip-unneeded {} + 2>/dev/null
+    (cd / && find \${d#/}/manifest.json \${d#/}/build -not -path '*/CMakeFiles/*' \( -name manifest.json -o \
+      -path '*/bin/*' -o -name '*.so*' \) \( -type f -o -type l \) | tar cf - -T - | xz -T0 -6) \
+      | split -b 15M -d - /tmp/$NAME-bins.tmp/\$(basename \$d).tar.xz.part
+  done
+  mv /tmp/$NAME-bins.tmp /tmp/$NAME-bins  # whole: lease_wait returns only what is complete
+  t "packed builds: \$(du -ch /tmp/$NAME-bins/* | tail -1)"; ls -la /tmp/$NAME-bins
 }
 synth() { [ -f "\$2" ] || (\$X synth --preset "\$1" -o "\$2" > \$ST/synth-\$1.log 2>&1; echo "synth rc=\$?" >> \$ST/synth-\$1.log); }
 smi_on() {
@@ -59,9 +88,9 @@ smi_on() {
   SMI=\$!
 }
 smi_off() { kill \$SMI 2>/dev/null; }
-study_once() {  # the study of \$J/study.toml into \$ST, nvidia-smi sampled meanwhile
+study_once() {  # the study of \$J/study.toml into \$ST (arguments: more for xover study), nvidia-smi sampled
   smi_on
-  \$X study \$J/study.toml -o \$ST > \$ST/study.log 2>&1
+  \$X study \$J/study.toml -o \$ST "\$@" > \$ST/study.log 2>&1
   t "study rc=\$?"; tail -40 \$ST/study.log
   smi_off
 }
@@ -93,5 +122,12 @@ lease_wait() {
   while [ ! -f $J/done ] && pgrep -f $J/job.sh > /dev/null && [ $(( $(date +%s) - T0 )) -lt $WAIT ]; do sleep 5; done
   t "waited"; tail -60 $J/job.log
   tar czf $OUT/$NAME.tgz -C $ST --exclude=models --exclude='*.gguf' . 2>/dev/null
-  cp $J/job.log $OUT/ 2>/dev/null; ls -la $OUT
+  cp $J/job.log $OUT/ 2>/dev/null
+  parts=(/tmp/$NAME-bins/*.part*)  # the packed builds, once, within what a call returns (6 files, 60 MiB)
+  if [ -e "${parts[0]}" ] && [ ! -f $J/bins-returned ]; then
+    size=$(du -cm "${parts[@]}" | tail -1 | cut -f1)
+    if [ ${#parts[@]} -le 6 ] && [ $size -le 60 ]; then cp "${parts[@]}" $OUT/ && touch $J/bins-returned
+    else t "packed builds not returned: ${#parts[@]} parts, $size MiB (a call returns 8 files, 64 MiB)"; fi
+  fi
+  ls -la $OUT
 }

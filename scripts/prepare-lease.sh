@@ -5,6 +5,9 @@
 #   out/iksrc/ik.tgz        ik_llama.cpp's tree, where `xover llama build --engine ik_llama.cpp` fetched it (about 25 MB)
 #   .whl/                   the wheels the GPU machine's Python lacks (gguf, sniffio)
 #   out/xsrc/               the committed src/ and studies/ (what a run uses, whatever the working tree holds)
+#   out/bins/               with BINS=DIR: the packed CUDA builds a former lease returned (DIR/*.part*, see
+#                           lease.sh pack_builds), carried instead of the trees so that the builds are not redone
+# STUDY=NAME keeps out/xsrc to src/ and studies/NAME (what travels with out/bins must stay under the 64 MiB cap).
 # Then, with the device tool: `bash studies/<study>/run.sh`, carry ["out/llsrc", "out/xsrc", ".whl"].
 set -euo pipefail
 cd "$(git rev-parse --show-toplevel)"
@@ -21,5 +24,10 @@ if [ -d "$ik" ]; then
 fi
 python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
   --platform manylinux2014_x86_64 -d .whl gguf==0.19.0 sniffio==1.3.1
-rm -rf out/xsrc && mkdir -p out/xsrc && git archive HEAD src studies | tar -x -C out/xsrc
+rm -rf out/xsrc && mkdir -p out/xsrc && git archive HEAD src "studies${STUDY:+/$STUDY}" | tar -x -C out/xsrc
+if [ -n "${BINS:-}" ]; then
+  ls "$BINS"/*.part* > /dev/null || { echo "no packed builds (*.part*) in $BINS" >&2; exit 1; }
+  rm -rf out/bins && mkdir -p out/bins && cp "$BINS"/*.part* out/bins/
+  du -sh out/bins
+fi
 ls -la out/llsrc out/xsrc .whl

@@ -1,22 +1,37 @@
 #!/usr/bin/env bash
-# Issue 33 on the H200, one lease of the one-GPU kind (prepared, not yet run): llama.cpp against ik_llama.cpp.
-#   1. both CUDA builds in parallel (ik_llama.cpp's takes about 12-13 minutes on 16 cores: 102 of 309 steps in
-#      250 s, measured 2026-12-02) while qwen3-30b-a3b is synthesized;
-#   2. `xover study study.toml` under the 16 GiB budget: placement and llama.cpp's checks per engine, each engine's
-#      tuning, cold TTFT and cached turns in 3-4 interleaved rounds; nvidia-smi sampled every 2 s.
-# Run from the repository root on the GPU machine after scripts/prepare-lease.sh here (after `xover llama build
-# --engine ik_llama.cpp`, which unpacks the ik tree it packs), carrying out/llsrc, out/iksrc, out/xsrc and .whl;
-# repeat the same call until job.log says done. Returns $OUT/eng.tgz and job.log.
+# Issue 33 on the H200 (prepared, not yet run): llama.cpp against ik_llama.cpp, in two leases of the one-GPU kind,
+# because the two CUDA builds alone take about 15 of a session's 30 minutes (ik_llama.cpp's: 102 of its 309 steps in
+# 250 s on the machine's 16 cores, measured 2026-12-02).
+#
+#   Lease 1, PHASE=tune: both CUDA builds in parallel while qwen3-30b-a3b is synthesized; the builds packed for the
+#     next lease (pack_builds: returned as <build>.tar.xz.partNN); `xover study study.toml --skip ttft`: placement
+#     and each engine's llama-server check at fit@32k under the 16 GiB budget, and each engine's tuning (its own
+#     knobs, confirmed in rounds of fresh llama-bench processes). Commit the returned results.sqlite as
+#     studies/h200-engines/results.sqlite and keep the parts.
+#   Lease 2 (no PHASE): copy the parts into out/bins; the builds are restored instead of rebuilt, the store is seeded
+#     from the committed one (its tuning and checks kept), and the study measures cold TTFT 1K-32K and the cached
+#     turns in rounds of fresh servers of both engines, interleaved.
+#
+# Run from the repository root on the GPU machine after scripts/prepare-lease.sh here. Lease 1 carries out/llsrc,
+# out/iksrc, out/xsrc and .whl; lease 2 out/bins, out/xsrc and .whl (or the trees again if the parts did not come
+# back). Repeat the same call until job.log says done. Returns $OUT/eng.tgz, job.log and, once, the packed builds.
 source scripts/lease.sh
 lease_init eng
-[ -f $J/started ] || cp out/xsrc/studies/h200-engines/study.toml $J/study.toml
+if [ ! -f $J/started ]; then
+  cp out/xsrc/studies/h200-engines/study.toml $J/study.toml
+  if [ -f out/xsrc/studies/h200-engines/results.sqlite ]; then  # lease 1's placement, checks and tuning
+    cp out/xsrc/studies/h200-engines/results.sqlite $ST/results.sqlite
+  fi
+  if [ "${PHASE:-}" = tune ]; then echo "--skip ttft" > $J/study-args; fi
+fi
 lease_job <<'BODY'
 M=$ST/models/qwen3-30b-a3b.gguf
 synth qwen3-30b-a3b $M &
 build_cuda &
 build_cuda_ik
 wait; t "built both; synthesized"; tail -qn1 $ST/synth-*.log
-study_once
+[ -f $J/restored ] || pack_builds
+study_once $(cat $J/study-args 2>/dev/null)
 done_
 BODY
 lease_wait
