@@ -1,5 +1,5 @@
 """What a study still has to measure, from its store alone: the plan every stage of ``xover study`` follows on a
-rerun, and what ``xover study --dry-run`` prints. Pure: it reads a :class:`xover.results.read_model.StudyData`.
+rerun. Pure: it reads a :class:`xover.results.read_model.StudyData`.
 
 A study is resumed configuration by configuration: a configuration's key (:attr:`xover.domain.config.LlamaConfig.key`)
 is what it asks of llama.cpp, so whatever was stored under it, from any directory, counts. ``fit`` levels are placed
