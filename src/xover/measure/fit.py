@@ -278,7 +278,8 @@ async def _check_level(
     kwargs = {} if timeout_s is None else {"startup_timeout_s": timeout_s}
     try:
         async with LlamaServer(server, sspec, log_dir, **kwargs) as srv:
-            prompt = tuple(100 + (i % 150) for i in range(min(512, ctx // 2)))  # ordinary ids in any vocabulary
+            # one whole ubatch (the first request's allocations grow with it), in ordinary ids of any vocabulary
+            prompt = tuple(100 + (i % 150) for i in range(min(_ubatch(at), ctx // 2)))
             assert srv.client is not None  # set once the server is up
             rec = await srv.client.stream_completion(completion_body(prompt, 4, cache_prompt=False))
             compute = logged_compute_bytes(srv.log_path)
