@@ -4,6 +4,7 @@ then the report rendered in a real browser (Debian's Chromium driven by Playwrig
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import signal
 import sqlite3
@@ -175,6 +176,9 @@ def test_cached_turns_are_proven_cached_by_the_real_server_and_answered_per_turn
     verdicts = md.split("## Verdict", 1)[1].split("## ", 1)[0]
     assert "t=1 vs t=2 on cached turns (512-token context in the cache): " in verdicts
     assert "64-256 new tokens a turn, 16-token responses, 2 rounds of fresh servers" in verdicts
+    # which to run: per cold prompt length and per turn size, a winner or the two the rounds cannot part
+    work = next(ln for ln in verdicts.splitlines() if "Which to run for which kind of work" in ln)
+    assert re.search(r"cold prompts: .+; cached turns on a 512-token context: 64.* new tokens (t=1|t=2)", work), work
     section = md.split("## Cached agentic turns", 1)[1].split("## ", 1)[0]
     assert len([ln for ln in section.splitlines() if ln.startswith("| t=")]) == 4  # 2 configs x 2 turn sizes
 
