@@ -13,7 +13,8 @@
 #                     every 2 s into $ST/smi.log), study_once [ARGS] (`xover study $J/study.toml -o $ST ARGS` with
 #                     nvidia-smi sampled, its log's tail), pack_builds (below), done_ (mark the job done)
 #   pack_builds       (in BODY, after the builds) each CUDA build's binaries and libraries, stripped, as
-#                     /tmp/NAME-bins/<build>.tar.xz.partNN (15 MiB parts): lease_wait returns them once, and a later
+#                     /tmp/NAME-bins/<build>.tar.xz.partNN (15 MiB parts): lease_wait returns them once (if they
+#                     come to 48 MiB or less, what a later lease can carry beside the repository), and a later
 #                     lease that carries them as out/bins (copy the parts there) restores the builds in lease_init,
 #                     and build_cuda / build_cuda_ik find them and skip their 5 and 13 minutes
 #   seed_store SRC NAME...  $ST/results.sqlite as a copy of the committed store SRC without its measurements,
@@ -38,10 +39,12 @@ lease_init() {
     echo 0c1e57098bba43ac29e6e3b677cdceebdd22334f > /tmp/ll/llama.cpp-0c1e570/XOVER_COMMIT
   fi
   if ls out/bins/*.part* > /dev/null 2>&1; then  # builds a former lease packed (pack_builds): restored as built
+    ok=1
     for b in $(ls out/bins/ | sed 's/\.part.*//' | sort -u); do
-      cat out/bins/$b.part* | xz -d | tar x -C / && echo "restored $b"
+      if (set -o pipefail; cat out/bins/$b.part* | xz -d | tar -xf - -C /); then echo "restored $b"
+      else echo "could not restore $b: it is built again" >&2; ok=0; fi
     done
-    touch $J/restored
+    [ $ok = 1 ] && touch $J/restored
   fi
   if [ -f out/iksrc/ik.tgz ]; then  # ik_llama.cpp's tree, for studies that compare engines
     rm -rf /tmp/ik; mkdir -p /tmp/ik && tar xzf out/iksrc/ik.tgz -C /tmp/ik
@@ -79,8 +82,8 @@ pack_builds() {  # each CUDA build's manifest, binaries and libraries (stripped;
       -path '*/bin/*' -o -name '*.so*' \) \( -type f -o -type l \) | tar cf - -T - | xz -T0 -6) \
       | split -b 15M -d - /tmp/$NAME-bins.tmp/\$(basename \$d).tar.xz.part
   done
-  mv /tmp/$NAME-bins.tmp /tmp/$NAME-bins  # whole: lease_wait returns only what is complete
-  t "packed builds: \$(du -ch /tmp/$NAME-bins/* | tail -1)"; ls -la /tmp/$NAME-bins
+  rm -rf /tmp/$NAME-bins; mv /tmp/$NAME-bins.tmp /tmp/$NAME-bins  # whole: lease_wait returns only what is complete
+  t "packed builds: \$(du -ch /tmp/$NAME-bins/ | tail -1)"; ls -la /tmp/$NAME-bins
 }
 synth() { [ -f "\$2" ] || (\$X synth --preset "\$1" -o "\$2" > \$ST/synth-\$1.log 2>&1; echo "synth rc=\$?" >> \$ST/synth-\$1.log); }
 smi_on() {
@@ -123,11 +126,13 @@ lease_wait() {
   t "waited"; tail -60 $J/job.log
   tar czf $OUT/$NAME.tgz -C $ST --exclude=models --exclude='*.gguf' . 2>/dev/null
   cp $J/job.log $OUT/ 2>/dev/null
-  parts=(/tmp/$NAME-bins/*.part*)  # the packed builds, once, within what a call returns (6 files, 60 MiB)
+  # the packed builds, once, if a later call can carry them: the tree that travels is capped at 64 MiB, of which the
+  # repository takes about 12 and a slim out/xsrc (STUDY=...) and .whl 2, so 48 MiB of parts at most (4 files)
+  parts=(/tmp/$NAME-bins/*.part*)
   if [ -e "${parts[0]}" ] && [ ! -f $J/bins-returned ]; then
     size=$(du -cm "${parts[@]}" | tail -1 | cut -f1)
-    if [ ${#parts[@]} -le 6 ] && [ $size -le 60 ]; then cp "${parts[@]}" $OUT/ && touch $J/bins-returned
-    else t "packed builds not returned: ${#parts[@]} parts, $size MiB (a call returns 8 files, 64 MiB)"; fi
+    if [ ${#parts[@]} -le 4 ] && [ $size -le 48 ]; then cp "${parts[@]}" $OUT/ && touch $J/bins-returned
+    else t "packed builds not returned: ${#parts[@]} parts, $size MiB (a later lease carries 48 MiB at most)"; fi
   fi
   ls -la $OUT
 }

@@ -8,7 +8,8 @@
 #   out/bins/               with BINS=DIR: the packed CUDA builds a former lease returned (DIR/*.part*, see
 #                           lease.sh pack_builds), carried instead of the trees so that the builds are not redone
 # STUDY=NAME keeps out/xsrc to src/ and studies/NAME (what travels with out/bins must stay under the 64 MiB cap).
-# Then, with the device tool: `bash studies/<study>/run.sh`, carry ["out/llsrc", "out/xsrc", ".whl"].
+# Then, with the device tool: `bash studies/<study>/run.sh`, carrying what its header names (usually out/llsrc,
+# out/xsrc and .whl; out/iksrc for engine studies; out/bins instead of the trees where builds are carried).
 set -euo pipefail
 cd "$(git rev-parse --show-toplevel)"
 src=${XOVER_CACHE_DIR:-$HOME/.cache/xover}/src/llama.cpp-0c1e570
@@ -30,4 +31,6 @@ if [ -n "${BINS:-}" ]; then
   rm -rf out/bins && mkdir -p out/bins && cp "$BINS"/*.part* out/bins/
   du -sh out/bins
 fi
+echo "the tree that travels (64 MiB cap): repository $(git ls-files -z | du -cm --files0-from=- | tail -1 | cut -f1) MiB;" \
+  "out/: $(du -sm out/* | tr '\n\t' '; ')"
 ls -la out/llsrc out/xsrc .whl

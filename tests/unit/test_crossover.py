@@ -395,6 +395,7 @@ def test_which_to_run_names_each_kind_of_works_winner_and_the_ties_the_rounds_ca
     line = work_line([cold_a, cold_b], [cached_a, cached_b], 100, 16384)
     assert line == (
         "Which to run for which kind of work (100-token responses): cold prompts: 1K-2K A, 4K A or B "
-        "(indistinguishable here), 8K B; cached turns on a 16K-token context: 512-2K new tokens B."
+        "(indistinguishable here), 8K B (the only one placed for it); cached turns on a 16K-token context: 512-2K "
+        "new tokens B."
     )
     assert work_line([cold_a, cold_b], [cached_b], 100, 16384) is None  # one configuration: nothing to choose

@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from xover.analysis.crossover import (
     ConfigData,
     PairResult,
+    Winner,
     claimed_crossing,
     fitted_outside,
     format_tokens,
@@ -68,18 +69,22 @@ def cached_verdict(pair: PairResult, depth: int) -> str:
     )
 
 
-def _runs(best: dict[int, tuple[str, str | None]], unit: str) -> str:
-    """Consecutive lengths with the same answer told together: '1K-4K A; 8K A or B (indistinguishable here)'."""
-    groups: list[tuple[list[int], tuple[str, str | None]]] = []
+def _runs(best: dict[int, Winner], unit: str) -> str:
+    """Consecutive lengths with the same answer told together: '1K-4K A, 8K A or B (indistinguishable here), 16K B
+    (the only one placed for it)'."""
+    groups: list[tuple[list[int], Winner]] = []
     for n, answer in sorted(best.items()):
         if groups and groups[-1][1] == answer:
             groups[-1][0].append(n)
         else:
             groups.append(([n], answer))
     parts = []
-    for lengths, (first, tie) in groups:
+    for lengths, w in groups:
         span = _k(lengths[0]) if len(lengths) == 1 else f"{_k(lengths[0])}-{_k(lengths[-1])}"
-        who = f"{first} or {tie} (indistinguishable here)" if tie else first
+        if w.tie:
+            who = f"{w.best} or {w.tie} (indistinguishable here)"
+        else:
+            who = f"{w.best} (the only one placed for it)" if w.alone else w.best
         parts.append(f"{span}{unit} {who}")
     return ", ".join(parts)
 

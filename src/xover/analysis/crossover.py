@@ -672,20 +672,32 @@ def swapped(pair: PairResult) -> PairResult:
     return dataclasses.replace(pair, separated=tuple(-s for s in pair.separated), intervals=intervals, **sides)
 
 
-def winners(configs: Sequence[ConfigData], response: int) -> dict[int, tuple[str, str | None]]:
-    """Per length any of ``configs`` measured: the fastest there (median total) and, where the next fastest is
-    within the noise (:func:`separation`: rounds of fresh processes, or overlapping ranges before rounds), that one;
-    None where it is clearly slower or no other configuration measured the length."""
-    out: dict[int, tuple[str, str | None]] = {}
+@dataclasses.dataclass(frozen=True)
+class Winner:
+    """The answer at one length: the fastest configuration; ``tie``, the next one where the noise cannot part them;
+    ``alone``, where no other configuration measured the length (its placement alone holds it)."""
+
+    best: str
+    tie: str | None = None
+    alone: bool = False
+
+
+def winners(configs: Sequence[ConfigData], response: int) -> dict[int, Winner]:
+    """Per length any of ``configs`` measured: the fastest there (median total), with the next fastest where the
+    difference is within the noise (:func:`separation`: rounds of fresh processes, or overlapping ranges before
+    rounds)."""
+    out: dict[int, Winner] = {}
     totals = {c.label: measured_totals(c, response) for c in configs}
     by_label = {c.label: c for c in configs}
     for L in sorted({n for t in totals.values() for n in t}):
         ranked = sorted((label for label in totals if L in totals[label]), key=lambda label: totals[label][L])
         if len(ranked) == 1:
-            out[L] = (ranked[0], None)
-            continue
-        tie = separation(by_label[ranked[0]], by_label[ranked[1]], L, response) == 0
-        out[L] = (ranked[0], ranked[1] if tie else None)
+            out[L] = Winner(ranked[0], alone=True)
+        elif separation(by_label[ranked[0]], by_label[ranked[1]], L, response) == 0:
+            a, b = sorted(ranked[:2])  # a tie has no order: the same pair reads the same at every length
+            out[L] = Winner(a, b)
+        else:
+            out[L] = Winner(ranked[0])
     return out
 
 

@@ -270,13 +270,13 @@ async def _check_level(
     from xover.llamacpp.server import LlamaServer, ServerLaunch, buffer_log_verbosity
 
     at = config.with_values({"n-cpu-moe": str(n)}, name=f"{config.name} at {n}")
-    server = binaries.for_engine(config.engine).server
-    # the load log's buffer sizes (-lv 4) calibrate the planner's compute buffer for the tuning trials
-    sspec = ServerLaunch(
-        at, model, ctx, label=f"fitcheck-{config.name}-{n}", log_verbosity=buffer_log_verbosity(server)
-    )
     kwargs = {} if timeout_s is None else {"startup_timeout_s": timeout_s}
     try:
+        server = binaries.for_engine(config.engine).server
+        # the load log's buffer sizes (-lv 4) calibrate the planner's compute buffer for the tuning trials
+        sspec = ServerLaunch(
+            at, model, ctx, label=f"fitcheck-{config.name}-{n}", log_verbosity=buffer_log_verbosity(server)
+        )
         async with LlamaServer(server, sspec, log_dir, **kwargs) as srv:
             # one whole ubatch (the first request's allocations grow with it), in ordinary ids of any vocabulary
             prompt = tuple(100 + (i % 150) for i in range(min(_ubatch(at), ctx // 2)))
