@@ -10,6 +10,7 @@ import os
 import sqlite3
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -30,6 +31,7 @@ def test_the_example_study_compares_mainline_and_ik_llama_cpp_each_on_its_own_bu
 ) -> None:
     spec = EXAMPLE
     out = tmp_path / "out"
+    started = time.time()
     env = dict(os.environ, XOVER_LLAMA_BIN_DIR=str(llama_bins.bin_dir), XOVER_IK_LLAMA_BIN_DIR=str(ik_bins.bin_dir))
     r = subprocess.run(
         [sys.executable, "-m", "xover", "study", str(spec), "-o", str(out), "-q"],
@@ -65,6 +67,8 @@ def test_the_example_study_compares_mainline_and_ik_llama_cpp_each_on_its_own_bu
     args = {b["label"]: b["args"] for b in map(__import__("json").loads, (x for (x,) in db.execute(
         "SELECT body FROM artifacts WHERE name = 'server-props'")))}  # fmt: skip
     assert "-fit" not in args[IK] and "-fit" in args[MAIN]
+    # and ik_llama.cpp's wrote no trace log into the working directory (--log-disable)
+    assert not (Path.cwd() / "llama.log").exists() or (Path.cwd() / "llama.log").stat().st_mtime < started
     # the tuning stage searched each engine's own knobs: -fmoe on ik_llama.cpp only
     with Store(out) as store:
         searched = {

@@ -64,13 +64,15 @@ def test_each_engine_gets_its_own_llama_server_argv() -> None:
         4096,
         log_verbosity=4,
     )
-    # no -fit (ik_llama.cpp has no --fit to turn off), no -lv; -np 1 --cache-ram 0 for cold measurements
+    # no -fit (ik_llama.cpp has no --fit to turn off), no -lv; -np 1 --cache-ram 0 for cold measurements;
+    # --log-disable, or every server writes llama.log into the working directory
     assert ik.to_argv(Path("llama-server"), 8080) == [
-        "llama-server", "-m", "m.gguf", "-c", "4096", "-ngl", "99", "-np", "1", "--cache-ram", "0",
+        "llama-server", "-m", "m.gguf", "-c", "4096", "-ngl", "99", "-np", "1", "--cache-ram", "0", "--log-disable",
         "-ncmoe", "2", "-no-fmoe", "-rtr", "--host", "127.0.0.1", "--port", "8080",
     ]  # fmt: skip
     mainline = ServerLaunch(LlamaConfig("m", (("n-cpu-moe", "2"),)), Path("m.gguf"), 4096, log_verbosity=4)
-    assert "-fit" in mainline.args() and "-lv" in mainline.to_argv(Path("llama-server"), 8080)
+    argv = mainline.to_argv(Path("llama-server"), 8080)
+    assert "-fit" in mainline.args() and "-lv" in argv and "--log-disable" not in argv
 
 
 def test_ik_llama_server_proves_its_cached_part_from_the_tokens_it_evaluated() -> None:

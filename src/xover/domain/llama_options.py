@@ -48,18 +48,23 @@ class EngineTraits:
     ``bench_depth``: llama-bench's ``-d`` and JSONL (ik_llama.cpp's llama-bench has neither: prefill from an empty
     context, decode at a depth with ``-gp``, one JSON array). An engine whose llama-server timings lack ``cache_n``
     (ik_llama.cpp) needs no trait: :func:`xover.domain.sse.timings_from_json` derives it from the prompt's tokens
-    less ``prompt_n`` wherever the field is absent. The build of each engine is its entry in
+    less ``prompt_n`` wherever the field is absent. ``server_args``: flags xover always passes to the engine's
+    llama-server (ik_llama.cpp's ``--log-disable``: without it every server writes a trace log, ``llama.log``, into
+    the working directory; its stderr, which xover reads, is unchanged). The build of each engine is its entry in
     :data:`xover.llamacpp.build.ENGINE_SOURCES`."""
 
     name: str
     server_fit: bool = True
     server_log_verbosity: bool = True
     bench_depth: bool = True
+    server_args: tuple[str, ...] = ()
 
 
 ENGINE_TRAITS: Mapping[str, EngineTraits] = {
     ENGINE: EngineTraits(ENGINE),
-    IK_LLAMA: EngineTraits(IK_LLAMA, server_fit=False, server_log_verbosity=False, bench_depth=False),
+    IK_LLAMA: EngineTraits(
+        IK_LLAMA, server_fit=False, server_log_verbosity=False, bench_depth=False, server_args=("--log-disable",)
+    ),
 }
 
 

@@ -87,7 +87,7 @@ class ServerLaunch:
         engine = llama_options.traits(self.config.engine)
         if self.fit_off and engine.server_fit:
             a += ["-fit", "off"]
-        return (*a, *self.own_args, *self.config.server_argv())
+        return (*a, *engine.server_args, *self.own_args, *self.config.server_argv())
 
     def to_argv(self, binary: Path, port: int) -> list[str]:
         lv = self.log_verbosity is not None and llama_options.traits(self.config.engine).server_log_verbosity
