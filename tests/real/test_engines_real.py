@@ -33,9 +33,12 @@ def test_the_example_study_compares_mainline_and_ik_llama_cpp_each_on_its_own_bu
     out = tmp_path / "out"
     started = time.time()
     env = dict(os.environ, XOVER_LLAMA_BIN_DIR=str(llama_bins.bin_dir), XOVER_IK_LLAMA_BIN_DIR=str(ik_bins.bin_dir))
+    # ik_llama.cpp's folder from the command line (--llama-bin-dir ENGINE=DIR), not from its variable
+    study_env = {k: v for k, v in env.items() if k != "XOVER_IK_LLAMA_BIN_DIR"}
     r = subprocess.run(
-        [sys.executable, "-m", "xover", "study", str(spec), "-o", str(out), "-q"],
-        env=env, capture_output=True, text=True, timeout=900,
+        [sys.executable, "-m", "xover", "study", str(spec), "-o", str(out), "-q",
+         "--llama-bin-dir", f"ik_llama.cpp={ik_bins.bin_dir}"],
+        env=study_env, capture_output=True, text=True, timeout=900,
     )  # fmt: skip
     assert r.returncode == 0, r.stderr
     db = sqlite3.connect(out / "results.sqlite")

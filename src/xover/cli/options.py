@@ -26,6 +26,38 @@ def llama_bin_dir(tools: str = "llama-server") -> Callable[[F], F]:
     )
 
 
+def engine_bin_dirs(tools: str = "llama-bench and llama-server") -> Callable[[F], F]:
+    """``--llama-bin-dir [ENGINE=]DIR``, once per engine: where each engine's ``tools`` come from (a bare folder is
+    mainline llama.cpp's). The value is a dict engine -> folder."""
+    from xover.domain.llama_options import ENGINE, ENGINES
+    from xover.errors import XoverError
+
+    def parse(ctx: click.Context, param: click.Parameter, values: tuple[str, ...]) -> dict[str, Path]:
+        dirs: dict[str, Path] = {}
+        for value in values:
+            engine, sep, folder = value.partition("=")
+            if not sep:
+                engine, folder = ENGINE, value
+            if engine not in ENGINES:
+                raise XoverError(
+                    f"--llama-bin-dir {value}: {engine!r} is no engine: use {' or '.join(ENGINES)}=DIR, or a bare DIR"
+                )
+            if engine in dirs:
+                raise XoverError(f"--llama-bin-dir: {engine} is given twice: keep one folder per engine")
+            dirs[engine] = Path(folder)
+        return dirs
+
+    return click.option(
+        "--llama-bin-dir",
+        "llama_bin_dirs",
+        metavar="[ENGINE=]DIR",
+        multiple=True,
+        callback=parse,
+        help=f"Folder with {tools}, once per engine: a bare DIR is mainline llama.cpp's, ik_llama.cpp=DIR is "
+        "ik_llama.cpp's [default: see `xover llama which`].",
+    )
+
+
 def server_timeout(what: str = "/health") -> Callable[[F], F]:
     return click.option(
         "--server-timeout",

@@ -32,7 +32,7 @@ if TYPE_CHECKING:
     "and its rounds supersede samples measured before rounds (e.g. --remeasure ttft on a study measured before "
     "rounds keeps its placement and tuning).",
 )
-@options.llama_bin_dir("llama-bench and llama-server")
+@options.engine_bin_dirs()
 @click.option(
     "--skip",
     default="",
@@ -62,7 +62,7 @@ def study(
     study_dir: Path | None,
     fresh: bool,
     remeasure: str,
-    llama_bin_dir: Path | None,
+    llama_bin_dirs: dict[str, Path],
     skip: str,
     only_configs: str,
     vram_budget: str | None,
@@ -82,12 +82,12 @@ def study(
     """
     from xover.console import console
     from xover.domain.study_spec import load_spec
-    from xover.llamacpp.binaries import resolve
+    from xover.llamacpp.binaries import resolve_chosen
     from xover.measure.study import run_study
 
     # A bad spec is reported before a missing build: the spec is what the user is editing.
     loaded = load_spec(spec_file) if spec_file is not None else None
-    binaries = resolve(llama_bin_dir)
+    binaries = resolve_chosen(llama_bin_dirs)
     spec, intro = (loaded, None) if loaded is not None else _default_for_this_machine(binaries)
     spec = narrow(spec, skip, only_configs)
     if vram_budget is not None:

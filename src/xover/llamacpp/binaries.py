@@ -1,6 +1,7 @@
 """Which llama-bench and llama-server to run for each engine, and why.
 
-Resolution order, per engine: ``--llama-bin-dir`` > its variable (:data:`ENV_VARS`: ``$XOVER_LLAMA_BIN_DIR``,
+Resolution order, per engine: ``--llama-bin-dir`` (``xover study``: ``--llama-bin-dir ENGINE=DIR`` for each
+engine, :func:`resolve_chosen`) > its variable (:data:`ENV_VARS`: ``$XOVER_LLAMA_BIN_DIR``,
 ``$XOVER_IK_LLAMA_BIN_DIR``) > its newest cached xover build > ``PATH`` (mainline only: an ik_llama.cpp build
 installs the same binary names). A user's own build directory (``./build-hip/bin``) works unchanged through the
 first two.
@@ -29,10 +30,15 @@ class Binaries:
     source: str  # "--llama-bin-dir", "$XOVER_LLAMA_BIN_DIR", "cache", "PATH"
     manifest: BuildManifest | None = None
     engine: str = "llama.cpp"
+    # the folders given per engine on the command line (``--llama-bin-dir ik_llama.cpp=DIR``): engine -> folder
+    chosen: tuple[tuple[str, Path], ...] = ()
 
     def for_engine(self, engine: str) -> Binaries:
-        """The binaries of ``engine``: these, or that engine's own (its variable, else its cached build)."""
-        return self if engine == self.engine else resolve(None, engine)
+        """The binaries of ``engine``: these, or that engine's own (its folder from the command line, else its
+        variable, else its cached build)."""
+        if engine == self.engine:
+            return self
+        return dataclasses.replace(resolve(dict(self.chosen).get(engine), engine), chosen=self.chosen)
 
     @property
     def bin_dir(self) -> Path:
@@ -82,6 +88,14 @@ def _from_dir(d: Path, source: str) -> Binaries:
             f"{d} ({source}) has no executable {' or '.join(missing)}: point it at the folder holding both, e.g. build/bin"
         )
     return Binaries(bench=bench.resolve(), server=server.resolve(), source=source)
+
+
+def resolve_chosen(dirs: dict[str, Path]) -> Binaries:
+    """Mainline's binaries (``dirs["llama.cpp"]`` or its usual order), remembering every folder ``dirs`` gives for
+    :meth:`Binaries.for_engine`; each folder is checked now, so a wrong one fails before a run."""
+    for engine, d in dirs.items():
+        resolve(d, engine)
+    return dataclasses.replace(resolve(dirs.get("llama.cpp")), chosen=tuple(sorted(dirs.items())))
 
 
 def resolve(bin_dir: Path | None = None, engine: str = "llama.cpp") -> Binaries:
