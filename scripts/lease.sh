@@ -76,11 +76,12 @@ pack_builds() {  # each CUDA build's manifest, binaries and libraries (stripped;
   rm -rf /tmp/$NAME-bins.tmp; mkdir -p /tmp/$NAME-bins.tmp
   for d in \$CACHE/builds/*-cuda-*; do
     [ -f \$d/manifest.json ] || continue
-    find \$d/build -type f \( -name '*.so*' -o -path '*/bin/*' \) -not -path '*/CMakeFiles/*' \
-      -exec strip --strip-unneeded {} + 2>/dev/null
+    list=/tmp/$NAME-bins.tmp/\$(basename \$d).list  # the manifest, binaries and libraries, from /
     (cd / && find \${d#/}/manifest.json \${d#/}/build -not -path '*/CMakeFiles/*' \( -name manifest.json -o \
-      -path '*/bin/*' -o -name '*.so*' \) \( -type f -o -type l \) | tar cf - -T - | xz -T0 -6) \
-      | split -b 15M -d - /tmp/$NAME-bins.tmp/\$(basename \$d).tar.xz.part
+      -path '*/bin/*' -o -name '*.so*' \) \( -type f -o -type l \)) > \$list
+    (cd / && grep -v manifest.json \$list | xargs strip --strip-unneeded 2>/dev/null)
+    tar cf - -C / -T \$list | xz -T0 -6 | split -b 15M -d - /tmp/$NAME-bins.tmp/\$(basename \$d).tar.xz.part
+    rm \$list
   done
   rm -rf /tmp/$NAME-bins; mv /tmp/$NAME-bins.tmp /tmp/$NAME-bins  # whole: lease_wait returns only what is complete
   t "packed builds: \$(du -ch /tmp/$NAME-bins/ | tail -1)"; ls -la /tmp/$NAME-bins

@@ -94,7 +94,8 @@ def resolve_chosen(dirs: dict[str, Path]) -> Binaries:
     """Mainline's binaries (``dirs["llama.cpp"]`` or its usual order), remembering every folder ``dirs`` gives for
     :meth:`Binaries.for_engine`; each folder is checked now, so a wrong one fails before a run."""
     for engine, d in dirs.items():
-        resolve(d, engine)
+        if engine != "llama.cpp":  # mainline's is resolved below
+            resolve(d, engine)
     return dataclasses.replace(resolve(dirs.get("llama.cpp")), chosen=tuple(sorted(dirs.items())))
 
 

@@ -443,7 +443,7 @@ def _kv_note(command: str) -> list[Block]:
     return [Block("p", KV_QUALITY_NOTE)] if flags.intersection(command.split()) else []
 
 
-def _record_blocks(r: TuneRecord, response: int, turns: Any | None = None, engine: str = "llama.cpp") -> list[Block]:
+def _record_blocks(r: TuneRecord, response: int, turns: Any | None = None, engine: str = opts.ENGINE) -> list[Block]:
     if r.variant is None:
         out = [
             Block("h3", f"{r.config}: {engine}'s defaults kept"),
@@ -549,7 +549,7 @@ def blocks(lay: Layout, m: Measured) -> list[Block]:
         ),
     ]
     for r in lay.records:
-        out += _record_blocks(r, m.response, m.turns, m.engines.get(r.config, "llama.cpp"))
+        out += _record_blocks(r, m.response, m.turns, m.engines.get(r.config, opts.ENGINE))
     served = [(r.config, r.variant) for r in lay.records if r.variant]
     if served:
         out.append(Block("h2", "The serving path decides: llama-bench's gain through llama-server"))
