@@ -41,7 +41,9 @@ lease_init() {
   if ls out/bins/*.part* > /dev/null 2>&1; then  # builds a former lease packed (pack_builds): restored as built
     ok=1
     for b in $(ls out/bins/ | sed 's/\.part.*//' | sort -u); do
-      if (set -o pipefail; cat out/bins/$b.part* | xz -d | tar -xf - -C /); then echo "restored $b"
+      if (set -o pipefail; cat out/bins/$b.part* | xz -d | tar -xf - -C /); then
+        echo "restored $b"; b=${b%.tar.xz}; mkdir -p /tmp/$NAME-bins; touch /tmp/$NAME-bins/$b.packed  # not packed again;
+        echo "$(ls out/bins/$b.tar.xz.part* | wc -l) $(du -cm out/bins/$b.tar.xz.part* | tail -1 | cut -f1)" > $J/returned-$b  # carried
       else echo "could not restore $b: it is built again" >&2; ok=0; fi
     done
     [ $ok = 1 ] && touch $J/restored
@@ -72,19 +74,19 @@ build_cuda_ik() {
     --cmake-arg=-DCMAKE_CUDA_ARCHITECTURES=90 > \$ST/build-ik.log 2>&1 || { tail -30 \$ST/build-ik.log; exit 1; }
   t built ik_llama.cpp; \$X llama which --engine ik_llama.cpp | head -3
 }
-pack_builds() {  # each CUDA build's manifest, binaries and libraries (stripped; no objects) in 15 MiB xz parts
-  rm -rf /tmp/$NAME-bins.tmp; mkdir -p /tmp/$NAME-bins.tmp
+pack_builds() {  # each CUDA build not yet packed: its manifest, binaries and libraries (stripped; no objects) in 15 MiB xz parts
+  mkdir -p /tmp/$NAME-bins; exec 9> /tmp/$NAME-bins/lock; flock 9  # one packer at a time (builds end apart)
   for d in \$CACHE/builds/*-cuda-*; do
-    [ -f \$d/manifest.json ] || continue
-    list=/tmp/$NAME-bins.tmp/\$(basename \$d).list  # the manifest, binaries and libraries, from /
+    b=\$(basename \$d); [ -f \$d/manifest.json ] && [ ! -f /tmp/$NAME-bins/\$b.packed ] || continue
+    tmp=/tmp/$NAME-bins/\$b.tmp; rm -rf \$tmp; mkdir -p \$tmp
     (cd / && find \${d#/}/manifest.json \${d#/}/build -not -path '*/CMakeFiles/*' \( -name manifest.json -o \
-      -path '*/bin/*' -o -name '*.so*' \) \( -type f -o -type l \)) > \$list
-    (cd / && grep -v manifest.json \$list | xargs strip --strip-unneeded 2>/dev/null)
-    tar cf - -C / -T \$list | xz -T0 -6 | split -b 15M -d - /tmp/$NAME-bins.tmp/\$(basename \$d).tar.xz.part
-    rm \$list
+      -path '*/bin/*' -o -name '*.so*' \) \( -type f -o -type l \)) > \$tmp/list  # from /
+    (cd / && grep -v manifest.json \$tmp/list | xargs strip --strip-unneeded 2>/dev/null)
+    tar cf - -C / -T \$tmp/list | xz -T0 -6 | split -b 15M -d - \$tmp/\$b.tar.xz.part
+    mv \$tmp/\$b.tar.xz.part* /tmp/$NAME-bins/ && rm -rf \$tmp && touch /tmp/$NAME-bins/\$b.packed  # whole, then marked
+    t "packed \$b: \$(du -ch /tmp/$NAME-bins/\$b.tar.xz.part* | tail -1)"
   done
-  rm -rf /tmp/$NAME-bins; mv /tmp/$NAME-bins.tmp /tmp/$NAME-bins  # whole: lease_wait returns only what is complete
-  t "packed builds: \$(du -ch /tmp/$NAME-bins/ | tail -1)"; ls -la /tmp/$NAME-bins
+  flock -u 9
 }
 synth() { [ -f "\$2" ] || (\$X synth --preset "\$1" -o "\$2" > \$ST/synth-\$1.log 2>&1; echo "synth rc=\$?" >> \$ST/synth-\$1.log); }
 smi_on() {
@@ -122,18 +124,21 @@ print("seeded:", dict(db.execute("SELECT name, count(*) FROM artifacts GROUP BY 
 PY
 }
 
-lease_wait() {
-  while [ ! -f $J/done ] && pgrep -f $J/job.sh > /dev/null && [ $(( $(date +%s) - T0 )) -lt $WAIT ]; do sleep 5; done
+lease_wait() {  # until the job is done, a build is newly packed, or $WAIT seconds
+  unreturned() { for m in /tmp/$NAME-bins/*.packed; do [ -e "$m" ] && [ ! -e $J/returned-$(basename $m .packed) ] && echo $m; done; }
+  while [ ! -f $J/done ] && pgrep -f $J/job.sh > /dev/null && [ -z "$(unreturned)" ] && [ $(( $(date +%s) - T0 )) -lt $WAIT ]; do sleep 5; done
   t "waited"; tail -60 $J/job.log
   tar czf $OUT/$NAME.tgz -C $ST --exclude=models --exclude='*.gguf' . 2>/dev/null
   cp $J/job.log $OUT/ 2>/dev/null
-  # the packed builds, once, if a later call can carry them: the tree that travels is capped at 64 MiB, of which the
-  # repository takes about 12 and a slim out/xsrc (STUDY=...) and .whl 2, so 48 MiB of parts at most (4 files)
-  parts=(/tmp/$NAME-bins/*.part*)
-  if [ -e "${parts[0]}" ] && [ ! -f $J/bins-returned ]; then
-    size=$(du -cm "${parts[@]}" | tail -1 | cut -f1)
-    if [ ${#parts[@]} -le 4 ] && [ $size -le 48 ]; then cp "${parts[@]}" $OUT/ && touch $J/bins-returned
-    else t "packed builds not returned: ${#parts[@]} parts, $size MiB (a later lease carries 48 MiB at most)"; fi
-  fi
+  # each packed build once, if a later call can carry it beside those returned before: the tree that travels is
+  # capped at 64 MiB, of which the repository takes about 13 and a slim out/xsrc (STUDY=...) and .whl 2, so 48 MiB
+  # of parts at most (4 files)
+  for m in $(unreturned); do
+    b=$(basename $m .packed); parts=(/tmp/$NAME-bins/$b.tar.xz.part*)
+    sent=$(cat $J/returned-* 2>/dev/null | awk '{n+=$1; s+=$2} END {print n+0, s+0}')
+    n=$(( ${#parts[@]} + ${sent% *} )); size=$(( $(du -cm "${parts[@]}" | tail -1 | cut -f1) + ${sent#* } ))
+    if [ $n -le 4 ] && [ $size -le 48 ]; then cp "${parts[@]}" $OUT/ && echo "${#parts[@]} $(du -cm "${parts[@]}" | tail -1 | cut -f1)" > $J/returned-$b
+    else t "$b not returned: with those returned before, $n parts, $size MiB (a later lease carries 48 MiB at most)"; echo "0 0" > $J/returned-$b; fi
+  done
   ls -la $OUT
 }

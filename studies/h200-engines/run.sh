@@ -12,6 +12,9 @@
 #     from the committed one (its tuning and checks kept), and the study measures cold TTFT 1K-32K and the cached
 #     turns in rounds of fresh servers of both engines, interleaved.
 #
+#   PHASE=builds (2026-12-03, after a lease was taken away mid-build with 17 minutes left): only the builds,
+#     ik_llama.cpp's first and mainline's niced into the cores it leaves idle, each packed and returned as it ends.
+#
 # Run from the repository root on the GPU machine after scripts/prepare-lease.sh here. Lease 1 carries out/llsrc,
 # out/iksrc, out/xsrc and .whl; lease 2 out/bins, out/xsrc and .whl (or the trees again if the parts did not come
 # back). Repeat the same call until job.log says done. Returns $OUT/eng.tgz, job.log and, once, the packed builds.
@@ -24,13 +27,19 @@ if [ ! -f $J/started ]; then
   fi
   if [ "${PHASE:-}" = tune ]; then echo "--skip ttft" > $J/study-args; fi
 fi
+if [ "${PHASE:-}" = builds ] && [ ! -f $J/started ]; then touch $J/builds-only; fi
 lease_job <<'BODY'
+if [ -f $J/builds-only ]; then  # ik_llama.cpp's build first; mainline's in what it leaves idle; each packed as it ends
+  (renice -n 19 $BASHPID > /dev/null; build_cuda && pack_builds) &
+  build_cuda_ik && pack_builds
+  wait; done_; exit 0
+fi
 M=$ST/models/qwen3-30b-a3b.gguf
 synth qwen3-30b-a3b $M &
 build_cuda &
 build_cuda_ik
 wait; t "built both; synthesized"; tail -qn1 $ST/synth-*.log
-[ -f $J/restored ] || pack_builds
+pack_builds
 study_once $(cat $J/study-args 2>/dev/null)
 done_
 BODY
