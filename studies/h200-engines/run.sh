@@ -28,7 +28,9 @@ if [ ! -f $J/started ]; then
   if [ "${PHASE:-}" = tune ]; then echo "--skip ttft" > $J/study-args; fi
 fi
 if [ "${PHASE:-}" = builds ] && [ ! -f $J/started ]; then touch $J/builds-only; fi
+if [ "${PHASE:-}" = mainline-build ] && [ ! -f $J/started ]; then touch $J/mainline-only; fi
 lease_job <<'BODY'
+if [ -f $J/mainline-only ]; then build_cuda && pack_builds; done_; exit 0; fi  # what 12 minutes of a lease can do
 if [ -f $J/builds-only ]; then  # ik_llama.cpp's build first; mainline's in what it leaves idle; each packed as it ends
   (renice -n 19 $BASHPID > /dev/null; build_cuda && pack_builds) &
   build_cuda_ik && pack_builds
