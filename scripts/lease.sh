@@ -12,11 +12,12 @@
 #                     minutes on the H200 machine's 16 cores), synth PRESET PATH, smi_on / smi_off (nvidia-smi
 #                     every 2 s into $ST/smi.log), study_once [ARGS] (`xover study $J/study.toml -o $ST ARGS` with
 #                     nvidia-smi sampled, its log's tail), pack_builds (below), done_ (mark the job done)
-#   pack_builds       (in BODY, after the builds) each CUDA build's binaries and libraries, stripped, as
-#                     /tmp/NAME-bins/<build>.tar.xz.partNN (15 MiB parts): lease_wait returns them once (if they
-#                     come to 48 MiB or less, what a later lease can carry beside the repository), and a later
-#                     lease that carries them as out/bins (copy the parts there) restores the builds in lease_init,
-#                     and build_cuda / build_cuda_ik find them and skip their 5 and 13 minutes
+#   pack_builds       (in BODY, after each build) each CUDA build not yet packed, its binaries and libraries
+#                     stripped, as /tmp/NAME-bins/<build>.tar.xz.partNN (15 MiB parts): lease_wait returns each build
+#                     once, as soon as it is packed (if, with those returned or carried before, they come to 48 MiB
+#                     or less, what a later lease can carry beside the repository), and a later lease that carries
+#                     them as out/bins (copy the parts there) restores the builds in lease_init, and build_cuda /
+#                     build_cuda_ik find them and skip their 4 and 13 minutes
 #   seed_store SRC NAME...  $ST/results.sqlite as a copy of the committed store SRC without its measurements,
 #                     keeping only the artifacts NAME... (placement, tuning, prediction): a study that reuses
 #                     another's placement and measures the rest afresh
@@ -27,6 +28,7 @@
 # says done.
 T0=$(date +%s); WAIT=${WAIT:-560}
 t() { echo "[$(( $(date +%s) - T0 ))s] $*"; }
+parts_mib() { echo "$# $(du -cm "$@" | tail -1 | cut -f1)"; }  # FILES...: how many, and their MiB
 
 lease_init() {
   NAME=$1; J=/tmp/$NAME-job; ST=/tmp/$NAME
@@ -39,14 +41,12 @@ lease_init() {
     echo 0c1e57098bba43ac29e6e3b677cdceebdd22334f > /tmp/ll/llama.cpp-0c1e570/XOVER_COMMIT
   fi
   if ls out/bins/*.part* > /dev/null 2>&1; then  # builds a former lease packed (pack_builds): restored as built
-    ok=1
     for b in $(ls out/bins/ | sed 's/\.part.*//' | sort -u); do
       if (set -o pipefail; cat out/bins/$b.part* | xz -d | tar -xf - -C /); then
         echo "restored $b"; b=${b%.tar.xz}; mkdir -p /tmp/$NAME-bins; touch /tmp/$NAME-bins/$b.packed  # not packed again;
-        echo "$(ls out/bins/$b.tar.xz.part* | wc -l) $(du -cm out/bins/$b.tar.xz.part* | tail -1 | cut -f1)" > $J/returned-$b  # carried
-      else echo "could not restore $b: it is built again" >&2; ok=0; fi
+        parts_mib out/bins/$b.tar.xz.part* > $J/returned-$b  # carried, so counted against what a later lease carries
+      else echo "could not restore $b: it is built again" >&2; fi
     done
-    [ $ok = 1 ] && touch $J/restored
   fi
   if [ -f out/iksrc/ik.tgz ]; then  # ik_llama.cpp's tree, for studies that compare engines
     rm -rf /tmp/ik; mkdir -p /tmp/ik && tar xzf out/iksrc/ik.tgz -C /tmp/ik
@@ -134,10 +134,10 @@ lease_wait() {  # until the job is done, a build is newly packed, or $WAIT secon
   # capped at 64 MiB, of which the repository takes about 13 and a slim out/xsrc (STUDY=...) and .whl 2, so 48 MiB
   # of parts at most (4 files)
   for m in $(unreturned); do
-    b=$(basename $m .packed); parts=(/tmp/$NAME-bins/$b.tar.xz.part*)
+    b=$(basename $m .packed); parts=(/tmp/$NAME-bins/$b.tar.xz.part*); these=$(parts_mib "${parts[@]}")
     sent=$(cat $J/returned-* 2>/dev/null | awk '{n+=$1; s+=$2} END {print n+0, s+0}')
-    n=$(( ${#parts[@]} + ${sent% *} )); size=$(( $(du -cm "${parts[@]}" | tail -1 | cut -f1) + ${sent#* } ))
-    if [ $n -le 4 ] && [ $size -le 48 ]; then cp "${parts[@]}" $OUT/ && echo "${#parts[@]} $(du -cm "${parts[@]}" | tail -1 | cut -f1)" > $J/returned-$b
+    n=$(( ${these% *} + ${sent% *} )); size=$(( ${these#* } + ${sent#* } ))
+    if [ $n -le 4 ] && [ $size -le 48 ]; then cp "${parts[@]}" $OUT/ && echo "$these" > $J/returned-$b
     else t "$b not returned: with those returned before, $n parts, $size MiB (a later lease carries 48 MiB at most)"; echo "0 0" > $J/returned-$b; fi
   done
   ls -la $OUT

@@ -14,6 +14,7 @@
 #
 #   PHASE=builds (2026-12-03, after a lease was taken away mid-build with 17 minutes left): only the builds,
 #     ik_llama.cpp's first and mainline's niced into the cores it leaves idle, each packed and returned as it ends.
+#   PHASE=mainline-build: mainline's build alone (224 s on the machine), packed (43 MiB, 3 parts).
 #
 # Run from the repository root on the GPU machine after scripts/prepare-lease.sh here. Lease 1 carries out/llsrc,
 # out/iksrc, out/xsrc and .whl; lease 2 out/bins, out/xsrc and .whl (or the trees again if the parts did not come
@@ -26,12 +27,12 @@ if [ ! -f $J/started ]; then
     cp out/xsrc/studies/h200-engines/results.sqlite $ST/results.sqlite
   fi
   if [ "${PHASE:-}" = tune ]; then echo "--skip ttft" > $J/study-args; fi
+  echo "${PHASE:-}" > $J/phase  # the first call's, for the job
 fi
-if [ "${PHASE:-}" = builds ] && [ ! -f $J/started ]; then touch $J/builds-only; fi
-if [ "${PHASE:-}" = mainline-build ] && [ ! -f $J/started ]; then touch $J/mainline-only; fi
 lease_job <<'BODY'
-if [ -f $J/mainline-only ]; then build_cuda && pack_builds; done_; exit 0; fi  # what 12 minutes of a lease can do
-if [ -f $J/builds-only ]; then  # ik_llama.cpp's build first; mainline's in what it leaves idle; each packed as it ends
+PHASE=$(cat $J/phase)
+if [ "$PHASE" = mainline-build ]; then build_cuda && pack_builds; done_; exit 0; fi  # what 7 minutes of a lease can do
+if [ "$PHASE" = builds ]; then  # ik_llama.cpp's build first; mainline's in what it leaves idle; each packed as it ends
   (renice -n 19 $BASHPID > /dev/null; build_cuda && pack_builds) &
   build_cuda_ik && pack_builds
   wait; done_; exit 0
