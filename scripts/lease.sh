@@ -2,10 +2,11 @@
 # repository root on the GPU machine, which carries out/llsrc, out/xsrc and .whl (scripts/prepare-lease.sh makes them
 # on the development machine, which has the package registries):
 #
-#   lease_init NAME   the job's folder J=/tmp/NAME-job and the study's folder ST=/tmp/NAME; the wheels the GPU
-#                     machine's Python lacks installed into /tmp/site, the committed src (out/xsrc) copied into $J/src,
-#                     the pinned llama.cpp tree (out/llsrc) unpacked into /tmp/ll, and ik_llama.cpp's (out/iksrc,
-#                     where prepare-lease.sh packed one) into /tmp/ik
+#   lease_init NAME   the job's folder J=/tmp/NAME-job and the study's folder ST=/tmp/NAME; once, before the job
+#                     starts: the wheels the GPU machine's Python lacks installed into /tmp/site, the committed src
+#                     (out/xsrc) copied into $J/src; in every call, whatever this call carries: the pinned llama.cpp
+#                     tree (out/llsrc) unpacked into /tmp/ll, ik_llama.cpp's (out/iksrc) into /tmp/ik, packed builds
+#                     (out/bins) staged and restored once whole (stage_builds)
 #   lease_job BODY    write $J/job.sh (the common prelude, then the bash text BODY) and start it under setsid once, so
 #                     it outlives the call; BODY may use: $X (xover), $ST, t MSG (timestamped lines), build_cuda (the
 #                     CUDA build for sm_90, llama-fit-params included), build_cuda_ik (ik_llama.cpp's, about 12-13
@@ -13,11 +14,12 @@
 #                     every 2 s into $ST/smi.log), study_once [ARGS] (`xover study $J/study.toml -o $ST ARGS` with
 #                     nvidia-smi sampled, its log's tail), pack_builds (below), done_ (mark the job done)
 #   pack_builds       (in BODY, after each build) each CUDA build not yet packed, its binaries and libraries
-#                     stripped, as /tmp/NAME-bins/<build>.tar.xz.partNN (15 MiB parts): lease_wait returns each build
-#                     once, as soon as it is packed (if, with those returned or carried before, they come to 48 MiB
-#                     or less, what a later lease can carry beside the repository), and a later lease that carries
-#                     them as out/bins (copy the parts there) restores the builds in lease_init, and build_cuda /
-#                     build_cuda_ik find them and skip their 4 and 13 minutes
+#                     stripped, as /tmp/NAME-bins/<build>.tar.xz.partNN (15 MiB parts) with their sha256 sums in
+#                     <build>.tar.xz.sums; lease_wait returns the parts as soon as a build is packed, as many as a
+#                     call returns, the rest in the next calls. A later lease carries them as out/bins, in as many
+#                     calls as the 64 MiB cap needs (about 48 MiB of parts a call beside the repository: put a
+#                     different share in out/bins each time, the .sums in any), and build_cuda / build_cuda_ik then
+#                     find the builds restored and skip their 4 and 13 minutes
 #   seed_store SRC NAME...  $ST/results.sqlite as a copy of the committed store SRC without its measurements,
 #                     keeping only the artifacts NAME... (placement, tuning, prediction): a study that reuses
 #                     another's placement and measures the rest afresh
@@ -28,30 +30,42 @@
 # says done.
 T0=$(date +%s); WAIT=${WAIT:-560}
 t() { echo "[$(( $(date +%s) - T0 ))s] $*"; }
-parts_mib() { echo "$# $(du -cm "$@" | tail -1 | cut -f1)"; }  # FILES...: how many, and their MiB
 
-lease_init() {
+lease_init() {  # every call: what this call carries is unpacked or staged; the rest once, before the job starts
   NAME=$1; J=/tmp/$NAME-job; ST=/tmp/$NAME
-  [ -f $J/started ] && return 0
-  mkdir -p $J $ST/models
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
-  rm -rf $J/src; cp -r out/xsrc/src $J/src
-  if [ -f out/llsrc/llama.tar.gz ]; then  # absent where the build itself is carried (out/bins)
+  mkdir -p $J $ST/models /tmp/$NAME-stage /tmp/$NAME-bins
+  if [ ! -f $J/started ]; then
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
+    rm -rf $J/src; cp -r out/xsrc/src $J/src
+  fi
+  if [ -f out/llsrc/llama.tar.gz ] && [ ! -f /tmp/ll/llama.cpp-0c1e570/XOVER_COMMIT ]; then  # absent where its build is carried
     rm -rf /tmp/ll; mkdir -p /tmp/ll && tar xzf out/llsrc/llama.tar.gz -C /tmp/ll
     echo 0c1e57098bba43ac29e6e3b677cdceebdd22334f > /tmp/ll/llama.cpp-0c1e570/XOVER_COMMIT
   fi
-  if ls out/bins/*.part* > /dev/null 2>&1; then  # builds a former lease packed (pack_builds): restored as built
-    for b in $(ls out/bins/ | sed 's/\.part.*//' | sort -u); do
-      if (set -o pipefail; cat out/bins/$b.part* | xz -d | tar -xf - -C /); then
-        echo "restored $b"; b=${b%.tar.xz}; mkdir -p /tmp/$NAME-bins; touch /tmp/$NAME-bins/$b.packed  # not packed again;
-        parts_mib out/bins/$b.tar.xz.part* > $J/returned-$b  # carried, so counted against what a later lease carries
-      else echo "could not restore $b: it is built again" >&2; fi
-    done
-  fi
-  if [ -f out/iksrc/ik.tgz ]; then  # ik_llama.cpp's tree, for studies that compare engines
+  if [ -f out/iksrc/ik.tgz ] && [ ! -f /tmp/ik/ik_llama.cpp-ik0.1.5/XOVER_COMMIT ]; then  # for studies that compare engines
     rm -rf /tmp/ik; mkdir -p /tmp/ik && tar xzf out/iksrc/ik.tgz -C /tmp/ik
     echo ik0.1.5 > /tmp/ik/ik_llama.cpp-ik0.1.5/XOVER_COMMIT
   fi
+  stage_builds
+}
+
+# Builds a former lease packed (pack_builds), carried as out/bins: staged, because one call carries at most about
+# 48 MiB of parts beside the repository and a build may need more (copy part of its parts into out/bins for each of
+# several calls on the warm machine), and each build restored once all the parts its .sums file names are staged
+# and check out. A restored build is marked packed, so it is neither packed nor returned again.
+stage_builds() {
+  for f in out/bins/*.tar.xz.*; do [ -f "$f" ] && cp -n "$f" /tmp/$NAME-stage/; done
+  for sums in /tmp/$NAME-stage/*.sums; do
+    [ -e "$sums" ] || continue
+    b=$(basename $sums .tar.xz.sums); [ -e /tmp/$NAME-bins/$b.packed ] && continue
+    missing=$(cd /tmp/$NAME-stage && awk '{print $2}' $b.tar.xz.sums | while read f; do [ -e "$f" ] || echo $f; done)
+    if [ -n "$missing" ]; then t "$b staged, still to carry: $(echo $missing)"; continue; fi
+    if (cd /tmp/$NAME-stage && sha256sum --quiet -c $b.tar.xz.sums) && \
+       (set -o pipefail; cd /tmp/$NAME-stage; cat $b.tar.xz.part* | xz -d | tar -xf - -C / --exclude='*/manifest.json' &&
+        cat $b.tar.xz.part* | xz -d | tar -xf - -C / --wildcards '*/manifest.json'); then  # the manifest last: built()
+      t "restored $b"; touch /tmp/$NAME-bins/$b.packed
+    else t "could not restore $b: it is built again"; rm -f /tmp/$NAME-stage/$b.tar.xz.*; fi
+  done
 }
 
 lease_job() {
@@ -62,13 +76,19 @@ X="python3 -m xover"; ST=$ST; J=$J
 T0=\$(date +%s); t() { echo "[\$(( \$(date +%s) - T0 ))s] \$*"; }
 CACHE=\${XOVER_CACHE_DIR:-\$HOME/.cache/xover}
 built() { ls \$CACHE/builds/\$1-cuda-*/manifest.json > /dev/null 2>&1; }  # a CUDA build of identity \$1 is there
+await_restore() {  # ID TREE: where TREE was not carried, wait (15 min at most) for the build ID to be staged (out/bins)
+  built \$1 || [ -d \$2 ] || { t "waiting for \$1's build, carried as out/bins in a later call"; \
+    for i in \$(seq 180); do built \$1 && break; sleep 5; done; }
+}
 build_cuda() {
+  await_restore 0c1e570 /tmp/ll/llama.cpp-0c1e570
   if built 0c1e570; then t "llama.cpp's CUDA build restored (out/bins)"; return 0; fi
   \$X llama build --backend cuda --source /tmp/ll/llama.cpp-0c1e570 --cmake-arg=-DCMAKE_CUDA_ARCHITECTURES=90 \\
     > \$ST/build.log 2>&1 || { tail -30 \$ST/build.log; exit 1; }
   t built; \$X llama which | head -3
 }
 build_cuda_ik() {
+  await_restore ik0.1.5 /tmp/ik/ik_llama.cpp-ik0.1.5
   if built ik0.1.5; then t "ik_llama.cpp's CUDA build restored (out/bins)"; return 0; fi
   \$X llama build --engine ik_llama.cpp --backend cuda --source /tmp/ik/ik_llama.cpp-ik0.1.5 \\
     --cmake-arg=-DCMAKE_CUDA_ARCHITECTURES=90 > \$ST/build-ik.log 2>&1 || { tail -30 \$ST/build-ik.log; exit 1; }
@@ -83,7 +103,8 @@ pack_builds() {  # each CUDA build not yet packed: its manifest, binaries and li
       -path '*/bin/*' -o -name '*.so*' \) \( -type f -o -type l \)) > \$tmp/list  # from /
     (cd / && grep -v manifest.json \$tmp/list | xargs strip --strip-unneeded 2>/dev/null)
     tar cf - -C / -T \$tmp/list | xz -T0 -6 | split -b 15M -d - \$tmp/\$b.tar.xz.part
-    mv \$tmp/\$b.tar.xz.part* /tmp/$NAME-bins/ && rm -rf \$tmp && touch /tmp/$NAME-bins/\$b.packed  # whole, then marked
+    (cd \$tmp && sha256sum \$b.tar.xz.part* > \$b.tar.xz.sums)  # what stage_builds checks before it restores
+    mv \$tmp/\$b.tar.xz.* /tmp/$NAME-bins/ && rm -rf \$tmp && touch /tmp/$NAME-bins/\$b.packed  # whole, then marked
     t "packed \$b: \$(du -ch /tmp/$NAME-bins/\$b.tar.xz.part* | tail -1)"
   done
   flock -u 9
@@ -125,20 +146,19 @@ PY
 }
 
 lease_wait() {  # until the job is done, a build is newly packed, or $WAIT seconds
-  unreturned() { for m in /tmp/$NAME-bins/*.packed; do [ -e "$m" ] && [ ! -e $J/returned-$(basename $m .packed) ] && echo $m; done; }
+  # parts of the builds this lease packed, not returned yet (restored builds are staged elsewhere: never returned)
+  unreturned() { for f in /tmp/$NAME-bins/*.tar.xz.*; do [ -e "$f" ] && ! grep -qxF "$(basename $f)" $J/returned 2>/dev/null && echo $f; done; }
   while [ ! -f $J/done ] && pgrep -f $J/job.sh > /dev/null && [ -z "$(unreturned)" ] && [ $(( $(date +%s) - T0 )) -lt $WAIT ]; do sleep 5; done
   t "waited"; tail -60 $J/job.log
   tar czf $OUT/$NAME.tgz -C $ST --exclude=models --exclude='*.gguf' . 2>/dev/null
   cp $J/job.log $OUT/ 2>/dev/null
-  # each packed build once, if a later call can carry it beside those returned before: the tree that travels is
-  # capped at 64 MiB, of which the repository takes about 13 and a slim out/xsrc (STUDY=...) and .whl 2, so 48 MiB
-  # of parts at most (4 files)
-  for m in $(unreturned); do
-    b=$(basename $m .packed); parts=(/tmp/$NAME-bins/$b.tar.xz.part*); these=$(parts_mib "${parts[@]}")
-    sent=$(cat $J/returned-* 2>/dev/null | awk '{n+=$1; s+=$2} END {print n+0, s+0}')
-    n=$(( ${these% *} + ${sent% *} )); size=$(( ${these#* } + ${sent#* } ))
-    if [ $n -le 4 ] && [ $size -le 48 ]; then cp "${parts[@]}" $OUT/ && echo "$these" > $J/returned-$b
-    else t "$b not returned: with those returned before, $n parts, $size MiB (a later lease carries 48 MiB at most)"; echo "0 0" > $J/returned-$b; fi
+  # the packed builds' parts, as many as this call can return (8 files and 64 MiB, these two included); the rest in
+  # the next calls, which return at once while any is left. Keep them all: a later lease stages them (stage_builds).
+  local files=$(ls $OUT | wc -l) mib=$(du -cm $OUT/* | tail -1 | cut -f1) f size
+  for f in $(unreturned); do
+    size=$(du -m $f | cut -f1)
+    [ $(( files + 1 )) -le 8 ] && [ $(( mib + size )) -le 62 ] || { t "more parts in the next call"; break; }
+    cp $f $OUT/ && basename $f >> $J/returned && files=$(( files + 1 )) && mib=$(( mib + size ))
   done
   ls -la $OUT
 }
