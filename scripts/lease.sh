@@ -54,17 +54,18 @@ lease_init() {  # every call: what this call carries is unpacked or staged; the 
 # several calls on the warm machine), and each build restored once all the parts its .sums file names are staged
 # and check out. A restored build is marked packed, so it is neither packed nor returned again.
 stage_builds() {
-  for f in out/bins/*.tar.xz.*; do [ -f "$f" ] && cp -n "$f" /tmp/$NAME-stage/; done
+  for f in out/bins/*.tar.xz.*; do [ -f "$f" ] && [ ! -e /tmp/$NAME-stage/$(basename $f) ] && cp "$f" /tmp/$NAME-stage/; done
   for sums in /tmp/$NAME-stage/*.sums; do
     [ -e "$sums" ] || continue
     b=$(basename $sums .tar.xz.sums); [ -e /tmp/$NAME-bins/$b.packed ] && continue
     missing=$(cd /tmp/$NAME-stage && awk '{print $2}' $b.tar.xz.sums | while read f; do [ -e "$f" ] || echo $f; done)
     if [ -n "$missing" ]; then t "$b staged, still to carry: $(echo $missing)"; continue; fi
+    touch /tmp/$NAME-bins/$b.packed  # before the manifest appears: the job's pack_builds must not pack it again
     if (cd /tmp/$NAME-stage && sha256sum --quiet -c $b.tar.xz.sums) && \
        (set -o pipefail; cd /tmp/$NAME-stage; cat $b.tar.xz.part* | xz -d | tar -xf - -C / --exclude='*/manifest.json' &&
         cat $b.tar.xz.part* | xz -d | tar -xf - -C / --wildcards '*/manifest.json'); then  # the manifest last: built()
-      t "restored $b"; touch /tmp/$NAME-bins/$b.packed
-    else t "could not restore $b: it is built again"; rm -f /tmp/$NAME-stage/$b.tar.xz.*; fi
+      t "restored $b"
+    else t "could not restore $b: it is built again"; rm -f /tmp/$NAME-stage/$b.tar.xz.* /tmp/$NAME-bins/$b.packed; fi
   done
 }
 

@@ -9,7 +9,9 @@
   fault a real server cannot produce on demand (``--fake-fault never-healthy``);
 * with ``bench_crash_marker``, ``llama-bench`` runs the real binary under :data:`CRASHING_BENCH`:
   while the marker file exists, the real llama-bench is killed with SIGSEGV right after its first
-  JSONL record (a crash mid-sweep) and the marker is removed, so the next run is a normal one.
+  JSONL record (a crash mid-sweep) and the marker is removed, so the next run is a normal one;
+* with ``bench_abort_marker`` likewise, but the first run prints ggml's abort message after its first record and
+  hangs (:data:`ABORTING_BENCH`).
 """
 
 from __future__ import annotations
@@ -40,6 +42,34 @@ child.wait()
 os.kill(os.getpid(), signal.SIGSEGV)
 """
 
+# with ``bench_abort_marker``: after the first record, ggml's abort message (as ik_llama.cpp printed it at a CUDA
+# out of memory on the H200) and a hang, a forked child holding the pipes as ik's backtrace child did
+ABORTING_BENCH = """\
+import os, signal, subprocess, sys, time
+REAL, MARKER, PIDS = {real!r}, {marker!r}, {pids!r}
+if not os.path.exists(MARKER):
+    os.execv(REAL, [REAL, *sys.argv[1:]])
+os.remove(MARKER)
+child = subprocess.Popen([REAL, *sys.argv[1:]], stdout=subprocess.PIPE)  # stderr: xover's pipe
+for line in child.stdout:
+    sys.stdout.buffer.write(line)
+    sys.stdout.buffer.flush()
+    if line.startswith(b"{{"):
+        break
+child.kill()
+child.wait()
+hung = os.fork()
+if hung == 0:
+    time.sleep(3600)
+    os._exit(0)
+with open(PIDS, "a") as f:
+    f.write(f"{{hung}}\\n")
+sys.stderr.write("CUDA error: out of memory\\n  current device: 0, in function alloc at ggml-cuda.cu:442\\n"
+                 "/src/ggml/src/ggml-cuda.cu:132: CUDA error\\n")
+sys.stderr.flush()
+time.sleep(3600)
+"""
+
 
 def _sh(path: Path, body: str) -> None:
     path.write_text("#!/bin/sh\n" + body)
@@ -52,6 +82,7 @@ def shim_bin_dir(
     pid_file: Path,
     *,
     bench_crash_marker: Path | None = None,
+    bench_abort_marker: Path | None = None,
     server_start_delay_s: float = 0.0,
 ) -> Path:
     """A folder of pid-recording shims around the real binaries in ``real_bin_dir`` (see the module doc).
@@ -71,14 +102,14 @@ def shim_bin_dir(
         + delay
         + f'exec {q(str(real_bin_dir / "llama-server"))} "$@"\n',
     )
-    if bench_crash_marker is None:
+    marker = bench_crash_marker or bench_abort_marker
+    if marker is None:
         _sh(folder / "llama-bench", record + f'exec {q(str(real_bin_dir / "llama-bench"))} "$@"\n')
     else:
-        wrapper = folder / "crashing_bench.py"
+        wrapper = folder / "faulty_bench.py"
+        template = CRASHING_BENCH if bench_crash_marker is not None else ABORTING_BENCH
         wrapper.write_text(
-            CRASHING_BENCH.format(
-                real=str(real_bin_dir / "llama-bench"), marker=str(bench_crash_marker), pids=str(pid_file)
-            )
+            template.format(real=str(real_bin_dir / "llama-bench"), marker=str(marker), pids=str(pid_file))
         )
         _sh(folder / "llama-bench", record + f'exec {q(sys.executable)} {q(str(wrapper))} "$@"\n')
     return folder

@@ -17,7 +17,8 @@ comes back from the cache. ``cache_prompt: false`` always evaluates the whole pr
 
 Faults: ``never-healthy`` (``/health`` stays 503), ``http500``, ``cut`` (the connection closes
 after half the tokens, without the final event), ``malformed`` (an event that is not JSON),
-``cache-leak`` (reports half the prompt as cached whatever the request says), each after
+``cache-leak`` (reports half the prompt as cached whatever the request says), ``abort-hang`` (ggml's abort
+message in the log, then a hang with a forked child, as ik_llama.cpp at a CUDA out of memory), each after
 ``fault_after`` good completions and for ``fault_count`` completions (None: from then on). Every
 instance stops by itself after ``max_life_s``.
 """
@@ -35,7 +36,15 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
-FAULTS = ("never-healthy", "http500", "cut", "malformed", "cache-leak")
+FAULTS = ("never-healthy", "http500", "cut", "malformed", "cache-leak", "abort-hang")
+# what ik_llama.cpp's llama-server printed on the H200 machine at a CUDA out of memory mid-request, before it hung in
+# its backtrace's fork (ggml_print_backtrace: a child that finds no gdb exits through CUDA's atexit handlers)
+ABORT_LINES = (
+    "CUDA error: out of memory",
+    "  current device: 0, in function alloc at /tmp/ik/ik_llama.cpp-ik0.1.5/ggml/src/ggml-cuda.cu:442",
+    "  cuMemCreate(&handle, reserve_size, &prop, 0)",
+    "/tmp/ik/ik_llama.cpp-ik0.1.5/ggml/src/ggml-cuda.cu:132: CUDA error",
+)
 N_VOCAB = 512
 
 
@@ -171,6 +180,19 @@ class _Handler(BaseHTTPRequestHandler):
         if fault == "http500":
             self._json(500, {"error": {"code": 500, "message": "fake internal error", "type": "server_error"}})
             return
+        if fault == "abort-hang":  # headers sent, then ggml's abort message, then a hang (a forked child holds on)
+            self.send_response(200)
+            self.send_header("Content-Type", "text/event-stream")
+            self.send_header("Transfer-Encoding", "chunked")
+            self.end_headers()
+            child = os.fork()
+            if child == 0:
+                time.sleep(3600)
+                os._exit(0)
+            print(f"fake forked child pid {child}", flush=True)
+            print("\n".join(ABORT_LINES), flush=True)
+            time.sleep(3600)
+            return
         prompt_n = len(prompt) - cache_n
         # like llama-server: headers when prompt processing starts, the body with the first token
         self.send_response(200)
@@ -243,6 +265,8 @@ class FakeLlamaServer:
     """In-process fake on 127.0.0.1 and a free port; stops on exit or after ``max_life_s``."""
 
     def __init__(self, *, max_life_s: float = 60.0, **state: Any) -> None:
+        if state.get("fault") == "abort-hang":
+            raise ValueError("abort-hang forks: use the fake as a binary (main), never in the test's process")
         self.state = FakeState(**state)
         self.httpd = _Server(("127.0.0.1", 0), self.state)
         self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"

@@ -343,6 +343,40 @@ def test_server_never_healthy(tmp_path: Path, tiny_model: Path, shims) -> None:
         assert int(logs[-1].read_text().split("fake-llama-server pid ")[1].split()[0]) in pids
 
 
+def test_server_aborts_and_hangs(tmp_path: Path, tiny_model: Path, shims) -> None:
+    """A llama-server that prints ggml's abort message mid-request and then hangs, as ik_llama.cpp did at a CUDA
+    out of memory on the H200 (its backtrace's forked child never exits: the fake forks one too): it is stopped
+    with its whole process group 5 s after the message instead of holding the study for the client's hour, the
+    failure names the abort and its cause, and the real configuration is measured in every round."""
+    bin_dir, pid_file = shims
+    spec = _spec(
+        tmp_path / "spec.toml",
+        tiny_model,
+        "lengths = [256]\nresponse-tokens = [8]\nrepetitions = 2\n"
+        'skip = ["tune", "bench", "cache", "session", "report"]',
+        _configs(("aborts", 'server-args = ["--fake-fault", "abort-hang"]'), ("ok", "threads = 2")),
+    )
+    out = tmp_path / "out"
+    db = out / "results.sqlite"
+    r = _study(spec, out, bin_dir, timeout=90)  # without the watch, the request waits an hour: TimeoutExpired
+    assert r.returncode == 0, r.stderr
+    failures = _failures(db)
+    assert failures and {f[0] for f in failures} == {"aborts"}, failures
+    reason = failures[0][3]
+    assert "llama-server aborted: /tmp/ik/ik_llama.cpp-ik0.1.5/ggml/src/ggml-cuda.cu:132: CUDA error" in reason, reason
+    assert "(CUDA error: out of memory)" in reason and "hung there, stopped after 5 s" in reason, reason
+    assert _good_cold(db) == {("ok", 256): 2 * 3}
+    _check_store(db)
+    _none_running(pid_file)
+    children = [
+        int(line.split()[-1])
+        for log in (out / "logs").glob("server-aborts-*.log")
+        for line in log.read_text().splitlines()
+        if line.startswith("fake forked child pid ")
+    ]
+    assert children and not any(running(p) for p in children)  # the hung child went with its group
+
+
 # ---- llama-server killed mid-request; llama-bench crashing mid-sweep --------------------------------
 
 
@@ -461,6 +495,36 @@ def test_llama_bench_crashes_mid_sweep(tmp_path: Path, tiny_model: Path, llama_b
     assert len(_failures(db)) == 1
     _check_store(db)
     _none_running(pid_file)
+
+
+def test_llama_bench_aborts_and_hangs(tmp_path: Path, tiny_model: Path, llama_bins) -> None:
+    """The first configuration's llama-bench prints ggml's abort message after its first test and hangs (a forked
+    child holds its pipes, as ik_llama.cpp's backtrace child did): it is stopped 5 s later with its group, the
+    failure names the abort and its cause, and the second configuration is measured."""
+    pid_file, marker = tmp_path / "llama-pids", tmp_path / "abort-once"
+    marker.touch()
+    bin_dir = shim_bin_dir(tmp_path / "bin", llama_bins.bin_dir, pid_file, bench_abort_marker=marker)
+    spec = _spec(
+        tmp_path / "spec.toml",
+        tiny_model,
+        'lengths = [256, 512]\nbench-repetitions = 2\npp = 32\ntg = 8\nskip = ["tune", "ttft", "cache", "session", "report"]',
+        _configs(("aborts", "threads = 2"), ("other", "threads = 1")),
+    )
+    out = tmp_path / "out"
+    db = out / "results.sqlite"
+    r = _study(spec, out, bin_dir, timeout=90)  # without the stop, llama-bench's pipes stay open: TimeoutExpired
+    assert r.returncode == 0, r.stderr
+    assert not marker.exists()  # the abort happened
+    [(label, stage, _, reason)] = _failures(db)
+    assert (label, stage) == ("aborts", "bench")
+    assert reason == (
+        "llama-bench aborted after 1 of 4 tests (/src/ggml/src/ggml-cuda.cu:132: CUDA error "
+        "(CUDA error: out of memory)) and hung: stopped after 5 s"
+    ), reason
+    stored = _query(db, "SELECT c.label FROM bench_results b JOIN configs c ON c.key = b.config_key")
+    assert Counter(c for (c,) in stored) == {"aborts": 1, "other": 4}
+    _check_store(db)
+    _none_running(pid_file)  # the hung child included (the wrapper records it)
 
 
 # ---- SIGINT / SIGTERM to `xover study` at random moments --------------------------------------------

@@ -50,3 +50,40 @@ def test_stop_all_reaps_everything():
     process.stop_all()
     assert all(not _alive(p.pid) for p in ps)
     assert process.live_pids() == []
+
+
+# ---- ggml's abort message (known answers from real logs) ---------------------------------------------
+
+# ik_llama.cpp's llama-server at a CUDA out of memory on the H200 machine (2026-12-03), the lines before its hang
+IK_OOM = [
+    'INFO [    batch_pending_prompt] kv cache rm [p0, end) | tid="139992913399808" id_slot=0 id_task=3 p0=0',
+    "CUDA error: out of memory",
+    "  current device: 0, in function alloc at /tmp/ik/ik_llama.cpp-ik0.1.5/ggml/src/ggml-cuda.cu:442",
+    "  cuMemCreate(&handle, reserve_size, &prop, 0)",
+    "/tmp/ik/ik_llama.cpp-ik0.1.5/ggml/src/ggml-cuda.cu:132: CUDA error",
+]
+
+
+def test_abort_message_from_ik_llama_cpp_out_of_memory() -> None:
+    from xover.llamacpp.process import abort_message, fatal_line
+
+    assert [fatal_line(line) for line in IK_OOM] == [False, False, False, False, True]
+    assert abort_message(IK_OOM) == (
+        "/tmp/ik/ik_llama.cpp-ik0.1.5/ggml/src/ggml-cuda.cu:132: CUDA error (CUDA error: out of memory)"
+    )
+    assert abort_message(IK_OOM[:-1]) is None  # the error line alone is not an abort: llama.cpp may recover
+
+
+def test_fatal_line_assert_and_ordinary_lines() -> None:
+    from xover.llamacpp.process import abort_message, fatal_line
+
+    assert fatal_line("/src/ggml/src/ggml.c:1726: GGML_ASSERT(view_src == NULL || data_size == 0) failed")
+    assert fatal_line("ggml/src/ggml-cpu/ops.cpp:7725: fatal error")
+    for ordinary in (
+        "0.03.663.556 I slot print_timing: id  0 | task 0 | prompt eval time =     942.95 ms /   512 tokens",
+        "llama_model_load: error loading model: tensor 'blk.0.ffn_gate_exps.weight' data is not within bounds",
+        "main: loading model from /models/qwen3-30b-a3b.gguf:3: x",
+        "load_tensors:        CUDA0 model buffer size = 12218.00 MiB",
+    ):
+        assert not fatal_line(ordinary), ordinary
+    assert abort_message(["GGML_ASSERT(x) failed"]) == "GGML_ASSERT(x) failed"

@@ -71,8 +71,11 @@ class LlamaClient:
         api_key: str | None = None,
         transport: httpx.AsyncBaseTransport | None = None,
         timeout_s: float = 3600.0,
+        explain: Callable[[], str | None] | None = None,
     ) -> None:
         self.base_url = base_url.rstrip("/")
+        # what the server's side knows about a failed request (a llama-server that aborted), added to its error
+        self._explain = explain
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         # One connection at a time, opened before a measured request starts its clock (see
         # stream_completion); never through a proxy from the environment, which would be measured too.
@@ -195,6 +198,9 @@ class LlamaClient:
             error = (
                 f"HTTP {status}: {error_text(error_body)}" if status is not None else f"no response: {transport_error}"
             )
+        why = self._explain() if self._explain is not None and (error or transport_error) else None
+        if why:
+            error, transport_error = (f"{e} ({why})" if e else e for e in (error, transport_error))
         return RawStream(sent_at, t0, status, tuple(chunks), error, transport_error)
 
     async def _stream_parsed(

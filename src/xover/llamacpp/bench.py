@@ -26,7 +26,7 @@ import re
 import selectors
 import subprocess
 import time
-from collections.abc import Generator, Iterator, Sequence
+from collections.abc import Callable, Generator, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -199,6 +199,7 @@ class Exited:
     markdown: str  # llama-bench's own table for this process, as it printed it
     peak_rss_bytes: int | None = None  # VmHWM, last read while it ran
     buffer_lines: tuple[str, ...] = ()  # llama.cpp's "... buffer size = N MiB" lines (with -v)
+    aborted: str | None = None  # ggml's abort line, where the process printed one and then hung (stopped by xover)
 
 
 Line = ProgressLine | RecordLine | MarkdownLine | OtherLine
@@ -336,10 +337,10 @@ def record_mismatch(config: LlamaConfig, record: dict[str, Any]) -> str | None:
 # ---- the process ----------------------------------------------------------------------------------
 
 
-def _raw_lines(proc: subprocess.Popen[bytes], deadline_ns: int | None) -> Iterator[tuple[str, str]]:
+def _raw_lines(proc: subprocess.Popen[bytes], deadline_ns: Callable[[], int | None]) -> Iterator[tuple[str, str]]:
     """(stream, line) as each full line arrives on stdout or stderr, until both close.
 
-    Raises TimeoutError when ``deadline_ns`` (a perf_counter_ns value) passes first.
+    Raises TimeoutError when ``deadline_ns()`` (a perf_counter_ns value, asked again after each line) passes first.
     """
     assert proc.stdout is not None and proc.stderr is not None
     sel = selectors.DefaultSelector()
@@ -348,7 +349,8 @@ def _raw_lines(proc: subprocess.Popen[bytes], deadline_ns: int | None) -> Iterat
     buffers = {"stdout": b"", "stderr": b""}
     try:
         while sel.get_map():
-            timeout = None if deadline_ns is None else (deadline_ns - time.perf_counter_ns()) / 1e9
+            deadline = deadline_ns()
+            timeout = None if deadline is None else (deadline - time.perf_counter_ns()) / 1e9
             if timeout is not None and timeout <= 0:
                 raise TimeoutError
             ready = sel.select(timeout)
@@ -397,10 +399,17 @@ def run(job: BenchJob, bench: Path, model: Path, timeout_s: float | None = None)
     buffers: list[str] = []
     peak_rss: int | None = None
     timed_out = False
+    aborted: list[tuple[str, int]] = []  # ggml's abort line and the time it has to exit by
+    hung = False
+
+    def until() -> int | None:
+        ends = [d for d in (deadline, aborted[0][1] if aborted else None) if d is not None]
+        return min(ends) if ends else None
+
     ik = IkJsonRecords() if job.ik else None
     try:
         try:
-            for stream, text in _raw_lines(proc, deadline):
+            for stream, text in _raw_lines(proc, until):
                 if ik is not None and stream == "stdout":
                     record = ik.feed(text)
                     line: Line = RecordLine(record) if record is not None else OtherLine(stream, text)
@@ -415,9 +424,13 @@ def run(job: BenchJob, bench: Path, model: Path, timeout_s: float | None = None)
                     buffers.append(text)
                 elif stream == "stderr" and text.strip():
                     tail.append(text)
+                    if not aborted and process.fatal_line(text):
+                        why = process.abort_message(list(tail)[-5:]) or text.strip()
+                        aborted.append((why, time.perf_counter_ns() + int(process.ABORT_GRACE_S * 1e9)))
             proc.wait(timeout=10)  # both pipes closed: the process is exiting; collect its real code
         except TimeoutError:
-            timed_out = True
+            timed_out = not aborted  # an abort that hangs is stopped below, not timed out
+            hung = bool(aborted)
         except subprocess.TimeoutExpired:
             pass  # closed its output but lingers: stop() below ends it
     finally:
@@ -430,4 +443,5 @@ def run(job: BenchJob, bench: Path, model: Path, timeout_s: float | None = None)
         markdown="\n".join(markdown),
         peak_rss_bytes=peak_rss,
         buffer_lines=tuple(buffers),
+        aborted=aborted[0][0] if hung else None,
     )

@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import atexit
 import os
+import re
 import signal
 import subprocess
 import threading
@@ -33,6 +34,29 @@ _DIE_WITH_PARENT = (
     "os.execvp(sys.argv[2], sys.argv[2:])\n"
 )
 _lock = threading.Lock()
+
+# ggml's abort (GGML_ABORT, GGML_ASSERT, CUDA_CHECK): "<source file>:<line>: <message>" on stderr, then a backtrace
+# and abort(). ik_llama.cpp's backtrace forks the process to run gdb, and where neither gdb nor lldb exists the
+# forked child exits through the atexit handlers of a CUDA process and can hang there: its parent then waits for it
+# forever, holding its GPU memory, with a request in flight (seen on the H200 machine at a CUDA out of memory).
+# Whoever reads a llama process's output stops it once such a line is not followed by its exit within ABORT_GRACE_S.
+_FATAL_LINE = re.compile(r"^\S+\.(?:c|cc|cpp|cu|cuh|h|hpp|m):\d+: \S|GGML_ASSERT\(.*\) failed")
+ABORT_GRACE_S = 5.0
+
+
+def fatal_line(line: str) -> bool:
+    """Is ``line`` ggml's abort message (``ggml-cuda.cu:132: CUDA error``, ``GGML_ASSERT(...) failed``)?"""
+    return bool(_FATAL_LINE.search(line.strip()))
+
+
+def abort_message(lines: Sequence[str]) -> str | None:
+    """ggml's first abort line in ``lines``, with the error line just before it where there is one
+    (``ggml-cuda.cu:132: CUDA error (CUDA error: out of memory)``); None if no line is an abort."""
+    for i, line in enumerate(lines):
+        if fatal_line(line):
+            cause = next((c.strip() for c in reversed(lines[max(0, i - 4) : i]) if "error:" in c.lower()), None)
+            return line.strip() + (f" ({cause})" if cause else "")
+    return None
 
 
 def spawn(

@@ -40,6 +40,7 @@ _BIND_ATTEMPTS = 3
 _WATCH_S = 0.05  # how often the process is checked while waiting for it
 _NGL = frozenset(llama_options.BY_NAME["n-gpu-layers"].server)  # -ngl's llama-server spellings
 _OWN_PORT_S = 10.0  # how long a healthy answer from a port this process does not hold may take to explain itself
+_LOG_WATCH_S = 0.25  # how often a running server's log is read for ggml's abort line
 
 
 def context_size(max_prompt_tokens: int, response_tokens: int, margin: int = CONTEXT_MARGIN) -> int:
@@ -279,7 +280,9 @@ class LlamaServer(LlamaProcess[ServerLaunch]):
         self.url = ""
         self.props: dict[str, Any] = {}
         self.model_meta: dict[str, Any] = {}
+        self.crash: str | None = None  # ggml's abort line, once the server printed one (see _watch_log)
         self._running = False
+        self._watch: asyncio.Future[None] | None = None
 
     async def __aenter__(self) -> LlamaServer:
         self.log_dir.mkdir(parents=True, exist_ok=True)
@@ -318,9 +321,36 @@ class LlamaServer(LlamaProcess[ServerLaunch]):
         self.log_path = log_path_for(self.log_dir, self.spec.name)
         self.proc = process.spawn_logged(argv, self.log_path, dict(self.spec.env))
         self._running = True
+        self.crash = None
+        self._watch = asyncio.ensure_future(self._watch_log(self.proc, self.log_path))
         self.url = f"http://{HOST}:{port}"
-        self.client = LlamaClient(self.url)
+        self.client = LlamaClient(self.url, explain=self._crash_note)
         return self.client
+
+    async def _watch_log(self, proc: subprocess.Popen[Any], log: Path) -> None:
+        """While the server runs: at ggml's abort line in its log (:func:`xover.llamacpp.process.fatal_line`),
+        ``crash`` says so, and a server that has not exited :data:`~xover.llamacpp.process.ABORT_GRACE_S` later
+        (hung in its backtrace) is stopped, which ends the request in flight with that reason."""
+        offset = 0
+        while proc.poll() is None:
+            await asyncio.sleep(_LOG_WATCH_S)
+            offset, line = _fatal_after(log, offset)
+            if line is None:
+                continue
+            self.crash = line
+            deadline = time.monotonic() + process.ABORT_GRACE_S
+            while proc.poll() is None and time.monotonic() < deadline:
+                await asyncio.sleep(_WATCH_S)
+            if proc.poll() is None:
+                self.crash = f"{line}; it hung there, stopped after {process.ABORT_GRACE_S:g} s"
+                await asyncio.to_thread(process.stop, proc)
+            return
+
+    def _crash_note(self) -> str | None:
+        """Why a request failed, from the server's side: its abort line, if its log has one."""
+        if self.crash is None and self.log_path is not None:
+            self.crash = _fatal_after(self.log_path, 0)[1]  # it exited before the watch read its last lines
+        return None if self.crash is None else f"llama-server aborted: {self.crash}"
 
     async def _wait_ready(self, client: LlamaClient, port: int) -> None:
         """``/health`` answers 200 from *this* process, or raise.
@@ -354,6 +384,8 @@ class LlamaServer(LlamaProcess[ServerLaunch]):
 
     def _check_alive(self) -> None:
         assert self.proc is not None and self.log_path is not None
+        if self.crash is not None:
+            raise XoverError(f"aborted while starting: {self.crash}")
         code = self.proc.poll()
         if code is None:
             return
@@ -364,6 +396,11 @@ class LlamaServer(LlamaProcess[ServerLaunch]):
     async def _stop(self) -> None:
         """Close the client and stop the process, once; ``proc`` stays for inspection (pid, return code)."""
         client, self.client = self.client, None
+        watch, self._watch = self._watch, None
+        if watch is not None and not watch.done():
+            watch.cancel()
+            with contextlib.suppress(BaseException):
+                await watch
         try:
             if client is not None:
                 await client.aclose()
@@ -371,6 +408,18 @@ class LlamaServer(LlamaProcess[ServerLaunch]):
             if self.proc is not None and self._running:
                 self._running = False
                 process.stop(self.proc)
+
+
+def _fatal_after(log: Path, offset: int) -> tuple[int, str | None]:
+    """(where the log's complete lines end, the first abort line among them after ``offset``, or None)."""
+    try:
+        with log.open("rb") as f:
+            f.seek(offset)
+            data = f.read()
+    except OSError:
+        return offset, None
+    end = data.rfind(b"\n") + 1
+    return offset + end, process.abort_message(data[:end].decode(errors="replace").splitlines())
 
 
 class _PortTakenError(Exception):

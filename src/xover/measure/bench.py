@@ -25,7 +25,7 @@ from xover.domain.config import LlamaConfig, command_configs
 from xover.domain.llama_options import LlamaOption
 from xover.domain.records import Failure
 from xover.errors import XoverError
-from xover.llamacpp import bench, memory
+from xover.llamacpp import bench, memory, process
 from xover.llamacpp.bench import BenchJob, Exited, Point, ProgressLine, RecordLine
 from xover.llamacpp.binaries import Binaries
 from xover.measure.events import ConfigStarted, Note, Progressed, ResultStored, SweepEvent, SweepPlanned
@@ -122,6 +122,8 @@ def exit_problem(exited: Exited, measured: int, expected: int, timeout_s: float 
         and "set_abort_callback" not in ln
     ]  # a -v log line, not an error
     detail = f": {(errors or lines)[-1].strip()}" if lines else ""
+    if exited.aborted is not None:
+        return f"llama-bench aborted {done} ({exited.aborted}) and hung: stopped after {process.ABORT_GRACE_S:g} s"
     if exited.timed_out:
         return f"timed out {done} (--timeout {timeout_s:g} s; raise it for long depths)"
     if exited.returncode is not None and exited.returncode < 0:
