@@ -1,23 +1,19 @@
 #!/usr/bin/env bash
-# Issue 33 on the H200: llama.cpp against ik_llama.cpp, in two leases of the one-GPU kind. ik_llama.cpp's CUDA build
-# takes about 13 minutes of the machine's 16 cores, mainline's 224 s; the builds travel packed (scripts/lease.sh
-# pack_builds and stage_builds), in parts over several calls where the 64 MiB cap needs it.
+# Issue 33 on the H200: llama.cpp against ik_llama.cpp (README.md: what the leases did, and the next one step by step).
+# ik_llama.cpp's CUDA build takes 797 s of the machine's 16 cores and packs to 196 MiB; mainline's 224 s and 43 MiB.
+# Both are kept packed here (~/.cache/xover/h200-parts) and travel in shares of 3 parts (scripts/bins-share.sh), one
+# share a call, restored on the machine once whole (scripts/lease.sh stage_builds).
 #
-#   Lease 1, PHASE=tune: whichever build is not carried packed is built (ik_llama.cpp's from out/iksrc, mainline's
-#     from out/llsrc), qwen3-30b-a3b synthesized meanwhile; the new builds packed and returned; then
-#     `xover study study.toml --skip ttft`: placement and each engine's llama-server check at fit@32k under the 16 GiB
-#     budget, and each engine's tuning (its own knobs, confirmed in rounds of fresh llama-bench processes). Commit the
-#     returned results.sqlite as studies/h200-engines/results.sqlite, and keep the parts.
-#   Lease 2 (no PHASE): both builds carried packed, in as many calls as their parts need; the store is seeded from
-#     the committed one (its tuning and checks kept), and the study measures cold TTFT 1K-32K and the cached turns in
-#     rounds of fresh servers of both engines, interleaved.
+#   No PHASE: the study. The first call starts the job (the model synthesized meanwhile; the job waits up to 15
+#     minutes for each build whose tree was not carried); later calls carry the other shares with STAGE=1, which
+#     only stages them (seconds); then repeat the call until job.log says done. The store is seeded from the
+#     committed results.sqlite, so a lease resumes where the last one stopped.
+#   PHASE=tune: the same with `--skip ttft` (placement, checks and tuning only).
+#   PHASE=builds: both builds from the trees (out/llsrc, out/iksrc), ik_llama.cpp's first; PHASE=mainline-build:
+#     mainline's alone. Each build is packed and its parts returned as it ends.
 #
-# A call that only carries parts (out/bins) for a job that starts later or already runs: STAGE=1 (nothing else runs,
-# so it takes seconds). The job waits up to 15 minutes for a build whose tree was not carried. Other phases:
-# PHASE=builds (both builds, ik_llama.cpp's first, mainline's niced), PHASE=mainline-build (224 s, 43 MiB in 3 parts).
-#
-# Run from the repository root on the GPU machine after scripts/prepare-lease.sh here. Repeat the same call (any
-# carry) until job.log says done. Returns $OUT/eng.tgz, job.log and the packed builds' parts as they are made.
+# Run from the repository root on the GPU machine after scripts/prepare-lease.sh here. Returns $OUT/eng.tgz, job.log
+# and the parts of builds packed in this lease.
 source scripts/lease.sh
 lease_init eng
 if [ -n "${STAGE:-}" ]; then ls -la /tmp/eng-stage; exit 0; fi  # parts carried for a job of this lease
