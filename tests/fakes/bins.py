@@ -64,7 +64,8 @@ if hung == 0:
     os._exit(0)
 with open(PIDS, "a") as f:
     f.write(f"{{hung}}\\n")
-sys.stderr.write("CUDA error: out of memory\\n  current device: 0, in function alloc at ggml-cuda.cu:442\\n"
+# a new line first: the llama-bench killed above may have left its last line open
+sys.stderr.write("\\nCUDA error: out of memory\\n  current device: 0, in function alloc at ggml-cuda.cu:442\\n"
                  "/src/ggml/src/ggml-cuda.cu:132: CUDA error\\n")
 sys.stderr.flush()
 time.sleep(3600)

@@ -401,6 +401,7 @@ def run(job: BenchJob, bench: Path, model: Path, timeout_s: float | None = None)
     timed_out = False
     aborted: list[tuple[str, int]] = []  # ggml's abort line and the time it has to exit by
     hung = False
+    recent: collections.deque[str] = collections.deque(maxlen=5)  # the last stderr lines: an abort's cause
 
     def until() -> int | None:
         ends = [d for d in (deadline, aborted[0][1] if aborted else None) if d is not None]
@@ -410,6 +411,11 @@ def run(job: BenchJob, bench: Path, model: Path, timeout_s: float | None = None)
     try:
         try:
             for stream, text in _raw_lines(proc, until):
+                if stream == "stderr":  # every line, whatever it is classified as below
+                    recent.append(text)
+                    if not aborted and process.fatal_line(text):
+                        why = process.abort_message(list(recent)) or text.strip()
+                        aborted.append((why, time.perf_counter_ns() + int(process.ABORT_GRACE_S * 1e9)))
                 if ik is not None and stream == "stdout":
                     record = ik.feed(text)
                     line: Line = RecordLine(record) if record is not None else OtherLine(stream, text)
@@ -424,9 +430,6 @@ def run(job: BenchJob, bench: Path, model: Path, timeout_s: float | None = None)
                     buffers.append(text)
                 elif stream == "stderr" and text.strip():
                     tail.append(text)
-                    if not aborted and process.fatal_line(text):
-                        why = process.abort_message(list(tail)[-5:]) or text.strip()
-                        aborted.append((why, time.perf_counter_ns() + int(process.ABORT_GRACE_S * 1e9)))
             proc.wait(timeout=10)  # both pipes closed: the process is exiting; collect its real code
         except TimeoutError:
             timed_out = not aborted  # an abort that hangs is stopped below, not timed out
