@@ -5,10 +5,10 @@
 #   out/iksrc/ik.tgz        ik_llama.cpp's tree, where `xover llama build --engine ik_llama.cpp` fetched it (about 25 MB)
 #   .whl/                   the wheels the GPU machine's Python lacks (gguf, sniffio)
 #   out/xsrc/               the committed src/ and studies/ (what a run uses, whatever the working tree holds)
-#   out/bins/               with BINS="DIR" or BINS="PART...": the packed CUDA builds a former lease returned
-#                           (*.tar.xz.partNN and .sums, see lease.sh pack_builds and stage_builds), carried instead of
-#                           the trees so that the builds are not redone; a build over about 48 MiB goes in several
-#                           calls, each with some of its parts (prepare again between them: only out/bins changes)
+#   out/bins/               with BINS="DIR...": share SHARE (default 1) of the packed CUDA builds former leases
+#                           returned (scripts/bins-share.sh: 3 parts a share, every .sums), carried instead of the
+#                           trees so that the builds are not redone; one share a call, `bins-share.sh K DIR...`
+#                           alone between the calls
 # STUDY=NAME keeps out/xsrc to src/ and studies/NAME (what travels with out/bins must stay under the 64 MiB cap).
 # Then, with the device tool: `bash studies/<study>/run.sh`, carrying what its header names (usually out/llsrc,
 # out/xsrc and .whl; out/iksrc for engine studies; out/bins instead of the trees where builds are carried).
@@ -28,19 +28,7 @@ fi
 python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
   --platform manylinux2014_x86_64 -d .whl gguf==0.19.0 sniffio==1.3.1
 rm -rf out/xsrc && mkdir -p out/xsrc && git archive HEAD src "studies${STUDY:+/$STUDY}" | tar -x -C out/xsrc
-if [ -n "${BINS:-}" ]; then  # a folder (all its parts), or the part files this call carries (one call's share)
-  rm -rf out/bins && mkdir -p out/bins
-  for x in $BINS; do
-    if [ -d "$x" ]; then
-      ls "$x"/*.part* > /dev/null || { echo "no packed builds (*.part*) in $x" >&2; exit 1; }
-      cp "$x"/*.tar.xz.* out/bins/
-      for b in $(ls out/bins | grep '\.part' | sed 's/\.part.*//' | sort -u); do  # parts returned before .sums existed
-        [ -f out/bins/$b.sums ] || (cd out/bins && sha256sum $b.part* > $b.sums)
-      done
-    else cp "$x" out/bins/ && { [ ! -f "${x%.part*}.sums" ] || cp "${x%.part*}.sums" out/bins/; }; fi
-  done
-  du -sh out/bins; ls out/bins
-fi
+if [ -n "${BINS:-}" ]; then bash scripts/bins-share.sh "${SHARE:-1}" $BINS; fi  # one share of the packed builds
 echo "the tree that travels (64 MiB cap): repository $(git ls-files -z | du -cm --files0-from=- | tail -1 | cut -f1) MiB;" \
   "out/: $(du -sm out/* | tr '\n\t' '; ')"
 ls -la out/llsrc out/xsrc .whl

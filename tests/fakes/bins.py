@@ -22,8 +22,10 @@ from pathlib import Path
 
 FAKE_SERVER = Path(__file__).resolve().with_name("llama_server.py")
 
-CRASHING_BENCH = """\
-import os, resource, signal, subprocess, sys
+# the real llama-bench, exec'd unless the marker exists; else, once (the marker removed), run until its first JSONL
+# record and stopped there: the fault follows
+_FAULT_AFTER_FIRST_RECORD = """\
+import os, resource, signal, subprocess, sys, time
 REAL, MARKER, PIDS = {real!r}, {marker!r}, {pids!r}
 if not os.path.exists(MARKER):
     os.execv(REAL, [REAL, *sys.argv[1:]])
@@ -37,25 +39,23 @@ for line in child.stdout:
     sys.stdout.buffer.flush()
     if line.startswith(b"{{"):
         break
+"""
+
+# with ``bench_crash_marker``: the real llama-bench and then the wrapper itself killed by SIGSEGV
+CRASHING_BENCH = (
+    _FAULT_AFTER_FIRST_RECORD
+    + """\
 os.kill(child.pid, signal.SIGSEGV)
 child.wait()
 os.kill(os.getpid(), signal.SIGSEGV)
 """
+)
 
 # with ``bench_abort_marker``: after the first record, ggml's abort message (as ik_llama.cpp printed it at a CUDA
 # out of memory on the H200) and a hang, a forked child holding the pipes as ik's backtrace child did
-ABORTING_BENCH = """\
-import os, signal, subprocess, sys, time
-REAL, MARKER, PIDS = {real!r}, {marker!r}, {pids!r}
-if not os.path.exists(MARKER):
-    os.execv(REAL, [REAL, *sys.argv[1:]])
-os.remove(MARKER)
-child = subprocess.Popen([REAL, *sys.argv[1:]], stdout=subprocess.PIPE)  # stderr: xover's pipe
-for line in child.stdout:
-    sys.stdout.buffer.write(line)
-    sys.stdout.buffer.flush()
-    if line.startswith(b"{{"):
-        break
+ABORTING_BENCH = (
+    _FAULT_AFTER_FIRST_RECORD
+    + """\
 child.kill()
 child.wait()
 hung = os.fork()
@@ -70,6 +70,7 @@ sys.stderr.write("\\nCUDA error: out of memory\\n  current device: 0, in functio
 sys.stderr.flush()
 time.sleep(3600)
 """
+)
 
 
 def _sh(path: Path, body: str) -> None:

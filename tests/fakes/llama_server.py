@@ -180,11 +180,13 @@ class _Handler(BaseHTTPRequestHandler):
         if fault == "http500":
             self._json(500, {"error": {"code": 500, "message": "fake internal error", "type": "server_error"}})
             return
-        if fault == "abort-hang":  # headers sent, then ggml's abort message, then a hang (a forked child holds on)
-            self.send_response(200)
-            self.send_header("Content-Type", "text/event-stream")
-            self.send_header("Transfer-Encoding", "chunked")
-            self.end_headers()
+        prompt_n = len(prompt) - cache_n
+        # like llama-server: headers when prompt processing starts, the body with the first token
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+        if fault == "abort-hang":  # ggml's abort message with the headers sent, then a hang (a forked child holds on)
             child = os.fork()
             if child == 0:
                 time.sleep(3600)
@@ -193,12 +195,6 @@ class _Handler(BaseHTTPRequestHandler):
             print("\n".join(ABORT_LINES), flush=True)
             time.sleep(3600)
             return
-        prompt_n = len(prompt) - cache_n
-        # like llama-server: headers when prompt processing starts, the body with the first token
-        self.send_response(200)
-        self.send_header("Content-Type", "text/event-stream")
-        self.send_header("Transfer-Encoding", "chunked")
-        self.end_headers()
         t_start = time.perf_counter()
         time.sleep(prompt_n / st.prefill_tps)
         prompt_ms = (time.perf_counter() - t_start) * 1e3

@@ -457,19 +457,28 @@ def test_server_sigkilled_mid_request(tmp_path: Path, tiny_model: Path, shims) -
     _none_running(pid_file)
 
 
-def test_llama_bench_crashes_mid_sweep(tmp_path: Path, tiny_model: Path, llama_bins) -> None:
-    """The first configuration's llama-bench dies of SIGSEGV right after its first test: that test is
-    stored, the crash is recorded with the signal and how far it got, the second configuration is
-    measured, and the resume measures only the three missing tests."""
-    pid_file, marker = tmp_path / "llama-pids", tmp_path / "crash-once"
+def _bench_fault(
+    tmp_path: Path, tiny_model: Path, llama_bins, first: str, marker_kind: str
+) -> tuple[Path, Path, Path, Path]:
+    """(pid file, marker, shim folder, spec) for a llama-bench study of two configurations, ``first`` and "other",
+    whose first llama-bench meets the fault of :func:`fakes.bins.shim_bin_dir`'s ``marker_kind`` (the marker set)."""
+    pid_file, marker = tmp_path / "llama-pids", tmp_path / "fault-once"
     marker.touch()
-    bin_dir = shim_bin_dir(tmp_path / "bin", llama_bins.bin_dir, pid_file, bench_crash_marker=marker)
+    bin_dir = shim_bin_dir(tmp_path / "bin", llama_bins.bin_dir, pid_file, **{marker_kind: marker})
     spec = _spec(
         tmp_path / "spec.toml",
         tiny_model,
         'lengths = [256, 512]\nbench-repetitions = 2\npp = 32\ntg = 8\nskip = ["tune", "ttft", "cache", "session", "report"]',
-        _configs(("crashed", "threads = 2"), ("other", "threads = 1")),
+        _configs((first, "threads = 2"), ("other", "threads = 1")),
     )
+    return pid_file, marker, bin_dir, spec
+
+
+def test_llama_bench_crashes_mid_sweep(tmp_path: Path, tiny_model: Path, llama_bins) -> None:
+    """The first configuration's llama-bench dies of SIGSEGV right after its first test: that test is
+    stored, the crash is recorded with the signal and how far it got, the second configuration is
+    measured, and the resume measures only the three missing tests."""
+    pid_file, marker, bin_dir, spec = _bench_fault(tmp_path, tiny_model, llama_bins, "crashed", "bench_crash_marker")
     out = tmp_path / "out"
     db = out / "results.sqlite"
     tests = "SELECT c.label, b.test, b.id FROM bench_results b JOIN configs c ON c.key = b.config_key"
@@ -501,15 +510,7 @@ def test_llama_bench_aborts_and_hangs(tmp_path: Path, tiny_model: Path, llama_bi
     """The first configuration's llama-bench prints ggml's abort message after its first test and hangs (a forked
     child holds its pipes, as ik_llama.cpp's backtrace child did): it is stopped 5 s later with its group, the
     failure names the abort and its cause, and the second configuration is measured."""
-    pid_file, marker = tmp_path / "llama-pids", tmp_path / "abort-once"
-    marker.touch()
-    bin_dir = shim_bin_dir(tmp_path / "bin", llama_bins.bin_dir, pid_file, bench_abort_marker=marker)
-    spec = _spec(
-        tmp_path / "spec.toml",
-        tiny_model,
-        'lengths = [256, 512]\nbench-repetitions = 2\npp = 32\ntg = 8\nskip = ["tune", "ttft", "cache", "session", "report"]',
-        _configs(("aborts", "threads = 2"), ("other", "threads = 1")),
-    )
+    pid_file, marker, bin_dir, spec = _bench_fault(tmp_path, tiny_model, llama_bins, "aborts", "bench_abort_marker")
     out = tmp_path / "out"
     db = out / "results.sqlite"
     r = _study(spec, out, bin_dir, timeout=90)  # without the stop, llama-bench's pipes stay open: TimeoutExpired

@@ -399,12 +399,12 @@ def run(job: BenchJob, bench: Path, model: Path, timeout_s: float | None = None)
     buffers: list[str] = []
     peak_rss: int | None = None
     timed_out = False
-    aborted: list[tuple[str, int]] = []  # ggml's abort line and the time it has to exit by
+    abort: tuple[str, int] | None = None  # ggml's abort line, and the time it has to exit by
     hung = False
     recent: collections.deque[str] = collections.deque(maxlen=5)  # the last stderr lines: an abort's cause
 
     def until() -> int | None:
-        ends = [d for d in (deadline, aborted[0][1] if aborted else None) if d is not None]
+        ends = [d for d in (deadline, abort[1] if abort else None) if d is not None]
         return min(ends) if ends else None
 
     ik = IkJsonRecords() if job.ik else None
@@ -413,9 +413,9 @@ def run(job: BenchJob, bench: Path, model: Path, timeout_s: float | None = None)
             for stream, text in _raw_lines(proc, until):
                 if stream == "stderr":  # every line, whatever it is classified as below
                     recent.append(text)
-                    if not aborted and process.fatal_line(text):
+                    if abort is None and process.fatal_line(text):
                         why = process.abort_message(list(recent)) or text.strip()
-                        aborted.append((why, time.perf_counter_ns() + int(process.ABORT_GRACE_S * 1e9)))
+                        abort = (why, time.perf_counter_ns() + int(process.ABORT_GRACE_S * 1e9))
                 if ik is not None and stream == "stdout":
                     record = ik.feed(text)
                     line: Line = RecordLine(record) if record is not None else OtherLine(stream, text)
@@ -432,8 +432,8 @@ def run(job: BenchJob, bench: Path, model: Path, timeout_s: float | None = None)
                     tail.append(text)
             proc.wait(timeout=10)  # both pipes closed: the process is exiting; collect its real code
         except TimeoutError:
-            timed_out = not aborted  # an abort that hangs is stopped below, not timed out
-            hung = bool(aborted)
+            hung = abort is not None  # an abort that hangs is stopped below, not timed out
+            timed_out = not hung
         except subprocess.TimeoutExpired:
             pass  # closed its output but lingers: stop() below ends it
     finally:
@@ -446,5 +446,5 @@ def run(job: BenchJob, bench: Path, model: Path, timeout_s: float | None = None)
         markdown="\n".join(markdown),
         peak_rss_bytes=peak_rss,
         buffer_lines=tuple(buffers),
-        aborted=aborted[0][0] if hung else None,
+        aborted=abort[0] if hung and abort else None,
     )
