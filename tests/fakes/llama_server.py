@@ -18,7 +18,8 @@ comes back from the cache. ``cache_prompt: false`` always evaluates the whole pr
 Faults: ``never-healthy`` (``/health`` stays 503), ``http500``, ``cut`` (the connection closes
 after half the tokens, without the final event), ``malformed`` (an event that is not JSON),
 ``cache-leak`` (reports half the prompt as cached whatever the request says), ``abort-hang`` (ggml's abort
-message in the log, then a hang with a forked child, as ik_llama.cpp at a CUDA out of memory), each after
+message in the log, then a hang with a forked child, as ik_llama.cpp at a CUDA out of memory: SIGTERM ends the fake
+but not its child, which holds the request's connection open), each after
 ``fault_after`` good completions and for ``fault_count`` completions (None: from then on). Every
 instance stops by itself after ``max_life_s``.
 """
@@ -28,6 +29,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import socket
 import sys
 import threading
@@ -188,7 +190,8 @@ class _Handler(BaseHTTPRequestHandler):
         self.end_headers()
         if fault == "abort-hang":  # ggml's abort message with the headers sent, then a hang (a forked child holds on)
             child = os.fork()
-            if child == 0:
+            if child == 0:  # ik's fork keeps llama-server's SIGTERM handler, which does not end it, and the sockets
+                signal.signal(signal.SIGTERM, signal.SIG_IGN)
                 time.sleep(3600)
                 os._exit(0)
             print(f"fake forked child pid {child}", flush=True)

@@ -45,6 +45,33 @@ def test_stop_terminates_group_including_grandchildren():
     assert p.pid not in process.live_pids()
 
 
+def test_stop_kills_what_outlives_a_leader_ended_by_sigterm():
+    # ik_llama.cpp on the H200: SIGTERM ended llama-server, but its backtrace's fork ignored it and, holding the
+    # server's sockets, kept the request in flight for the rest of the lease. The leader's exit is not the group's.
+    import subprocess
+    import time
+
+    code = (
+        "import os, signal, sys, time\n"
+        "pid = os.fork()\n"
+        "if pid == 0:\n"
+        "    signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+        "    print(os.getpid(), flush=True)\n"
+        "    time.sleep(60)\n"
+        "    os._exit(0)\n"
+        "time.sleep(60)\n"
+    )
+    p = process.spawn([sys.executable, "-c", code], stdout=subprocess.PIPE)
+    child = int(p.stdout.readline())  # once it ignores SIGTERM
+    process.stop(p, timeout_s=5.0)
+    assert p.returncode == -15  # the leader went at SIGTERM, well within the timeout: no SIGKILL was needed for it
+    for _ in range(50):
+        if not _alive(child):
+            break
+        time.sleep(0.05)
+    assert not _alive(child)
+
+
 def test_stop_all_reaps_everything():
     ps = [process.spawn([sys.executable, "-c", "import time; time.sleep(60)"]) for _ in range(2)]
     process.stop_all()

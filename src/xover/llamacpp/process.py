@@ -113,7 +113,8 @@ def spawn_logged(argv: Sequence[str], log_path: Path, env: Mapping[str, str] | N
 
 
 def stop(proc: subprocess.Popen[Any], timeout_s: float = 5.0) -> int | None:
-    """SIGTERM the child's process group, SIGKILL it after ``timeout_s``; reap it; return its code.
+    """SIGTERM the child's process group, SIGKILL it after ``timeout_s``; reap it; SIGKILL whatever is left in its
+    group; return its code.
 
     The child stays tracked until it has been reaped, so a stop cut short (an exception while
     waiting) is finished by :func:`stop_all`.
@@ -125,9 +126,10 @@ def stop(proc: subprocess.Popen[Any], timeout_s: float = 5.0) -> int | None:
         except subprocess.TimeoutExpired:
             _signal_group(proc, signal.SIGKILL)
             proc.wait(timeout=timeout_s)
-    else:
-        # The leader exited; make sure nothing it started lingers in its group.
-        _signal_group(proc, signal.SIGKILL)
+    # The leader has exited, by the signal or before it: nothing it started may linger in its group. ik_llama.cpp's
+    # abort forks for a backtrace, and the fork, which keeps llama-server's SIGTERM handler and its sockets, outlived
+    # a SIGTERM that ended its parent: it held the request in flight and 16 GiB of GPU memory (H200, 2026-12-03).
+    _signal_group(proc, signal.SIGKILL)
     with _lock:
         _live.pop(proc.pid, None)
     return proc.returncode

@@ -330,7 +330,8 @@ class LlamaServer(LlamaProcess[ServerLaunch]):
     async def _watch_log(self, proc: subprocess.Popen[Any], log: Path) -> None:
         """While the server runs: at ggml's abort line in its log (:func:`xover.llamacpp.process.fatal_line`),
         ``crash`` says so, and a server that has not exited :data:`~xover.llamacpp.process.ABORT_GRACE_S` later
-        (hung in its backtrace) is stopped, which ends the request in flight with that reason."""
+        (hung in its backtrace) is stopped, which ends the request in flight with that reason. A server that exits
+        while running has its group stopped at once: a child it left there would keep the request waiting."""
         offset = 0
         while proc.poll() is None:
             await asyncio.sleep(_LOG_WATCH_S)
@@ -343,8 +344,13 @@ class LlamaServer(LlamaProcess[ServerLaunch]):
                 await asyncio.sleep(_WATCH_S)
             if proc.poll() is None:
                 self.crash = f"{line}; it hung there, stopped after {process.ABORT_GRACE_S:g} s"
-                await asyncio.to_thread(process.stop, proc)
-            return
+            break
+        if self.crash is None:
+            self.crash = _fatal_after(log, offset)[1]  # lines written as it exited
+        # Exited or hung: its group goes now, not when the request ends, because what the server left in its group (a
+        # backtrace's fork) keeps the request's connection open.
+        await asyncio.to_thread(process.stop, proc)
+        self._running = False  # stopped: _stop has nothing left to stop
 
     def _crash_note(self) -> str | None:
         """Why a request failed, from the server's side: its abort line, if its log has one."""
