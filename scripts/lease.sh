@@ -24,7 +24,9 @@
 #                     keeping only the artifacts NAME... (placement, tuning, prediction): a study that reuses
 #                     another's placement and measures the rest afresh
 #   lease_wait        wait up to $WAIT seconds (default 560) for the job, then pack $ST (no models) into
-#                     $OUT/NAME.tgz with the job's log
+#                     $OUT/NAME.tgz with the job's log, and print the study's progress: the end of study.log and of
+#                     the latest llama log, how long ago each was written, and the llama processes and GPU memory.
+#                     A stall shows there in the call's output (the 2026-12-03 lease lost 25 minutes to one unseen)
 #
 # A later call of the same run.sh finds the job started and only waits and packs again: repeat it until the log
 # says done.
@@ -146,11 +148,22 @@ print("seeded:", dict(db.execute("SELECT name, count(*) FROM artifacts GROUP BY 
 PY
 }
 
+progress() {  # what the study is doing now: the job's log says only when it started and ended
+  [ -f $ST/study.log ] || return 0
+  echo "--- study.log (last written $(( $(date +%s) - $(stat -c %Y $ST/study.log) )) s ago):"; tail -8 $ST/study.log
+  echo "--- llama processes (pid ppid pgid seconds state):"
+  ps -eo pid,ppid,pgid,etimes,stat,args | awk '$6 ~ /llama-(server|bench)$/ {print $1, $2, $3, $4, $5, $6}'
+  local log=$(ls -t $ST/logs/*.log 2>/dev/null | head -1)
+  [ -n "$log" ] && echo "--- $(basename $log) (last written $(( $(date +%s) - $(stat -c %Y $log) )) s ago):" && tail -3 "$log" | cut -c1-200
+  nvidia-smi --query-compute-apps=pid,used_memory --format=csv,noheader 2>/dev/null
+}
+
 lease_wait() {  # until the job is done, a build is newly packed, or $WAIT seconds
   # parts of the builds this lease packed, not returned yet (restored builds are staged elsewhere: never returned)
   unreturned() { for f in /tmp/$NAME-bins/*.tar.xz.*; do [ -e "$f" ] && ! grep -qxF "$(basename $f)" $J/returned 2>/dev/null && echo $f; done; }
   while [ ! -f $J/done ] && pgrep -f $J/job.sh > /dev/null && [ -z "$(unreturned)" ] && [ $(( $(date +%s) - T0 )) -lt $WAIT ]; do sleep 5; done
   t "waited"; tail -60 $J/job.log
+  progress
   tar czf $OUT/$NAME.tgz -C $ST --exclude=models --exclude='*.gguf' . 2>/dev/null
   cp $J/job.log $OUT/ 2>/dev/null
   # the packed builds' parts, as many as this call can return (8 files and 64 MiB, these two included); the rest in
