@@ -316,19 +316,25 @@ def test_configuration_that_cannot_load(fault: str, tmp_path: Path, tiny_model: 
     _none_running(pid_file)
 
 
+def _server_fault(tmp_path: Path, tiny_model: Path, name: str, fault: str, study: str = "") -> tuple[Path, Path, Path]:
+    """(spec, out, its store) for a cold-TTFT study of two configurations: ``name``, whose server is the fake with
+    ``--fake-fault fault``, and "ok", a real one; ``study`` adds to the spec's [study]."""
+    spec = _spec(
+        tmp_path / "spec.toml",
+        tiny_model,
+        f"lengths = [256]\nresponse-tokens = [8]\nrepetitions = 2\n{study}"
+        'skip = ["tune", "bench", "cache", "session", "report"]',
+        _configs((name, f'server-args = ["--fake-fault", "{fault}"]'), ("ok", "threads = 2")),
+    )
+    out = tmp_path / "out"
+    return spec, out, out / "results.sqlite"
+
+
 def test_server_never_healthy(tmp_path: Path, tiny_model: Path, shims) -> None:
     """A server that listens but answers /health 503 forever (the fake: a real one cannot be made to) is
     given up after the spec's timeout, stopped, and recorded; the real configuration is measured."""
     bin_dir, pid_file = shims
-    spec = _spec(
-        tmp_path / "spec.toml",
-        tiny_model,
-        "lengths = [256]\nresponse-tokens = [8]\nrepetitions = 2\ntimeout = 3\n"
-        'skip = ["tune", "bench", "cache", "session", "report"]',
-        _configs(("stuck", 'server-args = ["--fake-fault", "never-healthy"]'), ("ok", "threads = 2")),
-    )
-    out = tmp_path / "out"
-    db = out / "results.sqlite"
+    spec, out, db = _server_fault(tmp_path, tiny_model, "stuck", "never-healthy", "timeout = 3\n")
     for attempt in (1, 2):  # the run, then the resume: the fault persists, the measured point stays
         r = _study(spec, out, bin_dir)
         assert r.returncode == 0, r.stderr
@@ -349,15 +355,7 @@ def test_server_aborts_and_hangs(tmp_path: Path, tiny_model: Path, shims) -> Non
     with its whole process group 5 s after the message instead of holding the study for the client's hour, the
     failure names the abort and its cause, and the real configuration is measured in every round."""
     bin_dir, pid_file = shims
-    spec = _spec(
-        tmp_path / "spec.toml",
-        tiny_model,
-        "lengths = [256]\nresponse-tokens = [8]\nrepetitions = 2\n"
-        'skip = ["tune", "bench", "cache", "session", "report"]',
-        _configs(("aborts", 'server-args = ["--fake-fault", "abort-hang"]'), ("ok", "threads = 2")),
-    )
-    out = tmp_path / "out"
-    db = out / "results.sqlite"
+    spec, out, db = _server_fault(tmp_path, tiny_model, "aborts", "abort-hang")
     r = _study(spec, out, bin_dir, timeout=90)  # without the watch, the request waits an hour: TimeoutExpired
     assert r.returncode == 0, r.stderr
     failures = _failures(db)
