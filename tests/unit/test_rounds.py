@@ -45,7 +45,7 @@ def test_the_paired_interval_by_hand() -> None:
         pytest.approx(math.exp(statistics.fmean(logs) - half)),
         pytest.approx(math.exp(statistics.fmean(logs) + half)),
     )
-    assert r.sign == -1 and r.describe("A", "B").startswith("A faster than B: 0.83x")
+    assert r.sign == -1 and r.describe("A", "B").startswith("A faster than B: A takes 0.83x B's time (")
 
 
 def test_a_difference_within_the_noise_between_rounds_names_no_winner() -> None:

@@ -86,4 +86,4 @@ def test_a_planted_difference_under_drift_is_named_with_its_interval(
     (interval,) = pair.intervals
     assert pair.separated == (-1,) and interval is not None and interval.high < 1
     assert interval.low < 0.85 < interval.high or abs(interval.ratio - 0.85) < 0.05  # the planted 15 %
-    assert interval.describe("fast", "slow").startswith("fast faster than slow: 0.8")
+    assert interval.describe("fast", "slow").startswith("fast faster than slow: fast takes 0.8")

@@ -110,13 +110,15 @@ class RatioInterval:
         return -1 if self.high < 1.0 else 1
 
     def describe(self, a: str, b: str) -> str:
-        """``A faster than B: 0.86x (0.81-0.92, 3 rounds)`` or ``A and B indistinguishable here (3 rounds: ...)``."""
-        span = f"{self.ratio:.2f}x ({self.low:.2f}-{self.high:.2f}, {self.n} rounds)"
+        """``A faster than B: A takes 0.86x B's time (0.81-0.92, 3 rounds)``, ``B faster than A: A takes 1.2x ...``
+        or ``A and B indistinguishable here (A takes ...)``."""
+        whose = f"{b}'" if b.endswith("s") else f"{b}'s"
+        span = f"{a} takes {self.ratio:.2f}x {whose} time ({self.low:.2f}-{self.high:.2f}, {self.n} rounds)"
         if self.sign < 0:
             return f"{a} faster than {b}: {span}"
         if self.sign > 0:
-            return f"{b} faster than {a}: {a} takes {span}"
-        return f"{a} and {b} indistinguishable here ({a} takes {span})"
+            return f"{b} faster than {a}: {span}"
+        return f"{a} and {b} indistinguishable here ({span})"
 
 
 def paired_ratio(a: Mapping[int, float], b: Mapping[int, float]) -> RatioInterval | None:

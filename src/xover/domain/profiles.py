@@ -336,6 +336,17 @@ def parse_nvidia_smi(text: str) -> DetectedGpu | None:
     return None
 
 
+def parse_compute_apps(text: str) -> list[tuple[int, int]]:
+    """``(pid, bytes)`` of each process holding GPU memory, from ``nvidia-smi --query-compute-apps=pid,used_memory
+    --format=csv,noheader,nounits``; lines it cannot read ("[N/A]" memory in some containers) are left out."""
+    apps = []
+    for line in text.splitlines():
+        parts = [p.strip() for p in line.split(",")]
+        if len(parts) >= 2 and parts[0].isdigit() and parts[1].isdigit():
+            apps.append((int(parts[0]), int(parts[1]) * MIB))
+    return apps
+
+
 def parse_rocm_smi(text: str) -> DetectedGpu | None:
     """The first card of ``rocm-smi --showproductname``: its "Card Series" (or "Card SKU") value."""
     for key in ("Card Series", "Card series", "Card SKU", "Card Model"):

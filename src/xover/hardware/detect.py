@@ -24,6 +24,7 @@ from xover.domain.profiles import (  # noqa: F401
     apply_toml,
     builtin,
     match_profile,
+    parse_compute_apps,
     parse_cpu_flags,
     parse_cpuinfo,
     parse_nvidia_smi,
@@ -64,6 +65,12 @@ def detect_gpu() -> DetectedGpu | None:
         out = _query(["rocm-smi", "--showproductname"])
         gpu = parse_rocm_smi(out) if out else None
     return gpu
+
+
+def gpu_processes() -> list[tuple[int, int]]:
+    """``(pid, bytes)`` of each process holding NVIDIA GPU memory now (empty without nvidia-smi)."""
+    out = _query(["nvidia-smi", "--query-compute-apps=pid,used_memory", "--format=csv,noheader,nounits"])
+    return parse_compute_apps(out or "")
 
 
 def gpu_count() -> int:
@@ -161,7 +168,23 @@ def measure_h2d(budget_s: float = 2.0, copy_bytes: int = 256 * MIB) -> tuple[flo
     through the driver's staging buffers. One warm-up copy each, then as many as fit half the budget (at
     least 3); the fastest one gives the rate, since the theory uses it as a limit (pageable copies vary
     from copy to copy, and llama.cpp's own reached 6-8.5 GB/s beside a 6.3 GB/s average on the H200).
+
+    It runs in a child process (``python -m xover.hardware.detect h2d``): a CUDA context lives as long as the
+    process that made it, and one left in xover's own process (about 0.5 GiB on an H200) sits inside a VRAM budget
+    for the rest of the study. On the H200 under 16 GiB it cost 524 MiB of the budget, and the defaults' servers ran
+    out of memory at levels their checks had served (2026-12-03).
     """
+    out = _query(
+        [sys.executable, "-m", "xover.hardware.detect", "h2d", repr(budget_s), str(copy_bytes)], timeout_s=budget_s + 60
+    )
+    fields = (out or "").split()
+    if len(fields) != 3 or fields[0] != "H2D":
+        return None
+    return float(fields[1]), float(fields[2])
+
+
+def _measure_h2d_here(budget_s: float, copy_bytes: int) -> tuple[float, float] | None:
+    """The measurement itself, in the process that calls it (the child of :func:`measure_h2d`)."""
     import ctypes
 
     lib = cudart()
@@ -255,3 +278,15 @@ def _detected(gpu: DetectedGpu | None) -> Hardware:
     hw = with_fields(hw, "cpu", {"name": name or hw.cpu.name, "cores": cores}, DETECTED)
     hw = with_fields(hw, "cpu", {"flops_per_s": per_core * cores}, f"{BUILT_IN}:per-core figure x {cores} cores")
     return dataclasses.replace(hw, name=f"this machine ({hw.name})")
+
+
+def _h2d_main(argv: list[str]) -> int:
+    rates = _measure_h2d_here(float(argv[0]), int(argv[1]))
+    print("NONE" if rates is None else f"H2D {rates[0]!r} {rates[1]!r}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    if sys.argv[1:2] == ["h2d"]:
+        sys.exit(_h2d_main(sys.argv[2:]))
+    sys.exit(f"usage: python -m xover.hardware.detect h2d BUDGET_S COPY_BYTES (got {sys.argv[1:]})")

@@ -94,12 +94,13 @@ def collect(binaries: Binaries | None, model: Path | None, build_info: dict[str,
 def _vram_budget() -> tuple[tuple[str, str], ...]:
     """The VRAM budget this process holds the GPU to, if any (:mod:`xover.hardware.vram`): every number measured
     under it answers for a card of that size, and the report says so."""
-    from xover.hardware.vram import active_hold
+    from xover.hardware.vram import active_hold, shortfall
 
     hold = active_hold()
     if hold is None:
         return ()
-    return tuple((f"vram_{k}", str(v)) for k, v in hold.as_dict().items() if k != "pid")
+    short = (("vram_shortfall", str(shortfall())),) if shortfall() else ()
+    return tuple((f"vram_{k}", str(v)) for k, v in hold.as_dict().items() if k != "pid") + short
 
 
 def _rpc_workers() -> tuple[tuple[str, str], ...]:
