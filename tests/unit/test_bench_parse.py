@@ -420,3 +420,30 @@ def test_an_rpc_workers_buffers_are_kept_under_their_own_name_and_counted_apart(
     use = memory.MemoryUse(None, buffers)
     assert (use.device_bytes, use.host_buffer_bytes) == (round(0.5 * mib), round(3.49 * mib))
     assert memory.is_remote_device("RPC0[127.0.0.1:50099]") and not memory.is_host_device("RPC0[127.0.0.1:50099]")
+
+
+def test_ik_llama_cpp_model_buffers_without_their_kind_count_as_model() -> None:
+    """ik_llama.cpp's llama-server logs its model buffers as ``llm_load_tensors: DEV buffer size = X MiB``, at its
+    default verbosity (these lines: the H200 study of 2026-12-03, --n-cpu-moe 24 -ub 4096 under 16 GiB); its KV,
+    output and compute buffers read as mainline's."""
+    from xover.llamacpp import memory
+
+    lines = [
+        "llm_load_tensors: ggml ctx size =    0.51 MiB",
+        "llm_load_tensors:  CUDA_Host buffer size =  8536.92 MiB",
+        "llm_load_tensors:      CUDA0 buffer size =  9154.43 MiB",
+        "llama_kv_cache_init:      CUDA0 KV buffer size =  3120.00 MiB",
+        "llama_init_from_model: KV self size  = 3120.00 MiB, K (f16): 1560.00 MiB, V (f16): 1560.00 MiB",
+        "llama_init_from_model:  CUDA_Host  output buffer size =     0.58 MiB",
+        "llama_init_from_model:      CUDA0 compute buffer size =  2438.00 MiB",
+        "llama_init_from_model:  CUDA_Host compute buffer size =   292.05 MiB",
+    ]
+    mib = 1 << 20
+    assert memory.parse_buffer_lines(lines) == (
+        ("CUDA_Host", "model", round(8536.92 * mib)),
+        ("CUDA0", "model", round(9154.43 * mib)),
+        ("CUDA0", "KV", 3120 * mib),
+        ("CUDA_Host", "output", round(0.58 * mib)),
+        ("CUDA0", "compute", 2438 * mib),
+        ("CUDA_Host", "compute", round(292.05 * mib)),
+    )

@@ -7,6 +7,8 @@
       llama_kv_cache:        CPU KV buffer size =     4.00 MiB
       sched_reserve:      CUDA0 compute buffer size =   342.01 MiB
 
+  ik_llama.cpp logs its model buffers without the kind (``llm_load_tensors:  CUDA_Host buffer size =
+  8536.92 MiB``), at its llama-server's default verbosity; they count as ``model``.
   llama-bench prints them with ``-v`` (one set per model load and per test context), llama-server
   from log verbosity 4 (``-lv 4``). :func:`parse_buffer_lines` keeps the largest value of each
   (device, kind): the peak of a process whose contexts come and go one at a time.
@@ -29,6 +31,9 @@ ARTIFACT = "memory"  # store artifact: {config_key, label, source, **MemoryUse.t
 _BUFFER = re.compile(
     r"(?P<dev>[\w.+-]+(?:\[[^\]\s]*\])?)\s+(?P<kind>model|KV|compute|output|RS)\s+buffer size\s*=\s*"
     r"(?P<mib>[\d.]+)\s*MiB"
+)
+_IK_MODEL_BUFFER = re.compile(
+    r"llm_load_tensors:\s+(?P<dev>[\w.+-]+(?:\[[^\]\s]*\])?)\s+buffer size\s*=\s*(?P<mib>[\d.]+)\s*MiB"
 )
 _VMHWM = re.compile(r"^VmHWM:\s+(\d+)\s+kB", re.MULTILINE)
 
@@ -88,9 +93,10 @@ def parse_buffer_lines(lines: Iterable[str]) -> tuple[tuple[str, str, int], ...]
     first-seen order. ``~llama_context: ... compute buffer size is X`` (a teardown check) is not a match."""
     peak: dict[tuple[str, str], int] = {}
     for line in lines:
-        for m in _BUFFER.finditer(line):
-            key = (m["dev"], m["kind"])
-            peak[key] = max(peak.get(key, 0), round(float(m["mib"]) * MIB))
+        found = [(m["dev"], m["kind"], m["mib"]) for m in _BUFFER.finditer(line)]
+        found += [(m["dev"], "model", m["mib"]) for m in _IK_MODEL_BUFFER.finditer(line)]
+        for dev, kind, mib in found:
+            peak[(dev, kind)] = max(peak.get((dev, kind), 0), round(float(mib) * MIB))
     return tuple((dev, kind, b) for (dev, kind), b in peak.items())
 
 
