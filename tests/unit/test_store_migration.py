@@ -90,6 +90,13 @@ STUDIES = (
     ("h200-gpt-oss-120b-budgets/g32", "../study-32gib.toml", ()),
     # run in parts (run-tuned.sh named its configurations): ncmoe=18 -nopo was never tuned, as its README says
     ("h200-qwen3-30b-a3b", "study.toml", ("the tuning search of ncmoe=18 -nopo",)),
+    # both engines' defaults failed to start there (xover's own CUDA context took 524 MiB of the budget): a resume
+    # measures them; the next lease seeds from this store instead and measures all four afresh (run.sh)
+    (
+        "h200-engines/lease-2026-12-03c",
+        "../study.toml",
+        ("llama.cpp: 18 cold TTFT samples and cached turns", "ik_llama.cpp: 18 cold TTFT samples and cached turns"),
+    ),
 )
 
 
