@@ -19,6 +19,7 @@ from xover.analysis.crossover import (
     fit_cost_model,
     format_tokens,
     measured_totals,
+    round_totals,
 )
 from xover.analysis.stats import summarize
 from xover.domain.records import BenchResult
@@ -97,6 +98,17 @@ def crossing_marks(pairs: Sequence[PairResult]) -> list[CrossingMark]:
     return out
 
 
+def round_ranges(config: ConfigData, response: int) -> dict[int, tuple[float, float]]:
+    """Prompt length -> (lowest, highest) total time per turn over the rounds of fresh processes that measured it,
+    where at least two did: the spread a verdict between configurations is weighed against."""
+    out = {}
+    for length in sorted(config.ttft_s):
+        totals = list(round_totals(config, length, response).values())
+        if len(totals) >= 2:
+            out[length] = (min(totals), max(totals))
+    return out
+
+
 def total_time_plot(
     configs: Sequence[ConfigData],
     pairs: Sequence[PairResult],
@@ -104,8 +116,8 @@ def total_time_plot(
     band: tuple[int, int],
     base_of: Mapping[str, str] | None = None,
 ) -> bytes:
-    """Total time per turn vs prompt length, one colour per configuration (measured medians as markers,
-    the fitted cost model as a line), the crossovers the verdicts claim for ``pairs`` marked
+    """Total time per turn vs prompt length, one colour per configuration (measured medians as markers, with the
+    range of the rounds of fresh processes as whiskers where there were rounds, the fitted cost model as a line), the crossovers the verdicts claim for ``pairs`` marked
     (:func:`crossing_marks`), the agentic band shaded. ``base_of``: tuned variant -> its base
     configuration; a variant shares its base's colour, with square markers and a dashed line."""
     plt = _plt()
@@ -133,6 +145,12 @@ def total_time_plot(
         ax.plot(xs, [model.total(x, response) for x in xs], "--" if tuned else "-", color=color, alpha=0.6)
         marker = "s" if tuned else "o"
         ax.plot(list(totals), list(totals.values()), marker, color=color, ls="none")
+        spread = round_ranges(c, response)
+        if spread:  # whiskers: the rounds' range around their median
+            at = [L for L in spread if L in totals]
+            low = [totals[L] - spread[L][0] for L in at]
+            high = [spread[L][1] - totals[L] for L in at]
+            ax.errorbar(at, [totals[L] for L in at], yerr=[low, high], fmt="none", ecolor=color, capsize=3, alpha=0.8)
         ax.plot([], [], marker=marker, ls="--" if tuned else "-", color=color, label=c.label)  # legend: both
     for m in crossing_marks(pairs):
         color = "gray" if m.fitted else "black"
@@ -146,7 +164,12 @@ def total_time_plot(
     ax.xaxis.set_major_formatter(_k_formatter())
     ax.set_xlabel("prompt length (tokens, log scale)")
     ax.set_ylabel(f"total time per turn (s): TTFT + {response} tokens decode")
-    ax.set_title("Total time per turn vs prompt length (markers measured, lines fitted)")
+    measured = (
+        "markers measured, whiskers the rounds' range"
+        if any(round_ranges(c, response) for c in configs)
+        else ("markers measured")
+    )
+    ax.set_title(f"Total time per turn vs prompt length ({measured}, lines fitted)")
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0)
     return _png(fig)
