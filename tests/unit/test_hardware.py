@@ -179,3 +179,12 @@ def test_measure_h2d_rates_and_absence(fake_cudart: Path, tmp_path: Path, monkey
     # (on the H200 one left in xover's own process took 524 MiB of a 16 GiB budget for the rest of the study).
     made = [int(x.split()[1]) for x in lines if x.startswith("context ")]
     assert len(made) == 1 and made[0] != os.getpid()
+
+
+def test_measure_h2d_says_so_when_its_child_fails(monkeypatch: pytest.MonkeyPatch, capsys) -> None:
+    """A runtime that loads but lacks the CUDA calls (here the C library): the child fails, and the warning names
+    its last error line, where a silent None would leave the profile's rates standing unannounced."""
+    monkeypatch.setenv("XOVER_CUDART", "libc.so.6")
+    assert D.measure_h2d(budget_s=0.2) is None
+    err = " ".join(capsys.readouterr().err.split())  # the console wraps its lines
+    assert "host-to-device copies not measured" in err and "cudaMalloc" in err and "profile's rates stand" in err

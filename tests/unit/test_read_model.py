@@ -206,3 +206,28 @@ def test_the_same_server_stored_from_another_directory_counts_on_resume(tmp_path
     spec = StudySpec(configs=(config,), model_preset="tiny-moe", lengths=(1024,), repetitions=1)
     assert missing_ttft(data.ttft_rows, spec, "mk", moved.config.key, fresh=False) == {}
     assert missing_ttft(data.ttft_rows, spec, "mk", other.key, fresh=False) == {1024: 1}
+
+
+def test_runs_that_found_part_of_the_vram_budget_taken_are_counted_and_reported(tmp_path):
+    """A run's provenance carries ``vram_shortfall`` when xover.hardware.vram.settle found part of the budget taken
+    for good before its llama process started (the H200 study of 2026-12-03: 524 MiB, xover's own CUDA context):
+    the budget's read model counts such runs and their largest shortfall, and the report's budget line says so."""
+    import dataclasses
+
+    from xover.report.html import budget_lines
+    from xover.results.read_model import vram_budgets
+
+    mib = 1 << 20
+    hold = (("vram_budget", str(16 << 30)), ("vram_device", "0"), ("vram_held", str(120 << 30)),
+            ("vram_free_after", str(16 << 30)), ("vram_total", str(140 << 30)))  # fmt: skip
+    with Store(tmp_path) as st:
+        for short in (None, 524 * mib, 300 * mib):
+            extra = hold + ((("vram_shortfall", str(short)),) if short else ())
+            st.end_run(st.begin_run("bench", ["xover", "study"], dataclasses.replace(_prov(), extra=extra)), "done")
+    (budget,) = vram_budgets(load(tmp_path))
+    assert (budget.budget, budget.short_runs, budget.most_short) == (16 << 30, 2, 524 * mib)
+    (line,) = budget_lines(load(tmp_path))
+    assert line.endswith(
+        "2 runs found up to 524 MiB of the budget taken by another process (vram_shortfall in their provenance): "
+        "they measured a smaller card than the budget."
+    )

@@ -14,6 +14,7 @@ import pytest
 
 from procs import gone_within, running
 from xover.errors import XoverError
+from xover.hardware import vram
 from xover.hardware.vram import GIB, VramHolder, parse_budget
 
 MIB = 1 << 20
@@ -49,7 +50,9 @@ def test_it_holds_every_free_byte_beyond_the_budget(fake_cudart: Path, monkeypat
         assert hold.total == 141 * GIB and hold.budget == 16 * GIB and hold.device == 0
         assert "16.0 GiB VRAM budget on GPU 0 (141.0 GiB)" in hold.describe()
         assert running(hold.pid)
+        vram._shortfall = 524 << 20  # as settle leaves it after memory taken for good
     assert gone_within(hold.pid)
+    assert vram.shortfall() == 0 and vram.active_hold() is None  # the next hold starts whole
 
 
 def test_when_large_allocations_fail_it_holds_in_smaller_pieces(
@@ -211,9 +214,9 @@ def test_settle_waits_once_for_memory_taken_for_good_and_says_so(monkeypatch) ->
 
     assert settle(15_335) == 20  # the first start waits the whole timeout
     assert warned == [
-        "VRAM budget: 524 MiB of the 16.0 GiB budget is still taken 20 s after the last llama process ended "
-        "(GPU memory by process: pid 905 126,764 MiB, pid 884 518 MiB); llama processes from now on find that much "
-        "less free, and their runs record it (vram_shortfall)"
+        "VRAM budget: 524 MiB of the 16.0 GiB budget is still taken after waiting 20 s before starting a llama "
+        "process (GPU memory by process, every GPU: pid 905 126,764 MiB, pid 884 518 MiB); llama processes from now "
+        "on find that much less free, and their runs record it (vram_shortfall)"
     ]
     assert vram.shortfall() == 524 * MIB and ("vram_shortfall", str(524 * MIB)) in _vram_budget()
     assert settle(15_335) == 0 and settle(15_200) == 0  # later starts: no wait, within the slack of the new level

@@ -174,11 +174,26 @@ def measure_h2d(budget_s: float = 2.0, copy_bytes: int = 256 * MIB) -> tuple[flo
     for the rest of the study. On the H200 under 16 GiB it cost 524 MiB of the budget, and the defaults' servers ran
     out of memory at levels their checks had served (2026-12-03).
     """
-    out = _query(
-        [sys.executable, "-m", "xover.hardware.detect", "h2d", repr(budget_s), str(copy_bytes)], timeout_s=budget_s + 60
-    )
-    fields = (out or "").split()
-    if len(fields) != 3 or fields[0] != "H2D":
+    from xover.llamacpp.process import spawn, stop
+
+    argv = [sys.executable, "-m", "xover.hardware.detect", "h2d", repr(budget_s), str(copy_bytes)]
+    proc = spawn(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        out, err = proc.communicate(timeout=budget_s + 60)
+    except subprocess.TimeoutExpired:
+        out, err = "", f"no answer within {budget_s + 60:.0f} s"
+    finally:
+        stop(proc)
+    fields = out.split()
+    if fields == ["NONE"]:  # no CUDA runtime or no GPU: nothing to measure
+        return None
+    if len(fields) != 3 or fields[0] != "H2D":  # it failed: say so, and the profile's rates stand
+        why = next((x for x in reversed(err.splitlines()) if x.strip()), f"exit {proc.returncode}")
+        from xover.console import console, safe
+
+        console.print(
+            f"[yellow]warning:[/] host-to-device copies not measured ({safe(why)}): the profile's rates stand"
+        )
         return None
     return float(fields[1]), float(fields[2])
 

@@ -190,9 +190,9 @@ def settle(
             _baseline_free, _shortfall = free, _shortfall + lost
             (warn or _warn)(
                 f"VRAM budget: {lost / (1 << 20):,.0f} MiB of the {_active.budget / GIB:.1f} GiB budget is still "
-                f"taken {timeout_s:.0f} s after the last llama process ended (GPU memory by process: "
-                f"{_gpu_processes() or 'nvidia-smi does not say'}); llama processes from now on find that much "
-                "less free, and their runs record it (vram_shortfall)"
+                f"taken after waiting {timeout_s:.0f} s before starting a llama process (GPU memory by process, "
+                f"every GPU: {_gpu_processes() or 'nvidia-smi does not say'}); llama processes from now on find "
+                "that much less free, and their runs record it (vram_shortfall)"
             )
             return clock() - start
         sleep(0.25)

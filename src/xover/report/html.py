@@ -672,6 +672,13 @@ def budget_lines(d: StudyData) -> list[str]:
             f"rest, so llama.cpp saw a card of {b.budget / 2**30:.0f} GiB. The host's PCIe link, CPU cores and "
             "memory bandwidth are this machine's, not a desktop's: prefill with experts on the CPU and decode "
             "transfer to another machine only through the theory."
+            + (
+                f" {b.short_runs} run{'s' if b.short_runs > 1 else ''} found up to {b.most_short / 2**20:,.0f} MiB "
+                "of the budget taken by another process (vram_shortfall in their provenance): they measured a "
+                "smaller card than the budget."
+                if b.short_runs
+                else ""
+            )
         )
     return out
 

@@ -117,9 +117,10 @@ def total_time_plot(
     base_of: Mapping[str, str] | None = None,
 ) -> bytes:
     """Total time per turn vs prompt length, one colour per configuration (measured medians as markers, with the
-    range of the rounds of fresh processes as whiskers where there were rounds, the fitted cost model as a line), the crossovers the verdicts claim for ``pairs`` marked
-    (:func:`crossing_marks`), the agentic band shaded. ``base_of``: tuned variant -> its base
-    configuration; a variant shares its base's colour, with square markers and a dashed line."""
+    range of the rounds of fresh processes as whiskers where there were rounds, the fitted cost model as a line),
+    the crossovers the verdicts claim for ``pairs`` marked (:func:`crossing_marks`), the agentic band shaded.
+    ``base_of``: tuned variant -> its base configuration; a variant shares its base's colour, with square markers
+    and a dashed line."""
     plt = _plt()
     import numpy as np
 
@@ -167,7 +168,7 @@ def total_time_plot(
     measured = (
         "markers measured, whiskers the rounds' range"
         if any(round_ranges(c, response) for c in configs)
-        else ("markers measured")
+        else "markers measured"
     )
     ax.set_title(f"Total time per turn vs prompt length ({measured}, lines fitted)")
     ax.grid(True, which="both", alpha=0.3)

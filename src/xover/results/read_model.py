@@ -318,10 +318,13 @@ class VramBudget:
     free_after: int
     total: int
     gpu: str | None
+    short_runs: int = 0  # runs that began with part of the budget taken by another process (``vram_shortfall``)
+    most_short: int = 0  # the largest such shortfall, bytes
 
 
 def vram_budgets(data: StudyData) -> tuple[VramBudget, ...]:
-    """Every distinct budget a run of the study measured under, in run order (none: the whole card)."""
+    """Every distinct budget a run of the study measured under, in run order (none: the whole card), with how many
+    of its runs found part of it taken for good (:func:`xover.hardware.vram.settle`)."""
     out: dict[tuple[int, str | None], VramBudget] = {}
     for run in data.runs:
         extra = dict(run.provenance.extra)
@@ -336,9 +339,14 @@ def vram_budgets(data: StudyData) -> tuple[VramBudget, ...]:
                 int(extra.get("vram_total", 0)),
                 run.provenance.gpu_info,
             )
+            short = int(extra.get("vram_shortfall", 0))
         except ValueError:
             continue
-        out.setdefault((b.budget, b.gpu), b)
+        b = out.setdefault((b.budget, b.gpu), b)
+        if short > 0:
+            out[(b.budget, b.gpu)] = dataclasses.replace(
+                b, short_runs=b.short_runs + 1, most_short=max(b.most_short, short)
+            )
     return tuple(out.values())
 
 
