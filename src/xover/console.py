@@ -31,6 +31,11 @@ def safe(text: object) -> str:
     return escape(visible(str(text)))
 
 
+def warn(text: object) -> None:
+    """One warning line on stderr; ``text`` is shown as it is (markup escaped, control characters spelled out)."""
+    console.print(f"[yellow]warning:[/] {safe(text)}")
+
+
 def stdout_console(width: int | None = None) -> Console:
     """A console on stdout (a fixed ``width`` for output to a pipe or file)."""
     import sys

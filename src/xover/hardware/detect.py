@@ -40,21 +40,28 @@ else:  # pragma: no cover
     import tomli as tomllib
 
 
-def _query(argv: list[str], timeout_s: float = 5.0) -> str | None:
-    """Stdout of a short query tool, or None if it is missing, fails or hangs."""
+def _run(argv: list[str], timeout_s: float) -> tuple[int | None, str, str]:
+    """A short child's exit code (None: it could not start or did not answer within ``timeout_s``), stdout and
+    stderr (or why there is no answer)."""
     from xover.llamacpp.process import spawn, stop
 
     try:
-        proc = spawn(argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
-    except OSError:
-        return None
+        proc = spawn(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    except OSError as e:
+        return None, "", str(e)
     try:
-        out, _ = proc.communicate(timeout=timeout_s)
+        out, err = proc.communicate(timeout=timeout_s)
     except subprocess.TimeoutExpired:
-        return None
+        return None, "", f"no answer within {timeout_s:.0f} s"
     finally:
         stop(proc)
-    return out if proc.returncode == 0 else None
+    return proc.returncode, out, err
+
+
+def _query(argv: list[str], timeout_s: float = 5.0) -> str | None:
+    """Stdout of a short query tool, or None if it is missing, fails or hangs."""
+    code, out, _ = _run(argv, timeout_s)
+    return out if code == 0 else None
 
 
 def detect_gpu() -> DetectedGpu | None:
@@ -174,26 +181,16 @@ def measure_h2d(budget_s: float = 2.0, copy_bytes: int = 256 * MIB) -> tuple[flo
     for the rest of the study. On the H200 under 16 GiB it cost 524 MiB of the budget, and the defaults' servers ran
     out of memory at levels their checks had served (2026-12-03).
     """
-    from xover.llamacpp.process import spawn, stop
-
     argv = [sys.executable, "-m", "xover.hardware.detect", "h2d", repr(budget_s), str(copy_bytes)]
-    proc = spawn(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    try:
-        out, err = proc.communicate(timeout=budget_s + 60)
-    except subprocess.TimeoutExpired:
-        out, err = "", f"no answer within {budget_s + 60:.0f} s"
-    finally:
-        stop(proc)
+    code, out, err = _run(argv, budget_s + 60)
     fields = out.split()
     if fields == ["NONE"]:  # no CUDA runtime or no GPU: nothing to measure
         return None
     if len(fields) != 3 or fields[0] != "H2D":  # it failed: say so, and the profile's rates stand
-        why = next((x for x in reversed(err.splitlines()) if x.strip()), f"exit {proc.returncode}")
-        from xover.console import console, safe
+        from xover.console import warn
 
-        console.print(
-            f"[yellow]warning:[/] host-to-device copies not measured ({safe(why)}): the profile's rates stand"
-        )
+        why = next((x for x in reversed(err.splitlines()) if x.strip()), f"exit {code}")
+        warn(f"host-to-device copies not measured ({why}): the profile's rates stand")
         return None
     return float(fields[1]), float(fields[2])
 

@@ -188,7 +188,9 @@ def settle(
         if clock() - start >= timeout_s:
             lost = _baseline_free - free
             _baseline_free, _shortfall = free, _shortfall + lost
-            (warn or _warn)(
+            from xover.console import warn as console_warn
+
+            (warn or console_warn)(
                 f"VRAM budget: {lost / (1 << 20):,.0f} MiB of the {_active.budget / GIB:.1f} GiB budget is still "
                 f"taken after waiting {timeout_s:.0f} s before starting a llama process (GPU memory by process, "
                 f"every GPU: {_gpu_processes() or 'nvidia-smi does not say'}); llama processes from now on find "
@@ -202,12 +204,6 @@ def _gpu_processes() -> str:
     from xover.hardware.detect import gpu_processes
 
     return ", ".join(f"pid {pid} {used / (1 << 20):,.0f} MiB" for pid, used in gpu_processes())
-
-
-def _warn(line: str) -> None:
-    from xover.console import console
-
-    console.print(f"[yellow]warning:[/] {line}", markup=True)
 
 
 def holding(budget: int | None, device: int = 0) -> Any:

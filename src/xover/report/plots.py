@@ -133,6 +133,7 @@ def total_time_plot(
     lo, hi = all_lengths[0], all_lengths[-1]
     xs = np.geomspace(max(lo / 1.5, 1), hi * 1.5, 200)
     colors: dict[str, str] = {}
+    spreads = {c.label: round_ranges(c, response) for c in configs}
     cycle = iter(plt.rcParams["axes.prop_cycle"].by_key().get("color", ["C0"]) * 4)
     for c in configs:
         base = base_of.get(c.label)
@@ -146,7 +147,7 @@ def total_time_plot(
         ax.plot(xs, [model.total(x, response) for x in xs], "--" if tuned else "-", color=color, alpha=0.6)
         marker = "s" if tuned else "o"
         ax.plot(list(totals), list(totals.values()), marker, color=color, ls="none")
-        spread = round_ranges(c, response)
+        spread = spreads[c.label]
         if spread:  # whiskers: the rounds' range around their median
             at = [L for L in spread if L in totals]
             low = [totals[L] - spread[L][0] for L in at]
@@ -165,11 +166,7 @@ def total_time_plot(
     ax.xaxis.set_major_formatter(_k_formatter())
     ax.set_xlabel("prompt length (tokens, log scale)")
     ax.set_ylabel(f"total time per turn (s): TTFT + {response} tokens decode")
-    measured = (
-        "markers measured, whiskers the rounds' range"
-        if any(round_ranges(c, response) for c in configs)
-        else "markers measured"
-    )
+    measured = "markers measured, whiskers the rounds' range" if any(spreads.values()) else "markers measured"
     ax.set_title(f"Total time per turn vs prompt length ({measured}, lines fitted)")
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0)
