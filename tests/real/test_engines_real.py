@@ -6,6 +6,7 @@ own knobs; the verdicts compare the two like any configurations."""
 
 from __future__ import annotations
 
+import json
 import os
 import sqlite3
 import subprocess
@@ -89,6 +90,17 @@ def test_the_example_study_compares_mainline_and_ik_llama_cpp_each_on_its_own_bu
         (builds,) = [b for _, _, b in store.artifacts("engines")][-1:]
     by_engine = {b["engine"]: b for b in builds}
     assert by_engine[IK]["bin_dir"] == str(ik_bins.bin_dir) and by_engine[MAIN]["bin_dir"] == str(llama_bins.bin_dir)
+    # and each run's: one run per engine in every stage, its provenance naming the build whose numbers it holds
+    engine_of = {key: json.loads(spec)["engine"] for key, spec in db.execute("SELECT key, spec FROM configs")}
+    bin_dir = {IK: str(ik_bins.bin_dir), MAIN: str(llama_bins.bin_dir)}
+    prov = {run_id: json.loads(p) for run_id, p in db.execute("SELECT id, provenance FROM runs")}
+    measured = set(
+        db.execute("SELECT run_id, config_key FROM ttft_samples UNION SELECT run_id, config_key FROM bench_results")
+    )
+    assert {engine_of[key] for _, key in measured} == {IK, MAIN}
+    for run_id, key in measured:
+        p = prov[run_id]
+        assert (p["llama_bin_dir"], p.get("llama_engine")) == (bin_dir[engine_of[key]], engine_of[key]), (run_id, key)
     # and `xover llama which` shows each engine's binaries
     which = subprocess.run(
         [sys.executable, "-m", "xover", "llama", "which"], env=env, capture_output=True, text=True, timeout=60

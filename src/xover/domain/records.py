@@ -41,6 +41,9 @@ class Provenance:
     xover_version: str
     model: ModelId | None
     extra: tuple[tuple[str, str], ...] = ()
+    # the engine whose binaries the run ran (xover.domain.llama_options.ENGINES); None in runs stored before xover
+    # recorded it
+    llama_engine: str | None = None
 
 
 ROUND_DOC = """A sample's ``round``: a positive number is the round of fresh processes it was measured in (each round

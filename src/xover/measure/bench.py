@@ -258,7 +258,7 @@ def _run_job(
                     )
                 if problem is not None:
                     break  # closing() stops llama-bench
-                store.add_bench_result(run.ensure(event.record), model_key, result)
+                store.add_bench_result(run.ensure(event.record, engine=job.config.engine), model_key, result)
                 seen.add(point)
                 on_event(ResultStored(job.config, result))
                 on_event(Progressed(done_before + len(seen), total))

@@ -230,8 +230,8 @@ class _LabRun:
                 self.rec, self.binaries, spec, log_dir, startup_timeout_s=self.startup_timeout_s, scenario=srv.scenario
             ) as s:
                 assert s.client is not None
-                run_id = self.rec.ensure()
                 config = spec.config
+                run_id = self.rec.ensure(engine=config.engine)
                 self.on_event(
                     ServerUp(
                         label=config.label,

@@ -88,6 +88,7 @@ def collect(binaries: Binaries | None, model: Path | None, build_info: dict[str,
         xover_version=xover_version(),
         model=model_id(model) if model else None,
         extra=_machine_load() + _vram_budget() + _rpc_workers(),
+        llama_engine=binaries.engine if binaries else None,
     )
 
 

@@ -10,6 +10,9 @@ invocation (or study stage) and the failures and artifacts stored under it::
 * **Begun lazily**, at the first thing to store (:meth:`Recording.ensure`), so that its provenance
   carries the build identity the binaries report themselves: llama-bench's first JSON record, or a
   llama-server's ``/props`` ``build_info``; the build manifest's when a failure comes first.
+* **One run per engine.** A runner whose configurations run on two engines (mainline and ik_llama.cpp) begins a
+  run for each, at the first thing it stores for a configuration of that engine, so that each run's provenance
+  names the binaries that produced its numbers. :attr:`Recording.run_id` is the first of them.
 * **Failures** are stored the moment they happen, with their configuration (:meth:`Recording.fail`),
   and announced as :class:`xover.measure.events.ConfigFailed`.
 * **Ended** when the ``with`` block is left, with one meaning of its status:
@@ -30,6 +33,7 @@ and another measured was ``done``), and ``interrupted`` only on Ctrl-C (another 
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
@@ -37,6 +41,7 @@ from typing import Any
 
 from xover.domain.config import LlamaConfig
 from xover.domain.records import Failure
+from xover.errors import XoverError
 from xover.llamacpp.binaries import Binaries
 from xover.llamacpp.server import parse_build_info
 from xover.measure.events import ConfigFailed
@@ -67,7 +72,9 @@ class Recording:
         self.model = model
         self.always = always
         self.on_event = on_event
-        self.run_id: int | None = None
+        self.run_id: int | None = None  # the first run begun
+        self.runs: dict[str, int] = {}  # engine -> its run, begun at the first thing stored for that engine
+        self._failed: set[int] = set()  # the runs a failure was stored under
         self.model_key = ""  # the model's key in the store, known once the run is begun
         self.failures: list[Failure] = []
 
@@ -78,26 +85,49 @@ class Recording:
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         if exc_type is not None:  # Ctrl-C, cancellation or a bug: what was stored stays; the run says so
-            if self.run_id is not None:
-                self.store.end_run(self.run_id, "interrupted")
+            for run_id in self.runs.values():
+                self.store.end_run(run_id, "interrupted")
             return
         if self.run_id is None and not self.always:
             return
-        self.store.end_run(self.ensure(), "failed" if self.failures else "done")
+        self.ensure()
+        for run_id in self.runs.values():
+            self.store.end_run(run_id, "failed" if run_id in self._failed else "done")
 
-    def ensure(self, build_info: Mapping[str, Any] | None = None, *, props: Mapping[str, Any] | None = None) -> int:
-        """The run's id, begun at the first call with the build identity the binaries report:
-        ``build_info`` (llama-bench's record) or a llama-server's ``props``."""
-        if self.run_id is None:
+    def ensure(
+        self,
+        build_info: Mapping[str, Any] | None = None,
+        *,
+        props: Mapping[str, Any] | None = None,
+        engine: str | None = None,
+    ) -> int:
+        """The id of ``engine``'s run (default: the first run, else the binaries' own engine), begun at the first
+        call for that engine with the build identity its binaries report: ``build_info`` (llama-bench's record) or
+        a llama-server's ``props``; the rest of its provenance from that engine's binaries."""
+        if engine is None:
+            if self.run_id is not None:
+                return self.run_id
+            engine = self.binaries.engine if self.binaries is not None else ""
+        if engine not in self.runs:
             if props:
                 build_info = parse_build_info(props.get("build_info"))
-            prov = collect(self.binaries, self.model, build_info=dict(build_info) if build_info else None)
+            binaries = self.binaries
+            if binaries is not None and engine:
+                try:
+                    binaries = binaries.for_engine(engine)
+                except XoverError:  # that engine has no build here: its failure is stored, without a build
+                    binaries = None
+            prov = collect(binaries, self.model, build_info=dict(build_info) if build_info else None)
+            if engine:
+                prov = dataclasses.replace(prov, llama_engine=engine)
             if prov.model is not None:
                 self.model_key = prov.model.key
             elif props:  # a server at --url with no model file here
                 self.model_key = f"{Path(str(props.get('model_path') or 'unknown')).name}:server"
-            self.run_id = self.store.begin_run(self.kind, self.command, prov)
-        return self.run_id
+            self.runs[engine] = self.store.begin_run(self.kind, self.command, prov)
+            if self.run_id is None:
+                self.run_id = self.runs[engine]
+        return self.runs[engine]
 
     def fail(
         self,
@@ -109,10 +139,11 @@ class Recording:
         scenario: str | None = None,
     ) -> None:
         """Store ``failure`` (and its configuration) under the run and announce it."""
-        run_id = self.ensure()
+        run_id = self.ensure(engine=config.engine)
         self.store.put_config(config)
         self.store.add_failure(run_id, failure)
         self.failures.append(failure)
+        self._failed.add(run_id)
         self.on_event(
             ConfigFailed(
                 label=config.label,
@@ -134,7 +165,7 @@ class Recording:
     ) -> int:
         """A server answered: the run begun with its build, its configuration and its ``/props`` (and
         ``/v1/models`` meta) stored, with ``where`` (its log and pid, or its URL; the mode or scenario)."""
-        run_id = self.ensure(props=props)
+        run_id = self.ensure(props=props, engine=config.engine)
         self.store.put_config(config)
         self.store.add_artifact(
             run_id,

@@ -383,7 +383,7 @@ class _Replay:
                 ) as srv,
                 ChatClient(srv.url) as client,
             ):
-                run_id = self.rec.ensure()
+                run_id = self.rec.ensure(engine=config.engine)
                 self.on_event(
                     ServerUp(
                         label=label,

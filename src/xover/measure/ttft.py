@@ -442,7 +442,7 @@ class TtftRun:
         log_path: Path | None,
     ) -> None:
         """Every point on a server whose props are stored (:meth:`Recording.server_props`)."""
-        run_id = self.rec.ensure(props=props)
+        run_id = self.rec.ensure(props=props, engine=config.engine)
         reported = props.get("total_slots")
         slots = reported if isinstance(reported, int) and not isinstance(reported, bool) and reported > 0 else None
         self.slots[config.key] = slots

@@ -33,7 +33,7 @@ from xover.analysis.crossover import (
 )
 from xover.analysis.stats import summarize
 from xover.domain.artifacts import FOR_CACHED_SUFFIX
-from xover.domain.records import TtftSample, backend_name
+from xover.domain.records import Provenance, TtftSample, backend_name
 from xover.report import plots
 from xover.report.blocks import html_table, plain_md_table
 from xover.report.cached import cached_blocks, cached_ttft, cached_verdicts, turns_workload
@@ -615,6 +615,11 @@ def _load_note(p: object) -> str:
     return note + (" (BUSY: other work skews these timings)" if busy else "")
 
 
+def _engine_prefix(p: Provenance) -> str:
+    """The engine before its build where it is not mainline (runs stored before xover recorded it have none)."""
+    return f"{p.llama_engine} " if p.llama_engine not in (None, "llama.cpp") else ""
+
+
 def provenance_rows(data: StudyData) -> list[list[str]]:
     rows = []
     for r in data.runs:
@@ -626,7 +631,8 @@ def provenance_rows(data: StudyData) -> list[list[str]]:
                 r.kind,
                 r.started_at,
                 r.status,
-                f"{p.llama_build_commit} (build {p.llama_build_number}), {backend_name(p.llama_backend or '')}",
+                f"{_engine_prefix(p)}{p.llama_build_commit} (build {p.llama_build_number}), "
+                f"{backend_name(p.llama_backend or '')}",
                 f"{p.cpu_info or '?'}; GPU: {p.gpu_info or 'none'}; host {p.hostname}{_load_note(p)}",
                 f"{model.name}, {model.size_bytes / 1e9:.3f} GB, header sha256 {model.header_sha256[:12]}"
                 if model
