@@ -143,6 +143,7 @@ db = sqlite3.connect(new)
 for table in ("bench_results", "ttft_samples", "failures", "session_turns"):
     db.execute(f"DELETE FROM {table}")
 db.execute(f"DELETE FROM artifacts WHERE name NOT IN ({','.join('?' * len(keep))})", keep)
+db.execute("DELETE FROM runs WHERE id NOT IN (SELECT run_id FROM artifacts WHERE run_id IS NOT NULL)")  # emptied
 db.commit()
 print("seeded:", dict(db.execute("SELECT name, count(*) FROM artifacts GROUP BY name").fetchall()))
 PY

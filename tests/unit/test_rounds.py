@@ -103,14 +103,14 @@ def _prov():  # type: ignore[no-untyped-def]
     return Provenance("0c1e570", 1, "CPU", "/bin", "cache", "cpu", None, "h", "Linux", "0.1.0", model)
 
 
-def _store_rounds(study, ttft_by_round: dict[int, float]) -> None:  # type: ignore[no-untyped-def]
+def _store_rounds(study, ttft_by_round: dict[int, float], name: str = "a") -> None:  # type: ignore[no-untyped-def]
     from xover.domain.config import LlamaConfig
     from xover.domain.records import ServerTimings, TtftSample
     from xover.results.store import Store
 
     with Store(study) as st:
         run = st.begin_run("ttft", ["xover", "study"], _prov())
-        config = LlamaConfig("a", (("threads", "1"),))
+        config = LlamaConfig(name, (("threads", "1" if name == "a" else "2"),))
         st.put_config(config)
         for n, ttft_s in ttft_by_round.items():
             ns = int(ttft_s * 1e9)
@@ -131,3 +131,19 @@ def test_a_drift_check_outside_the_spread_of_the_rounds_is_told(tmp_path) -> Non
     _store_rounds(tmp_path / "steady", {1: 1.0, 2: 1.1, 3: 1.05, -3: 1.08})
     data = load(tmp_path / "steady")
     assert drift_line(data, crossover_inputs(data), 100) is None
+
+
+def test_the_evidence_line_says_when_a_lease_left_the_configurations_with_different_rounds(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """The H200 engines study's lease ended in round 3 after one configuration's cold samples: the verdicts rest on
+    2 rounds for the others, and the line says "2-3 rounds each", not "3 rounds"."""
+    from xover.report.rounds import evidence_line
+    from xover.results.read_model import load
+
+    _store_rounds(tmp_path / "even", {1: 1.0, 2: 1.1, 3: 1.05})
+    _store_rounds(tmp_path / "even", {1: 2.0, 2: 2.1, 3: 2.05, -3: 2.0}, name="b")  # a drift check is no round
+    line = evidence_line(load(tmp_path / "even"))
+    assert line is not None and line.startswith("Measured in rounds of fresh servers (3 rounds, the order")
+    _store_rounds(tmp_path / "cut", {1: 1.0, 2: 1.1, 3: 1.05})
+    _store_rounds(tmp_path / "cut", {1: 2.0, 2: 2.1}, name="b")
+    line = evidence_line(load(tmp_path / "cut"))
+    assert line is not None and line.startswith("Measured in rounds of fresh servers (2-3 rounds each, the order")

@@ -97,6 +97,18 @@ STUDIES = (
         "../study.toml",
         ("llama.cpp: 18 cold TTFT samples and cached turns", "ik_llama.cpp: 18 cold TTFT samples and cached turns"),
     ),
+    # the sixth lease ended in round 3, after the cold samples of llama.cpp's defaults: the next lease measures
+    # round 3's cached turns of those and the whole round 3 of the others
+    (
+        "h200-engines",
+        "study.toml",
+        (
+            "llama.cpp: 2 cold TTFT samples and cached turns",
+            "ik_llama.cpp: 6 cold TTFT samples and cached turns",
+            "llama.cpp tuned: 6 cold TTFT samples and cached turns",
+            "ik_llama.cpp tuned: 6 cold TTFT samples and cached turns",
+        ),
+    ),
 )
 
 
@@ -122,7 +134,7 @@ def test_a_committed_study_resumes_without_measuring_again(
 
 
 REPORTS = ("h200-16gib-qwen3-30b-a3b", "h200-gpt-oss-120b-budgets/g24", "h200-gpt-oss-120b-budgets/g32",
-           "h200-qwen3-30b-a3b", "h200-smoke")  # fmt: skip
+           "h200-qwen3-30b-a3b", "h200-smoke", "h200-engines")  # fmt: skip
 
 
 @pytest.mark.parametrize("study", REPORTS)
