@@ -97,13 +97,13 @@ STUDIES = (
         "../study.toml",
         ("llama.cpp: 18 cold TTFT samples and cached turns", "ik_llama.cpp: 18 cold TTFT samples and cached turns"),
     ),
-    # the sixth lease ended in round 3, after the cold samples of llama.cpp's defaults: the next lease measures
-    # round 3's cached turns of those and the whole round 3 of the others
+    # lease d measured 2 whole rounds; its round 3's one server is stored as a drift check (repair-store.py): the
+    # next lease measures round 3 whole, on one machine
     (
         "h200-engines",
         "study.toml",
         (
-            "llama.cpp: 2 cold TTFT samples and cached turns",
+            "llama.cpp: 6 cold TTFT samples and cached turns",
             "ik_llama.cpp: 6 cold TTFT samples and cached turns",
             "llama.cpp tuned: 6 cold TTFT samples and cached turns",
             "ik_llama.cpp tuned: 6 cold TTFT samples and cached turns",
