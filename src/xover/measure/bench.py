@@ -266,12 +266,15 @@ def _run_job(
                 exited = event
     if exited is not None:
         if seen and exited.markdown:
-            run.artifact(MD_ARTIFACT, {"config_key": job.config.key, "markdown": exited.markdown})
+            run.artifact(
+                MD_ARTIFACT, {"config_key": job.config.key, "markdown": exited.markdown}, engine=job.config.engine
+            )
         use = memory.MemoryUse(exited.peak_rss_bytes, memory.parse_buffer_lines(exited.buffer_lines))
         if seen and (use.peak_rss_bytes is not None or use.buffers):
             run.artifact(
                 memory.ARTIFACT,
                 {"config_key": job.config.key, "label": job.config.label, "source": "llama-bench", **use.to_dict()},
+                engine=job.config.engine,
             )
         problem = problem or exit_problem(exited, len(seen), len(expected), spec.timeout_s)
     if problem is None:

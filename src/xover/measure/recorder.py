@@ -118,7 +118,7 @@ class Recording:
                 except XoverError:  # that engine has no build here: its failure is stored, without a build
                     binaries = None
             prov = collect(binaries, self.model, build_info=dict(build_info) if build_info else None)
-            if engine:
+            if self.binaries is not None and engine:  # a server at --url: its engine is not known here
                 prov = dataclasses.replace(prov, llama_engine=engine)
             if prov.model is not None:
                 self.model_key = prov.model.key
@@ -156,9 +156,9 @@ class Recording:
             )
         )
 
-    def artifact(self, name: str, body: Any) -> None:
-        """Store an artifact under the run."""
-        self.store.add_artifact(self.ensure(), name, body)
+    def artifact(self, name: str, body: Any, *, engine: str | None = None) -> None:
+        """Store an artifact under ``engine``'s run (default: the first)."""
+        self.store.add_artifact(self.ensure(engine=engine), name, body)
 
     def server_props(
         self, config: LlamaConfig, props: Mapping[str, Any], model_meta: Mapping[str, Any], **where: Any

@@ -427,6 +427,7 @@ class TtftRun:
         self.rec.artifact(
             memory.ARTIFACT,
             {"config_key": config.key, "label": config.label, "source": "llama-server", **use.to_dict()},
+            engine=config.engine,
         )
 
     def _fail(self, config: LlamaConfig, stage: str, point: str, reason: str, skipped: int) -> None:
