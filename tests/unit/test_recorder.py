@@ -83,3 +83,15 @@ def test_a_server_at_a_url_names_no_engine(tmp_path: Path) -> None:
         with Recording(store, "ttft", ["xover"], binaries=None, model=None) as rec:
             run = rec.server_props(LlamaConfig("http://h:8080", url="http://h:8080"), {"model_path": "/m.gguf"}, {})
         assert store.provenance(run).llama_engine is None and rec.model_key == "m.gguf:server"
+
+
+def test_an_exception_ends_every_engine_run_interrupted(tmp_path: Path) -> None:
+    binaries = _binaries(tmp_path, _build(tmp_path / "ik" / "bin"))
+    with Store(tmp_path / "st") as store:
+        try:
+            with Recording(store, "ttft", ["xover"], binaries=binaries, model=None) as rec:
+                runs = {rec.ensure(engine="llama.cpp"), rec.ensure(engine=IK)}
+                raise KeyboardInterrupt
+        except KeyboardInterrupt:
+            pass
+        assert len(runs) == 2 and _statuses(store) == dict.fromkeys(runs, "interrupted")

@@ -1,18 +1,20 @@
 """One run's lifecycle in the results store, the same for every runner (bench, ttft, cache lab, session).
 
 A :class:`Recording` is the ``runs`` row of one ``xover bench`` / ``ttft`` / ``cache`` / ``session``
-invocation (or study stage) and the failures and artifacts stored under it::
+invocation (or study stage), one row per engine it ran, and the failures and artifacts stored under it::
 
     with Recording(store, "ttft", command, binaries=binaries, model=model, on_event=on_event) as rec:
         ...  # rec.ensure(props=...) / rec.fail(config, failure) / rec.artifact(name, body)
-    rec.run_id  # the outcome's run
+    rec.run_id  # the outcome's run (the first, where its configurations ran on two engines)
 
 * **Begun lazily**, at the first thing to store (:meth:`Recording.ensure`), so that its provenance
   carries the build identity the binaries report themselves: llama-bench's first JSON record, or a
   llama-server's ``/props`` ``build_info``; the build manifest's when a failure comes first.
 * **One run per engine.** A runner whose configurations run on two engines (mainline and ik_llama.cpp) begins a
   run for each, at the first thing it stores for a configuration of that engine, so that each run's provenance
-  names the binaries that produced its numbers. :attr:`Recording.run_id` is the first of them.
+  names the binaries that produced its numbers. :attr:`Recording.run_id` is the first of them. Whatever stores
+  something for a configuration passes its engine (``ensure``, ``artifact``); without one it goes to the first run.
+  Each run ends with its own status (below): a failure on one engine leaves the other's run ``done``.
 * **Failures** are stored the moment they happen, with their configuration (:meth:`Recording.fail`),
   and announced as :class:`xover.measure.events.ConfigFailed`.
 * **Ended** when the ``with`` block is left, with one meaning of its status:
