@@ -20,6 +20,9 @@ lease_init eng
 if [ -n "${STAGE:-}" ]; then ls -la /tmp/eng-stage; exit 0; fi  # parts carried for a job of this lease
 if [ ! -f $J/started ]; then
   cp out/xsrc/studies/h200-engines/study.toml $J/study.toml
+  # BUDGET=10min: what the lease leaves the study once the builds are done; rounds past the first 3 and the drift
+  # check start only if they end within it (a round cut by the lease's end is paired across machines: README)
+  if [ -n "${BUDGET:-}" ]; then sed -i "s/^budget = .*/budget = \"$BUDGET\"/" $J/study.toml; grep "^budget" $J/study.toml; fi
   S=out/xsrc/studies/h200-engines
   if [ -f $S/results.sqlite ]; then  # the study's own store: resume it
     cp $S/results.sqlite $ST/results.sqlite; [ -d $S/tune ] && cp -r $S/tune $ST/

@@ -87,3 +87,36 @@ def test_a_planted_difference_under_drift_is_named_with_its_interval(
     assert pair.separated == (-1,) and interval is not None and interval.high < 1
     assert interval.low < 0.85 < interval.high or abs(interval.ratio - 0.85) < 0.05  # the planted 15 %
     assert interval.describe("fast", "slow").startswith("fast faster than slow: fast takes 0.8")
+
+
+def test_the_budget_stops_added_rounds_and_the_drift_check(
+    tmp_path: Path, fake_bins: Binaries, tiny_model: Path
+) -> None:
+    """Past the study's rounds, another round is measured only where a question is open and the budget holds it; the
+    drift check likewise (a lease ended the H200 engines study mid-round: what runs past the budget can be cut). Two
+    identical configurations keep their question open, so only the budget stops them."""
+    epoch = time.time()
+    a, b = _config("a", PREFILL, DECODE, epoch), _config("b", PREFILL, DECODE, epoch)
+    events: list[StageEvent] = []
+
+    def stage(study: Path, budget_s: float | None) -> None:
+        spec = StudySpec(
+            configs=(a, b), model_preset="tiny-moe", lengths=(LENGTH,), response_tokens=(RESPONSE,), repetitions=1,
+            rounds=2, max_rounds=3, budget_s=budget_s,
+        )  # fmt: skip
+        st = Study(spec, tiny_model, fake_bins, study, frozenset(), ("test",), events.append)
+        assert stage_ttft(st, [("a", "b")]) == 0
+
+    stage(tmp_path / "tight", 0.01)  # any round's servers take longer than this
+    data = load(tmp_path / "tight")
+    assert sorted({s.round for _, s in data.cold_samples()}) == [1, 2] and not data.drift_samples()
+    said = [e.detail for e in events if e.status == "info"]
+    assert any(
+        d.startswith("round 3: not measured, the study's budget of 0 s would run out (open: a, b)") for d in said
+    )
+    assert "drift check: not measured, the study's budget of 0 s would run out" in said
+    events.clear()
+    stage(tmp_path / "ample", None)
+    data = load(tmp_path / "ample")
+    assert sorted({s.round for _, s in data.cold_samples()}) == [1, 2, 3]
+    assert [s.round for _, s in data.drift_samples()] == [-3]

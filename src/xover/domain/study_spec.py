@@ -43,7 +43,8 @@ class StudySpec:
     response_tokens: tuple[int, ...] = (200,)
     repetitions: int = 3  # cold TTFT samples per length in each round (each in a fresh server process)
     # Rounds of fresh server processes, in an order that alternates between rounds: at least ``rounds``; more, up to
-    # ``max_rounds``, where a verdict is still open (xover.analysis.rounds), while the study's ``budget_s`` lasts.
+    # ``max_rounds``, where a verdict is still open (xover.analysis.rounds), while the study's ``budget_s`` lasts
+    # (an added round, and the drift check after the last, start only if their last servers' time still fits).
     rounds: int = 3
     max_rounds: int = 8
     budget_s: float | None = None

@@ -85,6 +85,7 @@ class _Rounds:
         self.failures = 0
         self.done = 0
         self.failed: set[str] = set()  # configurations whose server failed: no more rounds in this run
+        self.walls: dict[str, float] = {}  # each configuration's last server, start to stop (s)
         # log level 4: the load log then names every buffer (CPU_Mapped, CUDA_Host, CPU_REPACK...) and its size
         self.verbosity = buffer_log_verbosity(st.binaries.server)
 
@@ -162,6 +163,7 @@ class _Rounds:
                     "cpu_steal": shares[1] if shares else None,
                 },
             )
+        self.walls[c.name] = wall
         return wall
 
 
@@ -228,8 +230,19 @@ def stage_ttft(st: Study, pairs: Sequence[tuple[str, str]]) -> int:
                 f"{', '.join(sorted(rounds.failed))}",
             )
         )
-    if last_measured and spec.configs[0].name not in rounds.failed:
-        _drift_check(st, rounds, last_measured)
+    first = spec.configs[0].name
+    if last_measured and first not in rounds.failed:
+        # what its last server took: a drift check past the budget would leave the lease or the user waiting
+        if spec.budget_s is not None and st.elapsed_s() + rounds.walls.get(first, 0.0) > spec.budget_s:
+            emit(
+                StageEvent(
+                    "ttft",
+                    "info",
+                    f"drift check: not measured, the study's budget of {spec.budget_s:.0f} s would run out",
+                )
+            )
+        else:
+            _drift_check(st, rounds, last_measured)
     return rounds.failures
 
 
