@@ -506,7 +506,10 @@ def test_managed_run_known_answers(tmp_path: Path, fake_bins: Binaries, tiny_mod
     # lower bounds on time are exact (a sleep is never shorter); upper ones leave room for a busy machine
     assert p.ttft_ns is not None and 100e6 <= p.ttft_ns.median < 250e6
     assert p.prefill_tps_server is not None and 8_000 < p.prefill_tps_server.median <= 20_000
-    assert p.decode_tps_client is not None and 150 < p.decode_tps_client.median <= 505
+    # the client's decode is timed from the first token's arrival: a first token read late on a busy machine shortens
+    # the 10 gaps of 2 ms it divides by, so it may exceed the fake's 500 t/s (530 seen on 2 loaded cores); the
+    # formula itself has its known answer in test_sample_metrics_known_answers
+    assert p.decode_tps_client is not None and 150 < p.decode_tps_client.median <= 650
     assert p.gap_ns is not None and 0 < p.gap_ns.median < 50e6
     assert (tmp_path / "logs" / "server-ncmoe=0-1.log").exists() and (
         tmp_path / "logs" / "server-ncmoe=2-1.log"
