@@ -300,6 +300,9 @@ def test_the_theory_reads_a_configuration_through_the_table() -> None:
     assert theory.offload_of(LlamaConfig("x", (("load-mode", "none"),))).pinned
     assert theory.offload_of(LlamaConfig("x", server_args=("--no-mmap",))).pinned
     assert theory.offload_of(LlamaConfig("x")) == theory.Offload()
+    # ik_llama.cpp loads its CPU experts into the GPU's pinned host buffer whatever the load mode (its log in the H200
+    # engines study: "buffer type overriden to CUDA_Host"), so op offload copies them at the pinned rate
+    assert theory.offload_of(LlamaConfig("x", engine="ik_llama.cpp")) == theory.Offload(pinned=True)
 
 
 @pytest.mark.skipif(not LLAMA_SRC.is_dir(), reason="the pinned llama.cpp tree is not checked out")

@@ -547,13 +547,15 @@ def config_labels(configs: Sequence[Offload]) -> list[str]:
 def offload_of(config: LlamaConfig) -> Offload:
     """The theory's view of a configuration, read through the option table: settings it does not give keep
     llama.cpp's defaults (op offload on, ubatch 512, mmap); ``--no-mmap`` passed through to llama-server pins
-    host weights as ``-lm none`` does."""
+    host weights as ``-lm none`` does, and an engine that always pins its CPU experts (ik_llama.cpp) pins them."""
     try:
         return Offload(
             n_cpu_moe=config.n_cpu_moe,
             op_offload=config.get(opts.NO_OP_OFFLOAD.name) != "1",
             ubatch=int(config.int_value(opts.UBATCH_SIZE.name) or opts.UBATCH_SIZE.default),
-            pinned=config.get(opts.LOAD_MODE.name) == "none" or "--no-mmap" in config.server_args,
+            pinned=config.get(opts.LOAD_MODE.name) == "none"
+            or "--no-mmap" in config.server_args
+            or opts.traits(config.engine).pins_cpu_experts,
             op_offload_min_batch=int(config.get(opts.OP_OFFLOAD_MIN_BATCH.name) or OP_OFFLOAD_MIN_BATCH),
         )
     except ValueError:

@@ -50,7 +50,11 @@ class EngineTraits:
     (ik_llama.cpp) needs no trait: :func:`xover.domain.sse.timings_from_json` derives it from the prompt's tokens
     less ``prompt_n`` wherever the field is absent. ``server_args``: flags xover always passes to the engine's
     llama-server (ik_llama.cpp's ``--log-disable``: without it every server writes a trace log, ``llama.log``, into
-    the working directory; its stderr, which xover reads, is unchanged). The build of each engine is its entry in
+    the working directory; its stderr, which xover reads, is unchanged). ``pins_cpu_experts``: on a GPU build the
+    experts ``-ncmoe`` (or an override to the CPU) keeps on the CPU are loaded into the GPU's pinned host buffer
+    whatever the load mode, so op offload copies them at the pinned rate (ik_llama.cpp's
+    ``src/llama-load-tensors.cpp`` gives them ``llama_default_buffer_type_cpu(true)``, logged ``buffer type overriden
+    to CUDA_Host``; mainline maps them from the file unless ``-lm none``). The build of each engine is its entry in
     :data:`xover.llamacpp.build.ENGINE_SOURCES`."""
 
     name: str
@@ -58,12 +62,18 @@ class EngineTraits:
     server_log_verbosity: bool = True
     bench_depth: bool = True
     server_args: tuple[str, ...] = ()
+    pins_cpu_experts: bool = False
 
 
 ENGINE_TRAITS: Mapping[str, EngineTraits] = {
     ENGINE: EngineTraits(ENGINE),
     IK_LLAMA: EngineTraits(
-        IK_LLAMA, server_fit=False, server_log_verbosity=False, bench_depth=False, server_args=("--log-disable",)
+        IK_LLAMA,
+        server_fit=False,
+        server_log_verbosity=False,
+        bench_depth=False,
+        server_args=("--log-disable",),
+        pins_cpu_experts=True,
     ),
 }
 
