@@ -167,6 +167,12 @@ class _Rounds:
         return wall
 
 
+def _overruns(st: Study, cost_s: float) -> bool:
+    """Whether something that takes ``cost_s`` (what it took last time), started now, would end past the study's
+    budget."""
+    return st.spec.budget_s is not None and st.elapsed_s() + cost_s > st.spec.budget_s
+
+
 def stage_ttft(st: Study, pairs: Sequence[tuple[str, str]]) -> int:
     """Cold TTFT in rounds of fresh servers (see the module's doc); ``pairs``: the pairs the study's verdicts answer
     (their open questions earn more rounds). Returns the failures."""
@@ -191,7 +197,7 @@ def stage_ttft(st: Study, pairs: Sequence[tuple[str, str]]) -> int:
             open_cached = open_questions(cached_inputs(data), pairs, response)
             if not open_ and not open_cached:
                 break
-            if spec.budget_s is not None and st.elapsed_s() + last_wall > spec.budget_s:
+            if _overruns(st, last_wall):
                 emit(
                     StageEvent(
                         "ttft",
@@ -233,7 +239,7 @@ def stage_ttft(st: Study, pairs: Sequence[tuple[str, str]]) -> int:
     first = spec.configs[0].name
     if last_measured and first not in rounds.failed:
         # what its last server took: a drift check past the budget would leave the lease or the user waiting
-        if spec.budget_s is not None and st.elapsed_s() + rounds.walls.get(first, 0.0) > spec.budget_s:
+        if _overruns(st, rounds.walls.get(first, 0.0)):
             emit(
                 StageEvent(
                     "ttft",

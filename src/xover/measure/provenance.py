@@ -66,9 +66,15 @@ def xover_version() -> str:
         return "unknown"
 
 
-def collect(binaries: Binaries | None, model: Path | None, build_info: dict[str, object] | None = None) -> Provenance:
+def collect(
+    binaries: Binaries | None,
+    model: Path | None,
+    build_info: dict[str, object] | None = None,
+    engine: str | None = None,
+) -> Provenance:
     """Provenance for a run. ``build_info`` comes from the binaries themselves (llama-bench's JSON
-    record or llama-server's /props) and overrides what the build manifest says."""
+    record or llama-server's /props) and overrides what the build manifest says; ``engine`` names the engine where
+    its binaries could not be found (default: the binaries' own)."""
     manifest = binaries.manifest if binaries else None
     info = build_info or {}
     commit = info.get("build_commit") or (manifest.commit[:7] if manifest else None)
@@ -88,7 +94,7 @@ def collect(binaries: Binaries | None, model: Path | None, build_info: dict[str,
         xover_version=xover_version(),
         model=model_id(model) if model else None,
         extra=_machine_load() + _vram_budget() + _rpc_workers(),
-        llama_engine=binaries.engine if binaries else None,
+        llama_engine=binaries.engine if binaries else engine,
     )
 
 

@@ -35,7 +35,6 @@ and another measured was ``done``), and ``interrupted`` only on Ctrl-C (another 
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
@@ -119,9 +118,8 @@ class Recording:
                     binaries = binaries.for_engine(engine)
                 except XoverError:  # that engine has no build here: its failure is stored, without a build
                     binaries = None
-            prov = collect(binaries, self.model, build_info=dict(build_info) if build_info else None)
-            if self.binaries is not None and engine:  # a server at --url: its engine is not known here
-                prov = dataclasses.replace(prov, llama_engine=engine)
+            known = engine if self.binaries is not None and engine else None  # a server at --url: not known here
+            prov = collect(binaries, self.model, build_info=dict(build_info) if build_info else None, engine=known)
             if prov.model is not None:
                 self.model_key = prov.model.key
             elif props:  # a server at --url with no model file here

@@ -34,13 +34,14 @@ def evidence_line(data: StudyData) -> str | None:
         return None
     if not data.in_rounds:
         return LEGACY
-    per_config: dict[str, set[int]] = {}
+    rounds_of: dict[str, set[int]] = {}
     for label, s in data.cold_samples():
-        per_config.setdefault(label, set()).update([s.round] if s.round and s.round > 0 else [])
-    counts = sorted(len(r) for r in per_config.values() if r)
+        if s.round and s.round > 0:
+            rounds_of.setdefault(label, set()).add(s.round)
+    counts = sorted({len(r) for r in rounds_of.values()})
     n = max((s.round or 0) for _, s in data.cold_samples())
     # a lease that ended mid-round leaves the configurations with different counts: say so
-    rounds = f"{n} round{'s' if n != 1 else ''}" if len(set(counts)) < 2 else f"{counts[0]}-{counts[-1]} rounds each"
+    rounds = f"{n} round{'s' if n != 1 else ''}" if len(counts) < 2 else f"{counts[0]}-{counts[-1]} rounds each"
     return (
         f"Measured in rounds of fresh servers ({rounds}, the order alternating between "
         "rounds): a configuration is faster only where the 95% interval of its total time per turn over the other's, "
