@@ -399,3 +399,36 @@ def test_which_to_run_names_each_kind_of_works_winner_and_the_ties_the_rounds_ca
         "new tokens B."
     )
     assert work_line([cold_a, cold_b], [cached_b], 100, 16384) is None  # one configuration: nothing to choose
+
+
+def test_the_fastest_is_told_with_every_configuration_the_rounds_cannot_part_from_it() -> None:
+    """Known answer, three rounds each, decode 100 t/s (100-token responses add 1 s a turn). At 1K A leads (1.50 s a
+    turn); B (1.80 s) is slower in every round by the same margin, so the paired interval calls it; C (2.00 s) swings
+    round to round (1.40-2.60 s), so its interval against A holds 1. Comparing A with the next by median alone
+    would name A the winner; C is within the noise of A, and B, between them by median, is named as slower. At 2K
+    A leads clearly (B and C are both steady and slower)."""
+    from xover.analysis.cached import work_line
+    from xover.analysis.crossover import Winner, winners
+
+    def cfg(label: str, ttft: dict[int, tuple[float, float, float]]) -> ConfigData:
+        rounds = {n: {r + 1: (t, 100.0) for r, t in enumerate(ts)} for n, ts in ttft.items()}
+        return ConfigData(label, {n: list(ts) for n, ts in ttft.items()}, {n: [100.0] for n in ttft}, rounds=rounds)
+
+    a = cfg("A", {1024: (0.50, 0.40, 0.60), 2048: (1.00, 1.01, 1.02)})
+    b = cfg("B", {1024: (0.80, 0.70, 0.90), 2048: (2.00, 2.02, 2.01)})
+    c = cfg("C", {1024: (1.00, 1.60, 0.40), 2048: (3.00, 3.05, 3.02)})
+    line = fastest([a, b, c], 100)
+    assert line == (
+        "Fastest total time per turn (100-token responses): 1K A and C indistinguishable here (1.50 s against 2.00 s,"
+        " 3 rounds; B, at 1.80 s, is slower than A); 2K A (2.01 s; next B, 1.50x)."
+    )
+    assert winners([a, b, c], 100) == {1024: Winner("A", ("C",)), 2048: Winner("A")}
+    assert work_line([a, b, c], [a, b, c], 100, 16384) == (
+        "Which to run for which kind of work (100-token responses): cold prompts: 1K A or C (indistinguishable here),"
+        " 2K A; cached turns on a 16K-token context: 1K new tokens A or C (indistinguishable here), 2K new tokens A."
+    )
+    # three that the rounds cannot part: all named, in the order of their medians, the totals listed alike
+    d = cfg("D", {1024: (0.70, 0.30, 0.90), 2048: (1.5, 0.5, 1.2)})
+    three = fastest([a, c, d], 100)
+    assert three is not None and "1K A, D and C indistinguishable here (1.50, 1.70 and 2.00 s, 3 rounds)" in three
+    assert winners([a, c, d], 100)[1024] == Winner("A", ("C", "D"))

@@ -97,18 +97,10 @@ STUDIES = (
         "../study.toml",
         ("llama.cpp: 18 cold TTFT samples and cached turns", "ik_llama.cpp: 18 cold TTFT samples and cached turns"),
     ),
-    # lease d measured 2 whole rounds; its round 3's one server is stored as a drift check (repair-store.py): the
-    # next lease measures round 3 whole, on one machine
-    (
-        "h200-engines",
-        "study.toml",
-        (
-            "llama.cpp: 6 cold TTFT samples and cached turns",
-            "ik_llama.cpp: 6 cold TTFT samples and cached turns",
-            "llama.cpp tuned: 6 cold TTFT samples and cached turns",
-            "ik_llama.cpp tuned: 6 cold TTFT samples and cached turns",
-        ),
-    ),
+    # lease d measured rounds 1 and 2, lease e rounds 3 and 4 (4 where a pair was still open) and the drift check
+    ("h200-engines", "study.toml", ()),
+    # lease e's rerun: the same checks and tuning, rounds 1-3 measured afresh in a store of their own
+    ("h200-engines/rerun-2026-12-03e", "../study.toml", ()),
 )
 
 
@@ -134,7 +126,7 @@ def test_a_committed_study_resumes_without_measuring_again(
 
 
 REPORTS = ("h200-16gib-qwen3-30b-a3b", "h200-gpt-oss-120b-budgets/g24", "h200-gpt-oss-120b-budgets/g32",
-           "h200-qwen3-30b-a3b", "h200-smoke", "h200-engines")  # fmt: skip
+           "h200-qwen3-30b-a3b", "h200-smoke", "h200-engines", "h200-engines/rerun-2026-12-03e")  # fmt: skip
 
 
 @pytest.mark.parametrize("study", REPORTS)

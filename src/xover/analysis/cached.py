@@ -81,8 +81,8 @@ def _runs(best: dict[int, Winner], unit: str) -> str:
     parts = []
     for lengths, w in groups:
         span = _k(lengths[0]) if len(lengths) == 1 else f"{_k(lengths[0])}-{_k(lengths[-1])}"
-        if w.tie:
-            who = f"{w.best} or {w.tie} (indistinguishable here)"
+        if w.ties:
+            who = f"{', '.join([w.best, *w.ties[:-1]])} or {w.ties[-1]} (indistinguishable here)"
         else:
             who = f"{w.best} (the only one placed for it)" if w.alone else w.best
         parts.append(f"{span}{unit} {who}")

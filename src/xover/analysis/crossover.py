@@ -674,18 +674,27 @@ def swapped(pair: PairResult) -> PairResult:
 
 @dataclasses.dataclass(frozen=True)
 class Winner:
-    """The answer at one length: the fastest configuration; ``tie``, the next one where the noise cannot part them;
-    ``alone``, where no other configuration measured the length (its placement alone holds it)."""
+    """The answer at one length: the fastest configuration; ``ties``, every other one the noise cannot part from it
+    (each compared with the fastest, not only the next by median: a third can be within the noise of the first where
+    the second is clearly slower); ``alone``, where no other configuration measured the length (its placement alone
+    holds it). A tie has no order: ``best`` and ``ties`` are then in alphabetical order."""
 
     best: str
-    tie: str | None = None
+    ties: tuple[str, ...] = ()
     alone: bool = False
 
 
+def _ties(
+    best: str, ranked: Sequence[str], by_label: Mapping[str, ConfigData], length: int, response: int
+) -> list[str]:
+    """Those of ``ranked`` (by median total, ``best`` first) within the noise of ``best`` at ``length``."""
+    return [other for other in ranked[1:] if separation(by_label[best], by_label[other], length, response) == 0]
+
+
 def winners(configs: Sequence[ConfigData], response: int) -> dict[int, Winner]:
-    """Per length any of ``configs`` measured: the fastest there (median total), with the next fastest where the
-    difference is within the noise (:func:`separation`: rounds of fresh processes, or overlapping ranges before
-    rounds)."""
+    """Per length any of ``configs`` measured: the fastest there (median total), with every other configuration
+    whose difference from it is within the noise (:func:`separation`: rounds of fresh processes, or overlapping
+    ranges before rounds)."""
     out: dict[int, Winner] = {}
     totals = {c.label: measured_totals(c, response) for c in configs}
     by_label = {c.label: c for c in configs}
@@ -693,9 +702,11 @@ def winners(configs: Sequence[ConfigData], response: int) -> dict[int, Winner]:
         ranked = sorted((label for label in totals if L in totals[label]), key=lambda label: totals[label][L])
         if len(ranked) == 1:
             out[L] = Winner(ranked[0], alone=True)
-        elif separation(by_label[ranked[0]], by_label[ranked[1]], L, response) == 0:
-            a, b = sorted(ranked[:2])  # a tie has no order: the same pair reads the same at every length
-            out[L] = Winner(a, b)
+            continue
+        tied = _ties(ranked[0], ranked, by_label, L, response)
+        if tied:
+            first, *rest = sorted([ranked[0], *tied])  # the same set reads the same at every length
+            out[L] = Winner(first, tuple(rest))
         else:
             out[L] = Winner(ranked[0])
     return out
@@ -703,8 +714,9 @@ def winners(configs: Sequence[ConfigData], response: int) -> dict[int, Winner]:
 
 def fastest(configs: Sequence[ConfigData], response: int) -> str | None:
     """The fastest configuration at each measured length (median total), for studies of three or more. Measured in
-    rounds, the fastest is named only where it is clearly faster than the next (:func:`separation`); otherwise the
-    two are told as indistinguishable."""
+    rounds, the fastest is named alone only where it is clearly faster than every other (:func:`separation`, each
+    against the fastest); otherwise it is told with every one the rounds cannot part from it, and a configuration
+    between them by median that the rounds do call slower is named as such."""
     if len(configs) < 3:
         return None
     by_label = {c.label: c for c in configs}
@@ -715,16 +727,22 @@ def fastest(configs: Sequence[ConfigData], response: int) -> str | None:
     parts = []
     for L in lengths:
         ranked = sorted(totals, key=lambda label: totals[label][L])
-        best, second = ranked[0], ranked[1]
-        if by_label[best].rounds.get(L) and by_label[second].rounds.get(L):
-            r = round_interval(by_label[best], by_label[second], L, response)
-            if r is None or not r.decided:
-                n = f"{r.n} rounds" if r is not None else "too few rounds"
-                parts.append(
-                    f"{_k(L)} {best} and {second} indistinguishable here ({totals[best][L]:.2f} s against "
-                    f"{totals[second][L]:.2f} s, {n})"
-                )
-                continue
+        best = ranked[0]
+        in_rounds = [label for label in ranked[1:] if by_label[best].rounds.get(L) and by_label[label].rounds.get(L)]
+        tied = _ties(best, [best, *in_rounds], by_label, L, response)
+        if tied:  # every configuration the rounds cannot part from the fastest, in the order of their medians
+            ns = sorted({r.n for t in tied if (r := round_interval(by_label[best], by_label[t], L, response))})
+            n = "too few rounds" if not ns else f"{ns[0]} rounds" if len(ns) == 1 else f"{ns[0]}-{ns[-1]} rounds"
+            who = " and ".join([", ".join([best, *tied[:-1]]), tied[-1]])
+            ts = [f"{totals[t][L]:.2f}" for t in [best, *tied]]
+            against = f"{ts[0]} s against {ts[1]} s" if len(ts) == 2 else f"{', '.join(ts[:-1])} and {ts[-1]} s"
+            # a configuration between them by median that the rounds do call slower than the fastest (the noise
+            # differs pair by pair): named, or the reader takes it for one of the tied
+            between = [x for x in ranked[1:] if x not in tied and totals[x][L] < totals[tied[-1]][L]]
+            called = "".join(f"; {x}, at {totals[x][L]:.2f} s, is slower than {best}" for x in between)
+            parts.append(f"{_k(L)} {who} indistinguishable here ({against}, {n}{called})")
+            continue
+        second = ranked[1]
         parts.append(
             f"{_k(L)} {best} ({totals[best][L]:.2f} s; next {second}, {totals[second][L] / totals[best][L]:.2f}x)"
         )
