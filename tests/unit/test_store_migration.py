@@ -145,3 +145,41 @@ def test_the_committed_stores_are_of_this_schema() -> None:
             version = db.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
             kinds = {k for (k,) in db.execute("SELECT kind FROM configs")}
         assert version == (str(SCHEMA_VERSION),) and kinds <= {"llama"}, path
+
+
+def test_the_engines_rerun_reverses_no_call() -> None:
+    """The H200 engines study and its rerun in the same lease (rerun-2026-12-03e: the same checks and tuning, the
+    rounds measured afresh in a store of its own) call every pair of configurations at every length, cold and on
+    cached turns, by the same rule the report uses. A pair one store calls and the other calls the other way would
+    be a winner a rerun reverses. The README's account: of 36 comparisons, 18 called alike, 15 indistinguishable in
+    both, 3 called in one store only, none reversed."""
+    from itertools import combinations
+
+    from xover.analysis.crossover import separation
+    from xover.results.read_model import cached_inputs, crossover_inputs
+
+    def calls(study: str) -> dict[tuple[str, str, str, int], int]:
+        data = load(ROOT / "studies" / study)
+        out = {}
+        for kind, configs in (("cold", crossover_inputs(data)), ("cached", cached_inputs(data))):
+            by = {c.label: c for c in configs}
+            for a, b in combinations(sorted(by), 2):
+                for n in sorted(set(by[a].ttft_s) & set(by[b].ttft_s)):
+                    out[(kind, a, b, n)] = separation(by[a], by[b], n, 200)
+        return out
+
+    first, rerun = calls("h200-engines"), calls("h200-engines/rerun-2026-12-03e")
+    assert first.keys() == rerun.keys() and len(first) == 36
+    assert not [k for k in first if first[k] * rerun[k] == -1]  # reversed
+    assert sum(first[k] == rerun[k] != 0 for k in first) == 18
+    assert sum(first[k] == rerun[k] == 0 for k in first) == 15
+    one_sided = {k for k in first if first[k] != rerun[k]}
+    assert one_sided == {
+        ("cached", "ik_llama.cpp", "ik_llama.cpp tuned", 512),  # the rerun calls ik's defaults faster
+        ("cold", "ik_llama.cpp", "llama.cpp tuned", 4096),  # the rerun calls mainline tuned faster
+        ("cold", "llama.cpp", "llama.cpp tuned", 1024),  # the first store calls mainline tuned faster
+    }
+    # the headline calls, alike in both: ik's defaults beat mainline's at every length, the tuned pair is not parted
+    for store in (first, rerun):
+        assert all(store[("cold", "ik_llama.cpp", "llama.cpp", n)] == -1 for n in (1024, 4096, 16384, 32768))
+        assert all(store[("cold", "ik_llama.cpp tuned", "llama.cpp tuned", n)] == 0 for n in (1024, 4096, 16384, 32768))
