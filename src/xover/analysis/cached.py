@@ -91,7 +91,7 @@ def _runs(best: dict[int, Winner], unit: str) -> str:
 
 def work_line(cold: Sequence[ConfigData], cached: Sequence[ConfigData], response: int, depth: int) -> str | None:
     """Which configuration to run for which kind of work: per cold prompt length and per cached turn's new tokens,
-    the fastest measured there, or the two the noise cannot part. None unless two or more configurations measured
+    the fastest measured there, with every one the noise cannot part from it. None unless two or more configurations measured
     cached turns (a cached answer needs a comparison)."""
     if len(cached) < 2:
         return None

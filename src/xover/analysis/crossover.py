@@ -738,7 +738,13 @@ def fastest(configs: Sequence[ConfigData], response: int) -> str | None:
             against = f"{ts[0]} s against {ts[1]} s" if len(ts) == 2 else f"{', '.join(ts[:-1])} and {ts[-1]} s"
             # a configuration between them by median that the rounds do call slower than the fastest (the noise
             # differs pair by pair): named, or the reader takes it for one of the tied
-            between = [x for x in ranked[1:] if x not in tied and totals[x][L] < totals[tied[-1]][L]]
+            between = [
+                x
+                for x in in_rounds
+                if x not in tied
+                and totals[x][L] < totals[tied[-1]][L]
+                and separation(by_label[best], by_label[x], L, response) == -1
+            ]
             called = "".join(f"; {x}, at {totals[x][L]:.2f} s, is slower than {best}" for x in between)
             parts.append(f"{_k(L)} {who} indistinguishable here ({against}, {n}{called})")
             continue

@@ -5,7 +5,7 @@ then ``repetitions`` cold requests at each prompt length (each proven cold: ``ca
 configurations alternates between rounds (:func:`xover.analysis.rounds.order`), so slow drift of the machine falls
 on every configuration alike. After the study's ``rounds``, rounds are added only for the configurations of a
 question still open (a verdict pair whose ratio's interval straddles 1 at some length, or a fastest configuration
-not yet separated from the next), up to ``max-rounds`` and while the study's ``budget`` lasts. At the end the first
+not yet separated from another), up to ``max-rounds`` and while the study's ``budget`` lasts. At the end the first
 configuration is measured once more in a fresh server (a drift check: its samples are kept apart, round ``-R``),
 so the report can say when the machine moved during the stage.
 
@@ -45,8 +45,9 @@ def open_questions(
 ) -> dict[str, set[int]]:
     """The configurations a decision still waits on, each with the prompt lengths it waits on: both sides of a pair
     whose ratio's interval straddles 1 at a length both measured in rounds, and, with three or more configurations,
-    the fastest and the next at a length where they are not yet separated. Configurations measured before rounds
-    open no question."""
+    the fastest and every other not yet separated from it at a length (not only the next by median: a third can be
+    within the noise of the fastest where the second is called slower). Configurations measured before rounds open
+    no question."""
     by_label = {c.label: c for c in configs}
     out: dict[str, set[int]] = {}
 
@@ -69,9 +70,10 @@ def open_questions(
     if len(configs) >= 3:
         totals = {c.label: measured_totals(c, response) for c in configs}
         for L in set.intersection(*(set(t) for t in totals.values())):
-            best, second = sorted(totals, key=lambda label: totals[label][L])[:2]
-            if undecided(by_label[best], by_label[second], L):
-                add((best, second), L)
+            best, *others = sorted(totals, key=lambda label: totals[label][L])
+            for other in others:  # every one the lead line names beside the fastest, not only the next by median
+                if undecided(by_label[best], by_label[other], L):
+                    add((best, other), L)
     return out
 
 
