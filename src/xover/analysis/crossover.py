@@ -684,13 +684,6 @@ class Winner:
     alone: bool = False
 
 
-def _ties(
-    best: str, ranked: Sequence[str], by_label: Mapping[str, ConfigData], length: int, response: int
-) -> list[str]:
-    """Those of ``ranked`` (by median total, ``best`` first) within the noise of ``best`` at ``length``."""
-    return [other for other in ranked[1:] if separation(by_label[best], by_label[other], length, response) == 0]
-
-
 def winners(configs: Sequence[ConfigData], response: int) -> dict[int, Winner]:
     """Per length any of ``configs`` measured: the fastest there (median total), with every other configuration
     whose difference from it is within the noise (:func:`separation`: rounds of fresh processes, or overlapping
@@ -703,7 +696,7 @@ def winners(configs: Sequence[ConfigData], response: int) -> dict[int, Winner]:
         if len(ranked) == 1:
             out[L] = Winner(ranked[0], alone=True)
             continue
-        tied = _ties(ranked[0], ranked, by_label, L, response)
+        tied = [x for x in ranked[1:] if separation(by_label[ranked[0]], by_label[x], L, response) == 0]
         if tied:
             first, *rest = sorted([ranked[0], *tied])  # the same set reads the same at every length
             out[L] = Winner(first, tuple(rest))
@@ -728,10 +721,15 @@ def fastest(configs: Sequence[ConfigData], response: int) -> str | None:
     for L in lengths:
         ranked = sorted(totals, key=lambda label: totals[label][L])
         best = ranked[0]
-        in_rounds = [label for label in ranked[1:] if by_label[best].rounds.get(L) and by_label[label].rounds.get(L)]
-        tied = _ties(best, [best, *in_rounds], by_label, L, response)
+        # each paired against the fastest once (the rule :func:`separation` applies to rounds), by median order
+        paired = {
+            x: round_interval(by_label[best], by_label[x], L, response)
+            for x in ranked[1:]
+            if by_label[best].rounds.get(L) and by_label[x].rounds.get(L)
+        }
+        tied = [x for x, r in paired.items() if r is None or r.sign == 0]
         if tied:  # every configuration the rounds cannot part from the fastest, in the order of their medians
-            ns = sorted({r.n for t in tied if (r := round_interval(by_label[best], by_label[t], L, response))})
+            ns = sorted({r.n for x in tied if (r := paired[x]) is not None})
             n = "too few rounds" if not ns else f"{ns[0]} rounds" if len(ns) == 1 else f"{ns[0]}-{ns[-1]} rounds"
             who = " and ".join([", ".join([best, *tied[:-1]]), tied[-1]])
             ts = [f"{totals[t][L]:.2f}" for t in [best, *tied]]
@@ -739,11 +737,7 @@ def fastest(configs: Sequence[ConfigData], response: int) -> str | None:
             # a configuration between them by median that the rounds do call slower than the fastest (the noise
             # differs pair by pair): named, or the reader takes it for one of the tied
             between = [
-                x
-                for x in in_rounds
-                if x not in tied
-                and totals[x][L] < totals[tied[-1]][L]
-                and separation(by_label[best], by_label[x], L, response) == -1
+                x for x, r in paired.items() if r is not None and r.sign == -1 and totals[x][L] < totals[tied[-1]][L]
             ]
             called = "".join(f"; {x}, at {totals[x][L]:.2f} s, is slower than {best}" for x in between)
             parts.append(f"{_k(L)} {who} indistinguishable here ({against}, {n}{called})")
