@@ -131,14 +131,16 @@ def test_each_engines_folder_is_given_on_the_command_line_and_a_wrong_one_is_a_o
 
     ik_dir = fake_bins.bin_dir
     b = resolve_chosen({"llama.cpp": fake_bins.bin_dir, "ik_llama.cpp": ik_dir})
-    ik = b.for_engine("ik_llama.cpp")
+    ik = b.for_build("ik_llama.cpp")
     assert ik.engine == "ik_llama.cpp" and ik.bin_dir == ik_dir and ik.source == "--llama-bin-dir"
-    assert ik.for_engine("llama.cpp").bin_dir == fake_bins.bin_dir  # and back, the chosen folders kept
+    assert ik.for_build("llama.cpp").bin_dir == fake_bins.bin_dir  # and back, the chosen folders kept
     spec = tmp_path / "s.toml"
     spec.write_text('[model]\npreset = "tiny-moe"\n[[config]]\nname = "a"\n')
     study = ("study", str(spec), "-o", str(tmp_path / "o"), "--llama-bin-dir")
     one_line_error(
-        run_xover(*study, "vllm=/x"), "'vllm' is no engine: use llama.cpp or ik_llama.cpp=DIR, or a bare DIR"
+        run_xover(*study, "vllm=/x"),
+        "'vllm' names no build: use an engine (llama.cpp, ik_llama.cpp), a backend (cpu, cuda, vulkan, hip, metal) or "
+        "ENGINE:BACKEND, or a bare DIR",
     )
     one_line_error(
         run_xover(*study, f"ik_llama.cpp={tmp_path}"),

@@ -310,8 +310,11 @@ def test_spellings_are_llama_cpps() -> None:
     bench_src = (LLAMA_SRC / "tools" / "llama-bench" / "llama-bench.cpp").read_text()
     server_src = (LLAMA_SRC / "common" / "arg.cpp").read_text()
     for option in (o.for_engine(opts.ENGINE) for o in opts.OPTIONS if opts.ENGINE in o.engines):
-        if option.env:
-            assert f'"{option.name}"' in (LLAMA_SRC / "ggml" / "src" / "ggml-cuda" / "ggml-cuda.cu").read_text()
+        if option.env:  # read by the ggml of every backend it names (getenv("NAME"))
+            for backend in option.backends or ("cuda",):
+                folder = LLAMA_SRC / "ggml" / "src" / f"ggml-{'cuda' if backend == 'hip' else backend}"
+                text = "".join(p.read_text() for p in folder.glob("*.[cm]*") if p.is_file())
+                assert f'getenv("{option.name}")' in text, (option.name, backend)
             continue
         for spelling in option.bench:
             assert f'arg == "{spelling}"' in bench_src, spelling

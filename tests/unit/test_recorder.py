@@ -40,9 +40,9 @@ def test_each_engine_gets_its_own_run_naming_its_build(tmp_path: Path) -> None:
     with Store(tmp_path / "st") as store:
         with Recording(store, "ttft", ["xover"], binaries=binaries, model=None) as rec:
             ik_run = rec.server_props(ik, {"build_info": "b0-ik"}, {})
-            main_run = rec.ensure(engine="llama.cpp")
+            main_run = rec.ensure(build=("llama.cpp", None))
             rec.fail(mainline, Failure(mainline.key, "ttft", "L=1024", "out of memory"))
-            assert rec.ensure(engine=IK) == ik_run and rec.ensure() == ik_run == rec.run_id  # the first run begun
+            assert rec.ensure(build=(IK, None)) == ik_run and rec.ensure() == ik_run == rec.run_id  # the first run begun
         ik_prov, main_prov = store.provenance(ik_run), store.provenance(main_run)
         assert (ik_prov.llama_engine, ik_prov.llama_bin_dir) == (IK, str(ik_dir))
         assert (main_prov.llama_engine, main_prov.llama_bin_dir) == ("llama.cpp", str(tmp_path.resolve() / "main/bin"))
@@ -56,8 +56,8 @@ def test_one_engine_is_one_run_as_before(tmp_path: Path) -> None:
     config = LlamaConfig("m", (("threads", "1"),))
     with Store(tmp_path / "st") as store:
         with Recording(store, "bench", ["xover"], binaries=binaries, model=None) as rec:
-            first = rec.ensure({"build_commit": "0c1e570", "build_number": 1}, engine="llama.cpp")
-            rec.artifact("memory", {"config_key": config.key}, engine=config.engine)
+            first = rec.ensure({"build_commit": "0c1e570", "build_number": 1}, build=("llama.cpp", None))
+            rec.artifact("memory", {"config_key": config.key}, build=config.build)
             rec.fail(config, Failure(config.key, "bench", "pp512", "exit 1"))
         assert _statuses(store) == {first: "failed"}
         prov = store.provenance(first)
@@ -90,7 +90,7 @@ def test_an_exception_ends_every_engine_run_interrupted(tmp_path: Path) -> None:
     with Store(tmp_path / "st") as store:
         try:
             with Recording(store, "ttft", ["xover"], binaries=binaries, model=None) as rec:
-                runs = {rec.ensure(engine="llama.cpp"), rec.ensure(engine=IK)}
+                runs = {rec.ensure(build=("llama.cpp", None)), rec.ensure(build=(IK, None))}
                 raise KeyboardInterrupt
         except KeyboardInterrupt:
             pass

@@ -32,7 +32,9 @@ def _engine_option(default: str | None, help: str) -> Any:
     type=click.Choice(["cpu", "cuda", "hip", "vulkan", "metal"]),
     default="cpu",
     show_default=True,
-    help="ggml backend to build.",
+    help="ggml backend to build (a build is engine + backend; each is cached beside the others, and a [[config]] "
+    "with backend = '...' runs on it). vulkan needs glslc, libvulkan-dev and spirv-headers (Debian's packages); hip "
+    "needs ROCm (hipcc, hipBLAS, rocBLAS; pass --cmake-arg=-DGPU_TARGETS=gfx1100 for your card).",
 )
 @click.option(
     "--cmake-arg",
@@ -62,6 +64,7 @@ def build(engine: str, backend: str, cmake_args: tuple[str, ...], source: Path |
       xover llama build                          # mainline llama.cpp for the CPU
       xover llama build --backend cuda --cmake-arg=-DCMAKE_CUDA_ARCHITECTURES=90
       xover llama build --engine ik_llama.cpp    # ik_llama.cpp beside it, for [[config]] engine = "ik_llama.cpp"
+      xover llama build --backend vulkan         # mainline's Vulkan build, for [[config]] backend = "vulkan"
     """
     from xover.llamacpp import build as b
 
@@ -91,6 +94,7 @@ def which(llama_bin_dir: Path | None, engine: str | None) -> None:
     from xover.domain.llama_options import ENGINE, ENGINES
     from xover.errors import XoverError
     from xover.llamacpp.binaries import resolve
+    from xover.llamacpp.build import cached_builds
 
     for name in (engine,) if engine is not None else ENGINES:
         given = llama_bin_dir if name == (engine or ENGINE) else None
@@ -101,3 +105,8 @@ def which(llama_bin_dir: Path | None, engine: str | None) -> None:
             if engine is not None or name == ENGINE:
                 raise
             click.echo(f"not built: {e}")
+    builds = [m for m in cached_builds(engine=None) if engine is None or m.engine == engine]
+    if builds:
+        click.echo("\nxover's builds (a [[config]] names one by engine and backend):")
+        for m in builds:
+            click.echo(f"  {m.engine:<13} {m.backend:<7} {m.commit[:7]}  {m.bin_dir}")

@@ -27,34 +27,36 @@ def llama_bin_dir(tools: str = "llama-server") -> Callable[[F], F]:
 
 
 def engine_bin_dirs(tools: str = "llama-bench and llama-server") -> Callable[[F], F]:
-    """``--llama-bin-dir [ENGINE=]DIR``, once per engine: where each engine's ``tools`` come from (a bare folder is
-    mainline llama.cpp's). The value is a dict engine -> folder."""
-    from xover.domain.llama_options import ENGINE, ENGINES
+    """``--llama-bin-dir [BUILD=]DIR``, once per build: where each build's ``tools`` come from (a bare folder is
+    mainline llama.cpp's default build; a build is an engine, a backend, or ENGINE:BACKEND). The value is a dict
+    build name -> folder."""
     from xover.errors import XoverError
+    from xover.llamacpp.binaries import parse_build_name
 
     def parse(ctx: click.Context, param: click.Parameter, values: tuple[str, ...]) -> dict[str, Path]:
         dirs: dict[str, Path] = {}
         for value in values:
-            engine, sep, folder = value.partition("=")
+            build, sep, folder = value.partition("=")
             if not sep:
-                engine, folder = ENGINE, value
-            if engine not in ENGINES:
-                raise XoverError(
-                    f"--llama-bin-dir {value}: {engine!r} is no engine: use {' or '.join(ENGINES)}=DIR, or a bare DIR"
-                )
-            if engine in dirs:
-                raise XoverError(f"--llama-bin-dir: {engine} is given twice: keep one folder per engine")
-            dirs[engine] = Path(folder)
+                build, folder = "llama.cpp", value
+            try:
+                parse_build_name(build)
+            except XoverError as e:
+                raise XoverError(f"--llama-bin-dir {value}: {e}, or a bare DIR") from None
+            if build in dirs:
+                raise XoverError(f"--llama-bin-dir: {build} is given twice: keep one folder per build")
+            dirs[build] = Path(folder)
         return dirs
 
     return click.option(
         "--llama-bin-dir",
         "llama_bin_dirs",
-        metavar="[ENGINE=]DIR",
+        metavar="[BUILD=]DIR",
         multiple=True,
         callback=parse,
-        help=f"Folder with {tools}, once per engine: a bare DIR is mainline llama.cpp's, ik_llama.cpp=DIR is "
-        "ik_llama.cpp's [default: see `xover llama which`].",
+        help=f"Folder with {tools}, once per build: a bare DIR is mainline llama.cpp's, ik_llama.cpp=DIR "
+        "ik_llama.cpp's, vulkan=DIR (or llama.cpp:vulkan=DIR) mainline's Vulkan build, hip=./build-hip/bin your own "
+        "HIP build; a [[config]] with backend = '...' runs on its backend's [default: see `xover llama which`].",
     )
 
 

@@ -49,12 +49,15 @@ class LlamaConfig:
     one's threads; None: the CPUs shared out); until they run it has no ``rpc`` setting and cannot be measured
     (:meth:`with_rpc`). ``max_context``: the context it is placed for (a resolved ``fit@L`` level); its servers
     get this ``-c`` and prompts longer than it holds are not measured on it. ``url``: a llama-server someone else
-    started, whose settings xover does not know.
+    started, whose settings xover does not know. ``backend``: the ggml backend of the build it runs on
+    (``cuda``, ``vulkan``...; :data:`xover.domain.llama_options.BACKENDS`); None: its engine's default build,
+    whichever backend that has. Engine and backend together name its build (:attr:`build`).
     """
 
     name: str
     settings: tuple[tuple[str, str], ...] = ()
     engine: str = opts.ENGINE
+    backend: str | None = None
     env: tuple[tuple[str, str], ...] = ()
     bench_args: tuple[str, ...] = ()
     server_args: tuple[str, ...] = ()
@@ -67,6 +70,7 @@ class LlamaConfig:
         object.__setattr__(self, "settings", _canonical(self.settings))
         object.__setattr__(self, "env", tuple(sorted(dict(self.env).items())))
         opts.check_engine(self.engine, self.settings, f"[[config]] {self.name!r}")
+        opts.check_backend(self.backend, self.settings, f"[[config]] {self.name!r}")
 
     # ---- what it asks ------------------------------------------------------------------------------
 
@@ -89,6 +93,11 @@ class LlamaConfig:
                 f"{self.name}: its n-cpu-moe = {value!r} is not placed yet (the study resolves fit levels)"
             )
         return int(value or 0)
+
+    @property
+    def build(self) -> tuple[str, str | None]:
+        """The build it runs on: (engine, backend), the backend None for the engine's default build."""
+        return (self.engine, self.backend)
 
     @property
     def fit_request(self) -> int | bool | None:
@@ -137,8 +146,8 @@ class LlamaConfig:
     # ---- identity ------------------------------------------------------------------------------------
 
     def identity(self) -> dict[str, Any]:
-        """What makes two configurations the same: the engine, the settings, the environment and the arguments
-        passed through; not its name, nor anything xover adds to measure it."""
+        """What makes two configurations the same: the build (engine and backend), the settings, the environment
+        and the arguments passed through; not its name, nor anything xover adds to measure it."""
         out: dict[str, Any] = {
             "engine": self.engine,
             "settings": [list(s) for s in self.settings],
@@ -146,6 +155,8 @@ class LlamaConfig:
             "bench_args": list(self.bench_args),
             "server_args": list(self.server_args),
         }
+        if self.backend is not None:  # a configuration of the engine's default build keeps the key it always had
+            out["backend"] = self.backend
         if self.url is not None:
             out["url"] = self.url
         return out
@@ -187,8 +198,13 @@ class LlamaConfig:
         return (*args, *(self.bench_args if tool == "bench" else self.server_args))
 
     def environment(self) -> tuple[tuple[str, str], ...]:
-        """The environment both tools run with: the table's environment options among its settings, and ``env``."""
-        known = tuple((n, v) for n, v in self.settings if opts.BY_NAME[n].env)
+        """The environment both tools run with: the table's environment options among its settings (a switch set to
+        1 when on and left out when off: ggml reads such variables for their presence), and ``env``."""
+        known = tuple(
+            (n, v)
+            for n, v in self.settings
+            if opts.BY_NAME[n].env and not (opts.BY_NAME[n].kind == "switch" and v == "0")
+        )
         return tuple(sorted((*known, *self.env)))
 
     def llama_server_command(self) -> str:
@@ -203,7 +219,8 @@ class LlamaConfig:
     def dimensions(self) -> dict[str, str]:
         """What it sets, name -> value, for labels: each setting by its short name (``ncmoe``, ``ub``), each other
         environment variable by its name, the arguments passed through under ``--``."""
-        dims = {opts.BY_NAME[n].short: v for n, v in self.settings}
+        dims = {"backend": self.backend} if self.backend is not None else {}
+        dims.update({opts.BY_NAME[n].short: v for n, v in self.settings})
         dims.update(self.env)
         if self.bench_args or self.server_args:
             dims["--"] = " ".join((*self.bench_args, *self.server_args))

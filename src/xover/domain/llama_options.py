@@ -84,6 +84,113 @@ def traits(engine: str) -> EngineTraits:
         raise XoverError(f"unknown engine {engine!r}; use one of {', '.join(ENGINES)}")
     return found
 
+
+@dataclasses.dataclass(frozen=True)
+class BackendTraits:
+    """A ggml backend a build is made for (the build's other half beside its engine; its cmake flags and
+    dependencies are its entry in :data:`xover.llamacpp.build.BACKEND_SOURCES`). ``ggml_name``: what llama-bench's
+    ``backends`` field and llama.cpp's logs call it (devices ``Vulkan0``, buffers ``CUDA_Host``); None for the CPU,
+    which llama-bench reports as ``CPU``. ``gpu``: it runs layers on an accelerator, so a build of it that finds no
+    device has silently fallen back to the CPU (a failed configuration, never a number). ``no_device``: the one-line
+    cause given when that happens, with what to check."""
+
+    name: str
+    ggml_name: str | None
+    gpu: bool = True
+    no_device: str = ""
+
+
+CPU_BACKEND = "cpu"
+BACKEND_TRAITS: Mapping[str, BackendTraits] = {
+    CPU_BACKEND: BackendTraits(CPU_BACKEND, None, gpu=False),
+    "cuda": BackendTraits(
+        "cuda", "CUDA", no_device="no CUDA device found (check nvidia-smi, the driver, and CUDA_VISIBLE_DEVICES)"
+    ),
+    "vulkan": BackendTraits(
+        "vulkan",
+        "Vulkan",
+        no_device="no Vulkan device found: the ICD or a loader library is missing (check `vulkaninfo --summary`; "
+        "libvulkan1 and, for NVIDIA, libglvnd's libraries), or the only device is a CPU driver such as lavapipe, "
+        "which ggml_vulkan skips unless GGML_VK_VISIBLE_DEVICES names it",
+    ),
+    "hip": BackendTraits(
+        "hip", "ROCm", no_device="no ROCm device found (check rocminfo, the amdgpu driver, and HIP_VISIBLE_DEVICES)"
+    ),
+    "metal": BackendTraits("metal", "MTL", no_device="no Metal device found"),
+}
+"""Every backend a build may be made for, by xover's name (``xover llama build --backend``, ``[[config]] backend``)."""
+BACKENDS: tuple[str, ...] = tuple(BACKEND_TRAITS)
+GPU_BACKENDS: tuple[str, ...] = tuple(n for n, b in BACKEND_TRAITS.items() if b.gpu)
+HOST_BUFFER_BACKENDS = ("cuda", "hip", "vulkan")
+"""GPU backends with a pinned host buffer type (``CUDA_Host``, ``ROCm_Host``, ``Vulkan_Host``): where ``-lm none``
+pins CPU-resident weights and what ``--no-host`` skips."""
+OP_OFFLOAD_BACKENDS = ("cuda", "hip", "vulkan", "metal")
+"""GPU backends whose devices take large batches of ops on host-resident weights (op offload: their ``offload_op``
+reads ``GGML_OP_OFFLOAD_MIN_BATCH``)."""
+
+
+def build_name(engine: str, backend: str | None = None) -> str:
+    """How a build (an engine and a backend) is named on the command line, in messages and in reports:
+    ``llama.cpp``, ``llama.cpp:vulkan``; backend None is the engine's default build."""
+    return engine if backend is None else f"{engine}:{backend}"
+
+
+def backend_traits(backend: str) -> BackendTraits:
+    found = BACKEND_TRAITS.get(backend)
+    if found is None:
+        raise XoverError(f"unknown backend {backend!r}; use one of {', '.join(BACKENDS)}")
+    return found
+
+
+NO_DEVICE_BACKENDS = ("CPU", "BLAS", "RPC")
+"""llama-bench ``backends`` entries that are no accelerator of this host."""
+
+
+def ran_on_bench(backends: str, gpu_info: str) -> tuple[str, ...]:
+    """The accelerator backends a llama-bench record ran on with a device (``CUDA``, ``Vulkan``): its ``backends``
+    field less the CPU's, RPC's and BLAS's, and none where it names no device (``gpu_info`` empty: a GPU backend
+    registered with no device, as ggml_vulkan does when it finds none)."""
+    if not gpu_info.strip():
+        return ()
+    return tuple(b.strip() for b in backends.split(",") if b.strip() and b.strip() not in NO_DEVICE_BACKENDS)
+
+
+def ran_on_server(devices: Sequence[str]) -> tuple[str, ...]:
+    """The accelerator backends a llama-server's logged devices (``Vulkan0``, ``CUDA0``) belong to; RPC workers'
+    devices are not this host's."""
+    names = (d.rstrip("0123456789") for d in devices if not d.startswith("RPC"))
+    return tuple(dict.fromkeys(n for n in names if n))
+
+
+def backend_problem(expected: str | None, ran_on: Sequence[str], what: str) -> str | None:
+    """Why a process (``what``: "llama-bench", "llama-server") of a build for ``expected`` did not run where it
+    should (one line), or None. ``ran_on``: the accelerator backends it ran on with a device (:func:`ran_on_bench`,
+    :func:`ran_on_server`). A GPU backend with no device fell back to the CPU; a CPU build that ran on a GPU is
+    not the CPU's number either. ``expected`` None: the build's backend is not known, so nothing is checked."""
+    if expected is None:
+        return None
+    traits = backend_traits(expected)
+    if not traits.gpu:
+        return (
+            f"{what} of a cpu configuration ran on {', '.join(ran_on)}: point it at a CPU build" if ran_on else None
+        )
+    if traits.ggml_name in ran_on:
+        return None
+    if not ran_on:
+        return f"{what} of the {expected} build ran on the CPU: {traits.no_device}"
+    return f"{what} of the {expected} build ran on {', '.join(ran_on)}, not {traits.ggml_name}: check the build folder"
+
+
+def backend_of(reported: str) -> str | None:
+    """xover's name for the GPU backend a llama-bench ``backends`` field names (``CUDA``, ``Vulkan,RPC``), ``cpu``
+    where it names none (``CPU``, ``BLAS``, ``RPC``), None where it names one xover does not know."""
+    names = [b.strip() for b in reported.split(",") if b.strip()]
+    by_ggml = {t.ggml_name: n for n, t in BACKEND_TRAITS.items() if t.ggml_name}
+    gpu = [n for n in names if n not in ("CPU", "BLAS", "RPC")]
+    if not gpu:
+        return CPU_BACKEND
+    return by_ggml.get(gpu[0])
+
 CPUS_HALF = "{cpus/2}"
 """A search value resolved per machine: half the logical CPUs (at least 1)."""
 CPUS = "{cpus}"
@@ -131,7 +238,9 @@ class LlamaOption:
     no option), with ``help``. ``placement``: it says where weights live (a
     configuration's placement rather than its settings). ``budget_only``: the tuning stage searches it only for a
 configuration placed under a VRAM budget (``n-cpu-moe = "fit"``), where the memory it frees keeps more experts on
-the GPU. ``engines``: the engines that take it.
+the GPU. ``engines``: the engines that take it. ``backends``: the backends it can act on where not every one (the
+pinned host buffer's, op offload's, a ``GGML_VK_*`` or ``GGML_CUDA_*`` variable's); a configuration built for another
+backend is refused it, and the tuning stage skips it there with its reason.
     """
 
     name: str
@@ -160,6 +269,8 @@ the GPU. ``engines``: the engines that take it.
     placement: bool = False
     budget_only: bool = False  # searched only where a VRAM budget places the configuration (it moves experts)
     engines: tuple[str, ...] = (ENGINE,)
+    # The backends it can act on (None: every backend, every GPU backend where ``gpu_only``).
+    backends: tuple[str, ...] | None = None
     # How another engine among ``engines`` takes it where that differs: (engine, form).
     forms: tuple[tuple[str, EngineForm], ...] = ()
     bench_values: tuple[tuple[str, str], ...] = ()  # a setting's value -> llama-bench's, where they differ
@@ -180,6 +291,12 @@ the GPU. ``engines``: the engines that take it.
         changed = {f.name: v for f in dataclasses.fields(form) if (v := getattr(form, f.name)) is not _SAME}
         changed["checked"] = self.checked and changed.get("record_field", self.record_field) is not None
         return dataclasses.replace(self, forms=(), **changed)
+
+    def acts_on(self, backend: str) -> bool:
+        """Whether it can change anything on a build for ``backend``."""
+        if self.backends is not None:
+            return backend in self.backends
+        return not self.gpu_only or backend in GPU_BACKENDS
 
     @property
     def bench_flag(self) -> str | None:
@@ -315,17 +432,19 @@ BATCH_SIZE = LlamaOption(
 NO_OP_OFFLOAD = LlamaOption(
     "no-op-offload", "nopo", "switch", "0", bench=("-nopo", "--no-op-offload"), server=("--no-op-offload",),
     server_off=("--op-offload",), record_field="no_op_offload", checked=True, gpu_only=True, search=("1",),
+    backends=OP_OFFLOAD_BACKENDS,
     cli=("--no-op-offload",), help="1: --no-op-offload (large batches of CPU-resident experts run on the CPU), 0: on.")
 # Above the default ubatch: prompt ubatches of 512 stay on the CPU, larger ones are still copied.
 OP_OFFLOAD_MIN_BATCH = LlamaOption(
     "GGML_OP_OFFLOAD_MIN_BATCH", "GGML_OP_OFFLOAD_MIN_BATCH", "int", "32", env=True, gpu_only=True, search=("1024",),
+    backends=OP_OFFLOAD_BACKENDS,
     cli=("--op-offload-min-batch",), help="GGML_OP_OFFLOAD_MIN_BATCH values: the smallest batch op offload copies weights for (CUDA).")
 # With a GPU, CPU-resident weights go into the GPU's host buffer (pinned or mapped), ahead of the CPU's repacked
 # (CPU_REPACK) and AMX buffers: --no-host skips it, so the CPU's own kernels run decode, and op offload has nothing
 # to copy (llama.cpp #16310). llama-bench takes --no-host 0|1 and reports no_host; llama-server a bare --no-host.
 NO_HOST = LlamaOption(
     "no-host", "nohost", "switch", "0", bench=("--no-host",), server=("--no-host",), record_field="no_host",
-    checked=True, memory=True, gpu_only=True, tune_search=("1",),
+    checked=True, memory=True, gpu_only=True, tune_search=("1",), backends=HOST_BUFFER_BACKENDS,
     cli=("--no-host",), help="1: --no-host (CPU-resident weights in the CPU's repacked/AMX buffers, not the GPU's host buffer).")
 # Repacking CPU weights into the layouts of the CPU's vector kernels (CPU_REPACK), on by default where the CPU has
 # such kernels; llama-bench takes --repack 0|1, llama-server --repack and -nr/--no-repack.
@@ -384,11 +503,34 @@ RUN_TIME_REPACK = LlamaOption(
 NO_OFFLOAD_ONLY_ACTIVE_EXPERTS = LlamaOption(
     "no-offload-only-active-experts", "no-ooae", "switch", "0", bench=("-no-ooae", "--no-offload-only-active-experts"),
     server=("-no-ooae", "--no-offload-only-active-experts"), record_field="no_ooae", checked=True, gpu_only=True,
-    tune_search=("1",), engines=(IK_LLAMA,))
+    tune_search=("1",), engines=(IK_LLAMA,), backends=("cuda",))
 ATTN_MAX_BATCH = LlamaOption(
     "attention-max-batch", "amb", "int", "0", bench=("-amb", "--attn-max-batch"),
     server=("-amb", "--attention-max-batch"), record_field="attn_max_batch", checked=True, memory=True,
     engines=(IK_LLAMA,))
+
+# Variables one backend's ggml reads (ggml/src/ggml-vulkan/ggml-vulkan.cpp, ggml/src/ggml-cuda/*.cu). Most are
+# read for their presence alone: a switch here sets the variable to 1 when on and leaves it unset when off.
+# GGML_VK_VISIBLE_DEVICES lists the Vulkan devices ggml uses, as CUDA_VISIBLE_DEVICES does; without it ggml_vulkan
+# takes the discrete and integrated GPUs, else the first device that is not a CPU, and never a CPU driver such as
+# Mesa's lavapipe (which llama.cpp's own CI runs with it set).
+VK_VISIBLE_DEVICES = LlamaOption(
+    "GGML_VK_VISIBLE_DEVICES", "GGML_VK_VISIBLE_DEVICES", "str", "", env=True, speed=False, backends=("vulkan",),
+    engines=BOTH)
+# NVIDIA's cooperative matrix 2 extension (coopmat2) runs ggml_vulkan's matrix products and flash attention on the
+# tensor cores where the driver and the build's glslc have it; off: coopmat (KHR) or scalar shaders.
+VK_DISABLE_COOPMAT2 = LlamaOption(
+    "GGML_VK_DISABLE_COOPMAT2", "GGML_VK_DISABLE_COOPMAT2", "switch", "0", env=True, backends=("vulkan",))
+# Weights in host-visible memory rather than device-local (for a GPU with little memory of its own).
+VK_PREFER_HOST_MEMORY = LlamaOption(
+    "GGML_VK_PREFER_HOST_MEMORY", "GGML_VK_PREFER_HOST_MEMORY", "switch", "0", env=True, memory=True,
+    backends=("vulkan",))
+# CUDA graphs replay decode's kernels with one launch; off: every kernel launched one by one.
+CUDA_DISABLE_GRAPHS = LlamaOption(
+    "GGML_CUDA_DISABLE_GRAPHS", "GGML_CUDA_DISABLE_GRAPHS", "switch", "0", env=True, backends=("cuda",))
+# No pinned host buffer (CUDA_Host): CPU-resident weights stay in pageable memory, as with mmap.
+CUDA_NO_PINNED = LlamaOption(
+    "GGML_CUDA_NO_PINNED", "GGML_CUDA_NO_PINNED", "switch", "0", env=True, memory=True, backends=("cuda", "hip"))
 
 OPTIONS: tuple[LlamaOption, ...] = (
     N_CPU_MOE, N_GPU_LAYERS, RPC, OVERRIDE_TENSOR, TENSOR_SPLIT,
@@ -396,6 +538,7 @@ OPTIONS: tuple[LlamaOption, ...] = (
     POLL, FLASH_ATTN,
     CACHE_TYPE_K, CACHE_TYPE_V,
     FUSED_MOE, RUN_TIME_REPACK, NO_OFFLOAD_ONLY_ACTIVE_EXPERTS, ATTN_MAX_BATCH,
+    VK_VISIBLE_DEVICES, VK_DISABLE_COOPMAT2, VK_PREFER_HOST_MEMORY, CUDA_DISABLE_GRAPHS, CUDA_NO_PINNED,
 )
 """Every option, in the order a configuration's arguments are written (placement first: --rpc before -ot), the
 searched ones in the order advise and the tuning stage vary them."""
@@ -458,6 +601,23 @@ def resolve(values: Sequence[str], cpu_count: int) -> tuple[str, ...]:
     """Search values with :data:`CPUS_HALF` and :data:`CPUS` replaced by numbers, duplicates dropped."""
     numbers = {CPUS_QUARTER: str(max(1, cpu_count // 4)), CPUS_HALF: str(max(1, cpu_count // 2)), CPUS: str(cpu_count)}
     return tuple(dict.fromkeys(numbers.get(v, v) for v in values))
+
+
+def check_backend(backend: str | None, settings: Iterable[tuple[str, str]], where: str) -> None:
+    """Refuse, in one line, a backend xover does not know, or a setting that names the backends it acts on and not
+    this one (``--no-host`` on a CPU build, ``GGML_VK_*`` on a CUDA one). ``backend`` None: the engine's default
+    build, whichever backend it has."""
+    if backend is None:
+        return
+    if backend not in BACKEND_TRAITS:
+        raise XoverError(f"{where}: unknown backend {backend!r}; use one of {', '.join(BACKENDS)}")
+    for name, _ in settings:
+        opt = BY_NAME[name]
+        if opt.backends is not None and backend not in opt.backends:
+            raise XoverError(
+                f"{where}: {name} acts only on {', '.join(opt.backends)} builds, not {backend}: remove it from this "
+                "configuration or change its backend"
+            )
 
 
 def check_engine(engine: str, settings: Iterable[tuple[str, str]], where: str) -> None:

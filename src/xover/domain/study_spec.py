@@ -230,6 +230,7 @@ def validate_spec(spec: StudySpec) -> None:
 def config_from_table(table: Mapping[str, Any], index: int) -> LlamaConfig:
     """One ``[[config]]`` table -> :class:`LlamaConfig`, with one-line errors naming the key. Every llama.cpp
     option is a key named as the option table names it (``n-cpu-moe``, ``ubatch-size``, ``no-op-offload``...);
+    ``engine`` and ``backend`` name the build it runs on (``backend = "vulkan"``: that engine's Vulkan build);
     ``env`` sets environment variables (those the table knows, such as ``GGML_OP_OFFLOAD_MIN_BATCH``, become
     settings), ``bench-args``/``server-args`` pass arguments through to one tool."""
     where = f"[[config]] #{index + 1}"
@@ -238,7 +239,7 @@ def config_from_table(table: Mapping[str, Any], index: int) -> LlamaConfig:
         raise XoverError(f"{where}: give it a name = '...' (used as the column label)")
     where = f"[[config]] {name!r}"
     keyed = {o.name: o for o in llama_options.OPTIONS if not o.env}
-    known = set(keyed) | {"name", "engine", "env", "bench-args", "server-args", *_RPC_LOCAL_KEYS}
+    known = set(keyed) | {"name", "engine", "backend", "env", "bench-args", "server-args", *_RPC_LOCAL_KEYS}
     values: dict[str, str] = {}
     for key, value in table.items():
         if key not in known:
@@ -266,6 +267,9 @@ def config_from_table(table: Mapping[str, Any], index: int) -> LlamaConfig:
     engine = table.get("engine", llama_options.ENGINE)
     if not isinstance(engine, str):
         raise XoverError(f"{where}: engine must be one of {', '.join(llama_options.ENGINES)}, got {engine!r}")
+    backend = table.get("backend")
+    if backend is not None and backend not in llama_options.BACKENDS:
+        raise XoverError(f"{where}: backend must be one of {', '.join(llama_options.BACKENDS)}, got {backend!r}")
     rpc_local, rpc_threads = _rpc_local(table, where)
     endpoints = tuple(values[llama_options.RPC.name].split(",")) if llama_options.RPC.name in values else ()
     if llama_options.OVERRIDE_TENSOR.name in values:
@@ -275,6 +279,7 @@ def config_from_table(table: Mapping[str, Any], index: int) -> LlamaConfig:
     config = LlamaConfig(
         name=name.strip(),
         engine=engine,
+        backend=backend,
         bench_args=lists["bench-args"],
         server_args=lists["server-args"],
         rpc_local=rpc_local,

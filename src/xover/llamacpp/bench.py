@@ -249,8 +249,15 @@ def normalize_ik_record(record: dict[str, Any]) -> dict[str, Any]:
         out.setdefault("n_depth", 0)
     if "backends" not in out:
         names = [
-            n.upper()
-            for n in ("cuda", "vulkan", "metal", "sycl", "kompute", "rpc")
+            ggml  # as mainline's llama-bench names them
+            for n, ggml in (
+                ("cuda", "CUDA"),
+                ("vulkan", "Vulkan"),
+                ("metal", "MTL"),
+                ("sycl", "SYCL"),
+                ("kompute", "Kompute"),
+                ("rpc", "RPC"),
+            )
             if record.get(n) not in (None, False, 0, "0", "")
         ]
         out["backends"] = ",".join([*names, "CPU"] if not names else names)
@@ -319,9 +326,14 @@ def result_from_record(config_key: str, record: dict[str, Any]) -> BenchResult:
     )
 
 
-def record_mismatch(config: LlamaConfig, record: dict[str, Any]) -> str | None:
-    """Why a record cannot belong to ``config`` (a value the option table has llama-bench echo differs), or None
+def record_mismatch(config: LlamaConfig, record: dict[str, Any], backend: str | None = None) -> str | None:
+    """Why a record cannot belong to ``config`` (a value the option table has llama-bench echo differs, or it did
+    not run on ``backend``, the backend of the build that ran it: :func:`llama_options.backend_problem`), or None
     when it matches."""
+    ran_on = llama_options.ran_on_bench(str(record.get("backends", "")), str(record.get("gpu_info", "")))
+    problem = llama_options.backend_problem(backend, ran_on, "llama-bench")
+    if problem is not None:
+        return problem
     for name, value in config.settings:
         option = llama_options.BY_NAME[name].for_engine(config.engine)
         key = option.record_field

@@ -1,10 +1,12 @@
-"""Which llama-bench and llama-server to run for each engine, and why.
+"""Which llama-bench and llama-server to run for each build (an engine and a backend), and why.
 
-Resolution order, per engine: ``--llama-bin-dir`` (``xover study``: ``--llama-bin-dir ENGINE=DIR`` for each
-engine, :func:`resolve_chosen`) > its variable (:data:`ENV_VARS`: ``$XOVER_LLAMA_BIN_DIR``,
-``$XOVER_IK_LLAMA_BIN_DIR``) > its newest cached xover build > ``PATH`` (mainline only: an ik_llama.cpp build
-installs the same binary names). A user's own build directory (``./build-hip/bin``) works unchanged through the
-first two.
+Resolution order, per build: ``--llama-bin-dir`` (``xover study``: ``--llama-bin-dir BUILD=DIR`` for each build,
+:func:`resolve_chosen`; a build is ``ENGINE``, ``BACKEND`` (mainline's) or ``ENGINE:BACKEND``) > its engine's
+variable (:data:`ENV_VARS`: ``$XOVER_LLAMA_BIN_DIR``, ``$XOVER_IK_LLAMA_BIN_DIR``) > its newest cached xover build >
+``PATH`` (mainline only: an ik_llama.cpp build installs the same binary names). Where the build names a backend, a
+folder is taken only if it was built for that backend (the ggml library beside the binaries says so; a folder that
+cannot tell is taken, and every record it produces is checked against the backend anyway). A user's own build
+directory (``--llama-bin-dir hip=./build-hip/bin``) works unchanged through the first two.
 """
 
 from __future__ import annotations
@@ -14,8 +16,10 @@ import os
 import shutil
 from pathlib import Path
 
+from xover.domain.config import LlamaConfig
+from xover.domain.llama_options import BACKENDS, ENGINE, build_name
 from xover.errors import XoverError
-from xover.llamacpp.build import BuildManifest, cached_builds
+from xover.llamacpp.build import BuildManifest, backend_of_dir, cached_builds
 
 ENV_VAR = "XOVER_LLAMA_BIN_DIR"
 ENV_VARS: dict[str, str] = {"llama.cpp": ENV_VAR, "ik_llama.cpp": "XOVER_IK_LLAMA_BIN_DIR"}
@@ -30,15 +34,24 @@ class Binaries:
     source: str  # "--llama-bin-dir", "$XOVER_LLAMA_BIN_DIR", "cache", "PATH"
     manifest: BuildManifest | None = None
     engine: str = "llama.cpp"
-    # the folders given per engine on the command line (``--llama-bin-dir ik_llama.cpp=DIR``): engine -> folder
+    # the folders given per build on the command line (``--llama-bin-dir ik_llama.cpp=DIR``, ``vulkan=DIR``):
+    # build name (:func:`build_name`) -> folder
     chosen: tuple[tuple[str, Path], ...] = ()
+    backend: str | None = None  # the backend it was built for (its manifest's, else the folder's library's)
+    asked: str | None = None  # the backend a configuration asked for, where it named one
 
-    def for_engine(self, engine: str) -> Binaries:
-        """The binaries of ``engine``: these, or that engine's own (its folder from the command line, else its
-        variable, else its cached build)."""
-        if engine == self.engine:
+    def for_build(self, engine: str, backend: str | None = None) -> Binaries:
+        """The binaries of the build ``engine`` + ``backend`` (None: the engine's default build): these, or that
+        build's own (its folder from the command line, else its engine's variable, else its cached build)."""
+        if engine == self.engine and backend in (None, self.asked):
             return self
-        return dataclasses.replace(resolve(dict(self.chosen).get(engine), engine), chosen=self.chosen)
+        if engine == self.engine and backend is not None and self.asked is None and self.backend == backend:
+            return dataclasses.replace(self, asked=backend)
+        return dataclasses.replace(resolve_build(dict(self.chosen), engine, backend), chosen=self.chosen)
+
+    def for_config(self, config: LlamaConfig) -> Binaries:
+        """The binaries of a configuration's build (:attr:`LlamaConfig.build`)."""
+        return self.for_build(*config.build)
 
     @property
     def bin_dir(self) -> Path:
@@ -70,6 +83,8 @@ class Binaries:
             f"rpc-server:   {rpc if rpc is not None else f'none ({RPC_SERVER} not built: -DGGML_RPC=ON)'}\n"
             f"source:       {where}"
         )
+        if self.backend is not None and self.manifest is None:
+            line += f"\nbackend:      {self.backend} (the ggml library beside the binaries)"
         if self.manifest is not None:
             m = self.manifest
             line += (
@@ -87,40 +102,83 @@ def _from_dir(d: Path, source: str) -> Binaries:
         raise XoverError(
             f"{d} ({source}) has no executable {' or '.join(missing)}: point it at the folder holding both, e.g. build/bin"
         )
-    return Binaries(bench=bench.resolve(), server=server.resolve(), source=source)
+    return Binaries(bench=bench.resolve(), server=server.resolve(), source=source, backend=backend_of_dir(d))
+
+
+def parse_build_name(name: str) -> tuple[str, str | None]:
+    """``ENGINE``, ``BACKEND`` (mainline's build for it) or ``ENGINE:BACKEND`` -> (engine, backend or None); a
+    one-line error for anything else."""
+    engine, _, backend = name.partition(":")
+    if not backend and engine in BACKENDS:
+        engine, backend = ENGINE, engine
+    if engine not in ENV_VARS or (backend and backend not in BACKENDS):
+        raise XoverError(
+            f"{name!r} names no build: use an engine ({', '.join(ENV_VARS)}), a backend ({', '.join(BACKENDS)}) "
+            "or ENGINE:BACKEND"
+        )
+    return engine, backend or None
 
 
 def resolve_chosen(dirs: dict[str, Path]) -> Binaries:
-    """Mainline's binaries (``dirs["llama.cpp"]`` or its usual order), remembering every folder ``dirs`` gives for
-    :meth:`Binaries.for_engine`; each folder is checked now, so a wrong one fails before a run."""
-    for engine, d in dirs.items():
-        if engine != "llama.cpp":  # mainline's is resolved below
-            resolve(d, engine)
-    return dataclasses.replace(resolve(dirs.get("llama.cpp")), chosen=tuple(sorted(dirs.items())))
+    """Mainline's binaries (its folder in ``dirs``, else its usual order), remembering every folder ``dirs`` gives
+    (build name -> folder) for :meth:`Binaries.for_build`; each folder is checked now, so a wrong one fails before
+    a run."""
+    for name, d in dirs.items():
+        engine, backend = parse_build_name(name)
+        b = _from_dir(d, "--llama-bin-dir")
+        if backend is not None and b.backend not in (None, backend):
+            raise XoverError(
+                f"--llama-bin-dir {name}={d}: that folder holds a {b.backend} build (its ggml library says so), not "
+                f"{backend}: point it at the {backend} build's bin folder"
+            )
+    chosen = tuple(sorted(dirs.items()))
+    return dataclasses.replace(resolve_build(dict(chosen), ENGINE, None), chosen=chosen)
 
 
-def resolve(bin_dir: Path | None = None, engine: str = "llama.cpp") -> Binaries:
-    """The binaries xover will use for ``engine``; raises with what to do when there are none."""
+def resolve_build(chosen: dict[str, Path], engine: str, backend: str | None) -> Binaries:
+    """The binaries of ``engine`` + ``backend`` given the folders chosen on the command line (build name ->
+    folder): the build's own folder, else its engine's variable, newest cached build or PATH, each taken only if
+    it was built for ``backend`` (None: any)."""
+    for name in (build_name(engine, backend), *((backend,) if backend and engine == ENGINE else ()), engine):
+        if name in chosen:
+            b = _from_dir(chosen[name], "--llama-bin-dir")
+            if backend is None or b.backend in (None, backend):
+                return dataclasses.replace(b, engine=engine, asked=backend)
+    return dataclasses.replace(resolve(None, engine, backend), asked=backend)
+
+
+def resolve(bin_dir: Path | None = None, engine: str = "llama.cpp", backend: str | None = None) -> Binaries:
+    """The binaries xover will use for ``engine`` (built for ``backend``, where it names one); raises with what to
+    do when there are none."""
     var = ENV_VARS.get(engine)
     if var is None:
         raise XoverError(f"unknown engine {engine!r}: use one of {', '.join(ENV_VARS)}")
     if bin_dir is not None:
         return dataclasses.replace(_from_dir(bin_dir, "--llama-bin-dir"), engine=engine)
+
+    def fits(b: Binaries) -> bool:
+        return backend is None or b.backend in (None, backend)
+
     env = os.environ.get(var)
-    if env:
-        return dataclasses.replace(_from_dir(Path(env), f"${var}"), engine=engine)
+    if env and fits(found := _from_dir(Path(env), f"${var}")):
+        return dataclasses.replace(found, engine=engine)
     for manifest in cached_builds(engine=engine):
-        b = _from_dir(Path(manifest.bin_dir), "cache")
-        return dataclasses.replace(b, manifest=manifest, engine=engine)
+        if backend is None or manifest.backend == backend:
+            b = _from_dir(Path(manifest.bin_dir), "cache")
+            return dataclasses.replace(b, manifest=manifest, engine=engine, backend=manifest.backend)
     if engine == "llama.cpp":
         bench, server = shutil.which("llama-bench"), shutil.which("llama-server")
-        if bench and server:
-            return Binaries(bench=Path(bench).resolve(), server=Path(server).resolve(), source="PATH")
+        if bench and server and fits(found := _from_dir(Path(bench).parent, "PATH")):
+            return dataclasses.replace(found, bench=Path(bench).resolve(), server=Path(server).resolve())
+    what = engine if backend is None else f"{engine} {backend}"
+    flag = "" if engine == ENGINE else f" --engine {engine}"
+    flag += "" if backend is None else f" --backend {backend}"
+    if engine == "llama.cpp" and backend is None:
         raise XoverError(
             "no llama-bench/llama-server found: run `xover llama build`, or pass --llama-bin-dir DIR "
             f"(or set {ENV_VAR}) to use your own build"
         )
     raise XoverError(
-        f"no {engine} build found: run `xover llama build --engine {engine}`, or set {var} to the folder holding "
-        "its llama-bench and llama-server"
+        f"no {what} build found: run `xover llama build{flag}`, or pass --llama-bin-dir "
+        f"{build_name(engine, backend)}=DIR with the folder holding its llama-bench and llama-server"
     )

@@ -78,13 +78,146 @@ IK_PINNED = PinnedSource(
     build_number=0,
 )
 
-BACKENDS: dict[str, list[str]] = {
-    "cpu": [],
-    "cuda": ["-DGGML_CUDA=ON"],
-    "hip": ["-DGGML_HIP=ON"],
-    "vulkan": ["-DGGML_VULKAN=ON"],
-    "metal": ["-DGGML_METAL=ON"],
+
+def _given(args: tuple[str, ...], name: str) -> str | None:
+    """The value a ``-DNAME=value`` among ``args`` gives (the last one), or None."""
+    found = [a.split("=", 1)[1] for a in args if a.startswith(f"-D{name}=") or a.startswith(f"-D{name}:")]
+    return found[-1] if found else None
+
+
+_LIB_DIRS = ("/usr/lib/x86_64-linux-gnu", "/usr/lib/aarch64-linux-gnu", "/usr/lib64", "/usr/lib", "/usr/local/lib")
+MIN_VK_HEADER = 235
+"""The oldest Vulkan 1.3 headers (``VK_HEADER_VERSION``) taken for the pinned llama.cpp: its ggml_vulkan reads the
+Vulkan 1.3 device features only from headers of 1.3.235 or newer (ggml-vulkan.cpp's guard); Debian bookworm's
+1.3.239 is the oldest that built it here. Older headers lack Vulkan 1.3 altogether."""
+
+
+def _vk_header_version(include_dir: Path) -> int | None:
+    core = include_dir / "vulkan" / "vulkan_core.h"
+    if not core.is_file():
+        return None
+    m = re.search(r"^#define VK_HEADER_VERSION (\d+)", core.read_text(errors="replace"), re.MULTILINE)
+    return int(m.group(1)) if m else None
+
+
+def _vulkan_needs(args: tuple[str, ...]) -> list[str]:
+    """What a Vulkan build lacks on this machine: glslc, the headers (new enough, with vulkan.hpp), the loader and
+    SPIRV-Headers' CMake package, each where cmake's FindVulkan or an argument naming it would find it."""
+    missing = []
+    sdk = os.environ.get("VULKAN_SDK")
+    glslc = (
+        _given(args, "Vulkan_GLSLC_EXECUTABLE")
+        or shutil.which("glslc")
+        or (f"{sdk}/bin/glslc" if sdk and Path(sdk, "bin", "glslc").exists() else None)
+    )
+    if glslc is None or not Path(glslc).exists():
+        missing.append("glslc (Debian: glslc)")
+    include = _given(args, "Vulkan_INCLUDE_DIR") or (f"{sdk}/include" if sdk else "/usr/include")
+    version = _vk_header_version(Path(include))
+    if version is None or not (Path(include) / "vulkan" / "vulkan.hpp").is_file():
+        missing.append(f"the Vulkan headers with vulkan.hpp in {include} (Debian: libvulkan-dev)")
+    elif version < MIN_VK_HEADER:
+        missing.append(f"Vulkan headers 1.3.{MIN_VK_HEADER} or newer ({include} has 1.x.{version})")
+    lib = _given(args, "Vulkan_LIBRARY")
+    dirs = (*((f"{sdk}/lib",) if sdk else ()), *_LIB_DIRS)
+    if not (lib and Path(lib).exists()) and not any(Path(d, "libvulkan.so").exists() for d in dirs):
+        missing.append("the Vulkan loader libvulkan.so (Debian: libvulkan-dev)")
+    spirv = _given(args, "SPIRV-Headers_DIR")
+    prefixes = [p for p in (_given(args, "CMAKE_PREFIX_PATH") or "").split(";") if p] + ([sdk] if sdk else [])
+    places = [Path(spirv)] if spirv else []
+    places += [
+        Path(p, sub, "SPIRV-Headers") for p in (*prefixes, "/usr", "/usr/local") for sub in ("share/cmake", "lib/cmake")
+    ]
+    places += [Path(d, "cmake", "SPIRV-Headers") for d in _LIB_DIRS]
+    if not any((p / "SPIRV-HeadersConfig.cmake").is_file() for p in places):
+        missing.append("SPIRV-Headers' CMake package (Debian: spirv-headers)")
+    return missing
+
+
+def _rocm() -> Path:
+    return Path(os.environ.get("ROCM_PATH") or os.environ.get("HIP_PATH") or "/opt/rocm")
+
+
+def _hip_needs(args: tuple[str, ...]) -> list[str]:
+    """What a HIP build lacks: ROCm's hipcc, hipBLAS and rocBLAS (under $ROCM_PATH, default /opt/rocm)."""
+    rocm = _rocm()
+    missing = []
+    if shutil.which("hipcc") is None and not (rocm / "bin" / "hipcc").exists():
+        missing.append(f"hipcc (ROCm; looked on PATH and in {rocm}/bin: set ROCM_PATH)")
+    for lib, what in (("libhipblas.so", "hipBLAS"), ("librocblas.so", "rocBLAS")):
+        if not (rocm / "lib" / lib).exists():
+            missing.append(f"{what} ({rocm}/lib/{lib})")
+    return missing
+
+
+def _hip_env() -> dict[str, str]:
+    """The compiler ggml's HIP build wants (llama.cpp's docs: HIPCXX is ROCm's clang, HIP_PATH its root)."""
+    rocm = _rocm()
+    env = {}
+    if "HIPCXX" not in os.environ and (rocm / "llvm" / "bin" / "clang").exists():
+        env["HIPCXX"] = str(rocm / "llvm" / "bin" / "clang")
+    if "HIP_PATH" not in os.environ:
+        env["HIP_PATH"] = str(rocm)
+    return env
+
+
+def _cuda_needs(args: tuple[str, ...]) -> list[str]:
+    found = (
+        _given(args, "CMAKE_CUDA_COMPILER")
+        or os.environ.get("CUDACXX")
+        or shutil.which("nvcc")
+        or next((p for p in ("/usr/local/cuda/bin/nvcc",) if Path(p).exists()), None)
+    )
+    return [] if found else ["nvcc (the CUDA toolkit: put its bin/ on PATH or set CUDACXX)"]
+
+
+@dataclasses.dataclass(frozen=True)
+class BackendSource:
+    """How one ggml backend is built (its traits are :data:`xover.domain.llama_options.BACKEND_TRAITS`):
+    ``cmake``: its -D flags; ``library``: the shared library its build puts beside the binaries (how a folder of
+    binaries tells its backend, :func:`backend_of_dir`); ``needs``: what this machine lacks to build it, given the
+    cmake arguments (checked before cmake runs, so a missing dependency is one line, not a CMake trace);
+    ``env``: variables the build runs with."""
+
+    backend: str
+    cmake: tuple[str, ...]
+    library: str | None = None
+    needs: Callable[[tuple[str, ...]], list[str]] | None = None
+    env: Callable[[], dict[str, str]] | None = None
+
+
+BACKEND_SOURCES: dict[str, BackendSource] = {
+    "cpu": BackendSource("cpu", ()),
+    "cuda": BackendSource("cuda", ("-DGGML_CUDA=ON",), "libggml-cuda", _cuda_needs),
+    "hip": BackendSource("hip", ("-DGGML_HIP=ON",), "libggml-hip", _hip_needs, _hip_env),
+    "vulkan": BackendSource("vulkan", ("-DGGML_VULKAN=ON",), "libggml-vulkan", _vulkan_needs),
+    "metal": BackendSource("metal", ("-DGGML_METAL=ON",), "libggml-metal"),
 }
+"""Every backend xover builds (the names of :data:`xover.domain.llama_options.BACKENDS`)."""
+BACKENDS = tuple(BACKEND_SOURCES)
+
+
+def backend_of_dir(bin_dir: Path) -> str | None:
+    """The backend a folder of llama.cpp binaries was built for, from the ggml library beside them
+    (``libggml-vulkan.so``), ``cpu`` where only the CPU's is there, None where it cannot tell (a static build)."""
+    for source in BACKEND_SOURCES.values():
+        if source.library and any(bin_dir.glob(f"{source.library}.*")):
+            return source.backend
+    return "cpu" if any(bin_dir.glob("libggml-cpu*")) or any(bin_dir.glob("libggml-base.*")) else None
+
+
+def check_dependencies(backend: str, args: tuple[str, ...]) -> None:
+    """Refuse, in one line, a build whose backend's dependencies this machine lacks."""
+    source = BACKEND_SOURCES[backend]
+    missing = source.needs(args) if source.needs is not None else []
+    if missing:
+        raise BuildError(
+            f"the {backend} build needs {'; '.join(missing)}: install them or name them with --cmake-arg "
+            "(-DVulkan_GLSLC_EXECUTABLE=..., -DVulkan_INCLUDE_DIR=..., -DVulkan_LIBRARY=..., -DSPIRV-Headers_DIR=...)"
+            if backend == "vulkan"
+            else f"the {backend} build needs {'; '.join(missing)}: install them and retry"
+        )
+
 
 # llama-fit-params prints what llama.cpp's own ``--fit`` would choose (shown beside xover's planner).
 # ggml-rpc-server (tools/rpc, built only with -DGGML_RPC=ON) exposes this host's devices to llama.cpp's RPC
@@ -212,7 +345,7 @@ def cmake_args_for(
     backend: str, extra: tuple[str, ...], commit: str, build_number: int, engine: str = "llama.cpp"
 ) -> tuple[str, ...]:
     """Every cmake -D argument of a build, in a stable order (they form part of the cache key)."""
-    if backend not in BACKENDS:
+    if backend not in BACKEND_SOURCES:
         raise BuildError(f"unknown backend {backend!r}: choose one of {', '.join(BACKENDS)}")
     eng = engine_source(engine)
     base = list(eng.cmake_base)
@@ -221,7 +354,7 @@ def cmake_args_for(
             f"-DLLAMA_BUILD_COMMIT={commit[:7] if commit != 'unknown' else 'unknown'}",
             f"-DLLAMA_BUILD_NUMBER={build_number}",
         ]
-    return tuple(base + BACKENDS[backend] + _cpu_isa_args(backend) + list(extra))
+    return tuple(base + list(BACKEND_SOURCES[backend].cmake) + _cpu_isa_args(backend) + list(extra))
 
 
 # ggml's CPU build is native (-march=native), which compiles its AMX matmul path wherever the CPU advertises AMX.
@@ -441,6 +574,7 @@ def build(
             return hit
     if shutil.which("cmake") is None:
         raise BuildError("cmake is not on PATH: install it (apt-get install cmake) and retry")
+    check_dependencies(backend, tuple(extra_cmake_args))
     tree = resolve_source(source, root, log, engine)
     args = cmake_args_for(backend, extra_cmake_args, tree.commit, tree.build_number, engine)
     commit_for_key = tree.commit if tree.commit != "unknown" else hashlib.sha256(str(tree.root).encode()).hexdigest()
@@ -462,7 +596,7 @@ def build(
             for cmd in (configure, compile_):
                 logf.write("$ " + " ".join(cmd) + "\n")
                 logf.flush()
-                _run_logged(cmd, logf, on_progress)
+                _run_logged(cmd, logf, on_progress, BACKEND_SOURCES[backend].env)
         bin_dir = build_dir / "bin"
         missing = [t for t in targets if not (bin_dir / t).exists()]
         if missing:
@@ -487,8 +621,16 @@ _NINJA_STEP = re.compile(r"^\[(\d+)/(\d+)\]")
 _MAKE_PCT = re.compile(r"^\[\s*(\d+)%\]")
 
 
-def _run_logged(cmd: list[str], logf, on_progress: Callable[[int, int], None] | None) -> None:
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1)
+def _run_logged(
+    cmd: list[str],
+    logf,
+    on_progress: Callable[[int, int], None] | None,
+    env: Callable[[], dict[str, str]] | None = None,
+) -> None:
+    extra = env() if env is not None else {}
+    proc = subprocess.Popen(
+        cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1, env={**os.environ, **extra}
+    )
     tail: list[str] = []
     try:
         assert proc.stdout is not None

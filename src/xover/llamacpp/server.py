@@ -207,6 +207,20 @@ def log_path_for(log_dir: Path, label: str) -> Path:
     return next_log_path(log_dir, f"server-{_slug(label)}")
 
 
+_USING_DEVICE = re.compile(r"using device (?P<name>\S+) \((?P<desc>[^)]*)\)")
+
+
+def logged_devices(path: Path) -> tuple[tuple[str, str], ...]:
+    """The devices a llama-server's log says its model uses (``llama_model_load_from_file_impl: using device
+    Vulkan0 (NVIDIA H200) ...``), as (name, description), in order; none for a process that found no accelerator."""
+    try:
+        text = path.read_text(errors="replace")
+    except OSError:
+        return ()
+    found = {m.group("name"): m.group("desc") for m in _USING_DEVICE.finditer(text)}
+    return tuple(found.items())
+
+
 def log_tail(path: Path, lines: int = 3, max_chars: int = 400) -> str:
     """The last non-empty lines of a log, on one line."""
     try:

@@ -242,7 +242,8 @@ def _run_job(
     seen: set[Point] = set()
     problem: str | None = None
     exited: Exited | None = None
-    bench_bin = binaries.for_engine(job.config.engine).bench
+    bins = binaries.for_config(job.config)
+    bench_bin, backend = bins.bench, bins.asked or bins.backend
     with closing(bench.run(job, bench_bin, spec.model, spec.timeout_s)) as events:
         for event in events:
             if isinstance(event, ProgressLine):
@@ -250,7 +251,7 @@ def _run_job(
             elif isinstance(event, RecordLine):
                 result = dataclasses.replace(bench.result_from_record(job.config.key, event.record), round=spec.round)
                 point = (result.n_prompt, result.n_gen, result.n_depth)
-                problem = bench.record_mismatch(job.config, event.record)
+                problem = bench.record_mismatch(job.config, event.record, backend)
                 if problem is None and (point not in expected or point in seen):
                     problem = (
                         f"llama-bench measured {result.test_name}, which this configuration did not ask for or already "
@@ -258,7 +259,7 @@ def _run_job(
                     )
                 if problem is not None:
                     break  # closing() stops llama-bench
-                store.add_bench_result(run.ensure(event.record, engine=job.config.engine), model_key, result)
+                store.add_bench_result(run.ensure(event.record, build=job.config.build), model_key, result)
                 seen.add(point)
                 on_event(ResultStored(job.config, result))
                 on_event(Progressed(done_before + len(seen), total))
@@ -267,14 +268,14 @@ def _run_job(
     if exited is not None:
         if seen and exited.markdown:
             run.artifact(
-                MD_ARTIFACT, {"config_key": job.config.key, "markdown": exited.markdown}, engine=job.config.engine
+                MD_ARTIFACT, {"config_key": job.config.key, "markdown": exited.markdown}, build=job.config.build
             )
         use = memory.MemoryUse(exited.peak_rss_bytes, memory.parse_buffer_lines(exited.buffer_lines))
         if seen and (use.peak_rss_bytes is not None or use.buffers):
             run.artifact(
                 memory.ARTIFACT,
                 {"config_key": job.config.key, "label": job.config.label, "source": "llama-bench", **use.to_dict()},
-                engine=job.config.engine,
+                build=job.config.build,
             )
         problem = problem or exit_problem(exited, len(seen), len(expected), spec.timeout_s)
     if problem is None:

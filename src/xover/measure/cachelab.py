@@ -231,7 +231,7 @@ class _LabRun:
             ) as s:
                 assert s.client is not None
                 config = spec.config
-                run_id = self.rec.ensure(engine=config.engine)
+                run_id = self.rec.ensure(build=config.build)
                 self.on_event(
                     ServerUp(
                         label=config.label,

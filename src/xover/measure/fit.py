@@ -272,7 +272,7 @@ async def _check_level(
     at = config.with_values({"n-cpu-moe": str(n)}, name=f"{config.name} at {n}")
     kwargs = {} if timeout_s is None else {"startup_timeout_s": timeout_s}
     try:
-        server = binaries.for_engine(config.engine).server
+        server = binaries.for_config(config).server
         # the load log's buffer sizes (-lv 4) calibrate the planner's compute buffer for the tuning trials
         sspec = ServerLaunch(
             at, model, ctx, label=f"fitcheck-{config.name}-{n}", log_verbosity=buffer_log_verbosity(server)

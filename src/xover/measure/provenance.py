@@ -71,12 +71,18 @@ def collect(
     model: Path | None,
     build_info: dict[str, object] | None = None,
     engine: str | None = None,
+    backend: str | None = None,
+    devices: str | None = None,
 ) -> Provenance:
     """Provenance for a run. ``build_info`` comes from the binaries themselves (llama-bench's JSON
     record or llama-server's /props) and overrides what the build manifest says; ``engine`` names the engine where
-    its binaries could not be found (default: the binaries' own)."""
+    its binaries could not be found (default: the binaries' own); ``backend`` the backend its configurations asked
+    for, where neither the record nor the build says. ``devices``: the devices the run's process used (llama-bench's
+    ``gpu_info``, the devices a llama-server logged), kept with the driver of a GPU backend."""
     manifest = binaries.manifest if binaries else None
     info = build_info or {}
+    built_for = manifest.backend if manifest else (binaries.backend if binaries else None)
+    backend = built_for or backend
     commit = info.get("build_commit") or (manifest.commit[:7] if manifest else None)
     number = info.get("build_number")
     if number is None and manifest is not None:
@@ -84,7 +90,7 @@ def collect(
     return Provenance(
         llama_build_commit=str(commit) if commit else None,
         llama_build_number=int(str(number)) if number is not None else None,
-        llama_backend=backend_name(str(info.get("backends") or (manifest.backend if manifest else ""))) or None,
+        llama_backend=backend_name(str(info.get("backends") or backend or "")) or None,
         llama_bin_dir=str(binaries.bin_dir) if binaries else None,
         llama_bin_source=binaries.source if binaries else None,
         cpu_info=cpu_info(),
@@ -93,9 +99,59 @@ def collect(
         os=f"{platform.system()} {platform.release()} {platform.machine()}",
         xover_version=xover_version(),
         model=model_id(model) if model else None,
-        extra=_machine_load() + _vram_budget() + _rpc_workers(),
+        extra=_machine_load() + _vram_budget() + _rpc_workers() + _devices(backend, devices),
         llama_engine=binaries.engine if binaries else engine,
     )
+
+
+def _devices(backend: str | None, devices: str | None) -> tuple[tuple[str, str], ...]:
+    """The devices a run used and, for a GPU backend, their driver: what a number that names a backend ran on."""
+    out = (("devices", devices),) if devices else ()
+    driver = driver_info(backend) if backend not in (None, "cpu") else None
+    return out + ((("driver", driver),) if driver else ())
+
+
+_DRIVERS: dict[str, str | None] = {}
+
+
+def driver_info(backend: str | None) -> str | None:
+    """The driver a GPU backend runs on: NVIDIA's version (CUDA, and Vulkan on NVIDIA), Vulkan's driver name and
+    info (``llvmpipe, Mesa 22.3.6 (LLVM 15.0.6)``), ROCm's; None where no tool says. Read once per process."""
+    if backend is None or backend in _DRIVERS:
+        return _DRIVERS.get(backend) if backend else None
+    found: str | None = None
+    if backend == "vulkan" and shutil.which("vulkaninfo"):
+        found = _vulkan_driver()
+    if found is None and backend in ("cuda", "vulkan") and shutil.which("nvidia-smi"):
+        out = _output(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"])
+        found = f"NVIDIA {out.splitlines()[0].strip()}" if out else None
+    if found is None and backend == "hip" and shutil.which("rocm-smi"):
+        out = _output(["rocm-smi", "--showdriverversion"])
+        found = next(
+            (ln.split(":", 1)[1].strip() for ln in out.splitlines() if "version" in ln.lower() and ":" in ln), None
+        )
+    _DRIVERS[backend] = found
+    return found
+
+
+def _output(cmd: list[str]) -> str:
+    try:
+        return subprocess.run(cmd, capture_output=True, text=True, timeout=20).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return ""
+
+
+def _vulkan_driver() -> str | None:
+    """``driverName, driverInfo`` of each Vulkan device ``vulkaninfo --summary`` lists."""
+    names, infos = [], []
+    for line in _output(["vulkaninfo", "--summary"]).splitlines():
+        key, _, value = line.strip().partition("=")
+        if key.strip() == "driverName":
+            names.append(value.strip())
+        elif key.strip() == "driverInfo":
+            infos.append(value.strip())
+    found = [f"{n}, {i}" if i else n for n, i in zip(names, infos + [""] * len(names))]
+    return "; ".join(dict.fromkeys(found)) or None
 
 
 def _vram_budget() -> tuple[tuple[str, str], ...]:

@@ -74,7 +74,8 @@ class Recording:
         self.always = always
         self.on_event = on_event
         self.run_id: int | None = None  # the first run begun
-        self.runs: dict[str, int] = {}  # engine -> its run, begun at the first thing stored for that engine
+        # build (engine, backend) -> its run, begun at the first thing stored for that build
+        self.runs: dict[tuple[str, str | None], int] = {}
         self._failed: set[int] = set()  # the runs a failure was stored under
         self.model_key = ""  # the model's key in the store, known once the run is begun
         self.failures: list[Failure] = []
@@ -100,34 +101,46 @@ class Recording:
         build_info: Mapping[str, Any] | None = None,
         *,
         props: Mapping[str, Any] | None = None,
-        engine: str | None = None,
+        build: tuple[str, str | None] | None = None,
+        devices: str | None = None,
     ) -> int:
-        """The id of ``engine``'s run (default: the first run, else the binaries' own engine), begun at the first
-        call for that engine with the build identity its binaries report: ``build_info`` (llama-bench's record) or
-        a llama-server's ``props``; the rest of its provenance from that engine's binaries."""
-        if engine is None:
+        """The id of ``build``'s run (an engine and a backend, :attr:`LlamaConfig.build`; default: the first run,
+        else the binaries' own build), begun at the first call for that build with the build identity its binaries
+        report: ``build_info`` (llama-bench's record, whose ``gpu_info`` names the devices) or a llama-server's
+        ``props`` (its ``devices``, from its log); the rest of its provenance from that build's binaries."""
+        if build is None:
             if self.run_id is not None:
                 return self.run_id
-            engine = self.binaries.engine if self.binaries is not None else ""
-        if engine not in self.runs:
+            build = (self.binaries.engine if self.binaries is not None else "", None)
+        engine, backend = build
+        if build not in self.runs:
             if props:
                 build_info = parse_build_info(props.get("build_info"))
             binaries = self.binaries
             if binaries is not None and engine:
                 try:
-                    binaries = binaries.for_engine(engine)
-                except XoverError:  # that engine has no build here: its failure is stored, without a build
+                    binaries = binaries.for_build(engine, backend)
+                except XoverError:  # that build is not here: its failure is stored, without a build
                     binaries = None
             known = engine if self.binaries is not None and engine else None  # a server at --url: not known here
-            prov = collect(binaries, self.model, build_info=dict(build_info) if build_info else None, engine=known)
+            if devices is None and build_info:
+                devices = str(build_info.get("gpu_info") or "") or None
+            prov = collect(
+                binaries,
+                self.model,
+                build_info=dict(build_info) if build_info else None,
+                engine=known,
+                backend=backend,
+                devices=devices,
+            )
             if prov.model is not None:
                 self.model_key = prov.model.key
             elif props:  # a server at --url with no model file here
                 self.model_key = f"{Path(str(props.get('model_path') or 'unknown')).name}:server"
-            self.runs[engine] = self.store.begin_run(self.kind, self.command, prov)
+            self.runs[build] = self.store.begin_run(self.kind, self.command, prov)
             if self.run_id is None:
-                self.run_id = self.runs[engine]
-        return self.runs[engine]
+                self.run_id = self.runs[build]
+        return self.runs[build]
 
     def fail(
         self,
@@ -139,7 +152,7 @@ class Recording:
         scenario: str | None = None,
     ) -> None:
         """Store ``failure`` (and its configuration) under the run and announce it."""
-        run_id = self.ensure(engine=config.engine)
+        run_id = self.ensure(build=config.build)
         self.store.put_config(config)
         self.store.add_failure(run_id, failure)
         self.failures.append(failure)
@@ -156,16 +169,16 @@ class Recording:
             )
         )
 
-    def artifact(self, name: str, body: Any, *, engine: str | None = None) -> None:
-        """Store an artifact under ``engine``'s run (default: the first)."""
-        self.store.add_artifact(self.ensure(engine=engine), name, body)
+    def artifact(self, name: str, body: Any, *, build: tuple[str, str | None] | None = None) -> None:
+        """Store an artifact under ``build``'s run (default: the first)."""
+        self.store.add_artifact(self.ensure(build=build), name, body)
 
     def server_props(
         self, config: LlamaConfig, props: Mapping[str, Any], model_meta: Mapping[str, Any], **where: Any
     ) -> int:
         """A server answered: the run begun with its build, its configuration and its ``/props`` (and
         ``/v1/models`` meta) stored, with ``where`` (its log and pid, or its URL; the mode or scenario)."""
-        run_id = self.ensure(props=props, engine=config.engine)
+        run_id = self.ensure(props=props, build=config.build, devices=where.get("devices"))
         self.store.put_config(config)
         self.store.add_artifact(
             run_id,

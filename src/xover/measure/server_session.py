@@ -15,8 +15,10 @@ from typing import Any
 
 from xover.client.http import LlamaClient, completion_body
 from xover.domain.config import LlamaConfig
+from xover.domain.llama_options import backend_problem, ran_on_server
+from xover.errors import XoverError
 from xover.llamacpp.binaries import Binaries
-from xover.llamacpp.server import LlamaServer, ServerLaunch
+from xover.llamacpp.server import LlamaServer, ServerLaunch, logged_devices
 from xover.measure.recorder import Recording
 
 WARMUP_LENGTH = 8  # tokens in the discarded warm-up prompt
@@ -39,7 +41,12 @@ async def started_server(
     list (xover's own flags with the configuration's: the server's provenance).
     ``startup_timeout_s`` None: :class:`LlamaServer`'s own."""
     timeout = {} if startup_timeout_s is None else {"startup_timeout_s": startup_timeout_s}
-    async with LlamaServer(binaries.for_engine(spec.config.engine).server, spec, log_dir, **timeout) as srv:
+    bins = binaries.for_config(spec.config)
+    async with LlamaServer(bins.server, spec, log_dir, **timeout) as srv:
+        devices = logged_devices(srv.log_path) if srv.log_path is not None else ()
+        problem = backend_problem(bins.asked or bins.backend, ran_on_server([d for d, _ in devices]), "llama-server")
+        if problem is not None:  # a GPU build that found no device: its numbers would be the CPU's
+            raise XoverError(problem)
         recording.server_props(
             config or spec.config,
             srv.props,
@@ -48,6 +55,7 @@ async def started_server(
             log=str(srv.log_path),
             pid=srv.pid,
             args=list(spec.args()),
+            **({"devices": ", ".join(f"{d} ({desc})" for d, desc in devices)} if devices else {}),
         )
         yield srv
 

@@ -253,9 +253,7 @@ async def size_context(
     cpu_only = config.with_values({"n-gpu-layers": "0"}, name="sizing")
     spec = ServerLaunch(cpu_only, model, ctx, fit_off=fit_off)
     async with (
-        LlamaServer(
-            binaries.for_engine(config.engine).server, spec, log_dir, startup_timeout_s=startup_timeout_s
-        ) as srv,
+        LlamaServer(binaries.for_config(config).server, spec, log_dir, startup_timeout_s=startup_timeout_s) as srv,
         ChatClient(srv.url) as client,
     ):
         turn_tokens = []
@@ -383,7 +381,7 @@ class _Replay:
                 ) as srv,
                 ChatClient(srv.url) as client,
             ):
-                run_id = self.rec.ensure(engine=config.engine)
+                run_id = self.rec.ensure(build=config.build)
                 self.on_event(
                     ServerUp(
                         label=label,

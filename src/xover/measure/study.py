@@ -375,31 +375,32 @@ def run_study(
 ENGINES_ARTIFACT = "engines"
 
 
-def record_engines(spec: StudySpec, binaries: Binaries, study_dir: Path, emit: Callable[[StageEvent], None]) -> None:
-    """A study whose configurations run on engines other than mainline: each engine's binaries found (a one-line
-    error naming the build to make, before anything runs) and their provenance stored (artifact ``engines``: the
-    folder, how it was chosen, and for xover's builds the commit or sdist identity, backend, origin and cmake
-    flags)."""
-    engines = sorted({c.engine for c in spec.configs})
-    if engines == [llama_options.ENGINE]:
+def record_builds(spec: StudySpec, binaries: Binaries, study_dir: Path, emit: Callable[[StageEvent], None]) -> None:
+    """A study whose configurations run on builds other than mainline's default (another engine, or a backend
+    named): each build's binaries found (a one-line error naming the build to make, before anything runs) and their
+    provenance stored (artifact ``engines``, a row per build: the engine, the backend asked for, the folder, how it
+    was chosen, and for xover's builds the commit or sdist identity, backend, origin and cmake flags)."""
+    builds = sorted({c.build for c in spec.configs}, key=lambda b: (b[0], b[1] or ""))
+    if builds == [(llama_options.ENGINE, None)]:
         return
     rows = []
-    for engine in engines:
-        b = binaries.for_engine(engine)
+    for engine, backend in builds:
+        b = binaries.for_build(engine, backend)
         m = b.manifest
         rows.append(
             {
                 "engine": engine,
+                "asked_backend": backend,
                 "bin_dir": str(b.bin_dir),
                 "source": b.source,
                 "commit": m.commit if m else None,
-                "backend": m.backend if m else None,
+                "backend": m.backend if m else b.backend,
                 "origin": m.origin if m else None,
                 "cmake_args": list(m.cmake_args) if m else None,
             }
         )
         build = f"{m.commit[:7]} ({m.backend}) from {m.origin}" if m else f"{b.source}"
-        emit(StageEvent("model", "info", f"{engine}: {b.bin_dir} [{build}]"))
+        emit(StageEvent("model", "info", f"{llama_options.build_name(engine, backend)}: {b.bin_dir} [{build}]"))
     with Store(study_dir) as store:
         store.add_artifact(None, ENGINES_ARTIFACT, rows)
 
@@ -458,7 +459,7 @@ class _Stages:
     ) -> StudyOutcome:
         spec, emit = self.spec, self.emit
         started = time.perf_counter()
-        record_engines(spec, binaries, self.study_dir, emit)  # before anything runs: each engine's build found
+        record_builds(spec, binaries, self.study_dir, emit)  # before anything runs: each build found
         model = self.timed("model", lambda: resolve_model(spec, self.study_dir, emit))
         st = Study(spec, model, binaries, self.study_dir, fresh, command, emit, started=started)
         from xover.measure import fit

@@ -427,7 +427,7 @@ class TtftRun:
         self.rec.artifact(
             memory.ARTIFACT,
             {"config_key": config.key, "label": config.label, "source": "llama-server", **use.to_dict()},
-            engine=config.engine,
+            build=config.build,
         )
 
     def _fail(self, config: LlamaConfig, stage: str, point: str, reason: str, skipped: int) -> None:
@@ -443,7 +443,7 @@ class TtftRun:
         log_path: Path | None,
     ) -> None:
         """Every point on a server whose props are stored (:meth:`Recording.server_props`)."""
-        run_id = self.rec.ensure(props=props, engine=config.engine)
+        run_id = self.rec.ensure(props=props, build=config.build)
         reported = props.get("total_slots")
         slots = reported if isinstance(reported, int) and not isinstance(reported, bool) and reported > 0 else None
         self.slots[config.key] = slots

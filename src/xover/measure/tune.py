@@ -119,14 +119,19 @@ def applicable(
 ) -> tuple[tuple[advise.Knob, ...], tuple[tuple[str, str], ...]]:
     """The knobs that can act on this configuration here (:mod:`xover.analysis.advise.applicability`), and the
     others with their reasons; a knob the spec names in ``tune-knobs`` is searched whatever the theory says."""
-    if spec.tune_knobs is not None:
-        return tuple(knobs), ()
+    if spec.tune_knobs is not None:  # the spec's knobs, less those of another backend
+        other = tuple((k.name, why) for k in knobs if (why := advise.backend_reason(k.name, ctx.backend)) is not None)
+        return tuple(k for k in knobs if k.name not in dict(other)), other
     keep, skipped = advise.split([k.name for k in knobs], ctx)
     return tuple(k for k in knobs if k.name in keep), skipped
 
 
 def context(
-    config: LlamaConfig, tensors: Sequence[TensorInfo], gpu_build: bool, budget: bool = False
+    config: LlamaConfig,
+    tensors: Sequence[TensorInfo],
+    gpu_build: bool,
+    budget: bool = False,
+    backend: str | None = None,
 ) -> advise.Context:
     """What decides which knobs can act on ``config``: the build, this CPU's flags, the experts (of the model's
     ``tensors``) it keeps on the CPU (every expert while a fit level is not placed yet) and whether a VRAM budget
@@ -138,7 +143,9 @@ def context(
     except XoverError:
         level = None
     overrides = tuple(x for x in (config.get("override-tensor") or "").split(",") if x)
-    return advise.Context(gpu_build, cpu_flags(), advise.cpu_experts(tensors, level, overrides, gpu_build), budget)
+    return advise.Context(
+        gpu_build, cpu_flags(), advise.cpu_experts(tensors, level, overrides, gpu_build), budget, backend
+    )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -422,7 +429,8 @@ def run_tune(
         gpu_build = is_gpu_build(backend)
         placed = place is not None and place(config, config.name) is not config
         own = knobs_for(spec, gpu_build, config.engine)
-        knobs, skipped = applicable(spec, own, context(config, tensors, gpu_build, placed))
+        built_for = config.backend or opts.backend_of(backend)  # the record's backends say which build ran
+        knobs, skipped = applicable(spec, own, context(config, tensors, gpu_build, placed, built_for))
         for knob_name, why in skipped:
             emit("info", f"{config.name}: not searching {opts.option(knob_name).short}: {why}", None, None)
         own_ub = int(config.get(opts.UBATCH_SIZE.name) or opts.UBATCH_SIZE.default)

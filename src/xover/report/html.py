@@ -33,6 +33,7 @@ from xover.analysis.crossover import (
 )
 from xover.analysis.stats import summarize
 from xover.domain.artifacts import FOR_CACHED_SUFFIX
+from xover.domain.llama_options import build_name
 from xover.domain.records import Provenance, TtftSample, backend_name
 from xover.report import plots
 from xover.report.blocks import html_table, plain_md_table
@@ -224,14 +225,17 @@ def apart_note(data: StudyData, a: str, b: str) -> str | None:
 
 
 def engines_line(data: StudyData, by_label: Mapping[str, ConfigData]) -> str | None:
-    """Which engine each configuration ran on, when the study compares engines (one engine: None)."""
-    engine_of = {c.label: c.engine for c in data.configs if c.label in by_label}
-    if len(set(engine_of.values())) < 2:
+    """Which build each configuration ran on, when the study compares builds (one build: None): its engine, or
+    engine and backend where a configuration names its backend."""
+    build_of = {c.label: build_name(*c.build) for c in data.configs if c.label in by_label}
+    if len(set(build_of.values())) < 2:
         return None
-    by_engine: dict[str, list[str]] = {}
-    for label, engine in engine_of.items():
-        by_engine.setdefault(engine, []).append(label)
-    return "Engines: " + "; ".join(f"{e}: {', '.join(labels)}" for e, labels in by_engine.items()) + "."
+    by_build: dict[str, list[str]] = {}
+    for label, build in build_of.items():
+        by_build.setdefault(build, []).append(label)
+    backends = any(c.backend is not None for c in data.configs if c.label in by_label)
+    title = "Builds" if backends else "Engines"
+    return f"{title}: " + "; ".join(f"{e}: {', '.join(labels)}" for e, labels in by_build.items()) + "."
 
 
 def build_report(
@@ -293,8 +297,9 @@ def build_report(
     # takes part in every told pair (a placement for a short context), that is the only comparison they allow
     lines += cached_verdicts(data, [*told, *((_TUNED, b, v) for b, v in best.items())], response, configs)
     lines += [drift_line(data, configs, response), *open_lines(tuple(full.values()))]
-    if lines[1] is not None:  # engines compared: each runs at its own engine's defaults
-        lines = [v.replace("llama.cpp's defaults", "each engine's defaults") if v else v for v in lines]
+    if lines[1] is not None:  # builds compared: each runs at its own build's defaults
+        own = "each build's defaults" if lines[1].startswith("Builds") else "each engine's defaults"
+        lines = [v.replace("llama.cpp's defaults", own) if v else v for v in lines]
     verdicts = tuple(v for v in lines if v)
     pairs = tuple(full.get(k, v) for k, v in quick.items())
     headline = tuple(full.values())
@@ -620,6 +625,13 @@ def _engine_prefix(p: Provenance) -> str:
     return f"{p.llama_engine} " if p.llama_engine not in (None, "llama.cpp") else ""
 
 
+def _devices_note(p: Provenance) -> str:
+    """The devices a run used and their driver, where stored (runs before xover checked backends have neither)."""
+    extra = dict(p.extra)
+    parts = [extra[k] for k in ("devices", "driver") if extra.get(k)]
+    return f" on {'; driver '.join(parts)}" if parts else ""
+
+
 def provenance_rows(data: StudyData) -> list[list[str]]:
     rows = []
     for r in data.runs:
@@ -632,7 +644,7 @@ def provenance_rows(data: StudyData) -> list[list[str]]:
                 r.started_at,
                 r.status,
                 f"{_engine_prefix(p)}{p.llama_build_commit} (build {p.llama_build_number}), "
-                f"{backend_name(p.llama_backend or '')}",
+                f"{backend_name(p.llama_backend or '')}{_devices_note(p)}",
                 f"{p.cpu_info or '?'}; GPU: {p.gpu_info or 'none'}; host {p.hostname}{_load_note(p)}",
                 f"{model.name}, {model.size_bytes / 1e9:.3f} GB, header sha256 {model.header_sha256[:12]}"
                 if model

@@ -55,7 +55,7 @@ re-exports their public names, so ``advise.coordinate_search`` and ``from xover.
 """
 
 from xover.analysis.advise.advice import ARTIFACT, SCHEMA, Advice, advice_from_dict
-from xover.analysis.advise.applicability import Context, cpu_experts, repacks, skip_reason, split
+from xover.analysis.advise.applicability import Context, backend_reason, cpu_experts, repacks, skip_reason, split
 from xover.analysis.advise.confirm import Confirmation, ServerPoint, confirmation, server_turn_s
 from xover.analysis.advise.crossovers import RevisitedPair, config_data, revisit_crossovers
 from xover.analysis.advise.knobs import (
@@ -110,6 +110,7 @@ from xover.analysis.advise.workload import (
 )
 
 __all__ = [
+    "backend_reason",
     "option_knob",
     "decode_turn_s",
     "Context",

@@ -56,6 +56,7 @@ class Context:
     cpu_flags: frozenset[str] = frozenset()
     cpu_experts: tuple[tuple[str, int], ...] = ()
     budget: bool = False  # placed under a VRAM budget (a fit configuration): memory knobs move its experts
+    backend: str | None = None  # the build's backend (cpu, cuda, vulkan...); None: not known
 
     @property
     def repacked_types(self) -> tuple[str, ...]:
@@ -90,9 +91,21 @@ def cpu_experts(
     return tuple(out)
 
 
+def backend_reason(name: str, backend: str | None) -> str | None:
+    """Why the option ``name`` cannot act on a build for ``backend`` (one line), or None: a knob of another backend
+    (``--no-host`` on Metal, a ``GGML_VK_*`` variable on CUDA) is never searched there, whatever the spec asks."""
+    option = opts.BY_NAME.get(name)
+    if option is None or backend is None or option.acts_on(backend):
+        return None
+    where = option.backends or opts.GPU_BACKENDS
+    return f"it acts only on {', '.join(where)} builds, not {backend}"
+
+
 def skip_reason(name: str, ctx: Context) -> str | None:
     """Why the option ``name`` cannot change anything for this configuration here (one line), or None to search it."""
     option = opts.BY_NAME.get(name)
+    if ctx.backend not in (None, "cpu") and (why := backend_reason(name, ctx.backend)) is not None:
+        return why
     if option is not None and option.gpu_only and not ctx.gpu_build:
         return "a CPU-only build copies no weights to a GPU"
     if option is not None and option.budget_only and not ctx.budget:
