@@ -42,7 +42,9 @@ def test_each_engine_gets_its_own_run_naming_its_build(tmp_path: Path) -> None:
             ik_run = rec.server_props(ik, {"build_info": "b0-ik"}, {})
             main_run = rec.ensure(build=("llama.cpp", None))
             rec.fail(mainline, Failure(mainline.key, "ttft", "L=1024", "out of memory"))
-            assert rec.ensure(build=(IK, None)) == ik_run and rec.ensure() == ik_run == rec.run_id  # the first run begun
+            assert (
+                rec.ensure(build=(IK, None)) == ik_run and rec.ensure() == ik_run == rec.run_id
+            )  # the first run begun
         ik_prov, main_prov = store.provenance(ik_run), store.provenance(main_run)
         assert (ik_prov.llama_engine, ik_prov.llama_bin_dir) == (IK, str(ik_dir))
         assert (main_prov.llama_engine, main_prov.llama_bin_dir) == ("llama.cpp", str(tmp_path.resolve() / "main/bin"))

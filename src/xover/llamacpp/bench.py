@@ -326,6 +326,31 @@ def result_from_record(config_key: str, record: dict[str, Any]) -> BenchResult:
     )
 
 
+_DEVICE_LINE = re.compile(r"^\s+(?P<name>[A-Za-z][\w-]*\d+): (?P<desc>.*?)(?: \(\d+ MiB, \d+ MiB free\))?\s*$")
+
+
+def list_devices(
+    bench: Path, env: Sequence[tuple[str, str]] = (), timeout_s: float = 60.0
+) -> tuple[tuple[str, str], ...] | None:
+    """The devices a build's llama-bench sees with ``env`` (``llama-bench --list-devices``), as (name, description):
+    ``("Vulkan0", "NVIDIA H200")``; none where it sees none (``(none)``); None where it cannot say (an engine's
+    llama-bench without the flag)."""
+    proc = process.spawn(
+        [str(bench), "--list-devices"], env=dict(env), stdout=subprocess.PIPE, stderr=subprocess.STDOUT
+    )
+    try:
+        out, _ = proc.communicate(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        process.stop(proc)
+        return None
+    finally:
+        process.forget(proc)
+    if proc.returncode != 0 or "Available devices" not in out:
+        return None
+    found = (_DEVICE_LINE.match(line) for line in out.splitlines())
+    return tuple((m.group("name"), m.group("desc")) for m in found if m is not None)
+
+
 def record_mismatch(config: LlamaConfig, record: dict[str, Any], backend: str | None = None) -> str | None:
     """Why a record cannot belong to ``config`` (a value the option table has llama-bench echo differs, or it did
     not run on ``backend``, the backend of the build that ran it: :func:`llama_options.backend_problem`), or None

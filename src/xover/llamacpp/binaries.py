@@ -3,7 +3,8 @@
 Resolution order, per build: ``--llama-bin-dir`` (``xover study``: ``--llama-bin-dir BUILD=DIR`` for each build,
 :func:`resolve_chosen`; a build is ``ENGINE``, ``BACKEND`` (mainline's) or ``ENGINE:BACKEND``) > its engine's
 variable (:data:`ENV_VARS`: ``$XOVER_LLAMA_BIN_DIR``, ``$XOVER_IK_LLAMA_BIN_DIR``) > its newest cached xover build >
-``PATH`` (mainline only: an ik_llama.cpp build installs the same binary names). Where the build names a backend, a
+``PATH`` (mainline only: an ik_llama.cpp build installs the same binary names); an engine's default build (no
+backend named) is its newest cached build by :data:`DEFAULT_RANK`. Where the build names a backend, a
 folder is taken only if it was built for that backend (the ggml library beside the binaries says so; a folder that
 cannot tell is taken, and every record it produces is checked against the backend anyway). A user's own build
 directory (``--llama-bin-dir hip=./build-hip/bin``) works unchanged through the first two.
@@ -119,6 +120,12 @@ def parse_build_name(name: str) -> tuple[str, str | None]:
     return engine, backend or None
 
 
+DEFAULT_RANK = {"cpu": 1, "vulkan": 2}
+"""Which cached build is an engine's default (a configuration naming no backend), the newest within a rank: a
+native GPU build (CUDA, HIP, Metal) first, then the CPU's, then Vulkan's. A Vulkan build is mostly made beside
+another to compare with it (on a machine without a GPU it finds no device), so it is the default only alone."""
+
+
 def resolve_chosen(dirs: dict[str, Path]) -> Binaries:
     """Mainline's binaries (its folder in ``dirs``, else its usual order), remembering every folder ``dirs`` gives
     (build name -> folder) for :meth:`Binaries.for_build`; each folder is checked now, so a wrong one fails before
@@ -162,7 +169,7 @@ def resolve(bin_dir: Path | None = None, engine: str = "llama.cpp", backend: str
     env = os.environ.get(var)
     if env and fits(found := _from_dir(Path(env), f"${var}")):
         return dataclasses.replace(found, engine=engine)
-    for manifest in cached_builds(engine=engine):
+    for manifest in sorted(cached_builds(engine=engine), key=lambda m: DEFAULT_RANK.get(m.backend, 0)):
         if backend is None or manifest.backend == backend:
             b = _from_dir(Path(manifest.bin_dir), "cache")
             return dataclasses.replace(b, manifest=manifest, engine=engine, backend=manifest.backend)

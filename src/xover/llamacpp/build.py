@@ -86,18 +86,49 @@ def _given(args: tuple[str, ...], name: str) -> str | None:
 
 
 _LIB_DIRS = ("/usr/lib/x86_64-linux-gnu", "/usr/lib/aarch64-linux-gnu", "/usr/lib64", "/usr/lib", "/usr/local/lib")
-MIN_VK_HEADER = 235
-"""The oldest Vulkan 1.3 headers (``VK_HEADER_VERSION``) taken for the pinned llama.cpp: its ggml_vulkan reads the
-Vulkan 1.3 device features only from headers of 1.3.235 or newer (ggml-vulkan.cpp's guard); Debian bookworm's
-1.3.239 is the oldest that built it here. Older headers lack Vulkan 1.3 altogether."""
+MIN_VK_HEADER = 261
+"""The oldest Vulkan headers (``VK_HEADER_VERSION`` of 1.3) that build the pinned llama.cpp: its ggml_vulkan creates
+its instance with ``VK_EXT_layer_settings`` (vk::LayerSettingEXT), which headers before 1.3.261 lack; Debian
+bookworm's 1.3.239 fails there ('LayerSettingEXT' is not a member of 'vk'), trixie's 1.4.309 builds it."""
+VK_HEADERS_DEP = "vulkan-headers"
+"""Where the set-up puts newer Vulkan headers when the system's are too old (under the cache's ``deps/``: a
+registry package unpacked, ``usr/include/vulkan``), and the build then takes them (:func:`vulkan_include_dir`)."""
 
 
-def _vk_header_version(include_dir: Path) -> int | None:
+def _vk_headers_ok(include_dir: Path) -> tuple[int | None, bool]:
+    """The headers' ``VK_HEADER_VERSION`` (None: no headers) and whether they build the pinned llama.cpp (new
+    enough, with ``VK_EXT_layer_settings``, and ``vulkan.hpp`` beside them)."""
     core = include_dir / "vulkan" / "vulkan_core.h"
     if not core.is_file():
-        return None
-    m = re.search(r"^#define VK_HEADER_VERSION (\d+)", core.read_text(errors="replace"), re.MULTILINE)
-    return int(m.group(1)) if m else None
+        return None, False
+    text = core.read_text(errors="replace")
+    m = re.search(r"^#define VK_HEADER_VERSION (\d+)", text, re.MULTILINE)
+    major = re.search(r"^#define VK_HEADER_VERSION_COMPLETE VK_MAKE_API_VERSION\(0, 1, (\d+),", text, re.MULTILINE)
+    version = int(m.group(1)) if m else None
+    new_enough = version is not None and (version >= MIN_VK_HEADER or (major is not None and int(major.group(1)) > 3))
+    ok = new_enough and "VK_EXT_layer_settings" in text and (include_dir / "vulkan" / "vulkan.hpp").is_file()
+    return version, ok
+
+
+def vulkan_include_dir(root: Path | None = None) -> Path | None:
+    """The Vulkan headers a build takes when no ``-DVulkan_INCLUDE_DIR`` is given: ``$VULKAN_SDK/include`` or the
+    system's where they build the pinned llama.cpp, else those the set-up put in the cache's ``deps/`` (None:
+    neither)."""
+    sdk = os.environ.get("VULKAN_SDK")
+    system = Path(sdk, "include") if sdk else Path("/usr/include")
+    if _vk_headers_ok(system)[1]:
+        return system
+    cached = (root or cache_root()) / "deps" / VK_HEADERS_DEP / "usr" / "include"
+    return cached if _vk_headers_ok(cached)[1] else None
+
+
+def _vulkan_args(args: tuple[str, ...]) -> tuple[str, ...]:
+    """The headers the set-up fetched, where the system's cannot build it and no argument names others."""
+    if _given(args, "Vulkan_INCLUDE_DIR") is not None:
+        return ()
+    found = vulkan_include_dir()
+    system = Path(os.environ["VULKAN_SDK"], "include") if os.environ.get("VULKAN_SDK") else Path("/usr/include")
+    return (f"-DVulkan_INCLUDE_DIR={found}",) if found is not None and found != system else ()
 
 
 def _vulkan_needs(args: tuple[str, ...]) -> list[str]:
@@ -113,11 +144,14 @@ def _vulkan_needs(args: tuple[str, ...]) -> list[str]:
     if glslc is None or not Path(glslc).exists():
         missing.append("glslc (Debian: glslc)")
     include = _given(args, "Vulkan_INCLUDE_DIR") or (f"{sdk}/include" if sdk else "/usr/include")
-    version = _vk_header_version(Path(include))
+    version, ok = _vk_headers_ok(Path(include))
     if version is None or not (Path(include) / "vulkan" / "vulkan.hpp").is_file():
         missing.append(f"the Vulkan headers with vulkan.hpp in {include} (Debian: libvulkan-dev)")
-    elif version < MIN_VK_HEADER:
-        missing.append(f"Vulkan headers 1.3.{MIN_VK_HEADER} or newer ({include} has 1.x.{version})")
+    elif not ok:
+        missing.append(
+            f"Vulkan headers 1.3.{MIN_VK_HEADER} or newer, with VK_EXT_layer_settings ({include} has 1.x.{version}; "
+            "bash scripts/setup.sh fetches newer ones into xover's cache)"
+        )
     lib = _given(args, "Vulkan_LIBRARY")
     dirs = (*((f"{sdk}/lib",) if sdk else ()), *_LIB_DIRS)
     if not (lib and Path(lib).exists()) and not any(Path(d, "libvulkan.so").exists() for d in dirs):
@@ -177,20 +211,22 @@ class BackendSource:
     ``cmake``: its -D flags; ``library``: the shared library its build puts beside the binaries (how a folder of
     binaries tells its backend, :func:`backend_of_dir`); ``needs``: what this machine lacks to build it, given the
     cmake arguments (checked before cmake runs, so a missing dependency is one line, not a CMake trace);
-    ``env``: variables the build runs with."""
+    ``env``: variables the build runs with; ``args``: -D arguments it adds where this machine needs them (the
+    Vulkan headers the set-up fetched), part of the build's key."""
 
     backend: str
     cmake: tuple[str, ...]
     library: str | None = None
     needs: Callable[[tuple[str, ...]], list[str]] | None = None
     env: Callable[[], dict[str, str]] | None = None
+    args: Callable[[tuple[str, ...]], tuple[str, ...]] | None = None  # -D arguments found here, given the user's
 
 
 BACKEND_SOURCES: dict[str, BackendSource] = {
     "cpu": BackendSource("cpu", ()),
     "cuda": BackendSource("cuda", ("-DGGML_CUDA=ON",), "libggml-cuda", _cuda_needs),
     "hip": BackendSource("hip", ("-DGGML_HIP=ON",), "libggml-hip", _hip_needs, _hip_env),
-    "vulkan": BackendSource("vulkan", ("-DGGML_VULKAN=ON",), "libggml-vulkan", _vulkan_needs),
+    "vulkan": BackendSource("vulkan", ("-DGGML_VULKAN=ON",), "libggml-vulkan", _vulkan_needs, args=_vulkan_args),
     "metal": BackendSource("metal", ("-DGGML_METAL=ON",), "libggml-metal"),
 }
 """Every backend xover builds (the names of :data:`xover.domain.llama_options.BACKENDS`)."""
@@ -354,7 +390,9 @@ def cmake_args_for(
             f"-DLLAMA_BUILD_COMMIT={commit[:7] if commit != 'unknown' else 'unknown'}",
             f"-DLLAMA_BUILD_NUMBER={build_number}",
         ]
-    return tuple(base + list(BACKEND_SOURCES[backend].cmake) + _cpu_isa_args(backend) + list(extra))
+    source = BACKEND_SOURCES[backend]
+    found = source.args(tuple(extra)) if source.args is not None else ()
+    return tuple(base + list(source.cmake) + _cpu_isa_args(backend) + list(found) + list(extra))
 
 
 # ggml's CPU build is native (-march=native), which compiles its AMX matmul path wherever the CPU advertises AMX.
@@ -574,7 +612,7 @@ def build(
             return hit
     if shutil.which("cmake") is None:
         raise BuildError("cmake is not on PATH: install it (apt-get install cmake) and retry")
-    check_dependencies(backend, tuple(extra_cmake_args))
+    check_dependencies(backend, cmake_args_for(backend, extra_cmake_args, "unknown", 0, engine))
     tree = resolve_source(source, root, log, engine)
     args = cmake_args_for(backend, extra_cmake_args, tree.commit, tree.build_number, engine)
     commit_for_key = tree.commit if tree.commit != "unknown" else hashlib.sha256(str(tree.root).encode()).hexdigest()

@@ -207,7 +207,9 @@ def log_path_for(log_dir: Path, label: str) -> Path:
     return next_log_path(log_dir, f"server-{_slug(label)}")
 
 
-_USING_DEVICE = re.compile(r"using device (?P<name>\S+) \((?P<desc>[^)]*)\)")
+# llama.cpp's src/llama.cpp: "%s: using device %s (%s) (%s) - %zu MiB free" (name, description, id); a
+# description may hold parentheses of its own (lavapipe's "llvmpipe (LLVM 15.0.6, 256 bits)")
+_USING_DEVICE = re.compile(r"using device (?P<name>\S+) \((?P<desc>.*)\) \([^()]*\) - \d+ MiB free")
 
 
 def logged_devices(path: Path) -> tuple[tuple[str, str], ...]:

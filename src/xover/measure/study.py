@@ -24,6 +24,7 @@ from xover.domain.artifacts import StudyRecord
 from xover.domain.config import LlamaConfig
 from xover.domain.study_spec import StudySpec
 from xover.errors import XoverError
+from xover.llamacpp.bench import list_devices
 from xover.llamacpp.binaries import Binaries
 from xover.measure.resume import distinct, missing_ttft, stored_checks, stored_medians, ttft_todo  # noqa: F401 (missing_ttft, stored_medians re-exported)
 from xover.results.read_model import load_if_any
@@ -375,6 +376,23 @@ def run_study(
 ENGINES_ARTIFACT = "engines"
 
 
+def check_devices(config: LlamaConfig, binaries: Binaries) -> None:
+    """Refuse, in one line and before anything runs, a configuration whose build is for a GPU backend that lists no
+    device of it with the configuration's environment (``llama-bench --list-devices``): its numbers would be the
+    CPU's. A build whose llama-bench cannot list devices is left to the check of every record and server."""
+    backend = config.backend or binaries.backend
+    if backend is None or not llama_options.backend_traits(backend).gpu:
+        return
+    devices = list_devices(binaries.bench, config.environment())
+    traits = llama_options.backend_traits(backend)
+    if devices is not None and traits.ggml_name not in llama_options.ran_on_server([d for d, _ in devices]):
+        seen = ", ".join(f"{d} ({desc})" for d, desc in devices) or "none"
+        raise XoverError(
+            f"[[config]] {config.name!r}: its {backend} build ({binaries.bin_dir}) lists no {traits.ggml_name} "
+            f"device (llama-bench --list-devices: {seen}): {traits.no_device}"
+        )
+
+
 def record_builds(spec: StudySpec, binaries: Binaries, study_dir: Path, emit: Callable[[StageEvent], None]) -> None:
     """A study whose configurations run on builds other than mainline's default (another engine, or a backend
     named): each build's binaries found (a one-line error naming the build to make, before anything runs) and their
@@ -400,6 +418,8 @@ def record_builds(spec: StudySpec, binaries: Binaries, study_dir: Path, emit: Ca
             }
         )
         build = f"{m.commit[:7]} ({m.backend}) from {m.origin}" if m else f"{b.source}"
+        for config in (c for c in spec.configs if c.build == (engine, backend)):
+            check_devices(config, b)
         emit(StageEvent("model", "info", f"{llama_options.build_name(engine, backend)}: {b.bin_dir} [{build}]"))
     with Store(study_dir) as store:
         store.add_artifact(None, ENGINES_ARTIFACT, rows)
