@@ -23,10 +23,10 @@ for b in $(printf '%s\n' "${parts[@]##*/}" | sed 's/\.part.*//' | sort -u); do  
   (cd "$(dirname "${mine[0]}")" && sha256sum "${mine[@]##*/}") > "out/bins/$b.sums"
 done
 echo "share $k of $n: $(ls out/bins | tr '\n' ' ')($(du -sm out/bins | cut -f1) MiB)"
-# what a call carries with it: the files git does not ignore (tracked or not), out/bins, out/xsrc and .whl (the
+# what a call carries with it: the files git does not ignore (tracked or not), out/bins, out/xsrc, .whl and .gl (the
 # device refuses a call over 64 MiB); a folder not there yet counts nothing
 mib=$( { git ls-files -z --cached --others --exclude-standard | xargs -0 stat -c %s 2>/dev/null || true
-  find out/bins out/xsrc .whl -type f -printf '%s\n' 2>/dev/null || true; } |
+  find out/bins out/xsrc .whl .gl -type f -printf '%s\n' 2>/dev/null || true; } |
   awk '{s += $1} END {printf "%d", s / 1048576 + 0.999}')
 if [ "$mib" -gt 62 ]; then
   echo "warning: a call would carry about $mib MiB (64 MiB cap): carry less beside out/bins or split the parts 2 a share" >&2

@@ -1,31 +1,38 @@
 # The steps every study's lease on a lent GPU machine repeats; a study's run.sh sources this file from the
 # repository root on the GPU machine, which carries out/llsrc, out/xsrc and .whl (scripts/prepare-lease.sh makes them
-# on the development machine, which has the package registries):
+# on the development machine, which has the package registries), and for Vulkan builds .gl and .vkdeps (VK=1 there):
 #
 #   lease_init NAME   the job's folder J=/tmp/NAME-job and the study's folder ST=/tmp/NAME; once, before the job
 #                     starts: the wheels the GPU machine's Python lacks installed into /tmp/site, the committed src
 #                     (out/xsrc) copied into $J/src; in every call, whatever this call carries: the pinned llama.cpp
 #                     tree (out/llsrc) unpacked into /tmp/ll, ik_llama.cpp's (out/iksrc) into /tmp/ik, packed builds
-#                     (out/bins) staged and restored once whole (stage_builds)
+#                     (out/bins) staged and restored once whole (stage_builds); .gl (Vulkan's loader and libglvnd)
+#                     unpacked to / once a machine, and VK_DRIVER_FILES set to the NVIDIA ICD where it exists, and
+#                     .vkdeps (the Vulkan build's headers, glslc and its library) into /tmp/vkroot (vk_setup)
 #   lease_job BODY    write $J/job.sh (the common prelude, then the bash text BODY) and start it under setsid once, so
 #                     it outlives the call; BODY may use: $X (xover), $ST, t MSG (timestamped lines), build_cuda (the
 #                     CUDA build for sm_90, llama-fit-params included), build_cuda_ik (ik_llama.cpp's, about 12-13
-#                     minutes on the H200 machine's 16 cores), synth PRESET PATH, smi_on / smi_off (nvidia-smi
-#                     every 2 s into $ST/smi.log), study_once [ARGS] (`xover study $J/study.toml -o $ST ARGS` with
-#                     nvidia-smi sampled, its log's tail), pack_builds (below), done_ (mark the job done)
-#   pack_builds       (in BODY, after each build) each CUDA build not yet packed, its binaries and libraries
+#                     minutes on the H200 machine's 16 cores), build_vulkan (mainline's Vulkan build from the same
+#                     tree, with the headers, glslc and SPIRV-Headers of /tmp/vkroot and the loader .gl put in /),
+#                     vk_check (the builds xover takes, and the Vulkan build's devices: fails where it sees none),
+#                     synth PRESET PATH, smi_on [DIR] / smi_off (nvidia-smi every 2 s into DIR/smi.log, DIR
+#                     default $ST), study_once [ARGS] (`xover study $J/study.toml -o $ST ARGS` with nvidia-smi
+#                     sampled, its log's tail), study_into DIR SPEC [ARGS] (the same for the spec SPEC into the
+#                     store DIR: a job that runs several studies), pack_builds (below), done_ (mark the job done)
+#   pack_builds       (in BODY, after each build) each CUDA or Vulkan build not yet packed, its binaries and libraries
 #                     stripped, as /tmp/NAME-bins/<build>.tar.xz.partNN (15 MiB parts) with their sha256 sums in
 #                     <build>.tar.xz.sums; lease_wait returns the parts as soon as a build is packed, as many as a
 #                     call returns, the rest in the next calls. A later lease carries them as out/bins, in as many
 #                     calls as the 64 MiB cap needs (about 48 MiB of parts a call beside the repository: put a
-#                     different share in out/bins each time, the .sums in any), and build_cuda / build_cuda_ik then
-#                     find the builds restored and skip their 4 and 13 minutes
+#                     different share in out/bins each time, the .sums in any), and build_cuda / build_cuda_ik /
+#                     build_vulkan then find the builds restored and skip their 4, 13 and more minutes
 #   seed_store SRC NAME...  $ST/results.sqlite as a copy of the committed store SRC without its measurements,
 #                     keeping only the artifacts NAME... (placement, tuning, prediction): a study that reuses
 #                     another's placement and measures the rest afresh
 #   lease_wait        wait up to $WAIT seconds (default 560) for the job, then pack $ST (no models) into
-#                     $OUT/NAME.tgz with the job's log, and print the study's progress: the end of study.log and of
-#                     the latest llama log, how long ago each was written, and the llama processes and GPU memory.
+#                     $OUT/NAME.tgz with the job's log, and print the study's progress: the end of the latest
+#                     study.log ($ST's or a store's under it) and of its latest llama log, how long ago each was
+#                     written, and the llama processes and GPU memory.
 #                     A stall shows there in the call's output (the 2026-12-03 lease lost 25 minutes to one unseen)
 #
 # A later call of the same run.sh finds the job started and only waits and packs again: repeat it until the log
@@ -48,7 +55,38 @@ lease_init() {  # every call: what this call carries is unpacked or staged; the 
     rm -rf /tmp/ik; mkdir -p /tmp/ik && tar xzf out/iksrc/ik.tgz -C /tmp/ik
     echo ik0.1.5 > /tmp/ik/ik_llama.cpp-ik0.1.5/XOVER_COMMIT
   fi
+  vk_setup || exit 1
   stage_builds
+}
+
+# Vulkan (scripts/prepare-lease.sh VK=1). .gl: the loader (Debian trixie's libvulkan1, the one the Vulkan build links)
+# and libglvnd's libraries, without which the loader cannot open NVIDIA's ICD (libGLX_nvidia.so.0): unpacked to /
+# and ldconfig run, once a machine (a stamp names what was unpacked: unpacking again would rewrite libraries that a
+# running llama-server has mapped). NVIDIA's ICD file on the lent machines is under /usr/local/nvidia, outside the
+# loader's default search path (the device README's recipe names it where no driver is found), so VK_DRIVER_FILES
+# names it wherever it exists (the job inherits it). .vkdeps: what the Vulkan build alone needs
+# (trixie's libvulkan-dev, glslc with libshaderc1, spirv-headers), unpacked into /tmp/vkroot, never into /, in the
+# call (synchronously, as the trees are) so the job's build_vulkan finds it whatever a later call carries.
+VKROOT=/tmp/vkroot
+vk_setup() {
+  if compgen -G ".gl/*.deb" > /dev/null; then
+    local sum=$(cat .gl/*.deb | sha256sum | cut -c1-16)
+    if [ "$(cat /tmp/.xover-gl 2>/dev/null)" != "$sum" ]; then
+      for f in .gl/*.deb; do dpkg -x "$f" / || { t "could not unpack $f to /"; return 1; }; done
+      ldconfig && echo $sum > /tmp/.xover-gl && t "unpacked to /: $(cd .gl && ls *.deb | sed 's/_amd64.deb//' | tr '\n' ' ')"
+    fi
+  fi
+  local icd=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json
+  if [ -f $icd ]; then export VK_DRIVER_FILES=$icd; fi
+  if compgen -G ".vkdeps/*.deb" > /dev/null; then
+    local sum=$(cat .vkdeps/*.deb | sha256sum | cut -c1-16)
+    if [ "$(cat $VKROOT/.xover-vkdeps 2>/dev/null)" != "$sum" ]; then
+      rm -rf $VKROOT; mkdir -p $VKROOT
+      for f in .vkdeps/*.deb; do dpkg -x "$f" $VKROOT || { t "could not unpack $f to $VKROOT"; return 1; }; done
+      echo $sum > $VKROOT/.xover-vkdeps && t "unpacked to $VKROOT: $(cd .vkdeps && ls *.deb | sed 's/_[a-z0-9]*.deb//' | tr '\n' ' ')"
+    fi
+  fi
+  return 0
 }
 
 # Builds a former lease packed (pack_builds), carried as out/bins: staged, because one call carries at most about
@@ -78,10 +116,10 @@ export PYTHONPATH=$J/src:/tmp/site PYTHONUNBUFFERED=1 LD_LIBRARY_PATH=/usr/local
 X="python3 -m xover"; ST=$ST; J=$J
 T0=\$(date +%s); t() { echo "[\$(( \$(date +%s) - T0 ))s] \$*"; }
 CACHE=\${XOVER_CACHE_DIR:-\$HOME/.cache/xover}
-built() { ls \$CACHE/builds/\$1-cuda-*/manifest.json > /dev/null 2>&1; }  # a CUDA build of identity \$1 is there
-await_restore() {  # ID TREE: where TREE was not carried, wait (15 min at most) for the build ID to be staged (out/bins)
-  built \$1 || [ -d \$2 ] || { t "waiting for \$1's build, carried as out/bins in a later call"; \
-    for i in \$(seq 180); do built \$1 && break; sleep 5; done; }
+built() { ls \$CACHE/builds/\$1-\${2:-cuda}-*/manifest.json > /dev/null 2>&1; }  # ID [BACKEND]: a build of ID is there
+await_restore() {  # ID TREE [BACKEND]: where TREE was not carried, wait (15 min at most) for the build to be staged
+  built \$1 \${3:-cuda} || [ -d \$2 ] || { t "waiting for \$1's \${3:-cuda} build, carried as out/bins in a later call"; \
+    for i in \$(seq 180); do built \$1 \${3:-cuda} && break; sleep 5; done; }
 }
 build_cuda() {
   await_restore 0c1e570 /tmp/ll/llama.cpp-0c1e570
@@ -97,9 +135,35 @@ build_cuda_ik() {
     --cmake-arg=-DCMAKE_CUDA_ARCHITECTURES=90 > \$ST/build-ik.log 2>&1 || { tail -30 \$ST/build-ik.log; exit 1; }
   t built ik_llama.cpp; \$X llama which --engine ik_llama.cpp | head -3
 }
-pack_builds() {  # each CUDA build not yet packed: its manifest, binaries and libraries (stripped; no objects) in 15 MiB xz parts
+# The Vulkan build's dependencies by path (FindVulkan's Vulkan_INCLUDE_DIR, Vulkan_GLSLC_EXECUTABLE, Vulkan_LIBRARY;
+# ggml-vulkan's find_package(SPIRV-Headers CONFIG)): the same arguments every time, since they key the build. The
+# loader is the one .gl put in / (trixie's, as the headers), so the binaries need no path into /tmp/vkroot.
+VK_ARGS="--cmake-arg=-DVulkan_INCLUDE_DIR=$VKROOT/usr/include --cmake-arg=-DVulkan_GLSLC_EXECUTABLE=$VKROOT/usr/bin/glslc \\
+  --cmake-arg=-DVulkan_LIBRARY=/usr/lib/x86_64-linux-gnu/libvulkan.so.1 \\
+  --cmake-arg=-DSPIRV-Headers_DIR=$VKROOT/usr/share/cmake/SPIRV-Headers"
+build_vulkan() {  # glslc finds its libshaderc.so.1 in /tmp/vkroot through LD_LIBRARY_PATH (it has no RUNPATH)
+  await_restore 0c1e570 /tmp/ll/llama.cpp-0c1e570 vulkan
+  if built 0c1e570 vulkan; then t "llama.cpp's Vulkan build restored (out/bins)"; return 0; fi
+  [ -x $VKROOT/usr/bin/glslc ] && [ -e /usr/lib/x86_64-linux-gnu/libvulkan.so.1 ] || \\
+    { t "no Vulkan build: carry .vkdeps and .gl in the call that starts the job (scripts/prepare-lease.sh VK=1)"; exit 1; }
+  local v; v=\$(LD_LIBRARY_PATH=$VKROOT/usr/lib/x86_64-linux-gnu $VKROOT/usr/bin/glslc --version 2>&1) || \\
+    { t "glslc does not run here (its feature tests would pass falsely): \$v"; exit 1; }
+  t "glslc: \$(echo "\$v" | head -1)"
+  LD_LIBRARY_PATH=$VKROOT/usr/lib/x86_64-linux-gnu:\$LD_LIBRARY_PATH \$X llama build --backend vulkan \\
+    --source /tmp/ll/llama.cpp-0c1e570 \$VK_ARGS > \$ST/build-vulkan.log 2>&1 || { tail -30 \$ST/build-vulkan.log; exit 1; }
+  t built Vulkan
+}
+vk_check() {  # the builds xover takes, and the devices the Vulkan build's llama-bench lists; fails where none is Vulkan
+  \$X llama which 2>&1 | head -12
+  local bin=\$(ls -d \$CACHE/builds/0c1e570-vulkan-*/build/bin 2>/dev/null | head -1)
+  [ -n "\$bin" ] || { t "no Vulkan build in \$CACHE/builds"; return 1; }
+  t "the Vulkan build's devices (VK_DRIVER_FILES=\${VK_DRIVER_FILES:-unset}):"
+  timeout 120 \$bin/llama-bench --list-devices > \$ST/vk-devices.log 2>&1; tail -12 \$ST/vk-devices.log
+  grep -Eq '^ *Vulkan[0-9]+:' \$ST/vk-devices.log || { t "the Vulkan build sees no Vulkan device"; return 1; }
+}
+pack_builds() {  # each CUDA or Vulkan build not yet packed: its manifest, binaries and libraries (stripped; no objects) in 15 MiB xz parts
   mkdir -p /tmp/$NAME-bins; exec 9> /tmp/$NAME-bins/lock; flock 9  # one packer at a time (builds end apart)
-  for d in \$CACHE/builds/*-cuda-*; do
+  for d in \$CACHE/builds/*-cuda-* \$CACHE/builds/*-vulkan-*; do
     b=\$(basename \$d); [ -f \$d/manifest.json ] && [ ! -f /tmp/$NAME-bins/\$b.packed ] || continue
     tmp=/tmp/$NAME-bins/\$b.tmp; rm -rf \$tmp; mkdir -p \$tmp
     (cd / && find \${d#/}/manifest.json \${d#/}/build -not -path '*/CMakeFiles/*' \( -name manifest.json -o \
@@ -113,17 +177,19 @@ pack_builds() {  # each CUDA build not yet packed: its manifest, binaries and li
   flock -u 9
 }
 synth() { [ -f "\$2" ] || (\$X synth --preset "\$1" -o "\$2" > \$ST/synth-\$1.log 2>&1; echo "synth rc=\$?" >> \$ST/synth-\$1.log); }
-smi_on() {
-  (while true; do echo "\$(date +%s) \$(nvidia-smi --query-gpu=memory.used,memory.total --format=csv,noheader,nounits)"; sleep 2; done) >> \$ST/smi.log 2>&1 &
+smi_on() {  # [DIR]: into DIR/smi.log (default \$ST)
+  (while true; do echo "\$(date +%s) \$(nvidia-smi --query-gpu=memory.used,memory.total --format=csv,noheader,nounits)"; sleep 2; done) >> \${1:-\$ST}/smi.log 2>&1 &
   SMI=\$!
 }
 smi_off() { kill \$SMI 2>/dev/null; }
-study_once() {  # the study of \$J/study.toml into \$ST (arguments: more for xover study), nvidia-smi sampled
-  smi_on
-  \$X study \$J/study.toml -o \$ST "\$@" > \$ST/study.log 2>&1
-  t "study rc=\$?"; tail -40 \$ST/study.log
+study_into() {  # DIR SPEC [ARGS]: the study of SPEC into the store DIR (ARGS: more for xover study), nvidia-smi sampled
+  local dir=\$1 spec=\$2 rc; shift 2; mkdir -p \$dir
+  smi_on \$dir
+  \$X study \$spec -o \$dir "\$@" > \$dir/study.log 2>&1; rc=\$?
+  t "study\$([ \$dir = \$ST ] || echo " \${dir#\$ST/}") rc=\$rc"; tail -40 \$dir/study.log
   smi_off
 }
+study_once() { study_into \$ST \$J/study.toml "\$@"; }  # the study of \$J/study.toml into \$ST
 done_() { t "after: \$(nvidia-smi --query-gpu=memory.used --format=csv,noheader)"; touch $J/done; t done; }
 nvidia-smi --query-gpu=name,memory.total,memory.free,pcie.link.gen.current,pcie.link.width.current --format=csv,noheader
 grep -m1 "^flags" /proc/cpuinfo > \$ST/cpu-flags.txt; grep -m1 "^model name" /proc/cpuinfo
@@ -150,11 +216,12 @@ PY
 }
 
 progress() {  # what the study is doing now: the job's log says only when it started and ended
-  [ -f $ST/study.log ] || return 0
-  echo "--- study.log (last written $(( $(date +%s) - $(stat -c %Y $ST/study.log) )) s ago):"; tail -8 $ST/study.log
+  local slog=$(ls -t $ST/study.log $ST/*/study.log 2>/dev/null | head -1)  # $ST's, or the latest store's under it
+  [ -n "$slog" ] || return 0
+  echo "--- ${slog#$ST/} (last written $(( $(date +%s) - $(stat -c %Y $slog) )) s ago):"; tail -8 $slog
   echo "--- llama processes (pid ppid pgid seconds state):"
   ps -eo pid,ppid,pgid,etimes,stat,args | awk '$6 ~ /llama-(server|bench)$/ {print $1, $2, $3, $4, $5, $6}'
-  local log=$(ls -t $ST/logs/*.log 2>/dev/null | head -1)
+  local log=$(ls -t $(dirname $slog)/logs/*.log 2>/dev/null | head -1)
   [ -n "$log" ] && echo "--- $(basename $log) (last written $(( $(date +%s) - $(stat -c %Y $log) )) s ago):" && tail -3 "$log" | cut -c1-200
   nvidia-smi --query-compute-apps=pid,used_memory --format=csv,noheader 2>/dev/null
 }

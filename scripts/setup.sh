@@ -60,6 +60,11 @@ fi
 # (about 14 minutes on 2 cores, cached like mainline's).
 "$venv/bin/xover" llama build --engine ik_llama.cpp
 
+# The backend comparison's tests run mainline's Vulkan build on Mesa's lavapipe: its dependencies from the
+# distribution's registry (scripts/vulkan-deps.sh), then the build (cached like the others).
+bash scripts/vulkan-deps.sh
+"$venv/bin/xover" llama build --backend vulkan
+
 # Static checks first (import-linter's layer contracts run inside the tests: tests/unit/test_architecture.py).
 "$venv/bin/ruff" check src tests benchmarks || { echo "setup: ruff found lint errors (above; 'ruff check --fix' fixes most)" >&2; exit 1; }
 "$venv/bin/ruff" format --check src tests benchmarks || { echo "setup: files need 'ruff format src tests benchmarks'" >&2; exit 1; }

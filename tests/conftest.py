@@ -34,6 +34,21 @@ def ik_bins():
 
 
 @pytest.fixture(scope="session")
+def vulkan_bins():
+    """Mainline's real Vulkan build (xover's cached one; `bash scripts/setup.sh test` makes it after
+    scripts/vulkan-deps.sh), run on Mesa's lavapipe here."""
+    from xover.llamacpp import build
+    from xover.llamacpp.binaries import Binaries
+
+    manifest = build.build(backend="vulkan")
+    bin_dir = Path(manifest.bin_dir)
+    return Binaries(
+        bench=bin_dir / "llama-bench", server=bin_dir / "llama-server", source="cache", manifest=manifest,
+        backend="vulkan",
+    )  # fmt: skip
+
+
+@pytest.fixture(scope="session")
 def tiny_model(tmp_path_factory) -> Path:
     """The tiny-moe preset, synthesized once per test session."""
     from xover.domain.presets import PRESETS

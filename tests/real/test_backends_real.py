@@ -1,0 +1,119 @@
+"""Which backend? (issue 45) The pinned llama.cpp built twice by xover, for the CPU and for Vulkan (on Mesa's lavapipe
+here), compared in one study on tiny-moe as the README shows it; every record and server checked against its
+build's backend; a Vulkan build that finds no device refused in one line with nothing stored."""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.real
+EXAMPLE = Path(__file__).parents[2] / "examples" / "backends.toml"  # run as the README shows it
+
+
+def _xover(*args: str, env: dict[str, str] | None = None, timeout: int = 900) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "xover", *args], env=env, capture_output=True, text=True, timeout=timeout
+    )
+
+
+def test_the_example_compares_the_cpu_and_vulkan_builds_each_on_its_own(llama_bins, vulkan_bins, tmp_path) -> None:
+    out = tmp_path / "out"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("XOVER_LLAMA")}
+    r = _xover("study", str(EXAMPLE), "-o", str(out), "-q", env=env)
+    assert r.returncode == 0, r.stderr[-3000:]
+    db = sqlite3.connect(out / "results.sqlite")
+    label_of = dict(db.execute("SELECT key, label FROM configs"))
+    # each configuration's llama-bench ran on its own build, and its record says where: lavapipe for Vulkan
+    seen: dict[str, set[tuple[str, str]]] = {}
+    for key, rec in db.execute("SELECT config_key, record FROM bench_results"):
+        record = json.loads(rec)
+        seen.setdefault(label_of[key], set()).add((record["backends"], record["gpu_info"]))
+    assert seen["cpu"] == {("CPU", "")}
+    assert {b for b, _ in seen["vulkan"]} == {"Vulkan"} and all("llvmpipe" in g for _, g in seen["vulkan"])
+    # every cold sample of both, in rounds 1 and 2 of fresh servers, proven cold
+    rounds: dict[str, list[int]] = {}
+    for key, length, cache_n, prompt_n, rnd in db.execute(
+        "SELECT config_key, length, cache_n, prompt_n, round FROM ttft_samples WHERE mode = 'cold'"
+    ):
+        assert (cache_n, prompt_n) == (0, length)
+        rounds.setdefault(label_of[key], []).append(rnd)
+    for label in ("cpu", "vulkan"):
+        assert sorted(x for x in rounds[label] if x > 0) == [1] * 4 + [2] * 4, label
+    # the cached turns of both: the 1K context proven cached
+    cached = db.execute("SELECT config_key, cache_n FROM ttft_samples WHERE mode LIKE 'cached:%'").fetchall()
+    assert {label_of[k] for k, _ in cached} == {"cpu", "vulkan"} and all(c == 1024 for _, c in cached)
+    # each server's devices stored with it: lavapipe's for Vulkan, none for the CPU build
+    props = [json.loads(b) for (b,) in db.execute("SELECT body FROM artifacts WHERE name = 'server-props'")]
+    devices = {p["label"]: p.get("devices") for p in props}
+    assert devices["cpu"] is None and "Vulkan0 (llvmpipe" in devices["vulkan"]
+    # the runs' provenance: the build, its backend, the device and the driver
+    provs = [json.loads(p) for (p,) in db.execute("SELECT provenance FROM runs")]
+    vk = [p for p in provs if p["llama_backend"] == "Vulkan"]
+    assert vk and all(p["llama_bin_dir"] == str(vulkan_bins.bin_dir) for p in vk)
+    extra = dict(vk[0]["extra"])
+    assert "llvmpipe" in extra["devices"] and "llvmpipe" in extra.get("driver", "llvmpipe")
+    assert {p["llama_backend"] for p in provs} == {"CPU", "Vulkan"}
+    # the verdicts compare the two builds, each at its own defaults
+    report = (out / "report.md").read_text()
+    assert "Builds: llama.cpp:cpu: cpu; llama.cpp:vulkan: vulkan." in report
+    assert "At each build's defaults" in report
+
+
+def _vulkan_only(tmp_path: Path, env_line: str = "") -> Path:
+    spec = tmp_path / "vk.toml"
+    spec.write_text(
+        '[model]\npreset = "tiny-moe"\n[study]\nlengths = [256]\nresponse-tokens = [8]\nrepetitions = 1\n'
+        'rounds = 1\nmax-rounds = 1\nskip = ["tune", "cache", "session"]\n'
+        f'[[config]]\nname = "vk"\nbackend = "vulkan"\n{env_line}'
+    )
+    return spec
+
+
+@pytest.mark.parametrize(
+    ("env_line", "env", "cause"),
+    [
+        # lavapipe is the only device and ggml_vulkan skips CPU drivers unless GGML_VK_VISIBLE_DEVICES names them
+        ("", {}, "lavapipe"),
+        # no ICD at all: the loader finds no driver
+        ('env = { GGML_VK_VISIBLE_DEVICES = "0" }\n', {"VK_ICD_FILENAMES": "/nonexistent.json"}, "ICD"),
+    ],
+)
+def test_a_vulkan_build_that_finds_no_device_is_refused_in_one_line_with_nothing_stored(
+    vulkan_bins, tmp_path: Path, env_line: str, env: dict[str, str], cause: str
+) -> None:
+    out = tmp_path / "out"
+    r = _xover("study", str(_vulkan_only(tmp_path, env_line)), "-o", str(out), "-q", env={**os.environ, **env})
+    assert r.returncode != 0
+    lines = [ln for ln in r.stderr.strip().splitlines() if ln.strip()]
+    assert len(lines) == 1 and "lists no Vulkan device" in lines[0] and "no Vulkan device found" in lines[0], r.stderr
+    assert cause in lines[0]
+    db = out / "results.sqlite"
+    if db.exists():
+        con = sqlite3.connect(db)
+        assert con.execute("SELECT count(*) FROM bench_results").fetchone() == (0,)
+        assert con.execute("SELECT count(*) FROM ttft_samples").fetchone() == (0,)
+
+
+def test_a_number_the_build_did_not_make_on_its_device_is_never_stored(vulkan_bins, tiny_model, tmp_path) -> None:
+    """Without the study's preflight (xover bench and ttft on the Vulkan build's folder, no device named): every
+    llama-bench record and every llama-server is checked against the folder's backend; each fails with the cause,
+    and no number is stored."""
+    out = tmp_path / "out"
+    b = _xover("bench", "-m", str(tiny_model), "--depth", "0", "-r", "1", "-o", str(out),
+               "--llama-bin-dir", str(vulkan_bins.bin_dir))  # fmt: skip
+    t = _xover("ttft", "-m", str(tiny_model), "--lengths", "256", "-R", "4", "-r", "1", "-o", str(out),
+               "--llama-bin-dir", str(vulkan_bins.bin_dir))  # fmt: skip
+    con = sqlite3.connect(out / "results.sqlite")
+    assert con.execute("SELECT count(*) FROM bench_results").fetchone() == (0,)
+    assert con.execute("SELECT count(*) FROM ttft_samples").fetchone() == (0,)
+    reasons = [r for (r,) in con.execute("SELECT reason FROM failures")]
+    assert any(r.startswith("llama-bench of the vulkan build ran on the CPU: no Vulkan device found") for r in reasons)
+    assert any(r.startswith("llama-server of the vulkan build ran on the CPU: no Vulkan device found") for r in reasons)
+    assert (b.returncode, t.returncode) != (0, 0) or reasons, (b.stderr, t.stderr)
