@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sqlite3
 import subprocess
 import sys
@@ -30,14 +31,7 @@ def test_the_example_compares_the_cpu_and_vulkan_builds_each_on_its_own(llama_bi
     assert r.returncode == 0, r.stderr[-3000:]
     db = sqlite3.connect(out / "results.sqlite")
     label_of = dict(db.execute("SELECT key, label FROM configs"))
-    # each configuration's llama-bench ran on its own build, and its record says where: lavapipe for Vulkan
-    seen: dict[str, set[tuple[str, str]]] = {}
-    for key, rec in db.execute("SELECT config_key, record FROM bench_results"):
-        record = json.loads(rec)
-        seen.setdefault(label_of[key], set()).add((record["backends"], record["gpu_info"]))
-    assert seen["cpu"] == {("CPU", "")}
-    assert {b for b, _ in seen["vulkan"]} == {"Vulkan"} and all("llvmpipe" in g for _, g in seen["vulkan"])
-    # every cold sample of both, in rounds 1 and 2 of fresh servers, proven cold
+    # every cold sample of both, in rounds 1 to 3 of fresh servers, proven cold
     rounds: dict[str, list[int]] = {}
     for key, length, cache_n, prompt_n, rnd in db.execute(
         "SELECT config_key, length, cache_n, prompt_n, round FROM ttft_samples WHERE mode = 'cold'"
@@ -45,10 +39,10 @@ def test_the_example_compares_the_cpu_and_vulkan_builds_each_on_its_own(llama_bi
         assert (cache_n, prompt_n) == (0, length)
         rounds.setdefault(label_of[key], []).append(rnd)
     for label in ("cpu", "vulkan"):
-        assert sorted(x for x in rounds[label] if x > 0) == [1] * 4 + [2] * 4, label
-    # the cached turns of both: the 1K context proven cached
+        assert sorted(x for x in rounds[label] if x > 0) == [1, 1, 2, 2, 3, 3], label
+    # the cached turns of both: the 512-token context proven cached
     cached = db.execute("SELECT config_key, cache_n FROM ttft_samples WHERE mode LIKE 'cached:%'").fetchall()
-    assert {label_of[k] for k, _ in cached} == {"cpu", "vulkan"} and all(c == 1024 for _, c in cached)
+    assert {label_of[k] for k, _ in cached} == {"cpu", "vulkan"} and all(c == 512 for _, c in cached)
     # each server's devices stored with it: lavapipe's for Vulkan, none for the CPU build
     props = [json.loads(b) for (b,) in db.execute("SELECT body FROM artifacts WHERE name = 'server-props'")]
     devices = {p["label"]: p.get("devices") for p in props}
@@ -63,7 +57,15 @@ def test_the_example_compares_the_cpu_and_vulkan_builds_each_on_its_own(llama_bi
     # the verdicts compare the two builds, each at its own defaults
     report = (out / "report.md").read_text()
     assert "Builds: llama.cpp:cpu: cpu; llama.cpp:vulkan: vulkan." in report
-    assert "At each build's defaults" in report
+    # lavapipe prefills at tens of tokens a second where the CPU build does thousands: 3 rounds call it, both for
+    # cold prompts and for cached turns, and "which to run" names the CPU build for each kind of work
+    assert "- cpu vs vulkan: cpu is faster at every measured length" in report
+    assert "- cpu vs vulkan on cached turns (512-token context in the cache): cpu is faster" in report
+    assert "cold prompts: 128-512 cpu; cached turns on a 512-token context: 64 new tokens cpu." in report
+    # the Vulkan servers' warm-up prefilled a whole ubatch (its pipelines compiled before anything was measured)
+    for logs in (sorted((out / "logs").glob(f"server-{name}-*.log")) for name in ("vulkan", "cpu")):
+        first = [int(re.findall(r"new prompt, .* task\.n_tokens = (\d+)", log.read_text())[0]) for log in logs]
+        assert len(first) >= 3 and set(first) == ({576} if "vulkan" in logs[0].name else {8}), first
 
 
 def _vulkan_only(tmp_path: Path, env_line: str = "") -> Path:
@@ -101,19 +103,26 @@ def test_a_vulkan_build_that_finds_no_device_is_refused_in_one_line_with_nothing
         assert con.execute("SELECT count(*) FROM ttft_samples").fetchone() == (0,)
 
 
-def test_a_number_the_build_did_not_make_on_its_device_is_never_stored(vulkan_bins, tiny_model, tmp_path) -> None:
-    """Without the study's preflight (xover bench and ttft on the Vulkan build's folder, no device named): every
-    llama-bench record and every llama-server is checked against the folder's backend; each fails with the cause,
-    and no number is stored."""
+def test_a_number_the_build_did_not_make_on_its_device_is_never_stored(llama_bins, tiny_model, tmp_path) -> None:
+    """Without the study's preflight (xover bench and ttft on a folder whose ggml library says Vulkan): every
+    llama-bench record and every llama-server is checked against the folder's backend. A Vulkan build that finds no
+    driver runs every layer on the CPU and exits 0 (seen on the H200 machine before libglvnd was there); here that
+    is injected, since this machine's CPU advertises AMX that traps and a real Vulkan build's CPU fallback crashes
+    instead: the folder holds the real CPU build's binaries beside an empty libggml-vulkan.so. Each process fails
+    with the cause, and no number is stored."""
+    shim = tmp_path / "vk-bin"
+    shim.mkdir()
+    for tool in ("llama-bench", "llama-server"):
+        (shim / tool).symlink_to(llama_bins.bin_dir / tool)
+    (shim / "libggml-vulkan.so").write_text("")
     out = tmp_path / "out"
-    b = _xover("bench", "-m", str(tiny_model), "--depth", "0", "-r", "1", "-o", str(out),
-               "--llama-bin-dir", str(vulkan_bins.bin_dir))  # fmt: skip
+    b = _xover("bench", "-m", str(tiny_model), "--depth", "0", "-r", "1", "-o", str(out), "--llama-bin-dir", str(shim))
     t = _xover("ttft", "-m", str(tiny_model), "--lengths", "256", "-R", "4", "-r", "1", "-o", str(out),
-               "--llama-bin-dir", str(vulkan_bins.bin_dir))  # fmt: skip
+               "--llama-bin-dir", str(shim))  # fmt: skip
     con = sqlite3.connect(out / "results.sqlite")
     assert con.execute("SELECT count(*) FROM bench_results").fetchone() == (0,)
     assert con.execute("SELECT count(*) FROM ttft_samples").fetchone() == (0,)
     reasons = [r for (r,) in con.execute("SELECT reason FROM failures")]
     assert any(r.startswith("llama-bench of the vulkan build ran on the CPU: no Vulkan device found") for r in reasons)
     assert any(r.startswith("llama-server of the vulkan build ran on the CPU: no Vulkan device found") for r in reasons)
-    assert (b.returncode, t.returncode) != (0, 0) or reasons, (b.stderr, t.stderr)
+    assert "ran on the CPU" in b.stdout + b.stderr and "ran on the CPU" in t.stdout + t.stderr

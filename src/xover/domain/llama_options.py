@@ -92,12 +92,17 @@ class BackendTraits:
     ``backends`` field and llama.cpp's logs call it (devices ``Vulkan0``, buffers ``CUDA_Host``); None for the CPU,
     which llama-bench reports as ``CPU``. ``gpu``: it runs layers on an accelerator, so a build of it that finds no
     device has silently fallen back to the CPU (a failed configuration, never a number). ``no_device``: the one-line
-    cause given when that happens, with what to check."""
+    cause given when that happens, with what to check. ``lazy_pipelines``: it compiles a compute pipeline the first
+    time an operation of a new shape runs (ggml_vulkan, through the driver's shader compiler), so a fresh process's
+    first prompt of a new size pays seconds of compilation: seen on the H200 (qwen3-30b-a3b, 2026-12-04), a fresh
+    Vulkan server's first cold 1K prompt took 24.7 s after a warm-up of 8 tokens, against 1.3 s in a later round.
+    Its servers' warm-up prefills a whole ubatch and more before anything is measured."""
 
     name: str
     ggml_name: str | None
     gpu: bool = True
     no_device: str = ""
+    lazy_pipelines: bool = False
 
 
 CPU_BACKEND = "cpu"
@@ -109,6 +114,7 @@ BACKEND_TRAITS: Mapping[str, BackendTraits] = {
     "vulkan": BackendTraits(
         "vulkan",
         "Vulkan",
+        lazy_pipelines=True,
         no_device="no Vulkan device found: the ICD or a loader library is missing (check `vulkaninfo --summary`; "
         "libvulkan1 and, for NVIDIA, libglvnd's libraries), or the only device is a CPU driver such as lavapipe, "
         "which ggml_vulkan skips unless GGML_VK_VISIBLE_DEVICES names it",

@@ -15,7 +15,7 @@ from typing import Any
 
 from xover.client.http import LlamaClient, completion_body
 from xover.domain.config import LlamaConfig
-from xover.domain.llama_options import backend_problem, ran_on_server
+from xover.domain.llama_options import BACKEND_TRAITS, UBATCH_SIZE, backend_problem, ran_on_server
 from xover.errors import XoverError
 from xover.llamacpp.binaries import Binaries
 from xover.llamacpp.server import LlamaServer, ServerLaunch, logged_devices
@@ -58,6 +58,17 @@ async def started_server(
             **({"devices": ", ".join(f"{d} ({desc})" for d, desc in devices)} if devices else {}),
         )
         yield srv
+
+
+def warmup_length(config: LlamaConfig, backend: str | None, ctx_size: int) -> int:
+    """Tokens in the discarded warm-up prompt: :data:`WARMUP_LENGTH`, or, on a backend that compiles its pipelines
+    as shapes first appear (:attr:`BackendTraits.lazy_pipelines`: Vulkan), one whole ubatch and a partial one more,
+    so that the compilation lands in the warm-up and not in the first measured prompt (within the context, less
+    room for the warm-up's answer)."""
+    if backend is None or backend not in BACKEND_TRAITS or not BACKEND_TRAITS[backend].lazy_pipelines:
+        return WARMUP_LENGTH
+    ubatch = config.int_value(UBATCH_SIZE.name) or int(UBATCH_SIZE.default)
+    return max(WARMUP_LENGTH, min(ubatch + 8 * WARMUP_LENGTH, ctx_size - 2 * WARMUP_RESPONSE))
 
 
 async def warm_up(client: LlamaClient, prompt: tuple[int, ...] | str) -> str | None:

@@ -38,7 +38,7 @@ from xover.llamacpp.binaries import Binaries
 from xover.llamacpp.server import LlamaServer, ServerLaunch
 from xover.measure.events import Note, Rerun, SampleDone, ServerUp, TtftEvent
 from xover.measure.recorder import Recording
-from xover.measure.server_session import WARMUP_LENGTH, started_server, warm_up
+from xover.measure.server_session import WARMUP_LENGTH, started_server, warm_up, warmup_length
 from xover.results.store import Store
 
 MODES = ("cold", "warm")
@@ -392,7 +392,11 @@ class TtftRun:
                     self.rec, self.binaries, spec, log_dir, startup_timeout_s=startup_timeout_s
                 ) as srv:
                     assert srv.client is not None
-                    await self._measure(srv.client, config, srv.props, srv.model_meta, points, srv.log_path)
+                    backend = config.backend or self.binaries.for_config(config).backend
+                    await self._measure(
+                        srv.client, config, srv.props, srv.model_meta, points, srv.log_path,
+                        warmup_length(config, backend, spec.ctx_size),
+                    )  # fmt: skip
                     self._record_memory(config, srv)
             except XoverError as e:
                 self._fail(config, "server-start", "llama-server start", str(e), len(points))
@@ -441,6 +445,7 @@ class TtftRun:
         model_meta: Mapping[str, Any],
         points: Sequence[TtftPoint],
         log_path: Path | None,
+        warmup_tokens: int = WARMUP_LENGTH,
     ) -> None:
         """Every point on a server whose props are stored (:meth:`Recording.server_props`)."""
         run_id = self.rec.ensure(props=props, build=config.build)
@@ -460,7 +465,7 @@ class TtftRun:
         done, where = 0, "warm-up"
         self._contexts = {}  # a cached-turn context is primed once per server
         try:
-            failed = await warm_up(client, (await self._prompt(client, model_meta, WARMUP_LENGTH)).prompt)
+            failed = await warm_up(client, (await self._prompt(client, model_meta, warmup_tokens)).prompt)
             if failed is not None:
                 raise _PointFailedError(failed, counted=False)
             for point in points:
