@@ -432,13 +432,30 @@ def test_the_fastest_is_told_with_every_configuration_the_rounds_cannot_part_fro
     three = fastest([a, c, d], 100)
     assert three is not None and "1K A, D and C indistinguishable here (1.50, 1.70 and 2.00 s, 3 rounds)" in three
     assert winners([a, c, d], 100)[1024] == Winner("A", ("C", "D"))
-    # a configuration measured before rounds (one process) is not paired by round: between A and C by median it is
-    # neither tied nor called slower in the lead line (the rounds never tested it)
+    # a mixed store: a configuration measured before rounds (one process) is compared with the fastest by its
+    # ranges (crossover.separation's rule before rounds), the same comparison for the lead line and "which to run":
+    # X (1.65-1.75 s a turn) lies above A's range (1.40-1.60 s), so both call it slower; Y (1.45-1.62 s) overlaps it,
+    # so both tell it beside A (on the old code the lead line left X and Y out, which to run named Y a winner)
     x = ConfigData("X", {1024: [0.70, 0.65, 0.75], 2048: [3.5, 3.6, 3.7]}, {1024: [100.0], 2048: [100.0]})
-    mixed = fastest([a, b, c, x], 100)
-    assert mixed is not None and "(1.50 s against 2.00 s, 3 rounds; B, at 1.80 s, is slower than A)" in mixed
+    assert fastest([a, b, c, x], 100) == (
+        "Fastest total time per turn (100-token responses): 1K A and C indistinguishable here (1.50 s against 2.00 s,"
+        " 3 rounds; X, at 1.70 s, is slower than A; B, at 1.80 s, is slower than A); 2K A (2.01 s; next B, 1.50x)."
+    )
+    assert winners([a, b, c, x], 100) == {1024: Winner("A", ("C",)), 2048: Winner("A")}
+    y = ConfigData("Y", {1024: [0.45, 0.55, 0.62], 2048: [3.5, 3.6, 3.7]}, {1024: [100.0], 2048: [100.0]})
+    mixed = fastest([a, b, c, y], 100)
+    assert mixed is not None and mixed.startswith(
+        "Fastest total time per turn (100-token responses): 1K A, Y and C indistinguishable here (1.50, 1.55 and "
+        "2.00 s, 3 rounds; Y measured in one process: overlapping ranges; B, at 1.80 s, is slower than A); 2K A"
+    )
+    assert winners([a, b, c, y], 100)[1024] == Winner("A", ("C", "Y"))
+    assert work_line([a, b, c, y], [a, b], 100, 16384).startswith(  # type: ignore[union-attr]
+        "Which to run for which kind of work (100-token responses): cold prompts: 1K A, C or Y (indistinguishable here)"
+    )
     # the study adds rounds for every configuration the lead line names beside the fastest, and for no other
     from xover.measure.cold import open_questions
 
     assert open_questions([a, b, c], [], 100) == {"A": {1024}, "C": {1024}}
     assert open_questions([a, c, d], [], 100) == {"A": {1024, 2048}, "C": {1024}, "D": {1024, 2048}}
+    # on the mixed store, rounds for the pairs measured in rounds only: one process opens no question
+    assert open_questions([a, b, c, y], [], 100) == {"A": {1024}, "C": {1024}}

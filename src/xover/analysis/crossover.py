@@ -673,6 +673,50 @@ def swapped(pair: PairResult) -> PairResult:
 
 
 @dataclasses.dataclass(frozen=True)
+class Ranked:
+    """One length's ranking, the one the lead line, "which to run" and a study's open questions all read: the
+    configurations that measured it by median total (``order``), and each one after the fastest compared with it
+    once by :func:`separation` (rounds of fresh processes where both were measured in rounds, overlapping ranges
+    before rounds): ``ties``, those the noise cannot part from the fastest, and ``slower``, those called slower,
+    each in median order (one the rounds call faster than the fastest by median is in neither); ``intervals``, the round-paired interval of each pair measured in rounds (None: fewer than
+    two shared rounds)."""
+
+    order: tuple[str, ...]
+    totals: Mapping[str, float]
+    ties: tuple[str, ...] = ()
+    slower: tuple[str, ...] = ()
+    intervals: Mapping[str, RatioInterval | None] = dataclasses.field(default_factory=dict)
+
+    @property
+    def best(self) -> str:
+        return self.order[0]
+
+
+def rank(configs: Sequence[ConfigData], response: int) -> dict[int, Ranked]:
+    """Per length any of ``configs`` measured: its :class:`Ranked`."""
+    totals = {c.label: measured_totals(c, response) for c in configs}
+    by_label = {c.label: c for c in configs}
+    out: dict[int, Ranked] = {}
+    for L in sorted({n for t in totals.values() for n in t}):
+        order = tuple(sorted((label for label in totals if L in totals[label]), key=lambda label: totals[label][L]))
+        best = by_label[order[0]]
+        called = {x: separation(best, by_label[x], L, response) for x in order[1:]}
+        intervals = {
+            x: round_interval(best, by_label[x], L, response)
+            for x in order[1:]
+            if best.rounds.get(L) and by_label[x].rounds.get(L)
+        }
+        out[L] = Ranked(
+            order,
+            {x: totals[x][L] for x in order},
+            tuple(x for x in order[1:] if called[x] == 0),
+            tuple(x for x in order[1:] if called[x] == -1),
+            intervals,
+        )
+    return out
+
+
+@dataclasses.dataclass(frozen=True)
 class Winner:
     """The answer at one length: the fastest configuration; ``ties``, every other one the noise cannot part from it
     (each compared with the fastest, not only the next by median: a third can be within the noise of the first where
@@ -685,65 +729,52 @@ class Winner:
 
 
 def winners(configs: Sequence[ConfigData], response: int) -> dict[int, Winner]:
-    """Per length any of ``configs`` measured: the fastest there (median total), with every other configuration
-    whose difference from it is within the noise (:func:`separation`: rounds of fresh processes, or overlapping
-    ranges before rounds)."""
+    """Per length any of ``configs`` measured, from its ranking (:func:`rank`): the fastest, with every other
+    configuration whose difference from it is within the noise."""
     out: dict[int, Winner] = {}
-    totals = {c.label: measured_totals(c, response) for c in configs}
-    by_label = {c.label: c for c in configs}
-    for L in sorted({n for t in totals.values() for n in t}):
-        ranked = sorted((label for label in totals if L in totals[label]), key=lambda label: totals[label][L])
-        if len(ranked) == 1:
-            out[L] = Winner(ranked[0], alone=True)
-            continue
-        tied = [x for x in ranked[1:] if separation(by_label[ranked[0]], by_label[x], L, response) == 0]
-        if tied:
-            first, *rest = sorted([ranked[0], *tied])  # the same set reads the same at every length
+    for L, r in rank(configs, response).items():
+        if len(r.order) == 1:
+            out[L] = Winner(r.best, alone=True)
+        elif r.ties:
+            first, *rest = sorted([r.best, *r.ties])  # the same set reads the same at every length
             out[L] = Winner(first, tuple(rest))
         else:
-            out[L] = Winner(ranked[0])
+            out[L] = Winner(r.best)
     return out
 
 
 def fastest(configs: Sequence[ConfigData], response: int) -> str | None:
-    """The fastest configuration at each measured length (median total), for studies of three or more. Measured in
-    rounds, the fastest is named alone only where it is clearly faster than every other (:func:`separation`, each
-    against the fastest); otherwise it is told with every one the rounds cannot part from it, and a configuration
-    between them by median that the rounds do call slower is named as such."""
+    """The fastest configuration at each length every configuration measured, from its ranking (:func:`rank`), for
+    studies of three or more. The fastest is named alone only where it is clearly faster than every other;
+    otherwise it is told with every one the noise cannot part from it, and a configuration between them by median
+    that is called slower is named as such."""
     if len(configs) < 3:
         return None
-    by_label = {c.label: c for c in configs}
-    totals = {c.label: measured_totals(c, response) for c in configs}
-    lengths = sorted(set.intersection(*(set(t) for t in totals.values())))
+    ranking = rank(configs, response)
+    lengths = [L for L, r in ranking.items() if len(r.order) == len(configs)]
     if not lengths:
         return None
     parts = []
     for L in lengths:
-        ranked = sorted(totals, key=lambda label: totals[label][L])
-        best = ranked[0]
-        # each paired against the fastest once (the rule :func:`separation` applies to rounds), by median order
-        paired = {
-            x: round_interval(by_label[best], by_label[x], L, response)
-            for x in ranked[1:]
-            if by_label[best].rounds.get(L) and by_label[x].rounds.get(L)
-        }
-        tied = [x for x, r in paired.items() if r is None or r.sign == 0]
-        if tied:  # every configuration the rounds cannot part from the fastest, in the order of their medians
-            ns = sorted({r.n for x in tied if (r := paired[x]) is not None})
+        r = ranking[L]
+        best, totals = r.best, r.totals
+        if r.ties:  # every configuration the noise cannot part from the fastest, in the order of their medians
+            ns = sorted({i.n for x in r.ties if (i := r.intervals.get(x)) is not None})
             n = "too few rounds" if not ns else f"{ns[0]} rounds" if len(ns) == 1 else f"{ns[0]}-{ns[-1]} rounds"
-            who = " and ".join([", ".join([best, *tied[:-1]]), tied[-1]])
-            ts = [f"{totals[t][L]:.2f}" for t in [best, *tied]]
+            before = [x for x in r.ties if x not in r.intervals]  # measured before rounds: their ranges overlap
+            told = [n] if len(before) < len(r.ties) else []
+            if before:
+                told.append(f"{', '.join(before)} measured in one process: overlapping ranges")
+            n = "; ".join(told)
+            who = " and ".join([", ".join([best, *r.ties[:-1]]), r.ties[-1]])
+            ts = [f"{totals[t]:.2f}" for t in [best, *r.ties]]
             against = f"{ts[0]} s against {ts[1]} s" if len(ts) == 2 else f"{', '.join(ts[:-1])} and {ts[-1]} s"
-            # a configuration between them by median that the rounds do call slower than the fastest (the noise
-            # differs pair by pair): named, or the reader takes it for one of the tied
-            between = [
-                x for x, r in paired.items() if r is not None and r.sign == -1 and totals[x][L] < totals[tied[-1]][L]
-            ]
-            called = "".join(f"; {x}, at {totals[x][L]:.2f} s, is slower than {best}" for x in between)
+            # a configuration between them by median that is called slower than the fastest (the noise differs
+            # pair by pair): named, or the reader takes it for one of the tied
+            between = [x for x in r.slower if totals[x] < totals[r.ties[-1]]]
+            called = "".join(f"; {x}, at {totals[x]:.2f} s, is slower than {best}" for x in between)
             parts.append(f"{_k(L)} {who} indistinguishable here ({against}, {n}{called})")
             continue
-        second = ranked[1]
-        parts.append(
-            f"{_k(L)} {best} ({totals[best][L]:.2f} s; next {second}, {totals[second][L] / totals[best][L]:.2f}x)"
-        )
+        second = r.order[1]
+        parts.append(f"{_k(L)} {best} ({totals[best]:.2f} s; next {second}, {totals[second] / totals[best]:.2f}x)")
     return f"Fastest total time per turn ({response}-token responses): " + "; ".join(parts) + "."

@@ -25,7 +25,7 @@ import statistics
 import time
 from collections.abc import Sequence
 
-from xover.analysis.crossover import ConfigData, measured_totals, round_interval
+from xover.analysis.crossover import ConfigData, rank, round_interval
 from xover.analysis.rounds import order
 from xover.domain.artifacts import SkippedPoint
 from xover.llamacpp.server import ServerLaunch, buffer_log_verbosity, context_size
@@ -67,13 +67,12 @@ def open_questions(
             for L in set(a.rounds) & set(b.rounds):
                 if undecided(a, b, L):
                     add((x, y), L)
-    if len(configs) >= 3:
-        totals = {c.label: measured_totals(c, response) for c in configs}
-        for L in set.intersection(*(set(t) for t in totals.values())):
-            best, *others = sorted(totals, key=lambda label: totals[label][L])
-            for other in others:  # every one the lead line names beside the fastest, not only the next by median
-                if undecided(by_label[best], by_label[other], L):
-                    add((best, other), L)
+    if len(configs) >= 3:  # the lead line's ranking (crossover.rank): the fastest and each one tied with it
+        for L, r in rank(configs, response).items():
+            if len(r.order) == len(configs):
+                for other in r.ties:  # every one the lead line names beside the fastest, not only the next by median
+                    if other in r.intervals:  # both in rounds: more rounds can settle it
+                        add((r.best, other), L)
     return out
 
 
