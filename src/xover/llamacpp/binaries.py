@@ -175,8 +175,13 @@ def resolve(bin_dir: Path | None = None, engine: str = "llama.cpp", backend: str
             return dataclasses.replace(b, manifest=manifest, engine=engine, backend=manifest.backend)
     if engine == "llama.cpp":
         bench, server = shutil.which("llama-bench"), shutil.which("llama-server")
-        if bench and server and fits(found := _from_dir(Path(bench).parent, "PATH")):
-            return dataclasses.replace(found, bench=Path(bench).resolve(), server=Path(server).resolve())
+        if bench and server:
+            found = Binaries(
+                bench=Path(bench).resolve(), server=Path(server).resolve(), source="PATH",
+                backend=backend_of_dir(Path(bench).parent),
+            )  # fmt: skip
+            if fits(found):
+                return found
     what = engine if backend is None else f"{engine} {backend}"
     flag = "" if engine == ENGINE else f" --engine {engine}"
     flag += "" if backend is None else f" --backend {backend}"
