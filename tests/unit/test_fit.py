@@ -318,3 +318,27 @@ def test_the_logged_compute_buffer_is_the_accelerators_not_the_hosts(tmp_path: P
     )
     assert logged_compute_bytes(log) == round(226.01 * (1 << 20))
     assert logged_compute_bytes(tmp_path / "missing.log") is None and logged_compute_bytes(None) is None
+
+
+def test_a_level_a_gpu_build_served_on_the_cpu_is_no_fit(tmp_path: Path) -> None:
+    """The fit check's llama-server is checked against its build's backend like every other: a CUDA build (the
+    folder's libggml-cuda says so) whose log names no CUDA device served the level on the CPU, so the level is not
+    a fit, with the cause. The fake server logs no device."""
+    import asyncio
+
+    from fakes.llama_server import write_bin_dir
+    from xover.domain.config import LlamaConfig
+    from xover.llamacpp.binaries import resolve
+    from xover.measure.fit import _check_level
+
+    folder = write_bin_dir(tmp_path / "bin")
+    (folder / "libggml-cuda.so").write_text("")
+    bins = resolve(folder)
+    assert bins.backend == "cuda"
+    model = tmp_path / "m.gguf"
+    model.write_bytes(b"GGUF")
+    check = asyncio.run(_check_level(bins, model, LlamaConfig("c"), 12, 4096, tmp_path, 30.0))
+    assert (check.loaded, check.served) == (True, False)
+    assert check.reason is not None and check.reason.startswith(
+        "llama-server of the cuda build ran on the CPU: no CUDA device found"
+    )
