@@ -1,7 +1,9 @@
 """The tuning stage of `xover study` on the real CPU llama-bench and llama-server (tiny-moe).
 
-1. A knob that changes nothing on a CPU-only build (``GGML_OP_OFFLOAD_MIN_BATCH``: the CPU backend never reads
-   it) is measured, reported as having no effect, and leaves the defaults in place: no tuned variant is measured.
+1. A knob that cannot act on the build's backend (``GGML_OP_OFFLOAD_MIN_BATCH``: the CPU backend never reads it) is
+   skipped with its reason even where ``tune-knobs`` names it; one that acts but changes nothing for one sequence
+   (``-b 4096`` over the default 2048, with prompts of at most 1K) is measured, reported as having no effect, and
+   leaves the defaults in place: no tuned variant is measured.
 2. A stored tuned setting becomes a variant named "<config> tuned" that the rest of the study measures like any
    configuration: llama-bench at depth and cold TTFT through llama-server, every cold sample proven cold.
 """
@@ -64,7 +66,12 @@ def test_a_knob_without_effect_is_reported_as_none_and_keeps_the_defaults(
     llama_bins, tiny_model: Path, tmp_path: Path
 ) -> None:
     spec = tmp_path / "spec.toml"
-    spec.write_text(SPEC.format(model=tiny_model))
+    spec.write_text(
+        SPEC.format(model=tiny_model).replace(
+            'tune-knobs = ["GGML_OP_OFFLOAD_MIN_BATCH"]',
+            'tune-knobs = ["GGML_OP_OFFLOAD_MIN_BATCH", "batch-size"]\ntune-values = { batch-size = ["4096"] }',
+        )
+    )
     out = tmp_path / "out"
     r = _study(spec, out, llama_bins.bin_dir)
     assert r.returncode == 0, r.stderr
@@ -72,9 +79,12 @@ def test_a_knob_without_effect_is_reported_as_none_and_keeps_the_defaults(
         (body,) = [b for _, _, b in store.artifacts(tune.ARTIFACT)]
         labels = {c.label for c in store.configs()}
     search = decode(advise.Search, body["search"])
+    assert body["skipped"] == [
+        ["GGML_OP_OFFLOAD_MIN_BATCH", "it acts only on cuda, hip, vulkan, metal builds, not cpu"]
+    ]
     (verdict,) = search.verdicts
-    assert verdict.knob == "GGML_OP_OFFLOAD_MIN_BATCH" and verdict.effects
-    # The knob cannot act on a CPU build: it is never kept. Mostly it measures within noise ("no effect"); a trial
+    assert verdict.knob == "batch-size" and verdict.effects
+    # The knob changes nothing for one sequence: it is never kept. Mostly it measures within noise ("no effect"); a trial
     # that lands on a slow moment of this 2-core machine can measure slower than the noise (about 1 run in 10 here,
     # separate llama-bench processes vary more than one process's repetitions): slower, never kept, is honest too.
     # One that lands on a quiet moment and measures faster, but by less than CLEAR_MARGIN times the noise (seen
@@ -86,8 +96,8 @@ def test_a_knob_without_effect_is_reported_as_none_and_keeps_the_defaults(
     # defaults, the knob's value, the defaults again (drift), and the value again when its first process measured a
     # marginal gain: the search's own store, not the study's
     labels_run = [t.label for t in search.trials]
-    assert labels_run[:3] == ["defaults", "GGML_OP_OFFLOAD_MIN_BATCH=1024", "defaults (again)"]
-    assert labels_run[3:] == (["GGML_OP_OFFLOAD_MIN_BATCH=1024 (again)"] if effect.processes == 2 else [])
+    assert labels_run[:3] == ["defaults", "b=4096", "defaults (again)"]
+    assert labels_run[3:] == (["b=4096 (again)"] if effect.processes == 2 else [])
     assert (out / "tune" / "results.sqlite").is_file() and labels == {"cpu"}
     assert "cpu: llama.cpp's defaults (no knob beat the noise)" in r.stdout
     assert "stage times: " in r.stdout and "tune " in r.stdout
