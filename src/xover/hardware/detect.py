@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -41,21 +40,10 @@ else:  # pragma: no cover
 
 
 def _run(argv: list[str], timeout_s: float) -> tuple[int | None, str, str]:
-    """A short child's exit code (None: it could not start or did not answer within ``timeout_s``), stdout and
-    stderr (or why there is no answer)."""
-    from xover.llamacpp.process import spawn, stop
+    """A short child's exit code, stdout and stderr (:func:`xover.llamacpp.process.run_short`)."""
+    from xover.llamacpp.process import run_short
 
-    try:
-        proc = spawn(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    except OSError as e:
-        return None, "", str(e)
-    try:
-        out, err = proc.communicate(timeout=timeout_s)
-    except subprocess.TimeoutExpired:
-        return None, "", f"no answer within {timeout_s:.0f} s"
-    finally:
-        stop(proc)
-    return proc.returncode, out, err
+    return run_short(argv, timeout_s)
 
 
 def _query(argv: list[str], timeout_s: float = 5.0) -> str | None:

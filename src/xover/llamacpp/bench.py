@@ -335,17 +335,8 @@ def list_devices(
     """The devices a build's llama-bench sees with ``env`` (``llama-bench --list-devices``), as (name, description):
     ``("Vulkan0", "NVIDIA H200")``; none where it sees none (``(none)``); None where it cannot say (an engine's
     llama-bench without the flag)."""
-    proc = process.spawn(
-        [str(bench), "--list-devices"], env=dict(env), stdout=subprocess.PIPE, stderr=subprocess.STDOUT
-    )
-    try:
-        out, _ = proc.communicate(timeout=timeout_s)
-    except subprocess.TimeoutExpired:
-        process.stop(proc)
-        return None
-    finally:
-        process.forget(proc)
-    if proc.returncode != 0 or "Available devices" not in out:
+    code, out, _ = process.run_short([str(bench), "--list-devices"], timeout_s, dict(env))
+    if code != 0 or "Available devices" not in out:
         return None
     found = (_DEVICE_LINE.match(line) for line in out.splitlines())
     return tuple((m.group("name"), m.group("desc")) for m in found if m is not None)

@@ -50,6 +50,12 @@ class Binaries:
             return dataclasses.replace(self, asked=backend)
         return dataclasses.replace(resolve_build(dict(self.chosen), engine, backend), chosen=self.chosen)
 
+    @property
+    def expected_backend(self) -> str | None:
+        """The backend every number of these binaries is checked against: the one a configuration asked for, else
+        the one they were built for (None: not known, nothing is checked)."""
+        return self.asked or self.backend
+
     def for_config(self, config: LlamaConfig) -> Binaries:
         """The binaries of a configuration's build (:attr:`LlamaConfig.build`)."""
         return self.for_build(*config.build)

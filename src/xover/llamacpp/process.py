@@ -104,6 +104,24 @@ def spawn(
     return proc
 
 
+def run_short(
+    argv: Sequence[str], timeout_s: float, env: Mapping[str, str] | None = None
+) -> tuple[int | None, str, str]:
+    """A short child's exit code (None: it could not start or did not answer within ``timeout_s``), stdout and
+    stderr (or why there is no answer); tracked and stopped like every child."""
+    try:
+        proc = spawn(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    except OSError as e:
+        return None, "", str(e)
+    try:
+        out, err = proc.communicate(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        return None, "", f"no answer within {timeout_s:.0f} s"
+    finally:
+        stop(proc)
+    return proc.returncode, out, err
+
+
 def spawn_logged(argv: Sequence[str], log_path: Path, env: Mapping[str, str] | None = None) -> subprocess.Popen[Any]:
     """A llama.cpp process that dies with xover, its command line first in its log and its output after it."""
     with log_path.open("wb") as log:  # the child keeps its own descriptor

@@ -223,6 +223,15 @@ def logged_devices(path: Path) -> tuple[tuple[str, str], ...]:
     return tuple(found.items())
 
 
+def device_problem(log: Path | None, backend: str | None) -> tuple[str | None, tuple[tuple[str, str], ...]]:
+    """Whether a llama-server ran where its build's ``backend`` should (:func:`llama_options.backend_problem` on the
+    devices its log names): the one-line problem or None, and the devices (:func:`logged_devices`)."""
+    devices = logged_devices(log) if log is not None else ()
+    return llama_options.backend_problem(
+        backend, llama_options.ran_on_server([d for d, _ in devices]), "llama-server"
+    ), devices
+
+
 def log_tail(path: Path, lines: int = 3, max_chars: int = 400) -> str:
     """The last non-empty lines of a log, on one line."""
     try:

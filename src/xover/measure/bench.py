@@ -243,7 +243,7 @@ def _run_job(
     problem: str | None = None
     exited: Exited | None = None
     bins = binaries.for_config(job.config)
-    bench_bin, backend = bins.bench, bins.asked or bins.backend
+    bench_bin, backend = bins.bench, bins.expected_backend
     with closing(bench.run(job, bench_bin, spec.model, spec.timeout_s)) as events:
         for event in events:
             if isinstance(event, ProgressLine):

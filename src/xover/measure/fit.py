@@ -267,8 +267,7 @@ async def _check_level(
     binaries: Binaries, model: Path, config: LlamaConfig, n: int, ctx: int, log_dir: Path, timeout_s: float | None
 ) -> LevelCheck:
     from xover.client.http import completion_body
-    from xover.domain.llama_options import backend_problem, ran_on_server
-    from xover.llamacpp.server import LlamaServer, ServerLaunch, buffer_log_verbosity, logged_devices
+    from xover.llamacpp.server import LlamaServer, ServerLaunch, buffer_log_verbosity, device_problem
 
     at = config.with_values({"n-cpu-moe": str(n)}, name=f"{config.name} at {n}")
     kwargs = {} if timeout_s is None else {"startup_timeout_s": timeout_s}
@@ -281,8 +280,7 @@ async def _check_level(
         )
         async with LlamaServer(server, sspec, log_dir, **kwargs) as srv:
             # a GPU build that found no device "fits" every level on the CPU: not a fit
-            devices = [d for d, _ in logged_devices(srv.log_path)] if srv.log_path is not None else []
-            problem = backend_problem(bins.asked or bins.backend, ran_on_server(devices), "llama-server")
+            problem, _ = device_problem(srv.log_path, bins.expected_backend)
             if problem is not None:
                 return LevelCheck(n, True, False, problem)
             # one whole ubatch (the first request's allocations grow with it), in ordinary ids of any vocabulary

@@ -6,12 +6,12 @@ import hashlib
 import platform
 import shutil
 import socket
-import subprocess
 from importlib import metadata
 from pathlib import Path
 
 from xover.domain.records import ModelId, Provenance, backend_name
 from xover.llamacpp.binaries import Binaries
+from xover.llamacpp.process import run_short
 
 # Enough to cover any realistic GGUF header (metadata + tensor table); a hash of this prefix
 # identifies the model's shape, types and tokenizer without reading gigabytes of weights.
@@ -36,10 +36,7 @@ def gpu_info() -> str | None:
     ):
         if shutil.which(cmd[0]) is None:
             continue
-        try:
-            out = subprocess.run(cmd, capture_output=True, text=True, timeout=10).stdout.strip()
-        except (OSError, subprocess.SubprocessError):
-            continue
+        out = _output(cmd, 10)
         if out:
             return "; ".join(line.strip() for line in out.splitlines() if line.strip())
     return None
@@ -134,11 +131,9 @@ def driver_info(backend: str | None) -> str | None:
     return found
 
 
-def _output(cmd: list[str]) -> str:
-    try:
-        return subprocess.run(cmd, capture_output=True, text=True, timeout=20).stdout.strip()
-    except (OSError, subprocess.SubprocessError):
-        return ""
+def _output(cmd: list[str], timeout_s: float = 20) -> str:
+    """A short tool's stdout, stripped ("" where it could not run or answer)."""
+    return run_short(cmd, timeout_s)[1].strip()
 
 
 def _vulkan_driver() -> str | None:

@@ -15,10 +15,10 @@ from typing import Any
 
 from xover.client.http import LlamaClient, completion_body
 from xover.domain.config import LlamaConfig
-from xover.domain.llama_options import BACKEND_TRAITS, UBATCH_SIZE, backend_problem, ran_on_server
+from xover.domain.llama_options import BACKEND_TRAITS, UBATCH_SIZE
 from xover.errors import XoverError
 from xover.llamacpp.binaries import Binaries
-from xover.llamacpp.server import LlamaServer, ServerLaunch, logged_devices
+from xover.llamacpp.server import LlamaServer, ServerLaunch, device_problem
 from xover.measure.recorder import Recording
 
 WARMUP_LENGTH = 8  # tokens in the discarded warm-up prompt
@@ -43,8 +43,7 @@ async def started_server(
     timeout = {} if startup_timeout_s is None else {"startup_timeout_s": startup_timeout_s}
     bins = binaries.for_config(spec.config)
     async with LlamaServer(bins.server, spec, log_dir, **timeout) as srv:
-        devices = logged_devices(srv.log_path) if srv.log_path is not None else ()
-        problem = backend_problem(bins.asked or bins.backend, ran_on_server([d for d, _ in devices]), "llama-server")
+        problem, devices = device_problem(srv.log_path, bins.expected_backend)
         if problem is not None:  # a GPU build that found no device: its numbers would be the CPU's
             raise XoverError(problem)
         recording.server_props(

@@ -380,12 +380,13 @@ def check_devices(config: LlamaConfig, binaries: Binaries) -> None:
     """Refuse, in one line and before anything runs, a configuration whose build is for a GPU backend that lists no
     device of it with the configuration's environment (``llama-bench --list-devices``): its numbers would be the
     CPU's. A build whose llama-bench cannot list devices is left to the check of every record and server."""
-    backend = config.backend or binaries.backend
+    backend = binaries.expected_backend
     if backend is None or not llama_options.backend_traits(backend).gpu:
         return
     devices = list_devices(binaries.bench, config.environment())
     traits = llama_options.backend_traits(backend)
-    if devices is not None and traits.ggml_name not in llama_options.ran_on_server([d for d, _ in devices]):
+    ran_on = llama_options.ran_on_server([d for d, _ in devices or ()])
+    if devices is not None and llama_options.backend_problem(backend, ran_on, "llama-bench") is not None:
         seen = ", ".join(f"{d} ({desc})" for d, desc in devices) or "none"
         raise XoverError(
             f"[[config]] {config.name!r}: its {backend} build ({binaries.bin_dir}) lists no {traits.ggml_name} "

@@ -392,7 +392,7 @@ class TtftRun:
                     self.rec, self.binaries, spec, log_dir, startup_timeout_s=startup_timeout_s
                 ) as srv:
                     assert srv.client is not None
-                    backend = config.backend or self.binaries.for_config(config).backend
+                    backend = self.binaries.for_config(config).expected_backend
                     await self._measure(
                         srv.client, config, srv.props, srv.model_meta, points, srv.log_path,
                         warmup_length(config, backend, spec.ctx_size),
