@@ -45,11 +45,13 @@ if [ ! -f $J/started ]; then
     if [ -f $S/$s/results.sqlite ]; then  # the shape's own store: resume it
       cp $S/$s/results.sqlite $ST/$s/results.sqlite; [ -d $S/$s/tune ] && cp -r $S/$s/tune $ST/$s/
       echo "resuming $S/$s/results.sqlite"
-    elif [ -f $S/$s/lease-2026-12-04/results.sqlite ]; then  # the first lease's checks and tuning, rounds afresh:
-      # its rounds were measured after an 8-token warm-up, which left ggml_vulkan's pipeline compilation in the
-      # Vulkan servers' first prompts (README); the tuning (llama-bench warms each test up itself) stands
-      (ST=$ST/$s; seed_store $S/$s/lease-2026-12-04/results.sqlite tune study prediction inspect model-terms engines)
-      mkdir -p $ST/$s/tune && cp $S/$s/lease-2026-12-04/tune/results.sqlite $ST/$s/tune/
+    elif last=$(ls -d $S/$s/lease-*/ 2>/dev/null | sort | tail -1) && [ -f "${last}results.sqlite" ]; then
+      # the newest lease's checks and tuning, rounds afresh: lease 1 warmed its servers up with 8 tokens and lease 2
+      # with one ubatch, and either left ggml_vulkan's pipeline compilation in a Vulkan server's first prompt
+      # (README); the tuning (llama-bench warms each test up itself) stands
+      (ST=$ST/$s; seed_store ${last}results.sqlite tune study prediction inspect model-terms engines)
+      mkdir -p $ST/$s/tune && cp ${last}tune/results.sqlite $ST/$s/tune/
+      echo "seeded from ${last}results.sqlite (its tuning; rounds afresh)"
     fi
   done
   echo "$SHAPES" > $J/shapes

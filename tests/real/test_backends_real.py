@@ -62,10 +62,11 @@ def test_the_example_compares_the_cpu_and_vulkan_builds_each_on_its_own(llama_bi
     assert "- cpu vs vulkan: cpu is faster at every measured length" in report
     assert "- cpu vs vulkan on cached turns (512-token context in the cache): cpu is faster" in report
     assert "cold prompts: 128-512 cpu; cached turns on a 512-token context: 64 new tokens cpu." in report
-    # the Vulkan servers' warm-up prefilled a whole ubatch (its pipelines compiled before anything was measured)
+    # the Vulkan servers' warm-up prefilled past a whole ubatch, toward 4,096 positions, within the 1,024-token
+    # context less room for its answer (its pipelines compiled before anything was measured)
     for logs in (sorted((out / "logs").glob(f"server-{name}-*.log")) for name in ("vulkan", "cpu")):
         first = [int(re.findall(r"new prompt, .* task\.n_tokens = (\d+)", log.read_text())[0]) for log in logs]
-        assert len(first) >= 3 and set(first) == ({576} if "vulkan" in logs[0].name else {8}), first
+        assert len(first) >= 3 and set(first) == ({1024 - 8} if "vulkan" in logs[0].name else {8}), first
 
 
 def _vulkan_only(tmp_path: Path, env_line: str = "") -> Path:

@@ -205,13 +205,16 @@ def test_a_hip_build_says_what_rocm_lacks(tmp_path: Path, monkeypatch) -> None:
 
 def test_a_backend_that_compiles_pipelines_lazily_is_warmed_up_with_a_whole_ubatch() -> None:
     """ggml_vulkan compiles a pipeline the first time a shape runs: on the H200 a fresh Vulkan server's first cold
-    1K prompt took 24.7 s after an 8-token warm-up (1.3 s in the next round). Its warm-up prefills a whole ubatch
-    and more; other backends keep the short warm-up; the context caps it."""
+    1K prompt took 24.7 s after an 8-token warm-up (1.3 s in the next round), and 6.4 s after a 576-token one
+    (0.14 s later: flash attention's kernels change at 1,024 and 4,096 positions). Its warm-up prefills a whole
+    ubatch and more, past 4,096 positions; other backends keep the short warm-up; the context caps it."""
     from xover.measure.server_session import WARMUP_LENGTH, warmup_length
 
     assert warmup_length(LlamaConfig("c", backend="cuda"), "cuda", 40000) == WARMUP_LENGTH
     assert warmup_length(LlamaConfig("c"), None, 40000) == WARMUP_LENGTH
-    assert warmup_length(LlamaConfig("v", backend="vulkan"), "vulkan", 40000) == 512 + 64
+    assert warmup_length(LlamaConfig("v", backend="vulkan"), "vulkan", 40000) == 4096 + 64
+    big = LlamaConfig("v", (("ubatch-size", "8192"),), backend="vulkan")
+    assert warmup_length(big, "vulkan", 40000) == 8192 + 64  # a whole ubatch, past the positions
     tuned = LlamaConfig("v", (("ubatch-size", "4096"),), backend="vulkan")
-    assert warmup_length(tuned, "vulkan", 40000) == 4096 + 64
     assert warmup_length(tuned, "vulkan", 1000) == 1000 - 8  # within the context, room for the answer
+    assert warmup_length(LlamaConfig("v", backend="vulkan"), "vulkan", 2048) == 2048 - 8

@@ -127,7 +127,7 @@ def test_a_committed_study_resumes_without_measuring_again(
 
 REPORTS = ("h200-16gib-qwen3-30b-a3b", "h200-gpt-oss-120b-budgets/g24", "h200-gpt-oss-120b-budgets/g32",
            "h200-qwen3-30b-a3b", "h200-smoke", "h200-engines", "h200-engines/rerun-2026-12-03e",
-           "h200-backends/qwen3-30b-a3b/lease-2026-12-04")  # fmt: skip
+           "h200-backends/qwen3-30b-a3b/lease-2026-12-04", "h200-backends/qwen3-30b-a3b/lease-2026-12-04b")  # fmt: skip
 
 
 @pytest.mark.parametrize("study", REPORTS)

@@ -96,13 +96,17 @@ class BackendTraits:
     time an operation of a new shape runs (ggml_vulkan, through the driver's shader compiler), so a fresh process's
     first prompt of a new size pays seconds of compilation: seen on the H200 (qwen3-30b-a3b, 2026-12-04), a fresh
     Vulkan server's first cold 1K prompt took 24.7 s after a warm-up of 8 tokens, against 1.3 s in a later round.
-    Its servers' warm-up prefills a whole ubatch and more before anything is measured."""
+    Its servers' warm-up prefills a whole ubatch and more before anything is measured, and reaches at least
+    ``warmup_positions`` context positions: ggml_vulkan picks other kernels as the cache grows (pinned 0c1e570:
+    flash attention's mask optimisation from 1,024 positions, its sparse decode path from 4,096), and a warm-up of
+    one ubatch (576 tokens) left the first 1K prompt 6.4 s against 0.14 s in later rounds (second lease)."""
 
     name: str
     ggml_name: str | None
     gpu: bool = True
     no_device: str = ""
     lazy_pipelines: bool = False
+    warmup_positions: int = 0
 
 
 CPU_BACKEND = "cpu"
@@ -115,6 +119,7 @@ BACKEND_TRAITS: Mapping[str, BackendTraits] = {
         "vulkan",
         "Vulkan",
         lazy_pipelines=True,
+        warmup_positions=4096,
         no_device="no Vulkan device found: the ICD or a loader library is missing (check `vulkaninfo --summary`; "
         "libvulkan1 and, for NVIDIA, libglvnd's libraries), or the only device is a CPU driver such as lavapipe, "
         "which ggml_vulkan skips unless GGML_VK_VISIBLE_DEVICES names it",

@@ -62,12 +62,14 @@ async def started_server(
 def warmup_length(config: LlamaConfig, backend: str | None, ctx_size: int) -> int:
     """Tokens in the discarded warm-up prompt: :data:`WARMUP_LENGTH`, or, on a backend that compiles its pipelines
     as shapes first appear (:attr:`BackendTraits.lazy_pipelines`: Vulkan), one whole ubatch and a partial one more,
-    so that the compilation lands in the warm-up and not in the first measured prompt (within the context, less
-    room for the warm-up's answer)."""
-    if backend is None or backend not in BACKEND_TRAITS or not BACKEND_TRAITS[backend].lazy_pipelines:
+    reaching at least the backend's :attr:`BackendTraits.warmup_positions`, so that the compilation lands in the
+    warm-up and not in the first measured prompt (within the context, less room for the warm-up's answer)."""
+    traits = BACKEND_TRAITS.get(backend) if backend is not None else None
+    if traits is None or not traits.lazy_pipelines:
         return WARMUP_LENGTH
     ubatch = config.int_value(UBATCH_SIZE.name) or int(UBATCH_SIZE.default)
-    return max(WARMUP_LENGTH, min(ubatch + 8 * WARMUP_LENGTH, ctx_size - 2 * WARMUP_RESPONSE))
+    wanted = max(ubatch, traits.warmup_positions) + 8 * WARMUP_LENGTH
+    return max(WARMUP_LENGTH, min(wanted, ctx_size - 2 * WARMUP_RESPONSE))
 
 
 async def warm_up(client: LlamaClient, prompt: tuple[int, ...] | str) -> str | None:
