@@ -96,20 +96,21 @@ def test_what_would_settle_a_pair_the_rounds_left_open() -> None:
     assert decided.separated == (-1,) and open_lines([decided]) == []
 
 
-def _prov():  # type: ignore[no-untyped-def]
+def _prov(cpu: str = "cpu", gpu: str | None = None, cores: str = "2"):  # type: ignore[no-untyped-def]
     from xover.domain.records import ModelId, Provenance
 
     model = ModelId(path="/m.gguf", name="m.gguf", size_bytes=10, header_sha256="ab" * 32)
-    return Provenance("0c1e570", 1, "CPU", "/bin", "cache", "cpu", None, "h", "Linux", "0.1.0", model)
+    extra = (("cpu_count", cores),)
+    return Provenance("0c1e570", 1, "CPU", "/bin", "cache", cpu, gpu, "h", "Linux", "0.1.0", model, extra)
 
 
-def _store_rounds(study, ttft_by_round: dict[int, float], name: str = "a") -> None:  # type: ignore[no-untyped-def]
+def _store_rounds(study, ttft_by_round: dict[int, float], name: str = "a", prov=None) -> None:  # type: ignore[no-untyped-def]
     from xover.domain.config import LlamaConfig
     from xover.domain.records import ServerTimings, TtftSample
     from xover.results.store import Store
 
     with Store(study) as st:
-        run = st.begin_run("ttft", ["xover", "study"], _prov())
+        run = st.begin_run("ttft", ["xover", "study"], prov or _prov())
         config = LlamaConfig(name, (("threads", "1" if name == "a" else "2"),))
         st.put_config(config)
         for n, ttft_s in ttft_by_round.items():
@@ -147,3 +148,28 @@ def test_the_evidence_line_says_when_a_lease_left_the_configurations_with_differ
     _store_rounds(tmp_path / "cut", {1: 2.0, 2: 2.1}, name="b")
     line = evidence_line(load(tmp_path / "cut"))
     assert line is not None and line.startswith("Measured in rounds of fresh servers (2-3 rounds each, the order")
+
+
+def test_the_evidence_line_says_whose_machine_the_verdicts_are(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """Issue 46: the default study called fa=off faster at 512-4K on one 2-core machine and fa=on faster at 4K on
+    three studies of another. The verdict names the machine its runs name (CPU, cores, GPU) and says the answer is
+    that machine's; runs on two machines are both named."""
+    from xover.report.rounds import evidence_line, machines
+    from xover.results.read_model import load
+
+    _store_rounds(tmp_path / "one", {1: 1.0, 2: 1.1, 3: 1.05}, prov=_prov("Xeon", "NVIDIA H200, 143771 MiB", "16"))
+    line = evidence_line(load(tmp_path / "one"))
+    assert line is not None and line.endswith(
+        " indistinguishable here. Measured on Xeon (16 cores) and NVIDIA H200, 143771 MiB: the answers are that "
+        "machine's, and another CPU or GPU may rank the configurations otherwise."
+    )
+    _store_rounds(tmp_path / "two", {1: 1.0, 2: 1.1, 3: 1.05}, prov=_prov("EPYC", None, "2"))
+    _store_rounds(tmp_path / "two", {1: 2.0, 2: 2.1, 3: 2.05}, name="b", prov=_prov("Ryzen", None, "8"))
+    data = load(tmp_path / "two")
+    assert machines(data) == ["EPYC (2 cores), no GPU", "Ryzen (8 cores), no GPU"]
+    line = evidence_line(data)
+    assert (
+        line is not None
+        and "Measured on 2 machines (EPYC (2 cores), no GPU; Ryzen (8 cores), no GPU): the answers are those machines'"
+        in line
+    )

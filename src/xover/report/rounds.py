@@ -45,8 +45,42 @@ def evidence_line(data: StudyData) -> str | None:
     return (
         f"Measured in rounds of fresh servers ({rounds}, the order alternating between "
         "rounds): a configuration is faster only where the 95% interval of its total time per turn over the other's, "
-        "paired by round, excludes 1; otherwise the two are indistinguishable here."
+        f"paired by round, excludes 1; otherwise the two are indistinguishable here.{whose_machine(data)}"
     )
+
+
+def whose_machine(data: StudyData) -> str:
+    """The sentence that says whose machine the verdicts are (with a leading space); empty where no run names one."""
+    found = machines(data)
+    if not found:
+        return ""
+    if len(found) == 1:
+        return (
+            f" Measured on {found[0]}: the answers are that machine's, and another CPU or GPU may rank the "
+            "configurations otherwise."
+        )
+    return (
+        f" Measured on {len(found)} machines ({'; '.join(found)}): the answers are those machines', and another CPU "
+        "or GPU may rank the configurations otherwise."
+    )
+
+
+def machines(data: StudyData) -> list[str]:
+    """The machines a study's runs were measured on, as their provenance names them (the CPU, its cores, the GPU),
+    in the order they first appear; none where no run names one. A verdict is that machine's: the same study on
+    another CPU or GPU may rank the configurations otherwise (issue 46: fa=off won 512-4K on one 2-core machine,
+    fa=on won 4K on another)."""
+    seen: list[str] = []
+    for run in data.runs:
+        p = run.provenance
+        if p.cpu_info is None and p.gpu_info is None:
+            continue
+        cores = dict(p.extra).get("cpu_count")
+        cpu = f"{p.cpu_info or 'an unnamed CPU'}{f' ({cores} cores)' if cores else ''}"
+        name = f"{cpu} and {p.gpu_info}" if p.gpu_info else f"{cpu}, no GPU"
+        if name not in seen:
+            seen.append(name)
+    return seen
 
 
 def _rounds_needed(pair: PairResult, i: int) -> str:
