@@ -165,6 +165,14 @@ def test_the_evidence_line_says_whose_machine_the_verdicts_are(tmp_path) -> None
     )
     _store_rounds(tmp_path / "two", {1: 1.0, 2: 1.1, 3: 1.05}, prov=_prov("EPYC", None, "2"))
     _store_rounds(tmp_path / "two", {1: 2.0, 2: 2.1, 3: 2.05}, name="b", prov=_prov("Ryzen", None, "8"))
+    from xover.report.rounds import LEGACY
+
+    legacy = tmp_path / "legacy"  # one process per configuration: the same sentence after the legacy rule
+    _store_rounds(legacy, {None: 1.0}, prov=_prov("Xeon", None, "2"))  # type: ignore[dict-item]
+    legacy_line = evidence_line(load(legacy))
+    assert legacy_line is not None and legacy_line.startswith(LEGACY)
+    assert legacy_line.endswith(" Measured on Xeon (2 cores), no GPU: the answers are that machine's, and another CPU "
+                                "or GPU may rank the configurations otherwise.")  # fmt: skip
     data = load(tmp_path / "two")
     assert machines(data) == ["EPYC (2 cores), no GPU", "Ryzen (8 cores), no GPU"]
     line = evidence_line(data)

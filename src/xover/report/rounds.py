@@ -33,7 +33,7 @@ def evidence_line(data: StudyData) -> str | None:
     if not data.cold_samples():
         return None
     if not data.in_rounds:
-        return LEGACY
+        return LEGACY + whose_machine(data)
     rounds_of: dict[str, set[int]] = {}
     for label, s in data.cold_samples():
         if s.round and s.round > 0:
