@@ -218,3 +218,17 @@ def test_a_backend_that_compiles_pipelines_lazily_is_warmed_up_with_a_whole_ubat
     tuned = LlamaConfig("v", (("ubatch-size", "4096"),), backend="vulkan")
     assert warmup_length(tuned, "vulkan", 1000) == 1000 - 8  # within the context, room for the answer
     assert warmup_length(LlamaConfig("v", backend="vulkan"), "vulkan", 2048) == 2048 - 8
+
+
+def test_one_list_of_backends_for_the_table_the_builds_and_the_command() -> None:
+    """The backend names live in the option table (BACKEND_TRAITS); the build sources and `xover llama build
+    --backend` offer exactly those, so a new backend is one entry in each table, never a third list to edit."""
+    import click
+
+    from xover.cli.llama import build as build_command
+    from xover.domain.llama_options import BACKENDS
+    from xover.llamacpp.build import BACKENDS as BUILT
+
+    assert set(BUILT) == set(BACKENDS)
+    (choice,) = [p.type for p in build_command.params if p.name == "backend"]
+    assert isinstance(choice, click.Choice) and tuple(choice.choices) == BACKENDS

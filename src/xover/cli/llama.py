@@ -8,6 +8,7 @@ from typing import Any
 import click
 
 from xover.console import console, progress_bar, safe
+from xover.domain.llama_options import BACKENDS, ENGINES
 
 
 @click.group()
@@ -16,8 +17,6 @@ def llama() -> None:
 
 
 def _engine_option(default: str | None, help: str) -> Any:
-    from xover.domain.llama_options import ENGINES
-
     return click.option("--engine", type=click.Choice(ENGINES), default=default, show_default=bool(default), help=help)
 
 
@@ -29,7 +28,7 @@ def _engine_option(default: str | None, help: str) -> Any:
 )
 @click.option(
     "--backend",
-    type=click.Choice(["cpu", "cuda", "hip", "vulkan", "metal"]),
+    type=click.Choice(BACKENDS),
     default="cpu",
     show_default=True,
     help="ggml backend to build (a build is engine + backend; each is cached beside the others, and a [[config]] "
