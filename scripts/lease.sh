@@ -111,6 +111,15 @@ stage_builds() {
 
 lease_job() {
   [ -f $J/started ] && return 0
+  # a call that carries neither a tree nor a build's parts, on a machine with nothing staged: the lease's machine was
+  # given back (30 s idle) and this is a bare one; a job started here would wait 15 minutes for builds that no call
+  # will bring, so return at once (carry out/llsrc or out/bins again to start afresh)
+  if [ ! -f out/llsrc/llama.tar.gz ] && [ ! -f out/iksrc/ik.tgz ] && [ -z "$(ls /tmp/$NAME-stage 2>/dev/null)" ] &&
+     [ -z "$(ls ${XOVER_CACHE_DIR:-$HOME/.cache/xover}/builds 2>/dev/null)" ]; then
+    t "no job on this machine and nothing to build or restore it from: a fresh machine (the last one was given back?);"
+    t "carry out/llsrc (and out/iksrc, .vkdeps) or out/bins to start the job again; the returned stores are in the repo"
+    exit 1
+  fi
   cat > $J/job.sh <<JOB
 export PYTHONPATH=$J/src:/tmp/site PYTHONUNBUFFERED=1 LD_LIBRARY_PATH=/usr/local/cuda/lib64:\${LD_LIBRARY_PATH:-}
 X="python3 -m xover"; ST=$ST; J=$J
