@@ -315,11 +315,18 @@ def main(argv: list[str]) -> int:
     p.add_argument("--fake-drift-per-s", type=float, default=0.0, help="slowdown per second since the drift epoch")
     p.add_argument("--fake-drift-epoch", type=float, default=None, help="unix time the drift counts from")
     p.add_argument("--fake-tag", default=None, help="ignored: tells apart configurations that are otherwise the same")
+    p.add_argument("--n-cpu-moe", "-ncmoe", type=int, default=0)
+    p.add_argument("--fake-refuse-below", type=int, default=None, help="fail the load below this --n-cpu-moe")
     args, _ = p.parse_known_args(argv)
     print(f"fake-llama-server pid {os.getpid()}", flush=True)
     if args.fake_exit is not None:
         print("llama_model_load: error loading model: fake failure", flush=True)
         return args.fake_exit
+    if args.fake_refuse_below is not None and args.n_cpu_moe < args.fake_refuse_below:  # a card too small for it
+        print("ggml_backend_cuda_buffer_type_alloc_buffer: allocating 4096.00 MiB on device 0: cudaMalloc failed: "
+              "out of memory", flush=True)
+        print("llama_model_load: error loading model: unable to allocate CUDA0 buffer", flush=True)
+        return 1
     state = FakeState(
         prefill_tps=args.fake_prefill_tps,
         decode_tps=args.fake_decode_tps,

@@ -342,3 +342,88 @@ def test_a_level_a_gpu_build_served_on_the_cpu_is_no_fit(tmp_path: Path) -> None
     assert check.reason is not None and check.reason.startswith(
         "llama-server of the cuda build ran on the CPU: no CUDA device found"
     )
+
+
+def _edge(edge: int) -> tuple[list[int], object]:
+    """A card where every level from ``edge`` up serves, and the levels asked, in order."""
+    asked: list[int] = []
+
+    def serves(level: int) -> bool:
+        asked.append(level)
+        return level >= edge
+
+    return asked, serves
+
+
+@pytest.mark.parametrize("edge", range(0, 25))
+def test_the_server_placement_finds_the_lowest_level_that_serves_and_proves_the_edge(edge: int) -> None:
+    from xover.analysis.theory import lowest_serving
+
+    asked, serves = _edge(edge)
+    level, order = lowest_serving(serves, low=10, high=23, top=48)
+    assert level == edge
+    assert list(order) == asked and len(set(asked)) == len(asked)  # no level loaded twice
+    assert edge in asked and (edge == 0 or edge - 1 in asked)  # it served, and the one below was refused
+    assert len(asked) <= 8  # a bisection, not a walk over 24 levels
+
+
+def test_a_good_planner_range_costs_a_few_loads() -> None:
+    from xover.analysis.theory import lowest_serving
+
+    # llama-bench's level 23, the server's plan 19, the server serves from 20 (the H200 16 GiB case, by shape)
+    asked, serves = _edge(20)
+    assert lowest_serving(serves, low=19, high=23, top=48) == (20, (23, 19, 21, 20))
+    # the planner's least level serves: the edge is found just below it
+    asked, serves = _edge(18)
+    assert lowest_serving(serves, low=19, high=23, top=48) == (18, (23, 19, 18, 16, 17))
+
+
+def test_where_llama_bench_s_level_is_refused_the_levels_above_are_tried() -> None:
+    from xover.analysis.theory import lowest_serving
+
+    asked, serves = _edge(26)
+    assert lowest_serving(serves, low=19, high=23, top=48) == (26, (23, 24, 25, 26))
+    asked, serves = _edge(40)
+    assert lowest_serving(serves, low=19, high=23, top=48, above=4) == (None, (23, 24, 25, 26, 27))
+    asked, serves = _edge(48)
+    assert lowest_serving(serves, low=40, high=47, top=48) == (48, (47, 48))
+
+
+def test_a_tuned_variant_is_placed_where_its_own_server_serves(tmp_path: Path) -> None:
+    """Known answer, fault injected: the fake llama-server refuses to load below --n-cpu-moe 20 (a card too small
+    for more experts). The tuned variant (-ub 4096, planned by llama-bench's arithmetic, its ubatch of logits and
+    the headroom) is placed by real server processes: a few loads, the edge proven (20 serves, 19 is refused), and
+    every level asked stored with its reason; llama-bench is then not run for it, since it needs a higher level."""
+    from fakes.llama_server import fake_config, write_bin_dir
+    from xover.domain.artifacts import FitRecord
+    from xover.llamacpp.binaries import resolve
+    from xover.measure import fit
+    from xover.measure.tune import SUFFIX
+
+    terms, records = _qwen3_budget_records(16 * GIB, 33280)
+    variant = fake_config("fit" + SUFFIX, 5000, 50, "--fake-refuse-below", "20").with_values(
+        {"ubatch-size": "4096", "batch-size": "4096"}
+    )
+    spec = spec_from_dict(
+        {"model": {"preset": "qwen3-30b-a3b"}, "study": {"lengths": [1024]}, "config": [{"name": "fit"}]}
+    )
+    variants, refits = fit.refit_variants(spec, terms, records, (variant,))
+    (bench_level,) = (r["n_cpu_moe"] for r in refits)
+    assert bench_level > 20  # llama-bench's placement of -ub 4096 wastes levels the server has room for
+    notes: list[str] = []
+    folder = write_bin_dir(tmp_path / "bin")
+    model = tmp_path / "m.gguf"
+    model.write_bytes(b"GGUF")
+    (entry,) = fit.place_by_server(spec, variants, model, resolve(folder), refits, terms, tmp_path, notes.append)
+    record = FitRecord.from_body(entry)
+    assert record.by_server and record.level == 20 and record.bench_level == bench_level
+    asked = {c.n_cpu_moe: c for c in record.checks}
+    assert asked[20].served and not asked[19].served and not asked[19].loaded
+    assert "unable to allocate CUDA0 buffer" in (asked[19].reason or "")
+    assert all(c.served == (c.n_cpu_moe >= 20) for c in record.checks)
+    assert record.checks[0].n_cpu_moe == bench_level  # llama-bench's level is asked first
+    assert len(record.checks) <= 5, [(c.n_cpu_moe, c.served) for c in record.checks]
+    assert record.server_plan is not None and record.server_plan <= bench_level
+    assert "placed by llama-server at 20" in notes[0]
+    assert fit.apply_checks(variants, [entry])[0].n_cpu_moe == 20
+    assert list(fit.not_benched([record])) == [variant.name]

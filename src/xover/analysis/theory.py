@@ -37,7 +37,7 @@ import dataclasses
 import itertools
 import math
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Literal
 
 from xover.analysis.crossover import Crossing
@@ -1048,16 +1048,18 @@ def plan_placement(
     flash_attn: bool = True,
     headroom_bytes: int = DEFAULT_HEADROOM_BYTES,
     compute_per_token: float | None = None,
+    n_outputs: int | None = None,
 ) -> tuple[Placement, ...]:
     """For each context, the smallest N whose GPU buffers plus ``headroom_bytes`` (CUDA context, cuBLAS
     workspace and pool, fragmentation: :data:`DEFAULT_HEADROOM_BYTES`) fit in ``budget_bytes`` of free VRAM;
-    ``compute_per_token``: the compute buffer calibrated from a logged load (:func:`compute_per_token`)."""
+    ``compute_per_token``: the compute buffer calibrated from a logged load (:func:`compute_per_token`);
+    ``n_outputs``: the logits rows reserved (None: a whole ubatch, as llama-bench; 1: llama-server's one slot)."""
     out = []
     for n_ctx in contexts:
         chosen = None
-        est = memory_estimate(terms, terms.n_layer, n_ctx, ubatch, flash_attn, compute_per_token=compute_per_token)
+        est = memory_estimate(terms, terms.n_layer, n_ctx, ubatch, flash_attn, "gpu", n_outputs, compute_per_token)
         for n in range(terms.n_layer + 1):
-            e = memory_estimate(terms, n, n_ctx, ubatch, flash_attn, compute_per_token=compute_per_token)
+            e = memory_estimate(terms, n, n_ctx, ubatch, flash_attn, "gpu", n_outputs, compute_per_token)
             if e.total_bytes + headroom_bytes <= budget_bytes:
                 chosen, est = n, e
                 break
@@ -1069,6 +1071,51 @@ def plan_placement(
 # the stored prediction
 
 PREDICTION_SCHEMA = "xover.prediction/1"
+
+
+def lowest_serving(
+    serves: Callable[[int], bool], low: int, high: int, top: int, above: int = 4
+) -> tuple[int | None, tuple[int, ...]]:
+    """The lowest ``--n-cpu-moe`` that serves, asking ``serves(level)`` (a real llama-server load and request) as
+    few times as it can, and the levels it asked in order. Fewer experts on the CPU need more GPU memory, so a level
+    that serves is taken to mean every level above it serves too. ``high`` is a level expected to serve (llama-bench's
+    placement, which reserves a whole ubatch of logits); where it does not, up to ``above`` levels over it are tried
+    (capped at ``top``, every expert out) and the first that serves is the answer (None: none did). ``low`` is the
+    planner's least level for the server (its one output row, no headroom): the answer is sought by bisection between
+    ``low`` and ``high``, and below ``low`` (one level, then two, four...) where ``low`` itself serves. The answer is proven: it serves, and the level
+    below it (where there is one) was asked and did not."""
+    asked: dict[int, bool] = {}
+
+    def ok(level: int) -> bool:
+        if level not in asked:
+            asked[level] = serves(level)
+        return asked[level]
+
+    high = max(0, min(high, top))
+    low = max(0, min(low, high))
+    good = next((m for m in range(high, min(top, high + above) + 1) if ok(m)), None)
+    if good is None or good > high:  # the levels below a refused one are refused too
+        return good, tuple(asked)
+    bad = -1  # the highest level known not to serve
+    if good > low:
+        if ok(low):
+            good = low
+        else:
+            bad = low
+    step = 1
+    while bad < 0 and good > 0:  # the planner's least level serves: the edge is most likely just below it
+        probe = max(0, good - step)
+        if ok(probe):
+            good, step = probe, step * 2
+        else:
+            bad = probe
+    while good - bad > 1:
+        mid = (good + bad) // 2
+        if ok(mid):
+            good = mid
+        else:
+            bad = mid
+    return good, tuple(asked)
 
 
 def assumptions(hw: Hardware, configs: Sequence[Offload]) -> list[str]:

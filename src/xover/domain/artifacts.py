@@ -445,10 +445,18 @@ class FitRecord:
     llama_fit: FitParamsChoice | None = None  # its answer; None: no answer (``llama_fit_log`` says why)
     llama_fit_log: str = ""
     body: Mapping[str, Any] = dataclasses.field(default_factory=dict)  # the record as stored
+    placed_by: str = ""  # "server": a tuned variant at the lowest level its own llama-server served (measured_at)
+    bench_level: int | None = None  # then: the level llama-bench's placement needed (its ubatch of logits)
+    server_plan: int | None = None  # then: the planner's least level for the server, where the bisection began
+
+    @property
+    def by_server(self) -> bool:
+        return self.placed_by == "server"
 
     @property
     def level(self) -> int:
-        """The level it is measured at: the planner's, unless llama.cpp refused it and a level above served."""
+        """The level it is measured at: the planner's, unless llama.cpp refused it and a level above served, or,
+        placed by its server, the lowest level that served."""
         return self.n_cpu_moe if self.measured_at is None else self.measured_at
 
     @property
@@ -501,6 +509,9 @@ class FitRecord:
                 ),
                 llama_fit_log=str(b.get("llama_fit_log") or ""),
                 body=b,
+                placed_by=str(b.get("placed_by") or ""),
+                bench_level=_opt_int(b.get("bench_level")),
+                server_plan=_opt_int(b.get("server_plan")),
             )
 
         return _reading(FIT, read)

@@ -12,6 +12,11 @@ and stores what it chose as artifact ``fit``. :func:`check_fits` then asks llama
 llama-server at the chosen level and one below it, with the same context, and sends each one request as long
 as a ubatch (loading is not enough: on an H200 under a 16 GiB budget a level that loaded crashed at its first
 request, allocating the cuBLAS workspace). Both answers are stored as artifact ``fit-check``.
+
+A tuned variant is placed by its server instead (:func:`place_by_server`, artifact ``fit-check-tuned``): the
+tuning trials run in llama-bench, whose placement (:func:`refit_variants`) reserves a whole ubatch of logits that
+llama-server never allocates, so the variant's level is the lowest at which its own llama-server loads and serves,
+found by bisection with real loads, not llama-bench's.
 """
 
 from __future__ import annotations
@@ -94,11 +99,15 @@ def with_level(config: LlamaConfig, n: int) -> LlamaConfig:
     return config.with_values({"n-cpu-moe": str(n)})
 
 
-def _plan(terms: Any, budget: int, ctx: int, config: LlamaConfig, compute_per_token: float | None = None) -> Any:
+def _plan(
+    terms: Any, budget: int, ctx: int, config: LlamaConfig, compute_per_token: float | None = None, server: bool = False
+) -> Any:
     """The planner's placement of ``config`` (its own ubatch, attention and KV cache types) at ``ctx`` under
     ``budget``; ``compute_per_token``: the compute buffer's per-token bytes calibrated from a logged load
-    (:func:`calibration`), else the planner's estimate."""
-    from xover.analysis.theory import plan_placement
+    (:func:`calibration`), else the planner's estimate. ``server``: llama-server's least, one row of logits and no
+    headroom (the lower end of :func:`place_by_server`'s range), instead of llama-bench's ubatch of logits plus
+    the headroom."""
+    from xover.analysis.theory import DEFAULT_HEADROOM_BYTES, plan_placement
 
     (plan,) = plan_placement(
         terms.with_cache_types(*cache_types(config)),
@@ -107,6 +116,8 @@ def _plan(terms: Any, budget: int, ctx: int, config: LlamaConfig, compute_per_to
         _ubatch(config),
         flash_attn=_flash_attn(config),
         compute_per_token=compute_per_token,
+        headroom_bytes=0 if server else DEFAULT_HEADROOM_BYTES,
+        n_outputs=1 if server else None,
     )
     return plan
 
@@ -349,6 +360,78 @@ def check_fits(
 
 MAX_CORRECTION = 4  # levels above the planner's tried when llama.cpp refuses the planner's
 
+PLACED_BY_SERVER = "server"  # a fit record's ``placed_by`` where llama-server's own loads chose the level
+
+
+def place_by_server(
+    spec: StudySpec,
+    configs: tuple[LlamaConfig, ...],
+    model: Path,
+    binaries: Binaries,
+    records: list[dict[str, Any]],
+    terms: Any,
+    log_dir: Path,
+    note: Callable[[str], None],
+) -> list[dict[str, Any]]:
+    """Each tuned variant of a ``fit`` configuration at the lowest level its own llama-server serves: real loads at
+    the variant's settings and the configuration's context, each proven by one request that fills its ubatch,
+    under the study's budget (held by :mod:`xover.hardware.vram`), bisected between the planner's least level for
+    a server (one row of logits, no headroom) and the level llama-bench's placement needs (a whole ubatch of
+    logits plus the headroom: :func:`refit_variants`' record), which is tried first
+    (:func:`xover.analysis.theory.lowest_serving`). llama-bench reserves a ubatch of logits that llama-server never
+    does (2,732 MiB against 962 MiB at ``-ub 4096`` for qwen3-30b-a3b), so its level wastes GPU memory that the
+    server would spend on experts, and decode with them. Every level asked is stored with what it did, and the
+    record says ``placed_by = "server"``, with ``bench_level`` and ``server_plan`` beside the level it is measured
+    at (``measured_at``)."""
+    from xover.analysis.theory import lowest_serving
+    from xover.llamacpp.fitparams import run_fit_params
+
+    out = []
+    by_name = {c.name: c for c in configs}
+    for r in records:
+        config, high, ctx = by_name[r["config"]], int(r["n_cpu_moe"]), int(r["n_ctx"])
+        plan = _plan(terms, int(r["budget_bytes"]), ctx, config, calibration(terms, r), server=True)
+        low = plan.n_cpu_moe if plan.n_cpu_moe is not None else terms.n_layer
+        asked: dict[int, LevelCheck] = {}
+
+        def serves(
+            level: int, config: LlamaConfig = config, ctx: int = ctx, asked: dict[int, LevelCheck] = asked
+        ) -> bool:
+            asked[level] = asyncio.run(_check_level(binaries, model, config, level, ctx, log_dir, spec.timeout_s))
+            return asked[level].served
+
+        level, order = lowest_serving(serves, low, high, terms.n_layer, MAX_CORRECTION)
+        entry: dict[str, Any] = {
+            **r,
+            "checks": [asked[m].as_dict() for m in order],
+            "measured_at": high if level is None else level,
+            "placed_by": PLACED_BY_SERVER,
+            "bench_level": high,
+            "server_plan": low,
+        }
+        if binaries.fit_params is not None:
+            choice, why = run_fit_params(binaries.fit_params, model, ctx, config)
+            entry["llama_fit"] = choice.to_dict() if choice is not None else None
+            entry["llama_fit_log"] = why
+        out.append(entry)
+        note(check_line(entry))
+    return out
+
+
+def not_benched(records: Any) -> dict[str, str]:
+    """Variant -> why the bench stage leaves it out: placed by its server below the level llama-bench's own
+    placement needs (``records``: FitRecords), where a llama-bench process would
+    not fit the budget (its ubatch of logits). Such a variant is measured through llama-server alone (cold TTFT,
+    cached turns and their decode), at the level it will run at, never at llama-bench's."""
+    return {
+        r.config: (
+            f"placed by llama-server at --n-cpu-moe {r.level}, below the {r.bench_level} llama-bench's ubatch of "
+            "logits needs under the budget: measured through llama-server only"
+        )
+        for r in records
+        if r.by_server and r.bench_level is not None and r.level < r.bench_level
+    }
+
 
 def check_line(entry: dict[str, Any]) -> str:
     """One line: the planner's level against what llama.cpp did at it and one below."""
@@ -359,7 +442,16 @@ def check_line(entry: dict[str, Any]) -> str:
         parts.append(f"--n-cpu-moe {c['n_cpu_moe']} {what}{why}")
     n = entry["n_cpu_moe"]
     below = next((c for c in entry["checks"] if c["n_cpu_moe"] == n - 1), None)
-    if entry.get("measured_at", n) != n:
+    if entry.get("placed_by") == PLACED_BY_SERVER:
+        at = entry["measured_at"]
+        served = any(c["served"] and c["n_cpu_moe"] == at for c in entry["checks"])
+        verdict = (
+            f"placed by llama-server at {at} (llama-bench's placement: {n}; the planner's least for the server: "
+            f"{entry['server_plan']})"
+            if served
+            else f"no level llama-server was asked served: measured at llama-bench's {n}, where it fails"
+        )
+    elif entry.get("measured_at", n) != n:
         verdict = f"llama.cpp refuses the planner's level: measured at {entry['measured_at']}"
     elif below is None:
         verdict = "nothing below it to try"

@@ -260,7 +260,11 @@ def pending(spec: StudySpec, data: StudyData, terms: Any, model_key: str) -> Pen
         else:
             variants = fit.apply_checks(variants, checks)
     measured, _ = distinct(dataclasses.replace(spec, configs=spec.configs + variants))
-    bench = {} if "bench" in spec.skip else bench_todo(measured, data, model_key, fresh=False)
+    benched = measured
+    if records:  # tuned variants placed by their server below llama-bench's level are not benched
+        skipped = fit.not_benched(data.fit_records(TUNED, checked=True) or ())
+        benched = dataclasses.replace(measured, configs=tuple(c for c in measured.configs if c.name not in skipped))
+    bench = {} if "bench" in spec.skip else bench_todo(benched, data, model_key, fresh=False)
     ttft: dict[str, int] = {}
     if (
         "ttft" not in spec.skip

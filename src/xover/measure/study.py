@@ -208,7 +208,11 @@ def stage_bench(st: Study) -> int:
 
     # One sweep per set of depths: a configuration placed for a shorter context (fit@8k) skips the deeper tests.
     groups: dict[tuple[int, ...], list[LlamaConfig]] = {}
+    skipped = _not_benched(st)
     for c in spec.configs:
+        if c.name in skipped:
+            emit(StageEvent("bench", "info", f"{c.name}: {skipped[c.name]}"))
+            continue
         groups.setdefault(spec.bench_depths_for(c), []).append(c)
     failures = 0
     for depths, configs in groups.items():
@@ -229,6 +233,13 @@ def stage_bench(st: Study) -> int:
         )
         failures += len(outcome.failures)
     return failures
+
+
+def _not_benched(st: Study) -> dict[str, str]:
+    """The tuned variants llama-bench cannot measure where their server runs (:func:`xover.measure.fit.not_benched`)."""
+    from xover.measure import fit
+
+    return fit.not_benched(load_if_any(st.study_dir).fit_records(artifacts.TUNED, checked=True) or ())
 
 
 def verdict_pairs(
@@ -430,7 +441,7 @@ def _check_fits(
     st: Study, configs: tuple[LlamaConfig, ...], records: list[dict[str, Any]], suffix: str
 ) -> tuple[tuple[LlamaConfig, ...], list[dict[str, Any]]]:
     """llama.cpp's word on the planner's levels (artifacts ``fit{suffix}`` and ``fit-check{suffix}``), asked
-    once per set of levels and reused on resume; ``configs`` at the levels they are measured at, and the checked
+    once per set of levels and reused on resume (tuned variants: the level their own llama-server serves at); ``configs`` at the levels they are measured at, and the checked
     records (each with the compute buffer llama.cpp logged, which calibrates the placement of later trials)."""
     from xover.measure import fit
 
@@ -443,15 +454,15 @@ def _check_fits(
         st.emit(StageEvent("model", "info", fit.describe(r)))
     with Store(st.study_dir) as store:
         store.add_artifact(None, artifacts.fit_artifact(suffix), records)
-    checks = fit.check_fits(
-        st.spec,
-        configs,
-        st.model,
-        st.binaries,
-        records,
-        st.study_dir / "logs",
-        lambda line: st.emit(StageEvent("model", "info", line)),
-    )
+
+    def note(line: str) -> None:
+        st.emit(StageEvent("model", "info", line))
+
+    logs = st.study_dir / "logs"
+    if suffix == artifacts.TUNED:  # a tuned variant runs at the level its own server serves, not llama-bench's
+        checks = fit.place_by_server(st.spec, configs, st.model, st.binaries, records, st.terms, logs, note)
+    else:
+        checks = fit.check_fits(st.spec, configs, st.model, st.binaries, records, logs, note)
     with Store(st.study_dir) as store:
         store.add_artifact(None, artifacts.fit_artifact(suffix, checked=True), checks)
     return fit.apply_checks(configs, checks), checks

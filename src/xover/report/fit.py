@@ -40,10 +40,63 @@ def _compute(r: FitRecord, check: FitLevelCheck | None) -> str:
     return f"{planned} / {check.compute_bytes / MIB:,.0f} MiB"
 
 
+def _asked(r: FitRecord) -> str:
+    """The levels a server placement asked, in order, and what each did."""
+    return "; ".join(
+        f"{c.n_cpu_moe}: {'serves' if c.served else ('fails its first request' if c.loaded else 'does not load')}"
+        for c in r.checks
+    )
+
+
+def _server_blocks(placed: list[FitRecord]) -> list[Block]:
+    """The tuned variants placed by their own llama-server: the planner's, llama-bench's and the server's level."""
+    rows = [
+        (
+            r.config,
+            f"{r.n_ctx:,}",
+            f"{r.budget_bytes / GIB:.1f} GiB",
+            str(r.ubatch),
+            "-" if r.server_plan is None else str(r.server_plan),
+            str(r.bench_level if r.bench_level is not None else r.n_cpu_moe),
+            _asked(r),
+            str(r.level) if any(c.served and c.n_cpu_moe == r.level for c in r.checks) else f"{r.level} (none served)",
+        )
+        for r in placed
+    ]
+    return [
+        Block("h3", "Tuned variants: placed by their own llama-server"),
+        Block(
+            "p",
+            "The tuning trials run in llama-bench, which reserves a whole ubatch of logits (about 2.3 GiB at -ub "
+            "4096 on a 150K vocabulary) that llama-server never allocates: llama-bench's level would give up experts, "
+            "and decode with them, that the server has room for. Each tuned variant is therefore placed by real "
+            "llama-server loads at its own settings and the configuration's context, under the same budget, each "
+            "proven by one request that fills its ubatch: a bisection between the planner's least level for a "
+            "server (one row of logits, no headroom) and llama-bench's level, which is asked first. The variant "
+            "runs at the lowest level that served; the level below it was asked and did not.",
+        ),
+        table(
+            (
+                "variant",
+                "context",
+                "budget",
+                "ubatch",
+                "planner's level (server)",
+                "llama-bench's level",
+                "levels asked: what llama-server did",
+                "server's level",
+            ),
+            rows,
+        ),
+    ]
+
+
 def fit_blocks(data: StudyData) -> list[Block]:
-    chosen = fit_placements(data)
-    if not chosen:
+    every = fit_placements(data)
+    if not every:
         return []
+    chosen = [r for r in every if not r.by_server]
+    placed = [r for r in every if r.by_server]
     rows = []
     for r in chosen:
         by_level = {c.n_cpu_moe: c for c in r.checks}
@@ -103,4 +156,5 @@ def fit_blocks(data: StudyData) -> list[Block]:
             ),
             rows,
         ),
+        *(_server_blocks(placed) if placed else []),
     ]
