@@ -323,8 +323,11 @@ def main(argv: list[str]) -> int:
         print("llama_model_load: error loading model: fake failure", flush=True)
         return args.fake_exit
     if args.fake_refuse_below is not None and args.n_cpu_moe < args.fake_refuse_below:  # a card too small for it
-        print("ggml_backend_cuda_buffer_type_alloc_buffer: allocating 4096.00 MiB on device 0: cudaMalloc failed: "
-              "out of memory", flush=True)
+        print(
+            "ggml_backend_cuda_buffer_type_alloc_buffer: allocating 4096.00 MiB on device 0: cudaMalloc failed: "
+            "out of memory",
+            flush=True,
+        )
         print("llama_model_load: error loading model: unable to allocate CUDA0 buffer", flush=True)
         return 1
     state = FakeState(

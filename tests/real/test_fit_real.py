@@ -6,6 +6,7 @@ below (llama-server loads and answers one request), provenance and the report's 
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -143,3 +144,46 @@ n-cpu-moe = "fit"
     assert trials["512"] == str(small.n_cpu_moe) and trials["2048"] == str(large.n_cpu_moe)
     (body,) = [b for b in load(out).artifact_bodies("tune")]
     assert body["placed_trials"] is True
+
+
+def test_a_tuned_variant_is_placed_by_real_llama_server_loads(tiny_model: Path, llama_bins, tmp_path: Path) -> None:
+    """The server placement of a tuned fit variant on the real llama-server: each level asked is a real load at
+    the variant's settings (-ub 2048) and the full context, proven by a served request that fills the ubatch. On the
+    CPU build every level serves (there is no GPU memory to run out of), so the bisection goes down to level 0 from
+    llama-bench's level, in fewer loads than a walk over the layers."""
+    from xover.analysis.theory import memory_estimate, model_terms
+    from xover.domain.artifacts import FitRecord
+    from xover.domain.config import LlamaConfig
+    from xover.domain.study_spec import spec_from_dict
+    from xover.gguf.inspect import model_table
+    from xover.llamacpp.server import context_size
+    from xover.measure import fit
+
+    terms = model_terms(model_table(str(tiny_model))[0])
+    ctx = context_size(1024, 16)
+    budget = memory_estimate(terms, terms.n_layer, ctx, 2048, True).total_bytes + GIB
+    spec = spec_from_dict(
+        {
+            "model": {"path": str(tiny_model)},
+            "study": {"lengths": ["1k"], "response-tokens": [16], "vram-budget": str(budget)},
+            "config": [{"name": "fit", "n-cpu-moe": "fit"}],
+        }
+    )
+    spec, records = fit.resolve_fits(spec, terms)
+    variant = LlamaConfig("fit tuned").with_values({"ubatch-size": "2048", "batch-size": "2048"})
+    variants, refits = fit.refit_variants(spec, terms, records, (variant,))
+    bench_level = refits[0]["n_cpu_moe"]
+    assert bench_level >= 2
+    notes: list[str] = []
+    (entry,) = fit.place_by_server(spec, variants, tiny_model, llama_bins, refits, terms, tmp_path, notes.append)
+    record = FitRecord.from_body(entry)
+    assert record.by_server and record.bench_level == bench_level and record.level == 0
+    assert record.checks[0].n_cpu_moe == bench_level and all(c.served for c in record.checks)
+    assert record.checks[-1].n_cpu_moe == 0
+    assert len(record.checks) < bench_level + 1 or bench_level <= 2
+    logs = sorted(tmp_path.glob("server-fitcheck-*.log"))  # each a real llama-server that loaded the model
+    assert len(logs) == len(record.checks), logs
+    for log in logs:  # at the variant's ubatch (llama.cpp caps it at the context)
+        (ubatch,) = re.findall(r"llama_context: n_ubatch\s+= (\d+)", log.read_text(errors="replace"))
+        assert int(ubatch) == min(2048, ctx)
+    assert "placed by llama-server at 0" in notes[0]

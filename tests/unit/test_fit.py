@@ -427,3 +427,35 @@ def test_a_tuned_variant_is_placed_where_its_own_server_serves(tmp_path: Path) -
     assert "placed by llama-server at 20" in notes[0]
     assert fit.apply_checks(variants, [entry])[0].n_cpu_moe == 20
     assert list(fit.not_benched([record])) == [variant.name]
+
+
+def test_the_fit_section_shows_the_planner_s_llama_bench_s_and_the_server_s_level(tmp_path: Path) -> None:
+    """Rebuilt from the store: a tuned variant placed by its server gets its own table with the three levels and
+    every level asked; the base configuration's row keeps the planner's table as before."""
+    from xover.report.blocks import blocks_markdown
+    from xover.report.fit import fit_blocks
+    from xover.results.read_model import load
+    from xover.results.store import Store
+
+    estimate = {"total_bytes": 14 * GIB, "model_bytes": 12 * GIB, "kv_bytes": GIB, "compute_bytes": GIB}
+    base = {"config": "fit", "request": "fit", "n_ctx": 33280, "n_cpu_moe": 21, "budget_bytes": 16 * GIB,
+            "headroom_bytes": GIB, "ubatch": 512, "estimate": estimate,
+            "checks": [{"n_cpu_moe": 21, "loaded": True, "served": True, "reason": None},
+                       {"n_cpu_moe": 20, "loaded": True, "served": False, "reason": "out of memory"}],
+            "measured_at": 21}  # fmt: skip
+    asked = [(23, True), (19, False), (21, True), (20, False)]
+    tuned = {**base, "config": "fit tuned", "n_cpu_moe": 23, "ubatch": 4096, "measured_at": 21,
+             "placed_by": "server", "bench_level": 23, "server_plan": 19,
+             "checks": [{"n_cpu_moe": n, "loaded": ok, "served": ok, "reason": None if ok else "cudaMalloc failed"}
+                        for n, ok in asked]}  # fmt: skip
+    with Store(tmp_path) as store:
+        store.add_artifact(None, "fit-check", [base])
+        store.add_artifact(None, "fit-check-tuned", [tuned])
+    text = blocks_markdown(fit_blocks(load(tmp_path)))
+    assert "Tuned variants: placed by their own llama-server" in text
+    (row,) = [line for line in text.splitlines() if line.startswith("| fit tuned ")]
+    cells = [c.strip() for c in row.strip("|").split("|")]
+    assert cells == ["fit tuned", "33,280", "16.0 GiB", "4096", "19", "23",
+                     "23: serves; 19: does not load; 21: serves; 20: does not load", "21"]  # fmt: skip
+    firsts = [line.strip("|").split("|")[0].strip() for line in text.splitlines() if line.startswith("|")]
+    assert firsts.count("fit") == 1 and firsts.count("fit tuned") == 1  # the base row stays in the planner's table
