@@ -236,3 +236,16 @@ def test_the_spec_knows_the_knobs_the_search_defines() -> None:
 
     knobs = {(k.name, k.short) for e in ENGINES for k in advise.study_knobs(4, gpu_build=True, longest=32768, engine=e)}
     assert set(TUNE_KNOBS) == knobs
+
+
+def test_the_search_measures_at_the_cached_turns_depth_by_default() -> None:
+    """A study with cached turns on a 16K context scores them with rates at 16K, not at depth 0 (issue 46 item 3);
+    tune-depths, when given, is what it says."""
+    study = {"lengths": ["1k", "4k"], "cached-turns": ["512", "2k"], "cached-depth": "16k"}
+    config = [{"name": "a"}]
+    spec = spec_from_dict({"model": {"preset": "tiny-moe"}, "study": study, "config": config})
+    assert tune.depths(spec) == (0, 1024, 16384)
+    spec = spec_from_dict({"model": {"preset": "tiny-moe"}, "study": {**study, "tune-depths": []}, "config": config})
+    assert tune.depths(spec) == (0,)
+    spec = spec_from_dict({"model": {"preset": "tiny-moe"}, "study": {"lengths": ["1k", "4k"]}, "config": config})
+    assert tune.depths(spec) == (0, 1024)

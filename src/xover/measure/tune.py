@@ -104,7 +104,13 @@ def cached_turns(spec: StudySpec) -> advise.Workload | None:
 
 
 def depths(spec: StudySpec) -> tuple[int, ...]:
-    extra = spec.tune_depths if spec.tune_depths is not None else (min(spec.lengths),)
+    """The llama-bench depths the search measures at: 0 and the spec's ``tune-depths``; by default the shortest
+    length, and the cached turns' context where the study measures cached turns (their score then rests on rates at
+    the depth they run at, not at depth 0)."""
+    if spec.tune_depths is not None:
+        extra: tuple[int, ...] = spec.tune_depths
+    else:
+        extra = (min(spec.lengths),) + ((spec.turns_depth,) if spec.turns_depth is not None else ())
     return tuple(sorted({0, *extra}))
 
 
