@@ -165,12 +165,14 @@ def test_cached_turns_are_proven_cached_by_the_real_server_and_answered_per_turn
     con = sqlite3.connect(study_dir / "results.sqlite")
     labels = dict(con.execute("SELECT key, label FROM configs"))
     rows = con.execute(
-        "SELECT config_key, length, round, cache_n, prompt_n FROM ttft_samples "
+        "SELECT config_key, length, round, cache_n, prompt_n, predicted_n FROM ttft_samples "
         "WHERE mode='cached:512' AND cache_ok=1 AND error IS NULL"
     ).fetchall()
     con.close()
-    assert rows and all((cache_n, prompt_n) == (512, n) for _, n, _, cache_n, prompt_n in rows), rows
-    counted = Counter((labels[k], n, r) for k, n, r, _, _ in rows)
+    assert rows and all((cache_n, prompt_n) == (512, n) for _, n, _, cache_n, prompt_n, _ in rows), rows
+    # each generated the whole 16-token response (not decode-tokens' 4): the verdicts' decode, measured, not scaled
+    assert {predicted for *_, predicted in rows} == {16}
+    counted = Counter((labels[k], n, r) for k, n, r, *_ in rows)
     assert counted == {(c, n, r): 2 for c in ("t=1", "t=2") for n in (64, 256) for r in (1, 2)}
     md = (study_dir / "report.md").read_text()
     verdicts = md.split("## Verdict", 1)[1].split("## ", 1)[0]
@@ -184,7 +186,7 @@ def test_cached_turns_are_proven_cached_by_the_real_server_and_answered_per_turn
 
 
 def test_cold_requests_generate_decode_tokens_and_the_totals_assume_the_response(study_dir: Path) -> None:
-    """decode-tokens = 4: every cold request asked for 4 tokens (llama-server's n_predict) and the server decoded
+    """decode-tokens = 4: every cold request (the cached turns generate the whole response) asked for 4 tokens (llama-server's n_predict) and the server decoded
     4; the report reads their decode speed and the verdict prices 16-token responses. (The client may see fewer
     events than tokens: llama-server holds back a byte token that does not end a UTF-8 character.)"""
     con = sqlite3.connect(study_dir / "results.sqlite")

@@ -87,7 +87,8 @@ class StudySpec:
 
     @property
     def generated_tokens(self) -> int:
-        """Tokens each cold TTFT request generates: ``decode_tokens``, else the longest response."""
+        """Tokens each cold TTFT request generates: ``decode_tokens``, else the longest response (a cached turn
+        generates the longest response: its decode is what the cached-turn verdicts use)."""
         return self.decode_tokens if self.decode_tokens is not None else max(self.response_tokens)
 
     def lengths_for(self, config: LlamaConfig) -> tuple[int, ...]:

@@ -105,6 +105,7 @@ class _Rounds:
             lengths=lengths,
             reps=reps,
             response_tokens=st.spec.generated_tokens,
+            cached_response_tokens=max(st.spec.response_tokens),  # their decode is the verdicts': steady, not scaled
             mode="cold",
             seed=time.time_ns() % 2**31,
             points=tuple(cold + cached),

@@ -80,6 +80,9 @@ class TtftPlan:
     max_ttft_s: float | None = None
     known: tuple[tuple[str, int, float], ...] = ()  # (config key, length, median seconds) measured before
     round: int | None = None  # the round of fresh servers it is (xover.domain.records.ROUND_DOC)
+    # tokens a cached agentic turn generates (None: response_tokens): the whole response, so that its decode, which
+    # the cached-turn verdicts use, is measured over enough tokens to be steady and not scaled from a few
+    cached_response_tokens: int | None = None
 
     def __post_init__(self) -> None:
         if self.mode not in MODES:
@@ -90,7 +93,7 @@ class TtftPlan:
             raise XoverError("warm mode needs prompts of at least 2 tokens (one cached, one evaluated)")
         if self.reps < 1:
             raise XoverError("repetitions (-r) must be at least 1")
-        if self.response_tokens < 1:
+        if self.response_tokens < 1 or (self.cached_response_tokens is not None and self.cached_response_tokens < 1):
             raise XoverError("--response-tokens must be at least 1")
         if self.max_retries < 0:
             raise XoverError("retries must be >= 0")
@@ -527,9 +530,10 @@ class TtftRun:
                         f"L={point.length}: priming request for the warm sample failed: {prime.result.error}",
                         counted=False,
                     )
-            rec = await client.stream_completion(
-                completion_body(prompt.prompt, plan.response_tokens, cache_prompt=mode != "cold")
-            )
+            generate = plan.response_tokens
+            if point.depth and plan.cached_response_tokens is not None:
+                generate = plan.cached_response_tokens
+            rec = await client.stream_completion(completion_body(prompt.prompt, generate, cache_prompt=mode != "cold"))
             check = None if rec.result.error else check_cache(mode, point.length, rec.result.timings)
             sample = build_sample(config.key, mode, point, prompt, rec, check, plan.round)
             self.store.add_ttft_sample(run_id, self.rec.model_key, sample)
