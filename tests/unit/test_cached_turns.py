@@ -74,6 +74,46 @@ def test_cached_turns_cross_in_new_tokens_where_cold_prompts_do_not(
     assert "## Cached agentic turns" in md
     rows = [line for line in md.splitlines() if line.startswith("| fast decode | 128 |")]
     assert len(rows) == 1 and "| 3 |" in rows[0]
+    assert re.search(r"\| \d+\.\d \(\d+\.\d-\d+\.\d\) \|", rows[0]), rows[0]  # the decode rate with its range
+
+
+def test_the_turns_decode_is_checked_against_llama_bench_at_the_same_depth(
+    tmp_path: Path, fake_bins: Binaries, tiny_model: Path
+) -> None:
+    """Where llama-bench measured tg at the cached depth, the section sets it beside the turns' decode: the fake
+    server decodes at 100 t/s, so a llama-bench record of 98 t/s agrees and one of 150 t/s is called off by +50%."""
+    from xover.domain.records import BenchResult
+    from xover.results.store import Store
+
+    a, b = fake_config("a", 4000, 100), fake_config("b", 4000, 100)
+    spec = StudySpec(
+        configs=(a, b),
+        model_preset="tiny-moe",
+        lengths=(1024,),
+        response_tokens=(RESPONSE,),
+        repetitions=1,
+        rounds=2,
+        max_rounds=2,
+        cached_new_tokens=(128,),
+        cached_depth=DEPTH,
+    )
+    study = Study(spec, tiny_model, fake_bins, tmp_path / "study", frozenset(), ("test",), lambda e: None)
+    assert stage_ttft(study, []) == 0
+    model_key = load(tmp_path / "study").ttft_rows[0].model_key
+    with Store(tmp_path / "study") as store:
+        run = store.begin_run("bench", ["test"], store.provenance(store.runs()[0]["id"]))
+        for config, rate in ((a, 98.0), (b, 150.0)):
+            key = store.put_config(config)
+            store.add_bench_result(run, model_key, BenchResult(key, 0, 32, DEPTH, (1,), (rate,), rate, 0.0, {}))
+        store.add_bench_result(run, model_key, BenchResult(key, 0, 32, 0, (1,), (999.0,), 999.0, 0.0, {}))
+        store.end_run(run, "done")
+    md = render_markdown(build_report(load(tmp_path / "study"), response=RESPONSE, n_boot=0))
+    section = md.split("## Cached agentic turns", 1)[1].split("\n## ", 1)[0]
+    assert "llama-bench's tg at the same depth (1K tokens)" in section
+    (line_a,) = [ln for ln in section.splitlines() if ln.startswith("- a: ")]
+    (line_b,) = [ln for ln in section.splitlines() if ln.startswith("- b: ")]
+    assert "llama-bench 98.0 t/s: they agree" in line_a, line_a
+    assert re.search(r"llama-bench 150\.0 t/s: llama-bench \+\d+% off the turns' median", line_b), line_b
 
 
 def test_cached_turns_the_cold_samples_put_over_max_ttft_are_planned_out_with_a_note() -> None:

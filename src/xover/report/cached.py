@@ -62,7 +62,8 @@ def cached_verdicts(
 def _row(c: ConfigData, n: int, response: int) -> list[str]:
     rounds = round_totals(c, n, response)
     ttft = statistics.median(c.ttft_s[n])
-    decode = statistics.median(c.decode_tps[n]) if c.decode_tps.get(n) else None
+    rates = sorted(c.decode_tps.get(n) or ())
+    decode = statistics.median(rates) if rates else None
     totals = sorted(rounds.values())
     total = measured_totals(c, response)[n] if decode else None
     spread = f"{totals[0]:.3f}-{totals[-1]:.3f}" if len(totals) > 1 else "—"
@@ -71,7 +72,7 @@ def _row(c: ConfigData, n: int, response: int) -> list[str]:
         format_tokens(n),
         str(len(rounds)) if rounds else "—",
         f"{ttft * 1000:.1f}",
-        f"{decode:.1f}" if decode else "—",
+        (f"{decode:.1f}" + (f" ({rates[0]:.1f}-{rates[-1]:.1f})" if len(rates) > 1 else "")) if decode else "—",
         f"{total:.3f}" if total is not None else "—",
         spread,
     ]
@@ -104,13 +105,48 @@ def cached_blocks(data: StudyData, response: int) -> list[Block]:
                 "new tokens",
                 "rounds",
                 "TTFT ms (median)",
-                "decode t/s",
+                "decode t/s (range)",
                 f"total per turn, {response}-token answer (s)",
                 "between rounds (s)",
             ],
             rows,
         )
     )
+    agree = _against_bench(data, configs, depth)
+    if agree:
+        out += [
+            Block(
+                "p",
+                f"The turns' decode against llama-bench's tg at the same depth ({format_tokens(depth)} tokens), "
+                "measured in a process of its own: two ways to the same rate, which should agree within 5% or the "
+                "turns' range, the wider.",
+            ),
+            Block("ul", items=tuple(agree)),
+        ]
+    return out
+
+
+AGREE = 0.05  # two measurements of one decode rate agree within 5 %, or within the turns' own range where wider
+
+
+def _against_bench(data: StudyData, configs: Sequence[ConfigData], depth: int) -> list[str]:
+    """Per configuration with a llama-bench decode test at the cached depth: its rate against the turns' (they agree
+    within :data:`AGREE` or the turns' range, the wider)."""
+    bench: dict[str, float] = {}
+    for label, r in data.bench:  # the latest tg test at the cached depth
+        if r.n_gen and not r.n_prompt and r.n_depth == depth:
+            bench[label] = r.avg_ts
+    out = []
+    for c in configs:
+        rates = sorted(t for ts in c.decode_tps.values() for t in ts)
+        if c.label not in bench or not rates:
+            continue
+        b, med = bench[c.label], statistics.median(rates)
+        within = abs(b / med - 1) <= max(AGREE, (rates[-1] - rates[0]) / med)
+        out.append(
+            f"{c.label}: turns {med:.1f} t/s ({rates[0]:.1f}-{rates[-1]:.1f}, {len(rates)} turns), llama-bench "
+            f"{b:.1f} t/s: " + ("they agree" if within else f"llama-bench {b / med - 1:+.0%} off the turns' median")
+        )
     return out
 
 
