@@ -317,6 +317,9 @@ def main(argv: list[str]) -> int:
     p.add_argument("--fake-tag", default=None, help="ignored: tells apart configurations that are otherwise the same")
     p.add_argument("--n-cpu-moe", "-ncmoe", type=int, default=0)
     p.add_argument("--fake-refuse-below", type=int, default=None, help="fail the load below this --n-cpu-moe")
+    p.add_argument(
+        "--fake-die-below", type=int, default=None, help="load, then fail every request, below this --n-cpu-moe"
+    )
     args, _ = p.parse_known_args(argv)
     print(f"fake-llama-server pid {os.getpid()}", flush=True)
     if args.fake_exit is not None:
@@ -330,6 +333,8 @@ def main(argv: list[str]) -> int:
         )
         print("llama_model_load: error loading model: unable to allocate CUDA0 buffer", flush=True)
         return 1
+    if args.fake_die_below is not None and args.n_cpu_moe < args.fake_die_below:  # as cuBLAS's workspace at a request
+        args.fake_fault, args.fake_fault_after, args.fake_fault_count = "http500", 0, None
     state = FakeState(
         prefill_tps=args.fake_prefill_tps,
         decode_tps=args.fake_decode_tps,
