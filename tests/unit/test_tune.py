@@ -86,17 +86,18 @@ def test_study_knobs_per_build() -> None:
     # with a GPU: everything but --no-repack (nothing is repacked unless --no-host)
     knobs, skipped = tune.applicable(gpu_spec, tuple(gpu.values()), advise.Context(True, avx2, q4k))
     kv = {"cache-type-k", "cache-type-v"}
-    assert {k.name for k in knobs} == every - {"repack"} - kv
-    assert [n for n, _ in skipped] == ["repack", "cache-type-k", "cache-type-v"]
+    assert {k.name for k in knobs} == every - {"repack", "batch-size"} - kv  # -b alone: the same ubatches
+    assert [n for n, _ in skipped] == ["repack", "cache-type-k", "cache-type-v", "batch-size"]
     assert dict(skipped)["cache-type-k"].startswith("searched only under a VRAM budget")
     # under a VRAM budget (a fit configuration) the KV cache types are searched: they move the level
     knobs, skipped = tune.applicable(gpu_spec, tuple(gpu.values()), advise.Context(True, avx2, q4k, budget=True))
-    assert {k.name for k in knobs} == every - {"repack"} and [n for n, _ in skipped] == ["repack"]
+    assert {k.name for k in knobs} == every - {"repack", "batch-size"}
+    assert [n for n, _ in skipped] == ["repack", "batch-size"]
     assert gpu["cache-type-k"].candidates == gpu["cache-type-v"].candidates == ("q8_0",)
     # nothing is copied to a GPU on a CPU-only build: those knobs are left out, each with its reason
     knobs, skipped = tune.applicable(cpu_spec, tuple(cpu.values()), advise.Context(False, avx2, q4k))
-    assert {k.name for k in knobs} == {"ubatch-size", "batch-size", "repack", "threads", "flash-attn"}
-    assert {n: why for n, why in skipped if n not in kv} == {
+    assert {k.name for k in knobs} == {"ubatch-size", "repack", "threads", "flash-attn"}
+    assert {n: why for n, why in skipped if n not in kv | {"batch-size"}} == {
         n: "a CPU-only build copies no weights to a GPU"
         for n in ("load-mode", "no-op-offload", "GGML_OP_OFFLOAD_MIN_BATCH", "no-host")
     }
@@ -249,3 +250,40 @@ def test_the_search_measures_at_the_cached_turns_depth_by_default() -> None:
     assert tune.depths(spec) == (0,)
     spec = spec_from_dict({"model": {"preset": "tiny-moe"}, "study": {"lengths": ["1k", "4k"]}, "config": config})
     assert tune.depths(spec) == (0, 1024)
+
+
+def test_a_larger_batch_alone_is_not_searched_where_it_runs_the_same_ubatches() -> None:
+    """llama.cpp runs ubatches of min(-ub, -b): with -ub 512 (or any ubatch up to the default -b 2048), -b 4096 runs
+    the same ubatches as the default, so it is skipped with that reason; a -b below the ubatch, or an ubatch above
+    the default -b (which -b 2048 caps), acts and is searched."""
+    assert advise.batch_reason(("4096",), 512) is not None
+    assert "min(-ub, -b)" in (advise.batch_reason(("4096", "8192"), 2048) or "")
+    assert advise.batch_reason(("256", "4096"), 512) is None  # -b 256 caps the ubatch at 256
+    assert advise.batch_reason(("4096",), 4096) is None  # the default -b 2048 capped -ub 4096: -b 4096 lifts it
+    knobs = advise.study_knobs(2, False, 2048)
+    spec = spec_from_dict({"model": {"preset": "tiny-moe"}, "study": {"lengths": ["1k"]}, "config": [{"name": "a"}]})
+    kept, skipped = tune.applicable(spec, knobs, advise.Context(gpu_build=False))
+    assert "batch-size" not in {k.name for k in kept} and "batch-size" in dict(skipped)
+    assert "ubatch-size" in {k.name for k in kept}
+    named = spec_from_dict(
+        {
+            "model": {"preset": "tiny-moe"},
+            "study": {"lengths": ["1k"], "tune-knobs": ["batch-size"]},
+            "config": [{"name": "a"}],
+        }
+    )
+    kept, _ = tune.applicable(named, tune.knobs_for(named, False), advise.Context(gpu_build=False))
+    assert [k.name for k in kept] == ["batch-size"]  # named in tune-knobs: searched whatever the theory says
+
+
+def test_the_search_says_its_plan_and_cost_before_it_starts() -> None:
+    """Known answer: 3 knobs of 2, 1 and 1 candidates are 5 processes (each candidate and the defaults again), then
+    2x3-2x4 to confirm a recommendation in rounds; at 6 s a process, 0.5 min and 0.6-0.8 min more."""
+    spec = _spec(tune_depths=())
+    spec = dataclasses.replace(spec, rounds=3, max_rounds=4)
+    knobs = (advise.Knob("ubatch-size", "-ub", "512", ("1024", "2048")), advise.Knob("threads", "-t", "2", ("1",)),
+             advise.Knob("flash-attn", "-fa", "auto", ("off",)))  # fmt: skip
+    text = tune.search_plan(knobs, spec, 2048, 6.0)
+    assert "5 llama-bench processes" in text and "then 6-8 to confirm each recommendation" in text, text
+    assert "the search 0.5 min, each confirmation 0.6-0.8 min more" in text, text
+    assert "min" not in tune.search_plan(knobs, spec, 2048, 6.0, reused=True)  # a stored defaults' run: not timed

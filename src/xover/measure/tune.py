@@ -21,6 +21,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import os
+import time
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
@@ -114,6 +115,27 @@ def depths(spec: StudySpec) -> tuple[int, ...]:
     return tuple(sorted({0, *extra}))
 
 
+def search_plan(
+    knobs: Sequence[advise.Knob], spec: StudySpec, chunk_tokens: int, per_process_s: float, reused: bool = False
+) -> str:
+    """The search's plan and its cost, said before it starts: the knobs, the llama-bench processes (the defaults',
+    each candidate's, the defaults again, then the rounds that confirm a recommendation in fresh processes) and
+    their time at what the defaults' own process took (``per_process_s``; ``reused``: stored, so not timed)."""
+    search = 1 + sum(len(k.candidates) for k in knobs)  # each candidate, then the defaults again
+    lo, hi = 2 * spec.rounds, 2 * spec.max_rounds  # a recommendation against the defaults, round by round
+    text = (
+        f"searching {', '.join(k.short for k in knobs) or 'nothing'}: {search} llama-bench processes "
+        f"(pp{chunk_tokens}/tg{spec.tg} at depths {', '.join(str(d) for d in depths(spec))}), then {lo}-{hi} to "
+        "confirm each recommendation in fresh processes"
+    )
+    if not reused:
+        text += (
+            f"; at the {per_process_s:.0f} s the defaults' process took, the search {search * per_process_s / 60:.1f} "
+            f"min, each confirmation {lo * per_process_s / 60:.1f}-{hi * per_process_s / 60:.1f} min more"
+        )
+    return text
+
+
 def chunk(knobs: Sequence[advise.Knob]) -> int:
     """Prompt tokens per llama-bench prefill test: the largest ubatch tried (a smaller prompt would cap it)."""
     ubatches = [int(v) for k in knobs if k.name == "ubatch-size" for v in k.candidates]
@@ -121,14 +143,18 @@ def chunk(knobs: Sequence[advise.Knob]) -> int:
 
 
 def applicable(
-    spec: StudySpec, knobs: Sequence[advise.Knob], ctx: advise.Context
+    spec: StudySpec, knobs: Sequence[advise.Knob], ctx: advise.Context, ubatch: int = advise.LLAMA_DEFAULT_UBATCH
 ) -> tuple[tuple[advise.Knob, ...], tuple[tuple[str, str], ...]]:
-    """The knobs that can act on this configuration here (:mod:`xover.analysis.advise.applicability`), and the
-    others with their reasons; a knob the spec names in ``tune-knobs`` is searched whatever the theory says."""
+    """The knobs that can act on this configuration (its own ``ubatch``) here
+    (:mod:`xover.analysis.advise.applicability`), and the others with their reasons; a knob the spec names in
+    ``tune-knobs`` is searched whatever the theory says."""
     if spec.tune_knobs is not None:  # the spec's knobs, less those of another backend
         other = tuple((k.name, why) for k in knobs if (why := advise.backend_reason(k.name, ctx.backend)) is not None)
         return tuple(k for k in knobs if k.name not in dict(other)), other
     keep, skipped = advise.split([k.name for k in knobs], ctx)
+    batch = next((k for k in knobs if k.name == opts.BATCH_SIZE.name and k.name in keep), None)
+    if batch is not None and (why := advise.batch_reason(batch.candidates, ubatch)) is not None:
+        keep, skipped = tuple(n for n in keep if n != batch.name), (*skipped, (batch.name, why))
     return tuple(k for k in knobs if k.name in keep), skipped
 
 
@@ -422,7 +448,9 @@ def run_tune(
         all_knobs = knobs_for(spec, True, config.engine)
         chunk_tokens = chunk(all_knobs)
         sweep = probe_runner.sweep(depths(spec), chunk_tokens, spec.tg, spec.tune_repetitions)
+        t_base = time.perf_counter()
         base = probe_runner.measure_config_fn(config, sweep, work)(advise.DEFAULTS)
+        per_process = time.perf_counter() - t_base
         if not base.ok:
             emit(
                 "fail",
@@ -436,23 +464,15 @@ def run_tune(
         placed = place is not None and place(config, config.name) is not config
         own = knobs_for(spec, gpu_build, config.engine)
         built_for = config.backend or opts.backend_of(backend)  # the record's backends say which build ran
-        knobs, skipped = applicable(spec, own, context(config, tensors, gpu_build, placed, built_for))
+        own_ub = int(config.get(opts.UBATCH_SIZE.name) or opts.UBATCH_SIZE.default)
+        knobs, skipped = applicable(spec, own, context(config, tensors, gpu_build, placed, built_for), own_ub)
         for knob_name, why in skipped:
             emit("info", f"{config.name}: not searching {opts.option(knob_name).short}: {why}", None, None)
-        own_ub = int(config.get(opts.UBATCH_SIZE.name) or opts.UBATCH_SIZE.default)
         if max(chunk(knobs), own_ub) != chunk_tokens:  # this build's candidates, or the configuration's own ubatch
             chunk_tokens = max(chunk(knobs), own_ub)
             sweep = probe_runner.sweep(depths(spec), chunk_tokens, spec.tg, spec.tune_repetitions)
         runner = _Runner(dataclasses.replace(probe_spec, knobs=knobs), binaries, tune_dir, command, on_event)
-        planned = 2 + sum(len(k.candidates) for k in knobs)
-        emit(
-            "info",
-            f"{config.name}: searching {', '.join(k.short for k in knobs)} "
-            f"(about {planned} llama-bench runs, pp{chunk_tokens}/tg{spec.tg} at depths "
-            f"{', '.join(str(d) for d in depths(spec))})",
-            None,
-            None,
-        )
+        emit("info", f"{config.name}: {search_plan(knobs, spec, chunk_tokens, per_process, base.reused)}", None, None)
         try:
             search = advise.coordinate_search(
                 knobs, runner.measure_config_fn(config, sweep, work, place), work, None, second=turns

@@ -55,7 +55,15 @@ re-exports their public names, so ``advise.coordinate_search`` and ``from xover.
 """
 
 from xover.analysis.advise.advice import ARTIFACT, SCHEMA, Advice, advice_from_dict
-from xover.analysis.advise.applicability import Context, backend_reason, cpu_experts, repacks, skip_reason, split
+from xover.analysis.advise.applicability import (
+    Context,
+    backend_reason,
+    batch_reason,
+    cpu_experts,
+    repacks,
+    skip_reason,
+    split,
+)
 from xover.analysis.advise.confirm import Confirmation, ServerPoint, confirmation, server_turn_s
 from xover.analysis.advise.crossovers import RevisitedPair, config_data, revisit_crossovers
 from xover.analysis.advise.knobs import (
@@ -118,6 +126,7 @@ __all__ = [
     "repacks",
     "skip_reason",
     "split",
+    "batch_reason",
     "AGENTIC_LENGTHS",
     "ARTIFACT",
     "DEFAULTS",

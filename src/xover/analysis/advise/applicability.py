@@ -13,6 +13,8 @@ the search is never a silent gap.
   ``MUL_MAT`` only, never the experts' ``MUL_MAT_ID``, so they never hold experts.
 * **``--no-repack``** changes a buffer only where something is repacked: on a CPU-only build, CPU-resident experts
   with a kernel here; with a GPU, nothing unless ``--no-host`` is given (that pair is searched as ``--no-host``).
+* **``-b`` alone** (:func:`batch_reason`) cannot change the ubatches llama.cpp runs while ``-ub`` is at most the
+  default ``-b``: only a ``-b`` below the ubatch would.
 * **KV cache types** (``-ctk``/``-ctv q8_0``) are searched only for a configuration placed under a VRAM budget: the
   memory a smaller cache frees keeps more experts on the GPU. Elsewhere they would trade quality, which xover does
   not measure, for little speed.
@@ -131,6 +133,20 @@ def skip_reason(name: str, ctx: Context) -> str | None:
             return "no experts stay on the CPU in this configuration"
         if ctx.cpu_flags and not ctx.repacked_types:
             return f"the experts ({', '.join(ctx.expert_types)}) have no repacked kernel on this CPU: nothing to switch"
+    return None
+
+
+def batch_reason(candidates: Sequence[str], ubatch: int) -> str | None:
+    """Why ``-b`` alone, at these candidate values, cannot change anything for a configuration that runs ``-ub
+    ubatch`` (one line), or None. llama.cpp runs ubatches of ``min(-ub, -b)``: while the ubatch is at most the default
+    logical batch and no candidate is below it, every candidate runs the same ubatches as the default, only in fewer
+    ``llama_decode`` calls (the ubatch knob raises ``-b`` with ``-ub`` where it must)."""
+    default_b = int(opts.BATCH_SIZE.default)
+    if ubatch <= default_b and candidates and all(int(v) >= ubatch for v in candidates):
+        return (
+            f"llama.cpp runs ubatches of min(-ub, -b): with -ub {ubatch} a larger -b alone runs the same {ubatch}-token "
+            "ubatches (the ubatch knob raises -b with it)"
+        )
     return None
 
 

@@ -1,0 +1,84 @@
+"""How much of a study does its tuning search cost? Runs fresh studies on this machine's CPU build and prints, per
+study, the tuning stage's wall time against the whole study's, the llama-bench processes the search started, and the
+settings it recommended per configuration, so that a change to the search can be compared before and after.
+
+Two studies (issue 46 item 8):
+
+* ``default``: the embedded default study (``xover study`` with no spec: tiny-moe, two configurations);
+* ``second``: a second shape as a new user would try it, a 6-layer qwen3moe with 24 experts (tiny-moe's widths),
+  two configurations (llama.cpp's defaults and ``-t 1``), lengths 512 and 2K.
+
+    .venv/bin/python benchmarks/search_share.py [--only default|second] [--keep DIR]
+
+Goal: the search takes at most half of each study, with the same recommendations.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import sqlite3
+import tempfile
+import time
+from pathlib import Path
+
+from xover.domain.config import LlamaConfig
+from xover.domain.presets import make_shape
+from xover.domain.study_spec import StudySpec, default_spec
+from xover.gguf.synth import write_model
+from xover.llamacpp.binaries import resolve
+from xover.measure.study import run_study
+
+
+def second_spec(model: Path) -> StudySpec:
+    return StudySpec(
+        configs=(LlamaConfig("defaults"), LlamaConfig("t=1", (("threads", "1"),))),
+        model_path=model,
+        lengths=(512, 2048),
+        response_tokens=(64,),
+        repetitions=1,
+        skip=frozenset({"cache", "session"}),
+    )
+
+
+def one(name: str, spec: StudySpec, out: Path) -> None:
+    t0 = time.perf_counter()
+    outcome = run_study(spec, out, resolve(), fresh=True)
+    total = time.perf_counter() - t0
+    tune_s = outcome.stage_seconds.get("tune", 0.0)
+    db = out / "tune" / "results.sqlite"
+    processes = 0
+    if db.exists():
+        with sqlite3.connect(db) as con:
+            processes = con.execute("SELECT count(*) FROM runs").fetchone()[0]
+    print(
+        f"{name}: study {total:.0f} s, tuning {tune_s:.0f} s ({tune_s / total:.0%} of it), "
+        f"{processes} llama-bench processes in the search; stages: "
+        + ", ".join(f"{k} {v:.0f} s" for k, v in outcome.stage_seconds.items()),
+        flush=True,
+    )
+    for t in outcome.tuned:
+        label = t.label if t.changed else "defaults kept"
+        decode = f"; for the second kind of turn {t.decode_label}" if t.decode_variant is not None else ""
+        print(f"  {t.config.name}: {label}{decode}", flush=True)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--only", choices=("default", "second"), default=None)
+    ap.add_argument("--keep", type=Path, default=None, help="write the studies under this folder and keep them")
+    args = ap.parse_args()
+    root = args.keep or Path(tempfile.mkdtemp(prefix="xover-search-"))
+    root.mkdir(parents=True, exist_ok=True)
+    if args.only in (None, "default"):
+        one("default", default_spec(), root / "default")
+    if args.only in (None, "second"):
+        model = root / "qwen3moe-6x24.gguf"
+        write_model(make_shape("tiny-moe", n_layer=6, n_expert=24), model, seed=0)
+        one("second", second_spec(model), root / "second")
+    if args.keep is None:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
