@@ -11,6 +11,20 @@ Two studies (issue 46 item 8):
     .venv/bin/python benchmarks/search_share.py [--only default|second] [--keep DIR]
 
 Goal: the search takes at most half of each study, with the same recommendations.
+
+Measured on 2 cores (2026-12-05), before and after the search skipped `-b` alone where it runs the same ubatches:
+
+| study | before | after |
+|---|---|---|
+| default | 49 of 141 s (35%), 12 processes; fa=on, fa=off: defaults kept | 53 of 133 s (40%), 13; the same |
+| second | 318 of 353 s (90%), 40 processes; defaults: kept; t=1: t=2 (cached/decode turn: t=2 fa=off) | 259 of 288 s (90%), 27; defaults: kept; t=1: t=2 |
+
+On the second shape the goal is not met. Its measurement is tiny (two lengths, cold TTFT 21-24 s), and most of the
+search's processes are what its evidence rules ask for, not waste: for ``t=1`` before, 9 candidates, the defaults
+again, 5 candidates measured again near the noise band, 6 processes to confirm t=2 in rounds and 9 quick decode-only
+ones to confirm the second kind of turn's setting. What is left to try: screening several values of one knob in one
+llama-bench process (``-ub 512,1024,2048``: one load) where the confirmation in fresh processes follows anyway, and
+sharing one screening between configurations that differ only in a knob the search varies.
 """
 
 from __future__ import annotations
