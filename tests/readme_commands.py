@@ -26,7 +26,10 @@ import shlex
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
-README = Path(__file__).resolve().parent.parent / "README.md"
+ROOT = Path(__file__).resolve().parent.parent
+README = ROOT / "README.md"
+# the pages whose `xover ...` commands are run as written: the README, and the guide that shows each command
+DOCS = (README, ROOT / "docs" / "guide.md")
 
 # Optional groups that need hardware the CI machine lacks: the variant with the group is reported as
 # skipped with this reason (and still parsed by the unit test); the variant without it runs.
@@ -219,7 +222,16 @@ def substitute(argv: Sequence[str], s: Substitutions) -> list[str]:
 
 
 def readme_variants(text: str | None = None) -> list[Variant]:
-    return [v for c in extract(text if text is not None else README.read_text(encoding="utf-8")) for v in variants(c)]
+    """The variants of every command of ``text``, else of every page of :data:`DOCS` (each once, in page order)."""
+    if text is not None:
+        return [v for c in extract(text) for v in variants(c)]
+    found: dict[str, Variant] = {}
+    for page in DOCS:
+        for c in extract(page.read_text(encoding="utf-8")):
+            c = dataclasses.replace(c, source=f"{page.relative_to(ROOT)} {c.source}")
+            for v in variants(c):
+                found.setdefault(v.id, v)
+    return list(found.values())
 
 
 def describe(v: Variant, argv: Sequence[str]) -> str:
