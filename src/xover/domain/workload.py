@@ -98,12 +98,6 @@ def min_session_tokens(spec: WorkloadSpec) -> int:
     return system + (spec.turns - 1) * math.ceil(MIN_TURN_CHARS / spec.chars_per_token)
 
 
-def max_turns(spec: WorkloadSpec, tokens: int) -> int:
-    """The most turns whose smallest session (:func:`min_session_tokens`) stays within ``tokens``."""
-    system = max(spec.system_tokens, math.ceil(MIN_SYSTEM_CHARS / spec.chars_per_token))
-    return max(0, 1 + (tokens - system) // math.ceil(MIN_TURN_CHARS / spec.chars_per_token))
-
-
 def last_turn_tokens(spec: WorkloadSpec) -> int:
     """The last turn's size, estimated as the generator counts (characters / chars_per_token)."""
     return estimate_tokens(generate(spec).turns[-1].messages, spec.chars_per_token)

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import os
 import re
 import socket
 import time
@@ -324,8 +323,3 @@ def cuda_env(gpu: str, backend: str | None) -> tuple[tuple[str, str], ...]:
     build nothing (each worker is a CPU worker)."""
     var = visible_devices_variable(backend)
     return ((var, gpu),) if var is not None else ()
-
-
-def default_threads(n_workers: int) -> int:
-    """Threads per worker when the spec gives none: the logical CPUs shared out between the workers."""
-    return max(1, (os.cpu_count() or 1) // max(1, n_workers))

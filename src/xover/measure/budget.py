@@ -44,8 +44,3 @@ def planner_notes(model: Path, n_cpu_moe: Sequence[int], n_ctx: int, budget: int
                 f"context, over the {budget / GIB:.1f} GiB budget ({fits}); llama.cpp is expected to fail to load it"
             )
     return out
-
-
-def smallest_fit(model: Path, n_ctx: int, budget: int, ubatch: int = 512) -> int | None:
-    """The planner's smallest ``--n-cpu-moe`` that fits ``budget`` at ``n_ctx`` tokens (None: nothing fits)."""
-    return _plan(model, n_ctx, budget, ubatch)[1].n_cpu_moe

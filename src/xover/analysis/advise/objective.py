@@ -144,11 +144,6 @@ def noise_between(a: Estimate, b: Estimate, drift_s: float | None = None) -> flo
     return max(a.spread_s + b.spread_s, drift_s or 0.0)
 
 
-def decode_noise_between(a: Estimate, b: Estimate, drift_s: float | None = None) -> float:
-    """:func:`noise_between` for the decode part of a turn alone."""
-    return max(a.decode_spread_s + b.decode_spread_s, drift_s or 0.0)
-
-
 def within_noise(a: Estimate, b: Estimate, drift_s: float | None = None) -> bool:
     """Whether two configurations' expected times differ by no more than :func:`noise_between`."""
     return abs(a.turn_s - b.turn_s) <= noise_between(a, b, drift_s)
