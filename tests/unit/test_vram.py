@@ -16,6 +16,7 @@ from procs import gone_within, running
 from xover.errors import XoverError
 from xover.hardware import vram
 from xover.hardware.vram import GIB, VramHolder, parse_budget
+from xover.llamacpp import process
 
 MIB = 1 << 20
 
@@ -50,9 +51,11 @@ def test_it_holds_every_free_byte_beyond_the_budget(fake_cudart: Path, monkeypat
         assert hold.total == 141 * GIB and hold.budget == 16 * GIB and hold.device == 0
         assert "16.0 GiB VRAM budget on GPU 0 (141.0 GiB)" in hold.describe()
         assert running(hold.pid)
+        assert process._before_start is vram.settle  # each llama process waits for the last one's memory
         vram._shortfall = 524 << 20  # as settle leaves it after memory taken for good
     assert gone_within(hold.pid)
     assert vram.shortfall() == 0 and vram.active_hold() is None  # the next hold starts whole
+    assert process._before_start is None
 
 
 def test_when_large_allocations_fail_it_holds_in_smaller_pieces(

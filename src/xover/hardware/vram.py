@@ -104,6 +104,7 @@ class VramHolder:
         global _active, _baseline_free
         _active = self.hold
         _baseline_free = _smi_free()
+        process.before_each_start(settle)  # every llama process waits for the last one's memory to come back
         return self.hold
 
     def _wait_ready(self, proc: subprocess.Popen[str]) -> VramHold:
@@ -131,6 +132,7 @@ class VramHolder:
         global _active, _baseline_free, _shortfall
         if _active is self.hold:
             _active, _baseline_free, _shortfall = None, None, 0
+            process.before_each_start(None)
         proc, self.proc = self.proc, None
         if proc is None:
             return

@@ -404,9 +404,7 @@ def run(job: BenchJob, bench: Path, model: Path, timeout_s: float | None = None)
     The child runs in its own session; closing the generator (or an exception, Ctrl-C included)
     stops it with SIGTERM then SIGKILL before the generator returns.
     """
-    from xover.hardware.vram import settle
-
-    settle()  # under a VRAM budget: the previous llama process's memory is back before this one starts
+    process.ready_to_start()  # under a VRAM budget: the previous llama process's memory is back first
     start = time.perf_counter_ns()
     deadline = None if timeout_s is None else start + int(timeout_s * 1e9)
     try:

@@ -20,9 +20,27 @@ import re
 import signal
 import subprocess
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import IO, Any
+
+# What runs before each llama process starts (llama-bench, llama-server): the VRAM budget's holder
+# (xover.hardware.vram, a layer above this one) sets its settle() here while a hold is active, so that a new process
+# finds the previous one's memory back; nothing otherwise.
+_before_start: Callable[[], object] | None = None
+
+
+def before_each_start(hook: Callable[[], object] | None) -> None:
+    """Set (or, with None, clear) what :func:`ready_to_start` runs before each llama process starts."""
+    global _before_start
+    _before_start = hook
+
+
+def ready_to_start() -> None:
+    """Called by the llama-bench and llama-server runners just before they spawn: the hook, if one is set."""
+    if _before_start is not None:
+        _before_start()
+
 
 _live: dict[int, subprocess.Popen[Any]] = {}
 # argv[1]: the parent's pid (a parent already gone means exit at once); argv[2:]: the command to exec.

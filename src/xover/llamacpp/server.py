@@ -339,9 +339,7 @@ class LlamaServer(LlamaProcess[ServerLaunch]):
         await self._stop()
 
     def _start(self, port: int) -> LlamaClient:
-        from xover.hardware.vram import settle
-
-        settle()  # under a VRAM budget: the previous llama process's memory is back before this one starts
+        process.ready_to_start()  # under a VRAM budget: the previous llama process's memory is back first
         argv = self.spec.to_argv(self.binary, port)
         self.log_path = log_path_for(self.log_dir, self.spec.name)
         self.proc = process.spawn_logged(argv, self.log_path, dict(self.spec.env))
