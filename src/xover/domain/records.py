@@ -226,3 +226,17 @@ def backend_name(text: str) -> str:
     """A backend as llama-bench spells it (``CUDA``, ``Vulkan``), whether it came from llama-bench's
     ``backends`` field or from a build manifest (``cuda``); comma-separated lists keep their order."""
     return ",".join(_BACKEND_NAMES.get(b.strip().lower(), b.strip()) for b in text.split(",") if b.strip())
+
+
+@dataclasses.dataclass(frozen=True)
+class TtftPoint:
+    """One sample a TTFT plan asks for: a prompt length and repetition, cold or (``depth``) a cached turn."""
+
+    length: int
+    rep: int
+    depth: int = 0  # a cached agentic turn's context in the slot's cache (``length`` new tokens after it); 0: cold
+
+    @property
+    def mode(self) -> str:
+        """The mode its sample is stored with: the plan's, or ``cached:<depth>``."""
+        return cached_mode(self.depth) if self.depth else "cold"

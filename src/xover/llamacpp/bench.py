@@ -151,6 +151,18 @@ class BenchJob:
         return argv + (["-v"] if self.verbose else []) + ["-o", "jsonl", "-oe", "md", "--progress"]
 
 
+@dataclasses.dataclass(frozen=True)
+class Plan:
+    """A sweep's plan: the llama-bench processes still to run, and the configurations already measured."""
+
+    jobs: tuple[BenchJob, ...]  # what still needs measuring, one llama-bench process each
+    skipped: tuple[LlamaConfig, ...]  # every test already in the store
+
+    @property
+    def total_tests(self) -> int:
+        return sum(len(j.points()) for j in self.jobs)
+
+
 # ---- events ---------------------------------------------------------------------------------------
 
 

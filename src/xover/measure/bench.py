@@ -26,7 +26,7 @@ from xover.domain.llama_options import LlamaOption
 from xover.domain.records import Failure
 from xover.errors import XoverError
 from xover.llamacpp import bench, memory, process
-from xover.llamacpp.bench import BenchJob, Exited, Point, ProgressLine, RecordLine
+from xover.llamacpp.bench import BenchJob, Exited, Plan, Point, ProgressLine, RecordLine
 from xover.llamacpp.binaries import Binaries
 from xover.measure.events import ConfigStarted, Note, Progressed, ResultStored, SweepEvent, SweepPlanned
 from xover.measure.provenance import model_id
@@ -75,16 +75,6 @@ def sweep_configs(
     (``-ngl 99``), the rest are passed through; a flag xover sets or sweeps itself is refused."""
     bench.check_extra_args(bench_args)
     return command_configs(sweeps, env, bench_args, "bench")
-
-
-@dataclasses.dataclass(frozen=True)
-class Plan:
-    jobs: tuple[BenchJob, ...]  # what still needs measuring, one llama-bench process each
-    skipped: tuple[LlamaConfig, ...]  # every test already in the store
-
-    @property
-    def total_tests(self) -> int:
-        return sum(len(j.points()) for j in self.jobs)
 
 
 def plan(spec: BenchTests, configs: Sequence[LlamaConfig], measured: Callable[[LlamaConfig, Point], bool]) -> Plan:

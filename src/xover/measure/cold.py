@@ -30,10 +30,10 @@ from xover.analysis.rounds import order
 from xover.domain.artifacts import SkippedPoint
 from xover.llamacpp.server import ServerLaunch, buffer_log_verbosity, context_size
 from xover.measure import ttft as ttftrun
+from xover.measure.context import StageEvent, Study, server_timeout
 from xover.measure.events import ConfigFailed, Rerun, SampleDone, ServerUp
 from xover.measure.provenance import cpu_shares, model_id, proc_stat
 from xover.measure.resume import TtftTodo, last_round, ttft_todo
-from xover.measure.study import StageEvent, Study, server_timeout
 from xover.results.read_model import cached_inputs, crossover_inputs, load_if_any
 from xover.results.store import Store
 

@@ -13,13 +13,11 @@ from typing import TYPE_CHECKING
 
 from xover.domain.artifacts import SkippedPoint
 from xover.domain.config import LlamaConfig
-from xover.domain.records import BenchResult, Failure, SessionTurn, TtftSample
-from xover.llamacpp.bench import BenchJob
+from xover.domain.records import BenchResult, Failure, SessionTurn, TtftPoint, TtftSample
+from xover.llamacpp.bench import BenchJob, Plan
 
-if TYPE_CHECKING:  # annotations only: the sweep's plan imports these events; the knob search is not needed at run time
+if TYPE_CHECKING:  # annotations only: the knob search is not needed at run time
     from xover.analysis.advise import Estimate, Measurement
-    from xover.measure.bench import Plan
-    from xover.measure.ttft import TtftPoint
 
 
 # ---- every runner ---------------------------------------------------------------------------------

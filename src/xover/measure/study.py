@@ -26,21 +26,12 @@ from xover.domain.study_spec import StudySpec
 from xover.errors import XoverError
 from xover.llamacpp.bench import list_devices
 from xover.llamacpp.binaries import Binaries
+from xover.measure.context import DEFAULT_SERVER_TIMEOUT_S, Emit, StageEvent, Study, server_timeout  # noqa: F401 (re-exported: the stages' context and events)
 from xover.measure.resume import distinct, missing_ttft, stored_checks, stored_medians, ttft_todo  # noqa: F401 (missing_ttft, stored_medians re-exported)
 from xover.results.read_model import load_if_any
 from xover.results.store import Store
 
 STAGE_ORDER = ("model", "theory", "tune", "bench", "ttft", "cache", "session", "report")
-DEFAULT_SERVER_TIMEOUT_S = 600.0
-
-
-@dataclasses.dataclass(frozen=True)
-class StageEvent:
-    stage: str
-    status: str  # "start"/"done" (stage boundaries), "progress", "info", "skip", "fail"
-    detail: str = ""
-    completed: float | None = None
-    total: float | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -54,36 +45,7 @@ class StudyOutcome:
     tuned: tuple[Any, ...] = ()  # xover.measure.tune.Tuned, one per configuration tuned (or found tuned in the store)
 
 
-Emit = Callable[[StageEvent], None]
 Reporter = Callable[[StudySpec, Path], tuple[tuple[str, ...], Path]]  # (spec, study dir) -> (verdicts, report.html)
-
-
-@dataclasses.dataclass(frozen=True)
-class Study:
-    """What every stage works with: the spec (its configurations placed, tuned variants added once tuning ran),
-    the model file, the llama.cpp binaries, the study directory, whether to measure again what is stored, the
-    command that started the study (stored with every run) and where progress goes."""
-
-    spec: StudySpec
-    model: Path
-    binaries: Binaries
-    study_dir: Path
-    fresh: frozenset[str]  # the stages whose stored results are measured again (in new rounds), not resumed
-    command: tuple[str, ...]
-    emit: Emit
-    terms: Any = None  # the placement planner's view of the model, where a configuration has a fit level
-    started: float = dataclasses.field(default_factory=time.perf_counter)  # the study's start (perf_counter s)
-
-    def fresh_in(self, stage: str) -> bool:
-        """Whether ``stage`` measures again what is stored (``--fresh``, or ``--remeasure STAGE``)."""
-        return stage in self.fresh
-
-    def elapsed_s(self) -> float:
-        """Seconds since the study started (its ``budget`` counts these)."""
-        return time.perf_counter() - self.started
-
-    def with_configs(self, configs: tuple[LlamaConfig, ...]) -> Study:
-        return dataclasses.replace(self, spec=dataclasses.replace(self.spec, configs=configs))
 
 
 def resolve_model(spec: StudySpec, study_dir: Path, emit: Emit) -> Path:
@@ -103,12 +65,6 @@ def resolve_model(spec: StudySpec, study_dir: Path, emit: Emit) -> Path:
     emit(StageEvent("model", "info", f"synthesizing {spec.model_preset}"))
     write_model(shape, path, seed=0, progress=lambda d, t: emit(StageEvent("model", "progress", "", d, t)))
     return path
-
-
-def server_timeout(spec: StudySpec) -> float:
-    """Seconds a study waits for a llama-server to answer ``/health``: the spec's ``timeout`` (which
-    bounds a llama-bench configuration, model load included, alike), else 600."""
-    return spec.timeout_s if spec.timeout_s is not None else DEFAULT_SERVER_TIMEOUT_S
 
 
 def stage_theory(st: Study) -> None:

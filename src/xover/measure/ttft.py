@@ -31,7 +31,7 @@ from xover.domain.artifacts import TTFT_SKIPPED, SkippedPoint
 from xover.domain.config import LlamaConfig
 from xover.domain.llama_options import LlamaOption
 from xover.domain.prompts import WORDS, Prompt, TextPrompts, TokenPrompts, token_pool
-from xover.domain.records import Failure, ServerTimings, TtftSample, cached_depth, cached_mode
+from xover.domain.records import Failure, ServerTimings, TtftPoint, TtftSample, cached_depth, cached_mode  # noqa: F401 (TtftPoint re-exported)
 from xover.errors import XoverError
 from xover.llamacpp import memory
 from xover.llamacpp.binaries import Binaries
@@ -48,18 +48,6 @@ GAP_WARN_SHARE = 0.05
 
 
 # ---- plan (pure) ------------------------------------------------------------------------------
-
-
-@dataclasses.dataclass(frozen=True)
-class TtftPoint:
-    length: int
-    rep: int
-    depth: int = 0  # a cached agentic turn's context in the slot's cache (``length`` new tokens after it); 0: cold
-
-    @property
-    def mode(self) -> str:
-        """The mode its sample is stored with: the plan's, or ``cached:<depth>``."""
-        return cached_mode(self.depth) if self.depth else "cold"
 
 
 @dataclasses.dataclass(frozen=True)
