@@ -68,5 +68,7 @@ def test_no_import_cycle_among_the_modules_of_src() -> None:
             for b in group:
                 if a != b and graph.direct_import_exists(importer=a, imported=b):
                     lines = graph.get_import_details(importer=a, imported=b)
-                    detail.append(f"{a} -> {b}: " + "; ".join(f"{d['line_number']}: {d['line_contents']}" for d in lines))
+                    detail.append(
+                        f"{a} -> {b}: " + "; ".join(f"{d['line_number']}: {d['line_contents']}" for d in lines)
+                    )
     assert not found, "\n".join(detail)
