@@ -27,7 +27,10 @@ else:  # pragma: no cover
     import tomli as tomllib
 
 TUNE_KNOBS = llama_options.TUNE_KNOBS
-STAGES = ("theory", "tune", "bench", "ttft", "cache", "session", "report")
+# A study's stages in the order they run: the one list (--remeasure names any of them; the model is always resolved, so
+# a spec's skip and --skip name the others: STAGES)
+STAGE_ORDER = ("model", "theory", "tune", "bench", "ttft", "cache", "session", "report")
+STAGES = STAGE_ORDER[1:]
 
 
 @dataclasses.dataclass(frozen=True)

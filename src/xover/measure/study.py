@@ -22,7 +22,7 @@ from typing import Any
 from xover.domain import artifacts, llama_options
 from xover.domain.artifacts import StudyRecord
 from xover.domain.config import LlamaConfig
-from xover.domain.study_spec import StudySpec
+from xover.domain.study_spec import STAGE_ORDER, StudySpec  # noqa: F401 (STAGE_ORDER re-exported)
 from xover.errors import XoverError
 from xover.llamacpp.bench import list_devices
 from xover.llamacpp.binaries import Binaries
@@ -30,8 +30,6 @@ from xover.measure.context import DEFAULT_SERVER_TIMEOUT_S, Emit, StageEvent, St
 from xover.measure.resume import distinct, missing_ttft, stored_checks, stored_medians, ttft_todo  # noqa: F401 (missing_ttft, stored_medians re-exported)
 from xover.results.read_model import load_if_any
 from xover.results.store import Store
-
-STAGE_ORDER = ("model", "theory", "tune", "bench", "ttft", "cache", "session", "report")
 
 
 @dataclasses.dataclass(frozen=True)
