@@ -199,17 +199,16 @@ def _not_benched(st: Study) -> dict[str, str]:
 def verdict_pairs(
     spec: StudySpec, tuned: dict[str, str], for_decode: dict[str, str] | None = None
 ) -> list[tuple[str, str]]:
-    """The pairs a study's verdicts answer: its headline pairs (the spec's, else its first two configurations) at
-    llama.cpp's defaults and with each side at its best (its tuned variant, where tuning kept a knob), each
-    configuration against its tuned variant, and each tuned variant (or configuration) against its variant tuned
-    for decode (``for_decode``: configuration -> that variant), the choice between kinds of turn."""
+    """The pairs a study's verdicts answer (:func:`xover.analysis.pairs.told_pairs`, the rule the report tells them
+    by): the ones whose open questions earn more rounds. ``tuned``: configuration -> its tuned variant;
+    ``for_decode``: configuration -> its variant tuned for the other kind of turn."""
+    from xover.analysis.pairs import headline, told_pairs
+
     for_decode = for_decode or {}
     variants = {*tuned.values(), *for_decode.values()}
     names = [c.name for c in spec.configs if c.name not in variants]
-    headline = list(spec.pairs) or ([(names[0], names[1])] if len(names) >= 2 else [])
-    at_best = [(tuned.get(a, a), tuned.get(b, b)) for a, b in headline]
-    kinds = [(tuned.get(c, c), d) for c, d in for_decode.items()]
-    return list(dict.fromkeys([*headline, *at_best, *tuned.items(), *kinds]))
+    told = told_pairs(headline(spec.pairs, names), names, tuned, for_decode, bool(tuned or for_decode))
+    return list(dict.fromkeys((a, b) for _, a, b in told))
 
 
 def stage_cache(st: Study) -> int:

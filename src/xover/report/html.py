@@ -17,6 +17,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from xover.analysis import pairs as told_rule
 from xover.analysis.crossover import (
     ConfigData,
     PairResult,
@@ -31,6 +32,7 @@ from xover.analysis.crossover import (
     swapped,
     verdict,
 )
+from xover.analysis.pairs import headline
 from xover.analysis.stats import summarize
 from xover.domain.artifacts import FOR_CACHED_SUFFIX
 from xover.domain.llama_options import build_name
@@ -85,13 +87,10 @@ def _ordered(configs: Sequence[ConfigData], lay: Layout) -> tuple[ConfigData, ..
 
 def headline_pairs(lay: Layout, available: Sequence[str]) -> tuple[tuple[str, str], ...]:
     """The study's stored pairs (both sides measured), else the first two base configurations measured:
-    the seed's question."""
+    the seed's question (:func:`xover.analysis.pairs.headline`)."""
     have = set(available)
     stored = tuple(p for p in lay.pairs if p[0] in have and p[1] in have and p[0] != p[1])
-    if stored:
-        return stored
-    bases = [b for b in lay.bases if b in have]
-    return ((bases[0], bases[1]),) if len(bases) >= 2 else ()
+    return headline(stored, [b for b in lay.bases if b in have])
 
 
 NOT_COMPARABLE = "cannot be compared"
@@ -169,26 +168,30 @@ _FOR_DECODE = "Which to run for which kind of turn (tuned for the whole turn, or
 _FOR_CACHED = "Which to run for which kind of turn (tuned for cold prompts, or for cached turns): "
 
 
+_PREFIX = {
+    told_rule.ONLY: "",
+    told_rule.AT_DEFAULTS: _AT_DEFAULTS,
+    told_rule.AT_BEST: _AT_BEST,
+    told_rule.TUNED: _TUNED,
+    told_rule.FOR_DECODE: _FOR_DECODE,
+    told_rule.FOR_CACHED: _FOR_CACHED,
+}
+
+
 def _verdict_pairs(lay: Layout, by_label: Mapping[str, ConfigData]) -> list[tuple[str, str, str]]:
-    """(prefix, a, b) for each verdict about a pair, in the order they are told. A study of one configuration
-    (one placement under a budget, say) and its tuned variant answers that pair: what tuning buys there."""
+    """(prefix, a, b) for each verdict about a pair, in the order they are told (:func:`xover.analysis.pairs.
+    told_pairs`, the rule the study's extra rounds follow), among the configurations measured."""
     best = {b: v for b, v in lay.tuned.items() if v in by_label}
-    kinds = [
-        (_FOR_CACHED if d.endswith(FOR_CACHED_SUFFIX) else _FOR_DECODE, best.get(b, b), d)
-        for b, d in lay.for_decode.items()
-        if d in by_label and best.get(b, b) in by_label
-    ]
-    heads = headline_pairs(lay, list(by_label))
-    bases = [b for b in lay.bases if b in by_label]
-    if not heads and len(bases) == 1 and bases[0] in best:
-        return [(_TUNED, bases[0], best[bases[0]]), *kinds]
-    if not best and not lay.records:
-        return [("", a, b) for a, b in heads]  # no tuning ran: one answer, at llama.cpp's defaults
-    out = []
-    for a, b in heads:
-        out.append((_AT_DEFAULTS, a, b))
-        out.append((_AT_BEST, best.get(a, a), best.get(b, b)))
-    return out + kinds
+    other = {b: d for b, d in lay.for_decode.items() if d in by_label and best.get(b, b) in by_label}
+    told = told_rule.told_pairs(
+        headline_pairs(lay, list(by_label)),
+        [b for b in lay.bases if b in by_label],
+        best,
+        other,
+        bool(best or lay.records),
+        lambda d: d.endswith(FOR_CACHED_SUFFIX),
+    )
+    return [(_PREFIX[kind], a, b) for kind, a, b in told]
 
 
 APART_S = 3600.0
