@@ -333,8 +333,6 @@ def check_fits(
     own ``--fit`` would choose at the same context (``llama-fit-params``). When the planner's level does not
     serve, the levels above it are tried (at most :data:`MAX_CORRECTION`) and the configuration is measured at
     the first that serves (``measured_at``): llama.cpp's word wins over the planner's, and the report says so."""
-    from xover.llamacpp.fitparams import run_fit_params
-
     out = []
     by_name = {c.name: c for c in configs}
     for r in records:
@@ -349,16 +347,27 @@ def check_fits(
                     measured_at = m
                     break
         entry: dict[str, Any] = {**r, "checks": [c.as_dict() for c in checks], "measured_at": measured_at}
-        if binaries.fit_params is not None:
-            choice, why = run_fit_params(binaries.fit_params, model, ctx, config)
-            entry["llama_fit"] = choice.to_dict() if choice is not None else None
-            entry["llama_fit_log"] = why
+        entry = _with_llama_fit(entry, binaries, model, ctx, config)
         out.append(entry)
         note(check_line(entry))
     return out
 
 
 MAX_CORRECTION = 4  # levels above the planner's tried when llama.cpp refuses the planner's
+
+
+def _with_llama_fit(
+    entry: dict[str, Any], binaries: Binaries, model: Path, ctx: int, config: LlamaConfig
+) -> dict[str, Any]:
+    """``entry`` with what llama.cpp's own ``--fit`` (llama-fit-params) would choose at the same context, where the
+    build has it (``llama_fit``: its choice or None, ``llama_fit_log``: why)."""
+    from xover.llamacpp.fitparams import run_fit_params
+
+    if binaries.fit_params is not None:
+        choice, why = run_fit_params(binaries.fit_params, model, ctx, config)
+        entry = {**entry, "llama_fit": choice.to_dict() if choice is not None else None, "llama_fit_log": why}
+    return entry
+
 
 PLACED_BY_SERVER = "server"  # a fit record's ``placed_by`` where llama-server's own loads chose the level
 
@@ -384,7 +393,6 @@ def place_by_server(
     record says ``placed_by = "server"``, with ``bench_level`` and ``server_plan`` beside the level it is measured
     at (``measured_at``)."""
     from xover.analysis.theory import lowest_serving
-    from xover.llamacpp.fitparams import run_fit_params
 
     out = []
     by_name = {c.name: c for c in configs}
@@ -409,10 +417,7 @@ def place_by_server(
             "bench_level": high,
             "server_plan": low,
         }
-        if binaries.fit_params is not None:
-            choice, why = run_fit_params(binaries.fit_params, model, ctx, config)
-            entry["llama_fit"] = choice.to_dict() if choice is not None else None
-            entry["llama_fit_log"] = why
+        entry = _with_llama_fit(entry, binaries, model, ctx, config)
         out.append(entry)
         note(check_line(entry))
     return out
