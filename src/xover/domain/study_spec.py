@@ -321,22 +321,8 @@ def _as_list(value: Any, key: str) -> list[Any]:
     return value
 
 
-def spec_from_dict(doc: Mapping[str, Any], base_dir: Path | None = None) -> StudySpec:
-    """A parsed TOML document -> :class:`StudySpec`. Relative model paths resolve against ``base_dir``."""
-    known_top = {"model", "study", "config"}
-    unknown = set(doc) - known_top
-    if unknown:
-        raise XoverError(f"unknown section {sorted(unknown)[0]!r}; the spec has [model], [study] and [[config]]")
-    model = doc.get("model", {})
-    path = model.get("path")
-    preset = model.get("preset")
-    model_path = None
-    if path is not None:
-        model_path = Path(str(path)).expanduser()
-        if base_dir is not None and not model_path.is_absolute():
-            model_path = base_dir / model_path
-    study = dict(doc.get("study", {}))
-    known_study = {
+STUDY_KEYS = frozenset(
+    {
         "lengths",
         "response-tokens",
         "decode-tokens",
@@ -368,12 +354,11 @@ def spec_from_dict(doc: Mapping[str, Any], base_dir: Path | None = None) -> Stud
         "cached-turns",
         "cached-depth",
     }
-    bad = set(study) - known_study
-    if bad:
-        raise XoverError(f"[study]: unknown key {sorted(bad)[0]!r}; use one of {', '.join(sorted(known_study))}")
-    tables = doc.get("config", [])
-    if not isinstance(tables, list):
-        raise XoverError("configurations are an array of tables: write each as [[config]]")
+)  # the [study] table's keys
+
+
+def _measure_keys(study: Mapping[str, Any], base_dir: Path | None) -> dict[str, Any]:
+    """The [study] keys of what is measured and how often (lengths, depths, repetitions, limits), checked."""
     kwargs: dict[str, Any] = {}
     if "lengths" in study:
         kwargs["lengths"] = parse_lengths(study["lengths"], "[study] lengths")
@@ -421,6 +406,32 @@ def spec_from_dict(doc: Mapping[str, Any], base_dir: Path | None = None) -> Stud
             if not isinstance(study[key], int) or isinstance(study[key], bool) or study[key] < 1:
                 raise XoverError(f"[study] {key} must be a positive integer")
             kwargs[key.replace("-", "_")] = study[key]
+    return kwargs
+
+
+def spec_from_dict(doc: Mapping[str, Any], base_dir: Path | None = None) -> StudySpec:
+    """A parsed TOML document -> :class:`StudySpec`. Relative model paths resolve against ``base_dir``."""
+    known_top = {"model", "study", "config"}
+    unknown = set(doc) - known_top
+    if unknown:
+        raise XoverError(f"unknown section {sorted(unknown)[0]!r}; the spec has [model], [study] and [[config]]")
+    model = doc.get("model", {})
+    path = model.get("path")
+    preset = model.get("preset")
+    model_path = None
+    if path is not None:
+        model_path = Path(str(path)).expanduser()
+        if base_dir is not None and not model_path.is_absolute():
+            model_path = base_dir / model_path
+    study = dict(doc.get("study", {}))
+    bad = set(study) - STUDY_KEYS
+    if bad:
+        raise XoverError(f"[study]: unknown key {sorted(bad)[0]!r}; use one of {', '.join(sorted(STUDY_KEYS))}")
+    tables = doc.get("config", [])
+    if not isinstance(tables, list):
+        raise XoverError("configurations are an array of tables: write each as [[config]]")
+    kwargs: dict[str, Any] = {}
+    kwargs.update(_measure_keys(study, base_dir))
     kwargs.update(_tune_keys(study))
     for key in ("session-system-tokens", "session-target-tokens"):
         if key in study:

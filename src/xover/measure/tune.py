@@ -404,6 +404,36 @@ def variants(results: Iterable[Tuned]) -> tuple[LlamaConfig, ...]:
 Event = Callable[[str, str, float | None, float | None], None]  # (status, detail, completed, total)
 
 
+def _confirmations(
+    search: advise.Search,
+    in_round: Callable[..., advise.Measurement],
+    decode_only: Callable[..., advise.Measurement],
+    work: advise.Workload,
+    turns: advise.Workload | None,
+    spec: StudySpec,
+    emit: Event,
+    config: LlamaConfig,
+) -> tuple[Confirmation | None, Confirmation | None]:
+    """The search's recommendation against the defaults in rounds of fresh processes (kept only if it wins there),
+    then the second kind of turn's own setting against the kept one: cached turns with the search's tests
+    (``in_round``), decode alone (``decode_only``, llama-bench -p 0: a setting that runs prompts on the CPU would
+    spend most of each round on prefill tests its comparison does not read)."""
+    confirmation = decode_confirmation = None
+    if search.recommended:
+        confirmation = confirm(in_round, search.recommended, work, spec, emit, config.name)
+    if search.decode_recommended is not None:
+        kept = search.recommended if confirmation is not None and confirmation.kept else advise.DEFAULTS
+        if search.decode_recommended != kept and turns is not None:
+            decode_confirmation = confirm(
+                in_round, search.decode_recommended, turns, spec, emit, config.name, kept, "cached"
+            )
+        elif search.decode_recommended != kept:
+            decode_confirmation = confirm(
+                decode_only, search.decode_recommended, work, spec, emit, config.name, kept, "decode"
+            )
+    return confirmation, decode_confirmation
+
+
 def run_tune(
     spec: StudySpec,
     model: Path,
@@ -480,26 +510,11 @@ def run_tune(
         except XoverError as e:
             emit("fail", f"{config.name}: {e}", None, None)
             continue
-        confirmation = decode_confirmation = None
         in_round = functools.partial(_in_round, runner, config, sweep, work, place)
-        if search.recommended:  # kept only if it wins in fresh processes, interleaved with the defaults
-            confirmation = confirm(in_round, search.recommended, work, spec, emit, config.name)
-        if search.decode_recommended is not None:  # the second kind of turn's own setting, against the kept one
-            kept = search.recommended if confirmation is not None and confirmation.kept else advise.DEFAULTS
-            if search.decode_recommended != kept and turns is not None:
-                # cached turns prefill their new tokens: the same tests as the search, per round
-                decode_confirmation = confirm(
-                    in_round, search.decode_recommended, turns, spec, emit, config.name, kept, "cached"
-                )
-            elif search.decode_recommended != kept:
-                # decode alone (llama-bench -p 0): a setting that runs prompts on the CPU would spend most of each
-                # round on prefill tests its comparison does not read
-                decode_only = functools.partial(
-                    _in_round, runner, config, dataclasses.replace(sweep, n_prompt=0), work, place
-                )
-                decode_confirmation = confirm(
-                    decode_only, search.decode_recommended, work, spec, emit, config.name, kept, "decode"
-                )
+        decode_only = functools.partial(_in_round, runner, config, dataclasses.replace(sweep, n_prompt=0), work, place)
+        confirmation, decode_confirmation = _confirmations(
+            search, in_round, decode_only, work, turns, spec, emit, config
+        )
         body = _body(
             config, knobs, search, spec, model, backend, chunk_tokens, confirmation, decode_confirmation, skipped
         )
