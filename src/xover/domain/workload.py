@@ -107,6 +107,26 @@ def _k(n: int) -> str:
     return f"{n / 1024:.1f}K".replace(".0K", "K") if n >= 1024 else str(n)
 
 
+def _check_room(
+    spec: WorkloadSpec, n_ctx: int, response_tokens: int, given: frozenset[str], model: str, reply_tokens: int, two: int
+) -> None:
+    """Refuse, in one line, a context that holds no session of two turns (``two``: their prompt budget) or a given
+    final size that cannot fit."""
+    room = n_ctx - response_tokens
+    if two < 256:
+        raise XoverError(
+            f"{model}'s training context of {n_ctx:,} tokens leaves no room for a session with "
+            f"{response_tokens}-token responses"
+            + (f" fed back as {reply_tokens:,} tokens each" if reply_tokens else "")
+            + ": lower --response-tokens, or replay --exact"
+        )
+    if spec.target_tokens > room and "target_tokens" in given:
+        raise XoverError(
+            f"--target-tokens {spec.target_tokens:,} plus {response_tokens} response tokens exceed {model}'s "
+            f"training context of {n_ctx:,} tokens: at most {room:,} fit; give --target-tokens {room:,} or less"
+        )
+
+
 def fit_to_context(
     spec: WorkloadSpec,
     n_ctx: int,
@@ -136,18 +156,7 @@ def fit_to_context(
     def budget(turns: int) -> int:
         return int((room - slack) * CONTEXT_USE) - (turns - 1) * reply_tokens
 
-    if budget(2) < 256:
-        raise XoverError(
-            f"{model}'s training context of {n_ctx:,} tokens leaves no room for a session with "
-            f"{response_tokens}-token responses"
-            + (f" fed back as {reply_tokens:,} tokens each" if reply_tokens else "")
-            + ": lower --response-tokens, or replay --exact"
-        )
-    if spec.target_tokens > room and "target_tokens" in given:
-        raise XoverError(
-            f"--target-tokens {spec.target_tokens:,} plus {response_tokens} response tokens exceed {model}'s "
-            f"training context of {n_ctx:,} tokens: at most {room:,} fit; give --target-tokens {room:,} or less"
-        )
+    _check_room(spec, n_ctx, response_tokens, given, model, reply_tokens, budget(2))
     per_turn = math.ceil(MIN_TURN_CHARS / spec.chars_per_token)
 
     def turns_error(turns: int, system: int, limit: int) -> XoverError:
@@ -220,6 +229,11 @@ def fit_to_context(
         )
     if fitted == spec:
         return spec, None
+    return fitted, _fit_note(spec, fitted, model, n_ctx, reply_tokens)
+
+
+def _fit_note(spec: WorkloadSpec, fitted: WorkloadSpec, model: str, n_ctx: int, reply_tokens: int) -> str:
+    """The line :func:`fit_to_context` says when it changed the session: what, against the defaults."""
     changed = [
         f"{fitted.turns} turns (default {spec.turns})" if fitted.turns != spec.turns else "",
         f"a {_k(fitted.system_tokens)}-token system prompt (default {_k(spec.system_tokens)})"
@@ -230,9 +244,8 @@ def fit_to_context(
         else "",
     ]
     replies = f", with room for fed-back replies of {reply_tokens:,} tokens" if reply_tokens else ""
-    return fitted, (
-        f"agentic session scaled to {model}'s training context of {n_ctx:,} tokens{replies}: "
-        + ", ".join(c for c in changed if c)
+    return f"agentic session scaled to {model}'s training context of {n_ctx:,} tokens{replies}: " + ", ".join(
+        c for c in changed if c
     )
 
 
