@@ -107,6 +107,24 @@ def _k(n: int) -> str:
     return f"{n / 1024:.1f}K".replace(".0K", "K") if n >= 1024 else str(n)
 
 
+def _turns_error(
+    spec: WorkloadSpec, model: str, n_ctx: int, reply_tokens: int, turns: int, system: int, limit: int
+) -> XoverError:
+    """``--turns`` that outgrow the context, in one line naming what fits (``limit`` turns)."""
+    per_turn = math.ceil(MIN_TURN_CHARS / spec.chars_per_token)
+    replies = f" and {reply_tokens:,} per fed-back reply" if reply_tokens else ""
+    return XoverError(
+        f"--turns {turns}: each turn adds at least about {per_turn:,} tokens ({MIN_TURN_CHARS:,} characters at "
+        f"{spec.chars_per_token:g} per token){replies}, so after a {_k(system)}-token system prompt {turns} turns "
+        f"outgrow {model}'s training context of {n_ctx:,} tokens: "
+        + (
+            f"at most {limit} turns fit; give --turns {limit} or fewer"
+            if limit >= 2
+            else "not even 2 turns fit; give a smaller --system-tokens or --response-tokens, or replay --exact"
+        )
+    )
+
+
 def _check_room(
     spec: WorkloadSpec, n_ctx: int, response_tokens: int, given: frozenset[str], model: str, reply_tokens: int, two: int
 ) -> None:
@@ -157,20 +175,9 @@ def fit_to_context(
         return int((room - slack) * CONTEXT_USE) - (turns - 1) * reply_tokens
 
     _check_room(spec, n_ctx, response_tokens, given, model, reply_tokens, budget(2))
-    per_turn = math.ceil(MIN_TURN_CHARS / spec.chars_per_token)
 
     def turns_error(turns: int, system: int, limit: int) -> XoverError:
-        replies = f" and {reply_tokens:,} per fed-back reply" if reply_tokens else ""
-        return XoverError(
-            f"--turns {turns}: each turn adds at least about {per_turn:,} tokens ({MIN_TURN_CHARS:,} characters at "
-            f"{spec.chars_per_token:g} per token){replies}, so after a {_k(system)}-token system prompt {turns} turns "
-            f"outgrow {model}'s training context of {n_ctx:,} tokens: "
-            + (
-                f"at most {limit} turns fit; give --turns {limit} or fewer"
-                if limit >= 2
-                else "not even 2 turns fit; give a smaller --system-tokens or --response-tokens, or replay --exact"
-            )
-        )
+        return _turns_error(spec, model, n_ctx, reply_tokens, turns, system, limit)
 
     def sized(target: int, turns: int) -> WorkloadSpec:
         """The spec at final size ``target`` (system prompt scaled alike unless given), ``turns`` turns."""

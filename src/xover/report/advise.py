@@ -142,56 +142,10 @@ def _pair_text(p: PairResult) -> str:
     return f"{p.faster_at(0)} faster at every length measured ({lo}-{hi}){tail}"
 
 
-def blocks(advice: Advice) -> list[Block]:
-    """The section, as blocks both renderers draw."""
+def _confirmation_blocks(advice: Advice) -> list[Block]:
+    """Whether llama-server confirmed the recommendation, with its table; or how to confirm it."""
     best = advice.best
-    b, d = best.best.estimate, best.defaults.estimate
-    assert b is not None and d is not None
-    depths = ", ".join(format_tokens(x) for x in advice.workload.depths())
-    out = [
-        Block("h2", "Shrinking the prefill penalty: llama.cpp settings (xover advise)"),
-        Block(
-            "ul",
-            items=(
-                f"model {advice.model}; llama.cpp backend {advice.backend}; hardware {advice.hardware}",
-                f"workload {advice.workload.describe()}"
-                + (f" ({advice.workload_note})" if advice.workload_note else ""),
-                (
-                    f"{advice.measurements} llama-bench measurements ({advice.reused} found in the store): one knob at a time "
-                    f"from llama.cpp's defaults, then the kept values together; each pp{advice.chunk} and tg{advice.n_gen} at "
-                    f"depths {depths}, {advice.repetitions} repetitions"
-                ),
-                (
-                    "TTFT(L) is estimated by integrating prefill time per token over depth (pp @ dN gives it at the middle of its "
-                    "chunk, linear in between); time per turn = TTFT(L) + R / decode tok/s(L), averaged over the workload"
-                ),
-                (
-                    "noise: a difference no larger than the two configurations' spreads (max - min of their "
-                    "per-repetition estimates) added, or than the drift of the defaults measured again at the end; load "
-                    "that changes between measurements, minutes apart on a shared machine, is only partly in that: raise "
-                    "-r or rerun to check a small effect"
-                ),
-            ),
-        ),
-    ]
-    rec = setting_label(advice.knobs, best.recommended)
-    if best.recommended == ():
-        out.append(
-            Block(
-                "p",
-                f"Recommendation: llama.cpp's defaults at {best.label} ({_dur(d.turn_s)} per turn): "
-                "no setting tried beat them by more than the noise.",
-            )
-        )
-    else:
-        out.append(
-            Block(
-                "p",
-                f"Recommendation: {best.label} {rec}: {_dur(b.turn_s)} per turn against {_dur(d.turn_s)} "
-                f"with llama.cpp's defaults at {best.label}, {best.gain:.2f}x faster (measured, llama-bench).",
-            )
-        )
-    out.append(Block("code", advice.command()))
+    out: list[Block] = []
     c = advice.confirmation
     if c is not None:
         where = (
@@ -246,6 +200,60 @@ def blocks(advice: Advice) -> list[Block]:
                 "the two configurations.",
             )
         )
+    return out
+
+
+def blocks(advice: Advice) -> list[Block]:
+    """The section, as blocks both renderers draw."""
+    best = advice.best
+    b, d = best.best.estimate, best.defaults.estimate
+    assert b is not None and d is not None
+    depths = ", ".join(format_tokens(x) for x in advice.workload.depths())
+    out = [
+        Block("h2", "Shrinking the prefill penalty: llama.cpp settings (xover advise)"),
+        Block(
+            "ul",
+            items=(
+                f"model {advice.model}; llama.cpp backend {advice.backend}; hardware {advice.hardware}",
+                f"workload {advice.workload.describe()}"
+                + (f" ({advice.workload_note})" if advice.workload_note else ""),
+                (
+                    f"{advice.measurements} llama-bench measurements ({advice.reused} found in the store): one knob at a time "
+                    f"from llama.cpp's defaults, then the kept values together; each pp{advice.chunk} and tg{advice.n_gen} at "
+                    f"depths {depths}, {advice.repetitions} repetitions"
+                ),
+                (
+                    "TTFT(L) is estimated by integrating prefill time per token over depth (pp @ dN gives it at the middle of its "
+                    "chunk, linear in between); time per turn = TTFT(L) + R / decode tok/s(L), averaged over the workload"
+                ),
+                (
+                    "noise: a difference no larger than the two configurations' spreads (max - min of their "
+                    "per-repetition estimates) added, or than the drift of the defaults measured again at the end; load "
+                    "that changes between measurements, minutes apart on a shared machine, is only partly in that: raise "
+                    "-r or rerun to check a small effect"
+                ),
+            ),
+        ),
+    ]
+    rec = setting_label(advice.knobs, best.recommended)
+    if best.recommended == ():
+        out.append(
+            Block(
+                "p",
+                f"Recommendation: llama.cpp's defaults at {best.label} ({_dur(d.turn_s)} per turn): "
+                "no setting tried beat them by more than the noise.",
+            )
+        )
+    else:
+        out.append(
+            Block(
+                "p",
+                f"Recommendation: {best.label} {rec}: {_dur(b.turn_s)} per turn against {_dur(d.turn_s)} "
+                f"with llama.cpp's defaults at {best.label}, {best.gain:.2f}x faster (measured, llama-bench).",
+            )
+        )
+    out.append(Block("code", advice.command()))
+    out += _confirmation_blocks(advice)
     others = [s for s in advice.searches if s is not best]
     for s in others:
         e, de = s.best.estimate, s.defaults.estimate
