@@ -257,9 +257,10 @@ def test_the_default_search_on_a_cpu_build_skips_what_cannot_act_and_reads_the_b
     repacked = _repacks(tiny_model)
     kv = ("cache-type-k", "cache-type-v")  # searched only under a VRAM budget
     assert all(skipped[k].startswith("searched only under a VRAM budget") for k in kv)
+    assert "min(-ub, -b)" in skipped["batch-size"]  # -b alone runs the same ubatches at -ub 512
     if repacked:
-        assert searched == ["ubatch-size", "batch-size", "repack", "threads", "flash-attn"] and set(skipped) == set(
-            gpu_only + kv
+        assert searched == ["ubatch-size", "repack", "threads", "flash-attn"] and set(skipped) == set(
+            gpu_only + kv + ("batch-size",)
         )
     else:  # a CPU without the kernels: nothing to switch, said in one line
         assert "repack" not in searched and "no repacked kernel" in skipped["repack"]
