@@ -68,6 +68,12 @@ def test_every_command_parses_calls_the_library_once_and_prints() -> None:
     assert long == []
 
 
+def test_no_function_in_src_is_over_100_lines() -> None:
+    """Issue 47: a function a newcomer must read whole stays under 100 lines (docstring included)."""
+    long = [(str(p.relative_to(SRC)), n, k) for p in sorted(SRC.rglob("*.py")) for n, k in _functions(p) if k > 100]
+    assert long == []
+
+
 def test_one_configuration_model() -> None:
     """At most 8 classes named *Config or *Spec: one configuration (domain.config.LlamaConfig), the study spec and
     a few request or hardware records; no second form of a llama.cpp configuration."""

@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from xover.analysis.advise.knobs import (
     DEFAULTS,
@@ -133,6 +133,95 @@ def _second(t: Trial, second: Workload | None) -> Estimate | None:
     return estimate(t.measurement, second)
 
 
+def _try_knob(
+    knobs: Sequence[Knob], knob: Knob, effective: Mapping[str, str], run: Callable[[Setting, str | None], Trial]
+) -> tuple[Knob, tuple[str, ...], list[tuple[str, Estimate]], list[str]]:
+    """Each candidate of ``knob`` alone on top of the defaults (``run``: one trial), but those llama.cpp already
+    runs by default here (``effective``: the defaults' record fields): (knob, skipped, measured, failed)."""
+    in_effect = effective.get(knob.record_field) if knob.record_field else None
+    values = [v for v in dict.fromkeys(knob.candidates) if v != knob.default]
+    skipped = tuple(v for v in values if v == in_effect)
+    measured: list[tuple[str, Estimate]] = []
+    failed: list[str] = []
+    for value in (v for v in values if v not in skipped):
+        e = run(normalize(knobs, {knob.name: value}), knob.name).estimate
+        if e is None:
+            failed.append(value)
+        else:
+            measured.append((value, e))
+    return knob, skipped, measured, failed
+
+
+def _effect(
+    trials: Mapping[Setting, Trial],
+    setting: Setting,
+    value: str,
+    base: Trial,
+    defaults_again: Trial | None,
+    floor: float,
+    decode_floor: float,
+    second: Workload | None,
+) -> Effect:
+    """The value against the defaults: one process each, or with the value measured again (and the defaults
+    rechecked), the means of the two processes each, the noise widened by the value's own difference."""
+    b, b2 = base.estimate, _second(base, second)
+    assert b is not None and b2 is not None
+    firsts = [trials[setting]]
+    if again(setting) in trials and trials[again(setting)].estimate is not None:
+        firsts.append(trials[again(setting)])
+    bases = [base] + ([defaults_again] if defaults_again is not None and defaults_again.estimate else [])
+    one, one2 = firsts[0].estimate, _second(firsts[0], second)
+    assert one is not None and one2 is not None
+    if len(firsts) == 1:
+        return Effect(
+            value,
+            one.turn_s - b.turn_s,
+            noise_between(one, b, floor),
+            one2.turn_s - b2.turn_s,
+            noise_between(one2, b2, decode_floor),
+        )
+    ests = [t.estimate for t in firsts]
+    ests2 = [_second(t, second) for t in firsts]
+    bs = [t.estimate for t in bases]
+    bs2 = [_second(t, second) for t in bases]
+    mean = lambda xs: sum(x.turn_s for x in xs) / len(xs)  # type: ignore[union-attr]  # noqa: E731
+    spread = lambda xs: max(x.turn_s for x in xs) - min(x.turn_s for x in xs)  # type: ignore[union-attr]  # noqa: E731
+    return Effect(
+        value,
+        mean(ests) - mean(bs),
+        max(noise_between(one, b, floor), spread(ests)),
+        mean(ests2) - mean(bs2),
+        max(noise_between(one2, b2, decode_floor), spread(ests2)),
+        processes=len(firsts),
+    )
+
+
+def _marginal(e: Effect, decode: bool) -> bool:
+    """A gain beyond the noise but within :data:`CLEAR_MARGIN` of it: worth a second process before deciding."""
+    change, noise = (e.decode_change_s, e.decode_noise_s) if decode else (e.change_s, e.noise_s)
+    return change < 0 and -change > noise and -change < CLEAR_MARGIN * noise
+
+
+def _decode_choice(
+    trials: Mapping[Setting, Trial],
+    allowed: set[Setting],
+    recommended: Setting,
+    decode_floor: float,
+    second: Workload | None,
+) -> Setting | None:
+    """The second kind of turn's own setting among ``allowed`` (the decode winners, alone and together), where it
+    beats the recommendation on that kind of turn beyond the noise; else None."""
+    scored = {
+        t.setting: e2
+        for t in trials.values()
+        if t.setting in allowed and not is_again(t.setting) and (e2 := _second(t, second))
+    }
+    fastest = min(scored, key=lambda s: scored[s].turn_s)
+    chosen = scored[recommended]
+    beyond = scored[fastest].turn_s - chosen.turn_s < -noise_between(scored[fastest], chosen, decode_floor)
+    return fastest if fastest != recommended and beyond else None
+
+
 def coordinate_search(
     knobs: Sequence[Knob],
     measure: Callable[[Setting], Measurement],
@@ -164,19 +253,7 @@ def coordinate_search(
         )
     b = base.estimate
     effective = dict(base.measurement.effective)
-    tried: list[tuple[Knob, tuple[str, ...], list[tuple[str, Estimate]], list[str]]] = []
-    for knob in knobs:
-        in_effect = effective.get(knob.record_field) if knob.record_field else None
-        values = [v for v in dict.fromkeys(knob.candidates) if v != knob.default]
-        skipped = tuple(v for v in values if v == in_effect)
-        measured, failed = [], []
-        for value in (v for v in values if v not in skipped):
-            e = run(normalize(knobs, {knob.name: value}), knob.name).estimate
-            if e is None:
-                failed.append(value)
-            else:
-                measured.append((value, e))
-        tried.append((knob, skipped, measured, failed))
+    tried = [_try_knob(knobs, knob, effective, run) for knob in knobs]
     b2 = _second(base, second)
     assert b2 is not None
     drift = decode_drift = None
@@ -189,41 +266,8 @@ def coordinate_search(
     defaults_again = trials.get(RECHECK) if recheck else None
 
     def effect(knob: Knob, value: str) -> Effect:
-        """The value against the defaults: one process each, or with the value measured again (and the defaults
-        rechecked), the means of the two processes each, the noise widened by the value's own difference."""
         setting = normalize(knobs, {knob.name: value})
-        firsts = [trials[setting]]
-        if again(setting) in trials and trials[again(setting)].estimate is not None:
-            firsts.append(trials[again(setting)])
-        bases = [base] + ([defaults_again] if defaults_again is not None and defaults_again.estimate else [])
-        one, one2 = firsts[0].estimate, _second(firsts[0], second)
-        assert one is not None and one2 is not None
-        if len(firsts) == 1:
-            return Effect(
-                value,
-                one.turn_s - b.turn_s,
-                noise_between(one, b, floor),
-                one2.turn_s - b2.turn_s,
-                noise_between(one2, b2, decode_floor),
-            )
-        ests = [t.estimate for t in firsts]
-        ests2 = [_second(t, second) for t in firsts]
-        bs = [t.estimate for t in bases]
-        bs2 = [_second(t, second) for t in bases]
-        mean = lambda xs: sum(x.turn_s for x in xs) / len(xs)  # type: ignore[union-attr]  # noqa: E731
-        spread = lambda xs: max(x.turn_s for x in xs) - min(x.turn_s for x in xs)  # type: ignore[union-attr]  # noqa: E731
-        return Effect(
-            value,
-            mean(ests) - mean(bs),
-            max(noise_between(one, b, floor), spread(ests)),
-            mean(ests2) - mean(bs2),
-            max(noise_between(one2, b2, decode_floor), spread(ests2)),
-            processes=len(firsts),
-        )
-
-    def marginal(e: Effect, decode: bool) -> bool:
-        change, noise = (e.decode_change_s, e.decode_noise_s) if decode else (e.change_s, e.noise_s)
-        return change < 0 and -change > noise and -change < CLEAR_MARGIN * noise
+        return _effect(trials, setting, value, base, defaults_again, floor, decode_floor, second)
 
     verdicts: list[KnobVerdict] = []
     kept: dict[str, str] = {}
@@ -235,7 +279,7 @@ def coordinate_search(
             retried = [
                 run(again(normalize(knobs, {knob.name: lead.value})), knob.name)
                 for lead, on_decode in zip(leaders, (False, True), strict=True)
-                if marginal(lead, on_decode)
+                if _marginal(lead, on_decode)
             ]
             if retried:
                 effects = [effect(knob, value) for value, _ in measured]
@@ -260,22 +304,13 @@ def coordinate_search(
     if decode_kept:
         decode_combination = normalize(knobs, decode_kept)
         run(decode_combination, None)  # the decode winners together
-        decode_allowed = {
+        allowed_decode = {
             DEFAULTS,
             recommended,
             decode_combination,
             *(normalize(knobs, {k: v}) for k, v in decode_kept.items()),
         }
-        scored = {
-            t.setting: e2
-            for t in trials.values()
-            if t.setting in decode_allowed and not is_again(t.setting) and (e2 := _second(t, second))
-        }
-        fastest = min(scored, key=lambda s: scored[s].turn_s)
-        chosen = scored[recommended]
-        beyond = scored[fastest].turn_s - chosen.turn_s < -noise_between(scored[fastest], chosen, decode_floor)
-        if fastest != recommended and beyond:
-            decode_recommended = fastest
+        decode_recommended = _decode_choice(trials, allowed_decode, recommended, decode_floor, second)
     return Search(
         n_cpu_moe,
         tuple(trials.values()),
