@@ -122,7 +122,7 @@ def test_malformed_toml(tmp_path):
 
 
 def test_gpu_default_uses_the_placement_planner():
-    from xover.measure.study import gpu_default_spec
+    from xover.analysis.default_study import gpu_default_spec
 
     # a 24 GiB card: 8K fits with fewer experts on the CPU than 32K forces
     spec = gpu_default_spec(24 << 30)

@@ -134,7 +134,7 @@ def test_model_crossings_of_identical_models_is_empty():
 
 
 def test_token_formatting_follows_llama_cpp_usage():
-    from xover.analysis.crossover import format_tokens
+    from xover.domain.units import format_tokens
 
     assert format_tokens(32768) == "32K" and format_tokens(1024) == "1K"
     assert format_tokens(8000) == "8,000" and format_tokens(911.4) == "911"
@@ -352,7 +352,8 @@ def test_one_shared_length_within_noise_tells_the_fitted_crossing_below_it_as_a_
     measured at 1K only, the other (prefill at 2,500 t/s, decode at 7) through 16K; at 1K the two are within noise.
     Their fitted totals cross below 1K: told as a prediction to measure, never claimed, and the band is left to the
     lengths only one side measured (not "either serves agentic turns")."""
-    from xover.analysis.crossover import claimed_crossing, format_tokens
+    from xover.analysis.crossover import claimed_crossing
+    from xover.domain.units import format_tokens
 
     decode = ConfigData(
         "for decode",
@@ -453,7 +454,7 @@ def test_the_fastest_is_told_with_every_configuration_the_rounds_cannot_part_fro
         "Which to run for which kind of work (100-token responses): cold prompts: 1K A, C or Y (indistinguishable here)"
     )
     # the study adds rounds for every configuration the lead line names beside the fastest, and for no other
-    from xover.measure.cold import open_questions
+    from xover.analysis.crossover import open_questions
 
     assert open_questions([a, b, c], [], 100) == {"A": {1024}, "C": {1024}}
     assert open_questions([a, c, d], [], 100) == {"A": {1024, 2048}, "C": {1024}, "D": {1024, 2048}}

@@ -50,7 +50,7 @@ def test_default_session_scales_to_a_32k_context_with_one_line() -> None:
     spec, line = fit_to_context(WorkloadSpec(chars_per_token=1.0), 32768, 64, frozenset(), "tiny-moe")
     assert line == (
         "agentic session scaled to tiny-moe's training context of 32,768 tokens: 15 turns (default 30), "
-        "a 7.1K-token system prompt (default 10K), growing to 28.5K tokens (default 40K)"
+        "a 7,296-token system prompt (default 10K), growing to 29,184 tokens (default 40K)"
     )
     assert spec.target_tokens + 64 <= 32768 and spec.system_tokens * 4 == spec.target_tokens
     assert min_session_tokens(spec) <= spec.target_tokens

@@ -6,7 +6,6 @@ import hashlib
 import itertools
 import json
 import struct
-import time
 import tracemalloc
 from pathlib import Path
 
@@ -281,7 +280,8 @@ def test_ncmoe_selection() -> None:
 
 
 def _fails(path: Path, message: str) -> str:
-    start = time.perf_counter()
+    # fails fast: what it allocates is bounded (a bad file is never read whole); no wall-time bound, which flakes on
+    # a loaded 2-core machine
     tracemalloc.start()
     try:
         with pytest.raises(GGUFError, match=message) as info:
@@ -289,7 +289,6 @@ def _fails(path: Path, message: str) -> str:
         peak = tracemalloc.get_traced_memory()[1]
     finally:
         tracemalloc.stop()
-    assert time.perf_counter() - start < 1.0
     assert peak < 32 << 20
     assert "\n" not in str(info.value) and str(path) in str(info.value)
     return str(info.value)

@@ -21,11 +21,11 @@ from xover.analysis.crossover import (
     Winner,
     claimed_crossing,
     fitted_outside,
-    format_tokens,
     lengths_span,
     sides,
     winners,
 )
+from xover.domain.units import format_tokens
 
 _k = format_tokens
 

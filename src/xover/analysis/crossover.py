@@ -24,6 +24,7 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 
 from xover.analysis.rounds import RatioInterval, paired_ratio
+from xover.domain.units import format_tokens
 
 # Measurements of one configuration: raw TTFT samples (seconds) per prompt length, and raw decode
 # speeds (tokens/s) per context depth.
@@ -338,14 +339,6 @@ def compare_pair(a: ConfigData, b: ConfigData, response: int, n_boot: int = 1000
         b.too_slow,
         intervals,
     )
-
-
-def format_tokens(n: float) -> str:
-    """Token counts as llama.cpp users write them: 32768 -> ``32K`` (K = 1024); others in full, ``8,000``."""
-    r = round(n)
-    if r >= 1024 and r % 1024 == 0:
-        return f"{r // 1024}K"
-    return f"{r:,}"
 
 
 _k = format_tokens
@@ -778,3 +771,39 @@ def fastest(configs: Sequence[ConfigData], response: int) -> str | None:
         second = r.order[1]
         parts.append(f"{_k(L)} {best} ({totals[best]:.2f} s; next {second}, {totals[second] / totals[best]:.2f}x)")
     return f"Fastest total time per turn ({response}-token responses): " + "; ".join(parts) + "."
+
+
+def open_questions(
+    configs: Sequence[ConfigData], pairs: Sequence[tuple[str, str]], response: int
+) -> dict[str, set[int]]:
+    """The configurations a decision still waits on, each with the prompt lengths it waits on: both sides of a pair
+    whose ratio's interval straddles 1 at a length both measured in rounds, and, with three or more configurations,
+    the fastest and every other not yet separated from it at a length (not only the next by median: a third can be
+    within the noise of the fastest where the second is called slower). Configurations measured before rounds open
+    no question."""
+    by_label = {c.label: c for c in configs}
+    out: dict[str, set[int]] = {}
+
+    def add(names: tuple[str, ...], length: int) -> None:
+        for name in names:
+            out.setdefault(name, set()).add(length)
+
+    def undecided(a: ConfigData, b: ConfigData, length: int) -> bool:
+        if not (a.rounds.get(length) and b.rounds.get(length)):
+            return False
+        r = round_interval(a, b, length, response)
+        return r is None or not r.decided
+
+    for x, y in pairs:
+        a, b = by_label.get(x), by_label.get(y)
+        if a is not None and b is not None:
+            for L in set(a.rounds) & set(b.rounds):
+                if undecided(a, b, L):
+                    add((x, y), L)
+    if len(configs) >= 3:  # the lead line's ranking (crossover.rank): the fastest and each one tied with it
+        for L, r in rank(configs, response).items():
+            if len(r.order) == len(configs):
+                for other in r.ties:  # every one the lead line names beside the fastest, not only the next by median
+                    if other in r.intervals:  # both in rounds: more rounds can settle it
+                        add((r.best, other), L)
+    return out

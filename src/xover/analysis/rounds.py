@@ -27,6 +27,7 @@ from collections.abc import Mapping, Sequence
 
 CONFIDENCE = 0.95
 MIN_ROUNDS = 3  # rounds a comparison needs before it can name a winner
+MOST_ROUNDS = 50  # how far :func:`rounds_to_settle` looks
 
 # Student's t, two-sided 95 % (the 0.975 quantile), by degrees of freedom; 1.96 beyond the table.
 _T975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262, 10: 2.228,
@@ -132,6 +133,21 @@ def paired_ratio(a: Mapping[int, float], b: Mapping[int, float]) -> RatioInterva
     mean = statistics.fmean(logs)
     half = t975(n - 1) * statistics.stdev(logs) / math.sqrt(n)
     return RatioInterval(math.exp(mean), math.exp(mean - half), math.exp(mean + half), n)
+
+
+def rounds_to_settle(r: RatioInterval, most: int = MOST_ROUNDS) -> int | None:
+    """The fewest rounds (more than ``r.n``, at least :data:`MIN_ROUNDS`) whose 95 % interval would exclude 1 if the
+    observed mean log-ratio and the spread between rounds held; None where no number up to ``most`` would (the
+    difference is small against the spread: probably as fast as each other) or where ``r`` shows no spread."""
+    mean = math.log(r.ratio)
+    half = math.log(r.high) - mean
+    if r.n < 2 or half <= 0 or mean == 0:
+        return None
+    sd = half * math.sqrt(r.n) / t975(r.n - 1)
+    for n in range(max(r.n + 1, MIN_ROUNDS), most + 1):
+        if t975(n - 1) * sd / math.sqrt(n) < abs(mean):
+            return n
+    return None
 
 
 def drifted(first: RoundSummary, again: float) -> float | None:

@@ -200,9 +200,9 @@ def narrow(spec: StudySpec, skip: str, only_configs: str) -> StudySpec:
 def _default_for_this_machine(binaries: object) -> tuple[StudySpec, str]:
     """The embedded default: offload levels from the placement planner when a GPU and a GPU build are
     present, else the CPU comparison on tiny-moe."""
+    from xover.analysis.default_study import gpu_default_spec
     from xover.domain.study_spec import default_spec
     from xover.hardware.detect import detect_gpu
-    from xover.measure.study import gpu_default_spec
 
     manifest = getattr(binaries, "manifest", None)
     gpu = detect_gpu()

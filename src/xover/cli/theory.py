@@ -13,6 +13,7 @@ from rich.table import Table
 
 from xover.cli import options
 from xover.console import console, out, safe
+from xover.domain.units import format_tokens
 from xover.errors import XoverError
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -180,8 +181,7 @@ def _si(n: float, unit: str = "") -> str:
     return f"{n:.3g} {unit}".rstrip()
 
 
-def _k(n: int) -> str:
-    return f"{n // 1024}K" if n % 1024 == 0 and n >= 1024 else str(n)
+_k = format_tokens
 
 
 def _time(s: float | None) -> str:

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from xover.cli import options
+from xover.domain.records import TTFT_MODES
 from xover.errors import XoverError
 
 if TYPE_CHECKING:
@@ -55,7 +56,7 @@ xover ttft --url http://127.0.0.1:8080 --lengths 4k
 )
 @click.option(
     "--mode",
-    type=click.Choice(["cold", "warm"]),
+    type=click.Choice(TTFT_MODES),
     default="cold",
     show_default=True,
     help="cold: unique prompts, cache_prompt false, -np 1 --cache-ram 0, checked cache_n == 0 and prompt_n == L. "

@@ -51,6 +51,11 @@ starts every configuration's process afresh, in an order that alternates between
 drift check after round ``-round`` (the first configuration measured again, in a fresh process, at the end of its
 stage); None: measured before xover measured in rounds (one server or llama-bench process per configuration)."""
 
+TTFT_MODES = ("cold", "warm")
+"""A TTFT sample's ``mode`` where each request is the whole prompt: ``cold`` (no cache, ``cache_n == 0`` proves it)
+or ``warm`` (the same prompt again, served from the slot's cache). The one list: ``xover ttft --mode``, its plan,
+the audit and the report read it."""
+
 CACHED_MODE = "cached:"
 """A cached agentic turn's sample ``mode``: ``cached:<depth>``. Its ``length`` is the turn's new tokens, sent after the
 ``depth`` tokens the slot's cache already holds (``cache_n == depth`` and ``prompt_n == length`` prove it)."""

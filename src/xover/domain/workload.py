@@ -44,6 +44,7 @@ import random
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
+from xover.domain.units import format_tokens
 from xover.errors import XoverError
 
 FORMAT = "xover-session/1"
@@ -103,8 +104,7 @@ def last_turn_tokens(spec: WorkloadSpec) -> int:
     return estimate_tokens(generate(spec).turns[-1].messages, spec.chars_per_token)
 
 
-def _k(n: int) -> str:
-    return f"{n / 1024:.1f}K".replace(".0K", "K") if n >= 1024 else str(n)
+_k = format_tokens
 
 
 def _turns_error(

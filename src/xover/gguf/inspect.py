@@ -21,6 +21,7 @@ from typing import Any
 from gguf import GGML_QUANT_SIZES, GGUF_DEFAULT_ALIGNMENT, GGMLQuantizationType, GGUFValueType, LlamaFileType
 
 from xover.domain.shapes import Footprint, Hyperparams, TensorInfo, TensorTable, footprint
+from xover.domain.units import token_arg
 from xover.errors import GGUFError
 from xover.untrusted import visible
 
@@ -596,11 +597,6 @@ def model_context(path: Path | str) -> ModelContext:
     )
 
 
-def format_tokens(n: int) -> str:
-    """``1k`` for multiples of 1024 (as lengths are written), else the count: ``32k``, ``1000``."""
-    return f"{n // 1024}k" if n >= 1024 and n % 1024 == 0 else str(n)
-
-
 def fitting_lengths(lengths: Sequence[int], extra_tokens: int, n_ctx: int) -> tuple[int, ...]:
     """The lengths that fit a context of ``n_ctx`` tokens with ``extra_tokens`` more each (the
     response, or llama-bench's pp and tg on top of a depth); all of them when ``n_ctx`` is 0 (unknown)."""
@@ -615,14 +611,14 @@ def context_advice(
     over = [L for L in lengths if L not in fit]
     room = n_ctx - extra_tokens
     head = (
-        f"{option} {','.join(format_tokens(L) for L in over)} with {extra_tokens} {extra_what} exceed{'s' if len(over) == 1 else ''} "
+        f"{option} {','.join(token_arg(L) for L in over)} with {extra_tokens} {extra_what} exceed{'s' if len(over) == 1 else ''} "
         f"{name}'s training context of {n_ctx:,} tokens"
     )
     if room < 1:
         return f"{head}: no length fits; lower the {extra_what}"
     if fit:
         return (
-            f"{head}: of those given, {option} {','.join(format_tokens(L) for L in fit)} fit "
+            f"{head}: of those given, {option} {','.join(token_arg(L) for L in fit)} fit "
             f"(any length up to {room:,} tokens does)"
         )
     return f"{head}: none of them fits; any length up to {room:,} tokens does"

@@ -23,11 +23,12 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from xover.analysis.stats import Summary, summarize_present
+from xover.domain.records import TTFT_MODES
 from xover.measure.cachelab import declared_state, parse_mode
 from xover.measure.ttft import check_cache
 from xover.results.read_model import StoredSample, load
 
-MEASURED_MODES = ("cold", "warm")
+MEASURED_MODES = TTFT_MODES
 
 
 @dataclasses.dataclass(frozen=True)

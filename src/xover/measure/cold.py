@@ -25,7 +25,7 @@ import statistics
 import time
 from collections.abc import Sequence
 
-from xover.analysis.crossover import ConfigData, rank, round_interval
+from xover.analysis.crossover import open_questions
 from xover.analysis.rounds import order
 from xover.domain.artifacts import SkippedPoint
 from xover.llamacpp.server import ServerLaunch, buffer_log_verbosity, context_size
@@ -38,42 +38,6 @@ from xover.results.read_model import cached_inputs, crossover_inputs, load_if_an
 from xover.results.store import Store
 
 EFFICIENCY = "ttft-efficiency"
-
-
-def open_questions(
-    configs: Sequence[ConfigData], pairs: Sequence[tuple[str, str]], response: int
-) -> dict[str, set[int]]:
-    """The configurations a decision still waits on, each with the prompt lengths it waits on: both sides of a pair
-    whose ratio's interval straddles 1 at a length both measured in rounds, and, with three or more configurations,
-    the fastest and every other not yet separated from it at a length (not only the next by median: a third can be
-    within the noise of the fastest where the second is called slower). Configurations measured before rounds open
-    no question."""
-    by_label = {c.label: c for c in configs}
-    out: dict[str, set[int]] = {}
-
-    def add(names: tuple[str, ...], length: int) -> None:
-        for name in names:
-            out.setdefault(name, set()).add(length)
-
-    def undecided(a: ConfigData, b: ConfigData, length: int) -> bool:
-        if not (a.rounds.get(length) and b.rounds.get(length)):
-            return False
-        r = round_interval(a, b, length, response)
-        return r is None or not r.decided
-
-    for x, y in pairs:
-        a, b = by_label.get(x), by_label.get(y)
-        if a is not None and b is not None:
-            for L in set(a.rounds) & set(b.rounds):
-                if undecided(a, b, L):
-                    add((x, y), L)
-    if len(configs) >= 3:  # the lead line's ranking (crossover.rank): the fastest and each one tied with it
-        for L, r in rank(configs, response).items():
-            if len(r.order) == len(configs):
-                for other in r.ties:  # every one the lead line names beside the fastest, not only the next by median
-                    if other in r.intervals:  # both in rounds: more rounds can settle it
-                        add((r.best, other), L)
-    return out
 
 
 class _Rounds:

@@ -31,7 +31,7 @@ from xover.domain.artifacts import TTFT_SKIPPED, SkippedPoint
 from xover.domain.config import LlamaConfig
 from xover.domain.llama_options import LlamaOption
 from xover.domain.prompts import WORDS, Prompt, TextPrompts, TokenPrompts, token_pool
-from xover.domain.records import Failure, ServerTimings, TtftPoint, TtftSample, cached_depth, cached_mode  # noqa: F401 (TtftPoint re-exported)
+from xover.domain.records import TTFT_MODES, Failure, ServerTimings, TtftPoint, TtftSample, cached_depth, cached_mode  # noqa: F401 (TtftPoint re-exported)
 from xover.errors import XoverError
 from xover.llamacpp import memory
 from xover.llamacpp.binaries import Binaries
@@ -41,7 +41,7 @@ from xover.measure.recorder import Recording
 from xover.measure.server_session import WARMUP_LENGTH, started_server, warm_up, warmup_length
 from xover.results.store import Store
 
-MODES = ("cold", "warm")
+MODES = TTFT_MODES
 # A client-server gap is worth a warning above this many ms, or above this share of TTFT (and 1 ms).
 GAP_WARN_MS = 5.0
 GAP_WARN_SHARE = 0.05

@@ -10,7 +10,8 @@ had no effect, and the crossover of each pair of levels at the defaults and with
 from __future__ import annotations
 
 from xover.analysis.advise import RECHECK, Advice, Search, Trial, setting_label, within_noise
-from xover.analysis.crossover import PairResult, format_tokens
+from xover.analysis.crossover import PairResult
+from xover.domain.units import format_tokens
 from xover.report.blocks import Block, blocks_html, blocks_markdown
 
 

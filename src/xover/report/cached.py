@@ -9,15 +9,8 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from xover.analysis.cached import cached_verdict, work_line
-from xover.analysis.crossover import (
-    ConfigData,
-    PairResult,
-    compare_pair,
-    fit_cost_model,
-    format_tokens,
-    measured_totals,
-    round_totals,
-)
+from xover.analysis.crossover import ConfigData, PairResult, compare_pair, fit_cost_model, measured_totals, round_totals
+from xover.domain.units import format_tokens
 from xover.report.blocks import Block, table
 from xover.results.read_model import StudyData, cached_inputs
 

@@ -17,12 +17,12 @@ from __future__ import annotations
 import statistics
 from collections.abc import Mapping, Sequence
 
-from xover.analysis.crossover import format_tokens
 from xover.analysis.rounds import paired_ratio
 from xover.analysis.theory import ModelTerms, offload_of, roofline_limit
 from xover.domain import llama_options as opts
 from xover.domain.config import LlamaConfig
 from xover.domain.profiles import Hardware, hardware_from_dict
+from xover.domain.units import format_tokens
 from xover.errors import XoverError
 from xover.report.blocks import Block, table
 from xover.report.tables import format_size

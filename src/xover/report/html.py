@@ -25,7 +25,6 @@ from xover.analysis.crossover import (
     compare_pair,
     fastest,
     fit_cost_model,
-    format_tokens,
     measured_totals,
     relation,
     separation,
@@ -36,7 +35,8 @@ from xover.analysis.pairs import headline
 from xover.analysis.stats import summarize
 from xover.domain.artifacts import FOR_CACHED_SUFFIX
 from xover.domain.llama_options import build_name
-from xover.domain.records import Provenance, TtftSample, backend_name
+from xover.domain.records import TTFT_MODES, Provenance, TtftSample, backend_name
+from xover.domain.units import format_tokens
 from xover.report import plots
 from xover.report.blocks import html_table, plain_md_table
 from xover.report.cached import cached_blocks, cached_ttft, cached_verdicts, turns_workload
@@ -473,7 +473,7 @@ def _tune_blocks(report: Report) -> list[Block]:
 
 def _measurement_samples(data: StudyData) -> list[tuple[str, TtftSample]]:
     """TTFT samples of the cold/warm measurements (the cache lab's have their own section)."""
-    return [(lb, s) for lb, s in data.ttft if s.mode in ("cold", "warm")]
+    return [(lb, s) for lb, s in data.ttft if s.mode in TTFT_MODES]
 
 
 def cold_check_table(data: StudyData) -> tuple[list[str], list[list[str]]]:

@@ -17,12 +17,12 @@ from xover.analysis.crossover import (
     PairResult,
     claimed_crossing,
     fit_cost_model,
-    format_tokens,
     measured_totals,
     round_totals,
 )
 from xover.analysis.stats import summarize
 from xover.domain.records import BenchResult
+from xover.domain.units import format_tokens
 
 AGENTIC_COLOR = "#f2c14e"
 
@@ -46,7 +46,7 @@ def _png(fig: Any) -> bytes:
 def _k_formatter() -> Any:
     from matplotlib.ticker import FuncFormatter
 
-    return FuncFormatter(lambda x, _: f"{x / 1024:g}K" if x >= 1024 and x % 1024 == 0 else f"{x:g}")
+    return FuncFormatter(lambda x, _: format_tokens(x) if x == int(x) else f"{x:g}")
 
 
 def _plain_log_y(ax: Any) -> None:

@@ -10,13 +10,13 @@ stage, against the spread of its own rounds); and, for each question the rounds 
 
 from __future__ import annotations
 
-import math
 import statistics
 from collections import defaultdict
 from collections.abc import Sequence
 
-from xover.analysis.crossover import ConfigData, PairResult, format_tokens, round_totals
-from xover.analysis.rounds import MIN_ROUNDS, RoundSummary, drifted, t975
+from xover.analysis.crossover import ConfigData, PairResult, round_totals
+from xover.analysis.rounds import MIN_ROUNDS, RoundSummary, drifted, rounds_to_settle
+from xover.domain.units import format_tokens
 from xover.report.blocks import Block, table
 from xover.results.read_model import StudyData
 
@@ -25,7 +25,6 @@ LEGACY = (
     "within-process rule (a difference is called where the samples' ranges do not overlap), which cannot see the "
     "drift between processes; `xover study --remeasure ttft` measures its cold TTFT again in rounds of fresh servers."
 )
-MOST_ROUNDS = 50  # how far "what would settle it" looks
 
 
 def evidence_line(data: StudyData) -> str | None:
@@ -89,14 +88,11 @@ def _rounds_needed(pair: PairResult, i: int) -> str:
     r = pair.intervals[i] if i < len(pair.intervals) else None
     if r is None:
         return f"measure both in at least {MIN_ROUNDS} rounds"
-    mean = math.log(r.ratio)
-    half = math.log(r.high) - mean
-    if r.n < 2 or half <= 0:
+    if r.n < 2 or r.high <= r.ratio:
         return "more rounds"
-    sd = half * math.sqrt(r.n) / t975(r.n - 1)
-    for n in range(max(r.n + 1, MIN_ROUNDS), MOST_ROUNDS + 1):
-        if abs(mean) > 0 and t975(n - 1) * sd / math.sqrt(n) < abs(mean):
-            return f"about {n} rounds, if the difference holds at {abs(r.ratio - 1):.0%}"
+    n = rounds_to_settle(r)
+    if n is not None:
+        return f"about {n} rounds, if the difference holds at {abs(r.ratio - 1):.0%}"
     return (
         f"no likely number of rounds: the difference ({abs(r.ratio - 1):.0%}) is small against the spread between "
         f"rounds; they are probably as fast as each other here"

@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import statistics
 
-from xover.analysis.crossover import format_tokens
 from xover.analysis.theory import ModelTerms, Offload, offload_of
 from xover.analysis.translate import Setup, setup_assumptions, setups_for_budget, translate
 from xover.domain.profiles import Hardware, hardware_from_dict
+from xover.domain.units import format_tokens
 from xover.report.blocks import Block, table
 from xover.results.read_model import StudyData, crossover_inputs, vram_budgets
 

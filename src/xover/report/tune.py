@@ -22,11 +22,12 @@ from collections import defaultdict
 from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
-from xover.analysis.crossover import ConfigData, format_tokens, verdict
+from xover.analysis.crossover import ConfigData, verdict
 from xover.analysis.tradeoff import Ratio, ServedTradeoff, Tradeoff, ratio, served_tradeoff, tradeoff
 from xover.domain import llama_options as opts
 from xover.domain.artifacts import TUNED, FitRecord, TuneRecord
 from xover.domain.records import BenchResult, TtftSample
+from xover.domain.units import format_tokens
 from xover.report.blocks import Block, blocks_html, blocks_markdown, table
 from xover.results.read_model import StudyData
 

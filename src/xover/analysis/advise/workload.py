@@ -8,7 +8,7 @@ import itertools
 import re
 from collections.abc import Callable, Sequence
 
-from xover.analysis.crossover import format_tokens
+from xover.domain.units import format_tokens
 from xover.errors import XoverError
 
 AGENTIC_LENGTHS = (10_240, 20_480, 30_720, 40_960)  # the agentic band, 10K-40K (K = 1024)
