@@ -71,15 +71,6 @@ def test_source_errors(tmp_path):
         build.resolve_source(bad, tmp_path, print)
 
 
-def test_unpacked_tree_with_stamp(tmp_path):
-    tree = tmp_path / "llama.cpp"
-    (tree / "tools" / "server").mkdir(parents=True)
-    (tree / "CMakeLists.txt").write_text("")
-    (tree / "XOVER_COMMIT").write_text(build.PINNED.commit + "\n")
-    src = build.resolve_source(tree, tmp_path, print)
-    assert src.commit == build.PINNED.commit and src.build_number == build.PINNED.build_number
-
-
 def test_resolution_order(tmp_path, monkeypatch):
     monkeypatch.setenv("XOVER_CACHE_DIR", str(tmp_path / "cache"))
     flag_dir = _fake_bin_dir(tmp_path / "flag")

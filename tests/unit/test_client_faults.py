@@ -7,12 +7,7 @@ start the fake as a stand-in ``llama-server`` binary through the real :class:`Ll
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import json
-import signal
-import sqlite3
-import subprocess
-import sys
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -20,16 +15,12 @@ from pathlib import Path
 import httpx
 import pytest
 
-from fakes.llama_server import FakeLlamaServer, pid_from_log
-from procs import pid_gone
+from fakes.llama_server import FakeLlamaServer
 from xover.analysis.stats import summarize
 from xover.cli import main
 from xover.client.http import LlamaClient, RequestError, completion_body
-from xover.domain.config import LlamaConfig
 from xover.domain.records import ServerTimings, TtftSample
 from xover.errors import XoverError
-from xover.llamacpp.binaries import Binaries
-from xover.llamacpp.server import LlamaServer, ServerLaunch, context_size, has_flag, log_path_for, parse_build_info
 from xover.measure.events import Rerun, TtftEvent
 from xover.measure.ttft import (
     PointSummary,
@@ -195,56 +186,6 @@ def test_gap_note_names_the_likely_cause() -> None:
     assert cold is not None and "one slot and no prompt cache" in cold
 
 
-def test_server_spec_args_and_helpers(tmp_path: Path, fake_bins: Binaries) -> None:
-    config = LlamaConfig(
-        "ncmoe=12", settings=(("n-cpu-moe", "12"), ("threads", "8"), ("flash-attn", "on"), ("ubatch-size", "1024"))
-    )
-    spec = ServerLaunch(config, Path("/m.gguf"), context_size(32768, 200))
-    assert spec.args() == (
-        "-m",
-        "/m.gguf",
-        "-c",
-        "33280",
-        "-ngl",
-        "99",
-        "-np",
-        "1",
-        "--cache-ram",
-        "0",
-        "-fit",
-        "off",
-        "-ncmoe",
-        "12",
-        "-ub",
-        "1024",
-        "-t",
-        "8",
-        "-fa",
-        "on",
-    )
-    assert spec.name == "ncmoe=12"
-    assert spec.to_argv(Path("/bin/llama-server"), 5000)[-4:] == ["--host", "127.0.0.1", "--port", "5000"]
-    # the port changes per start; the configuration does not (nor do xover's own flags belong to it)
-    assert "--port" not in spec.config.server_argv() and "-m" not in spec.config.server_argv()
-    assert dataclasses.replace(spec, model=Path("/elsewhere/m.gguf"), ctx_size=1024).config.key == config.key
-    # a configuration's own -ngl (any spelling) is passed once: llama-server warns about a repeated one
-    for own in ("-ngl", "--gpu-layers", "--n-gpu-layers"):
-        passed = LlamaConfig("x", settings=(("n-cpu-moe", "24"),), server_args=(own, "30"))
-        args = ServerLaunch(passed, Path("/m.gguf"), 33280).args()
-        assert args[:4] == ("-m", "/m.gguf", "-c", "33280") and "-ngl" not in args[:-2]
-        assert args[-2:] == (own, "30")
-    set_ngl = LlamaConfig("x", settings=(("n-cpu-moe", "24"), ("n-gpu-layers", "30")))
-    args = ServerLaunch(set_ngl, Path("/m.gguf"), 33280).args()
-    assert args.count("-ngl") == 1 and args[args.index("-ngl") + 1] == "30"
-    assert context_size(1024, 16) == 1536
-    assert parse_build_info("b7123-0c1e570") == {"build_number": 7123, "build_commit": "0c1e570"}
-    assert parse_build_info(None) == {}
-    assert has_flag(fake_bins.server, "-fit") and not has_flag(fake_bins.server, "--no-such-flag")
-    (tmp_path / "server-ncmoe=12-1.log").touch()
-    assert log_path_for(tmp_path, "ncmoe=12").name == "server-ncmoe=12-2.log"
-    assert log_path_for(tmp_path, "a b/c").name == "server-a_b_c-1.log"
-
-
 # ---- client on an injected transport --------------------------------------------------------------
 
 
@@ -328,7 +269,7 @@ def test_never_healthy_times_out_with_a_clear_error(tmp_path: Path) -> None:
     with FakeLlamaServer(fault="never-healthy") as fake:
         t = time.monotonic()
         out = run_url(tmp_path, fake.url, timeout_s=0.5)
-        assert time.monotonic() - t < 5
+        assert time.monotonic() - t < 10.0  # the 0.5 s given, not run_url's default of 10 s
     (f,) = out.failures
     assert f.stage == "server-start" and "\n" not in f.reason
     assert f"{fake.url} did not become healthy within 0.5 s (last /health: HTTP 503 Loading model)" in f.reason
@@ -425,176 +366,6 @@ def test_default_cache_settings_leak_a_warm_prompt_into_a_cold_sample(tmp_path: 
 # ---- lifecycle with the fake binary -----------------------------------------------------------------
 
 
-def _spec(model: Path, *fake_args: str) -> ServerLaunch:
-    return ServerLaunch(LlamaConfig("fake", server_args=fake_args), model, ctx_size=1024)
-
-
-def test_server_never_healthy_stops_it_and_quotes_the_log(
-    tmp_path: Path, fake_bins: Binaries, tiny_model: Path
-) -> None:
-    async def go() -> None:
-        async with LlamaServer(
-            fake_bins.server, _spec(tiny_model, "--fake-fault", "never-healthy"), tmp_path, startup_timeout_s=1.0
-        ):
-            pass
-
-    with pytest.raises(XoverError) as e:
-        asyncio.run(go())
-    msg = str(e.value)
-    assert "\n" not in msg
-    assert msg.startswith("llama-server (fake) http://127.0.0.1:")
-    assert "did not become healthy within 1 s (last /health: HTTP 503 Loading model)" in msg
-    assert "log tail: " in msg and "server is listening" in msg
-    assert pid_gone(pid_from_log(tmp_path / "server-fake-1.log"))
-
-
-def test_server_dying_early_is_reported_at_once(tmp_path: Path, fake_bins: Binaries, tiny_model: Path) -> None:
-    async def go() -> None:
-        async with LlamaServer(fake_bins.server, _spec(tiny_model, "--fake-exit", "3"), tmp_path, startup_timeout_s=60):
-            pass
-
-    t = time.monotonic()
-    with pytest.raises(
-        XoverError,
-        match=r"^llama-server \(fake\) exited with code 3 while starting; log tail: .*"
-        r"error loading model: fake failure \(.*server-fake-1.log\)$",
-    ):
-        asyncio.run(go())
-    assert time.monotonic() - t < 10
-
-
-def test_no_server_outlives_its_context(tmp_path: Path, fake_bins: Binaries, tiny_model: Path) -> None:
-    pids: list[int] = []
-
-    async def go(fail: bool) -> None:
-        async with LlamaServer(fake_bins.server, _spec(tiny_model), tmp_path) as srv:
-            assert srv.pid is not None and srv.props["build_info"] == "b0-fake"
-            assert srv.model_meta["n_vocab"] == 512
-            pids.append(srv.pid)
-            if fail:
-                raise RuntimeError("boom")
-
-    asyncio.run(go(False))
-    with pytest.raises(RuntimeError):
-        asyncio.run(go(True))
-    assert len(pids) == 2 and all(pid_gone(p) for p in pids)
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["server-fake-1.log", "server-fake-2.log"]
-
-
-def test_managed_run_known_answers(tmp_path: Path, fake_bins: Binaries, tiny_model: Path) -> None:
-    """Fake rates: 20,000 tok/s prefill, 500 tok/s decode -> TTFT of 2,000 tokens is about 100 ms."""
-    plan = TtftPlan(lengths=(500, 2000), reps=3, response_tokens=11, seed=5)
-    specs = [
-        ServerLaunch(LlamaConfig(f"ncmoe={n}", (("n-cpu-moe", str(n)),)), tiny_model, context_size(2000, 11))
-        for n in (0, 2)
-    ]
-    with Store(tmp_path) as store:
-        run = TtftRun(store, plan, ["test"], binaries=fake_bins, model=tiny_model)
-        out = asyncio.run(run.run_managed(specs, tmp_path / "logs"))
-        assert store.runs()[-1]["status"] == "done"
-        prov = store.runs()[-1]["provenance"]
-        assert (prov.llama_build_commit, prov.llama_build_number) == ("fake", 0)
-        props = store.artifacts("server-props")
-        assert [p[2]["label"] for p in props] == ["ncmoe=0", "ncmoe=2"]
-        assert props[0][2]["props"]["build_info"] == "b0-fake"
-        assert props[0][2]["model_meta"]["n_vocab"] == 512
-    assert out.failures == ()
-    assert len(out.samples) == 12 and all(s.cache_ok for s in out.samples)
-    assert all(s.timings is not None and (s.timings.cache_n, s.timings.prompt_n) == (0, s.length) for s in out.samples)
-    by_len = {(out.labels[p.config_key], p.length): p for p in summarize_points(out.samples)}
-    p = by_len[("ncmoe=2", 2000)]
-    # lower bounds on time are exact (a sleep is never shorter); upper ones leave room for a busy machine
-    assert p.ttft_ns is not None and 100e6 <= p.ttft_ns.median < 250e6
-    assert p.prefill_tps_server is not None and 8_000 < p.prefill_tps_server.median <= 20_000
-    # the client's decode is timed from the first token's arrival: a first token read late on a busy machine shortens
-    # the 10 gaps of 2 ms it divides by, so it may exceed the fake's 500 t/s (530 seen on 2 loaded cores); the
-    # formula itself has its known answer in test_sample_metrics_known_answers
-    assert p.decode_tps_client is not None and 150 < p.decode_tps_client.median <= 650
-    assert p.gap_ns is not None and 0 < p.gap_ns.median < 50e6
-    assert (tmp_path / "logs" / "server-ncmoe=0-1.log").exists() and (
-        tmp_path / "logs" / "server-ncmoe=2-1.log"
-    ).exists()
-
-
-def test_managed_warm_mode(tmp_path: Path, fake_bins: Binaries, tiny_model: Path) -> None:
-    plan = TtftPlan(lengths=(64, 256), reps=2, response_tokens=4, mode="warm", seed=5)
-    spec = ServerLaunch(LlamaConfig("fake"), tiny_model, ctx_size=1024)
-    with Store(tmp_path) as store:
-        out = asyncio.run(
-            TtftRun(store, plan, ["test"], binaries=fake_bins, model=tiny_model).run_managed([spec], tmp_path)
-        )
-    assert len(out.samples) == 4 and all(s.cache_ok and s.mode == "warm" for s in out.samples)
-    assert all(s.timings and (s.timings.cache_n, s.timings.prompt_n) == (s.length - 1, 1) for s in out.samples)
-
-
-def test_a_server_that_cannot_start_is_a_failure_and_the_next_config_runs(
-    tmp_path: Path, fake_bins: Binaries, tiny_model: Path
-) -> None:
-    plan = TtftPlan(lengths=(64,), reps=1, response_tokens=4, seed=5)
-    specs = [
-        ServerLaunch(LlamaConfig("broken", server_args=("--fake-exit", "1")), tiny_model, ctx_size=1024),
-        ServerLaunch(LlamaConfig("fine"), tiny_model, ctx_size=1024),
-    ]
-    with Store(tmp_path) as store:
-        out = asyncio.run(
-            TtftRun(store, plan, ["test"], binaries=fake_bins, model=tiny_model).run_managed(specs, tmp_path)
-        )
-    assert [f.stage for f in out.failures] == ["server-start"]
-    assert [out.labels[s.config_key] for s in out.samples] == ["fine"]
-
-
-def test_ctrl_c_stops_the_server_keeps_samples_and_exits_130(
-    tmp_path: Path, fake_bins: Binaries, tiny_model: Path
-) -> None:
-    study = tmp_path / "study"
-    xover = Path(sys.executable).parent / "xover"
-    cmd = [
-        str(xover),
-        "ttft",
-        "-m",
-        str(tiny_model),
-        "--llama-bin-dir",
-        str(fake_bins.bin_dir),
-        "--lengths",
-        "64",
-        "-r",
-        "100",
-        "--response-tokens",
-        "10",
-        "-o",
-        str(study),
-        "--",
-        "--fake-decode-tps",
-        "40",
-    ]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        deadline = time.monotonic() + 60
-        n = 0
-        while time.monotonic() < deadline and n < 2:
-            time.sleep(0.2)
-            if (study / "results.sqlite").exists():
-                try:
-                    with sqlite3.connect(study / "results.sqlite") as db:
-                        n = db.execute("SELECT count(*) FROM ttft_samples").fetchone()[0]
-                except sqlite3.OperationalError:
-                    pass
-        assert n >= 2, "no samples were stored in time"
-        proc.send_signal(signal.SIGINT)
-        _, err = proc.communicate(timeout=30)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-    assert proc.returncode == 130, err
-    assert "interrupted; completed results are kept" in err
-    (log,) = (study / "logs").glob("server-*-1.log")  # one configuration, one server
-    assert pid_gone(pid_from_log(log))
-    with Store(study) as store:
-        assert len(store.ttft_samples()) >= 2
-        assert store.runs()[-1]["status"] == "interrupted"
-
-
 def test_cli_url_mode_prints_the_table_and_keeps_the_api_key_out_of_the_store(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -625,20 +396,6 @@ def main_ok(argv: list[str]) -> None:
         assert e.code in (0, None), e.code
 
 
-def test_extra_args_that_add_slots_are_noticed(tmp_path: Path, fake_bins: Binaries, tiny_model: Path) -> None:
-    """`-- -np 4` overrides xover's -np 1: the gap warning must then name slot saving, not rule it out."""
-    plan = TtftPlan(lengths=(64,), reps=1, response_tokens=4, seed=5)
-    specs = [
-        ServerLaunch(LlamaConfig("np4", server_args=("-np", "4")), tiny_model, ctx_size=1024),
-        ServerLaunch(LlamaConfig("np1"), tiny_model, ctx_size=1024),
-    ]
-    with Store(tmp_path) as store:
-        out = asyncio.run(
-            TtftRun(store, plan, ["test"], binaries=fake_bins, model=tiny_model).run_managed(specs, tmp_path)
-        )
-    assert {out.labels[k]: v for k, v in out.cold_cache.items()} == {"np4": False, "np1": True}
-
-
 def test_max_ttft_skips_what_a_slow_configuration_would_take_too_long_for(tmp_path: Path) -> None:
     """A fake server at 2,000 prefill t/s (known answers): with max-ttft 1 s, 256 and 1,024 tokens are measured
     (about 0.13 s and 0.51 s), 4,096 is skipped (about 2 s by the 1,024-token sample) and listed, not failed."""
@@ -658,22 +415,3 @@ def test_max_ttft_skips_what_a_slow_configuration_would_take_too_long_for(tmp_pa
     with Store(tmp_path) as store:
         (art,) = [body for _, name, body in store.artifacts("ttft-skipped")]
     assert art["length"] == 4096 and art["from_length"] == 1024
-
-
-def test_cache_lab_servers_start_within_its_startup_timeout(
-    tmp_path: Path, fake_bins: Binaries, tiny_model: Path
-) -> None:
-    """run_cache_lab's startup_timeout_s reaches every scenario's server: a server that never becomes healthy
-    is given up after 1 s, recorded as a server-start failure, and the next scenario runs."""
-    from xover.analysis.cachelab import lab_plan
-    from xover.measure.cachelab import run_cache_lab
-
-    plan = lab_plan(1024)
-    start = time.monotonic()
-    config = LlamaConfig("fake", server_args=("--fake-fault", "never-healthy"))
-    outcome = run_cache_lab(tmp_path, fake_bins, tiny_model, 1024, config, startup_timeout_s=1.0)
-    elapsed = time.monotonic() - start
-    assert outcome.samples == ()
-    assert [f.stage for f in outcome.failures] == ["server-start"] * len(plan)
-    assert all("did not become healthy within 1 s" in f.reason for f in outcome.failures)
-    assert elapsed < 10 * len(plan)  # LlamaServer's own default is 600 s a server

@@ -17,7 +17,6 @@ import click
 import pytest
 
 from fakes.llama_server import FakeLlamaServer
-from procs import one_line_error, run_xover
 from xover.analysis.stats import summarize
 from xover.domain.workload import (
     CONTEXT_USE,
@@ -97,14 +96,6 @@ def test_given_target_beyond_the_context_is_refused_with_what_fits() -> None:
     assert kept.system_tokens == 2048  # a given system prompt is kept while the target scales
 
 
-def test_session_cli_says_which_turns_fit_before_starting_anything(tiny: Path, tmp_path: Path) -> None:
-    r = run_xover("session", "-m", str(tiny), "--turns", "30", "-o", str(tmp_path / "s"))
-    one_line_error(r, "at most 16 turns fit; give --turns 16 or fewer")
-    r = run_xover("session", "-m", str(tiny), "--target-tokens", "40k", "-o", str(tmp_path / "s"))
-    one_line_error(r, "at most 32,704 fit")
-    assert not (tmp_path / "s").exists()
-
-
 def test_model_context_reads_the_header(tiny: Path) -> None:
     ctx = model_context(tiny)
     assert (ctx.n_ctx_train, ctx.byte_vocab) == (32768, True) and "tiny-moe" in ctx.name
@@ -131,23 +122,6 @@ def test_check_offload_and_context_with_lengths(tiny: Path) -> None:
         check_offload_and_context(tiny, [0], lengths=(1024, 32768), extra_tokens=200)
     with pytest.raises(XoverError, match="at most 32,768 tokens fit"):
         check_offload_and_context(tiny, [0], 40000)
-
-
-@pytest.mark.parametrize(
-    ("args", "needle"),
-    [
-        (("ttft", "--lengths", "1k,4k,16k,32k", "-R", "200"), "of those given, --lengths 1k,4k,16k fit"),
-        (
-            ("advise", "--lengths", "8k,32k"),
-            "exceeds xover synthetic tiny-moe's training context of 32,768 tokens: of those given, --lengths 8k fit",
-        ),
-    ],
-)
-def test_commands_whose_lengths_exceed_the_context_say_which_fit(
-    tiny: Path, tmp_path: Path, args: tuple[str, ...], needle: str
-) -> None:
-    one_line_error(run_xover(*args, "-m", str(tiny), "-o", str(tmp_path / "o")), needle)
-    assert not (tmp_path / "o").exists()
 
 
 # ---- item 1: advise's agentic band ------------------------------------------------------------------
