@@ -28,13 +28,14 @@ from collections.abc import Sequence
 from xover.analysis.crossover import open_questions
 from xover.analysis.rounds import order
 from xover.domain.artifacts import SkippedPoint
+from xover.domain.turn_kinds import AFTER_COLD, COLD, TURN_KINDS
 from xover.llamacpp.server import ServerLaunch, buffer_log_verbosity, context_size
 from xover.measure import ttft as ttftrun
 from xover.measure.context import StageEvent, Study, server_timeout
 from xover.measure.events import ConfigFailed, Rerun, SampleDone, ServerUp
 from xover.measure.provenance import cpu_shares, model_id, proc_stat
 from xover.measure.resume import TtftTodo, last_round, ttft_todo
-from xover.results.read_model import cached_inputs, crossover_inputs, load_if_any
+from xover.results.read_model import TURN_INPUTS, load_if_any
 from xover.results.store import Store
 
 EFFICIENCY = "ttft-efficiency"
@@ -57,13 +58,17 @@ class _Rounds:
     def measure(self, todo: TtftTodo, round_number: int, what: str) -> float:
         """One fresh server for ``todo.config`` in round ``round_number``: its missing samples; its wall time."""
         st, c = self.st, todo.config
-        reps = max((*todo.missing.values(), *todo.cached.values()))
+        reps = max((*todo.missing.values(), *(k for wanted in todo.turns.values() for k in wanted.values())))
         lengths = tuple(sorted(todo.missing)) or (max(st.spec.lengths),)
-        depth = st.spec.turns_depth or 0
         cold = [ttftrun.TtftPoint(L, r) for r in range(reps) for L in sorted(todo.missing) if r < todo.missing[L]]
-        # cached turns after the cold samples: their priming would otherwise leave a context in the slot
-        cached = [
-            ttftrun.TtftPoint(n, r, depth) for r in range(reps) for n in sorted(todo.cached) if r < todo.cached[n]
+        # the other kinds after the cold samples (a cached turn's priming would otherwise leave a context in the slot)
+        after = [
+            ttftrun.TtftPoint(n, r, kind.depth(st.spec) or 0)
+            for kind in AFTER_COLD
+            for wanted in (todo.turns.get(kind.name, {}),)
+            for r in range(reps)
+            for n in sorted(wanted)
+            if r < wanted[n]
         ]
         plan = ttftrun.TtftPlan(
             lengths=lengths,
@@ -72,7 +77,7 @@ class _Rounds:
             cached_response_tokens=max(st.spec.response_tokens),  # their decode is the verdicts': steady, not scaled
             mode="cold",
             seed=time.time_ns() % 2**31,
-            points=tuple(cold + cached),
+            points=tuple(cold + after),
             max_ttft_s=st.spec.max_ttft_s,
             known=tuple((c.key, L, m) for L, m in todo.medians.items()),
             round=round_number,
@@ -88,7 +93,11 @@ class _Rounds:
                 busy_ns.append(ev.sample.end_ns)
             if isinstance(ev, SampleDone) and ev.check is None and ev.sample.error is None:
                 self.done += 1
-                point = f"L={ev.sample.length}" if ev.sample.mode == "cold" else f"+{ev.sample.length} @ {depth}"
+                point = (
+                    f"L={ev.sample.length}"
+                    if COLD.owns(ev.sample.mode)
+                    else f"+{ev.sample.length} @ {st.spec.turns_depth}"
+                )
                 st.emit(StageEvent("ttft", "progress", f"{what} {c.name} {point}", self.done, None))
             elif isinstance(ev, ConfigFailed):
                 st.emit(StageEvent("ttft", "fail", f"{c.name} ({what}): {ev.reason}"))
@@ -159,9 +168,9 @@ def stage_ttft(st: Study, pairs: Sequence[tuple[str, str]]) -> int:
                     told.add(note)
                     emit(StageEvent("ttft", "info", note))
         if n > base + spec.rounds:  # past the rounds every configuration gets: only where a question is open
-            open_ = open_questions(crossover_inputs(data), pairs, response)
-            open_cached = open_questions(cached_inputs(data), pairs, response)
-            if not open_ and not open_cached:
+            open_ = {k.name: open_questions(TURN_INPUTS[k.name](data), pairs, response) for k in TURN_KINDS}
+            open_names = sorted({name for per in open_.values() for name in per})
+            if not open_names:
                 break
             if _overruns(st, last_wall):
                 emit(
@@ -169,19 +178,22 @@ def stage_ttft(st: Study, pairs: Sequence[tuple[str, str]]) -> int:
                         "ttft",
                         "info",
                         f"round {n - base}: not measured, the study's budget of {spec.budget_s:.0f} s would run out "
-                        f"(open: {', '.join(sorted(set(open_) | set(open_cached)))})",
+                        f"(open: {', '.join(open_names)})",
                     )
                 )
                 break
-            # only the lengths still open: a round past the first ones costs what the open questions need
+            # only the sizes still open, kind by kind: a round past the first ones costs what the open questions need
             todo = [
                 dataclasses.replace(
                     t,
-                    missing={L: k for L, k in t.missing.items() if L in open_.get(t.config.name, ())},
-                    cached={n: k for n, k in t.cached.items() if n in open_cached.get(t.config.name, ())},
+                    missing={L: k for L, k in t.missing.items() if L in open_[COLD.name].get(t.config.name, ())},
+                    turns={
+                        kind: {x: k for x, k in wanted.items() if x in open_[kind].get(t.config.name, ())}
+                        for kind, wanted in t.turns.items()
+                    },
                 )
                 for t in todo
-                if t.config.name in open_ or t.config.name in open_cached
+                if t.config.name in open_names
             ]
         pending = {t.config.name: t for t in todo if t.anything and t.config.name not in rounds.failed}
         if pending:

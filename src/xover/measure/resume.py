@@ -17,8 +17,9 @@ from typing import Any
 
 from xover.domain.artifacts import TUNED
 from xover.domain.config import LlamaConfig
-from xover.domain.records import TtftSample, cached_mode
+from xover.domain.records import TtftSample
 from xover.domain.study_spec import StudySpec
+from xover.domain.turn_kinds import AFTER_COLD, TurnKind
 from xover.measure.ttft import linear_estimate
 from xover.results.read_model import StoredSample, StudyData
 
@@ -116,11 +117,13 @@ class TtftTodo:
     missing: dict[int, int]
     medians: dict[int, float]
     notes: tuple[str, ...]
-    cached: dict[int, int] = dataclasses.field(default_factory=dict)  # cached turns' new tokens -> samples needed
+    # per kind of turn measured after the cold samples (domain.turn_kinds.AFTER_COLD, by name): tokens per turn ->
+    # samples needed
+    turns: dict[str, dict[int, int]] = dataclasses.field(default_factory=dict)
 
     @property
     def anything(self) -> bool:
-        return bool(self.missing or self.cached)
+        return bool(self.missing or any(self.turns.values()))
 
 
 def ttft_todo(
@@ -146,34 +149,41 @@ def ttft_todo(
                 f"{c.name} L={L:,}: not measured, about {est[0]:.0f} s by the stored {est[1]:,}-token "
                 f"samples, over max-ttft {cap:.0f} s"
             )
-        cached = missing_cached(stored, spec, model_key, c, round, fresh)
-        # cached turns whose new tokens alone the cold samples put over the cap
-        for n, est in _over_cap(sorted(cached), medians, cap, inclusive=True).items():
-            del cached[n]
-            notes.append(
-                f"{c.name}: cached turns of {n:,} new tokens not measured, their prefill alone about "
-                f"{est[0]:.0f} s by the stored {est[1]:,}-token cold samples, over max-ttft {cap:.0f} s"
-            )
+        turns = {k.name: missing_turns(stored, spec, k, model_key, c, round, fresh) for k in AFTER_COLD}
+        # turns whose new tokens alone the cold samples put over the cap
+        for kind in AFTER_COLD:
+            for n, est in _over_cap(sorted(turns[kind.name]), medians, cap, inclusive=True).items():
+                del turns[kind.name][n]
+                notes.append(
+                    f"{c.name}: {kind.name} turns of {n:,} new tokens not measured, their prefill alone about "
+                    f"{est[0]:.0f} s by the stored {est[1]:,}-token cold samples, over max-ttft {cap:.0f} s"
+                )
         if not fresh and not missing_ttft(stored, spec, model_key, c.key, False, lengths, round=None):
-            out.append(TtftTodo(c, {}, medians, tuple(notes), cached))  # measured before rounds, complete
+            out.append(TtftTodo(c, {}, medians, tuple(notes), turns))  # measured before rounds, complete
             continue
         missing = missing_ttft(stored, spec, model_key, c.key, False, lengths, round=round)
-        out.append(TtftTodo(c, missing, medians, tuple(notes), cached))
+        out.append(TtftTodo(c, missing, medians, tuple(notes), turns))
     return out
 
 
-def missing_cached(
-    stored: Sequence[StoredSample], spec: StudySpec, model_key: str, config: LlamaConfig, round: int, fresh: bool
+def missing_turns(
+    stored: Sequence[StoredSample],
+    spec: StudySpec,
+    kind: TurnKind,
+    model_key: str,
+    config: LlamaConfig,
+    round: int,
+    fresh: bool,
 ) -> dict[int, int]:
-    """New tokens -> cached-turn samples still needed by ``config`` in round ``round`` (``spec.repetitions`` each, at
-    the study's cached depth)."""
-    depth = spec.turns_depth
+    """Tokens per turn -> samples of ``kind`` still needed by ``config`` in round ``round`` (``spec.repetitions``
+    each, at the kind's depth)."""
+    depth = kind.depth(spec)
     if depth is None:
         return {}
     have = Counter(
-        s.length for s in ([] if fresh else _counted(stored, model_key, config.key, round, cached_mode(depth)))
+        s.length for s in ([] if fresh else _counted(stored, model_key, config.key, round, kind.mode(depth)))
     )
-    return {n: spec.repetitions - have[n] for n in spec.cached_turns_for(config) if have[n] < spec.repetitions}
+    return {n: spec.repetitions - have[n] for n in kind.wanted(spec, config) if have[n] < spec.repetitions}
 
 
 def bench_todo(spec: StudySpec, data: StudyData, model_key: str, fresh: bool) -> dict[str, int]:
@@ -271,5 +281,9 @@ def pending(spec: StudySpec, data: StudyData, terms: Any, model_key: str) -> Pen
     ):  # the rounds every configuration needs at least (more are added where a question is open)
         for n in range(1, spec.rounds + 1):
             for t in ttft_todo(measured, data.ttft_rows, model_key, n):
-                ttft[t.config.name] = ttft.get(t.config.name, 0) + sum(t.missing.values()) + sum(t.cached.values())
+                ttft[t.config.name] = (
+                    ttft.get(t.config.name, 0)
+                    + sum(t.missing.values())
+                    + sum(sum(v.values()) for v in t.turns.values())
+                )
     return Pending(tuple(fit_checks), to_tune, bench, {k: v for k, v in ttft.items() if v}, measured.configs)

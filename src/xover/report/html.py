@@ -36,6 +36,7 @@ from xover.analysis.stats import summarize
 from xover.domain.artifacts import FOR_CACHED_SUFFIX
 from xover.domain.llama_options import build_name
 from xover.domain.records import TTFT_MODES, Provenance, TtftSample, backend_name
+from xover.domain.turn_kinds import AFTER_COLD
 from xover.domain.units import format_tokens
 from xover.report import plots
 from xover.report.blocks import html_table, plain_md_table
@@ -448,6 +449,15 @@ def _cached_blocks(report: Report) -> list[Block]:
     return cached_blocks(report.data, report.response)
 
 
+TURN_SECTIONS: dict[str, Callable[[Report], list[Block]]] = {"cached": _cached_blocks}
+"""The report's section of each kind of turn measured after the cold prompts (:data:`xover.domain.turn_kinds.
+AFTER_COLD`, by name), after the tuning and decode sections; the cold prompts are the report's main body."""
+
+
+def _turn_sections(report: Report) -> list[list[Block]]:
+    return [TURN_SECTIONS[kind.name](report) for kind in AFTER_COLD]
+
+
 def _decode_blocks(report: Report) -> list[Block]:
     return decode_blocks(report.data, report.layout or layout(report.data))
 
@@ -762,9 +772,9 @@ def render_html(report: Report) -> str:
         parts.append(section_html(link))
     parts.append(section_html(_tune_blocks(report)))
     parts.append(section_html(_decode_blocks(report)))
-    cached = _cached_blocks(report)
-    if cached:
-        parts.append(section_html(cached))
+    for turns in _turn_sections(report):
+        if turns:
+            parts.append(section_html(turns))
     desktop = translation_blocks(d, report.response)
     if desktop:
         parts.append(section_html(desktop))
@@ -841,7 +851,7 @@ def render_markdown(report: Report) -> str:
         text = section_markdown(section)
         if text:
             out += ["", text]
-    for section in (_tune_blocks(report), _decode_blocks(report), _cached_blocks(report)):
+    for section in (_tune_blocks(report), _decode_blocks(report), *_turn_sections(report)):
         text = section_markdown(section)
         if text:
             out += ["", text]

@@ -500,6 +500,14 @@ def crossover_inputs(data: StudyData) -> list[ConfigData]:
     return out
 
 
+TURN_INPUTS: dict[str, Callable[[StudyData], list[ConfigData]]] = {
+    "cold": crossover_inputs,
+    "cached": lambda data: cached_inputs(data),
+}
+"""Per kind of turn (:data:`xover.domain.turn_kinds.TURN_KINDS`, by name): its samples as the crossover's inputs, per
+configuration and tokens per turn, per round where measured in rounds."""
+
+
 def too_slow(data: StudyData) -> dict[str, dict[int, float]]:
     """Configuration -> prompt length -> estimated cold TTFT (s), for the lengths a max-ttft skipped (the latest
     estimate of each, :meth:`StudyData.skipped_points`)."""
