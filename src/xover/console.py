@@ -8,6 +8,7 @@ GGUF string put into a line that uses markup goes through :func:`safe`.
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 from rich.console import Console
@@ -38,8 +39,6 @@ def warn(text: object) -> None:
 
 def stdout_console(width: int | None = None) -> Console:
     """A console on stdout (a fixed ``width`` for output to a pipe or file)."""
-    import sys
-
     return InertConsole(file=sys.stdout, width=width, highlight=False, soft_wrap=width is None)
 
 

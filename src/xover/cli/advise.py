@@ -11,6 +11,9 @@ import click
 
 from xover.cli import options
 
+# The library's imports stand inside the commands, for start-up time: `xover --help` imports every command's module
+# (click asks each for its help line) and the library takes about 0.5 s to import (xover.measure.study).
+
 HELP = """The llama.cpp settings with the lowest expected time per turn, and what they gain over the defaults.
 
 \b

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import itertools
 import json
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
@@ -272,7 +273,6 @@ def matrix(
     """The cartesian product of option values (the first option slowest, each environment variable after them) as
     configurations named by what differs (``xover bench`` and ``xover ttft`` name theirs alike). An option with
     no values is left out."""
-    import itertools
 
     dims: list[list[tuple[str, str]]] = [[(o.name, str(v)) for v in values] for o, values in sweeps if values]
     env_dims = [[(name, v) for v in values] for name, values in env]

@@ -18,6 +18,7 @@ from typing import Any
 from xover.domain import llama_options
 from xover.domain.config import LlamaConfig
 from xover.domain.option_values import FIT, fit_context, placed_overrides  # noqa: F401 (FIT, fit_context re-exported)
+from xover.domain.profiles import builtin, parse_bytes
 from xover.domain.prompts import parse_lengths, parse_tokens
 from xover.errors import XoverError
 
@@ -201,8 +202,6 @@ def validate_spec(spec: StudySpec) -> None:
     if unknown:
         raise XoverError(f"skip: unknown stage {sorted(unknown)[0]!r}; stages are {', '.join(STAGES)}")
     if spec.hardware not in (None, "measure") and not spec.hardware.endswith(".toml"):
-        from xover.domain.profiles import builtin
-
         builtin(spec.hardware)  # an unknown profile fails here, before anything runs
     if spec.timeout_s is not None and spec.timeout_s <= 0:
         raise XoverError("timeout must be a positive number of seconds")
@@ -494,8 +493,6 @@ def _tune_keys(study: Mapping[str, Any]) -> dict[str, Any]:
             raise XoverError("[study] tune-depths must be a list of token counts, e.g. ['1k'] ([] for depth 0 only)")
         out["tune_depths"] = tuple(_k(d, "[study] tune-depths") for d in depths)
     if "vram-budget" in study:
-        from xover.domain.profiles import parse_bytes
-
         vb = study["vram-budget"]
         out["vram_budget"] = parse_bytes(str(vb)) if isinstance(vb, (str, int)) and not isinstance(vb, bool) else -1
     if "tune-repetitions" in study:

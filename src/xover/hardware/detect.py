@@ -6,6 +6,8 @@ profiles and the parsers are pure and live in :mod:`xover.domain.profiles`.
 
 from __future__ import annotations
 
+import concurrent.futures
+import ctypes
 import dataclasses
 import os
 import sys
@@ -13,6 +15,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
+from xover.console import warn
 from xover.domain.profiles import (  # noqa: F401
     BUILT_IN,
     DETECTED,
@@ -32,6 +37,7 @@ from xover.domain.profiles import (  # noqa: F401
     without_gpu,
 )
 from xover.errors import XoverError
+from xover.llamacpp.process import run_short
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -41,7 +47,6 @@ else:  # pragma: no cover
 
 def _run(argv: list[str], timeout_s: float) -> tuple[int | None, str, str]:
     """A short child's exit code, stdout and stderr (:func:`xover.llamacpp.process.run_short`)."""
-    from xover.llamacpp.process import run_short
 
     return run_short(argv, timeout_s)
 
@@ -99,9 +104,6 @@ def measure_cpu(budget_s: float = 2.0, copy_bytes: int = 512 * MIB) -> tuple[flo
     The matmul runs on numpy's BLAS with all its threads (fp32 sgemm, not llama.cpp's int8 dot products);
     the copy splits ``copy_bytes`` over one thread per core and counts bytes read plus bytes written.
     """
-    import concurrent.futures
-
-    import numpy as np
 
     half = budget_s / 2
     n = 1024
@@ -144,8 +146,6 @@ _CUDART_NAMES = (
 def cudart() -> Any | None:
     """The CUDA runtime library through ctypes, or None where there is none (a CPU-only machine).
     ``XOVER_CUDART`` names another library to load instead (the tests' fake runtime with known answers)."""
-    import ctypes
-    import os
 
     for name in (os.environ["XOVER_CUDART"],) if os.environ.get("XOVER_CUDART") else _CUDART_NAMES:
         try:
@@ -175,8 +175,6 @@ def measure_h2d(budget_s: float = 2.0, copy_bytes: int = 256 * MIB) -> tuple[flo
     if fields == ["NONE"]:  # no CUDA runtime or no GPU: nothing to measure
         return None
     if len(fields) != 3 or fields[0] != "H2D":  # it failed: say so, and the profile's rates stand
-        from xover.console import warn
-
         why = next((x for x in reversed(err.splitlines()) if x.strip()), f"exit {code}")
         warn(f"host-to-device copies not measured ({why}): the profile's rates stand")
         return None
@@ -185,7 +183,6 @@ def measure_h2d(budget_s: float = 2.0, copy_bytes: int = 256 * MIB) -> tuple[flo
 
 def _measure_h2d_here(budget_s: float, copy_bytes: int) -> tuple[float, float] | None:
     """The measurement itself, in the process that calls it (the child of :func:`measure_h2d`)."""
-    import ctypes
 
     lib = cudart()
     if lib is None:

@@ -22,16 +22,21 @@ CUDA runtime comes from :func:`xover.hardware.detect.cudart`; ``XOVER_CUDART`` n
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
 import dataclasses
 import os
+import signal
 import subprocess
 import sys
 import time
 from collections.abc import Callable
 from typing import Any
 
+from xover.console import warn as console_warn
 from xover.domain.profiles import parse_bytes
 from xover.errors import XoverError
+from xover.hardware import detect
 from xover.llamacpp import process
 
 GIB = 1 << 30
@@ -152,9 +157,8 @@ class VramHolder:
 
 
 def _smi_free() -> int | None:
-    from xover.hardware.detect import detect_gpu
 
-    gpu = detect_gpu()
+    gpu = detect.detect_gpu()
     return gpu.free_bytes if gpu is not None and gpu.free_bytes else None
 
 
@@ -190,8 +194,6 @@ def settle(
         if clock() - start >= timeout_s:
             lost = _baseline_free - free
             _baseline_free, _shortfall = free, _shortfall + lost
-            from xover.console import warn as console_warn
-
             (warn or console_warn)(
                 f"VRAM budget: {lost / (1 << 20):,.0f} MiB of the {_active.budget / GIB:.1f} GiB budget is still "
                 f"taken after waiting {timeout_s:.0f} s before starting a llama process (GPU memory by process, "
@@ -203,14 +205,12 @@ def settle(
 
 
 def _gpu_processes() -> str:
-    from xover.hardware.detect import gpu_processes
 
-    return ", ".join(f"pid {pid} {used / (1 << 20):,.0f} MiB" for pid, used in gpu_processes())
+    return ", ".join(f"pid {pid} {used / (1 << 20):,.0f} MiB" for pid, used in detect.gpu_processes())
 
 
 def holding(budget: int | None, device: int = 0) -> Any:
     """``VramHolder(budget)`` or, without a budget, a context that holds nothing (and yields None)."""
-    import contextlib
 
     return VramHolder(budget, device) if budget is not None else contextlib.nullcontext(None)
 
@@ -220,8 +220,6 @@ def holding(budget: int | None, device: int = 0) -> Any:
 
 def _die_with_parent(parent: int) -> None:
     """Ask the kernel to SIGKILL this process when its parent dies; stop now if the parent is already gone."""
-    import ctypes
-    import signal
 
     try:
         libc = ctypes.CDLL(None)
@@ -233,9 +231,6 @@ def _die_with_parent(parent: int) -> None:
 
 
 def _hold_main(argv: list[str]) -> int:
-    import ctypes
-
-    from xover.hardware.detect import cudart
 
     budget, device, parent = int(argv[0]), int(argv[1]), int(argv[2])
     _die_with_parent(parent)
@@ -244,7 +239,7 @@ def _hold_main(argv: list[str]) -> int:
         print("ERROR " + message, flush=True)
         return 2
 
-    lib = cudart()
+    lib = detect.cudart()
     if lib is None:
         return fail(
             "--vram-budget needs a CUDA GPU: no CUDA runtime (libcudart) found on this machine; "

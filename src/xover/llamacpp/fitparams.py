@@ -22,6 +22,7 @@ from typing import Any
 
 from xover.domain import llama_options as opts
 from xover.domain.config import LlamaConfig
+from xover.llamacpp import process
 
 # The options of a configuration that change what the fit must hold (batch sizes, attention, KV types); the
 # placement it decides itself (-ngl, --n-cpu-moe, -ot) is never passed, and others may not be valid for the tool.
@@ -108,7 +109,6 @@ def run_fit_params(
 ) -> tuple[FitChoice | None, str]:
     """Run llama-fit-params for ``model`` at ``n_ctx``; its parsed answer and the tail of its log (why not). Like
     every llama.cpp process of xover's, it is tracked and dies with xover (:func:`xover.llamacpp.process.spawn`)."""
-    from xover.llamacpp import process
 
     argv = [str(exe), "-m", str(model), "-c", str(n_ctx), *fit_args(config)]
     try:

@@ -17,8 +17,10 @@ import asyncio
 import atexit
 import os
 import re
+import shutil
 import signal
 import subprocess
+import sys
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -100,9 +102,6 @@ def spawn(
         full_env.update(env)
     argv = list(argv)
     if die_with_parent:
-        import shutil
-        import sys
-
         if shutil.which(argv[0]) is None:  # as Popen would: the trampoline could only fail after the fork
             raise FileNotFoundError(2, "No such file or directory", argv[0])
         argv = [sys.executable, "-c", _DIE_WITH_PARENT, str(os.getpid()), *argv]

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import math
+import os
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -18,14 +19,21 @@ from typing import Any
 
 from xover.analysis import advise
 from xover.analysis.advise import Advice, Knob, Measurement, RateSamples, Search, ServerPoint, Setting, Workload
+from xover.analysis.theory import model_terms
 from xover.domain import llama_options
 from xover.domain.config import LlamaConfig
 from xover.domain.records import BenchResult
 from xover.errors import XoverError
+from xover.gguf.inspect import check_offload_and_context, model_context, model_table
+from xover.hardware.detect import resolve as resolve_hw
+from xover.hardware.vram import holding
 from xover.llamacpp.bench import BenchJob
-from xover.llamacpp.binaries import Binaries
+from xover.llamacpp.binaries import Binaries, resolve
+from xover.llamacpp.server import ServerLaunch, buffer_log_verbosity, context_size, has_flag
 from xover.measure import bench as benchrun
+from xover.measure import ttft as ttftrun
 from xover.measure.events import Measured, Measuring, Note
+from xover.measure.provenance import model_id
 from xover.results.store import Store
 
 GPU_FREE_BACKENDS = {"CPU", "BLAS", "RPC"}
@@ -128,7 +136,6 @@ class _Runner:
         command: Sequence[str],
         on_event: Callable[[object], None],
     ) -> None:
-        from xover.measure.provenance import model_id
 
         self.spec, self.binaries, self.study_dir, self.command, self.on_event = (
             spec,
@@ -207,9 +214,6 @@ def run_advise(
     """Search every offload level, confirm the winner through llama-server (``spec.confirm``), store
     and return the advice. ``on_event`` gets :data:`xover.measure.events.AdviseEvent` and, while confirming,
     :data:`xover.measure.events.TtftEvent`."""
-    from xover.analysis.theory import model_terms
-    from xover.gguf.inspect import model_table
-    from xover.hardware.detect import resolve as resolve_hw
 
     if not spec.model.is_file():
         raise XoverError(f"model {spec.model} does not exist: pass -m PATH to a .gguf file")
@@ -340,7 +344,6 @@ def _agentic_for_context(spec: AdviseSpec, chunk: int) -> tuple[Workload, str]:
     """The 10K-40K agentic band, scaled down when the model's training context cannot hold its longest
     prompt as a llama-bench depth with the ``chunk``-token prefill test and ``n_gen`` decode tokens on top
     (nor with the response, for the llama-server confirmation); and a line saying so ("" when unscaled)."""
-    from xover.gguf.inspect import model_context
 
     agentic = advise.agentic_workload(spec.response_tokens)
     context = model_context(spec.model)
@@ -377,8 +380,6 @@ def _confirm(
 ) -> advise.Confirmation | None:
     """Cold TTFT and decode through llama-server: the defaults against the recommendation, at the best
     offload level and the workload's representative lengths."""
-    from xover.llamacpp.server import ServerLaunch, buffer_log_verbosity, context_size, has_flag
-    from xover.measure import ttft as ttftrun
 
     best = advice.best
     if best.recommended == advise.DEFAULTS:
@@ -469,7 +470,6 @@ def ubatches_that_fit(knobs: tuple[Knob, ...], n_ctx: int, name: str) -> tuple[t
 
 def _chosen_knobs(request: AdviseRequest, given: dict[str, tuple[str, ...]]) -> tuple[Knob, ...]:
     """The knobs to search: all of them (with the values given to try), or those ``--knobs`` names."""
-    import os
 
     knobs = advise.default_knobs(os.cpu_count() or 1)
     for name, values in given.items():
@@ -516,7 +516,6 @@ def _check_context(
 ) -> None:
     """Fail before measuring when a given workload's prompts, as llama-bench depths with the prefill and
     decode tests on top, exceed the model's training context; the message names the lengths that fit."""
-    from xover.gguf.inspect import check_offload_and_context
 
     ubatches = [int(v) for k in knobs if k.name == "ubatch-size" for v in k.candidates]
     pp = chunk or max([advise.LLAMA_DEFAULT_UBATCH, *ubatches])
@@ -537,9 +536,6 @@ def run_advise_request(
     under the VRAM budget. ``on_event`` gets a :class:`Remark` for each knob value left out (a -ub the model's
     context cannot hold, as soon as it is known; the GPU-only knobs of a CPU-only build, once every input is
     known to be good) and for the budget held, then :func:`run_advise`'s events."""
-    from xover.gguf.inspect import model_context
-    from xover.hardware.vram import holding
-    from xover.llamacpp.binaries import resolve
 
     given = dict(request.values)
     levels = tuple(int(v) for v in given.pop("n-cpu-moe", ())) or (None,)

@@ -25,12 +25,15 @@ from xover.domain.config import LlamaConfig, command_configs
 from xover.domain.llama_options import LlamaOption
 from xover.domain.records import Failure
 from xover.errors import XoverError
+from xover.gguf.inspect import check_offload_and_context
+from xover.hardware.vram import holding
 from xover.llamacpp import bench, memory, process
 from xover.llamacpp.bench import BenchJob, Exited, Plan, Point, ProgressLine, RecordLine
-from xover.llamacpp.binaries import Binaries
+from xover.llamacpp.binaries import Binaries, resolve
 from xover.measure.events import ConfigStarted, Note, Progressed, ResultStored, SweepEvent, SweepPlanned
 from xover.measure.provenance import model_id
 from xover.measure.recorder import Recording
+from xover.results.read_model import bench_data, load
 from xover.results.store import STORE_NAME, Store
 
 if TYPE_CHECKING:
@@ -177,7 +180,6 @@ def run_sweep(
     """
     if not spec.model.is_file():
         raise XoverError(f"model {spec.model} does not exist: pass -m PATH to a .gguf file")
-    from xover.gguf.inspect import check_offload_and_context
 
     levels = tuple(dict.fromkeys(c.n_cpu_moe for c in configs if c.get("n-cpu-moe") is not None))
     check_offload_and_context(spec.model, levels, max(spec.depths) + spec.n_prompt + spec.n_gen)
@@ -334,9 +336,6 @@ def run_bench(
 ) -> BenchRun:
     """``xover bench``: the configurations checked, the binaries found, then :func:`run_sweep` under the VRAM
     budget (a :class:`xover.measure.events.Note` says what is held before the sweep's events)."""
-    from xover.hardware.vram import holding
-    from xover.llamacpp.binaries import resolve
-    from xover.results.read_model import bench_data, load
 
     configs = sweep_configs(request.sweeps, request.env, request.bench_args)
     binaries = resolve(request.llama_bin_dir)

@@ -11,13 +11,14 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from xover.analysis.theory import memory_estimate, model_terms, plan_placement
+from xover.gguf.inspect import model_table
+
 GIB = 1 << 30
 
 
 def _plan(model: Path, n_ctx: int, budget: int, ubatch: int) -> tuple[Any, Any]:
     """The model's terms and the planner's placement for one context under ``budget``."""
-    from xover.analysis.theory import model_terms, plan_placement
-    from xover.gguf.inspect import model_table
 
     terms = model_terms(model_table(str(model))[0])
     (plan,) = plan_placement(terms, budget, (n_ctx,), ubatch)
@@ -27,7 +28,6 @@ def _plan(model: Path, n_ctx: int, budget: int, ubatch: int) -> tuple[Any, Any]:
 def planner_notes(model: Path, n_cpu_moe: Sequence[int], n_ctx: int, budget: int, ubatch: int = 512) -> list[str]:
     """One line per configuration the planner expects NOT to fit ``budget`` at ``n_ctx`` tokens of context,
     naming the smallest ``--n-cpu-moe`` that does; nothing for those that fit."""
-    from xover.analysis.theory import memory_estimate
 
     terms, plan = _plan(model, n_ctx, budget, ubatch)
     out = []

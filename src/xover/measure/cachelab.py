@@ -49,13 +49,15 @@ from xover.analysis.cachelab import (  # noqa: F401 (the plan and analysis, re-e
     plan_requests,
 )
 from xover.client.http import LlamaClient, completion_body
-from xover.domain.config import LlamaConfig
+from xover.domain.config import LlamaConfig, command_configs
 from xover.domain.llama_options import LlamaOption
 from xover.domain.prompts import Prompt, TokenPrompts, token_pool
 from xover.domain.records import Failure, TtftSample
+from xover.domain.shapes import kv_bytes_per_token
 from xover.errors import XoverError
-from xover.llamacpp.binaries import Binaries
-from xover.llamacpp.server import ServerLaunch, context_size, has_flag
+from xover.gguf.inspect import check_offload_and_context, model_table
+from xover.llamacpp.binaries import Binaries, resolve
+from xover.llamacpp.server import ServerLaunch, check_explicit_context, context_size, has_flag
 from xover.measure.events import LabEvent, LabRequestDone, ServerUp
 from xover.measure.recorder import Recording
 from xover.measure.server_session import WARMUP_LENGTH, started_server, warm_up
@@ -66,8 +68,6 @@ from xover.results.store import Store
 def state_bytes_per_token(model: Path, config: LlamaConfig | None = None) -> int | None:
     """KV cache bytes per token of ``model`` with ``config``'s cache types (``-ctk``/``-ctv``, F16 by default):
     the size of a prompt's saved state per token. None where it cannot be told."""
-    from xover.domain.shapes import kv_bytes_per_token
-    from xover.gguf.inspect import model_table
 
     types = {"k": "F16", "v": "F16"}
     if config is not None:
@@ -320,10 +320,6 @@ def run_lab(
 ) -> CacheLabOutcome:
     """``xover cache``: the request checked against the lab's plan, the model, its context and the binaries
     (before any server starts), then :func:`run_cache_lab`. ``on_event`` gets :class:`LabStarted` first."""
-    from xover.domain.config import command_configs
-    from xover.gguf.inspect import check_offload_and_context
-    from xover.llamacpp.binaries import resolve
-    from xover.llamacpp.server import check_explicit_context
 
     model, tokens = request.model, request.length
     if model is None:

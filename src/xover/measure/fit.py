@@ -27,12 +27,21 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from xover.analysis.theory import DEFAULT_HEADROOM_BYTES, compute_per_token, lowest_serving, plan_placement
+from xover.analysis.theory import model_terms as terms_of
+from xover.client.http import completion_body
 from xover.domain import llama_options as opts
 from xover.domain.config import LlamaConfig
 from xover.domain.option_values import FIT
 from xover.domain.study_spec import StudySpec
 from xover.errors import XoverError
+from xover.gguf.inspect import model_table
+from xover.hardware.detect import detect_gpu
 from xover.llamacpp.binaries import Binaries
+from xover.llamacpp.fitparams import FitChoice, run_fit_params
+from xover.llamacpp.memory import buffer_lines_in, is_local_accelerator, parse_buffer_lines
+from xover.llamacpp.server import LlamaServer, ServerLaunch, buffer_log_verbosity, context_size, device_problem
+from xover.measure.tune import base_name
 
 GIB = 1 << 30
 
@@ -41,7 +50,6 @@ def budget_for_fit(spec: StudySpec) -> int:
     """The VRAM a ``fit`` level must fit: the study's budget, else the GPU's free memory."""
     if spec.vram_budget is not None:
         return spec.vram_budget
-    from xover.hardware.detect import detect_gpu
 
     gpu = detect_gpu()
     if gpu is None or not gpu.free_bytes:
@@ -61,7 +69,6 @@ def resolve_fits(spec: StudySpec, terms: Any) -> tuple[StudySpec, list[dict[str,
     (:func:`model_terms`), and one record per replacement."""
     if not has_fits(spec):
         return spec, []
-    from xover.llamacpp.server import context_size
 
     budget = budget_for_fit(spec)
     study_ctx = context_size(max(spec.lengths), max(spec.response_tokens))
@@ -107,7 +114,6 @@ def _plan(
     (:func:`calibration`), else the planner's estimate. ``server``: llama-server's least, one row of logits and no
     headroom (the lower end of :func:`place_by_server`'s range), instead of llama-bench's ubatch of logits plus
     the headroom."""
-    from xover.analysis.theory import DEFAULT_HEADROOM_BYTES, plan_placement
 
     (plan,) = plan_placement(
         terms.with_cache_types(*cache_types(config)),
@@ -127,7 +133,6 @@ def calibration(terms: Any, record: dict[str, Any]) -> float | None:
     configuration (the check at the level it is measured at, else any that loaded), the KQ mask taken out: what
     a trial with another ubatch is planned with (:func:`xover.analysis.theory.compute_per_token`). None before
     the check, or when no compute buffer was logged."""
-    from xover.analysis.theory import compute_per_token
 
     checks = [c for c in record.get("checks") or () if c.get("compute_bytes")]
     if not checks:
@@ -189,8 +194,6 @@ def _level(config: LlamaConfig) -> int:
 
 def model_terms(model: Path) -> Any:
     """The placement planner's view of a model file (:func:`xover.analysis.theory.model_terms` of its header)."""
-    from xover.analysis.theory import model_terms as terms_of
-    from xover.gguf.inspect import model_table
 
     return terms_of(model_table(str(model))[0])
 
@@ -227,7 +230,6 @@ def refit_variants(
     """Tuned variants of ``fit`` configurations planned again for their own settings: a larger ubatch needs a
     larger compute buffer, which under a budget can push more experts to the CPU. One record per variant of a
     fit configuration (the same shape as :func:`resolve_fits`' records)."""
-    from xover.measure.tune import base_name
 
     by_base = {r["config"]: r for r in records}
     if not any(base_name(v.name) in by_base for v in variants):
@@ -277,8 +279,6 @@ class LevelCheck:
 async def _check_level(
     binaries: Binaries, model: Path, config: LlamaConfig, n: int, ctx: int, log_dir: Path, timeout_s: float | None
 ) -> LevelCheck:
-    from xover.client.http import completion_body
-    from xover.llamacpp.server import LlamaServer, ServerLaunch, buffer_log_verbosity, device_problem
 
     at = config.with_values({"n-cpu-moe": str(n)}, name=f"{config.name} at {n}")
     kwargs = {} if timeout_s is None else {"startup_timeout_s": timeout_s}
@@ -308,7 +308,6 @@ async def _check_level(
 
 def logged_compute_bytes(log: Path | None) -> int | None:
     """The largest accelerator compute buffer a llama.cpp log reports (``CUDA0 compute buffer size``), or None."""
-    from xover.llamacpp.memory import buffer_lines_in, is_local_accelerator, parse_buffer_lines
 
     if log is None:
         return None
@@ -361,7 +360,6 @@ def _with_llama_fit(
 ) -> dict[str, Any]:
     """``entry`` with what llama.cpp's own ``--fit`` (llama-fit-params) would choose at the same context, where the
     build has it (``llama_fit``: its choice or None, ``llama_fit_log``: why)."""
-    from xover.llamacpp.fitparams import run_fit_params
 
     if binaries.fit_params is not None:
         choice, why = run_fit_params(binaries.fit_params, model, ctx, config)
@@ -392,7 +390,6 @@ def place_by_server(
     server would spend on experts, and decode with them. Every level asked is stored with what it did, and the
     record says ``placed_by = "server"``, with ``bench_level`` and ``server_plan`` beside the level it is measured
     at (``measured_at``)."""
-    from xover.analysis.theory import lowest_serving
 
     out = []
     by_name = {c.name: c for c in configs}
@@ -468,7 +465,5 @@ def check_line(entry: dict[str, Any]) -> str:
     line += f": {verdict}"
     own = entry.get("llama_fit")
     if own is not None:
-        from xover.llamacpp.fitparams import FitChoice
-
         line += f"; llama.cpp's own --fit: {FitChoice.from_dict(own).describe()}"
     return line

@@ -3,15 +3,19 @@
 from __future__ import annotations
 
 import hashlib
+import os
 import platform
 import shutil
 import socket
+import time
 from importlib import metadata
 from pathlib import Path
 
-from xover.domain.records import ModelId, Provenance, backend_name
+from xover.domain.records import RPC_WORKER_KEY, ModelId, Provenance, backend_name
+from xover.hardware.vram import active_hold, shortfall
 from xover.llamacpp.binaries import Binaries
 from xover.llamacpp.process import run_short
+from xover.llamacpp.rpc import active
 
 # Enough to cover any realistic GGUF header (metadata + tensor table); a hash of this prefix
 # identifies the model's shape, types and tokenizer without reading gigabytes of weights.
@@ -152,7 +156,6 @@ def _vulkan_driver() -> str | None:
 def _vram_budget() -> tuple[tuple[str, str], ...]:
     """The VRAM budget this process holds the GPU to, if any (:mod:`xover.hardware.vram`): every number measured
     under it answers for a card of that size, and the report says so."""
-    from xover.hardware.vram import active_hold, shortfall
 
     hold = active_hold()
     if hold is None:
@@ -164,8 +167,6 @@ def _vram_budget() -> tuple[tuple[str, str], ...]:
 def _rpc_workers() -> tuple[tuple[str, str], ...]:
     """The RPC workers running for this study (:mod:`xover.llamacpp.rpc`), one entry each keyed by endpoint:
     a run whose command passes ``--rpc`` ran its layers on them; the entry says what each worker is."""
-    from xover.domain.records import RPC_WORKER_KEY
-    from xover.llamacpp.rpc import active
 
     return tuple((f"{RPC_WORKER_KEY}{w.endpoint}", w.describe()) for w in active())
 
@@ -197,7 +198,6 @@ def cpu_busy_share(stat_before: str, stat_after: str) -> float | None:
 
 def proc_stat() -> str:
     """/proc/stat as text ("" where there is none)."""
-    from pathlib import Path
 
     try:
         return Path("/proc/stat").read_text()
@@ -210,8 +210,6 @@ def _machine_load(sample_s: float = 0.25) -> tuple[tuple[str, str], ...]:
     work on the machine skews timings (badly so for multi-threaded runs on few cores), and the report
     says so. The load average lags by about a minute (it still counts a build that just ended); the
     busy share is what the CPUs were doing at the start."""
-    import os
-    import time
 
     out = [("cpu_count", str(os.cpu_count()))]
     try:

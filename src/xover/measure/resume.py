@@ -20,6 +20,7 @@ from xover.domain.config import LlamaConfig
 from xover.domain.records import TtftSample
 from xover.domain.study_spec import StudySpec
 from xover.domain.turn_kinds import AFTER_COLD, TurnKind
+from xover.measure import fit, tune
 from xover.measure.ttft import linear_estimate
 from xover.results.read_model import StoredSample, StudyData
 
@@ -244,7 +245,6 @@ class Pending:
 def pending(spec: StudySpec, data: StudyData, terms: Any, model_key: str) -> Pending:
     """What ``xover study`` would measure on ``data``'s study: the stages' own plan (``terms``: the model's
     :class:`xover.analysis.theory.ModelTerms`, for the placement planner; the model's key in the store)."""
-    from xover.measure import fit, tune
 
     fit_checks: list[str] = []
     if fit.has_fits(spec):

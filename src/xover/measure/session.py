@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
 from xover.client.chat import ChatClient, chat_body
-from xover.domain.config import LlamaConfig
+from xover.domain.config import LlamaConfig, command_configs
 from xover.domain.llama_options import LlamaOption
 from xover.domain.records import Failure, SessionTurn
 from xover.domain.workload import (
@@ -46,17 +46,21 @@ from xover.domain.workload import (
     WorkloadSpec,
     check_feedable,
     dumps,
+    fit_to_context,
     generate,
+    last_turn_tokens,
     loads,
     messages_for_turn,
     session_id,
 )
 from xover.errors import XoverError
-from xover.llamacpp.binaries import Binaries
-from xover.llamacpp.server import LlamaServer, ServerLaunch, context_size, has_flag
+from xover.gguf.inspect import check_offload_and_context, model_context
+from xover.llamacpp.binaries import Binaries, resolve
+from xover.llamacpp.server import LlamaServer, ServerLaunch, check_explicit_context, context_size, has_flag
 from xover.measure.events import Note, ReplayDone, ServerUp, SessionEvent, Sized, TurnDone
 from xover.measure.recorder import Recording
 from xover.measure.server_session import started_server
+from xover.results.read_model import series_from_rows
 from xover.results.store import Store
 
 if TYPE_CHECKING:
@@ -532,7 +536,6 @@ class SessionResult:
 def _session_configs(request: SessionRequest) -> list[LlamaConfig]:
     """One configuration per combination of the swept values; the arguments after ``--`` that the option table
     knows become settings of each, the rest pass through."""
-    from xover.domain.config import command_configs
 
     return command_configs(request.sweeps, (), request.server_args)
 
@@ -548,8 +551,6 @@ def _requested(request: SessionRequest, context: ModelContext) -> WorkloadSpec:
 def _check_replay(request: SessionRequest, configs: Sequence[LlamaConfig], spec: WorkloadSpec | None) -> None:
     """Fail before anything starts when a configuration or the context cannot hold the session, or when a
     replayed file is missing or is shaped by options that only shape a generated one."""
-    from xover.gguf.inspect import check_offload_and_context
-    from xover.llamacpp.server import check_explicit_context
 
     need = None if spec is None else spec.target_tokens + request.response_tokens
     check_offload_and_context(request.model, [c.n_cpu_moe for c in configs if c.get("n-cpu-moe") is not None], need)
@@ -582,10 +583,6 @@ def replay_session(
     x cache mode. ``on_event`` gets :class:`SessionStarted` first, then :data:`xover.measure.events.SessionEvent`
     (a :class:`xover.measure.events.Note` after a :class:`xover.measure.events.Sized` whose longest turn does not
     fit the model's training context)."""
-    from xover.domain.workload import fit_to_context
-    from xover.gguf.inspect import model_context
-    from xover.llamacpp.binaries import resolve
-    from xover.results.read_model import series_from_rows
 
     model = request.model
     if not model.is_file():
@@ -683,7 +680,6 @@ def _fit_by_sizing(
     turn and measures what a generated reply becomes when fed back; while the session does not fit, it
     is refitted with that reply size and the tokenizer's excess over the estimate reserved. Returns the
     session spec, its one-line description and the sizing (whose context the replay then uses)."""
-    from xover.domain.workload import fit_to_context, last_turn_tokens
 
     exact, response_tokens = request.exact, request.response_tokens
     reply, slack = 0, 0

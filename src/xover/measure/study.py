@@ -19,15 +19,30 @@ from collections.abc import Callable, Collection, Sequence
 from pathlib import Path
 from typing import Any
 
+from xover.analysis.pairs import headline, told_pairs
+from xover.analysis.theory import TheoryInputs, build_prediction, model_terms, offload_of
 from xover.domain import artifacts, llama_options
 from xover.domain.artifacts import StudyRecord
 from xover.domain.config import LlamaConfig
+from xover.domain.presets import preset
+from xover.domain.shapes import total_bytes
 from xover.domain.study_spec import STAGE_ORDER, StudySpec  # noqa: F401 (STAGE_ORDER re-exported)
+from xover.domain.workload import WorkloadSpec
 from xover.errors import XoverError
+from xover.gguf.inspect import check_offload_and_context, inspect_gguf, model_context, model_table
+from xover.gguf.synth import write_model
+from xover.hardware.detect import resolve as resolve_hw
+from xover.hardware.vram import holding
 from xover.llamacpp.bench import list_devices
 from xover.llamacpp.binaries import Binaries
+from xover.measure import bench as benchrun
+from xover.measure import cachelab, fit, tune
+from xover.measure import session as sessionrun
+from xover.measure.cold import stage_ttft
 from xover.measure.context import DEFAULT_SERVER_TIMEOUT_S, Emit, StageEvent, Study, server_timeout  # noqa: F401 (re-exported: the stages' context and events)
+from xover.measure.events import ConfigFailed, ConfigStarted, LabRequestDone, Progressed, TurnDone
 from xover.measure.resume import distinct, missing_ttft, stored_checks, stored_medians, ttft_todo  # noqa: F401 (missing_ttft, stored_medians re-exported)
+from xover.measure.tune import variants
 from xover.results.read_model import load_if_any
 from xover.results.store import Store
 
@@ -52,8 +67,6 @@ def resolve_model(spec: StudySpec, study_dir: Path, emit: Emit) -> Path:
         if not spec.model_path.is_file():
             raise XoverError(f"model {spec.model_path} does not exist: fix [model] path in the spec")
         return spec.model_path
-    from xover.domain.presets import preset
-    from xover.gguf.synth import write_model
 
     shape = preset(str(spec.model_preset))
     path = study_dir / "models" / f"{spec.model_preset}.gguf"
@@ -71,10 +84,6 @@ def stage_theory(st: Study) -> None:
     if load_if_any(st.study_dir).prediction() is not None:
         emit(StageEvent("theory", "info", "prediction already stored"))
         return
-    from xover.analysis.theory import TheoryInputs, build_prediction, model_terms, offload_of
-    from xover.domain.shapes import total_bytes
-    from xover.gguf.inspect import inspect_gguf, model_table
-    from xover.hardware.detect import resolve as resolve_hw
 
     table, name = model_table(model)
     measure = spec.hardware == "measure"
@@ -108,7 +117,6 @@ def stage_theory(st: Study) -> None:
 def stage_tune(st: Study, fits: list[dict[str, Any]] | None = None) -> tuple[Any, ...]:
     """Each configuration's best settings (:mod:`xover.measure.tune`); returns the :class:`xover.measure.tune.Tuned`
     results. Under a budget, each trial of a ``fit`` configuration is placed for its own ubatch."""
-    from xover.measure import fit, tune
 
     def on(status: str, detail: str, completed: float | None, total: float | None) -> None:
         st.emit(StageEvent("tune", status, detail, completed, total))
@@ -119,7 +127,6 @@ def stage_tune(st: Study, fits: list[dict[str, Any]] | None = None) -> tuple[Any
 
 def stored_tuning(st: Study) -> tuple[Any, ...]:
     """Tuning results already in the store, used when the tuning stage is skipped this time."""
-    from xover.measure import tune
 
     found = tune.stored(load_if_any(st.study_dir), st.spec.configs)
     if found:
@@ -149,8 +156,6 @@ def record_spec(spec: StudySpec, study_dir: Path, same_as: tuple[tuple[str, str]
 
 def stage_bench(st: Study) -> int:
     spec, emit = st.spec, st.emit
-    from xover.measure import bench as benchrun
-    from xover.measure.events import ConfigFailed, ConfigStarted, Progressed
 
     def on_event(ev: object) -> None:
         if isinstance(ev, Progressed):
@@ -191,7 +196,6 @@ def stage_bench(st: Study) -> int:
 
 def _not_benched(st: Study) -> dict[str, str]:
     """The tuned variants llama-bench cannot measure where their server runs (:func:`xover.measure.fit.not_benched`)."""
-    from xover.measure import fit
 
     return fit.not_benched(load_if_any(st.study_dir).fit_records(artifacts.TUNED, checked=True) or ())
 
@@ -202,7 +206,6 @@ def verdict_pairs(
     """The pairs a study's verdicts answer (:func:`xover.analysis.pairs.told_pairs`, the rule the report tells them
     by): the ones whose open questions earn more rounds. ``tuned``: configuration -> its tuned variant;
     ``for_decode``: configuration -> its variant tuned for the other kind of turn."""
-    from xover.analysis.pairs import headline, told_pairs
 
     for_decode = for_decode or {}
     variants = {*tuned.values(), *for_decode.values()}
@@ -215,8 +218,6 @@ def stage_cache(st: Study) -> int:
     """The prompt-cache lab on the first configuration, at ``cache_length`` (default: the longest length that
     configuration holds: a "fit" level is placed for one context)."""
     spec, emit = st.spec, st.emit
-    from xover.measure import cachelab
-    from xover.measure.events import ConfigFailed, LabRequestDone
 
     config = spec.configs[0]
     length = spec.cache_length_for(config, cachelab.lab_context)
@@ -268,10 +269,6 @@ def stage_session(st: Study) -> int:
     """Replay one generated agentic session per configuration and cache mode (recorded replies:
     synthetic models' own replies re-tokenize into many more tokens than they were)."""
     spec, model, study_dir, emit = st.spec, st.model, st.study_dir, st.emit
-    from xover.domain.workload import WorkloadSpec
-    from xover.gguf.inspect import model_context
-    from xover.measure import session as sessionrun
-    from xover.measure.events import ConfigFailed, TurnDone
 
     system, target = spec.session_sizes
     # Sizes are estimated as characters per token: about 4 for English and code on a real vocabulary, 1 on the
@@ -325,7 +322,6 @@ def run_study(
     ``fresh``: True measures every stage again, a collection of stage names those stages (``model`` stands for the
     placement's check by llama.cpp); what is stored stays, and the cold TTFT stage adds new rounds after it."""
     study_dir.mkdir(parents=True, exist_ok=True)
-    from xover.hardware.vram import holding
 
     with holding(spec.vram_budget) as hold:  # every llama process of the study sees a card of the budget's size
         if hold is not None:
@@ -396,7 +392,6 @@ def _check_fits(
     """llama.cpp's word on the planner's levels (artifacts ``fit{suffix}`` and ``fit-check{suffix}``), asked
     once per set of levels and reused on resume (tuned variants: the level their own llama-server serves at); ``configs`` at the levels they are measured at, and the checked
     records (each with the compute buffer llama.cpp logged, which calibrates the placement of later trials)."""
-    from xover.measure import fit
 
     if not records:
         return configs, records
@@ -447,7 +442,6 @@ class _Stages:
         record_builds(spec, binaries, self.study_dir, emit)  # before anything runs: each build found
         model = self.timed("model", lambda: resolve_model(spec, self.study_dir, emit))
         st = Study(spec, model, binaries, self.study_dir, fresh, command, emit, started=started)
-        from xover.measure import fit
 
         fits: list[dict[str, Any]] = []
         if fit.has_fits(spec):
@@ -456,7 +450,6 @@ class _Stages:
             st = dataclasses.replace(st, spec=placed)
             checked, fits = _check_fits(st, placed.configs, fits, "")
             st = st.with_configs(checked)
-        from xover.gguf.inspect import check_offload_and_context
 
         check_offload_and_context(
             model, [c.n_cpu_moe for c in st.spec.configs], max(spec.lengths) + max(spec.response_tokens)
@@ -468,7 +461,6 @@ class _Stages:
         # Every stage below measures each configuration at its defaults and, where tuning changed a knob, tuned.
         measured, _ = self._distinct(st.with_configs(st.spec.configs + tuned_configs))
         failures = self.timed("bench", lambda: stage_bench(measured)) or 0
-        from xover.measure.cold import stage_ttft
 
         pairs = verdict_pairs(
             st.spec,
@@ -499,8 +491,6 @@ class _Stages:
     def _tuned(self, st: Study, fits: list[dict[str, Any]]) -> tuple[list[Any], tuple[LlamaConfig, ...]]:
         """The tuning results (searched now, or stored) and the tuned variants to measure, placed again for their
         own settings under a budget (a larger ubatch needs more VRAM)."""
-        from xover.measure import fit
-        from xover.measure.tune import variants
 
         tuned = None
         if st.spec.tune:

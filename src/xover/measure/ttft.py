@@ -25,17 +25,30 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+import gguf
+
 from xover.analysis.stats import Summary, summarize_present
 from xover.client.http import LlamaClient, StreamRecord, completion_body, wait_healthy
 from xover.domain.artifacts import TTFT_SKIPPED, SkippedPoint
-from xover.domain.config import LlamaConfig
+from xover.domain.config import LlamaConfig, command_configs
 from xover.domain.llama_options import LlamaOption
 from xover.domain.prompts import WORDS, Prompt, TextPrompts, TokenPrompts, token_pool
 from xover.domain.records import TTFT_MODES, Failure, ServerTimings, TtftPoint, TtftSample, cached_depth, cached_mode  # noqa: F401 (TtftPoint re-exported)
 from xover.errors import XoverError
+from xover.gguf.inspect import check_offload_and_context
+from xover.hardware.vram import holding
 from xover.llamacpp import memory
-from xover.llamacpp.binaries import Binaries
-from xover.llamacpp.server import LlamaServer, ServerLaunch
+from xover.llamacpp.binaries import Binaries, resolve
+from xover.llamacpp.server import (
+    LlamaServer,
+    ServerLaunch,
+    buffer_log_verbosity,
+    check_explicit_context,
+    context_size,
+    has_flag,
+)
+from xover.measure.bench import describe_memory, memory_by_config
+from xover.measure.budget import planner_notes
 from xover.measure.events import Note, Rerun, SampleDone, ServerUp, TtftEvent
 from xover.measure.recorder import Recording
 from xover.measure.server_session import WARMUP_LENGTH, started_server, warm_up, warmup_length
@@ -296,8 +309,6 @@ def launches(
     labelled like ``xover bench``'s), each with ``-c`` sized to the plan's longest prompt and response. Of the
     arguments given after ``--``, those the option table knows become settings of every configuration, the rest
     are passed through after them."""
-    from xover.domain.config import command_configs
-    from xover.llamacpp.server import context_size
 
     ctx = context_size(max(plan.lengths), plan.response_tokens)
     return [
@@ -308,7 +319,6 @@ def launches(
 
 def gguf_token_types(model: Path) -> list[int]:
     """``tokenizer.ggml.token_type`` of a GGUF (empty when the file has none)."""
-    import gguf
 
     try:
         field = gguf.GGUFReader(str(model)).get_field("tokenizer.ggml.token_type")
@@ -687,9 +697,6 @@ def _checked_servers(request: TtftRequest) -> tuple[list[ServerLaunch], Binaries
         raise XoverError("no model: pass -m MODEL.gguf (or --url URL to measure a running server)")
     if not model.is_file():
         raise XoverError(f"model {model} does not exist: fix -m")
-    from xover.gguf.inspect import check_offload_and_context
-    from xover.llamacpp.binaries import resolve
-    from xover.llamacpp.server import buffer_log_verbosity, check_explicit_context, has_flag
 
     levels = tuple(int(v) for o, values in request.sweeps if o.name == "n-cpu-moe" for v in values)
     check_offload_and_context(model, levels, lengths=plan.lengths, extra_tokens=plan.response_tokens)
@@ -739,10 +746,6 @@ def run_ttft(
     """``xover ttft``: check the request (before any server starts or any store is written), hold the VRAM budget,
     then measure every configuration's servers (or the server at ``url``) into ``study_dir``'s store.
     ``on_event`` gets :class:`TtftStarted` first, then :data:`xover.measure.events.TtftEvent`."""
-    from xover.hardware.vram import holding
-    from xover.llamacpp.server import context_size
-    from xover.measure.bench import describe_memory, memory_by_config
-    from xover.measure.budget import planner_notes
 
     servers, binaries, levels = _checked_servers(request)
     plan, model = request.plan, request.model

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from xover.analysis import advise
-from xover.analysis.rounds import RatioInterval, paired_ratio
+from xover.analysis.rounds import RatioInterval, order, paired_ratio
 from xover.domain import artifacts
 from xover.domain import llama_options as opts
 from xover.domain.artifacts import TuneRecord
@@ -36,7 +36,11 @@ from xover.domain.config import LlamaConfig
 from xover.domain.shapes import TensorInfo
 from xover.domain.study_spec import StudySpec
 from xover.errors import XoverError
+from xover.gguf.inspect import model_table
+from xover.hardware.detect import cpu_flags
 from xover.llamacpp.binaries import Binaries
+from xover.measure.advise import AdviseSpec, _Runner, is_gpu_build
+from xover.measure.events import Measured, Measuring
 from xover.results.read_model import StudyData, load_if_any
 from xover.results.store import Store
 
@@ -168,7 +172,6 @@ def context(
     """What decides which knobs can act on ``config``: the build, this CPU's flags, the experts (of the model's
     ``tensors``) it keeps on the CPU (every expert while a fit level is not placed yet) and whether a VRAM budget
     places it (``budget``)."""
-    from xover.hardware.detect import cpu_flags
 
     try:
         level: int | None = config.n_cpu_moe
@@ -327,7 +330,6 @@ def confirm(
     turns, their decode parts ("decode": ``work``'s) or cached agentic turns ("cached": ``work`` is those turns). A
     round is one session's pair: where an earlier, interrupted session stored only
     one side of a round, that side is measured again beside the other, so no round pairs two sessions' machines."""
-    from xover.analysis.rounds import order
 
     def cost(m: advise.Measurement) -> float:
         return advise.decode_turn_s(m, work) if part == "decode" else advise.estimate(m, work).turn_s
@@ -445,8 +447,6 @@ def run_tune(
     place: Callable[[LlamaConfig, str], LlamaConfig] | None = None,
 ) -> tuple[Tuned, ...]:
     """Search every configuration of ``spec`` still without a stored result (all of them when ``fresh``)."""
-    from xover.measure.advise import AdviseSpec, _Runner, is_gpu_build
-    from xover.measure.events import Measured, Measuring
 
     done = {} if fresh else stored(load_if_any(study_dir), spec.configs)
     for name, t in done.items():
@@ -466,8 +466,6 @@ def run_tune(
             measured += 1
             if ev.estimate is None and ev.measurement.failure is not None:
                 emit("fail", f"{ev.label}: {ev.measurement.failure}", None, None)
-
-    from xover.gguf.inspect import model_table
 
     tensors = model_table(model)[0].tensors  # which experts stay on the CPU decides which knobs can act
     results = dict(done)

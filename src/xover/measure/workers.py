@@ -21,6 +21,7 @@ from typing import Any
 
 from xover.domain.study_spec import LlamaConfig, StudySpec
 from xover.errors import XoverError
+from xover.hardware.detect import gpu_count
 from xover.llamacpp import rpc, rpclink
 from xover.llamacpp.binaries import Binaries
 from xover.llamacpp.build import cached_builds
@@ -101,7 +102,6 @@ def _worker_gpus(n_workers: int, backend: str | None) -> tuple[str, ...]:
     visible = os.environ.get(var) if var else None
     if not visible:
         return rpc.worker_gpus(n_workers, None, 0)
-    from xover.hardware.detect import gpu_count
 
     return rpc.worker_gpus(n_workers, visible, gpu_count())
 

@@ -8,6 +8,7 @@ import statistics
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from xover.analysis.advise import cached_workload
 from xover.analysis.cached import cached_verdict, work_line
 from xover.analysis.crossover import ConfigData, PairResult, compare_pair, fit_cost_model, measured_totals, round_totals
 from xover.domain.units import format_tokens
@@ -146,7 +147,6 @@ def _against_bench(data: StudyData, configs: Sequence[ConfigData], depth: int) -
 def turns_workload(data: StudyData, response: int) -> Any | None:
     """The study's cached agentic turns as a workload for the tuning search's scores (the depth and turn sizes its
     cached samples were measured at); None without cached turns."""
-    from xover.analysis.advise import cached_workload
 
     depth = cached_depth_of(data)
     if depth is None:

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from xover.analysis import pairs as told_rule
+from xover.analysis.advise import ARTIFACT, advice_from_dict
 from xover.analysis.crossover import (
     ConfigData,
     PairResult,
@@ -33,15 +34,17 @@ from xover.analysis.crossover import (
 )
 from xover.analysis.pairs import headline
 from xover.analysis.stats import summarize
+from xover.analysis.theory import predicted_value
 from xover.domain.artifacts import FOR_CACHED_SUFFIX
 from xover.domain.llama_options import build_name
 from xover.domain.records import TTFT_MODES, Provenance, TtftSample, backend_name
 from xover.domain.turn_kinds import AFTER_COLD
 from xover.domain.units import format_tokens
-from xover.report import plots
+from xover.report import advise, cache, plots, session
 from xover.report.blocks import html_table, plain_md_table
 from xover.report.cached import cached_blocks, cached_ttft, cached_verdicts, turns_workload
 from xover.report.decode import decode_blocks
+from xover.report.fa import fa_findings, fa_table, fa_tests
 from xover.report.fit import fit_blocks
 from xover.report.rounds import drift_line, evidence_line, open_lines, rounds_blocks
 from xover.report.rpclink import rpc_link_blocks
@@ -387,7 +390,6 @@ def point_table(report: Report) -> tuple[list[str], list[list[str]]]:
 
 def _stored_advice(data: StudyData) -> Advice | None:
     """The latest `xover advise` result stored in the study, if any."""
-    from xover.analysis.advise import ARTIFACT, advice_from_dict
 
     found = data.artifact_bodies(ARTIFACT)
     return advice_from_dict(found[-1]) if found else None
@@ -563,7 +565,6 @@ def prediction_timing(data: StudyData) -> str | None:
 
 def prediction_table(report: Report) -> tuple[list[str], list[list[str]]]:
     """Every measured point beside its prediction and its roofline limit (percent of the limit)."""
-    from xover.analysis.theory import predicted_value
 
     pred = report.data.prediction()
     header = [
@@ -679,7 +680,6 @@ img{max-width:100%;border:1px solid #eee}.muted{color:#777}code{background:#f4f4
 
 def _fa_section(data: StudyData) -> tuple[list[str], list[list[str]], list[str]] | None:
     """The flash-attention comparison, when the study ran the same tests with -fa changed only."""
-    from xover.report.fa import fa_findings, fa_table, fa_tests
 
     tests = fa_tests(data.bench)
     if not tests:
@@ -716,7 +716,6 @@ def budget_lines(d: StudyData) -> list[str]:
 
 def _lab_sections(report: Report, as_html: bool) -> list[str]:
     """The cache lab, the stored advice and the session replay, rendered as HTML or markdown."""
-    from xover.report import advise, cache, session
 
     d = report.data
     out = [(cache.cache_section_html if as_html else cache.cache_section_markdown)(d)]

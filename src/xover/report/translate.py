@@ -6,9 +6,12 @@ from __future__ import annotations
 
 import statistics
 
-from xover.analysis.theory import ModelTerms, Offload, offload_of
+from xover.analysis.theory import ModelTerms, Offload, model_terms, offload_of
 from xover.analysis.translate import Setup, setup_assumptions, setups_for_budget, translate
+from xover.domain.codec import decode
+from xover.domain.presets import preset
 from xover.domain.profiles import Hardware, hardware_from_dict
+from xover.domain.shapes import tensor_table
 from xover.domain.units import format_tokens
 from xover.report.blocks import Block, table
 from xover.results.read_model import StudyData, crossover_inputs, vram_budgets
@@ -20,7 +23,6 @@ carrying that share to a desktop means."""
 
 def stored_terms(data: StudyData) -> ModelTerms | None:
     """The theory's view of the model: stored by the theory stage, else rebuilt from a synthetic preset."""
-    from xover.domain.codec import decode
 
     stored = data.artifact_bodies("model-terms")
     if stored:
@@ -29,9 +31,6 @@ def stored_terms(data: StudyData) -> ModelTerms | None:
     name = inspected[-1].get("synthetic_preset") if inspected else None
     if not name:
         return None
-    from xover.analysis.theory import model_terms
-    from xover.domain.presets import preset
-    from xover.domain.shapes import tensor_table
 
     return model_terms(tensor_table(preset(str(name))))
 

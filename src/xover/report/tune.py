@@ -22,6 +22,8 @@ from collections import defaultdict
 from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
+from xover.analysis.advise import DEFAULTS, RECHECK, estimate
+from xover.analysis.advise.objective import noise_between
 from xover.analysis.crossover import ConfigData, verdict
 from xover.analysis.tradeoff import Ratio, ServedTradeoff, Tradeoff, ratio, served_tradeoff, tradeoff
 from xover.domain import llama_options as opts
@@ -152,7 +154,6 @@ def _trials_of(search: Any, knob: str, value: str) -> list[Any]:
 
 def knob_rows(search: Any, response: int) -> list[KnobRow]:
     """One row per knob value the search tried (or skipped, or failed on), then the recommendation."""
-    from xover.analysis.advise import DEFAULTS, RECHECK
 
     defaults = [t for t in search.trials if t.setting in (DEFAULTS, RECHECK)]
     pp0, tg0 = _trial_rates(defaults)
@@ -220,8 +221,6 @@ def cached_change(search: Any, trial: Any | None, turns: Any) -> str:
     """A trial's expected time per cached turn (``turns``: a cached workload) against the defaults', from the same
     llama-bench tests the search measured (prefill integrated from the cached depth, decode past it), with the
     noise rule of the search's own verdicts."""
-    from xover.analysis.advise import DEFAULTS, estimate
-    from xover.analysis.advise.objective import noise_between
 
     base = next((t for t in search.trials if t.setting == DEFAULTS), None)
     if trial is None or base is None or not trial.measurement.ok or not base.measurement.ok:

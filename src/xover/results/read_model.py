@@ -16,9 +16,11 @@ from collections.abc import Callable, Collection, Iterable, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple, TypeVar
 
+from xover.analysis.advise import Search
 from xover.analysis.crossover import ConfigData
 from xover.domain import artifacts as art
 from xover.domain.artifacts import FitRecord, Prediction, SkippedPoint, StudyRecord, TuneRecord
+from xover.domain.codec import decode
 from xover.domain.config import LlamaConfig
 from xover.domain.records import BenchResult, Failure, Provenance, SessionTurn, TtftSample, cached_depth
 from xover.errors import XoverError
@@ -283,8 +285,6 @@ class StudyData:
 
 def _read_search(raw: Any) -> Any:
     """A stored tuning search back as :class:`xover.analysis.advise.Search`."""
-    from xover.analysis.advise import Search
-    from xover.domain.codec import decode
 
     return decode(Search, raw)
 
