@@ -283,3 +283,33 @@ def _repacks(model: Path) -> bool:
     table, _ = model_table(model)
     flags = cpu_flags()
     return any(repacks(t, rows, flags) for t, rows in cpu_experts(table.tensors, 0, (), gpu_build=False))
+
+
+def test_the_cached_depth_is_left_out_where_the_budget_cannot_pay_for_it(
+    llama_bins, tiny_model: Path, tmp_path: Path
+) -> None:
+    """Issue 46 item 3: a study with cached turns searches at their depth by default, but under a budget the
+    search first measures the defaults at the cheap depths and keeps the deep one only where its cost (two depth
+    prefills a process, at the defaults' measured rate) fits the search's share of the budget. Here 10 s cannot pay
+    for it: the search runs at depths 0 and 256, says what it left out and what that would have cost, and the report
+    says so."""
+    spec = tmp_path / "spec.toml"
+    body = SPEC.format(model=tiny_model).replace('tune-knobs = ["GGML_OP_OFFLOAD_MIN_BATCH"]\n', "")
+    narrow = (
+        'tune-knobs = ["threads"]\ntune-values = { threads = ["1"] }\ncached-turns = ["64"]\ncached-depth = "8k"\n'
+        'budget = "10s"'
+    )
+    spec.write_text(body.replace("tune-repetitions = 3", "tune-repetitions = 2\n" + narrow))
+    out = tmp_path / "out"
+    r = _study(spec, out, llama_bins.bin_dir, "--skip", "bench,ttft")
+    assert r.returncode == 0, r.stderr
+    with Store(out) as store:
+        (tuned,) = [b for _, _, b in store.artifacts(tune.ARTIFACT)]
+    assert tuned["depths"] == [0, 256]
+    ((depth, cost),) = tuned["depths_left_out"]
+    assert depth == 8192 and cost > 0
+    with Store(out / "tune") as store:
+        measured = {(b.n_prompt, b.n_depth) for *_, b in store.bench_results()}
+    assert {d for _, d in measured} == {0, 256}  # no llama-bench process paid for the 8K depth
+    report = (out / "report.md").read_text()
+    assert "left out depth 8K" in report

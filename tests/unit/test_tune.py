@@ -287,3 +287,43 @@ def test_the_search_says_its_plan_and_cost_before_it_starts() -> None:
     assert "5 llama-bench processes" in text and "then 6-8 to confirm each recommendation" in text, text
     assert "the search 0.5 min, each confirmation 0.6-0.8 min more" in text, text
     assert "min" not in tune.search_plan(knobs, spec, 2048, 6.0, reused=True)  # a stored defaults' run: not timed
+
+
+def test_deep_depths_are_planned_from_what_the_defaults_measured() -> None:
+    """Issue 46 item 3: the cached turns' depth is searched at where its cost fits the search's share of the budget,
+    and left out (with what it would cost) where it does not; tune-depths, when given, is what it says."""
+    from xover.analysis import advise
+
+    # 10 processes of 30 s at the cheap depths; 16K at 500 t/s costs each process 2 x 32.8 s: 656 s more
+    plan = advise.plan_depths((0, 1024), (16384,), prefill_tps=500.0, per_process_s=30.0, processes=10, allowance_s=600)
+    assert plan.depths == (0, 1024) and plan.left_out == ((16384, pytest.approx(655.36)),)
+    assert "d16,384 (about 10.9 min more)" in plan.describe(10)
+    roomy = advise.plan_depths(
+        (0, 1024), (16384,), prefill_tps=500.0, per_process_s=30.0, processes=10, allowance_s=1e4
+    )
+    assert roomy.depths == (0, 1024, 16384) and roomy.left_out == () and roomy.describe(10) == ""
+    # a study without a budget searches every depth it wants
+    assert advise.plan_depths(
+        (0,), (8192,), prefill_tps=1.0, per_process_s=1e3, processes=99, allowance_s=None
+    ).depths == (0, 8192)
+    # the study's spec decides what is planned: its cached depth by default, nothing where tune-depths is given
+    study = {"lengths": ["1k"], "cached-turns": ["512"], "cached-depth": "16k", "budget": "20min"}
+    config = [{"name": "a", "n-cpu-moe": 0}]
+    spec = spec_from_dict({"model": {"preset": "tiny-moe"}, "study": study, "config": config})
+    assert tune.cheap_depths(spec) == (0, 1024) and tune.planned(spec) == (16384,)
+    given = spec_from_dict(
+        {"model": {"preset": "tiny-moe"}, "study": {**study, "tune-depths": ["16k"]}, "config": config}
+    )
+    assert tune.planned(given) == () and tune.depths(given) == (0, 16384)
+    base = advise.Measurement(
+        prefill=(advise.RateSamples(0, 512, (900.0,)), advise.RateSamples(1024, 512, (500.0,))),
+        decode=(advise.RateSamples(0, 32, (50.0,)),),
+    )
+    knobs = tune.knobs_for(spec, False, "llama.cpp")
+    # 20 min a study, half for the search, one configuration: 600 s; the deep depth's cost is at 500 t/s (d1024's)
+    at = tune.plan_depths(spec, knobs, base, per_process_s=1.0, configs=1)
+    processes = tune.search_processes(knobs) + 2 * spec.rounds
+    fits = 1.0 * processes + advise.depth_cost_s(16384, 500.0, processes) <= 600
+    assert at.depths == ((0, 1024, 16384) if fits else (0, 1024))
+    slow = tune.plan_depths(spec, knobs, base, per_process_s=200.0, configs=1)
+    assert slow.depths == (0, 1024) and [d for d, _ in slow.left_out] == [16384]

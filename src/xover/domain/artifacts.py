@@ -272,6 +272,8 @@ class TuneRecord:
     decode_server_command: str = ""
     decode_confirmation: Mapping[str, Any] | None = None
     skipped: tuple[tuple[str, str], ...] = ()  # (knob, why) for each knob the search left out on this machine
+    # (depth, seconds it would have added) for each depth the search left out to stay within its share of the budget
+    depths_left_out: tuple[tuple[int, float], ...] = ()
 
     @property
     def variants(self) -> tuple[str, ...]:
@@ -321,6 +323,7 @@ class TuneRecord:
                     _mapping(b["decode_confirmation"], TUNE) if b.get("decode_confirmation") is not None else None
                 ),
                 skipped=tuple((str(k), str(v)) for k, v in b.get("skipped") or ()),
+                depths_left_out=tuple((int(d), float(s)) for d, s in b.get("depths_left_out") or ()),
             )
 
         return _reading(TUNE, read)

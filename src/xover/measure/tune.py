@@ -109,27 +109,42 @@ def cached_turns(spec: StudySpec) -> advise.Workload | None:
 
 
 def depths(spec: StudySpec) -> tuple[int, ...]:
-    """The llama-bench depths the search measures at: 0 and the spec's ``tune-depths``; by default the shortest
+    """The llama-bench depths the search would measure at: 0 and the spec's ``tune-depths``; by default the shortest
     length, and the cached turns' context where the study measures cached turns (their score then rests on rates at
-    the depth they run at, not at depth 0)."""
-    if spec.tune_depths is not None:
-        extra: tuple[int, ...] = spec.tune_depths
-    else:
-        extra = (min(spec.lengths),) + ((spec.turns_depth,) if spec.turns_depth is not None else ())
-    return tuple(sorted({0, *extra}))
+    the depth they run at, not at depth 0). Under a budget the deep one is planned from its cost (:func:`planned`)."""
+    return tuple(sorted({*cheap_depths(spec), *planned(spec)}))
+
+
+def cheap_depths(spec: StudySpec) -> tuple[int, ...]:
+    """The depths every search measures at: 0 and the spec's ``tune-depths``, else 0 and the shortest length."""
+    return tuple(sorted({0, *(spec.tune_depths if spec.tune_depths is not None else (min(spec.lengths),))}))
+
+
+def planned(spec: StudySpec) -> tuple[int, ...]:
+    """The depths a search measures at only where its budget allows (:func:`xover.analysis.advise.plan_depths`): the
+    cached turns' context, by default; none where ``tune-depths`` is given (it is what it says)."""
+    if spec.tune_depths is not None or spec.turns_depth is None:
+        return ()
+    return (spec.turns_depth,)
 
 
 def search_plan(
-    knobs: Sequence[advise.Knob], spec: StudySpec, chunk_tokens: int, per_process_s: float, reused: bool = False
+    knobs: Sequence[advise.Knob],
+    spec: StudySpec,
+    chunk_tokens: int,
+    per_process_s: float,
+    reused: bool = False,
+    at: Sequence[int] | None = None,
 ) -> str:
     """The search's plan and its cost, said before it starts: the knobs, the llama-bench processes (the defaults',
     each candidate's, the defaults again, then the rounds that confirm a recommendation in fresh processes) and
-    their time at what the defaults' own process took (``per_process_s``; ``reused``: stored, so not timed)."""
-    search = 1 + sum(len(k.candidates) for k in knobs)  # each candidate, then the defaults again
+    their time at what the defaults' own process took (``per_process_s``; ``reused``: stored, so not timed); ``at``:
+    the depths (default :func:`depths`)."""
+    search = search_processes(knobs)
     lo, hi = 2 * spec.rounds, 2 * spec.max_rounds  # a recommendation against the defaults, round by round
     text = (
         f"searching {', '.join(k.short for k in knobs) or 'nothing'}: {search} llama-bench processes "
-        f"(pp{chunk_tokens}/tg{spec.tg} at depths {', '.join(str(d) for d in depths(spec))}), then {lo}-{hi} to "
+        f"(pp{chunk_tokens}/tg{spec.tg} at depths {', '.join(str(d) for d in (at or depths(spec)))}), then {lo}-{hi} to "
         "confirm each recommendation in fresh processes"
     )
     if not reused:
@@ -138,6 +153,32 @@ def search_plan(
             f"min, each confirmation {lo * per_process_s / 60:.1f}-{hi * per_process_s / 60:.1f} min more"
         )
     return text
+
+
+def search_processes(knobs: Sequence[advise.Knob]) -> int:
+    """llama-bench processes a search starts: each candidate, then the defaults again."""
+    return 1 + sum(len(k.candidates) for k in knobs)
+
+
+def plan_depths(
+    spec: StudySpec, knobs: Sequence[advise.Knob], base: advise.Measurement, per_process_s: float, configs: int
+) -> advise.DepthPlan:
+    """The depths this configuration's search measures at, from what its defaults' process measured at the cheap
+    depths: the planned ones (the cached turns' context) where the search, with the rounds that confirm it, stays
+    within its share of the study's budget (split between the ``configs`` tuned)."""
+    cheap, deep = cheap_depths(spec), planned(spec)
+    if not deep or not base.prefill:
+        return advise.DepthPlan(tuple(sorted({*cheap, *deep})))
+    deepest = max(base.prefill, key=lambda r: r.depth)  # the rate nearest the planned depth
+    allowance = spec.budget_s * advise.SEARCH_SHARE / max(1, configs) if spec.budget_s is not None else None
+    return advise.plan_depths(
+        cheap,
+        deep,
+        prefill_tps=deepest.median_tps,
+        per_process_s=per_process_s,
+        processes=search_processes(knobs) + 2 * spec.rounds,
+        allowance_s=allowance,
+    )
 
 
 def chunk(knobs: Sequence[advise.Knob]) -> int:
@@ -475,7 +516,9 @@ def run_tune(
         probe_runner = _Runner(probe_spec, binaries, tune_dir, command, on_event)
         all_knobs = knobs_for(spec, True, config.engine)
         chunk_tokens = chunk(all_knobs)
-        sweep = probe_runner.sweep(depths(spec), chunk_tokens, spec.tg, spec.tune_repetitions)
+        # under a budget the defaults' process at the cheap depths first: what it measures plans the deep ones
+        probe_at = cheap_depths(spec) if spec.budget_s is not None else depths(spec)
+        sweep = probe_runner.sweep(probe_at, chunk_tokens, spec.tg, spec.tune_repetitions)
         t_base = time.perf_counter()
         base = probe_runner.measure_config_fn(config, sweep, work)(advise.DEFAULTS)
         per_process = time.perf_counter() - t_base
@@ -496,11 +539,15 @@ def run_tune(
         knobs, skipped = applicable(spec, own, context(config, tensors, gpu_build, placed, built_for), own_ub)
         for knob_name, why in skipped:
             emit("info", f"{config.name}: not searching {opts.option(knob_name).short}: {why}", None, None)
-        if max(chunk(knobs), own_ub) != chunk_tokens:  # this build's candidates, or the configuration's own ubatch
+        at = plan_depths(spec, knobs, base, per_process, len(todo))
+        if at.left_out:
+            emit("info", f"{config.name}: search {at.describe(search_processes(knobs) + 2 * spec.rounds)}", None, None)
+        if max(chunk(knobs), own_ub) != chunk_tokens or at.depths != sweep.depths:  # candidates, ubatch, depths
             chunk_tokens = max(chunk(knobs), own_ub)
-            sweep = probe_runner.sweep(depths(spec), chunk_tokens, spec.tg, spec.tune_repetitions)
+            sweep = probe_runner.sweep(at.depths, chunk_tokens, spec.tg, spec.tune_repetitions)
         runner = _Runner(dataclasses.replace(probe_spec, knobs=knobs), binaries, tune_dir, command, on_event)
-        emit("info", f"{config.name}: {search_plan(knobs, spec, chunk_tokens, per_process, base.reused)}", None, None)
+        plan_line = search_plan(knobs, spec, chunk_tokens, per_process, base.reused, at.depths)
+        emit("info", f"{config.name}: {plan_line}", None, None)
         try:
             search = advise.coordinate_search(
                 knobs, runner.measure_config_fn(config, sweep, work, place), work, None, second=turns
@@ -517,6 +564,8 @@ def run_tune(
             config, knobs, search, spec, model, backend, chunk_tokens, confirmation, decode_confirmation, skipped
         )
         body["placed_trials"] = placed
+        body["depths"] = list(at.depths)
+        body["depths_left_out"] = [list(x) for x in at.left_out]
         with Store(study_dir) as store:
             store.add_artifact(None, ARTIFACT, body)
         results[config.name] = t = _from_record(config, TuneRecord.from_body(body), reused=False)

@@ -476,6 +476,12 @@ def _record_blocks(r: TuneRecord, response: int, turns: Any | None = None, engin
     where = [f"workload {r.workload}"] if r.workload else []
     if r.depths:
         where.append(f"llama-bench pp{r.chunk or ''} and tg at depths {', '.join(format_tokens(d) for d in r.depths)}")
+    if r.depths_left_out:
+        left = ", ".join(f"{format_tokens(d)} (about {s / 60:.1f} min more)" for d, s in r.depths_left_out)
+        where.append(
+            f"left out depth {left}, past the search's share of the study's budget: its scores rest on the rates "
+            "at the depths measured"
+        )
     if where:
         out.append(Block("p", "Search: " + "; ".join(where) + "."))
     if r.search is None:

@@ -102,7 +102,18 @@ from xover.analysis.advise.objective import (
     ttft_s,
     within_noise,
 )
-from xover.analysis.advise.search import CLEAR_MARGIN, Effect, KnobVerdict, Search, Trial, coordinate_search
+from xover.analysis.advise.search import (
+    CLEAR_MARGIN,
+    SEARCH_SHARE,
+    DepthPlan,
+    Effect,
+    KnobVerdict,
+    Search,
+    Trial,
+    coordinate_search,
+    depth_cost_s,
+    plan_depths,
+)
 from xover.analysis.advise.theory_notes import THEORY_NO_EFFECT, Expectation, expectations
 from xover.analysis.advise.workload import (
     AGENTIC_LENGTHS,
@@ -118,6 +129,10 @@ from xover.analysis.advise.workload import (
 )
 
 __all__ = [
+    "SEARCH_SHARE",
+    "DepthPlan",
+    "depth_cost_s",
+    "plan_depths",
     "backend_reason",
     "option_knob",
     "decode_turn_s",

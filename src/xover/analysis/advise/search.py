@@ -321,3 +321,60 @@ def coordinate_search(
         decode_recommended,
         decode_drift,
     )
+
+
+SEARCH_SHARE = 0.5  # the share of a study's budget its search may take (issue 46: at most half of a study)
+
+
+@dataclasses.dataclass(frozen=True)
+class DepthPlan:
+    """The llama-bench depths a search measures at, and those it leaves out with what each would have cost."""
+
+    depths: tuple[int, ...]
+    left_out: tuple[tuple[int, float], ...] = ()  # (depth, seconds it would add to the search)
+
+    def describe(self, processes: int) -> str:
+        """What was left out and why, in a line; empty where nothing was."""
+        if not self.left_out:
+            return ""
+        what = ", ".join(f"d{d:,} (about {s / 60:.1f} min more)" for d, s in self.left_out)
+        return (
+            f"left out {what} over its {processes} llama-bench processes, past its share of the study's budget: "
+            f"the scores rest on rates at depths {', '.join(f'{d:,}' for d in self.depths)}"
+        )
+
+
+def depth_cost_s(depth: int, prefill_tps: float, processes: int) -> float:
+    """What measuring at ``depth`` adds to a search of ``processes`` llama-bench processes: each prefills the depth
+    once for its pp test and once for its tg test (llama-bench caches it across repetitions, untimed but not free),
+    at ``prefill_tps`` (the defaults' prefill rate, measured)."""
+    return processes * 2 * depth / prefill_tps
+
+
+def plan_depths(
+    cheap: Sequence[int],
+    wanted: Sequence[int],
+    *,
+    prefill_tps: float,
+    per_process_s: float,
+    processes: int,
+    allowance_s: float | None,
+) -> DepthPlan:
+    """The depths a search measures at: ``cheap`` always (depth 0 and the shortest length), then each of ``wanted``
+    from the shallowest while the whole search (``processes`` of ``per_process_s`` each, measured at the cheap
+    depths, and the depths kept) stays within ``allowance_s``; the rest left out with their cost. No allowance (a
+    study without a budget): every depth."""
+    kept = sorted(set(cheap))
+    extra = [d for d in sorted(set(wanted)) if d not in kept]
+    if allowance_s is None:
+        return DepthPlan(tuple(sorted({*kept, *extra})))
+    total = processes * per_process_s
+    left: list[tuple[int, float]] = []
+    for d in extra:
+        cost = depth_cost_s(d, prefill_tps, processes)
+        if not left and total + cost <= allowance_s:
+            kept.append(d)
+            total += cost
+        else:
+            left.append((d, cost))
+    return DepthPlan(tuple(sorted(kept)), tuple(left))
