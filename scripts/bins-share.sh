@@ -4,7 +4,8 @@
 # fills out/bins with the K-th share (from 1) of the parts in DIR... (*.tar.xz.partNN, as former leases returned
 # them), 3 parts (45 MiB) a share with every .sums file, so that one call carries it beside the repository (about
 # 13 MiB), a slim out/xsrc and .whl under the 64 MiB cap; prints "share K of N". Carry out/bins in N back-to-back
-# calls on the warm machine: stage_builds there restores each build once all its parts have come.
+# calls on the warm machine: stage_builds there restores each build once all its parts have come. PER=2 makes shares
+# of 2 parts, where the repository has grown past what 3 leave room for (the script warns).
 set -euo pipefail
 cd "$(git rev-parse --show-toplevel)"
 k=${1:?usage: bash scripts/bins-share.sh K DIR... (K from 1)}; shift
@@ -12,10 +13,11 @@ k=${1:?usage: bash scripts/bins-share.sh K DIR... (K from 1)}; shift
 mapfile -t parts < <(for d in "$@"; do ls "$d"/*.tar.xz.part*; done | awk -F/ '{print $NF"\t"$0}' | sort | cut -f2)
 mapfile -t sums < <(for d in "$@"; do ls "$d"/*.tar.xz.sums 2>/dev/null || true; done)
 [ ${#parts[@]} -gt 0 ] || { echo "no *.tar.xz.part* in $*" >&2; exit 1; }
-n=$(( (${#parts[@]} + 2) / 3 ))
+per=${PER:-3}
+n=$(( (${#parts[@]} + per - 1) / per ))
 [ "$k" -ge 1 ] && [ "$k" -le $n ] || { echo "share $k of $n does not exist: give K from 1 to $n" >&2; exit 2; }
 rm -rf out/bins && mkdir -p out/bins
-cp "${parts[@]:$(( (k - 1) * 3 )):3}" out/bins/
+cp "${parts[@]:$(( (k - 1) * per )):per}" out/bins/
 for s in "${sums[@]}"; do cp "$s" out/bins/; done
 for b in $(printf '%s\n' "${parts[@]##*/}" | sed 's/\.part.*//' | sort -u); do  # parts returned before .sums existed
   [ -n "$(printf '%s\n' "${sums[@]}" | grep -F "/$b.sums")" ] && continue

@@ -42,6 +42,7 @@ COMMANDS = {
     "export": "xover.cli.export:export",
     "ttft": "xover.cli.ttft:ttft",
     "session": "xover.cli.session:session",
+    "record": "xover.cli.record:record",
     "study": "xover.cli.study:study",
     "report": "xover.cli.report:report",
     "theory": "xover.cli.theory:theory",

@@ -314,6 +314,8 @@ def loads(text: str, source: str = "workload") -> Session:
             raise XoverError(f"{where} is not JSON ({e.msg}): each line must be one JSON object") from None
         if not isinstance(obj, dict):
             raise XoverError(f'{where} is not a JSON object: each line must be {{"turn": i, "messages": [...]}}')
+        if "event" in obj and "turn" not in obj:  # a recording's request that is not a turn (xover record)
+            continue
         if "format" in obj:
             if turns or header is not None:
                 raise XoverError(f"{where}: a header line may only come first")

@@ -1,0 +1,68 @@
+"""`xover record`: a recording pass-through in front of the user's llama-server."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from xover.console import console, safe
+
+# The library's imports stand inside the commands, for start-up time: `xover --help` imports every command's module
+# (click asks each for its help line) and the library takes about 0.5 s to import (xover.measure.study).
+
+
+@click.command()
+@click.option(
+    "--upstream",
+    "-u",
+    required=True,
+    help="The llama-server (or ik_llama.cpp server) to forward to, e.g. http://127.0.0.1:8080.",
+)
+@click.option(
+    "-o",
+    "--out",
+    type=click.Path(path_type=Path, dir_okay=False),
+    default=Path("rec.jsonl"),
+    show_default=True,
+    help="The recording (JSONL, appended to, created 0600).",
+)
+@click.option("--host", default="127.0.0.1", show_default=True, help="Where to listen: loopback unless told otherwise.")
+@click.option("--port", "-p", default=8090, show_default=True, type=click.IntRange(1, 65535), help="Port to listen on.")
+@click.option(
+    "--max-body",
+    default=32 << 20,
+    show_default=True,
+    type=click.IntRange(min=1024),
+    help="Largest request body in bytes; a larger one is refused and forwarded nowhere.",
+)
+def record(upstream: str, out: Path, host: str, port: int, max_body: int) -> None:
+    """Record your agent's real turns: point the client at this proxy instead of llama-server.
+
+    \b
+    llama-server -m model.gguf --port 8080 ...          # your server, as always
+    xover record --upstream http://127.0.0.1:8080       # listens on 127.0.0.1:8090
+    # then set the agent's base URL to http://127.0.0.1:8090/v1
+
+    Every request and every byte of every answer is passed through unchanged (streams chunk by chunk). Per request
+    it records the prompt's tokens, the part served from the server's cache (cache_n), the answer's tokens, TTFT and
+    decode as your client saw them, and the time since the previous request. Chat requests are also the turns of an
+    xover-session/1 file: `xover session --workload rec.jsonl` replays them.
+
+    The recording holds your prompts and code: it is written 0600, on this machine only. Ctrl-C stops the proxy;
+    every completed request is already on disk.
+    """
+    from xover.proxy.record import Seen, serve
+
+    def show(seen: Seen) -> None:
+        cached = f", {seen.cached_tokens:,} from cache" if seen.cached_tokens is not None else ""
+        ttft = f", TTFT {seen.ttft_s:.2f} s" if seen.ttft_s is not None else ""
+        decode = f", {seen.decode_tps:.1f} t/s" if seen.decode_tps is not None else ""
+        err = f" [{seen.error}]" if seen.error else ""
+        console.print(
+            safe(f"{seen.path}: {seen.prompt_tokens or 0:,} prompt tokens{cached}, {seen.answer_tokens or 0:,} answer"
+                 f"{ttft}{decode}{err}")
+        )  # fmt: skip
+
+    serve(upstream, out, host, port, max_body, on_seen=show,
+          on_ready=lambda url: console.print(safe(f"recording to {out}; point your client at {url}/v1")))  # fmt: skip

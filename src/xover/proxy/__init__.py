@@ -1,0 +1,1 @@
+"""Recording proxies: OpenAI-compatible pass-throughs in front of a user's llama-server (``xover record``)."""

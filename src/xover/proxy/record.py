@@ -1,0 +1,299 @@
+"""``xover record``: an OpenAI-compatible pass-through in front of a llama-server that records each turn.
+
+A coding agent (Cline, Roo, Continue, any OpenAI client) points at the proxy instead of the server and works as
+before: every request is forwarded to the upstream server as it came, and every byte of the answer goes back as it
+arrives (a stream's chunks are written to the client the moment they are read). Per request the proxy records
+what the server's timings said and what the client saw:
+
+- the prompt's tokens, the part the server took from its cache (``cache_n``), the answer's tokens;
+- TTFT as the client saw it (from the request's arrival at the proxy to the first generated text passed on) and
+  the decode rate it saw (answer tokens after the first over the time they took), beside the server's own rates;
+- the time since the previous request (the agent's and the user's think time between turns).
+
+Each chat request is also a turn of an ``xover-session/1`` recording (:mod:`xover.domain.workload`): its messages and
+the recorded reply, so ``xover session --workload`` replays it. Completion requests (``/v1/completions``,
+``/completion``) are recorded as events beside the turns (their timings, not a turn).
+
+The recording is append-only JSONL, flushed after every request, written ``0600``: a proxy killed with SIGKILL
+leaves every completed request readable. A request body that is not JSON, or larger than ``max_body``, is refused
+with an OpenAI-style error and forwarded nowhere. When the upstream dies mid-stream the client gets an OpenAI-style
+error event and the stream ends; when the client disconnects, the upstream request is closed (llama-server stops
+generating for a closed connection).
+
+Served with aiohttp, forwarded with httpx. Listens on 127.0.0.1 unless told otherwise.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+import httpx
+from aiohttp import web
+
+from xover.client.chat import parse_chat_stream
+from xover.domain.records import ServerTimings
+from xover.domain.sse import parse_completion_stream, timings_from_json
+from xover.domain.workload import FORMAT
+from xover.errors import XoverError
+
+MAX_BODY = 32 << 20  # bytes: larger requests are refused (a 128K-token prompt of code is about 0.5 MB)
+CHAT = "/v1/chat/completions"
+COMPLETIONS = ("/v1/completions", "/completion")
+PASS_GET = ("/v1/models", "/health", "/props", "/models")
+# hop-by-hop headers (RFC 9110 7.6.1) and those the proxy sets itself
+_DROP = {"host", "content-length", "connection", "keep-alive", "transfer-encoding", "te", "trailer", "upgrade",
+         "proxy-authorization", "proxy-authenticate", "accept-encoding", "content-encoding"}  # fmt: skip
+
+
+@dataclasses.dataclass(frozen=True)
+class Seen:
+    """One request as the proxy saw it: what the server's timings said, and the client's clocks."""
+
+    path: str
+    stream: bool
+    status: int
+    arrived_unix_ns: int
+    since_previous_s: float | None  # from the previous request's arrival; None for the first
+    prompt_tokens: int | None
+    cached_tokens: int | None
+    answer_tokens: int | None
+    ttft_s: float | None  # arrival to the first generated text passed on
+    decode_tps: float | None  # as the client saw it: answer tokens after the first over their time
+    server_prompt_tps: float | None
+    server_decode_tps: float | None
+    error: str | None
+
+    def to_body(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+class Recording:
+    """The recording file: a header line when it is new, then one line a request, each flushed as it is written;
+    created ``0600`` (it holds the user's code and prompts)."""
+
+    def __init__(self, path: Path, upstream: str) -> None:
+        self.path = path
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        self._f = os.fdopen(fd, "a", encoding="utf-8")
+        self.turns = 0
+        if path.stat().st_size == 0:
+            self._write({"format": FORMAT, "recorder": {"upstream": upstream, "max_body": MAX_BODY}})
+        else:
+            self.turns = sum(1 for line in path.read_text(encoding="utf-8").splitlines() if '"turn":' in line)
+
+    def _write(self, obj: Mapping[str, Any]) -> None:
+        self._f.write(json.dumps(obj, sort_keys=True, ensure_ascii=False, separators=(",", ":")) + "\n")
+        self._f.flush()
+
+    def turn(self, messages: list[Any], reply: str, seen: Seen) -> None:
+        self._write({"turn": self.turns, "messages": messages, "assistant": reply, "recorded": seen.to_body()})
+        self.turns += 1
+
+    def event(self, seen: Seen) -> None:
+        self._write({"event": "request", "recorded": seen.to_body()})
+
+    def close(self) -> None:
+        self._f.close()
+
+
+def openai_error(status: int, message: str, kind: str = "invalid_request_error") -> web.Response:
+    return web.json_response({"error": {"message": message, "type": kind, "code": status}}, status=status)
+
+
+def _sse_error(message: str) -> bytes:
+    body = json.dumps({"error": {"message": message, "type": "upstream_error", "code": 502}})
+    return f"data: {body}\n\n".encode()
+
+
+def _headers(headers: Mapping[str, str]) -> dict[str, str]:
+    return {k: v for k, v in headers.items() if k.lower() not in _DROP}
+
+
+def _seen(path: str, stream: bool, status: int, arrived: tuple[int, int], since: float | None,
+          chunks: list[tuple[int, bytes]], error: str | None) -> tuple[Seen, str]:  # fmt: skip
+    """What one forwarded request said: its timings from the stream or the JSON body, and the reply's text."""
+    t0 = arrived[1]
+    reply, timings, prompt, cached, answer, first, last = "", None, None, None, None, None, None
+    if stream and path == CHAT:
+        s = parse_chat_stream(chunks, t0, error)
+        reply, timings, first, last = s.content, s.timings, s.first_token_ns, s.last_token_ns
+        prompt, cached, answer = s.prompt_tokens, s.cached_tokens, s.completion_tokens
+    elif stream:
+        c = parse_completion_stream(chunks, t0, error)
+        timings, first = c.timings, c.first_token_ns
+        last = c.token_times_ns[-1] if c.token_times_ns else None
+        answer = len(c.token_times_ns) or None
+    else:
+        reply, timings, prompt, answer = _json_answer(b"".join(b for _, b in chunks))
+        first = last = (chunks[-1][0] - t0) if chunks else None
+    if timings is not None:
+        prompt = prompt if prompt is not None else _sum(timings.cache_n, timings.prompt_n)
+        cached = cached if cached is not None else timings.cache_n
+        answer = answer if answer is not None else timings.predicted_n
+    decode = None
+    if stream and answer and answer > 1 and first is not None and last is not None and last > first:
+        decode = (answer - 1) / ((last - first) / 1e9)
+    seen = Seen(
+        path=path,
+        stream=stream,
+        status=status,
+        arrived_unix_ns=arrived[0],
+        since_previous_s=since,
+        prompt_tokens=prompt,
+        cached_tokens=cached,
+        answer_tokens=answer,
+        ttft_s=first / 1e9 if first is not None else None,
+        decode_tps=decode,
+        server_prompt_tps=timings.prompt_per_second if timings else None,
+        server_decode_tps=timings.predicted_per_second if timings else None,
+        error=error if error is not None or status < 400 else f"HTTP {status}",
+    )
+    return seen, reply
+
+
+def _sum(a: int | None, b: int | None) -> int | None:
+    return a + b if a is not None and b is not None else None
+
+
+def _json_answer(body: bytes) -> tuple[str, ServerTimings | None, int | None, int | None]:
+    """A non-streamed answer's text, timings, prompt and answer tokens (chat or completion JSON)."""
+    try:
+        obj = json.loads(body)
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        return "", None, None, None
+    if not isinstance(obj, dict):
+        return "", None, None, None
+    text = ""
+    choices = obj.get("choices")
+    if isinstance(choices, list) and choices and isinstance(choices[0], dict):
+        msg = choices[0].get("message")
+        text = str(msg.get("content") or "") if isinstance(msg, dict) else str(choices[0].get("text") or "")
+    elif isinstance(obj.get("content"), str):
+        text = obj["content"]
+    usage: dict[str, Any] = obj["usage"] if isinstance(obj.get("usage"), dict) else {}
+    prompt = usage.get("prompt_tokens") if isinstance(usage.get("prompt_tokens"), int) else None
+    answer = usage.get("completion_tokens") if isinstance(usage.get("completion_tokens"), int) else None
+    timings = timings_from_json(obj["timings"], prompt) if isinstance(obj.get("timings"), dict) else None
+    return text, timings, prompt, answer
+
+
+class Proxy:
+    """The pass-through: one httpx client to ``upstream``, the recording, and the clock of the previous request."""
+
+    def __init__(self, upstream: str, recording: Recording, max_body: int = MAX_BODY,
+                 on_seen: Callable[[Seen], None] | None = None) -> None:  # fmt: skip
+        self.upstream = upstream.rstrip("/")
+        self.recording = recording
+        self.max_body = max_body
+        self.on_seen = on_seen or (lambda seen: None)
+        self.client = httpx.AsyncClient(timeout=httpx.Timeout(None, connect=10.0))
+        self._previous: int | None = None
+
+    def app(self) -> web.Application:
+        app = web.Application(client_max_size=self.max_body)
+        for path in (CHAT, *COMPLETIONS):
+            app.router.add_post(path, self.forward)
+        for path in PASS_GET:
+            app.router.add_get(path, self.pass_get)
+        app.on_cleanup.append(self._close)
+        return app
+
+    async def _close(self, app: web.Application) -> None:
+        await self.client.aclose()
+        self.recording.close()
+
+    async def pass_get(self, request: web.Request) -> web.Response:
+        try:
+            up = await self.client.get(self.upstream + request.path_qs, headers=_headers(request.headers))
+        except httpx.TransportError as e:
+            return openai_error(502, f"upstream {self.upstream} did not answer: {type(e).__name__}", "upstream_error")
+        return web.Response(body=up.content, status=up.status_code, headers=_headers(up.headers))
+
+    async def forward(self, request: web.Request) -> web.StreamResponse:
+        arrived = (time.time_ns(), time.perf_counter_ns())
+        since = (arrived[1] - self._previous) / 1e9 if self._previous is not None else None
+        self._previous = arrived[1]
+        try:
+            raw = await request.read()
+        except web.HTTPRequestEntityTooLarge:
+            return openai_error(413, f"request body over {self.max_body:,} bytes: refused, forwarded nowhere")
+        try:
+            body = json.loads(raw)
+        except (json.JSONDecodeError, UnicodeDecodeError) as e:
+            return openai_error(400, f"request body is not JSON ({e}): refused, forwarded nowhere")
+        if not isinstance(body, dict):
+            return openai_error(400, "request body is not a JSON object: refused, forwarded nowhere")
+        stream = bool(body.get("stream"))
+        upstream_request = self.client.build_request(
+            "POST", self.upstream + request.path_qs, content=raw, headers=_headers(request.headers)
+        )
+        try:
+            up = await self.client.send(upstream_request, stream=True)
+        except httpx.TransportError as e:
+            return openai_error(502, f"upstream {self.upstream} did not answer: {type(e).__name__}", "upstream_error")
+        resp, chunks, error = await self._relay(request, up)
+        seen, reply = _seen(request.path, stream, up.status_code, arrived, since, chunks, error)
+        if request.path == CHAT and isinstance(body.get("messages"), list) and up.status_code < 400:
+            self.recording.turn(body["messages"], reply, seen)
+        else:
+            self.recording.event(seen)
+        self.on_seen(seen)
+        return resp
+
+    async def _relay(
+        self, request: web.Request, up: httpx.Response
+    ) -> tuple[web.StreamResponse, list[tuple[int, bytes]], str | None]:
+        """Every chunk of ``up`` to the client as it arrives; the response, the chunks with their arrival times, and
+        what broke."""
+        resp = web.StreamResponse(status=up.status_code, headers=_headers(up.headers))
+        chunks: list[tuple[int, bytes]] = []
+        error = None
+        try:
+            await resp.prepare(request)
+            async for chunk in up.aiter_raw():
+                chunks.append((time.perf_counter_ns(), chunk))
+                await resp.write(chunk)
+        except httpx.TransportError as e:  # the upstream died mid-answer: the client hears it, OpenAI-style
+            error = f"upstream broke after {sum(len(c) for _, c in chunks):,} bytes: {type(e).__name__}"
+            await _tell(resp, up, error)
+        except (ConnectionResetError, ConnectionError) as e:  # the client left: stop the upstream request
+            error = f"client disconnected ({type(e).__name__})"
+        finally:
+            await up.aclose()
+        if error is None or not error.startswith("client"):
+            await _quietly(resp.write_eof)
+        return resp, chunks, error
+
+
+async def _tell(resp: web.StreamResponse, up: httpx.Response, error: str) -> None:
+    if "text/event-stream" in up.headers.get("content-type", ""):
+        await _quietly(lambda: resp.write(_sse_error(error)))
+
+
+async def _quietly(call: Callable[[], Awaitable[Any]]) -> None:
+    try:
+        await call()
+    except (ConnectionResetError, ConnectionError):
+        pass
+
+
+def serve(upstream: str, out: Path, host: str = "127.0.0.1", port: int = 8090, max_body: int = MAX_BODY,
+          on_seen: Callable[[Seen], None] | None = None, on_ready: Callable[[str], None] | None = None) -> None:  # fmt: skip
+    """Run the proxy until interrupted; the recording is complete up to the last finished request."""
+    if not upstream.startswith(("http://", "https://")):
+        raise XoverError(f"--upstream {upstream!r} is not a URL: give the llama-server's, e.g. http://127.0.0.1:8080")
+    proxy = Proxy(upstream, Recording(out, upstream), max_body, on_seen)
+
+    async def ready(app: web.Application) -> None:
+        if on_ready is not None:
+            on_ready(f"http://{host}:{port}")
+
+    app = proxy.app()
+    app.on_startup.append(ready)
+    web.run_app(app, host=host, port=port, print=None, handle_signals=True)

@@ -1,0 +1,154 @@
+"""`xover record` between a real OpenAI client (the openai SDK) and the real llama-server on tiny-moe (issue 48).
+
+The client streams a 20-turn agentic session (the generator's) through the proxy; the recording reads back as an
+xover-session/1 file whose turns are exactly what was sent, whose replies are exactly what the client received, and
+whose timings are the server's own (prompt tokens, cache_n) with the client's TTFT and decode beside them. A body
+that is not JSON is refused and forwarded nowhere; a proxy killed with SIGKILL leaves every completed turn readable.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from xover.domain.workload import WorkloadSpec, generate, loads
+from xover.llamacpp import process
+
+pytestmark = pytest.mark.real
+
+SESSION = WorkloadSpec(seed=2, turns=20, system_tokens=256, target_tokens=29_800, rewrite_every=0, chars_per_token=1.0)
+ANSWER = 8
+EOS = {"ignore_eos": True}  # a whole answer of ANSWER tokens (llama-server's own request field)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _wait(url: str, proc: subprocess.Popen[bytes], log: Path) -> None:
+    deadline = time.monotonic() + 90
+    while True:
+        assert proc.poll() is None, log.read_text()[-2000:]
+        try:
+            with urllib.request.urlopen(url, timeout=2) as r:
+                if r.status == 200:
+                    return
+        except OSError:
+            pass
+        assert time.monotonic() < deadline, f"{url} never answered"
+        time.sleep(0.1)
+
+
+@pytest.fixture
+def server(llama_bins, tiny_model: Path, tmp_path: Path) -> Iterator[str]:
+    port, log = _free_port(), tmp_path / "server.log"
+    argv = [str(llama_bins.server), "-m", str(tiny_model), "--host", "127.0.0.1", "--port", str(port), "-c", "65536",
+            "-np", "1", "-t", "2", "--cache-ram", "0"]  # fmt: skip
+    with log.open("w") as out:
+        proc = process.spawn(argv, stdout=out, stderr=subprocess.STDOUT)
+    try:
+        _wait(f"http://127.0.0.1:{port}/health", proc, log)
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        process.stop(proc)
+
+
+def _proxy(upstream: str, rec: Path, tmp_path: Path, *extra: str) -> tuple[subprocess.Popen[bytes], str]:
+    port, log = _free_port(), tmp_path / f"record-{len(list(tmp_path.glob('record-*')))}.log"
+    argv = [sys.executable, "-m", "xover", "record", "--upstream", upstream, "-o", str(rec), "-p", str(port), *extra]
+    with log.open("w") as out:
+        proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT)
+    _wait(f"http://127.0.0.1:{port}/health", proc, log)
+    return proc, f"http://127.0.0.1:{port}"
+
+
+def test_a_real_client_streams_a_session_through_the_proxy_and_it_is_recorded(server: str, tmp_path: Path) -> None:
+    from openai import OpenAI
+
+    rec = tmp_path / "rec.jsonl"
+    proc, url = _proxy(server, rec, tmp_path)
+    session = generate(SESSION)
+    received = []
+    try:
+        client = OpenAI(base_url=f"{url}/v1", api_key="none")
+        models = client.models.list()
+        assert models.data  # GET /v1/models passes through
+        for turn in session.turns:
+            stream = client.chat.completions.create(
+                model="tiny",
+                messages=list(turn.messages),
+                max_tokens=ANSWER,
+                stream=True,
+                extra_body=EOS,  # type: ignore[arg-type]
+            )
+            received.append("".join(c.choices[0].delta.content or "" for c in stream if c.choices))
+    finally:
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(timeout=30) == 0
+    assert os.stat(rec).st_mode & 0o777 == 0o600
+    recorded = loads(rec.read_text(encoding="utf-8"), "rec.jsonl")
+    assert len(recorded.turns) == 20 and recorded.header is not None and recorded.header["format"] == "xover-session/1"
+    assert [list(t.messages) for t in recorded.turns] == [list(t.messages) for t in session.turns]
+    assert [t.assistant for t in recorded.turns] == received
+    seen = [json.loads(line)["recorded"] for line in rec.read_text().splitlines() if '"turn":' in line]
+    for s in seen:
+        assert s["error"] is None and s["stream"] and s["status"] == 200
+        assert s["prompt_tokens"] > 0 and s["answer_tokens"] == ANSWER and s["ttft_s"] > 0 and s["decode_tps"] > 0
+        assert s["server_prompt_tps"] > 0 and s["server_decode_tps"] > 0
+    assert seen[0]["since_previous_s"] is None and all(s["since_previous_s"] > 0 for s in seen[1:])
+    # the server's cache served the resent conversation: cache_n on most later turns
+    assert seen[0]["cached_tokens"] == 0 and sum(s["cached_tokens"] > 0 for s in seen[1:]) >= 10
+    # the prompt grows as the agent resends it
+    assert seen[-1]["prompt_tokens"] > seen[0]["prompt_tokens"]
+
+
+def test_bad_requests_are_refused_and_forwarded_nowhere(server: str, tmp_path: Path) -> None:
+    rec = tmp_path / "rec.jsonl"
+    proc, url = _proxy(server, rec, tmp_path, "--max-body", "4096")
+    try:
+        with httpx.Client(timeout=30) as c:
+            r = c.post(f"{url}/v1/chat/completions", content=b"{not json", headers={"content-type": "application/json"})
+            assert r.status_code == 400 and "not JSON" in r.json()["error"]["message"]
+            r = c.post(f"{url}/v1/chat/completions", json={"messages": [{"role": "user", "content": "x" * 8000}]})
+            assert r.status_code == 413 and "forwarded nowhere" in r.json()["error"]["message"]
+            ok = c.post(f"{url}/completion", json={"prompt": "hello", "n_predict": 4})
+            assert ok.status_code == 200 and ok.json()["tokens_predicted"] == 4
+    finally:
+        proc.send_signal(signal.SIGINT)
+        proc.wait(timeout=30)
+    lines = [json.loads(x) for x in rec.read_text().splitlines()]
+    # the header, then the one forwarded request; the refused ones left no trace upstream
+    assert [x.get("event") for x in lines[1:]] == ["request"]
+    assert lines[1]["recorded"]["path"] == "/completion" and lines[1]["recorded"]["answer_tokens"] == 4
+
+
+def test_a_killed_proxy_leaves_every_completed_turn_readable(server: str, tmp_path: Path) -> None:
+    from openai import OpenAI
+
+    rec = tmp_path / "rec.jsonl"
+    proc, url = _proxy(server, rec, tmp_path)
+    session = generate(SESSION)
+    try:
+        client = OpenAI(base_url=f"{url}/v1", api_key="none")
+        for turn in session.turns[:3]:
+            client.chat.completions.create(
+                model="tiny", messages=list(turn.messages), max_tokens=ANSWER, extra_body=EOS
+            )  # type: ignore[arg-type]
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=30)
+    recorded = loads(rec.read_text(encoding="utf-8"), "rec.jsonl")
+    assert len(recorded.turns) == 3 and all(t.assistant for t in recorded.turns)  # non-streamed answers too
