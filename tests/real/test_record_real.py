@@ -152,3 +152,75 @@ def test_a_killed_proxy_leaves_every_completed_turn_readable(server: str, tmp_pa
         proc.wait(timeout=30)
     recorded = loads(rec.read_text(encoding="utf-8"), "rec.jsonl")
     assert len(recorded.turns) == 3 and all(t.assistant for t in recorded.turns)  # non-streamed answers too
+
+
+def _slot_busy(server: str) -> bool:
+    slots = httpx.get(f"{server}/slots", timeout=10).json()
+    return any(s.get("is_processing") for s in slots)
+
+
+def test_a_client_that_leaves_stops_the_upstream_request(server: str, tmp_path: Path) -> None:
+    """The client reads a few chunks of a long answer and closes: the proxy closes its upstream request, and the
+    server's slot is idle again within seconds, long before the answer's 20,000 tokens."""
+    rec = tmp_path / "rec.jsonl"
+    proc, url = _proxy(server, rec, tmp_path)
+    body = {"messages": [{"role": "user", "content": "go on"}], "max_tokens": 20_000, "stream": True, **EOS}
+    try:
+        with httpx.Client(timeout=60) as c, c.stream("POST", f"{url}/v1/chat/completions", json=body) as r:
+            got = b""
+            for chunk in r.iter_bytes():
+                got += chunk
+                if got.count(b"data: ") >= 5:
+                    assert r.status_code == 200 and _slot_busy(server)  # still generating for the client
+                    break  # the generator closes the response: the client has left
+        deadline = time.monotonic() + 15
+        while _slot_busy(server):
+            assert time.monotonic() < deadline, "the upstream kept generating for a client that left"
+            time.sleep(0.2)
+    finally:
+        proc.send_signal(signal.SIGINT)
+        proc.wait(timeout=30)
+    lines = [json.loads(x) for x in rec.read_text().splitlines()[1:]]
+    assert [x.get("event") for x in lines] == ["request"] and "client disconnected" in lines[0]["recorded"]["error"]
+
+
+def test_an_upstream_that_dies_mid_stream_is_an_error_to_the_client(
+    llama_bins, tiny_model: Path, tmp_path: Path
+) -> None:
+    """The server is killed while it streams: the client's SDK gets an error (an OpenAI-style error event), the
+    proxy goes on, and the recording keeps the completed turn before it, with the broken one as an event."""
+    from openai import APIError, OpenAI
+
+    port, log = _free_port(), tmp_path / "server.log"
+    argv = [str(llama_bins.server), "-m", str(tiny_model), "--host", "127.0.0.1", "--port", str(port), "-c", "32768",
+            "-np", "1", "-t", "2", "--cache-ram", "0"]  # fmt: skip
+    with log.open("w") as out:
+        server = process.spawn(argv, stdout=out, stderr=subprocess.STDOUT)
+    upstream = f"http://127.0.0.1:{port}"
+    rec = tmp_path / "rec.jsonl"
+    try:
+        _wait(f"{upstream}/health", server, log)
+        proc, url = _proxy(upstream, rec, tmp_path)
+        client = OpenAI(base_url=f"{url}/v1", api_key="none", max_retries=0)
+        messages = [{"role": "user", "content": "hello"}]
+        client.chat.completions.create(model="tiny", messages=messages, max_tokens=ANSWER, extra_body=EOS)  # type: ignore[arg-type]
+        stream = client.chat.completions.create(
+            model="tiny",
+            messages=messages,
+            max_tokens=20_000,
+            stream=True,
+            extra_body=EOS,  # type: ignore[arg-type]
+        )
+        with pytest.raises(APIError):
+            for n, _ in enumerate(stream):
+                if n == 5:
+                    server.send_signal(signal.SIGKILL)
+        assert proc.poll() is None  # the proxy goes on
+        proc.send_signal(signal.SIGINT)
+        proc.wait(timeout=30)
+    finally:
+        process.stop(server)
+    recorded = loads(rec.read_text(encoding="utf-8"), "rec.jsonl")
+    assert len(recorded.turns) == 1
+    (broken,) = [json.loads(x) for x in rec.read_text().splitlines() if '"event":' in x]
+    assert "upstream broke" in broken["recorded"]["error"]

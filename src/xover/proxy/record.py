@@ -239,7 +239,8 @@ class Proxy:
             return openai_error(502, f"upstream {self.upstream} did not answer: {type(e).__name__}", "upstream_error")
         resp, chunks, error = await self._relay(request, up)
         seen, reply = _seen(request.path, stream, up.status_code, arrived, since, chunks, error)
-        if request.path == CHAT and isinstance(body.get("messages"), list) and up.status_code < 400:
+        # a turn is a completed answer; one that broke is kept as an event with its error
+        if request.path == CHAT and isinstance(body.get("messages"), list) and seen.error is None:
             self.recording.turn(body["messages"], reply, seen)
         else:
             self.recording.event(seen)
