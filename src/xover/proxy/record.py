@@ -80,12 +80,13 @@ class Recording:
     def __init__(self, path: Path, upstream: str) -> None:
         self.path = path
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        _drop_cut_line(path)
         self._f = os.fdopen(fd, "a", encoding="utf-8")
         self.turns = 0
         if path.stat().st_size == 0:
             self._write({"format": FORMAT, "recorder": {"upstream": upstream, "max_body": MAX_BODY}})
         else:
-            self.turns = sum(1 for line in path.read_text(encoding="utf-8").splitlines() if '"turn":' in line)
+            self.turns = sum(1 for line in path.read_text(encoding="utf-8").splitlines() if _is_turn(line))
 
     def _write(self, obj: Mapping[str, Any]) -> None:
         self._f.write(json.dumps(obj, sort_keys=True, ensure_ascii=False, separators=(",", ":")) + "\n")
@@ -100,6 +101,21 @@ class Recording:
 
     def close(self) -> None:
         self._f.close()
+
+
+def _drop_cut_line(path: Path) -> None:
+    """A line a kill cut mid-write (no newline at the end) is dropped: the recording goes on after its whole lines."""
+    data = path.read_bytes()
+    if data and not data.endswith(b"\n"):
+        os.truncate(path, data.rfind(b"\n") + 1)
+
+
+def _is_turn(line: str) -> bool:
+    try:
+        obj = json.loads(line)
+    except json.JSONDecodeError:  # a line cut by a kill: the next turn is numbered after the whole ones
+        return False
+    return isinstance(obj, dict) and "turn" in obj
 
 
 def openai_error(status: int, message: str, kind: str = "invalid_request_error") -> web.Response:
