@@ -5,32 +5,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from fakes.known import qwen3_budget_records
 from xover.domain.study_spec import spec_from_dict
-from xover.measure.fit import resolve_fits
 
 GIB = 1 << 30
 
 
 # ---- budget-aware tuning: a trial placed for its own ubatch and KV cache types (issue 32) ------------------------
-
-
-def _qwen3_budget_records(budget: int, ctx: int) -> tuple[object, list[dict]]:
-    """qwen3-30b-a3b's terms (from its preset, no file) and the fit record of a configuration planned at
-    ``-ub 512`` under ``budget``."""
-    from xover.analysis.theory import model_terms
-    from xover.domain.presets import preset as get_preset
-    from xover.domain.shapes import tensor_table
-
-    terms = model_terms(tensor_table(get_preset("qwen3-30b-a3b")))
-    spec = spec_from_dict(
-        {
-            "model": {"preset": "qwen3-30b-a3b"},
-            "study": {"lengths": [ctx - 1024], "vram-budget": str(budget)},
-            "config": [{"name": "fit", "n-cpu-moe": "fit"}],
-        }
-    )
-    _, records = resolve_fits(spec, terms)
-    return terms, records
 
 
 def test_a_level_a_gpu_build_served_on_the_cpu_is_no_fit(tmp_path: Path) -> None:
@@ -69,7 +50,7 @@ def test_a_tuned_variant_is_placed_where_its_own_server_serves(tmp_path: Path) -
     from xover.measure import fit
     from xover.measure.tune import SUFFIX
 
-    terms, records = _qwen3_budget_records(16 * GIB, 33280)
+    terms, records = qwen3_budget_records(16 * GIB, 33280)
     variant = fake_config("fit" + SUFFIX, 5000, 50, "--fake-refuse-below", "19", "--fake-die-below", "20").with_values(
         {"ubatch-size": "4096", "batch-size": "4096"}
     )

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from fakes.known import VERBOSE_STDERR
 from xover.cli import options
 from xover.domain import llama_options as opts
 from xover.domain.config import LlamaConfig
@@ -275,20 +276,6 @@ def test_exit_problems_name_the_cause() -> None:
 
 
 # ---- new knobs, -v and peak memory ----------------------------------------------------------------
-
-VERBOSE_STDERR = """\
-load_tensors: loading model tensors, this can take a while... (load_mode = none)
-load_tensors:          CPU model buffer size =     1.26 MiB
-load_tensors:   CPU_REPACK model buffer size =     3.20 MiB
-llama_context:        CPU  output buffer size =     0.00 MiB
-llama_kv_cache:        CPU KV buffer size =     0.50 MiB
-sched_reserve:        CPU compute buffer size =     2.63 MiB
-set_abort_callback: call
-~llama_context:        CPU compute buffer size is   2.6318 MiB, matches expectation of   2.6318 MiB
-llama_kv_cache:        CPU KV buffer size =     1.50 MiB
-sched_reserve:        CPU compute buffer size =     5.76 MiB
-sched_reserve:      CUDA0 compute buffer size =   342.01 MiB
-load_tensors:        CUDA0 model buffer size =  9216.00 MiB"""
 
 
 def test_load_mode_and_batch_sweep_like_the_other_knobs() -> None:

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from fakes.known import qwen3_budget_records
 from xover.domain.study_spec import fit_context, spec_from_dict
 from xover.errors import XoverError
 from xover.measure.fit import check_line, has_fits, resolve_fits
@@ -160,25 +161,6 @@ def test_the_cache_lab_runs_at_the_longest_length_a_fit_level_holds() -> None:
 # ---- budget-aware tuning: a trial placed for its own ubatch and KV cache types (issue 32) ------------------------
 
 
-def _qwen3_budget_records(budget: int, ctx: int) -> tuple[object, list[dict]]:
-    """qwen3-30b-a3b's terms (from its preset, no file) and the fit record of a configuration planned at
-    ``-ub 512`` under ``budget``."""
-    from xover.analysis.theory import model_terms
-    from xover.domain.presets import preset as get_preset
-    from xover.domain.shapes import tensor_table
-
-    terms = model_terms(tensor_table(get_preset("qwen3-30b-a3b")))
-    spec = spec_from_dict(
-        {
-            "model": {"preset": "qwen3-30b-a3b"},
-            "study": {"lengths": [ctx - 1024], "vram-budget": str(budget)},
-            "config": [{"name": "fit", "n-cpu-moe": "fit"}],
-        }
-    )
-    _, records = resolve_fits(spec, terms)
-    return terms, records
-
-
 def test_the_kv_cache_types_change_the_kv_buffer_as_llama_cpp_sizes_it() -> None:
     from xover.analysis.theory import model_terms
     from xover.domain.presets import preset as get_preset
@@ -201,7 +183,7 @@ def test_budget_aware_placement_moves_the_level_with_the_ubatch_and_the_kv_cache
     from xover.measure.fit import placer
 
     ctx = 32768 + 1024
-    terms, records = _qwen3_budget_records(16 * GIB, ctx)
+    terms, records = qwen3_budget_records(16 * GIB, ctx)
     (record,) = records
     first = int(record["n_cpu_moe"])
     place = placer(terms, records)
@@ -222,7 +204,7 @@ def test_budget_aware_placement_moves_the_level_with_the_ubatch_and_the_kv_cache
     from xover.analysis.theory import memory_estimate
 
     tight = memory_estimate(terms, terms.n_layer, ctx, 512, True).total_bytes + GIB + (64 << 20)
-    terms, records = _qwen3_budget_records(tight, ctx)
+    terms, records = qwen3_budget_records(tight, ctx)
     place = placer(terms, records)
     assert place is not None and place(base, "fit").n_cpu_moe == terms.n_layer
     with pytest.raises(XoverError, match=r"could not place under the budget: .* GiB at [0-9,]+ tokens of context"):
@@ -288,7 +270,7 @@ def test_a_trial_is_placed_with_the_compute_buffer_its_base_configuration_logged
     from xover.measure.fit import calibration, placer
 
     ctx = 32768 + 1024
-    terms, records = _qwen3_budget_records(16 * GIB, ctx)
+    terms, records = qwen3_budget_records(16 * GIB, ctx)
     (record,) = records
     n = int(record["n_cpu_moe"])
     base = LlamaConfig("fit", (("n-cpu-moe", str(n)),))

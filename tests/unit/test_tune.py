@@ -297,11 +297,11 @@ def test_deep_depths_are_planned_from_what_the_defaults_measured() -> None:
     # 10 processes of 30 s at the cheap depths; 16K at 500 t/s costs each process 2 x 32.8 s: 656 s more
     plan = advise.plan_depths((0, 1024), (16384,), prefill_tps=500.0, per_process_s=30.0, processes=10, allowance_s=600)
     assert plan.depths == (0, 1024) and plan.left_out == ((16384, pytest.approx(655.36)),)
-    assert "d16,384 (about 10.9 min more)" in plan.describe(10)
+    assert "d16,384 (about 10.9 min more)" in plan.describe()
     roomy = advise.plan_depths(
         (0, 1024), (16384,), prefill_tps=500.0, per_process_s=30.0, processes=10, allowance_s=1e4
     )
-    assert roomy.depths == (0, 1024, 16384) and roomy.left_out == () and roomy.describe(10) == ""
+    assert roomy.depths == (0, 1024, 16384) and roomy.left_out == () and roomy.describe() == ""
     # a study without a budget searches every depth it wants
     assert advise.plan_depths(
         (0,), (8192,), prefill_tps=1.0, per_process_s=1e3, processes=99, allowance_s=None

@@ -541,7 +541,7 @@ def run_tune(
             emit("info", f"{config.name}: not searching {opts.option(knob_name).short}: {why}", None, None)
         at = plan_depths(spec, knobs, base, per_process, len(todo))
         if at.left_out:
-            emit("info", f"{config.name}: search {at.describe(search_processes(knobs) + 2 * spec.rounds)}", None, None)
+            emit("info", f"{config.name}: search {at.describe()}", None, None)
         if max(chunk(knobs), own_ub) != chunk_tokens or at.depths != sweep.depths:  # candidates, ubatch, depths
             chunk_tokens = max(chunk(knobs), own_ub)
             sweep = probe_runner.sweep(at.depths, chunk_tokens, spec.tg, spec.tune_repetitions)

@@ -332,14 +332,15 @@ class DepthPlan:
 
     depths: tuple[int, ...]
     left_out: tuple[tuple[int, float], ...] = ()  # (depth, seconds it would add to the search)
+    processes: int = 0  # the llama-bench processes the costs were planned over
 
-    def describe(self, processes: int) -> str:
+    def describe(self) -> str:
         """What was left out and why, in a line; empty where nothing was."""
         if not self.left_out:
             return ""
         what = ", ".join(f"d{d:,} (about {s / 60:.1f} min more)" for d, s in self.left_out)
         return (
-            f"left out {what} over its {processes} llama-bench processes, past its share of the study's budget: "
+            f"left out {what} over its {self.processes} llama-bench processes, past its share of the study's budget: "
             f"the scores rest on rates at depths {', '.join(f'{d:,}' for d in self.depths)}"
         )
 
@@ -367,7 +368,7 @@ def plan_depths(
     kept = sorted(set(cheap))
     extra = [d for d in sorted(set(wanted)) if d not in kept]
     if allowance_s is None:
-        return DepthPlan(tuple(sorted({*kept, *extra})))
+        return DepthPlan(tuple(sorted({*kept, *extra})), processes=processes)
     total = processes * per_process_s
     left: list[tuple[int, float]] = []
     for d in extra:
@@ -377,4 +378,4 @@ def plan_depths(
             total += cost
         else:
             left.append((d, cost))
-    return DepthPlan(tuple(sorted(kept)), tuple(left))
+    return DepthPlan(tuple(sorted(kept)), tuple(left), processes)
