@@ -9,16 +9,18 @@ import gzip
 import shutil
 import sqlite3
 from collections import Counter
+from itertools import combinations
 from pathlib import Path
 
 import pytest
 
+from xover.analysis.crossover import separation
 from xover.analysis.theory import model_terms
 from xover.domain.presets import preset
 from xover.domain.shapes import tensor_table
 from xover.domain.study_spec import load_spec
 from xover.measure.resume import pending
-from xover.results.read_model import load
+from xover.results.read_model import cached_inputs, crossover_inputs, load
 from xover.results.store import SCHEMA_VERSION, Store
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -127,7 +129,8 @@ def test_a_committed_study_resumes_without_measuring_again(
 
 REPORTS = ("h200-16gib-qwen3-30b-a3b", "h200-gpt-oss-120b-budgets/g24", "h200-gpt-oss-120b-budgets/g32",
            "h200-qwen3-30b-a3b", "h200-smoke", "h200-engines", "h200-engines/rerun-2026-12-03e",
-           "h200-backends/qwen3-30b-a3b/lease-2026-12-04", "h200-backends/qwen3-30b-a3b/lease-2026-12-04b")  # fmt: skip
+           "h200-backends/qwen3-30b-a3b/lease-2026-12-04", "h200-backends/qwen3-30b-a3b/lease-2026-12-04b",
+           "h200-backends/qwen3-30b-a3b")  # fmt: skip
 
 
 @pytest.mark.parametrize("study", REPORTS)
@@ -148,27 +151,23 @@ def test_the_committed_stores_are_of_this_schema() -> None:
         assert version == (str(SCHEMA_VERSION),) and kinds <= {"llama"}, path
 
 
+def calls(study: str) -> dict[tuple[str, str, str, int], int]:
+    data = load(ROOT / "studies" / study)
+    out = {}
+    for kind, configs in (("cold", crossover_inputs(data)), ("cached", cached_inputs(data))):
+        by = {c.label: c for c in configs}
+        for a, b in combinations(sorted(by), 2):
+            for n in sorted(set(by[a].ttft_s) & set(by[b].ttft_s)):
+                out[(kind, a, b, n)] = separation(by[a], by[b], n, 200)
+    return out
+
+
 def test_the_engines_rerun_reverses_no_call() -> None:
     """The H200 engines study and its rerun in the same lease (rerun-2026-12-03e: the same checks and tuning, the
     rounds measured afresh in a store of its own) call every pair of configurations at every length, cold and on
     cached turns, by the same rule the report uses. A pair one store calls and the other calls the other way would
     be a winner a rerun reverses. The README's account: of 36 comparisons, 18 called alike, 15 indistinguishable in
     both, 3 called in one store only, none reversed."""
-    from itertools import combinations
-
-    from xover.analysis.crossover import separation
-    from xover.results.read_model import cached_inputs, crossover_inputs
-
-    def calls(study: str) -> dict[tuple[str, str, str, int], int]:
-        data = load(ROOT / "studies" / study)
-        out = {}
-        for kind, configs in (("cold", crossover_inputs(data)), ("cached", cached_inputs(data))):
-            by = {c.label: c for c in configs}
-            for a, b in combinations(sorted(by), 2):
-                for n in sorted(set(by[a].ttft_s) & set(by[b].ttft_s)):
-                    out[(kind, a, b, n)] = separation(by[a], by[b], n, 200)
-        return out
-
     first, rerun = calls("h200-engines"), calls("h200-engines/rerun-2026-12-03e")
     assert first.keys() == rerun.keys() and len(first) == 36
     assert not [k for k in first if first[k] * rerun[k] == -1]  # reversed
@@ -184,3 +183,19 @@ def test_the_engines_rerun_reverses_no_call() -> None:
     for store in (first, rerun):
         assert all(store[("cold", "ik_llama.cpp", "llama.cpp", n)] == -1 for n in (1024, 4096, 16384, 32768))
         assert all(store[("cold", "ik_llama.cpp tuned", "llama.cpp tuned", n)] == 0 for n in (1024, 4096, 16384, 32768))
+
+
+def test_the_backends_rerun_reverses_no_call() -> None:
+    """Lease 3 of h200-backends measured qwen3-30b-a3b's rounds afresh on lease 2's tuning, with the longer Vulkan
+    warm-up. Lease 2 (2 rounds of the tuned variants, 3 at the defaults) called 19 comparisons; lease 3 (3 rounds of
+    all eight) calls those 19 the same way, reverses none, and calls 136 more that lease 2 could not part."""
+    lease2, lease3 = calls("h200-backends/qwen3-30b-a3b/lease-2026-12-04b"), calls("h200-backends/qwen3-30b-a3b")
+    assert lease2.keys() == lease3.keys() and len(lease2) == 168
+    assert not [k for k in lease2 if lease2[k] * lease3[k] == -1]  # reversed
+    assert sum(lease2[k] == lease3[k] != 0 for k in lease2) == 19
+    assert not [k for k in lease2 if lease2[k] != 0 and lease3[k] == 0]  # called by lease 2 alone
+    # the headline: CUDA beats Vulkan tuned, at every cold length and on every cached turn, with or without experts on
+    # the CPU
+    for a, b in (("cuda-gpu tuned", "vk-gpu tuned"), ("cuda-cpu12 tuned", "vk-cpu12 tuned")):
+        assert all(lease3[("cold", a, b, n)] == -1 for n in (1024, 4096, 16384, 32768))
+        assert all(lease3[("cached", a, b, n)] == -1 for n in (512, 2048))
