@@ -224,3 +224,56 @@ def test_an_upstream_that_dies_mid_stream_is_an_error_to_the_client(
     assert len(recorded.turns) == 1
     (broken,) = [json.loads(x) for x in rec.read_text().splitlines() if '"event":' in x]
     assert "upstream broke" in broken["recorded"]["error"]
+
+
+def test_shape_only_keeps_no_text_and_replays_the_same_token_counts(server: str, tmp_path: Path) -> None:
+    """The client's session goes through two proxies in a chain, a full recording in front of a shape-only one, so
+    both record the same traffic. The shape-only file holds none of the session's text, only token lengths and
+    keyed hashes; realized as synthetic text on the same server, every turn's prompt is within 1% of the tokens the
+    server counted for the real text, and the blocks the conversation resends are the same text again (a shared
+    prefix the server's cache serves)."""
+    import asyncio
+
+    from openai import OpenAI
+
+    from xover.client.chat import ChatClient
+    from xover.domain.turn_shape import is_shape_only, loads_shapes, realize
+    from xover.measure.session import text_of_tokens
+
+    full, shape, key = tmp_path / "full.jsonl", tmp_path / "shape.jsonl", tmp_path / "k.key"
+    inner, inner_url = _proxy(server, shape, tmp_path, "--shape-only", "--key-file", str(key))
+    outer, url = _proxy(inner_url, full, tmp_path)
+    session = generate(SESSION)
+    try:
+        client = OpenAI(base_url=f"{url}/v1", api_key="none")
+        for turn in session.turns:
+            stream = client.chat.completions.create(
+                model="tiny", messages=list(turn.messages), max_tokens=ANSWER, stream=True, extra_body=EOS
+            )  # type: ignore[arg-type]
+            for _ in stream:
+                pass
+    finally:
+        for p in (outer, inner):
+            p.send_signal(signal.SIGINT)
+            assert p.wait(timeout=30) == 0
+    assert os.stat(shape).st_mode & 0o777 == 0o600 and os.stat(key).st_mode & 0o777 == 0o600
+    text = shape.read_text(encoding="utf-8")
+    assert is_shape_only(text) and not is_shape_only(full.read_text(encoding="utf-8"))
+    words = {w for t in session.turns for m in t.messages for w in str(m["content"]).split() if len(w) >= 12}
+    assert len(words) > 50 and not [w for w in words if w in text]  # no text of the session is in the file
+    assert key.read_bytes() not in text.encode() and key.read_bytes().hex() not in text
+    shapes = loads_shapes(text, "shape.jsonl")
+    counted = [json.loads(x)["recorded"]["prompt_tokens"] for x in full.read_text().splitlines() if '"turn":' in x]
+    assert len(shapes.turns) == len(counted) == 20
+
+    async def replayed() -> list[int]:
+        async with ChatClient(server) as c:
+            texts = {b: await text_of_tokens(c, b) for b in shapes.blocks()}
+            real = realize(shapes, texts.__getitem__)
+            return [len(await c.prompt_tokens(t.messages)) for t in real.turns]
+
+    tokens = asyncio.run(replayed())
+    for n, (got, want) in enumerate(zip(tokens, counted, strict=True)):
+        assert abs(got - want) <= 0.01 * want, (n, got, want)
+    # the resent conversation is a shared prefix again: turn 1's messages open with turn 0's, block for block
+    assert shapes.turns[1].messages[: len(shapes.turns[0].messages)] == shapes.turns[0].messages

@@ -36,7 +36,20 @@ from xover.console import console, safe
     type=click.IntRange(min=1024),
     help="Largest request body in bytes; a larger one is refused and forwarded nowhere.",
 )
-def record(upstream: str, out: Path, host: str, port: int, max_body: int) -> None:
+@click.option(
+    "--shape-only",
+    is_flag=True,
+    help="Keep no text: per message its role, per block its token length and a keyed hash (see below).",
+)
+@click.option(
+    "--key-file",
+    type=click.Path(path_type=Path, dir_okay=False),
+    default=None,
+    help="The key of --shape-only's hashes (made, 0600, where missing). [default: record.key in xover's cache]",
+)
+def record(
+    upstream: str, out: Path, host: str, port: int, max_body: int, shape_only: bool, key_file: Path | None
+) -> None:
     """Record your agent's real turns: point the client at this proxy instead of llama-server.
 
     \b
@@ -49,10 +62,17 @@ def record(upstream: str, out: Path, host: str, port: int, max_body: int) -> Non
     decode as your client saw them, and the time since the previous request. Chat requests are also the turns of an
     xover-session/1 file: `xover session --workload rec.jsonl` replays them.
 
-    The recording holds your prompts and code: it is written 0600, on this machine only. Ctrl-C stops the proxy;
-    every completed request is already on disk.
+    What each mode stores. Full (the default): every chat request's messages and the reply, as sent and received,
+    with the timings above: your prompts and code, written 0600, on this machine only. --shape-only: no text at all;
+    per message its role, per block of text (a message's content, each text part, its tool calls) the block's length
+    in the server's tokens and an HMAC-SHA256 of it under a key kept in --key-file, never in the recording; plus the
+    same timings. Equal blocks hash alike, so the shared prefixes and rewritten context that decide the server's
+    cache are kept; `xover session` and `xover study --workload` replay it with synthetic text of the same token
+    lengths.
+
+    Ctrl-C stops the proxy; every completed request is already on disk.
     """
-    from xover.proxy.record import Seen, serve
+    from xover.proxy.record import Seen, serve, shape_key
 
     def show(seen: Seen) -> None:
         cached = f", {seen.cached_tokens:,} from cache" if seen.cached_tokens is not None else ""
@@ -64,5 +84,6 @@ def record(upstream: str, out: Path, host: str, port: int, max_body: int) -> Non
                  f"{ttft}{decode}{err}")
         )  # fmt: skip
 
-    serve(upstream, out, host, port, max_body, on_seen=show,
-          on_ready=lambda url: console.print(safe(f"recording to {out}; point your client at {url}/v1")))  # fmt: skip
+    mode = " (shape-only: no text)" if shape_only else ""
+    serve(upstream, out, host, port, max_body, on_seen=show, key=shape_key(key_file) if shape_only else None,
+          on_ready=lambda url: console.print(safe(f"recording to {out}{mode}; point your client at {url}/v1")))  # fmt: skip

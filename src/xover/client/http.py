@@ -154,6 +154,14 @@ class LlamaClient:
             raise self._fail("POST /tokenize at", "no 'tokens' list in the response")
         return [int(t) for t in tokens]
 
+    async def detokenize(self, tokens: Sequence[int]) -> str:
+        """The text of ``tokens`` (``/detokenize``)."""
+        out = await self.post_json("/detokenize", {"tokens": list(tokens)})
+        content = out.get("content") if isinstance(out, dict) else None
+        if not isinstance(content, str):
+            raise self._fail("POST /detokenize at", "no 'content' string in the response")
+        return content
+
     async def stream_raw(self, path: str, body: dict[str, Any]) -> RawStream:
         """POST a streamed request to ``path``; every body chunk is timestamped on arrival.
 

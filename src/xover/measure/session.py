@@ -41,6 +41,7 @@ from xover.client.chat import ChatClient, chat_body
 from xover.domain.config import LlamaConfig, command_configs
 from xover.domain.llama_options import LlamaOption
 from xover.domain.records import Failure, SessionTurn
+from xover.domain.turn_shape import Block, ShapeSession, filler, is_shape_only, loads_shapes, realize, turn_count
 from xover.domain.workload import (
     Session,
     WorkloadSpec,
@@ -196,11 +197,17 @@ async def run_session_async(
         text = workload_path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as e:
         raise XoverError(f"cannot read the workload {workload_path} ({e}): fix --workload") from None
-    session = loads(text, source=str(workload_path))
-    if not exact:
-        check_feedable(session)
     log_dir = study_dir / "logs"
     fit_off = has_flag(binaries.server, "-fit")
+    if is_shape_only(text):
+        shapes = loads_shapes(text, source=str(workload_path))
+        session = await realize_on_server(binaries, model, configs[0], shapes, log_dir, fit_off, startup_timeout_s)
+        on_event(Note(f"{workload_path} is shape-only: replayed as synthetic text of its {len(shapes.blocks()):,} "
+                      "blocks' token lengths, equal where their hashes are equal"))  # fmt: skip
+    else:
+        session = loads(text, source=str(workload_path))
+    if not exact:
+        check_feedable(session)
     if ctx_size is None:
         sized = await size_context(
             binaries, model, configs[0], session, exact, response_tokens, log_dir, fit_off, startup_timeout_s
@@ -238,6 +245,38 @@ def _blocking(coroutine: Callable[P, Coroutine[Any, Any, T]]) -> Callable[P, T]:
 
 run_session = _blocking(run_session_async)
 """:func:`run_session_async`, synchronous: runs its own event loop."""
+
+
+async def text_of_tokens(client: ChatClient, block: Block) -> str:
+    """Synthetic text of exactly ``block.tokens`` tokens of the server's vocabulary: the block's :func:`filler`,
+    drafted long enough, tokenized, cut to the length and turned back into text."""
+    if block.tokens == 0:
+        return ""
+    chars = block.tokens * 6 + 32
+    while len(ids := await client.tokenize(filler(block.hash, chars), add_special=False)) < block.tokens:
+        chars *= 2
+    return await client.detokenize(ids[: block.tokens])
+
+
+async def realize_on_server(
+    binaries: Binaries,
+    model: Path,
+    config: LlamaConfig,
+    shapes: ShapeSession,
+    log_dir: Path,
+    fit_off: bool = True,
+    startup_timeout_s: float = 600.0,
+) -> Session:
+    """A shape-only session as synthetic text in ``model``'s tokens, made on a small CPU-only server of
+    ``config``'s build (as the sizing server is)."""
+    cpu_only = config.with_values({"n-gpu-layers": "0"}, name="shapes")
+    spec = ServerLaunch(cpu_only, model, context_size(PROBE_PROMPT_TOKENS, 1), fit_off=fit_off)
+    async with (
+        LlamaServer(binaries.for_config(config).server, spec, log_dir, startup_timeout_s=startup_timeout_s) as srv,
+        ChatClient(srv.url) as client,
+    ):
+        texts = {b: await text_of_tokens(client, b) for b in sorted(shapes.blocks(), key=lambda b: (b.hash, b.tokens))}
+    return realize(shapes, texts.__getitem__)
 
 
 async def size_context(
@@ -621,7 +660,7 @@ def replay_session(
     else:
         assert request.workload is not None
         path = request.workload
-    n_turns = len(loads(path.read_text(encoding="utf-8"), source=str(path)).turns)
+    n_turns = turn_count(path.read_text(encoding="utf-8"), source=str(path))
     on_event(dataclasses.replace(started, total=len(configs) * len(request.modes) * n_turns))
 
     def forward(ev: SessionEvent) -> None:

@@ -14,6 +14,10 @@ Each chat request is also a turn of an ``xover-session/1`` recording (:mod:`xove
 the recorded reply, so ``xover session --workload`` replays it. Completion requests (``/v1/completions``,
 ``/completion``) are recorded as events beside the turns (their timings, not a turn).
 
+With ``shape_only`` a chat turn keeps no text: per message its role, per block of text its token length (the
+upstream server's ``/tokenize``, asked once per distinct block) and a keyed hash (:mod:`xover.domain.turn_shape`);
+the key stays in a file of its own on this machine (:func:`shape_key`), never in the recording.
+
 The recording is append-only JSONL, flushed after every request, written ``0600``: a proxy killed with SIGKILL
 leaves every completed request readable. A request body that is not JSON, or larger than ``max_body``, is refused
 with an OpenAI-style error and forwarded nowhere. When the upstream dies mid-stream the client gets an OpenAI-style
@@ -26,6 +30,7 @@ Served with aiohttp, forwarded with httpx. Listens on 127.0.0.1 unless told othe
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 import os
 import time
@@ -37,10 +42,13 @@ import httpx
 from aiohttp import web
 
 from xover.client.chat import parse_chat_stream
+from xover.client.http import LlamaClient, RequestError
 from xover.domain.records import ServerTimings
 from xover.domain.sse import parse_completion_stream, timings_from_json
+from xover.domain.turn_shape import block_hash, blocks_to_count, shape_of
 from xover.domain.workload import FORMAT
 from xover.errors import XoverError
+from xover.paths import cache_root
 
 MAX_BODY = 32 << 20  # bytes: larger requests are refused (a 128K-token prompt of code is about 0.5 MB)
 CHAT = "/v1/chat/completions"
@@ -73,27 +81,60 @@ class Seen:
         return dataclasses.asdict(self)
 
 
+def shape_key(path: Path | None = None) -> bytes:
+    """The key of a shape-only recording's hashes: ``path``, else ``record.key`` in xover's cache; made (32 random
+    bytes, ``0600``) where it does not exist. The same key makes the same hashes, so recordings made with it can be
+    compared; it never goes into a recording."""
+    path = path or cache_root() / "record.key"
+    if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "wb") as f:
+            f.write(os.urandom(32))
+    key = path.read_bytes()
+    if len(key) < 16:
+        raise XoverError(f"the shape key {path} holds {len(key)} bytes, fewer than 16: delete it to make a new one")
+    return key
+
+
 class Recording:
     """The recording file: a header line when it is new, then one line a request, each flushed as it is written;
-    created ``0600`` (it holds the user's code and prompts)."""
+    created ``0600`` (it holds the user's code and prompts, or with a ``key`` only their shapes)."""
 
-    def __init__(self, path: Path, upstream: str) -> None:
+    def __init__(self, path: Path, upstream: str, key: bytes | None = None) -> None:
         self.path = path
+        self.key = key
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
         _drop_cut_line(path)
         self._f = os.fdopen(fd, "a", encoding="utf-8")
         self.turns = 0
         if path.stat().st_size == 0:
-            self._write({"format": FORMAT, "recorder": {"upstream": upstream, "max_body": MAX_BODY}})
+            recorder: dict[str, Any] = {"upstream": upstream, "max_body": MAX_BODY}
+            if key is not None:
+                recorder |= {"shape_only": True, "key_id": hashlib.sha256(key).hexdigest()[:8]}
+            self._write({"format": FORMAT, "recorder": recorder})
         else:
-            self.turns = sum(1 for line in path.read_text(encoding="utf-8").splitlines() if _is_turn(line))
+            lines = path.read_text(encoding="utf-8").splitlines()
+            self.turns = sum(1 for line in lines if _is_turn(line))
+            if self.turns and _is_shape(next(x for x in lines if _is_turn(x))) != (key is not None):
+                have = "shape-only" if key is None else "full"
+                raise XoverError(f"{path} holds {have} turns: record into a new file, or drop/add --shape-only")
 
     def _write(self, obj: Mapping[str, Any]) -> None:
         self._f.write(json.dumps(obj, sort_keys=True, ensure_ascii=False, separators=(",", ":")) + "\n")
         self._f.flush()
 
-    def turn(self, messages: list[Any], reply: str, seen: Seen) -> None:
-        self._write({"turn": self.turns, "messages": messages, "assistant": reply, "recorded": seen.to_body()})
+    def turn(self, messages: list[Any], reply: str, seen: Seen, tokens_of: Mapping[str, int] | None = None) -> None:
+        """One chat turn: its messages and reply, or with a key their shapes (``tokens_of`` holds every block's token
+        length, :func:`~xover.domain.turn_shape.blocks_to_count`)."""
+        line: dict[str, Any] = {"turn": self.turns, "recorded": seen.to_body()}
+        if self.key is None:
+            line |= {"messages": messages, "assistant": reply}
+        else:
+            assert tokens_of is not None
+            line |= {"shape": shape_of(messages, tokens_of, self.key),
+                     "assistant": [tokens_of[reply], block_hash(self.key, reply)]}  # fmt: skip
+        self._write(line)
         self.turns += 1
 
     def event(self, seen: Seen) -> None:
@@ -108,6 +149,10 @@ def _drop_cut_line(path: Path) -> None:
     data = path.read_bytes()
     if data and not data.endswith(b"\n"):
         os.truncate(path, data.rfind(b"\n") + 1)
+
+
+def _is_shape(line: str) -> bool:
+    return "shape" in json.loads(line)
 
 
 def _is_turn(line: str) -> bool:
@@ -209,6 +254,8 @@ class Proxy:
         self.max_body = max_body
         self.on_seen = on_seen or (lambda seen: None)
         self.client = httpx.AsyncClient(timeout=httpx.Timeout(None, connect=10.0))
+        self.tokenizer = LlamaClient(self.upstream, timeout_s=120.0)
+        self._tokens: dict[str, int] = {}  # a block's hash -> its tokens (shape-only: each block is asked once)
         self._previous: int | None = None
 
     def app(self) -> web.Application:
@@ -222,6 +269,7 @@ class Proxy:
 
     async def _close(self, app: web.Application) -> None:
         await self.client.aclose()
+        await self.tokenizer.aclose()
         self.recording.close()
 
     async def pass_get(self, request: web.Request) -> web.Response:
@@ -257,11 +305,27 @@ class Proxy:
         seen, reply = _seen(request.path, stream, up.status_code, arrived, since, chunks, error)
         # a turn is a completed answer; one that broke is kept as an event with its error
         if request.path == CHAT and isinstance(body.get("messages"), list) and seen.error is None:
-            self.recording.turn(body["messages"], reply, seen)
+            try:
+                self.recording.turn(body["messages"], reply, seen, await self._token_lengths(body["messages"], reply))
+            except RequestError as e:  # the answer went back; only its shape is lost
+                self.recording.event(dataclasses.replace(seen, error=f"shape-only: no token lengths ({e})"))
         else:
             self.recording.event(seen)
         self.on_seen(seen)
         return resp
+
+    async def _token_lengths(self, messages: list[Any], reply: str) -> dict[str, int] | None:
+        """Shape-only: every block's length in the upstream's tokens, asked after the answer has gone back."""
+        key = self.recording.key
+        if key is None:
+            return None
+        out = {}
+        for text in blocks_to_count(messages, reply):
+            h = block_hash(key, text)
+            if h not in self._tokens:
+                self._tokens[h] = len(await self.tokenizer.tokenize(text, add_special=False)) if text else 0
+            out[text] = self._tokens[h]
+        return out
 
     async def _relay(
         self, request: web.Request, up: httpx.Response
@@ -301,11 +365,13 @@ async def _quietly(call: Callable[[], Awaitable[Any]]) -> None:
 
 
 def serve(upstream: str, out: Path, host: str = "127.0.0.1", port: int = 8090, max_body: int = MAX_BODY,
-          on_seen: Callable[[Seen], None] | None = None, on_ready: Callable[[str], None] | None = None) -> None:  # fmt: skip
-    """Run the proxy until interrupted; the recording is complete up to the last finished request."""
+          on_seen: Callable[[Seen], None] | None = None, on_ready: Callable[[str], None] | None = None,
+          key: bytes | None = None) -> None:  # fmt: skip
+    """Run the proxy until interrupted; the recording is complete up to the last finished request. With ``key``
+    the recording is shape-only (:func:`shape_key`)."""
     if not upstream.startswith(("http://", "https://")):
         raise XoverError(f"--upstream {upstream!r} is not a URL: give the llama-server's, e.g. http://127.0.0.1:8080")
-    proxy = Proxy(upstream, Recording(out, upstream), max_body, on_seen)
+    proxy = Proxy(upstream, Recording(out, upstream, key), max_body, on_seen)
 
     async def ready(app: web.Application) -> None:
         if on_ready is not None:
