@@ -85,7 +85,7 @@ def test_content_parts_and_tool_calls_are_blocks() -> None:
     assert len(turn.messages[1]["content"]) == len(texts[1])  # the calls' tokens, as text
 
 
-def test_different_blocks_differ_from_their_first_character() -> None:
+def test_different_blocks_differ_at_once() -> None:
     a, b = filler("0123456789abcdef", 40), filler("fedcba9876543210", 40)
     assert a[0] != b[0] and len(a) == len(b) == 40 and filler("0123456789abcdef", 40) == a
     assert filler("0123456789abcdef", 8) == a[:8]

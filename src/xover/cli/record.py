@@ -16,8 +16,15 @@ from xover.console import console, safe
 @click.option(
     "--upstream",
     "-u",
-    required=True,
+    default=None,
     help="The llama-server (or ik_llama.cpp server) to forward to, e.g. http://127.0.0.1:8080.",
+)
+@click.option(
+    "--from-log",
+    type=click.Path(path_type=Path, dir_okay=False),
+    default=None,
+    help="Instead of a proxy: import the requests a llama-server (llama.cpp or ik_llama.cpp) already logged, at its "
+    "default verbosity, as a shape-only recording at --out.",
 )
 @click.option(
     "-o",
@@ -48,7 +55,14 @@ from xover.console import console, safe
     help="The key of --shape-only's hashes (made, 0600, where missing). [default: record.key in xover's cache]",
 )
 def record(
-    upstream: str, out: Path, host: str, port: int, max_body: int, shape_only: bool, key_file: Path | None
+    upstream: str | None,
+    from_log: Path | None,
+    out: Path,
+    host: str,
+    port: int,
+    max_body: int,
+    shape_only: bool,
+    key_file: Path | None,
 ) -> None:
     """Record your agent's real turns: point the client at this proxy instead of llama-server.
 
@@ -70,9 +84,21 @@ def record(
     cache are kept; `xover session` and `xover study --workload` replay it with synthetic text of the same token
     lengths.
 
+    --from-log FILE reads a server's log instead (its stderr, or --log-file): per request the prompt's tokens, the
+    prefix taken from the cache, the answer's tokens and the server's times, written as a shape-only recording (the
+    log holds no text); each turn is one message whose cached prefix repeats the slot's previous context.
+
     Ctrl-C stops the proxy; every completed request is already on disk.
     """
-    from xover.proxy.record import Seen, serve, shape_key
+    from xover.proxy.record import Seen, import_log, serve, shape_key
+
+    if (upstream is None) == (from_log is None):
+        raise click.UsageError("give --upstream URL (record through the proxy) or --from-log FILE (import a log)")
+    if from_log is not None:
+        engine, turns = import_log(from_log, out)
+        console.print(safe(f"{out}: {turns} requests from {from_log} ({engine}'s log), shape-only"))
+        return
+    assert upstream is not None
 
     def show(seen: Seen) -> None:
         cached = f", {seen.cached_tokens:,} from cache" if seen.cached_tokens is not None else ""

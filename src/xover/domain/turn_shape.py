@@ -19,7 +19,7 @@ A shape-only turn is a line of an ``xover-session/1`` file with ``"shape"`` wher
 (``"parts": true`` on a message whose content was a list of parts; ``"tool_calls": true`` where its last block was
 its tool calls). :func:`realize` turns it back into a :class:`~xover.domain.workload.Session` of synthetic text:
 every block becomes text of its recorded token length, the same text wherever the hash is the same, different text
-(from the first token) wherever it differs, so the server's prompt cache meets the same hits and misses. Making text
+(within its first few tokens: it opens with the hash) wherever it differs, so the server's prompt cache meets the same hits and misses. Making text
 of an exact token length needs the replaying model's tokenizer: the caller supplies it (:func:`filler` drafts, the
 server trims).
 """
@@ -199,7 +199,7 @@ _WORDS = (
 
 def filler(hash_: str, n_chars: int) -> str:
     """Deterministic text of ``n_chars`` characters for a block: it opens with the block's hash, so blocks of
-    different hashes differ from their first token, and goes on with words drawn from a generator seeded by it."""
+    different hashes differ within their first few characters, and goes on with words drawn from a generator seeded by it."""
     rng = random.Random(hash_)
     out, size = [hash_ + " "], len(hash_) + 1
     while size < n_chars:

@@ -44,6 +44,7 @@ from aiohttp import web
 from xover.client.chat import parse_chat_stream
 from xover.client.http import LlamaClient, RequestError
 from xover.domain.records import ServerTimings
+from xover.domain.server_log import parse_log, session_lines
 from xover.domain.sse import parse_completion_stream, timings_from_json
 from xover.domain.turn_shape import block_hash, blocks_to_count, shape_of
 from xover.domain.workload import FORMAT
@@ -362,6 +363,23 @@ async def _quietly(call: Callable[[], Awaitable[Any]]) -> None:
         await call()
     except (ConnectionResetError, ConnectionError):
         pass
+
+
+def import_log(log: Path, out: Path) -> tuple[str, int]:
+    """``xover record --from-log``: the requests of a llama-server's log (llama.cpp or ik_llama.cpp) as a shape-only
+    recording at ``out`` (new, ``0600``); the log's engine and the turns written."""
+    try:
+        text = log.read_text(encoding="utf-8", errors="replace")
+    except OSError as e:
+        raise XoverError(f"cannot read the log {log} ({e.strerror}): give llama-server's log file") from None
+    engine, requests = parse_log(text, str(log))
+    if out.exists() and out.stat().st_size:
+        raise XoverError(f"{out} exists: give --out a new file (a log is imported whole, not appended)")
+    fd = os.open(out, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        for line in session_lines(engine, requests, log.name):
+            f.write(json.dumps(line, sort_keys=True, separators=(",", ":")) + "\n")
+    return engine, len(requests)
 
 
 def serve(upstream: str, out: Path, host: str = "127.0.0.1", port: int = 8090, max_body: int = MAX_BODY,
