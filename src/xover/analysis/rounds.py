@@ -135,6 +135,18 @@ def paired_ratio(a: Mapping[int, float], b: Mapping[int, float]) -> RatioInterva
     return RatioInterval(math.exp(mean), math.exp(mean - half), math.exp(mean + half), n)
 
 
+def paired_difference(a: Mapping[int, float], b: Mapping[int, float]) -> tuple[float, float, float, int] | None:
+    """A's round values less B's (e.g. seconds waited over a recording), paired by round: the mean difference, its
+    95 % t interval and the rounds. None with fewer than 2 shared rounds."""
+    diffs = [a[r] - b[r] for r in sorted(set(a) & set(b))]
+    n = len(diffs)
+    if n < 2:
+        return None
+    mean = statistics.fmean(diffs)
+    half = t975(n - 1) * statistics.stdev(diffs) / math.sqrt(n)
+    return mean, mean - half, mean + half, n
+
+
 def rounds_to_settle(r: RatioInterval, most: int = MOST_ROUNDS) -> int | None:
     """The fewest rounds (more than ``r.n``, at least :data:`MIN_ROUNDS`) whose 95 % interval would exclude 1 if the
     observed mean log-ratio and the spread between rounds held; None where no number up to ``most`` would (the

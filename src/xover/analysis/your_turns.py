@@ -24,7 +24,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from xover.analysis.crossover import ConfigData, CostModel, fit_cost_model
-from xover.analysis.rounds import t975
+from xover.analysis.rounds import MIN_ROUNDS, paired_difference
 
 MIN_LENGTHS = 3  # the cost model's quadratic term needs three distinct lengths
 ROUND_TO = 256  # measured lengths are rounded up to this many tokens
@@ -173,20 +173,22 @@ class Saving:
 
     @property
     def separated(self) -> int:
-        """-1 when ``a`` keeps the user waiting less beyond the noise between rounds, +1 when ``b`` does, 0 else."""
+        """-1 when ``a`` keeps the user waiting less beyond the noise between rounds, +1 when ``b`` does, 0 else (or
+        with fewer rounds than a verdict needs)."""
+        if self.rounds < MIN_ROUNDS:
+            return 0
         return -1 if self.high_s < 0 else 1 if self.low_s > 0 else 0
 
 
 def saving(a: str, wait_a: Mapping[int, float], b: str, wait_b: Mapping[int, float], turns: int) -> Saving | None:
     """``a`` against ``b`` over the rounds both were measured in; None with fewer than two such rounds."""
-    shared = sorted(set(wait_a) & set(wait_b))
-    if len(shared) < 2:
+    interval = paired_difference(wait_a, wait_b)
+    if interval is None:
         return None
-    diffs = [wait_a[r] - wait_b[r] for r in shared]
-    mean = statistics.fmean(diffs)
-    half = t975(len(diffs) - 1) * statistics.stdev(diffs) / math.sqrt(len(diffs))
+    mean, low, high, n = interval
+    shared = sorted(set(wait_a) & set(wait_b))
     return Saving(a, b, turns, statistics.median(wait_a[r] for r in shared),
-                  statistics.median(wait_b[r] for r in shared), mean, mean - half, mean + half, len(shared))  # fmt: skip
+                  statistics.median(wait_b[r] for r in shared), mean, low, high, n)  # fmt: skip
 
 
 def _minutes(s: float) -> str:

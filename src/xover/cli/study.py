@@ -52,6 +52,15 @@ if TYPE_CHECKING:
     "the cache lab runs on the first one named).",
 )
 @options.vram_budget("study")
+@click.option(
+    "--workload",
+    type=click.Path(path_type=Path, dir_okay=False, exists=True),
+    default=None,
+    metavar="FILE",
+    help="Your own turns (xover record -o FILE, --shape-only or --from-log): the study measures the lengths, "
+    "cached turns, depth and answer length they need, replays them on every configuration, and answers in minutes "
+    "of waiting over them. Replaces the spec's lengths, cached-turns, cached-depth and response-tokens.",
+)
 @click.option("-q", "--quiet", is_flag=True, help="No progress bars; only the verdict and errors (for CI).")
 @click.option(
     "--progress-jsonl",
@@ -69,6 +78,7 @@ def study(
     skip: str,
     only_configs: str,
     vram_budget: str | None,
+    workload: Path | None,
     quiet: bool,
     progress_jsonl: IO[str] | None,
 ) -> None:
@@ -99,6 +109,10 @@ def study(
         from xover.hardware.vram import parse_budget
 
         spec = dataclasses.replace(spec, vram_budget=parse_budget(vram_budget))
+    if workload is not None:
+        import dataclasses
+
+        spec = dataclasses.replace(spec, workload=workload.resolve())
     out_dir = study_dir or Path("studies") / (spec_file.stem if spec_file else "default")
     emit, close = _progress(quiet, progress_jsonl)
     if intro and not quiet:

@@ -27,6 +27,7 @@ FIT_CHECK = "fit-check"  # the same records with llama.cpp's word on each level
 FOR_CACHED_SUFFIX = " tuned for cached turns"  # a variant tuned for the study's cached agentic turns (its name's end)
 TUNED = "-tuned"  # the suffix of the fit artifacts of the tuned variants (placed again for their own settings)
 TTFT_SKIPPED = "ttft-skipped"  # one per cold TTFT point a max-ttft skipped
+WORKLOAD = "workload"  # a study of a recording (``[study] workload``): its turns, as the recording counted them
 
 TUNE_SCHEMA = "xover.tune/1"
 FIT_SUFFIXES = ("", TUNED)  # the study's configurations, then their tuned variants
@@ -550,3 +551,29 @@ class SkippedPoint:
     @classmethod
     def from_body(cls, body: Any) -> SkippedPoint:
         return _flat(cls, body, TTFT_SKIPPED)
+
+
+@dataclasses.dataclass(frozen=True)
+class WorkloadRecord:
+    """The recording a study was sized from (artifact ``workload``): per turn the prompt's tokens, the prefix the
+    recording server took from its cache and the answer's tokens; what the report answers in minutes for."""
+
+    file: str  # the recording's file name
+    session_id: str  # its content hash (xover.domain.workload.session_id)
+    kind: str  # "full", "shape-only" or "log" (xover record --from-log)
+    turns: tuple[tuple[int, int, int], ...]  # (prompt, cached, answer)
+
+    def to_body(self) -> dict[str, Any]:
+        return {"file": self.file, "session_id": self.session_id, "kind": self.kind,
+                "turns": [list(t) for t in self.turns]}  # fmt: skip
+
+    @classmethod
+    def from_body(cls, body: Any) -> WorkloadRecord:
+        b = _mapping(body, WORKLOAD)
+        turns = b.get("turns")
+        if not isinstance(turns, list) or not all(
+            isinstance(t, list) and len(t) == 3 and all(isinstance(x, int) for x in t) for t in turns
+        ):
+            raise UnreadableArtifact("a workload artifact's turns must be [prompt, cached, answer] lists")
+        return cls(str(b.get("file", "")), str(b.get("session_id", "")), str(b.get("kind", "")),
+                   tuple((t[0], t[1], t[2]) for t in turns))  # fmt: skip

@@ -85,6 +85,10 @@ class StudySpec:
     # defaults to the replayed session's last cached context (its final size less one turn's new tokens).
     cached_new_tokens: tuple[int, ...] = ()
     cached_depth: int | None = None
+    # A recording of the user's own turns (xover record: full, shape-only or --from-log): the study measures what
+    # they need (lengths, cached turns and their depth, the answer length, from the recording), replays it as its
+    # session and answers in minutes of waiting over its turns (xover.analysis.your_turns).
+    workload: Path | None = None
 
     def __post_init__(self) -> None:
         validate_spec(self)
@@ -352,8 +356,12 @@ STUDY_KEYS = frozenset(
         "budget",
         "cached-turns",
         "cached-depth",
+        "workload",
     }
 )  # the [study] table's keys
+
+
+WORKLOAD_SIZES = ("cached-depth", "cached-turns", "lengths", "response-tokens")  # what a workload decides
 
 
 def _measure_keys(study: Mapping[str, Any], base_dir: Path | None) -> dict[str, Any]:
@@ -392,6 +400,14 @@ def _measure_keys(study: Mapping[str, Any], base_dir: Path | None) -> dict[str, 
         kwargs["band"] = (_k(band[0], "band"), _k(band[1], "band"))
     if "cache-length" in study:
         kwargs["cache_length"] = _k(study["cache-length"], "[study] cache-length")
+    if "workload" in study:
+        w = study["workload"]
+        if not isinstance(w, str) or not w.strip():
+            raise XoverError("[study] workload must be the path of a recording, e.g. 'rec.jsonl' (xover record -o)")
+        sized = sorted(k for k in WORKLOAD_SIZES if k in study)
+        if sized:
+            raise XoverError(f"[study] {sized[0]} is drawn from the workload's turns: drop it, or drop workload")
+        kwargs["workload"] = base_dir / w if base_dir is not None and not Path(w).is_absolute() else Path(w)
     if "skip" in study:
         kwargs["skip"] = frozenset(study["skip"])
     if "timeout" in study:

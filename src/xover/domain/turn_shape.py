@@ -231,3 +231,21 @@ def turn_count(text: str, source: str = "workload") -> int:
     if is_shape_only(text):
         return len(loads_shapes(text, source).turns)
     return len(loads(text, source).turns)
+
+
+def recorded_of(text: str) -> tuple[str, list[Mapping[str, Any] | None]]:
+    """A session file's kind ("full", "shape-only", or "log" for ``xover record --from-log``) and each turn's
+    ``recorded`` object (None where a turn has none: a generated session has none at all)."""
+    kind, out = "full", []
+    for raw in text.splitlines():
+        if not raw.strip():
+            continue
+        obj = json.loads(raw)
+        if not isinstance(obj, dict):
+            continue
+        if "format" in obj and isinstance(obj.get("recorder"), dict) and obj["recorder"].get("from_log"):
+            kind = "log"
+        elif "turn" in obj:
+            kind = "shape-only" if "shape" in obj and kind == "full" else kind
+            out.append(obj["recorded"] if isinstance(obj.get("recorded"), dict) else None)
+    return kind, out

@@ -21,13 +21,16 @@ from typing import Any
 
 from xover.analysis.pairs import headline, told_pairs
 from xover.analysis.theory import TheoryInputs, build_prediction, model_terms, offload_of
+from xover.analysis.your_turns import recorded_turns, study_sizes, summarize
 from xover.domain import artifacts, llama_options
-from xover.domain.artifacts import StudyRecord
+from xover.domain.artifacts import WORKLOAD, StudyRecord, WorkloadRecord
 from xover.domain.config import LlamaConfig
 from xover.domain.presets import preset
 from xover.domain.shapes import total_bytes
 from xover.domain.study_spec import STAGE_ORDER, StudySpec  # noqa: F401 (STAGE_ORDER re-exported)
-from xover.domain.workload import WorkloadSpec
+from xover.domain.turn_shape import recorded_of, turn_count
+from xover.domain.units import format_tokens
+from xover.domain.workload import WorkloadSpec, session_id
 from xover.errors import XoverError
 from xover.gguf.inspect import check_offload_and_context, inspect_gguf, model_context, model_table
 from xover.gguf.synth import write_model
@@ -270,18 +273,25 @@ def stage_session(st: Study) -> int:
     synthetic models' own replies re-tokenize into many more tokens than they were)."""
     spec, model, study_dir, emit = st.spec, st.model, st.study_dir, st.emit
 
-    system, target = spec.session_sizes
-    # Sizes are estimated as characters per token: about 4 for English and code on a real vocabulary, 1 on the
-    # byte-level vocabulary of xover's synthetic models (as `xover session` estimates them).
-    cpt = 1.0 if model_context(model).byte_vocab else 4.0
-    workload = sessionrun.write_workload(
-        study_dir,
-        WorkloadSpec(seed=0, turns=spec.session_turns, system_tokens=system, target_tokens=target, chars_per_token=cpt),
-    )
+    modes: tuple[str, ...]
+    if spec.workload is not None:  # the user's recording, once per configuration at the server's default cache
+        workload, modes = spec.workload, ("default",)
+        turns = turn_count(workload.read_text(encoding="utf-8"), str(workload))
+    else:
+        system, target = spec.session_sizes
+        # Sizes are estimated as characters per token: about 4 for English and code on a real vocabulary, 1 on the
+        # byte-level vocabulary of xover's synthetic models (as `xover session` estimates them).
+        cpt = 1.0 if model_context(model).byte_vocab else 4.0
+        workload = sessionrun.write_workload(
+            study_dir,
+            WorkloadSpec(seed=0, turns=spec.session_turns, system_tokens=system, target_tokens=target,
+                         chars_per_token=cpt),
+        )  # fmt: skip
+        modes, turns = sessionrun.MODES, spec.session_turns
     if not st.fresh_in("session") and load_if_any(study_dir).turn_rows:
         emit(StageEvent("session", "info", "session already replayed"))
         return 0
-    total = spec.session_turns * len(spec.configs) * len(sessionrun.MODES)
+    total = turns * len(spec.configs) * len(modes)
     done = 0
 
     def on_event(ev: object) -> None:
@@ -298,6 +308,7 @@ def stage_session(st: Study) -> int:
         model,
         workload,
         spec.configs,
+        modes,
         response_tokens=spec.session_response_tokens,
         exact=True,
         command=st.command,
@@ -352,6 +363,49 @@ def check_devices(config: LlamaConfig, binaries: Binaries) -> None:
             f"[[config]] {config.name!r}: its {backend} build ({binaries.bin_dir}) lists no {traits.ggml_name} "
             f"device (llama-bench --list-devices: {seen}): {traits.no_device}"
         )
+
+
+def sized_by_workload(spec: StudySpec, study_dir: Path, emit: Emit) -> StudySpec:
+    """A study of a recording (``[study] workload``): the recording's turns stored (artifact ``workload``) and the
+    spec's lengths, cached turns, their depth and the answer length drawn from them
+    (:func:`xover.analysis.your_turns.study_sizes`); ``spec`` itself without one."""
+    if spec.workload is None:
+        return spec
+    path = spec.workload
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as e:
+        raise XoverError(f"cannot read the workload {path} ({e}): give a recording (xover record -o FILE)") from None
+    turn_count(text, str(path))  # a malformed file is one line naming its line
+    kind, recorded = recorded_of(text)
+    turns = recorded_turns(recorded)
+    if not turns:
+        raise XoverError(
+            f"{path} holds no recorded timings (a generated session?): record your agent's turns with xover record, "
+            "or import a server's log with xover record --from-log"
+        )
+    sizes = study_sizes(turns)
+    with Store(study_dir) as store:
+        body = WorkloadRecord(path.name, session_id(text), kind, tuple((t.prompt, t.cached, t.answer) for t in turns))
+        store.add_artifact(None, WORKLOAD, body.to_body())
+    s = summarize(turns)
+    emit(StageEvent("model", "info", (
+        f"workload {path.name} ({kind}): {s.turns} turns, {s.cold} cold; new tokens a turn median "
+        f"{format_tokens(round(s.new.median))} (90% {format_tokens(round(s.new.p90))}), cached prefix median "
+        f"{format_tokens(round(s.depth.median))}, answers median {round(s.answer.median)} tokens; measured: cold "
+        f"{', '.join(format_tokens(n) for n in sizes.lengths)}"
+        + (f", cached turns of {', '.join(format_tokens(n) for n in sizes.cached_new_tokens)} new tokens on "
+           f"{format_tokens(sizes.cached_depth)}" if sizes.cached_depth else "")
+        + f", {sizes.response_tokens}-token answers")))  # fmt: skip
+    return dataclasses.replace(
+        spec,
+        lengths=sizes.lengths,
+        cached_new_tokens=sizes.cached_new_tokens,
+        cached_depth=sizes.cached_depth,
+        response_tokens=(sizes.response_tokens,),
+        decode_tokens=None,
+        session_response_tokens=sizes.response_tokens,
+    )
 
 
 def record_builds(spec: StudySpec, binaries: Binaries, study_dir: Path, emit: Callable[[StageEvent], None]) -> None:
@@ -437,6 +491,7 @@ class _Stages:
     def run(
         self, binaries: Binaries, fresh: frozenset[str], command: tuple[str, ...], report: Reporter | None
     ) -> StudyOutcome:
+        self.spec = sized_by_workload(self.spec, self.study_dir, self.emit)
         spec, emit = self.spec, self.emit
         started = time.perf_counter()
         record_builds(spec, binaries, self.study_dir, emit)  # before anything runs: each build found

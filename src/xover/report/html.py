@@ -40,7 +40,7 @@ from xover.domain.llama_options import build_name
 from xover.domain.records import TTFT_MODES, Provenance, TtftSample, backend_name
 from xover.domain.turn_kinds import AFTER_COLD
 from xover.domain.units import format_tokens
-from xover.report import advise, cache, plots, session
+from xover.report import advise, cache, plots, session, your_turns
 from xover.report.blocks import html_table, plain_md_table
 from xover.report.cached import cached_blocks, cached_ttft, cached_verdicts, turns_workload
 from xover.report.decode import decode_blocks
@@ -303,6 +303,7 @@ def build_report(
     # on cached turns also what tuning bought each configuration: where a configuration that holds no cached turn
     # takes part in every told pair (a placement for a short context), that is the only comparison they allow
     lines += cached_verdicts(data, [*told, *((_TUNED, b, v) for b, v in best.items())], response, configs)
+    lines += your_turns.verdicts(data, configs, [*((a, b) for _, a, b in told), *best.items()])
     lines += [drift_line(data, configs, response), *open_lines(tuple(full.values()))]
     if lines[1] is not None:  # builds compared: each runs at its own build's defaults
         own = "each build's defaults" if lines[1].startswith("Builds") else "each engine's defaults"
@@ -321,6 +322,11 @@ def build_report(
             )
         )
         images.append(("ttft", "Cold time to first token vs prompt length", plots.ttft_plot(configs)))
+    recording = data.workload()
+    if recording is not None and recording.turns:
+        images.append(
+            ("turns", "Your recorded turns: new tokens, cached prefix, answers", plots.turns_plot(recording.turns))
+        )
     depth = plots.depth_plot(data.bench)
     if depth is not None:
         images.append(("depth", "llama-bench prefill and decode vs depth", depth))
@@ -774,6 +780,9 @@ def render_html(report: Report) -> str:
     for turns in _turn_sections(report):
         if turns:
             parts.append(section_html(turns))
+    yours = your_turns.blocks(d, report.configs)
+    if yours:
+        parts.append(section_html(yours))
     desktop = translation_blocks(d, report.response)
     if desktop:
         parts.append(section_html(desktop))
@@ -850,7 +859,12 @@ def render_markdown(report: Report) -> str:
         text = section_markdown(section)
         if text:
             out += ["", text]
-    for section in (_tune_blocks(report), _decode_blocks(report), *_turn_sections(report)):
+    for section in (
+        _tune_blocks(report),
+        _decode_blocks(report),
+        *_turn_sections(report),
+        your_turns.blocks(d, report.configs),
+    ):
         text = section_markdown(section)
         if text:
             out += ["", text]

@@ -227,3 +227,32 @@ def depth_plot(bench: Sequence[tuple[str, BenchResult]]) -> bytes | None:
             ax.text(0.5, 0.5, "not measured", transform=ax.transAxes, ha="center", color="gray")
     fig.tight_layout()
     return _png(fig)
+
+
+def turns_plot(turns: Sequence[tuple[int, int, int]]) -> bytes:
+    """A recording's turns: new tokens per turn against the cached prefix they were added to (each a dot, sized by
+    its answer), with the new tokens' and the answers' distributions beside."""
+    plt = _plt()
+    fig, (ax, ax_new, ax_ans) = plt.subplots(1, 3, figsize=(12, 3.8), gridspec_kw={"width_ratios": [2, 1, 1]})
+    new = [max(p - c, 1) for p, c, _ in turns]
+    depth = [c for _, c, _ in turns]
+    answers = [a for _, _, a in turns]
+    top = max(answers) or 1
+    ax.scatter(depth, new, s=[12 + 60 * a / top for a in answers], alpha=0.6)
+    ax.set_yscale("log")
+    ax.xaxis.set_major_formatter(_k_formatter())
+    ax.yaxis.set_major_formatter(_k_formatter())
+    ax.set_xlabel("cached prefix (tokens)")
+    ax.set_ylabel("new tokens in the turn (log)")
+    ax.set_title(f"Your {len(turns)} recorded turns (dot size: answer length)")
+    ax.grid(True, which="both", alpha=0.3)
+    bins = np.logspace(0, math.log10(max(new) * 1.5), 20)
+    ax_new.hist(new, bins=bins)
+    ax_new.set_xscale("log")
+    ax_new.xaxis.set_major_formatter(_k_formatter())
+    ax_new.set_xlabel("new tokens per turn (log)")
+    ax_new.set_ylabel("turns")
+    ax_ans.hist(answers, bins=20)
+    ax_ans.set_xlabel("answer tokens")
+    fig.tight_layout()
+    return _png(fig)

@@ -252,6 +252,11 @@ class StudyData:
         found = self._records(art.PREDICTION, Prediction.from_body)
         return found[0] if found else None
 
+    def workload(self) -> art.WorkloadRecord | None:
+        """The recording the study was sized from (its latest ``workload`` artifact); None for other studies."""
+        found = self._records(art.WORKLOAD, art.WorkloadRecord.from_body)
+        return found[-1] if found else None
+
     def study_record(self) -> StudyRecord | None:
         """What the study stored of its spec (its latest ``study`` artifact); None for a store without one
         (``xover bench``, ``xover ttft``)."""
