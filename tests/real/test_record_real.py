@@ -277,3 +277,49 @@ def test_shape_only_keeps_no_text_and_replays_the_same_token_counts(server: str,
         assert abs(got - want) <= 0.01 * want, (n, got, want)
     # the resent conversation is a shared prefix again: turn 1's messages open with turn 0's, block for block
     assert shapes.turns[1].messages[: len(shapes.turns[0].messages)] == shapes.turns[0].messages
+
+
+def test_a_study_of_the_recorded_turns_answers_in_minutes(server: str, llama_bins, tmp_path: Path) -> None:
+    """A short session recorded through the proxy, then `xover study --workload`: the recording decides the lengths
+    and cached turns measured, the replay runs on both configurations, and the verdict is in the user's waiting
+    over the recorded turns, with the replay's measured waiting against the prediction in the report."""
+    from openai import OpenAI
+
+    from xover.results.read_model import load
+
+    rec = tmp_path / "rec.jsonl"
+    proc, url = _proxy(server, rec, tmp_path)
+    small = WorkloadSpec(seed=6, turns=5, system_tokens=256, target_tokens=2_500, rewrite_every=0, chars_per_token=1.0)
+    try:
+        client = OpenAI(base_url=f"{url}/v1", api_key="none")
+        for turn in generate(small).turns:
+            for _ in client.chat.completions.create(
+                model="tiny", messages=list(turn.messages), max_tokens=ANSWER, stream=True, extra_body=EOS
+            ):  # type: ignore[arg-type]
+                pass
+    finally:
+        proc.send_signal(signal.SIGINT)
+        proc.wait(timeout=30)
+    spec = Path(__file__).parent.parent.parent / "examples" / "your-turns.toml"
+    out = tmp_path / "study"
+    r = subprocess.run([sys.executable, "-m", "xover", "study", str(spec), "--workload", str(rec), "-o", str(out),
+                        "--llama-bin-dir", str(llama_bins.server.parent), "-q"],
+                       capture_output=True, text=True, timeout=900)  # fmt: skip
+    said = " ".join((r.stdout + r.stderr).split())
+    assert r.returncode == 0, said[-3000:]
+    assert "Your 5 recorded turns (rec.jsonl): waiting over all of them" in said
+    assert "Over your 5 recorded turns, ub" in said  # the pair, in the user's time
+    data = load(out)
+    w = data.workload()
+    assert w is not None and w.kind == "full" and len(w.turns) == 5 and w.turns[0][1] == 0
+    # the study measured what the turns need: cold lengths up to the longest context, answers of ANSWER tokens
+    longest = max(p for p, _, _ in w.turns)
+    lengths = sorted({s.length for _, s in data.cold_samples()})
+    assert len(lengths) == 3 and lengths[-1] >= longest and lengths[-1] - longest < 256
+    assert {s.length for samples in data.cached_samples().values() for _, s in samples}  # cached turns measured
+    # the replay: the recording itself, once per configuration at the server's default cache
+    assert sorted((s.label, s.mode, len(s.turns)) for s in data.session) == [("ub512", "default", 5),
+                                                                              ("ub64", "default", 5)]  # fmt: skip
+    report = (out / "report.md").read_text()
+    assert "## Your recorded turns" in report and "The replay against the prediction" in report
+    assert "new tokens a turn" in report and "Waiting over your turns, per configuration" in report

@@ -4,6 +4,7 @@ constructed data with known answers."""
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import pytest
 
@@ -84,3 +85,28 @@ def test_waiting_sums_every_turn_per_round_and_the_replay_is_checked_against_it(
     assert w[1] == w[2] == pytest.approx(sum(turn_wait(MODEL, t) for t in turns))
     check = replay_check("gpu", MODEL, [(t, turn_wait(MODEL, t) * 1.1) for t in turns])
     assert check.turns == 2 and check.off == pytest.approx(1 / 1.1 - 1)
+
+
+def test_the_spec_names_a_workload_and_leaves_its_sizes_to_it(tmp_path: Path) -> None:
+    from xover.domain.study_spec import spec_from_dict
+    from xover.errors import XoverError
+
+    doc = {"model": {"preset": "tiny-moe"}, "study": {"workload": "rec.jsonl"}, "config": [{"name": "a"}]}
+    assert spec_from_dict(doc, base_dir=tmp_path).workload == tmp_path / "rec.jsonl"
+    for key, value in (("lengths", [1024]), ("cached-turns", [512]), ("response-tokens", 64)):
+        bad = {**doc, "study": {"workload": "rec.jsonl", key: value}}
+        with pytest.raises(XoverError, match=f"\\[study\\] {key} is drawn from the workload's turns"):
+            spec_from_dict(bad, base_dir=tmp_path)
+    with pytest.raises(XoverError, match="workload must be the path of a recording"):
+        spec_from_dict({**doc, "study": {"workload": 3}})
+
+
+def test_a_recordings_kind_and_timings_are_read_from_its_lines() -> None:
+    from xover.domain.turn_shape import recorded_of
+
+    full = '{"format":"xover-session/1"}\n{"turn":0,"messages":[],"recorded":{"prompt_tokens":9}}\n'
+    shape = '{"turn":0,"shape":[],"recorded":{"prompt_tokens":9}}\n{"event":"request","recorded":{}}\n'
+    log = '{"format":"xover-session/1","recorder":{"from_log":"s.log"}}\n{"turn":0,"shape":[]}\n'
+    assert recorded_of(full) == ("full", [{"prompt_tokens": 9}])
+    assert recorded_of(shape) == ("shape-only", [{"prompt_tokens": 9}])
+    assert recorded_of(log) == ("log", [None])
