@@ -88,3 +88,34 @@ def test_a_real_servers_log_imports_as_its_turns(engine: str, request: pytest.Fi
     # the agent resends the conversation: later turns take a prefix from the cache, and the rewrite turn (3) less
     assert got[0][1] == 0 and all(c > 0 for _, c in got[1:])
     assert json.loads(out.read_text().splitlines()[0])["recorder"]["engine"] == engine
+
+
+def test_a_log_replays_as_synthetic_turns_with_the_same_tokens_and_cache_hits(llama_bins, tiny_model: Path,
+                                                                              tmp_path: Path) -> None:  # fmt: skip
+    """The imported log replayed by `xover session --workload` on the real server: each turn is synthetic text made
+    on the server's own tokenizer, its prompt within 1% of the tokens the log counted (the chat template's few tokens
+    on top), and the resent prefix is served from the slot's cache as it was in the logged session."""
+    from xover.results.read_model import load
+
+    log, turns, out = tmp_path / "server.log", tmp_path / "turns.jsonl", tmp_path / "replay"
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = int(s.getsockname()[1])
+    _serve_and_ask(llama_bins.server, tiny_model, log, port)
+    subprocess.run([sys.executable, "-m", "xover", "record", "--from-log", str(log), "-o", str(turns)], check=True,
+                   capture_output=True, timeout=60)  # fmt: skip
+    r = subprocess.run([sys.executable, "-m", "xover", "session", "-m", str(tiny_model), "--workload", str(turns),
+                        "--exact", "--cache-modes", "default", "-R", "8", "-o", str(out),
+                        "--llama-bin-dir", str(llama_bins.server.parent)],
+                       capture_output=True, text=True, timeout=600)  # fmt: skip
+    said = " ".join((r.stdout + r.stderr).split())
+    assert r.returncode == 0, said[-3000:]
+    assert "is shape-only: replayed as synthetic text" in said
+    logged = [t.recorded for t in loads_shapes(turns.read_text(), "turns.jsonl").turns]
+    (series,) = load(out).session
+    replayed = [(t.prompt_tokens, t.cached_tokens) for t in series.turns]
+    assert len(replayed) == len(logged) == SESSION.turns
+    for (prompt, cached), want in zip(replayed, logged, strict=True):
+        assert want is not None and prompt is not None and abs(prompt - want["prompt_tokens"]) <= 0.01 * prompt
+        if want["cached_tokens"]:  # a hit in the logged session is a hit in the replay
+            assert cached and cached >= 0.95 * want["cached_tokens"]

@@ -113,3 +113,19 @@ def test_a_bad_shape_line_is_one_line_naming_it(line: str, says: str) -> None:
 def test_events_are_skipped_and_a_file_without_turns_is_refused() -> None:
     with pytest.raises(XoverError, match="holds no turns"):
         loads_shapes('{"event": "request", "recorded": {}}\n', "rec.jsonl")
+
+
+def test_a_logs_turns_lose_the_templates_tokens_and_keep_their_shared_prefix() -> None:
+    from xover.domain.turn_shape import ShapeMessage, ShapeSession, ShapeTurn, from_log, without_template
+
+    a, n1 = Block(1000, "a" * 16), Block(400, "n" * 16)
+    turns = (ShapeTurn(0, (ShapeMessage("user", (a,)),), None),
+             ShapeTurn(1, (ShapeMessage("user", (a, n1)),), None))  # fmt: skip
+    shapes = ShapeSession(turns, {"format": "xover-session/1", "recorder": {"from_log": "s.log"}})
+    assert from_log(shapes) and not from_log(ShapeSession(turns))
+    trimmed = without_template(shapes, 50)
+    assert [m.blocks for t in trimmed.turns for m in t.messages] == [(Block(950, a.hash),), (Block(950, a.hash), n1)]
+    real = realize(trimmed, _by_chars)
+    first, second = (str(t.messages[0]["content"]) for t in real.turns)
+    assert second.startswith(first) and len(second) == 1350
+    assert without_template(shapes, 5000).turns[0].messages[0].blocks == (Block(0, a.hash),)

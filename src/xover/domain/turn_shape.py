@@ -209,6 +209,28 @@ def filler(hash_: str, n_chars: int) -> str:
     return "".join(out)[:n_chars]
 
 
+def from_log(shapes: ShapeSession) -> bool:
+    """Whether the session was imported from a server's log (``xover record --from-log``): its one message a turn
+    counts the whole prompt, the chat template's tokens included."""
+    recorder = shapes.header.get("recorder") if shapes.header else None
+    return isinstance(recorder, Mapping) and bool(recorder.get("from_log"))
+
+
+def without_template(shapes: ShapeSession, tokens: int) -> ShapeSession:
+    """``shapes`` with each turn's first block ``tokens`` shorter (never below 0): a log's prompt counts already hold
+    the chat template's tokens, which the replay's template adds again. A block keeps its hash, so the turns' shared
+    prefixes stay shared."""
+
+    def trimmed(m: ShapeMessage) -> ShapeMessage:
+        if not m.blocks:
+            return m
+        first = m.blocks[0]
+        return dataclasses.replace(m, blocks=(Block(max(first.tokens - tokens, 0), first.hash), *m.blocks[1:]))
+
+    turns = tuple(dataclasses.replace(t, messages=(trimmed(t.messages[0]), *t.messages[1:])) for t in shapes.turns)
+    return dataclasses.replace(shapes, turns=turns)
+
+
 def realize(shapes: ShapeSession, text_of: Callable[[Block], str]) -> Session:
     """The session as synthetic text: each block replaced by ``text_of(block)`` (text of the block's token length,
     the same for the same block), each message rebuilt with its role and its content as a string or as text parts

@@ -41,7 +41,17 @@ from xover.client.chat import ChatClient, chat_body
 from xover.domain.config import LlamaConfig, command_configs
 from xover.domain.llama_options import LlamaOption
 from xover.domain.records import Failure, SessionTurn
-from xover.domain.turn_shape import Block, ShapeSession, filler, is_shape_only, loads_shapes, realize, turn_count
+from xover.domain.turn_shape import (
+    Block,
+    ShapeSession,
+    filler,
+    from_log,
+    is_shape_only,
+    loads_shapes,
+    realize,
+    turn_count,
+    without_template,
+)
 from xover.domain.workload import (
     Session,
     WorkloadSpec,
@@ -275,6 +285,8 @@ async def realize_on_server(
         LlamaServer(binaries.for_config(config).server, spec, log_dir, startup_timeout_s=startup_timeout_s) as srv,
         ChatClient(srv.url) as client,
     ):
+        if from_log(shapes):  # its prompt counts hold the template's tokens, which the replay adds again
+            shapes = without_template(shapes, len(await client.prompt_tokens([{"role": "user", "content": ""}])))
         texts = {b: await text_of_tokens(client, b) for b in sorted(shapes.blocks(), key=lambda b: (b.hash, b.tokens))}
     return realize(shapes, texts.__getitem__)
 
