@@ -322,11 +322,7 @@ def build_report(
             )
         )
         images.append(("ttft", "Cold time to first token vs prompt length", plots.ttft_plot(configs)))
-    recording = data.workload()
-    if recording is not None and recording.turns:
-        images.append(
-            ("turns", "Your recorded turns: new tokens, cached prefix, answers", plots.turns_plot(recording.turns))
-        )
+    images += your_turns.images(data)
     depth = plots.depth_plot(data.bench)
     if depth is not None:
         images.append(("depth", "llama-bench prefill and decode vs depth", depth))
@@ -777,12 +773,9 @@ def render_html(report: Report) -> str:
         parts.append(section_html(link))
     parts.append(section_html(_tune_blocks(report)))
     parts.append(section_html(_decode_blocks(report)))
-    for turns in _turn_sections(report):
+    for turns in (*_turn_sections(report), your_turns.blocks(d, report.configs)):
         if turns:
             parts.append(section_html(turns))
-    yours = your_turns.blocks(d, report.configs)
-    if yours:
-        parts.append(section_html(yours))
     desktop = translation_blocks(d, report.response)
     if desktop:
         parts.append(section_html(desktop))

@@ -20,6 +20,7 @@ from xover.analysis.your_turns import (
     waiting,
 )
 from xover.domain.units import format_tokens
+from xover.report import plots
 from xover.report.blocks import Block, table
 from xover.results.read_model import StudyData
 
@@ -68,6 +69,14 @@ def verdicts(data: StudyData, configs: Sequence[ConfigData], pairs: Sequence[tup
         + "."
     )
     return [head, *(saving_line(s) for s in savings(data, configs, pairs))]
+
+
+def images(data: StudyData) -> list[tuple[str, str, bytes]]:
+    """The report's plot of the recorded turns, where the study was sized from a recording."""
+    w = data.workload()
+    if w is None or not w.turns:
+        return []
+    return [("turns", "Your recorded turns: new tokens, cached prefix, answers", plots.turns_plot(w.turns))]
 
 
 def _min(s: float) -> str:
