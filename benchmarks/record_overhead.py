@@ -48,14 +48,15 @@ def _healthy(url: str) -> None:
 
 def _one(client: httpx.Client, url: str, body: dict) -> tuple[float, float]:
     """Client TTFT (s) and decode rate (content events a second after the first) of one streamed request."""
-    times = []
+    times, seen = [], []
     t0 = time.perf_counter()
     with client.stream("POST", f"{url}/v1/chat/completions", json=body) as r:
         for line in r.iter_lines():
+            seen.append(line)
             if line.startswith("data: {") and '"delta":{"content"' in line.replace(" ", ""):  # a token's event
                 times.append(time.perf_counter())
     if len(times) < 2:
-        raise SystemExit(f"{url}: fewer than 2 token events (a model whose tokens llama-server holds back?)")
+        raise SystemExit(f"{url}: fewer than 2 token events (HTTP {r.status_code}: {' '.join(seen)[:300]!r})")
     return times[0] - t0, (len(times) - 1) / (times[-1] - times[0])
 
 

@@ -273,9 +273,23 @@ class Proxy:
         await self.tokenizer.aclose()
         self.recording.close()
 
+    async def _send(self, build: Callable[[], httpx.Request]) -> httpx.Response:
+        """Send a request built by ``build``, streamed, once more on a new connection where the kept-alive one was
+        dead: llama-server closes a connection after a streamed response without saying so, and the next request on
+        it fails before the server sees it (``Server disconnected without sending a response``), so sending it again
+        is safe. Timeouts and a refused connection are not retried."""
+        try:
+            return await self.client.send(build(), stream=True)
+        except (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError):
+            return await self.client.send(build(), stream=True)
+
     async def pass_get(self, request: web.Request) -> web.Response:
         try:
-            up = await self.client.get(self.upstream + request.path_qs, headers=_headers(request.headers))
+            up = await self._send(lambda: self.client.build_request(
+                "GET", self.upstream + request.path_qs, headers=_headers(request.headers)
+            ))  # fmt: skip
+            await up.aread()
+            await up.aclose()
         except httpx.TransportError as e:
             return openai_error(502, f"upstream {self.upstream} did not answer: {type(e).__name__}", "upstream_error")
         return web.Response(body=up.content, status=up.status_code, headers=_headers(up.headers))
@@ -295,11 +309,10 @@ class Proxy:
         if not isinstance(body, dict):
             return openai_error(400, "request body is not a JSON object: refused, forwarded nowhere")
         stream = bool(body.get("stream"))
-        upstream_request = self.client.build_request(
-            "POST", self.upstream + request.path_qs, content=raw, headers=_headers(request.headers)
-        )
         try:
-            up = await self.client.send(upstream_request, stream=True)
+            up = await self._send(lambda: self.client.build_request(
+                "POST", self.upstream + request.path_qs, content=raw, headers=_headers(request.headers)
+            ))  # fmt: skip
         except httpx.TransportError as e:
             return openai_error(502, f"upstream {self.upstream} did not answer: {type(e).__name__}", "upstream_error")
         resp, chunks, error = await self._relay(request, up)
