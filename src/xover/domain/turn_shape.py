@@ -34,7 +34,7 @@ import random
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from xover.domain.workload import FORMAT, Message, Session, Turn, loads
+from xover.domain.workload import FORMAT, Message, Session, Turn, json_lines, loads
 from xover.errors import XoverError
 
 HASH_HEX = 16  # 64 bits: collisions between a session's blocks are out of reach
@@ -133,16 +133,7 @@ def loads_shapes(text: str, source: str = "workload") -> ShapeSession:
     """Parse a shape-only session; every problem is one line naming the line to fix."""
     header: Mapping[str, Any] | None = None
     turns: list[ShapeTurn] = []
-    for n, raw in enumerate(text.splitlines(), start=1):
-        if not raw.strip():
-            continue
-        where = f"{source} line {n}"
-        try:
-            obj = json.loads(raw)
-        except json.JSONDecodeError as e:
-            raise XoverError(f"{where} is not JSON ({e.msg}): each line must be one JSON object") from None
-        if not isinstance(obj, dict) or ("event" in obj and "turn" not in obj):
-            continue
+    for where, obj in json_lines(text, source):
         if "format" in obj:
             if obj["format"] != FORMAT:
                 raise XoverError(f"{where}: format {obj['format']!r} is not {FORMAT!r}: record it with this xover")

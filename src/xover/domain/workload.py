@@ -300,10 +300,10 @@ def session_id(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
 
 
-def loads(text: str, source: str = "workload") -> Session:
-    """Parse and validate a session file; every problem is one line naming the line to fix."""
-    header: dict[str, Any] | None = None
-    turns: list[Turn] = []
+def json_lines(text: str, source: str) -> Iterator[tuple[str, dict[str, Any]]]:
+    """A session file's lines as JSON objects with where each stands (``source line N``), blank lines and a
+    recording's requests that are not turns (``xover record``'s events) left out; a line that is not a JSON object
+    is one error naming it."""
     for n, raw in enumerate(text.splitlines(), start=1):
         if not raw.strip():
             continue
@@ -314,8 +314,16 @@ def loads(text: str, source: str = "workload") -> Session:
             raise XoverError(f"{where} is not JSON ({e.msg}): each line must be one JSON object") from None
         if not isinstance(obj, dict):
             raise XoverError(f'{where} is not a JSON object: each line must be {{"turn": i, "messages": [...]}}')
-        if "event" in obj and "turn" not in obj:  # a recording's request that is not a turn (xover record)
+        if "event" in obj and "turn" not in obj:
             continue
+        yield where, obj
+
+
+def loads(text: str, source: str = "workload") -> Session:
+    """Parse and validate a session file; every problem is one line naming the line to fix."""
+    header: dict[str, Any] | None = None
+    turns: list[Turn] = []
+    for where, obj in json_lines(text, source):
         if "format" in obj:
             if turns or header is not None:
                 raise XoverError(f"{where}: a header line may only come first")

@@ -31,9 +31,10 @@ replies measures how many tokens a generated reply becomes when fed back. A conf
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import math
-from collections.abc import Callable, Coroutine, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Coroutine, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
@@ -257,6 +258,28 @@ run_session = _blocking(run_session_async)
 """:func:`run_session_async`, synchronous: runs its own event loop."""
 
 
+@contextlib.asynccontextmanager
+async def _cpu_server(
+    binaries: Binaries,
+    model: Path,
+    config: LlamaConfig,
+    name: str,
+    reply_tokens: int,
+    log_dir: Path,
+    fit_off: bool,
+    startup_timeout_s: float,
+) -> AsyncIterator[ChatClient]:
+    """A small CPU-only server of ``config``'s build (its chat template and tokenizer), with room for a short probe
+    prompt and a ``reply_tokens`` reply (tokenizing needs no context), and a client of it."""
+    cpu_only = config.with_values({"n-gpu-layers": "0"}, name=name)
+    spec = ServerLaunch(cpu_only, model, context_size(PROBE_PROMPT_TOKENS, reply_tokens), fit_off=fit_off)
+    async with (
+        LlamaServer(binaries.for_config(config).server, spec, log_dir, startup_timeout_s=startup_timeout_s) as srv,
+        ChatClient(srv.url) as client,
+    ):
+        yield client
+
+
 async def text_of_tokens(client: ChatClient, block: Block) -> str:
     """Synthetic text of exactly ``block.tokens`` tokens of the server's vocabulary: the block's :func:`filler`,
     drafted long enough, tokenized, cut to the length and turned back into text."""
@@ -279,12 +302,7 @@ async def realize_on_server(
 ) -> Session:
     """A shape-only session as synthetic text in ``model``'s tokens, made on a small CPU-only server of
     ``config``'s build (as the sizing server is)."""
-    cpu_only = config.with_values({"n-gpu-layers": "0"}, name="shapes")
-    spec = ServerLaunch(cpu_only, model, context_size(PROBE_PROMPT_TOKENS, 1), fit_off=fit_off)
-    async with (
-        LlamaServer(binaries.for_config(config).server, spec, log_dir, startup_timeout_s=startup_timeout_s) as srv,
-        ChatClient(srv.url) as client,
-    ):
+    async with _cpu_server(binaries, model, config, "shapes", 1, log_dir, fit_off, startup_timeout_s) as client:
         if from_log(shapes):  # its prompt counts hold the template's tokens, which the replay adds again
             shapes = without_template(shapes, len(await client.prompt_tokens([{"role": "user", "content": ""}])))
         texts = {b: await text_of_tokens(client, b) for b in sorted(shapes.blocks(), key=lambda b: (b.hash, b.tokens))}
@@ -304,13 +322,9 @@ async def size_context(
 ) -> Sized:
     """Tokenize every turn on a small CPU-only server (``config``'s, for its chat template) and size ``-c`` for
     the whole session."""
-    ctx = context_size(PROBE_PROMPT_TOKENS, response_tokens)  # tokenizing needs no context; the probe reply does
-    cpu_only = config.with_values({"n-gpu-layers": "0"}, name="sizing")
-    spec = ServerLaunch(cpu_only, model, ctx, fit_off=fit_off)
-    async with (
-        LlamaServer(binaries.for_config(config).server, spec, log_dir, startup_timeout_s=startup_timeout_s) as srv,
-        ChatClient(srv.url) as client,
-    ):
+    async with _cpu_server(
+        binaries, model, config, "sizing", response_tokens, log_dir, fit_off, startup_timeout_s
+    ) as client:
         turn_tokens = []
         for t in session.turns:
             msgs = messages_for_turn(session, t.index, None if exact else [""] * t.index)
