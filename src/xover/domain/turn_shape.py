@@ -250,12 +250,7 @@ def recorded_of(text: str) -> tuple[str, list[Mapping[str, Any] | None]]:
     """A session file's kind ("full", "shape-only", or "log" for ``xover record --from-log``) and each turn's
     ``recorded`` object (None where a turn has none: a generated session has none at all)."""
     kind, out = "full", []
-    for raw in text.splitlines():
-        if not raw.strip():
-            continue
-        obj = json.loads(raw)
-        if not isinstance(obj, dict):
-            continue
+    for _, obj in json_lines(text, "workload"):
         if "format" in obj and isinstance(obj.get("recorder"), dict) and obj["recorder"].get("from_log"):
             kind = "log"
         elif "turn" in obj:

@@ -11,7 +11,6 @@ from xover.analysis.crossover import ConfigData, fit_cost_model
 from xover.analysis.your_turns import (
     RecordedTurn,
     ReplayCheck,
-    Saving,
     distribution,
     replay_check,
     round_models,
@@ -41,21 +40,9 @@ def _waits(data: StudyData, configs: Sequence[ConfigData]) -> dict[str, dict[int
     return {k: v for k, v in out.items() if v}
 
 
-def savings(data: StudyData, configs: Sequence[ConfigData], pairs: Sequence[tuple[str, str]]) -> list[Saving]:
-    """Each pair's saving over the recorded turns (pairs measured in at least two shared rounds)."""
-    turns = _turns(data)
-    if not turns:
-        return []
-    waits = _waits(data, configs)
-    out = []
-    for a, b in dict.fromkeys(pairs):
-        if a != b and a in waits and b in waits and (s := saving(a, waits[a], b, waits[b], len(turns))) is not None:
-            out.append(s)
-    return out
-
-
 def verdicts(data: StudyData, configs: Sequence[ConfigData], pairs: Sequence[tuple[str, str]]) -> list[str]:
-    """The verdict lines in minutes of waiting: the ranking, then each told pair."""
+    """The verdict lines in minutes of waiting: the ranking, then each told pair's saving over the recorded turns
+    (pairs measured in at least two shared rounds)."""
     turns, w = _turns(data), data.workload()
     if not turns or w is None:
         return []
@@ -64,11 +51,13 @@ def verdicts(data: StudyData, configs: Sequence[ConfigData], pairs: Sequence[tup
         return []
     ranked = sorted(waits, key=lambda k: statistics.median(waits[k].values()))
     head = (
-        f"Your {len(turns)} recorded turns ({w.file}): waiting over all of them, predicted from each configuration's measured rounds: "
-        + ", ".join(f"{k} {_min(statistics.median(waits[k].values()))}" for k in ranked)
-        + "."
+        f"Your {len(turns)} recorded turns ({w.file}): waiting over all of them, predicted from each configuration's "
+        "measured rounds: " + ", ".join(f"{k} {_min(statistics.median(waits[k].values()))}" for k in ranked) + "."
     )
-    return [head, *(saving_line(s) for s in savings(data, configs, pairs))]
+    said = (
+        saving(a, waits[a], b, waits[b], len(turns)) for a, b in dict.fromkeys(pairs) if a != b and {a, b} <= set(waits)
+    )
+    return [head, *(saving_line(s) for s in said if s is not None)]
 
 
 def images(data: StudyData) -> list[tuple[str, str, bytes]]:
