@@ -143,15 +143,23 @@ def test_a_killed_proxy_leaves_every_completed_turn_readable(server: str, tmp_pa
     session = generate(SESSION)
     try:
         client = OpenAI(base_url=f"{url}/v1", api_key="none")
-        for turn in session.turns[:3]:
-            client.chat.completions.create(
-                model="tiny", messages=list(turn.messages), max_tokens=ANSWER, extra_body=EOS
-            )  # type: ignore[arg-type]
+        # the kill comes the moment the last answer is in the client's hands: non-streamed answers, then a stream
+        # read up to its [DONE] (the OpenAI client stops reading there)
+        for i, turn in enumerate(session.turns[:4]):
+            if i < 3:
+                client.chat.completions.create(
+                    model="tiny", messages=list(turn.messages), max_tokens=ANSWER, extra_body=EOS
+                )  # type: ignore[arg-type]
+            else:
+                for _ in client.chat.completions.create(
+                    model="tiny", messages=list(turn.messages), max_tokens=ANSWER, extra_body=EOS, stream=True
+                ):  # type: ignore[arg-type]
+                    pass
     finally:
         proc.send_signal(signal.SIGKILL)
         proc.wait(timeout=30)
     recorded = loads(rec.read_text(encoding="utf-8"), "rec.jsonl")
-    assert len(recorded.turns) == 3 and all(t.assistant for t in recorded.turns)  # non-streamed answers too
+    assert len(recorded.turns) == 4 and all(t.assistant for t in recorded.turns)
 
 
 def _slot_busy(server: str) -> bool:

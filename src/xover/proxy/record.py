@@ -18,8 +18,9 @@ With ``shape_only`` a chat turn keeps no text: per message its role, per block o
 upstream server's ``/tokenize``, asked once per distinct block) and a keyed hash (:mod:`xover.domain.turn_shape`);
 the key stays in a file of its own on this machine (:func:`shape_key`), never in the recording.
 
-The recording is append-only JSONL, flushed after every request, written ``0600``: a proxy killed with SIGKILL
-leaves every completed request readable. A request body that is not JSON, or larger than ``max_body``, is refused
+The recording is append-only JSONL, written ``0600``; a request's line is flushed before its answer ends for the
+client (the response's last bytes, a stream's ``data: [DONE]``), so a proxy killed with SIGKILL the moment a
+client has its answer leaves that request readable. A request body that is not JSON, or larger than ``max_body``, is refused
 with an OpenAI-style error and forwarded nowhere. When the upstream dies mid-stream the client gets an OpenAI-style
 error event and the stream ends; when the client disconnects, the upstream request is closed (llama-server stops
 generating for a closed connection).
@@ -173,6 +174,9 @@ def _sse_error(message: str) -> bytes:
     return f"data: {body}\n\n".encode()
 
 
+_DONE = b"data: [DONE]"
+
+
 def _headers(headers: Mapping[str, str]) -> dict[str, str]:
     return {k: v for k, v in headers.items() if k.lower() not in _DROP}
 
@@ -315,7 +319,7 @@ class Proxy:
             ))  # fmt: skip
         except httpx.TransportError as e:
             return openai_error(502, f"upstream {self.upstream} did not answer: {type(e).__name__}", "upstream_error")
-        resp, chunks, error = await self._relay(request, up)
+        resp, chunks, error, held = await self._relay(request, up)
         seen, reply = _seen(request.path, stream, up.status_code, arrived, since, chunks, error)
         # a turn is a completed answer; one that broke is kept as an event with its error
         if request.path == CHAT and isinstance(body.get("messages"), list) and seen.error is None:
@@ -326,6 +330,12 @@ class Proxy:
         else:
             self.recording.event(seen)
         self.on_seen(seen)
+        # the answer ends for the client only now, after its line is on disk: a proxy killed the moment the client
+        # has its answer has already recorded it
+        if error is None or not error.startswith("client"):
+            if held:
+                await _quietly(lambda: resp.write(held))
+            await _quietly(resp.write_eof)
         return resp
 
     async def _token_lengths(self, messages: list[Any], reply: str) -> dict[str, int] | None:
@@ -343,17 +353,23 @@ class Proxy:
 
     async def _relay(
         self, request: web.Request, up: httpx.Response
-    ) -> tuple[web.StreamResponse, list[tuple[int, bytes]], str | None]:
-        """Every chunk of ``up`` to the client as it arrives; the response, the chunks with their arrival times, and
-        what broke."""
+    ) -> tuple[web.StreamResponse, list[tuple[int, bytes]], str | None, bytes]:
+        """Every chunk of ``up`` to the client as it arrives; the response, the chunks with their arrival times, what
+        broke, and the chunk held back: a stream's ``data: [DONE]``, which ends the answer for a client that stops
+        reading there, goes out only after the turn is recorded."""
         resp = web.StreamResponse(status=up.status_code, headers=_headers(up.headers))
         chunks: list[tuple[int, bytes]] = []
         error = None
+        held = b""
+        sse = "text/event-stream" in up.headers.get("content-type", "")
         try:
             await resp.prepare(request)
             async for chunk in up.aiter_raw():
                 chunks.append((time.perf_counter_ns(), chunk))
-                await resp.write(chunk)
+                if held or (sse and _DONE in chunk):
+                    held += chunk
+                else:
+                    await resp.write(chunk)
         except httpx.TransportError as e:  # the upstream died mid-answer: the client hears it, OpenAI-style
             error = f"upstream broke after {sum(len(c) for _, c in chunks):,} bytes: {type(e).__name__}"
             await _tell(resp, up, error)
@@ -361,9 +377,7 @@ class Proxy:
             error = f"client disconnected ({type(e).__name__})"
         finally:
             await up.aclose()
-        if error is None or not error.startswith("client"):
-            await _quietly(resp.write_eof)
-        return resp, chunks, error
+        return resp, chunks, error, held
 
 
 async def _tell(resp: web.StreamResponse, up: httpx.Response, error: str) -> None:
