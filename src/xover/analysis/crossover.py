@@ -84,7 +84,7 @@ class Crossing:
 class PairResult:
     a: str
     b: str
-    response: int
+    response: int  # answer tokens a turn's total counts
     lengths: tuple[int, ...]
     total_a: tuple[float, ...]  # median-based totals at the measured lengths (s)
     total_b: tuple[float, ...]

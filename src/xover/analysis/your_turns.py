@@ -163,7 +163,7 @@ def waiting(models: Mapping[int, CostModel], turns: Sequence[RecordedTurn]) -> d
 class Saving:
     a: str
     b: str
-    turns: int
+    turns: int  # recorded turns the seconds are over
     a_s: float  # median over rounds of the seconds waited
     b_s: float
     diff_s: float  # mean over the paired rounds of a's seconds less b's

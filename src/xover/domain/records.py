@@ -85,10 +85,10 @@ class BenchResult:
     """One llama-bench test (e.g. ``pp512 @ d4000``) with every repetition kept."""
 
     config_key: str
-    n_prompt: int
+    n_prompt: int  # llama-bench's -p, -n and -d of the test
     n_gen: int
     n_depth: int
-    samples_ns: tuple[int, ...]
+    samples_ns: tuple[int, ...]  # one per repetition, warm-up excluded (llama-bench's own)
     samples_ts: tuple[float, ...]
     avg_ts: float
     stddev_ts: float

@@ -27,7 +27,7 @@ _EOL = re.compile(rb"\r\n|\r|\n")
 class SseEvent:
     """One dispatched event (WHATWG SSE): ``data`` lines joined by newlines."""
 
-    t_ns: int
+    t_ns: int  # when its blank line arrived (perf_counter_ns)
     event: str
     data: str
 

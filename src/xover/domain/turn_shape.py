@@ -34,7 +34,7 @@ import random
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from xover.domain.workload import FORMAT, Message, Session, Turn, json_lines, loads
+from xover.domain.workload import FORMAT, Message, Session, Turn, header_and_turns, json_lines, loads
 from xover.errors import XoverError
 
 HASH_HEX = 16  # 64 bits: collisions between a session's blocks are out of reach
@@ -42,8 +42,8 @@ HASH_HEX = 16  # 64 bits: collisions between a session's blocks are out of reach
 
 @dataclasses.dataclass(frozen=True)
 class Block:
-    tokens: int
-    hash: str
+    tokens: int  # in the recording server's tokens
+    hash: str  # HMAC-SHA256 of the text under the recorder's key, HASH_HEX hex digits
 
 
 @dataclasses.dataclass(frozen=True)
@@ -131,18 +131,8 @@ def is_shape_only(text: str) -> bool:
 
 def loads_shapes(text: str, source: str = "workload") -> ShapeSession:
     """Parse a shape-only session; every problem is one line naming the line to fix."""
-    header: Mapping[str, Any] | None = None
-    turns: list[ShapeTurn] = []
-    for where, obj in json_lines(text, source):
-        if "format" in obj:
-            if obj["format"] != FORMAT:
-                raise XoverError(f"{where}: format {obj['format']!r} is not {FORMAT!r}: record it with this xover")
-            header = obj
-            continue
-        turns.append(_shape_turn(obj, len(turns), where))
-    if not turns:
-        raise XoverError(f'{source} holds no turns: it needs lines like {{"turn": 0, "shape": [...]}}')
-    return ShapeSession(turns=tuple(turns), header=header)
+    header, turns = header_and_turns(text, source, _shape_turn, '"shape": [...]')
+    return ShapeSession(turns=turns, header=header)
 
 
 def _block(value: Any, where: str) -> Block:

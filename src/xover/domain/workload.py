@@ -41,11 +41,13 @@ import itertools
 import json
 import math
 import random
-from collections.abc import Iterator, Mapping, Sequence
-from typing import Any
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import Any, TypeVar
 
 from xover.domain.units import format_tokens
 from xover.errors import XoverError
+
+T = TypeVar("T")
 
 FORMAT = "xover-session/1"
 EDIT_KINDS = (
@@ -63,12 +65,12 @@ class WorkloadSpec:
     (the reply, environment details, a file of two functions), so a smaller growth per turn than
     that overshoots ``target_tokens``."""
 
-    seed: int = 0
+    seed: int = 0  # the same seed, the same session, byte for byte
     turns: int = 30
-    system_tokens: int = 10_240
-    target_tokens: int = 40_960
+    system_tokens: int = 10_240  # the system prompt (Cline's is about 10K)
+    target_tokens: int = 40_960  # the last turn's prompt
     rewrite_every: int = 6
-    chars_per_token: float = 4.0
+    chars_per_token: float = 4.0  # how the sizes above become characters
 
     def __post_init__(self) -> None:
         if self.turns < 2:
@@ -319,24 +321,34 @@ def json_lines(text: str, source: str) -> Iterator[tuple[str, dict[str, Any]]]:
         yield where, obj
 
 
-def loads(text: str, source: str = "workload") -> Session:
-    """Parse and validate a session file; every problem is one line naming the line to fix."""
+def header_and_turns(
+    text: str, source: str, turn: Callable[[dict[str, Any], int, str], T], example: str
+) -> tuple[dict[str, Any] | None, tuple[T, ...]]:
+    """A session file's header (first, if any) and its turns, each parsed by ``turn(obj, index, where)``;
+    ``example`` is what a turn line holds beside its number, for the error of a file without turns."""
     header: dict[str, Any] | None = None
-    turns: list[Turn] = []
+    turns: list[T] = []
     for where, obj in json_lines(text, source):
         if "format" in obj:
             if turns or header is not None:
                 raise XoverError(f"{where}: a header line may only come first")
             if obj["format"] != FORMAT:
                 raise XoverError(
-                    f"{where}: format {obj['format']!r} is not {FORMAT!r}: regenerate the file with this xover"
+                    f"{where}: format {obj['format']!r} is not {FORMAT!r}: regenerate or record the file with this "
+                    "xover"
                 )
             header = obj
             continue
-        turns.append(_turn(obj, len(turns), where))
+        turns.append(turn(obj, len(turns), where))
     if not turns:
-        raise XoverError(f'{source} holds no turns: it needs lines like {{"turn": 0, "messages": [...]}}')
-    return Session(turns=tuple(turns), header=header)
+        raise XoverError(f'{source} holds no turns: it needs lines like {{"turn": 0, {example}}}')
+    return header, tuple(turns)
+
+
+def loads(text: str, source: str = "workload") -> Session:
+    """Parse and validate a session file; every problem is one line naming the line to fix."""
+    header, turns = header_and_turns(text, source, _turn, '"messages": [...]')
+    return Session(turns=turns, header=header)
 
 
 def _turn(obj: dict[str, Any], expected: int, where: str) -> Turn:

@@ -196,7 +196,7 @@ class MarkdownLine:
 class OtherLine:
     """Anything else: log or error output."""
 
-    stream: str
+    stream: str  # "stdout" or "stderr"
     text: str
 
 

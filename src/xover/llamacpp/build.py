@@ -74,7 +74,7 @@ IK_PINNED = PinnedSource(
     package="ik-llama-cpp-python",
     version="0.1.5",
     sha256="33c67eb99e4dcab5e611050433243815709b8b3067753f9ce18375013cf002ad",
-    commit="",
+    commit="",  # none recorded: the sdist's sha256 is the identity
     build_number=0,
 )
 
@@ -292,7 +292,7 @@ class EngineSource:
     vendor: str
     targets: tuple[str, ...]
     cmake_base: tuple[str, ...]
-    server_dir: str
+    server_dir: str  # e.g. "tools/server"
     tree_name: str
     stamps_commit: bool = True  # takes -DLLAMA_BUILD_COMMIT / -DLLAMA_BUILD_NUMBER
     fixups: Callable[[Path, str], None] | None = None
@@ -339,10 +339,10 @@ ENGINE_SOURCES: dict[str, EngineSource] = {
 
 
 def engine_source(engine: str) -> EngineSource:
-    found = ENGINE_SOURCES.get(engine)
-    if found is None:
-        raise BuildError(f"unknown engine {engine!r}: choose one of {', '.join(ENGINE_SOURCES)}")
-    return found
+    try:
+        return ENGINE_SOURCES[engine]
+    except KeyError:
+        raise BuildError(f"unknown engine {engine!r}: choose one of {', '.join(ENGINE_SOURCES)}") from None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -356,7 +356,7 @@ class SourceTree:
 
 @dataclasses.dataclass(frozen=True)
 class BuildManifest:
-    key: str
+    key: str  # the build's folder name: <commit>-<backend>-<hash of its cmake arguments>
     backend: str
     commit: str
     build_number: int

@@ -112,7 +112,7 @@ def spawn(
         stderr=stderr,
         stdin=stdin,
         cwd=cwd,
-        start_new_session=True,
+        start_new_session=True,  # a process group of its own: stop() signals the whole group
         text=text,
         bufsize=1 if text else -1,
     )

@@ -99,13 +99,13 @@ class Sized:
 class TurnDone:
     """A turn replayed and stored (its cache mode is the turn's own)."""
 
-    label: str
+    label: str  # the configuration's
     turn: SessionTurn
 
 
 @dataclasses.dataclass(frozen=True)
 class ReplayDone:
-    label: str
+    label: str  # the configuration's
     mode: str
     total_ns: int  # the sum of the turn times
 
@@ -134,7 +134,7 @@ LabEvent = ServerUp | LabRequestDone | ConfigFailed
 @dataclasses.dataclass(frozen=True)
 class SweepPlanned:
     plan: Plan
-    study_dir: Path
+    study_dir: Path  # where the sweep's store and logs go
 
 
 @dataclasses.dataclass(frozen=True)
@@ -149,7 +149,7 @@ class Progressed:
     """Tests completed across the whole sweep, fractional within the running test."""
 
     completed: float
-    total: int
+    total: int  # tests planned
 
 
 @dataclasses.dataclass(frozen=True)

@@ -148,7 +148,7 @@ def need_for(turn_tokens: Sequence[int], response_tokens: int, reply_tokens: int
 class SessionOutcome:
     run_id: int
     session_id: str
-    ctx_size: int
+    ctx_size: int  # the -c every server of the replay ran with
     turns: tuple[SessionTurn, ...]
     failures: tuple[Failure, ...]
     labels: Mapping[str, str]  # config key -> label

@@ -69,7 +69,7 @@ class StoredResult:
     """A llama-bench result with the run and model that measured it."""
 
     run_id: int
-    model_key: str
+    model_key: str  # the model of the run that measured it
     result: BenchResult
 
 
@@ -97,7 +97,7 @@ class StoredSample:
 class StoredTurn:
     """An agentic session turn with its row, run and model."""
 
-    row_id: int
+    row_id: int  # the turn's row in session_turns
     run_id: int
     model_key: str
     turn: SessionTurn

@@ -13,7 +13,7 @@ from xover.analysis.advise.workload import Workload
 class ServerPoint:
     """Cold llama-server medians at one prompt length."""
 
-    length: int
+    length: int  # prompt tokens
     ttft_s: float
     decode_tps: float
 
@@ -25,7 +25,7 @@ class Confirmation:
     n_cpu_moe: int | None
     defaults: tuple[ServerPoint, ...]
     recommended: tuple[ServerPoint, ...]
-    defaults_turn_s: float
+    defaults_turn_s: float  # a turn's total (TTFT + answer) at the defaults
     recommended_turn_s: float
     repetitions: int
 

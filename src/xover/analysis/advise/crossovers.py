@@ -23,7 +23,7 @@ def config_data(label: str, m: Measurement, lengths: Sequence[int]) -> ConfigDat
 
 @dataclasses.dataclass(frozen=True)
 class RevisitedPair:
-    a: str
+    a: str  # configuration labels
     b: str
     at_defaults: PairResult
     with_knobs: PairResult  # each level with its own recommended settings
