@@ -73,6 +73,11 @@ def test_a_request_on_a_connection_the_server_dropped_is_sent_again(tmp_path: Pa
 
     async def upstream(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         head = await reader.readuntil(b"\r\n\r\n")
+        if head.startswith(b"GET /health"):  # the proxy's spare connection
+            writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\nconnection: close\r\n\r\nok")
+            await writer.drain()
+            writer.close()
+            return
         length = next(int(x.split(b":")[1]) for x in head.lower().split(b"\r\n") if x.startswith(b"content-length"))
         seen.append(await reader.readexactly(length))
         if len(seen) > 1:
@@ -98,3 +103,107 @@ def test_a_request_on_a_connection_the_server_dropped_is_sent_again(tmp_path: Pa
     assert len(seen) == 2 and seen[0] == seen[1]  # the same bytes, sent again on a new connection
     lines = (tmp_path / "rec.jsonl").read_text().splitlines()
     assert json.loads(lines[-1])["assistant"] == "hi"
+
+
+def test_a_stream_passes_byte_for_byte_and_its_done_only_after_the_turn_is_on_disk(tmp_path: Path) -> None:
+    """The events before ``data: [DONE]`` go on at once, even when [DONE] shares their chunk; [DONE] (where the
+    OpenAI client stops reading) goes only after the turn's line is written, so a proxy killed the moment the client
+    has its answer has recorded it. Injected: an upstream whose last chunk holds the last token, the timings and
+    [DONE]."""
+    import asyncio
+
+    from aiohttp.test_utils import TestClient, TestServer
+
+    from xover.proxy.record import Proxy
+
+    first = b'data: {"choices":[{"index":0,"delta":{"content":"a"}}]}\n\n'
+    last = (b'data: {"choices":[{"index":0,"delta":{"content":"b"}}]}\n\n'
+            b'data: {"choices":[{"index":0,"finish_reason":"length","delta":{}}],"usage":{"prompt_tokens":3,'
+            b'"completion_tokens":2}}\n\ndata: [DONE]\n\n')  # fmt: skip
+    received: list[bytes] = []
+    at_turn: list[bytes] = []
+
+    class Watched(Recording):
+        def turn(self, *args, **kwargs) -> None:  # type: ignore[no-untyped-def]
+            at_turn.append(b"".join(received))
+            super().turn(*args, **kwargs)
+
+    async def upstream(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        head = await reader.readuntil(b"\r\n\r\n")
+        if head.startswith(b"GET /health"):  # the proxy's spare connection
+            writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\nconnection: close\r\n\r\nok")
+        else:
+            length = next(int(x.split(b":")[1]) for x in head.lower().split(b"\r\n") if x.startswith(b"content-length"))
+            await reader.readexactly(length)
+            writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\nconnection: close\r\n\r\n" + first)
+            await writer.drain()
+            await asyncio.sleep(0.05)
+            writer.write(last)
+        await writer.drain()
+        writer.close()
+
+    async def run() -> None:
+        server = await asyncio.start_server(upstream, "127.0.0.1", 0)
+        url = f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}"
+        proxy = Proxy(url, Watched(tmp_path / "rec.jsonl", url))
+        async with TestClient(TestServer(proxy.app())) as client:
+            body = {"messages": [{"role": "user", "content": "hello"}], "stream": True}
+            r = await client.post("/v1/chat/completions", json=body)
+            while chunk := await r.content.readany():
+                received.append(chunk)
+        server.close()
+
+    asyncio.run(run())
+    assert b"".join(received) == first + last  # every byte, in order
+    assert len(at_turn) == 1 and b"[DONE]" not in at_turn[0]
+    assert loads((tmp_path / "rec.jsonl").read_text(), "rec.jsonl").turns[0].assistant == "ab"
+
+
+def test_the_next_request_goes_over_the_spare_connection_the_proxy_opened(tmp_path: Path) -> None:
+    """llama-server closes a connection after a streamed answer; the proxy opens a spare one at once (``GET /health``,
+    kept alive), so the next request does not pay a connect. Injected: an upstream that keeps a connection alive
+    after /health and closes it after a chat answer, as llama-server does; it notes which connection each request
+    came on."""
+    import asyncio
+    import itertools
+
+    from aiohttp.test_utils import TestClient, TestServer
+
+    from xover.proxy.record import Proxy
+
+    ids = itertools.count()
+    came: list[tuple[int, str]] = []
+    answer = b'data: {"choices":[{"index":0,"delta":{"content":"a"}}]}\n\ndata: [DONE]\n\n'
+
+    async def upstream(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        conn = next(ids)
+        while head := await reader.readuntil(b"\r\n\r\n"):
+            line = head.split(b"\r\n")[0].decode()
+            came.append((conn, line.split()[1]))
+            if line.startswith("GET /health"):
+                writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok")
+                await writer.drain()
+                continue
+            length = next(int(x.split(b":")[1]) for x in head.lower().split(b"\r\n") if x.startswith(b"content-length"))
+            await reader.readexactly(length)
+            writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\nconnection: close\r\n\r\n" + answer)
+            await writer.drain()
+            writer.close()
+            return
+
+    async def run() -> None:
+        server = await asyncio.start_server(upstream, "127.0.0.1", 0)
+        url = f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}"
+        proxy = Proxy(url, Recording(tmp_path / "rec.jsonl", url))
+        async with TestClient(TestServer(proxy.app())) as client:
+            for _ in range(2):
+                await asyncio.sleep(0.2)  # the spare connection's /health has gone and come back
+                r = await client.post("/v1/chat/completions", json={"messages": [], "stream": True})
+                await r.read()
+            await asyncio.sleep(0.2)
+        server.close()
+
+    asyncio.run(run())
+    chats = [(conn, i) for i, (conn, path) in enumerate(came) if path == "/v1/chat/completions"]
+    # each chat request came on a connection that a /health opened just before it, never on a new one
+    assert len(chats) == 2 and all(i > 0 and came[i - 1] == (conn, "/health") for conn, i in chats)

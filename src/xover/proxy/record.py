@@ -25,11 +25,13 @@ with an OpenAI-style error and forwarded nowhere. When the upstream dies mid-str
 error event and the stream ends; when the client disconnects, the upstream request is closed (llama-server stops
 generating for a closed connection).
 
-Served with aiohttp, forwarded with httpx. Listens on 127.0.0.1 unless told otherwise.
+Served and forwarded with aiohttp (its server and its client: one HTTP stack, no parsing by hand). Listens on
+127.0.0.1 unless told otherwise.
 """
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import hashlib
 import json
@@ -39,7 +41,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-import httpx
+import aiohttp
 from aiohttp import web
 
 from xover.client.chat import parse_chat_stream
@@ -250,7 +252,9 @@ def _json_answer(body: bytes) -> tuple[str, ServerTimings | None, int | None, in
 
 
 class Proxy:
-    """The pass-through: one httpx client to ``upstream``, the recording, and the clock of the previous request."""
+    """The pass-through: one aiohttp client session to ``upstream`` (opened with the app), the recording, and the
+    clock of the previous request. The client is aiohttp's rather than httpx's for the time it adds: through httpx
+    the relay added about 0.9 ms more to each TTFT (benchmarks/record_overhead.py)."""
 
     def __init__(self, upstream: str, recording: Recording, max_body: int = MAX_BODY,
                  on_seen: Callable[[Seen], None] | None = None) -> None:  # fmt: skip
@@ -258,7 +262,8 @@ class Proxy:
         self.recording = recording
         self.max_body = max_body
         self.on_seen = on_seen or (lambda seen: None)
-        self.client = httpx.AsyncClient(timeout=httpx.Timeout(None, connect=10.0))
+        self._session: aiohttp.ClientSession | None = None
+        self._warming: set[asyncio.Task[None]] = set()
         self.tokenizer = LlamaClient(self.upstream, timeout_s=120.0)
         self._tokens: dict[str, int] = {}  # a block's hash -> its tokens (shape-only: each block is asked once)
         self._previous: int | None = None
@@ -269,34 +274,47 @@ class Proxy:
             app.router.add_post(path, self.forward)
         for path in PASS_GET:
             app.router.add_get(path, self.pass_get)
+        app.on_startup.append(self._open)
         app.on_cleanup.append(self._close)
         return app
 
+    async def _open(self, app: web.Application) -> None:
+        # bytes as they come (no decompression), no timeout but the connection's: an answer may take minutes
+        self._session = aiohttp.ClientSession(
+            auto_decompress=False, timeout=aiohttp.ClientTimeout(total=None, connect=10.0)
+        )
+        self._warm()
+
     async def _close(self, app: web.Application) -> None:
-        await self.client.aclose()
+        for task in list(self._warming):
+            task.cancel()
+        if self._session is not None:
+            await self._session.close()
         await self.tokenizer.aclose()
         self.recording.close()
 
-    async def _send(self, build: Callable[[], httpx.Request]) -> httpx.Response:
-        """Send a request built by ``build``, streamed, once more on a new connection where the kept-alive one was
-        dead: llama-server closes a connection after a streamed response without saying so, and the next request on
-        it fails before the server sees it (``Server disconnected without sending a response``), so sending it again
-        is safe. Timeouts and a refused connection are not retried."""
+    async def _send(self, method: str, request: web.Request, body: bytes | None = None) -> aiohttp.ClientResponse:
+        """``request`` sent on to the upstream (its body ``body``), its answer not yet read; once more on a new
+        connection where the kept-alive one was dead: llama-server may close a kept-alive connection unasked, and
+        the next request on it fails before the server sees it (``Server disconnected``), so sending it again is
+        safe. Timeouts and a refused connection are not retried."""
+        assert self._session is not None, "the proxy's app was not started"
+        url, headers = self.upstream + request.path_qs, _headers(request.headers)
         try:
-            return await self.client.send(build(), stream=True)
-        except (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError):
-            return await self.client.send(build(), stream=True)
+            return await self._session.request(method, url, data=body, headers=headers)
+        except aiohttp.ClientConnectorError:
+            raise
+        except (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError):
+            return await self._session.request(method, url, data=body, headers=headers)
 
     async def pass_get(self, request: web.Request) -> web.Response:
         try:
-            up = await self._send(lambda: self.client.build_request(
-                "GET", self.upstream + request.path_qs, headers=_headers(request.headers)
-            ))  # fmt: skip
-            await up.aread()
-            await up.aclose()
-        except httpx.TransportError as e:
+            up = await self._send("GET", request)
+            async with up:
+                content = await up.read()
+        except (aiohttp.ClientError, TimeoutError) as e:
             return openai_error(502, f"upstream {self.upstream} did not answer: {type(e).__name__}", "upstream_error")
-        return web.Response(body=up.content, status=up.status_code, headers=_headers(up.headers))
+        return web.Response(body=content, status=up.status, headers=_headers(up.headers))
 
     async def forward(self, request: web.Request) -> web.StreamResponse:
         arrived = (time.time_ns(), time.perf_counter_ns())
@@ -314,13 +332,11 @@ class Proxy:
             return openai_error(400, "request body is not a JSON object: refused, forwarded nowhere")
         stream = bool(body.get("stream"))
         try:
-            up = await self._send(lambda: self.client.build_request(
-                "POST", self.upstream + request.path_qs, content=raw, headers=_headers(request.headers)
-            ))  # fmt: skip
-        except httpx.TransportError as e:
+            up = await self._send("POST", request, raw)
+        except (aiohttp.ClientError, TimeoutError) as e:
             return openai_error(502, f"upstream {self.upstream} did not answer: {type(e).__name__}", "upstream_error")
         resp, chunks, error, held = await self._relay(request, up)
-        seen, reply = _seen(request.path, stream, up.status_code, arrived, since, chunks, error)
+        seen, reply = _seen(request.path, stream, up.status, arrived, since, chunks, error)
         # a turn is a completed answer; one that broke is kept as an event with its error
         if request.path == CHAT and isinstance(body.get("messages"), list) and seen.error is None:
             try:
@@ -336,7 +352,26 @@ class Proxy:
             if held:
                 await _quietly(lambda: resp.write(held))
             await _quietly(resp.write_eof)
+        self._warm()
         return resp
+
+    def _warm(self) -> None:
+        """A spare connection to the upstream, opened now for the next request: llama-server closes a connection
+        after a streamed answer, and a new one costs the next request's TTFT about half a millisecond. A ``GET
+        /health`` (which llama-server neither logs nor queues) leaves a kept-alive connection in the pool; it stays
+        there for the server's keep-alive time (5 s in llama.cpp's HTTP library), so a request after a longer pause
+        connects anew."""
+        task = asyncio.get_running_loop().create_task(self._health())
+        self._warming.add(task)
+        task.add_done_callback(self._warming.discard)
+
+    async def _health(self) -> None:
+        assert self._session is not None
+        try:
+            async with self._session.get(self.upstream + "/health") as r:
+                await r.read()
+        except (aiohttp.ClientError, TimeoutError):
+            pass  # the next request connects as it would have anyway
 
     async def _token_lengths(self, messages: list[Any], reply: str) -> dict[str, int] | None:
         """Shape-only: every block's length in the upstream's tokens, asked after the answer has gone back."""
@@ -352,37 +387,50 @@ class Proxy:
         return out
 
     async def _relay(
-        self, request: web.Request, up: httpx.Response
+        self, request: web.Request, up: aiohttp.ClientResponse
     ) -> tuple[web.StreamResponse, list[tuple[int, bytes]], str | None, bytes]:
         """Every chunk of ``up`` to the client as it arrives; the response, the chunks with their arrival times, what
-        broke, and the chunk held back: a stream's ``data: [DONE]``, which ends the answer for a client that stops
-        reading there, goes out only after the turn is recorded."""
-        resp = web.StreamResponse(status=up.status_code, headers=_headers(up.headers))
+        broke, and the bytes held back: a stream's ``data: [DONE]`` and what follows, which end the answer for a client
+        that stops reading there, go out only after the turn is recorded (the events before it, the last tokens and
+        the timings, go at once)."""
+        resp = web.StreamResponse(status=up.status, headers=_headers(up.headers))
         chunks: list[tuple[int, bytes]] = []
-        error = None
         held = b""
         sse = "text/event-stream" in up.headers.get("content-type", "")
+        error = await _to_client(resp.prepare(request))
         try:
-            await resp.prepare(request)
-            async for chunk in up.aiter_raw():
+            while error is None and (chunk := await up.content.readany()):
                 chunks.append((time.perf_counter_ns(), chunk))
-                if held or (sse and _DONE in chunk):
-                    held += chunk
-                else:
-                    await resp.write(chunk)
-        except httpx.TransportError as e:  # the upstream died mid-answer: the client hears it, OpenAI-style
+                if sse and not held and (at := chunk.find(_DONE)) >= 0:  # what comes before it goes now
+                    chunk, held = chunk[:at], chunk[at:]
+                elif held:
+                    held, chunk = held + chunk, b""
+                if chunk:
+                    error = await _to_client(resp.write(chunk))  # the client left: the upstream is dropped below
+        except (aiohttp.ClientPayloadError, aiohttp.ClientConnectionError) as e:  # the upstream died mid-answer:
+            # the client hears it, OpenAI-style
             error = f"upstream broke after {sum(len(c) for _, c in chunks):,} bytes: {type(e).__name__}"
             await _tell(resp, up, error)
-        except (ConnectionResetError, ConnectionError) as e:  # the client left: stop the upstream request
-            error = f"client disconnected ({type(e).__name__})"
         finally:
-            await up.aclose()
+            if error is None:
+                up.release()  # read to its end: the connection goes back to the pool
+            else:
+                up.close()  # the connection is dropped: llama-server stops generating for a closed one
         return resp, chunks, error, held
 
 
-async def _tell(resp: web.StreamResponse, up: httpx.Response, error: str) -> None:
+async def _tell(resp: web.StreamResponse, up: aiohttp.ClientResponse, error: str) -> None:
     if "text/event-stream" in up.headers.get("content-type", ""):
         await _quietly(lambda: resp.write(_sse_error(error)))
+
+
+async def _to_client(write: Awaitable[Any]) -> str | None:
+    """What broke writing to the client (it left), or None."""
+    try:
+        await write
+    except (ConnectionResetError, ConnectionError) as e:
+        return f"client disconnected ({type(e).__name__})"
+    return None
 
 
 async def _quietly(call: Callable[[], Awaitable[Any]]) -> None:
