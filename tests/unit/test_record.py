@@ -207,3 +207,14 @@ def test_the_next_request_goes_over_the_spare_connection_the_proxy_opened(tmp_pa
     chats = [(conn, i) for i, (conn, path) in enumerate(came) if path == "/v1/chat/completions"]
     # each chat request came on a connection that a /health opened just before it, never on a new one
     assert len(chats) == 2 and all(i > 0 and came[i - 1] == (conn, "/health") for conn, i in chats)
+
+
+def test_done_is_found_only_where_a_line_starts() -> None:
+    from xover.proxy.record import _done_at
+
+    quoted = b'data: {"choices":[{"delta":{"content":"ends with data: [DONE]"}}]}\n\n'
+    assert _done_at(quoted, True) == -1  # an answer about SSE is not the end of the stream
+    assert _done_at(quoted + b"data: [DONE]\n\n", True) == len(quoted)
+    assert _done_at(b"data: [DONE]\n\n", True) == 0
+    assert _done_at(b"data: [DONE]\n\n", False) == -1  # the chunk goes on a line the previous one began
+    assert _done_at(b"\r\ndata: [DONE]\r\n\r\n", False) == 2

@@ -396,15 +396,17 @@ class Proxy:
         resp = web.StreamResponse(status=up.status, headers=_headers(up.headers))
         chunks: list[tuple[int, bytes]] = []
         held = b""
+        line_start = True  # the next byte starts a line
         sse = "text/event-stream" in up.headers.get("content-type", "")
         error = await _to_client(resp.prepare(request))
         try:
             while error is None and (chunk := await up.content.readany()):
                 chunks.append((time.perf_counter_ns(), chunk))
-                if sse and not held and (at := chunk.find(_DONE)) >= 0:  # what comes before it goes now
+                if sse and not held and (at := _done_at(chunk, line_start)) >= 0:  # what comes before it goes now
                     chunk, held = chunk[:at], chunk[at:]
                 elif held:
                     held, chunk = held + chunk, b""
+                line_start = chunk.endswith(b"\n") if chunk else line_start
                 if chunk:
                     error = await _to_client(resp.write(chunk))  # the client left: the upstream is dropped below
         except (aiohttp.ClientPayloadError, aiohttp.ClientConnectionError) as e:  # the upstream died mid-answer:
@@ -422,6 +424,15 @@ class Proxy:
 async def _tell(resp: web.StreamResponse, up: aiohttp.ClientResponse, error: str) -> None:
     if "text/event-stream" in up.headers.get("content-type", ""):
         await _quietly(lambda: resp.write(_sse_error(error)))
+
+
+def _done_at(chunk: bytes, line_start: bool) -> int:
+    """Where a line ``data: [DONE]`` starts in ``chunk`` (``line_start``: the chunk starts a line), or -1. A JSON
+    event holds no raw newline, so the same text inside an answer's content is never taken for it."""
+    if line_start and chunk.startswith(_DONE):
+        return 0
+    at = chunk.find(b"\n" + _DONE)
+    return at + 1 if at >= 0 else -1
 
 
 async def _to_client(write: Awaitable[Any]) -> str | None:
