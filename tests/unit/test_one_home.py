@@ -10,7 +10,7 @@ from pathlib import Path
 
 import xover
 from xover.analysis.rounds import RatioInterval, rounds_to_settle
-from xover.domain.units import format_tokens, token_arg
+from xover.domain.units import format_tokens, format_wait, token_arg
 
 SRC = Path(xover.__file__).parent
 
@@ -29,6 +29,18 @@ def test_token_counts_are_formatted_in_one_module() -> None:
     assert own == []
     assert [format_tokens(n) for n in (32768, 1536, 8000, 512)] == ["32K", "1,536", "8,000", "512"]
     assert [token_arg(n) for n in (32768, 1000)] == ["32k", "1000"]
+
+
+def test_waits_are_formatted_in_one_module() -> None:
+    # "2.5 min" from a minute on, else seconds: a formatter of the user's wait of its own (the verdict and the report
+    # each had one, with different rules below a minute); a search's cost "about 1.5 min more" is another thing
+    own = [
+        name
+        for name, text in _sources().items()
+        if name != "domain/units.py" and re.search(r'min" if [^\n]*>= ?60 else', text)
+    ]
+    assert own == []
+    assert [format_wait(s) for s in (150, -90, 12.34, -5)] == ["2.5 min", "-1.5 min", "12.3 s", "-5.0 s"]
 
 
 def _tuples_of(text: str, items: tuple[str, ...]) -> int:

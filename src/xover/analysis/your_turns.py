@@ -25,6 +25,7 @@ from typing import Any
 
 from xover.analysis.crossover import ConfigData, CostModel, fit_cost_model
 from xover.analysis.rounds import MIN_ROUNDS, paired_difference
+from xover.domain.units import format_wait
 
 MIN_LENGTHS = 3  # the cost model's quadratic term needs three distinct lengths
 ROUND_TO = 256  # measured lengths are rounded up to this many tokens
@@ -191,26 +192,22 @@ def saving(a: str, wait_a: Mapping[int, float], b: str, wait_b: Mapping[int, flo
                   statistics.median(wait_b[r] for r in shared), mean, low, high, n)  # fmt: skip
 
 
-def _minutes(s: float) -> str:
-    return f"{s / 60:.1f} min" if abs(s) >= 60 else f"{s:.0f} s"
-
-
 def saving_line(s: Saving) -> str:
     """The verdict in the user's time."""
     head = (
-        f"Over your {s.turns} recorded turns, {s.a} would have kept you waiting {_minutes(s.a_s)} and {s.b} "
-        f"{_minutes(s.b_s)}"
+        f"Over your {s.turns} recorded turns, {s.a} would have kept you waiting {format_wait(s.a_s)} and {s.b} "
+        f"{format_wait(s.b_s)}"
     )
     if s.separated == 0:
         return (
-            f"{head}: indistinguishable here (the difference, {_minutes(s.diff_s)}, is within the noise between "
-            f"{s.rounds} rounds of fresh servers: 95% interval {_minutes(s.low_s)} to {_minutes(s.high_s)})."
+            f"{head}: indistinguishable here (the difference, {format_wait(s.diff_s)}, is within the noise between "
+            f"{s.rounds} rounds of fresh servers: 95% interval {format_wait(s.low_s)} to {format_wait(s.high_s)})."
         )
     winner, loser = (s.a, s.b) if s.separated < 0 else (s.b, s.a)
     lo, hi = sorted((abs(s.low_s), abs(s.high_s)))
     return (
-        f"{head}; {winner} saves {_minutes(abs(s.diff_s))} against {loser} (95% interval {_minutes(lo)} to "
-        f"{_minutes(hi)}, {s.rounds} rounds of fresh servers)."
+        f"{head}; {winner} saves {format_wait(abs(s.diff_s))} against {loser} (95% interval {format_wait(lo)} to "
+        f"{format_wait(hi)}, {s.rounds} rounds of fresh servers)."
     )
 
 

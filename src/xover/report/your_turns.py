@@ -18,7 +18,7 @@ from xover.analysis.your_turns import (
     saving_line,
     waiting,
 )
-from xover.domain.units import format_tokens
+from xover.domain.units import format_tokens, format_wait
 from xover.report import plots
 from xover.report.blocks import Block, table
 from xover.results.read_model import StudyData
@@ -52,7 +52,9 @@ def verdicts(data: StudyData, configs: Sequence[ConfigData], pairs: Sequence[tup
     ranked = sorted(waits, key=lambda k: statistics.median(waits[k].values()))
     head = (
         f"Your {len(turns)} recorded turns ({w.file}): waiting over all of them, predicted from each configuration's "
-        "measured rounds: " + ", ".join(f"{k} {_min(statistics.median(waits[k].values()))}" for k in ranked) + "."
+        "measured rounds: "
+        + ", ".join(f"{k} {format_wait(statistics.median(waits[k].values()))}" for k in ranked)
+        + "."
     )
     said = (
         saving(a, waits[a], b, waits[b], len(turns)) for a, b in dict.fromkeys(pairs) if a != b and {a, b} <= set(waits)
@@ -66,10 +68,6 @@ def images(data: StudyData) -> list[tuple[str, str, bytes]]:
     if w is None or not w.turns:
         return []
     return [("turns", "Your recorded turns: new tokens, cached prefix, answers", plots.turns_plot(w.turns))]
-
-
-def _min(s: float) -> str:
-    return f"{s / 60:.1f} min" if s >= 60 else f"{s:.1f} s"
 
 
 def blocks(data: StudyData, configs: Sequence[ConfigData]) -> list[Block]:
@@ -107,7 +105,7 @@ def blocks(data: StudyData, configs: Sequence[ConfigData]) -> list[Block]:
         out.append(Block("h3", "Waiting over your turns, per configuration"))
         out.append(table(
             ["config", "rounds", "waiting in each round", "median"],
-            [[k, str(len(v)), ", ".join(_min(x) for _, x in sorted(v.items())), _min(statistics.median(v.values()))]
+            [[k, str(len(v)), ", ".join(format_wait(x) for _, x in sorted(v.items())), format_wait(statistics.median(v.values()))]
              for k, v in sorted(waits.items(), key=lambda kv: statistics.median(kv[1].values()))],
         ))  # fmt: skip
     checks = _replay_checks(data, configs)
@@ -124,7 +122,7 @@ def blocks(data: StudyData, configs: Sequence[ConfigData]) -> list[Block]:
         )
         out.append(table(
             ["config", "turns", "measured", "predicted", "prediction off by"],
-            [[c.label, str(c.turns), _min(c.measured_s), _min(c.predicted_s), f"{c.off:+.0%}"] for c in checks],
+            [[c.label, str(c.turns), format_wait(c.measured_s), format_wait(c.predicted_s), f"{c.off:+.0%}"] for c in checks],
         ))  # fmt: skip
     return out
 
