@@ -28,8 +28,9 @@ def _shape_file(messages_per_turn: list[list[dict[str, object]]], replies: list[
     """A shape-only file as xover record writes it, with one token a character (a byte vocabulary)."""
     lines = [json.dumps({"format": "xover-session/1", "recorder": {"shape_only": True}})]
     for i, (msgs, reply) in enumerate(zip(messages_per_turn, replies, strict=True)):
-        tokens = {t: len(t) for m in msgs for t in message_blocks(m)[0]} | {reply: len(reply)}
-        lines.append(json.dumps({"turn": i, "shape": shape_of(msgs, tokens, KEY),
+        texts = {t for m in msgs for t in message_blocks(m)[0]} | {reply}
+        blocks = {t: (len(t), block_hash(KEY, t)) for t in texts}
+        lines.append(json.dumps({"turn": i, "shape": shape_of(msgs, blocks),
                                  "assistant": [len(reply), block_hash(KEY, reply)]}))  # fmt: skip
     return "\n".join(lines) + "\n"
 

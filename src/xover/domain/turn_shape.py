@@ -93,15 +93,13 @@ def message_blocks(message: Message) -> tuple[list[str], bool, bool]:
     return texts, parts, bool(calls)
 
 
-def shape_of(messages: Sequence[Message], tokens_of: Mapping[str, int], key: bytes) -> list[dict[str, Any]]:
-    """The ``"shape"`` of a turn's messages; ``tokens_of`` holds every block's token length."""
+def shape_of(messages: Sequence[Message], blocks: Mapping[str, tuple[int, str]]) -> list[dict[str, Any]]:
+    """The ``"shape"`` of a turn's messages; ``blocks`` holds every block's token length and hash
+    (:func:`block_hash`), each computed once."""
     out = []
     for m in messages:
         texts, parts, calls = message_blocks(m)
-        entry: dict[str, Any] = {
-            "role": str(m.get("role")),
-            "blocks": [[tokens_of[t], block_hash(key, t)] for t in texts],
-        }
+        entry: dict[str, Any] = {"role": str(m.get("role")), "blocks": [list(blocks[t]) for t in texts]}
         if parts:
             entry["parts"] = True
         if calls:

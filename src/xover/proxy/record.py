@@ -128,16 +128,17 @@ class Recording:
         self._f.write(json.dumps(obj, sort_keys=True, ensure_ascii=False, separators=(",", ":")) + "\n")
         self._f.flush()
 
-    def turn(self, messages: list[Any], reply: str, seen: Seen, tokens_of: Mapping[str, int] | None = None) -> None:
-        """One chat turn: its messages and reply, or with a key their shapes (``tokens_of`` holds every block's token
-        length, :func:`~xover.domain.turn_shape.blocks_to_count`)."""
+    def turn(
+        self, messages: list[Any], reply: str, seen: Seen, blocks: Mapping[str, tuple[int, str]] | None = None
+    ) -> None:
+        """One chat turn: its messages and reply, or with a key their shapes (``blocks`` holds every block's token
+        length and hash, :func:`~xover.domain.turn_shape.blocks_to_count`)."""
         line: dict[str, Any] = {"turn": self.turns, "recorded": seen.to_body()}
         if self.key is None:
             line |= {"messages": messages, "assistant": reply}
         else:
-            assert tokens_of is not None
-            line |= {"shape": shape_of(messages, tokens_of, self.key),
-                     "assistant": [tokens_of[reply], block_hash(self.key, reply)]}  # fmt: skip
+            assert blocks is not None
+            line |= {"shape": shape_of(messages, blocks), "assistant": list(blocks[reply])}
         self._write(line)
         self.turns += 1
 
@@ -373,8 +374,9 @@ class Proxy:
         except (aiohttp.ClientError, TimeoutError):
             pass  # the next request connects as it would have anyway
 
-    async def _token_lengths(self, messages: list[Any], reply: str) -> dict[str, int] | None:
-        """Shape-only: every block's length in the upstream's tokens, asked after the answer has gone back."""
+    async def _token_lengths(self, messages: list[Any], reply: str) -> dict[str, tuple[int, str]] | None:
+        """Shape-only: every block's length in the upstream's tokens and its hash; a block not seen before is
+        tokenized once its answer's last token has gone to the client (the answer's end waits for its line)."""
         key = self.recording.key
         if key is None:
             return None
@@ -383,7 +385,7 @@ class Proxy:
             h = block_hash(key, text)
             if h not in self._tokens:
                 self._tokens[h] = len(await self.tokenizer.tokenize(text, add_special=False)) if text else 0
-            out[text] = self._tokens[h]
+            out[text] = (self._tokens[h], h)
         return out
 
     async def _relay(
