@@ -48,12 +48,24 @@ def _xover(*args: str, cwd: Path) -> subprocess.Popen[str]:
 
 
 def test_sweep_stores_raw_samples_with_provenance_and_renders_like_llama_bench(
-    llama_bins: Binaries, tiny_model: Path, tmp_path: Path
+    llama_bins: Binaries, tiny_model: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    from xover.llamacpp import process
+
+    # the machine's load is sampled before llama-bench starts, never while it computes (the run's provenance is
+    # begun at its first record: sampled there, a bench run read 100% busy from its own work)
+    sampled: list[int] = []
+
+    def sample() -> tuple[tuple[str, str], ...]:
+        sampled.append(len(process._live))
+        return (("cpu_busy", "0.42"),)
+
+    monkeypatch.setattr(benchrun, "machine_load", sample)
     tests = benchrun.BenchTests(model=tiny_model, depths=(0, 256), n_prompt=64, n_gen=16, repetitions=2)
     configs = matrix([(opts.THREADS, ("1", "2"))])
     events: list[object] = []
     outcome = benchrun.run_sweep(tests, configs, llama_bins, tmp_path, command=["test"], on_event=events.append)
+    assert sampled == [0]  # once, with no llama process alive
 
     assert outcome.failures == () and outcome.stored == 8
     assert [c.label for c in outcome.configs] == ["t=1", "t=2"]
@@ -66,6 +78,7 @@ def test_sweep_stores_raw_samples_with_provenance_and_renders_like_llama_bench(
         prov = run["provenance"]
         assert prov.llama_build_commit == "0c1e570" and prov.llama_backend == "CPU"
         assert prov.model is not None and prov.model.key == model_id(tiny_model).key
+        assert dict(prov.extra)["cpu_busy"] == "0.42"  # the sample taken before, not one taken at the first record
         rows = store.bench_results()
         assert len(rows) == 8
         by_config = {c.key: c for c in outcome.configs}

@@ -31,7 +31,7 @@ from xover.llamacpp import bench, memory, process
 from xover.llamacpp.bench import BenchJob, Exited, Plan, Point, ProgressLine, RecordLine
 from xover.llamacpp.binaries import Binaries, resolve
 from xover.measure.events import ConfigStarted, Note, Progressed, ResultStored, SweepEvent, SweepPlanned
-from xover.measure.provenance import model_id
+from xover.measure.provenance import machine_load, model_id
 from xover.measure.recorder import Recording
 from xover.results.read_model import bench_data, load
 from xover.results.store import STORE_NAME, Store
@@ -194,7 +194,11 @@ def run_sweep(
         on_event(SweepPlanned(the_plan, study_dir))
         # begun at the first thing to store, so that provenance carries the build llama-bench reports in its first
         # record; never written when nothing needs measuring
-        run = Recording(store, "bench", command, binaries=binaries, model=spec.model, always=False, on_event=on_event)
+        # the machine's load is sampled now, before llama-bench starts: a run's provenance is begun at its first
+        # record, while llama-bench computes
+        load = machine_load() if the_plan.jobs else None
+        run = Recording(store, "bench", command, binaries=binaries, model=spec.model, always=False,
+                        on_event=on_event, load=load)  # fmt: skip
         stored, done_tests = 0, 0
         with run:  # ends the run: interrupted, failed or done (xover.measure.recorder)
             for index, job in enumerate(the_plan.jobs):

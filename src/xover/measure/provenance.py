@@ -74,12 +74,15 @@ def collect(
     engine: str | None = None,
     backend: str | None = None,
     devices: str | None = None,
+    load: tuple[tuple[str, str], ...] | None = None,
 ) -> Provenance:
     """Provenance for a run. ``build_info`` comes from the binaries themselves (llama-bench's JSON
     record or llama-server's /props) and overrides what the build manifest says; ``engine`` names the engine where
     its binaries could not be found (default: the binaries' own); ``backend`` the backend its configurations asked
     for, where neither the record nor the build says. ``devices``: the devices the run's process used (llama-bench's
-    ``gpu_info``, the devices a llama-server logged), kept with the driver of a GPU backend."""
+    ``gpu_info``, the devices a llama-server logged), kept with the driver of a GPU backend. ``load``: the
+    machine's load as :func:`machine_load` sampled it before the run's first process started (default: sampled now,
+    which is right only where no process of the run is computing)."""
     manifest = binaries.manifest if binaries else None
     info = build_info or {}
     built_for = manifest.backend if manifest else (binaries.backend if binaries else None)
@@ -100,7 +103,10 @@ def collect(
         os=f"{platform.system()} {platform.release()} {platform.machine()}",
         xover_version=xover_version(),
         model=model_id(model) if model else None,
-        extra=_machine_load() + _vram_budget() + _rpc_workers() + _devices(backend, devices),
+        extra=(load if load is not None else machine_load())
+        + _vram_budget()
+        + _rpc_workers()
+        + _devices(backend, devices),
         llama_engine=binaries.engine if binaries else engine,
     )
 
@@ -205,11 +211,12 @@ def proc_stat() -> str:
         return ""
 
 
-def _machine_load(sample_s: float = 0.25) -> tuple[tuple[str, str], ...]:
-    """CPU count, load average and the CPU busy share over ``sample_s`` when the run started: other
-    work on the machine skews timings (badly so for multi-threaded runs on few cores), and the report
-    says so. The load average lags by about a minute (it still counts a build that just ended); the
-    busy share is what the CPUs were doing at the start."""
+def machine_load(sample_s: float = 0.25) -> tuple[tuple[str, str], ...]:
+    """CPU count, load average and the CPU busy share over ``sample_s``, sampled before a run's first process
+    starts: other work on the machine skews timings (badly so for multi-threaded runs on few cores), and the report
+    says so. The load average lags by about a minute (it still counts a build that just ended); the busy share is
+    what the CPUs were doing at the start. (Sampled while llama-bench computes, it is the run's own work: a bench
+    run read 100% busy that way.)"""
 
     out = [("cpu_count", str(os.cpu_count()))]
     try:

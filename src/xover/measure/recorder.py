@@ -65,6 +65,7 @@ class Recording:
         model: Path | None,
         always: bool = True,
         on_event: Callable[[ConfigFailed], None] = lambda ev: None,
+        load: tuple[tuple[str, str], ...] | None = None,
     ) -> None:
         self.store = store
         self.kind = kind
@@ -73,6 +74,7 @@ class Recording:
         self.model = model
         self.always = always
         self.on_event = on_event
+        self.load = load  # the machine's load before the run's first process (provenance.machine_load), if sampled
         self.run_id: int | None = None  # the first run begun
         # build (engine, backend) -> its run, begun at the first thing stored for that build
         self.runs: dict[tuple[str, str | None], int] = {}
@@ -132,6 +134,7 @@ class Recording:
                 engine=known,
                 backend=backend,
                 devices=devices,
+                load=self.load,
             )
             if prov.model is not None:
                 self.model_key = prov.model.key
