@@ -19,14 +19,14 @@ def _sources() -> dict[str, str]:
     return {str(p.relative_to(SRC)): p.read_text(encoding="utf-8") for p in sorted(SRC.rglob("*.py"))}
 
 
+def _outside_units(pattern: str) -> list[str]:
+    """The modules of ``src`` but domain/units.py whose text matches ``pattern``."""
+    return [name for name, text in _sources().items() if name != "domain/units.py" and re.search(pattern, text)]
+
+
 def test_token_counts_are_formatted_in_one_module() -> None:
     # "32K" / "32k" / "1.5K": an f-string dividing by 1024 and appending K is a token formatter of its own
-    own = [
-        name
-        for name, text in _sources().items()
-        if name != "domain/units.py" and re.search(r"/{1,2} ?1024(:[^}]*)?\}[kK]", text)
-    ]
-    assert own == []
+    assert _outside_units(r"/{1,2} ?1024(:[^}]*)?\}[kK]") == []
     assert [format_tokens(n) for n in (32768, 1536, 8000, 512)] == ["32K", "1,536", "8,000", "512"]
     assert [token_arg(n) for n in (32768, 1000)] == ["32k", "1000"]
 
@@ -34,12 +34,7 @@ def test_token_counts_are_formatted_in_one_module() -> None:
 def test_waits_are_formatted_in_one_module() -> None:
     # "2.5 min" from a minute on, else seconds: a formatter of the user's wait of its own (the verdict and the report
     # each had one, with different rules below a minute); a search's cost "about 1.5 min more" is another thing
-    own = [
-        name
-        for name, text in _sources().items()
-        if name != "domain/units.py" and re.search(r'min" if [^\n]*>= ?60 else', text)
-    ]
-    assert own == []
+    assert _outside_units(r'min" if [^\n]*>= ?60 else') == []
     assert [format_wait(s) for s in (150, -90, 12.34, -5)] == ["2.5 min", "-1.5 min", "12.3 s", "-5.0 s"]
 
 
