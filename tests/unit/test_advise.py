@@ -125,6 +125,53 @@ def test_coordinate_search_finds_the_planted_optimum_in_eleven_measurements() ->
     assert advise.setting_label(KNOBS, search.recommended) == "lm=none ub=2048"
 
 
+def _own_threads(calls: list[Setting]) -> Callable[[Setting], Measurement]:
+    """A configuration that runs ``-t 1`` itself: two threads prefill and decode twice as fast, a 2048-token ubatch
+    prefills 1.5x faster; the record says the threads in effect."""
+
+    def factor(s: dict[str, str]) -> float:
+        return (2.0 if s.get("threads") == "2" else 1.0) * (1.5 if s.get("ubatch-size") == "2048" else 1.0)
+
+    inner = fake(factor, lambda s: 2.0 if s.get("threads") == "2" else 1.0, calls=calls)
+
+    def measure(setting: Setting) -> Measurement:
+        m = inner(setting)
+        threads = dict(setting).get("threads", "1")
+        return dataclasses.replace(m, effective=(("n_threads", threads), ("backends", "CUDA")))
+
+    return measure
+
+
+def test_the_knobs_a_configuration_sets_are_searched_first_and_the_rest_on_top_of_their_winner() -> None:
+    """Issue 46 item 8: a ``-t 1`` configuration searches -t first; two threads win, so every other knob is measured
+    at -t 2 (the commands a configuration without -t runs, which the caller may share) and compared with -t 2."""
+    calls: list[Setting] = []
+    search = advise.coordinate_search(KNOBS, _own_threads(calls), AGENTIC, first=("threads",))
+    t2 = (("threads", "2"),)
+    assert search.origin == t2 and search.first == ("threads",)
+    assert calls[:3] == [DEFAULTS, t2, advise.RECHECK]  # the own knob, then the defaults again
+    later = [dict(advise.first_of(s)) for s in calls[3:]]
+    assert later and all(s.get("threads") == "2" for s in later), later  # everything after on top of -t 2
+    assert dict(search.recommended) == {"threads": "2", "ubatch-size": "2048"}
+    ub = next(v for v in search.verdicts if v.knob == "ubatch-size")
+    assert ub.kept == "2048" and search.base_of("ubatch-size") == t2 and search.base_of("threads") == DEFAULTS
+    # its gain is against -t 2 (1.5x prefill), not against the -t 1 defaults (3x prefill, 2x decode)
+    best = next(e for e in ub.effects if e.value == "2048")
+    d2, both = search.trial(t2).estimate, search.trial((("ubatch-size", "2048"), *t2)).estimate
+    assert d2 is not None and both is not None and best.change_s == pytest.approx(both.turn_s - d2.turn_s)
+    # without it, the same winner, each knob from the -t 1 defaults
+    plain = advise.coordinate_search(KNOBS, _own_threads([]), AGENTIC)
+    assert plain.origin == DEFAULTS and dict(plain.recommended) == dict(search.recommended)
+
+
+def test_an_own_knob_that_does_not_win_leaves_the_search_at_the_defaults() -> None:
+    calls: list[Setting] = []
+    measure = fake(lambda s: 1.5 if s.get("ubatch-size") == "2048" else 1.0, calls=calls)
+    search = advise.coordinate_search(KNOBS, measure, AGENTIC, first=("threads",))
+    assert search.origin == DEFAULTS and dict(search.recommended) == {"ubatch-size": "2048"}
+    assert all("threads" not in dict(s) for s in calls if dict(advise.first_of(s)).get("ubatch-size"))
+
+
 def test_a_single_kept_knob_needs_no_combination_measurement() -> None:
     calls: list[Setting] = []
 

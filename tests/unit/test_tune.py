@@ -5,6 +5,7 @@ prefill-for-decode trade that pays over the study's lengths and one that does no
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -274,6 +275,87 @@ def test_a_larger_batch_alone_is_not_searched_where_it_runs_the_same_ubatches() 
     )
     kept, _ = tune.applicable(named, tune.knobs_for(named, False), advise.Context(gpu_build=False))
     assert [k.name for k in kept] == ["batch-size"]  # named in tune-knobs: searched whatever the theory says
+
+
+def test_ubatches_no_prompt_fills_are_not_searched_and_the_test_is_no_longer_than_a_prompt() -> None:
+    """Issue 46 item 8: with prompts of at most 2K tokens, -ub 4096 runs each of them as the one 2048-token ubatch
+    that -ub 2048 runs, so only 1024 and 2048 are tried, and the prefill test is 2048 tokens, not 4096 (on 2 cores a
+    4096-token test took 3x a 2048-token one); where the default already holds every prompt the knob goes."""
+    assert advise.ubatch_reason(("1024", "2048", "4096"), 2048, 512)[0] == ("1024", "2048")
+    assert advise.ubatch_reason(("1024", "2048", "4096"), 3000, 512) == (("1024", "2048", "4096"), None)
+    assert advise.ubatch_reason(("1024", "2048"), 512, 512)[0] == ()
+    assert "at most 512 tokens, one ubatch at -ub 512, the default" in (
+        advise.ubatch_reason(("1024",), 512, 512)[1] or ""
+    )
+    knobs = advise.study_knobs(2, False, 2048)
+    spec = spec_from_dict(
+        {"model": {"preset": "tiny-moe"}, "study": {"lengths": ["512", "2k"]}, "config": [{"name": "a"}]}
+    )
+    kept, skipped = tune.applicable(spec, knobs, advise.Context(gpu_build=False))
+    assert advise.knob_named(kept, "ubatch-size").candidates == ("1024", "2048")  # type: ignore[union-attr]
+    assert "-ub 4096 would run the same ubatches" in dict(skipped)["ubatch-size 4096"]
+    assert tune.chunk(kept, spec.longest_prompt) == 2048 and tune.chunk(knobs, spec.longest_prompt) == 2048
+    assert tune.chunk(knobs) == 4096
+    short = spec_from_dict(
+        {"model": {"preset": "tiny-moe"}, "study": {"lengths": ["256", "512"]}, "config": [{"name": "a"}]}
+    )
+    kept, skipped = tune.applicable(short, knobs, advise.Context(gpu_build=False))
+    assert "ubatch-size" not in {k.name for k in kept} and tune.chunk(kept, short.longest_prompt) == 512
+    # cached turns' new tokens count as prompts; their cached context does not
+    turns = {"lengths": ["512"], "cached-turns": ["2k"], "cached-depth": "16k"}
+    spec = spec_from_dict({"model": {"preset": "tiny-moe"}, "study": turns, "config": [{"name": "a"}]})
+    assert spec.longest_prompt == 2048
+
+
+def test_a_trial_that_runs_another_configurations_command_shares_its_process() -> None:
+    """Issue 46 item 8: ``-t 1`` moved to ``-t 2`` on a machine whose llama.cpp runs 2 threads by default is the
+    defaults' configuration: its trial is that process, not a new one; a second process of the same command (the
+    recheck marker) is a different trial, and a failed one is never shared."""
+    knobs = advise.default_knobs(cpu_count=2)
+    shared = tune.SharedTrials()
+    base = Measurement(effective=(("n_threads", "2"), ("n_ubatch", "512")))
+    defaults, t1 = LlamaConfig("defaults"), LlamaConfig("t=1", (("threads", "1"),))
+    shared.learn(defaults, knobs, base)
+    shared.learn(t1, knobs, Measurement(effective=(("n_threads", "1"),)))
+    assert shared.in_effect == {"threads": "2", "ubatch-size": "512"}  # t=1 sets -t: it teaches nothing of it
+    t2 = t1.with_values({"threads": "2"})
+    assert tune.same_run(t2, shared.in_effect) == tune.same_run(defaults, shared.in_effect)
+    assert tune.same_run(t1, shared.in_effect) != tune.same_run(defaults, shared.in_effect)
+    ub = defaults.with_values({"ubatch-size": "2048", "threads": "2"})
+    assert tune.same_run(ub, shared.in_effect) == tune.same_run(
+        t1.with_values({"threads": "2", "ubatch-size": "2048"}), shared.in_effect
+    )
+    sweep = dataclasses.make_dataclass("Sweep", ["depths", "n_prompt", "n_gen", "repetitions", "round"], frozen=True)
+    tests = sweep((0,), 512, 32, 3, None)
+    ran: list[tuple[str, Setting]] = []
+    ok = Measurement((RateSamples(0, 512, (1000.0,)),), (RateSamples(0, 32, (50.0,)),))
+
+    def inner(name: str, fail: bool = False) -> Callable[..., Measurement]:
+        def run(setting: Setting, fresh: bool = False) -> Measurement:
+            ran.append((name, setting))
+            return Measurement(failure="oom") if fail else ok
+
+        return run
+
+    notes: list[str] = []
+
+    def emit(status: str, detail: str, *_: object) -> None:
+        notes.append(detail)
+
+    a = shared.measure(defaults, knobs, tests, inner("defaults"), emit)
+    b = shared.measure(t1, knobs, tests, inner("t=1"), emit)
+    assert a(DEFAULTS) is ok and b((("threads", "2"),)) is ok and ran == [("defaults", DEFAULTS)]
+    assert "the same llama-bench command as defaults defaults" in notes[0]
+    b(advise.again((("threads", "2"),)))  # a second process is its own trial
+    b((("threads", "2"),), True)  # and so is one asked for fresh
+    assert len(ran) == 3
+    other = dataclasses.replace(tests, n_prompt=2048)  # other tests: not the same evidence
+    shared.measure(t1, knobs, other, inner("t=1"), emit)((("threads", "2"),))
+    assert len(ran) == 4
+    failing = shared.measure(LlamaConfig("x", (("flash-attn", "on"),)), knobs, tests, inner("x", fail=True), emit)
+    failing(DEFAULTS)
+    failing(DEFAULTS)
+    assert len(ran) == 6
 
 
 def test_the_search_says_its_plan_and_cost_before_it_starts() -> None:

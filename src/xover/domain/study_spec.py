@@ -142,6 +142,12 @@ class StudySpec:
         return tuple(n for n in self.cached_new_tokens if config.holds(depth + n + max(self.response_tokens)))
 
     @property
+    def longest_prompt(self) -> int:
+        """The most tokens one request of the cold stage prefills: the longest cold prompt, or the largest cached
+        turn's new tokens (the cached context is not prefilled again)."""
+        return max(max(self.lengths), max(self.cached_new_tokens) if self.turns_depth is not None else 0)
+
+    @property
     def longest_context_need(self) -> int:
         """The most tokens a cold-stage request holds: the longest prompt, or the cached depth and the largest
         turn (without the response)."""

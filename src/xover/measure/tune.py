@@ -181,10 +181,12 @@ def plan_depths(
     )
 
 
-def chunk(knobs: Sequence[advise.Knob]) -> int:
-    """Prompt tokens per llama-bench prefill test: the largest ubatch tried (a smaller prompt would cap it)."""
+def chunk(knobs: Sequence[advise.Knob], longest: int | None = None) -> int:
+    """Prompt tokens per llama-bench prefill test: the largest ubatch tried (a smaller prompt would cap it), but no
+    more than the study's ``longest`` prompt (a longer test would time prompts the study never sends)."""
     ubatches = [int(v) for k in knobs if k.name == "ubatch-size" for v in k.candidates]
-    return max([advise.LLAMA_DEFAULT_UBATCH, *ubatches])
+    most = max([advise.LLAMA_DEFAULT_UBATCH, *ubatches])
+    return most if longest is None else min(most, longest)
 
 
 def applicable(
@@ -200,7 +202,15 @@ def applicable(
     batch = next((k for k in knobs if k.name == opts.BATCH_SIZE.name and k.name in keep), None)
     if batch is not None and (why := advise.batch_reason(batch.candidates, ubatch)) is not None:
         keep, skipped = tuple(n for n in keep if n != batch.name), (*skipped, (batch.name, why))
-    return tuple(k for k in knobs if k.name in keep), skipped
+    out = tuple(k for k in knobs if k.name in keep)
+    ub = advise.knob_named(out, opts.UBATCH_SIZE.name)
+    if ub is not None:  # ubatches no prompt of the study fills run as the smallest of them
+        left, why = advise.ubatch_reason(ub.candidates, spec.longest_prompt, ubatch)
+        if why is not None:
+            gone = ", ".join(v for v in ub.candidates if v not in left)
+            skipped = (*skipped, (f"{ub.name} {gone}", why))
+            out = advise.with_candidates(out, ub.name, left) if left else tuple(k for k in out if k is not ub)
+    return out, skipped
 
 
 def context(
@@ -447,6 +457,61 @@ def variants(results: Iterable[Tuned]) -> tuple[LlamaConfig, ...]:
 Event = Callable[[str, str, float | None, float | None], None]  # (status, detail, completed, total)
 
 
+def same_run(config: LlamaConfig, in_effect: dict[str, str]) -> str:
+    """What two trials of different configurations share when they run the same llama-bench command in effect: the
+    configuration's key with the settings that name llama.cpp's default, or the value a configuration without that
+    setting ran at here (``in_effect``: ``-t 2`` on a machine whose llama.cpp runs 2 threads), left out, and the rest
+    in one order."""
+    moot = {n: None for n, v in config.settings if v == in_effect.get(n) or v == opts.option(n).default}
+    plain = config.with_values(moot)
+    return dataclasses.replace(plain, settings=tuple(sorted(plain.settings))).key
+
+
+class SharedTrials:
+    """The search's llama-bench processes across the configurations of one tuning stage: a trial whose command in
+    effect (:func:`same_run`) and tests (the sweep) another configuration's trial already ran is that process, not
+    a new one of the same evidence. Each value is still one fresh process of its own; only its repetition is
+    saved."""
+
+    def __init__(self) -> None:
+        self.in_effect: dict[str, str] = {}  # option -> the value llama.cpp ran where no configuration set it
+        self.done: dict[tuple[Any, ...], tuple[advise.Measurement, str]] = {}
+
+    def learn(self, config: LlamaConfig, knobs: Sequence[advise.Knob], base: advise.Measurement) -> None:
+        """The values in effect of the knobs ``config`` leaves at llama.cpp's defaults, from its defaults' record."""
+        effective = dict(base.effective)
+        for k in knobs:
+            if k.record_field and config.get(k.name) is None and k.record_field in effective:
+                self.in_effect.setdefault(k.name, effective[k.record_field])
+
+    def measure(
+        self,
+        config: LlamaConfig,
+        knobs: Sequence[advise.Knob],
+        sweep: Any,
+        inner: Callable[..., advise.Measurement],
+        emit: Event,
+    ) -> Callable[..., advise.Measurement]:
+        """``inner`` (one trial of ``config``), or the process another trial of the same command ran."""
+        tests = (sweep.depths, sweep.n_prompt, sweep.n_gen, sweep.repetitions, sweep.round)
+
+        def measure(setting: advise.Setting, fresh: bool = False) -> advise.Measurement:
+            key = (same_run(advise.apply_setting(config, knobs, setting, config.name), self.in_effect), tests)
+            label = f"{config.name} {advise.setting_label(knobs, setting)}"
+            if not fresh and key in self.done:
+                m, first = self.done[key]
+                emit(
+                    "info", f"{label}: the same llama-bench command as {first}: its process counts for both", None, None
+                )
+                return m
+            m = inner(setting, fresh)
+            if m.ok:
+                self.done.setdefault(key, (m, label))
+            return m
+
+        return measure
+
+
 def _confirmations(
     search: advise.Search,
     in_round: Callable[..., advise.Measurement],
@@ -510,12 +575,13 @@ def run_tune(
 
     tensors = model_table(model)[0].tensors  # which experts stay on the CPU decides which knobs can act
     results = dict(done)
+    shared = SharedTrials()
     for config in todo:
         # The defaults first: the build's backends decide which knobs can matter at all.
         probe_spec = AdviseSpec(model=model, knobs=(), repetitions=spec.tune_repetitions, timeout_s=spec.timeout_s)
         probe_runner = _Runner(probe_spec, binaries, tune_dir, command, on_event)
         all_knobs = knobs_for(spec, True, config.engine)
-        chunk_tokens = chunk(all_knobs)
+        chunk_tokens = chunk(all_knobs, spec.longest_prompt)
         # under a budget the defaults' process at the cheap depths first: what it measures plans the deep ones
         probe_at = cheap_depths(spec) if spec.budget_s is not None else depths(spec)
         sweep = probe_runner.sweep(probe_at, chunk_tokens, spec.tg, spec.tune_repetitions)
@@ -538,20 +604,30 @@ def run_tune(
         own_ub = int(config.get(opts.UBATCH_SIZE.name) or opts.UBATCH_SIZE.default)
         knobs, skipped = applicable(spec, own, context(config, tensors, gpu_build, placed, built_for), own_ub)
         for knob_name, why in skipped:
-            emit("info", f"{config.name}: not searching {opts.option(knob_name).short}: {why}", None, None)
+            option, _, values = knob_name.partition(" ")  # "ubatch-size 4096": some of a knob's values
+            emit(
+                "info",
+                f"{config.name}: not searching {opts.option(option).short}{' ' * bool(values)}{values}: {why}",
+                None,
+                None,
+            )
         at = plan_depths(spec, knobs, base, per_process, len(todo))
         if at.left_out:
             emit("info", f"{config.name}: search {at.describe()}", None, None)
-        if max(chunk(knobs), own_ub) != chunk_tokens or at.depths != sweep.depths:  # candidates, ubatch, depths
-            chunk_tokens = max(chunk(knobs), own_ub)
+        wanted = min(max(chunk(knobs), own_ub), spec.longest_prompt)
+        if wanted != chunk_tokens or at.depths != sweep.depths:  # candidates, ubatch, depths
+            chunk_tokens = wanted
             sweep = probe_runner.sweep(at.depths, chunk_tokens, spec.tg, spec.tune_repetitions)
         runner = _Runner(dataclasses.replace(probe_spec, knobs=knobs), binaries, tune_dir, command, on_event)
         plan_line = search_plan(knobs, spec, chunk_tokens, per_process, base.reused, at.depths)
         emit("info", f"{config.name}: {plan_line}", None, None)
+        trial = runner.measure_config_fn(config, sweep, work, place)
+        if not placed:  # a placed trial's level follows its own settings: never shared
+            shared.learn(config, knobs, base)
+            trial = shared.measure(config, knobs, sweep, trial, emit)
+        own_knobs = tuple(k.name for k in knobs if config.get(k.name) is not None)
         try:
-            search = advise.coordinate_search(
-                knobs, runner.measure_config_fn(config, sweep, work, place), work, None, second=turns
-            )
+            search = advise.coordinate_search(knobs, trial, work, None, second=turns, first=own_knobs)
         except XoverError as e:
             emit("fail", f"{config.name}: {e}", None, None)
             continue

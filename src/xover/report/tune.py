@@ -22,7 +22,7 @@ from collections import defaultdict
 from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
-from xover.analysis.advise import DEFAULTS, RECHECK, estimate
+from xover.analysis.advise import DEFAULTS, Setting, again, estimate
 from xover.analysis.advise.objective import noise_between
 from xover.analysis.crossover import ConfigData, verdict
 from xover.analysis.tradeoff import Ratio, ServedTradeoff, Tradeoff, ratio, served_tradeoff, tradeoff
@@ -147,6 +147,15 @@ class KnobRow:
     turn_within_noise: bool | None
 
 
+def _origin(search: Any) -> Setting:
+    return getattr(search, "origin", DEFAULTS)  # a search stored before origins existed: the defaults
+
+
+def _base_of(search: Any, knob: str) -> Setting:
+    """The setting the knob's values were compared with (:meth:`xover.analysis.advise.Search.base_of`)."""
+    return DEFAULTS if knob in getattr(search, "first", ()) else _origin(search)
+
+
 def _trials_of(search: Any, knob: str, value: str) -> list[Any]:
     """The value's llama-bench processes: its trial, and its second when a marginal gain was measured again."""
     return [t for t in search.trials if t.varied == knob and dict(t.setting).get(knob) == value]
@@ -155,14 +164,16 @@ def _trials_of(search: Any, knob: str, value: str) -> list[Any]:
 def knob_rows(search: Any, response: int) -> list[KnobRow]:
     """One row per knob value the search tried (or skipped, or failed on), then the recommendation."""
 
-    defaults = [t for t in search.trials if t.setting in (DEFAULTS, RECHECK)]
-    pp0, tg0 = _trial_rates(defaults)
+    rates = {}
+    for base in {DEFAULTS, _origin(search)}:
+        rates[base] = _trial_rates([t for t in search.trials if t.setting in (base, again(base))])
 
-    def effect(trials: list[Any], value: str) -> Tradeoff | None:
+    def effect(trials: list[Any], value: str, base: Setting = DEFAULTS) -> Tradeoff | None:
         pp, tg = _trial_rates(trials)
+        pp0, tg0 = rates[base]
         if not (pp and tg and pp0 and tg0):
             return None
-        return tradeoff("defaults", pp0, tg0, value, pp, tg, response)
+        return tradeoff("defaults" if base == DEFAULTS else "origin", pp0, tg0, value, pp, tg, response)
 
     rows = []
     for v in search.verdicts:
@@ -182,7 +193,7 @@ def knob_rows(search: Any, response: int) -> list[KnobRow]:
                     v.knob,
                     e.value,
                     status,
-                    effect(_trials_of(search, v.knob, e.value), e.value),
+                    effect(_trials_of(search, v.knob, e.value), e.value, _base_of(search, v.knob)),
                     e.change_s,
                     e.within_noise,
                 )
@@ -222,7 +233,8 @@ def cached_change(search: Any, trial: Any | None, turns: Any) -> str:
     llama-bench tests the search measured (prefill integrated from the cached depth, decode past it), with the
     noise rule of the search's own verdicts."""
 
-    base = next((t for t in search.trials if t.setting == DEFAULTS), None)
+    against = _base_of(search, trial.varied) if trial is not None and trial.varied else DEFAULTS
+    base = next((t for t in search.trials if t.setting == against), None)
     if trial is None or base is None or not trial.measurement.ok or not base.measurement.ok:
         return "—"
     a, b = estimate(trial.measurement, turns), estimate(base.measurement, turns)
@@ -487,6 +499,16 @@ def _record_blocks(r: TuneRecord, response: int, turns: Any | None = None, engin
     if r.search is None:
         out.append(Block("p", r.note or "The search itself was not stored."))
         return out
+    if _origin(r.search) != DEFAULTS:
+        moved = next((t.label for t in r.search.trials if t.setting == _origin(r.search)), "")
+        out.append(
+            Block(
+                "p",
+                f"{r.config} sets {', '.join(r.search.first)} itself, so those were searched first: {moved} won "
+                f"beyond the noise, and every other knob was measured on top of {moved}; their rows compare with "
+                f"{moved}, not with the defaults.",
+            )
+        )
     out.append(table(*knob_table(r.search, response, turns)))
     no_effect = [v.knob for v in r.search.verdicts if v.no_effect]
     if no_effect:

@@ -63,6 +63,7 @@ from xover.analysis.advise.applicability import (
     repacks,
     skip_reason,
     split,
+    ubatch_reason,
 )
 from xover.analysis.advise.confirm import Confirmation, ServerPoint, confirmation, server_turn_s
 from xover.analysis.advise.crossovers import RevisitedPair, config_data, revisit_crossovers
@@ -142,6 +143,7 @@ __all__ = [
     "skip_reason",
     "split",
     "batch_reason",
+    "ubatch_reason",
     "AGENTIC_LENGTHS",
     "ARTIFACT",
     "DEFAULTS",

@@ -150,6 +150,23 @@ def batch_reason(candidates: Sequence[str], ubatch: int) -> str | None:
     return None
 
 
+def ubatch_reason(candidates: Sequence[str], longest: int, default: int) -> tuple[tuple[str, ...], str | None]:
+    """The ``-ub`` candidates that can act on a study whose requests prefill at most ``longest`` tokens, and why the
+    others cannot (one line), or None. A prompt of L tokens runs as ubatches of ``min(-ub, L)`` tokens, so every
+    ubatch of at least ``longest`` runs each of the study's prompts as one ubatch, the same work (only its compute
+    buffer is larger): of those, only the smallest is kept, and none where llama.cpp's default ``default`` is one."""
+    at_least = sorted((v for v in dict.fromkeys(candidates) if int(v) >= longest), key=int)
+    same = at_least if default >= longest else at_least[1:]
+    if not same:
+        return tuple(candidates), None
+    kept = tuple(v for v in candidates if v not in same)
+    as_ = f"-ub {default}, the default" if default >= longest else f"-ub {at_least[0]}"
+    return kept, (
+        f"every request of this study prefills at most {longest:,} tokens, one ubatch at {as_}: "
+        f"-ub {', '.join(same)} would run the same ubatches"
+    )
+
+
 def split(names: Sequence[str], ctx: Context) -> tuple[tuple[str, ...], tuple[tuple[str, str], ...]]:
     """The options among ``names`` to search here, and the skipped ones with their reasons, in ``names``' order."""
     keep, skipped = [], []

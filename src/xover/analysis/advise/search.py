@@ -6,17 +6,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Mapping, Sequence
 
-from xover.analysis.advise.knobs import (
-    DEFAULTS,
-    RECHECK,
-    Knob,
-    Setting,
-    again,
-    is_again,
-    level_label,
-    normalize,
-    setting_label,
-)
+from xover.analysis.advise.knobs import DEFAULTS, Knob, Setting, again, is_again, level_label, normalize, setting_label
 from xover.analysis.advise.objective import Estimate, Measurement, estimate, noise_between, within_noise
 from xover.analysis.advise.workload import Workload
 from xover.errors import XoverError
@@ -89,6 +79,15 @@ class Search:
     # it beyond the noise: a decode-heavy turn's choice. None: the recommendation is decode's best too.
     decode_recommended: Setting | None = None
     decode_drift_s: float | None = None
+    # The setting the knobs after the configuration's own were measured on top of: its own knobs' kept values
+    # (``first`` of :func:`coordinate_search`), or the defaults.
+    origin: Setting = DEFAULTS
+    first: tuple[str, ...] = ()  # the knobs searched first: the configuration's own
+
+    def base_of(self, knob: str) -> Setting:
+        """The setting ``knob``'s values were measured against: the defaults for the configuration's own knobs (or
+        where none moved), else :attr:`origin`."""
+        return DEFAULTS if knob in self.first else self.origin
 
     @property
     def label(self) -> str:
@@ -134,17 +133,22 @@ def _second(t: Trial, second: Workload | None) -> Estimate | None:
 
 
 def _try_knob(
-    knobs: Sequence[Knob], knob: Knob, effective: Mapping[str, str], run: Callable[[Setting, str | None], Trial]
+    knobs: Sequence[Knob],
+    knob: Knob,
+    effective: Mapping[str, str],
+    run: Callable[[Setting, str | None], Trial],
+    origin: Setting = DEFAULTS,
 ) -> tuple[Knob, tuple[str, ...], list[tuple[str, Estimate]], list[str]]:
-    """Each candidate of ``knob`` alone on top of the defaults (``run``: one trial), but those llama.cpp already
-    runs by default here (``effective``: the defaults' record fields): (knob, skipped, measured, failed)."""
+    """Each candidate of ``knob`` alone on top of ``origin`` (the defaults, or the configuration's own knobs moved
+    first; ``run``: one trial), but those llama.cpp already runs there (``effective``: the origin's record fields):
+    (knob, skipped, measured, failed)."""
     in_effect = effective.get(knob.record_field) if knob.record_field else None
     values = [v for v in dict.fromkeys(knob.candidates) if v != knob.default]
     skipped = tuple(v for v in values if v == in_effect)
     measured: list[tuple[str, Estimate]] = []
     failed: list[str] = []
     for value in (v for v in values if v not in skipped):
-        e = run(normalize(knobs, {knob.name: value}), knob.name).estimate
+        e = run(normalize(knobs, {**dict(origin), knob.name: value}), knob.name).estimate
         if e is None:
             failed.append(value)
         else:
@@ -222,6 +226,72 @@ def _decode_choice(
     return fastest if fastest != recommended and beyond else None
 
 
+@dataclasses.dataclass
+class _Pass:
+    """What one pass over some knobs from one origin kept: values per knob for the turn and for the second kind of
+    turn, and the setting each kept value was measured at."""
+
+    verdicts: list[KnobVerdict] = dataclasses.field(default_factory=list)
+    kept: dict[str, str] = dataclasses.field(default_factory=dict)
+    decode_kept: dict[str, str] = dataclasses.field(default_factory=dict)
+    singles: dict[str, Setting] = dataclasses.field(default_factory=dict)  # knob -> the trial of its kept value
+
+
+def _pass(
+    knobs: Sequence[Knob],
+    over: Sequence[Knob],
+    origin: Setting,
+    run: Callable[[Setting, str | None], Trial],
+    trials: dict[Setting, Trial],
+    recheck: bool,
+    second: Workload | None,
+) -> tuple[_Pass, float | None, float | None]:
+    """Each knob of ``over`` alone on top of ``origin`` (its trial is the base of every effect), the origin measured
+    again after them (with ``recheck``), and a marginal leader measured again: the values kept, and the drift of the
+    origin between its two processes (turn, second kind of turn)."""
+    base = run(origin, None)
+    b, b2 = base.estimate, _second(base, second)
+    assert b is not None and b2 is not None
+    tried = [_try_knob(knobs, knob, dict(base.measurement.effective), run, origin) for knob in over]
+    drift = decode_drift = None
+    if recheck:
+        again_trial = run(again(origin), None)
+        b_again, b_again2 = again_trial.estimate, _second(again_trial, second)
+        drift = abs(b_again.turn_s - b.turn_s) if b_again is not None else None
+        decode_drift = abs(b_again2.turn_s - b2.turn_s) if b_again2 is not None else None
+    floor, decode_floor = drift or 0.0, decode_drift or 0.0
+    origin_again = trials.get(again(origin)) if recheck else None
+
+    def setting_of(knob: Knob, value: str) -> Setting:
+        return normalize(knobs, {**dict(origin), knob.name: value})
+
+    def effect(knob: Knob, value: str) -> Effect:
+        return _effect(trials, setting_of(knob, value), value, base, origin_again, floor, decode_floor, second)
+
+    out = _Pass()
+    for knob, skipped, measured, failed in tried:
+        effects = [effect(knob, value) for value, _ in measured]
+        if recheck and effects:
+            leaders = (min(effects, key=lambda x: x.change_s), min(effects, key=lambda x: x.decode_change_s))
+            retried = [
+                run(again(setting_of(knob, lead.value)), knob.name)
+                for lead, on_decode in zip(leaders, (False, True), strict=True)
+                if _marginal(lead, on_decode)
+            ]
+            if retried:
+                effects = [effect(knob, value) for value, _ in measured]
+        best = min(effects, key=lambda x: x.change_s) if effects else None
+        if best is not None and best.change_s < 0 and not best.within_noise:
+            out.kept[knob.name] = best.value
+            out.singles[knob.name] = setting_of(knob, best.value)
+        best_decode = min(effects, key=lambda x: x.decode_change_s) if effects else None
+        if best_decode is not None and best_decode.decode_change_s < 0 and not best_decode.decode_within_noise:
+            out.decode_kept[knob.name] = best_decode.value
+            out.singles.setdefault(f"decode:{knob.name}", setting_of(knob, best_decode.value))
+        out.verdicts.append(KnobVerdict(knob.name, out.kept.get(knob.name), tuple(effects), skipped, tuple(failed)))
+    return out, drift, decode_drift
+
+
 def coordinate_search(
     knobs: Sequence[Knob],
     measure: Callable[[Setting], Measurement],
@@ -229,12 +299,19 @@ def coordinate_search(
     n_cpu_moe: int | None = None,
     recheck: bool = True,
     second: Workload | None = None,
+    first: Sequence[str] = (),
 ) -> Search:
     """The search of the module docstring; ``measure`` runs one configuration. With ``recheck`` the
     defaults are measured again after every knob (:data:`RECHECK`) and the drift between the two
     widens the noise band of every decision. Beside the workload's best setting, the second kind of turn's
     (:attr:`Search.decode_recommended`): decode-heavy turns (the decode part of a turn), or with ``second`` the
-    cached agentic turns it describes, scored from the same tests."""
+    cached agentic turns it describes, scored from the same tests.
+
+    ``first``: the knobs the configuration itself sets (``-t 1``). They are searched first, from the
+    configuration's defaults; where one of their values wins beyond the noise, the other knobs are searched on top
+    of it (:attr:`Search.origin`), so that a configuration that differs from another of the study only in such a
+    knob runs, once that knob has moved, the same llama-bench commands the other one ran (the caller's ``measure``
+    may share those processes)."""
     trials: dict[Setting, Trial] = {}
 
     def run(setting: Setting, varied: str | None) -> Trial:
@@ -252,49 +329,31 @@ def coordinate_search(
             f"({base.measurement.failure}): fix that first, e.g. with a larger --ncmoe"
         )
     b = base.estimate
-    effective = dict(base.measurement.effective)
-    tried = [_try_knob(knobs, knob, effective, run) for knob in knobs]
-    b2 = _second(base, second)
-    assert b2 is not None
-    drift = decode_drift = None
-    if recheck:
-        again_trial = run(RECHECK, None)
-        b_again, b_again2 = again_trial.estimate, _second(again_trial, second)
-        drift = abs(b_again.turn_s - b.turn_s) if b_again is not None else None
-        decode_drift = abs(b_again2.turn_s - b2.turn_s) if b_again2 is not None else None
-    floor, decode_floor = drift or 0.0, decode_drift or 0.0
-    defaults_again = trials.get(RECHECK) if recheck else None
-
-    def effect(knob: Knob, value: str) -> Effect:
-        setting = normalize(knobs, {knob.name: value})
-        return _effect(trials, setting, value, base, defaults_again, floor, decode_floor, second)
-
-    verdicts: list[KnobVerdict] = []
-    kept: dict[str, str] = {}
-    decode_kept: dict[str, str] = {}
-    for knob, skipped, measured, failed in tried:
-        effects = [effect(knob, value) for value, _ in measured]
-        if recheck and effects:
-            leaders = (min(effects, key=lambda x: x.change_s), min(effects, key=lambda x: x.decode_change_s))
-            retried = [
-                run(again(normalize(knobs, {knob.name: lead.value})), knob.name)
-                for lead, on_decode in zip(leaders, (False, True), strict=True)
-                if _marginal(lead, on_decode)
-            ]
-            if retried:
-                effects = [effect(knob, value) for value, _ in measured]
-        best = min(effects, key=lambda x: x.change_s) if effects else None
-        if best is not None and best.change_s < 0 and not best.within_noise:
-            kept[knob.name] = best.value
-        best_decode = min(effects, key=lambda x: x.decode_change_s) if effects else None
-        if best_decode is not None and best_decode.decode_change_s < 0 and not best_decode.decode_within_noise:
-            decode_kept[knob.name] = best_decode.value
-        verdicts.append(KnobVerdict(knob.name, kept.get(knob.name), tuple(effects), skipped, tuple(failed)))
+    own = [k for k in knobs if k.name in first]
+    passes: list[tuple[_Pass, float | None, float | None]] = []
+    origin = DEFAULTS
+    if own:
+        passes.append(_pass(knobs, own, DEFAULTS, run, trials, recheck, second))
+        origin = normalize(knobs, passes[0][0].kept)
+        if run(origin, None).estimate is None:  # the moved knobs together could not be measured: stay
+            origin = DEFAULTS
+    rest = [k for k in knobs if k not in own]
+    if rest or not own:
+        passes.append(_pass(knobs, rest, origin, run, trials, recheck, second))
+    drifts = [d for _, d, _ in passes if d is not None]
+    decode_drifts = [d for _, _, d in passes if d is not None]
+    drift = max(drifts) if drifts else None
+    decode_drift = max(decode_drifts) if decode_drifts else None
+    floor = drift or 0.0
+    verdicts = [v for p, _, _ in passes for v in p.verdicts]
+    kept = {k: v for p, _, _ in passes for k, v in p.kept.items()}
+    decode_kept = {k: v for p, _, _ in passes for k, v in p.decode_kept.items()}
+    singles = {k: v for p, _, _ in passes for k, v in p.singles.items()}
     combination = normalize(knobs, kept)
     run(combination, None)  # already measured unless two or more knobs were kept
     # The recommendation is chosen among settings made of kept values only: a single trial that beat the defaults
     # on one process and not on its second is no candidate.
-    allowed = {DEFAULTS, combination, *(normalize(knobs, {k: v}) for k, v in kept.items())}
+    allowed = {DEFAULTS, origin, combination, *(singles[k] for k in kept)}
     measured_trials = [t for t in trials.values() if t.estimate is not None and t.setting in allowed]
     best_trial = min(measured_trials, key=lambda t: t.estimate.turn_s)  # type: ignore[union-attr]
     assert best_trial.estimate is not None
@@ -304,13 +363,8 @@ def coordinate_search(
     if decode_kept:
         decode_combination = normalize(knobs, decode_kept)
         run(decode_combination, None)  # the decode winners together
-        allowed_decode = {
-            DEFAULTS,
-            recommended,
-            decode_combination,
-            *(normalize(knobs, {k: v}) for k, v in decode_kept.items()),
-        }
-        decode_recommended = _decode_choice(trials, allowed_decode, recommended, decode_floor, second)
+        allowed_decode = {DEFAULTS, recommended, decode_combination, *(singles[f"decode:{k}"] for k in decode_kept)}
+        decode_recommended = _decode_choice(trials, allowed_decode, recommended, decode_drift or 0.0, second)
     return Search(
         n_cpu_moe,
         tuple(trials.values()),
@@ -320,6 +374,8 @@ def coordinate_search(
         drift,
         decode_recommended,
         decode_drift,
+        origin,
+        tuple(k.name for k in own),
     )
 
 
