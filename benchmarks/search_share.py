@@ -12,19 +12,24 @@ Two studies (issue 46 item 8):
 
 Goal: the search takes at most half of each study, with the same recommendations.
 
-Measured on 2 cores (2026-12-05), before and after the search skipped `-b` alone where it runs the same ubatches:
+Measured on 2 cores (2026-12-05): first before and after the search skipped `-b` alone where it runs the same
+ubatches; then (2026-12-05 night) with the prefill test no longer than the study's longest prompt (and no `-ub` no
+prompt fills), the configuration's own knobs searched first and a trial that repeats another configuration's
+command sharing its process:
 
-| study | before | after |
-|---|---|---|
-| default | 49 of 141 s (35%), 12 processes; fa=on, fa=off: defaults kept | 53 of 133 s (40%), 13; the same |
-| second | 318 of 353 s (90%), 40 processes; defaults: kept; t=1: t=2 (cached/decode turn: t=2 fa=off) | 259 of 288 s (90%), 27; defaults: kept; t=1: t=2 |
+| study | before | `-b` skipped | longest-prompt test, own knobs first, shared processes |
+|---|---|---|---|
+| default | 49 of 141 s (35%), 12 processes; fa=on, fa=off: defaults kept | 53 of 133 s (40%), 13; the same | 50 of 116 s (43%), 14; the same |
+| second | 318 of 353 s (90%), 40; defaults: kept; t=1: t=2 | 259 of 288 s (90%), 27; the same | 49 of 77 s (64%), 15; the same |
 
-On the second shape the goal is not met. Its measurement is tiny (two lengths, cold TTFT 21-24 s), and most of the
-search's processes are what its evidence rules ask for, not waste: for ``t=1`` before, 9 candidates, the defaults
-again, 5 candidates measured again near the noise band, 6 processes to confirm t=2 in rounds and 9 quick decode-only
-ones to confirm the second kind of turn's setting. What is left to try: screening several values of one knob in one
-llama-bench process (``-ub 512,1024,2048``: one load) where the confirmation in fresh processes follows anyway, and
-sharing one screening between configurations that differ only in a knob the search varies.
+On the second shape the pp test was 4096 tokens against prompts of at most 2K: alone that took a trial from about
+8 s to 3 s (102 of 132 s, 28 processes). Sharing then left ``t=1`` its own processes only: its defaults, its
+defaults again, and the 6 that confirm ``t=2`` in rounds; every other trial is a command the ``defaults``
+configuration ran. The goal (at most half) is still not met there: the study measures for 28 s in all, and the
+8 processes of the ``defaults`` configuration's search (each candidate once, the defaults twice) and the 6 of the
+confirmation in fresh processes are what its evidence rules ask for. What is left to try: screening several values
+of one knob in one llama-bench process (one load, decisive where a load takes minutes, nothing here where a trial is
+its tests) with the leaders measured again in fresh processes.
 """
 
 from __future__ import annotations

@@ -366,7 +366,9 @@ def test_the_search_says_its_plan_and_cost_before_it_starts() -> None:
     knobs = (advise.Knob("ubatch-size", "-ub", "512", ("1024", "2048")), advise.Knob("threads", "-t", "2", ("1",)),
              advise.Knob("flash-attn", "-fa", "auto", ("off",)))  # fmt: skip
     text = tune.search_plan(knobs, spec, 2048, 6.0)
-    assert "5 llama-bench processes" in text and "then 6-8 to confirm each recommendation" in text, text
+    assert "at most 5 llama-bench processes" in text and "then 6-8 to confirm each recommendation" in text, text
+    own = tune.search_plan(knobs, spec, 2048, 6.0, own=("threads",))
+    assert "(t first: the others on top of its winner): at most 6 llama-bench processes" in own, own
     assert "the search 0.5 min, each confirmation 0.6-0.8 min more" in text, text
     assert "min" not in tune.search_plan(knobs, spec, 2048, 6.0, reused=True)  # a stored defaults' run: not timed
 

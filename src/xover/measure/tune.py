@@ -135,17 +135,21 @@ def search_plan(
     per_process_s: float,
     reused: bool = False,
     at: Sequence[int] | None = None,
+    own: Sequence[str] = (),
 ) -> str:
     """The search's plan and its cost, said before it starts: the knobs, the llama-bench processes (the defaults',
     each candidate's, the defaults again, then the rounds that confirm a recommendation in fresh processes) and
     their time at what the defaults' own process took (``per_process_s``; ``reused``: stored, so not timed); ``at``:
-    the depths (default :func:`depths`)."""
-    search = search_processes(knobs)
+    the depths (default :func:`depths`); ``own``: the knobs the configuration sets, searched first."""
+    search = search_processes(knobs) + (1 if own else 0)  # the defaults again after the own knobs too
     lo, hi = 2 * spec.rounds, 2 * spec.max_rounds  # a recommendation against the defaults, round by round
+    first = [k.short for k in knobs if k.name in own]
+    order = f" ({', '.join(first)} first: the others on top of its winner)" if first else ""
     text = (
-        f"searching {', '.join(k.short for k in knobs) or 'nothing'}: {search} llama-bench processes "
+        f"searching {', '.join(k.short for k in knobs) or 'nothing'}{order}: at most {search} llama-bench processes "
         f"(pp{chunk_tokens}/tg{spec.tg} at depths {', '.join(str(d) for d in (at or depths(spec)))}), then {lo}-{hi} to "
-        "confirm each recommendation in fresh processes"
+        "confirm each recommendation in fresh processes; a trial that runs another configuration's command is its "
+        "process"
     )
     if not reused:
         text += (
@@ -619,13 +623,13 @@ def run_tune(
             chunk_tokens = wanted
             sweep = probe_runner.sweep(at.depths, chunk_tokens, spec.tg, spec.tune_repetitions)
         runner = _Runner(dataclasses.replace(probe_spec, knobs=knobs), binaries, tune_dir, command, on_event)
-        plan_line = search_plan(knobs, spec, chunk_tokens, per_process, base.reused, at.depths)
+        own_knobs = tuple(k.name for k in knobs if config.get(k.name) is not None)
+        plan_line = search_plan(knobs, spec, chunk_tokens, per_process, base.reused, at.depths, own_knobs)
         emit("info", f"{config.name}: {plan_line}", None, None)
         trial = runner.measure_config_fn(config, sweep, work, place)
         if not placed:  # a placed trial's level follows its own settings: never shared
             shared.learn(config, knobs, base)
             trial = shared.measure(config, knobs, sweep, trial, emit)
-        own_knobs = tuple(k.name for k in knobs if config.get(k.name) is not None)
         try:
             search = advise.coordinate_search(knobs, trial, work, None, second=turns, first=own_knobs)
         except XoverError as e:
