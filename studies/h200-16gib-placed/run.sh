@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Issue 46 on the H200, one lease of the one-GPU kind (prepared 2026-12-05, not yet run): the 16 GiB qwen3-30b-a3b
+# study with the tuned variant placed by its server (study.toml says what it measures).
+#   1. the CUDA build (restored from out/bins where carried, else built from out/llsrc) while qwen3-30b-a3b is
+#      synthesized;
+#   2. the store seeded from the committed 16 GiB cached study: its prediction (theory) and model terms only;
+#   3. `xover study study.toml`: placement and llama.cpp's checks, budget-aware tuning with the server's placement
+#      walk, cold TTFT and cached turns in 3-4 interleaved rounds; nvidia-smi sampled every 2 s.
+# Here first: STUDY=h200-16gib-placed bash scripts/prepare-lease.sh; then, for the packed build,
+# `PER=2 bash scripts/bins-share.sh 1 out/keep` before the first call and `... 2 out/keep` before the second.
+# Call 1 carries out/xsrc out/bins .whl (or out/llsrc instead of out/bins); call 2 `STAGE=1 bash <this>` with the
+# second share; then the same call, WAIT=540, until job.log says done. Returns $OUT/q16p.tgz and job.log.
+source scripts/lease.sh
+lease_init q16p
+if [ -n "${STAGE:-}" ]; then ls -la /tmp/q16p-stage; exit 0; fi
+if [ ! -f $J/started ]; then
+  cp out/xsrc/studies/h200-16gib-placed/study.toml $J/study.toml
+  seed_store out/xsrc/studies/h200-16gib-cached/results.sqlite prediction inspect model-terms
+fi
+lease_job <<'BODY'
+M=$ST/models/qwen3-30b-a3b.gguf
+synth qwen3-30b-a3b $M &
+build_cuda
+wait; t synthesized; tail -qn1 $ST/synth-*.log
+study_once
+done_
+BODY
+lease_wait
