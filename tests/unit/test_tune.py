@@ -12,10 +12,13 @@ import pytest
 
 from xover.analysis import advise
 from xover.analysis.advise import DEFAULTS, Measurement, RateSamples, Setting
+from xover.domain.artifacts import TuneRecord
 from xover.domain.config import LlamaConfig
 from xover.domain.study_spec import StudySpec, spec_from_dict
 from xover.errors import XoverError
 from xover.measure import tune
+from xover.report.blocks import blocks_markdown
+from xover.report.tune import _record_blocks
 from xover.results.read_model import load
 from xover.results.store import Store
 
@@ -356,6 +359,43 @@ def test_a_trial_that_runs_another_configurations_command_shares_its_process() -
     failing(DEFAULTS)
     failing(DEFAULTS)
     assert len(ran) == 6
+
+
+def test_a_recommendation_that_is_another_configuration_is_left_to_the_studys_rounds() -> None:
+    """Issue 46 item 8: ``t=1`` tuned to ``-t 2`` is the ``defaults`` configuration, which the cold stage measures
+    beside it in rounds of fresh servers: those rounds confirm it. Without the cold stage, or for a setting no
+    configuration runs, llama-bench rounds confirm it as before."""
+    knobs = advise.default_knobs(cpu_count=2)
+    shared = tune.SharedTrials()
+    shared.learn(LlamaConfig("defaults"), knobs, Measurement(effective=(("n_threads", "2"),)))
+    spec = spec_from_dict(
+        {
+            "model": {"preset": "tiny-moe"},
+            "study": {"lengths": ["512"]},
+            "config": [{"name": "defaults"}, {"name": "t=1", "threads": 1}],
+        }
+    )
+    t1 = spec.configs[1]
+    assert shared.configuration_of(t1, knobs, (("threads", "2"),), spec) == "defaults"
+    assert shared.configuration_of(t1, knobs, (("threads", "2"), ("ubatch-size", "1024")), spec) is None
+    assert shared.configuration_of(t1, knobs, DEFAULTS, spec) is None
+    no_rounds = dataclasses.replace(spec, skip=spec.skip | {"ttft"})
+    assert shared.configuration_of(t1, knobs, (("threads", "2"),), no_rounds) is None
+    # no llama-bench rounds for it, and the variant is kept for the study's rounds to judge
+    search = advise.Search(None, (), (), (("threads", "2"),), (("threads", "2"),))
+    asked: list[object] = []
+
+    def never(*a: object) -> Measurement:
+        asked.append(a)
+        raise AssertionError("no llama-bench rounds")
+
+    work = tune.workload(spec)
+    c, d = tune._confirmations(search, never, never, work, None, spec, lambda *a: None, t1, confirm_turn=False)
+    assert c is None and d is None and not asked
+    body = tune._body(t1, knobs, search, spec, Path("m.gguf"), "CPU", 512, c)
+    assert body["variant"] == "t=1 tuned" and body["setting"] == [["threads", "2"]]
+    text = blocks_markdown(_record_blocks(TuneRecord.from_body({**body, "same_as": "defaults"}), 200))
+    assert "It runs the command of defaults, another configuration of this study" in text, text
 
 
 def test_the_search_says_its_plan_and_cost_before_it_starts() -> None:

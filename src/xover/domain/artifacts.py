@@ -275,6 +275,9 @@ class TuneRecord:
     skipped: tuple[tuple[str, str], ...] = ()  # (knob, why) for each knob the search left out on this machine
     # (depth, seconds it would have added) for each depth the search left out to stay within its share of the budget
     depths_left_out: tuple[tuple[int, float], ...] = ()
+    # the study's configuration whose command the recommendation runs: the study's rounds of fresh servers compare
+    # the two, so no llama-bench rounds confirmed it (None: confirmed here, or nothing to confirm)
+    same_as: str | None = None
 
     @property
     def variants(self) -> tuple[str, ...]:
@@ -325,6 +328,7 @@ class TuneRecord:
                 ),
                 skipped=tuple((str(k), str(v)) for k, v in b.get("skipped") or ()),
                 depths_left_out=tuple((int(d), float(s)) for d, s in b.get("depths_left_out") or ()),
+                same_as=_opt_str(b.get("same_as")),
             )
 
         return _reading(TUNE, read)

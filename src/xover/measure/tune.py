@@ -515,6 +515,18 @@ class SharedTrials:
 
         return measure
 
+    def configuration_of(
+        self, config: LlamaConfig, knobs: Sequence[advise.Knob], setting: advise.Setting, spec: StudySpec
+    ) -> str | None:
+        """The other configuration of ``spec`` whose command ``config`` with ``setting`` runs, where the study's
+        cold stage will measure both in its rounds of fresh servers; else None."""
+        if not setting or "ttft" in spec.skip:
+            return None
+        mine = same_run(advise.apply_setting(config, knobs, setting, config.name), self.in_effect)
+        return next(
+            (c.name for c in spec.configs if c.name != config.name and same_run(c, self.in_effect) == mine), None
+        )
+
 
 def _confirmations(
     search: advise.Search,
@@ -525,16 +537,19 @@ def _confirmations(
     spec: StudySpec,
     emit: Event,
     config: LlamaConfig,
+    confirm_turn: bool = True,
 ) -> tuple[Confirmation | None, Confirmation | None]:
     """The search's recommendation against the defaults in rounds of fresh processes (kept only if it wins there),
-    then the second kind of turn's own setting against the kept one: cached turns with the search's tests
+    (not with ``confirm_turn`` False: the study's own rounds compare it, as another of its configurations), then the
+    second kind of turn's own setting against the kept one: cached turns with the search's tests
     (``in_round``), decode alone (``decode_only``, llama-bench -p 0: a setting that runs prompts on the CPU would
     spend most of each round on prefill tests its comparison does not read)."""
     confirmation = decode_confirmation = None
-    if search.recommended:
+    if search.recommended and confirm_turn:
         confirmation = confirm(in_round, search.recommended, work, spec, emit, config.name)
     if search.decode_recommended is not None:
-        kept = search.recommended if confirmation is not None and confirmation.kept else advise.DEFAULTS
+        confirmed = confirmation.kept if confirmation is not None else not confirm_turn
+        kept = search.recommended if confirmed else advise.DEFAULTS
         if search.decode_recommended != kept and turns is not None:
             decode_confirmation = confirm(
                 in_round, search.decode_recommended, turns, spec, emit, config.name, kept, "cached"
@@ -637,13 +652,23 @@ def run_tune(
             continue
         in_round = functools.partial(_in_round, runner, config, sweep, work, place)
         decode_only = functools.partial(_in_round, runner, config, dataclasses.replace(sweep, n_prompt=0), work, place)
+        same_as = None if placed else shared.configuration_of(config, knobs, search.recommended, spec)
+        if same_as is not None:  # its rounds follow anyway: the cold stage's, of fresh servers, beside this one
+            emit(
+                "info",
+                f"{config.name}: its recommendation runs {same_as}'s command, which the study measures beside it in "
+                "rounds of fresh servers: those rounds confirm it, not llama-bench rounds here",
+                None,
+                None,
+            )
         confirmation, decode_confirmation = _confirmations(
-            search, in_round, decode_only, work, turns, spec, emit, config
+            search, in_round, decode_only, work, turns, spec, emit, config, confirm_turn=same_as is None
         )
         body = _body(
             config, knobs, search, spec, model, backend, chunk_tokens, confirmation, decode_confirmation, skipped
         )
         body["placed_trials"] = placed
+        body["same_as"] = same_as
         body["depths"] = list(at.depths)
         body["depths_left_out"] = [list(x) for x in at.left_out]
         with Store(study_dir) as store:

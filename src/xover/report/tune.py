@@ -478,6 +478,15 @@ def _record_blocks(r: TuneRecord, response: int, turns: Any | None = None, engin
         ]
         if r.confirmation is not None:
             out.append(Block("p", _rounds_text(r.confirmation, decode=False)))
+        elif r.same_as is not None:
+            out.append(
+                Block(
+                    "p",
+                    f"It runs the command of {r.same_as}, another configuration of this study, which the rounds of "
+                    f"fresh servers below measure beside {r.config}: those rounds are its confirmation, so no "
+                    "llama-bench rounds confirmed it here.",
+                )
+            )
     if r.server_command:
         out += [Block("code", r.server_command), *_kv_note(r.server_command)]
     out += _decode_blocks(r)
