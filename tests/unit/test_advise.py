@@ -126,13 +126,16 @@ def test_coordinate_search_finds_the_planted_optimum_in_eleven_measurements() ->
 
 
 def _own_threads(calls: list[Setting]) -> Callable[[Setting], Measurement]:
-    """A configuration that runs ``-t 1`` itself: two threads prefill and decode twice as fast, a 2048-token ubatch
-    prefills 1.5x faster; the record says the threads in effect."""
+    """A configuration that runs ``-t 1`` itself: two threads prefill twice as fast, a 2048-token ubatch 1.5x, a
+    1024-token one decodes 1.3x faster; the record says the threads in effect."""
 
     def factor(s: dict[str, str]) -> float:
         return (2.0 if s.get("threads") == "2" else 1.0) * (1.5 if s.get("ubatch-size") == "2048" else 1.0)
 
-    inner = fake(factor, lambda s: 2.0 if s.get("threads") == "2" else 1.0, calls=calls)
+    def decode(s: dict[str, str]) -> float:  # a 1024-token ubatch decodes faster here (a decode variant); -t not
+        return 1.3 if s.get("ubatch-size") == "1024" else 1.0
+
+    inner = fake(factor, decode, calls=calls)
 
     def measure(setting: Setting) -> Measurement:
         m = inner(setting)
@@ -153,9 +156,13 @@ def test_the_knobs_a_configuration_sets_are_searched_first_and_the_rest_on_top_o
     later = [dict(advise.first_of(s)) for s in calls[3:]]
     assert later and all(s.get("threads") == "2" for s in later), later  # everything after on top of -t 2
     assert dict(search.recommended) == {"threads": "2", "ubatch-size": "2048"}
+    assert search.decode_recommended is not None and dict(search.decode_recommended) == {
+        "threads": "2",
+        "ubatch-size": "1024",
+    }
     ub = next(v for v in search.verdicts if v.knob == "ubatch-size")
     assert ub.kept == "2048" and search.base_of("ubatch-size") == t2 and search.base_of("threads") == DEFAULTS
-    # its gain is against -t 2 (1.5x prefill), not against the -t 1 defaults (3x prefill, 2x decode)
+    # its gain is against -t 2 (1.5x prefill), not against the -t 1 defaults (3x prefill)
     best = next(e for e in ub.effects if e.value == "2048")
     d2, both = search.trial(t2).estimate, search.trial((("ubatch-size", "2048"), *t2)).estimate
     assert d2 is not None and both is not None and best.change_s == pytest.approx(both.turn_s - d2.turn_s)

@@ -402,7 +402,7 @@ def test_the_search_says_its_plan_and_cost_before_it_starts() -> None:
     """Known answer: 3 knobs of 2, 1 and 1 candidates are 5 processes (each candidate and the defaults again), then
     2x3-2x4 to confirm a recommendation in rounds; at 6 s a process, 0.5 min and 0.6-0.8 min more."""
     spec = _spec(tune_depths=())
-    spec = dataclasses.replace(spec, rounds=3, max_rounds=4)
+    spec = dataclasses.replace(spec, rounds=3, max_rounds=4, budget_s=600.0)
     knobs = (advise.Knob("ubatch-size", "-ub", "512", ("1024", "2048")), advise.Knob("threads", "-t", "2", ("1",)),
              advise.Knob("flash-attn", "-fa", "auto", ("off",)))  # fmt: skip
     text = tune.search_plan(knobs, spec, 2048, 6.0)
@@ -411,6 +411,22 @@ def test_the_search_says_its_plan_and_cost_before_it_starts() -> None:
     assert "(t first: the others on top of its winner): at most 6 llama-bench processes" in own, own
     assert "the search 0.5 min, each confirmation 0.6-0.8 min more" in text, text
     assert "min" not in tune.search_plan(knobs, spec, 2048, 6.0, reused=True)  # a stored defaults' run: not timed
+
+
+def test_a_confirmation_goes_past_the_studys_rounds_only_within_the_searchs_share_of_a_budget() -> None:
+    """Issue 46 item 8: an undecided recommendation took 8 rounds (16 llama-bench processes, twice, for the turn and
+    the decode variant) on the second shape, for a difference no larger than the noise. Without a budget the
+    confirmation takes the study's rounds; under one, more rounds while they fit half the budget for this
+    configuration; and the plan says so."""
+    spec = dataclasses.replace(_spec(tune_depths=()), rounds=3, max_rounds=8)
+    assert tune.confirm_rounds(spec, per_process_s=3.0, spent_s=20.0, configs=2) == 3
+    budget = dataclasses.replace(spec, budget_s=150.0)  # 37.5 s for each of 2 configurations
+    assert tune.confirm_rounds(budget, per_process_s=3.0, spent_s=20.0, configs=2) == 3 + 2  # 17.5 s: 2 rounds of 6 s
+    assert tune.confirm_rounds(budget, per_process_s=3.0, spent_s=60.0, configs=2) == 3  # spent: the study's rounds
+    assert tune.confirm_rounds(budget, per_process_s=0.1, spent_s=0.0, configs=1) == 8  # never past max-rounds
+    knobs = (advise.Knob("threads", "-t", "2", ("1",)),)
+    assert "then 6 to confirm" in tune.search_plan(knobs, spec, 512, 3.0)
+    assert "then 6-16 to confirm" in tune.search_plan(knobs, budget, 512, 3.0)
 
 
 def test_deep_depths_are_planned_from_what_the_defaults_measured() -> None:

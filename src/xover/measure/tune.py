@@ -142,19 +142,22 @@ def search_plan(
     their time at what the defaults' own process took (``per_process_s``; ``reused``: stored, so not timed); ``at``:
     the depths (default :func:`depths`); ``own``: the knobs the configuration sets, searched first."""
     search = search_processes(knobs) + (1 if own else 0)  # the defaults again after the own knobs too
-    lo, hi = 2 * spec.rounds, 2 * spec.max_rounds  # a recommendation against the defaults, round by round
+    lo = 2 * spec.rounds  # a recommendation against the defaults, round by round; more only under a budget
+    hi = 2 * spec.max_rounds if spec.budget_s is not None else lo
     first = [k.short for k in knobs if k.name in own]
     order = f" ({', '.join(first)} first: the others on top of its winner)" if first else ""
     text = (
         f"searching {', '.join(k.short for k in knobs) or 'nothing'}{order}: at most {search} llama-bench processes "
-        f"(pp{chunk_tokens}/tg{spec.tg} at depths {', '.join(str(d) for d in (at or depths(spec)))}), then {lo}-{hi} to "
+        f"(pp{chunk_tokens}/tg{spec.tg} at depths {', '.join(str(d) for d in (at or depths(spec)))}), then {lo}{f'-{hi}' if hi > lo else ''} to "
         "confirm each recommendation in fresh processes; a trial that runs another configuration's command is its "
         "process"
     )
     if not reused:
         text += (
             f"; at the {per_process_s:.0f} s the defaults' process took, the search {search * per_process_s / 60:.1f} "
-            f"min, each confirmation {lo * per_process_s / 60:.1f}-{hi * per_process_s / 60:.1f} min more"
+            f"min, each confirmation {lo * per_process_s / 60:.1f}"
+            + (f"-{hi * per_process_s / 60:.1f}" if hi > lo else "")
+            + " min more"
         )
     return text
 
@@ -378,10 +381,11 @@ def confirm(
     name: str,
     against: advise.Setting = advise.DEFAULTS,
     part: str = "turn",
+    max_rounds: int | None = None,
 ) -> Confirmation:
     """``setting`` against ``against`` (the defaults) in rounds (``measure(setting, round)`` is one fresh
     llama-bench process; ``measure(setting, round, True)`` a new one even if one is stored): ``spec.rounds`` of
-    them, then more while the interval straddles 1, up to ``spec.max_rounds``. ``part``: compare whole expected
+    them, then more while the interval straddles 1, up to ``max_rounds`` (default ``spec.max_rounds``). ``part``: compare whole expected
     turns, their decode parts ("decode": ``work``'s) or cached agentic turns ("cached": ``work`` is those turns). A
     round is one session's pair: where an earlier, interrupted session stored only
     one side of a round, that side is measured again beside the other, so no round pairs two sessions' machines."""
@@ -390,7 +394,7 @@ def confirm(
         return advise.decode_turn_s(m, work) if part == "decode" else advise.estimate(m, work).turn_s
 
     times: dict[str, dict[int, float]] = {"against": {}, "tuned": {}}
-    for n in range(1, spec.max_rounds + 1):
+    for n in range(1, (spec.max_rounds if max_rounds is None else max(spec.rounds, max_rounds)) + 1):
         reused: dict[str, bool] = {}
         for which in order(["against", "tuned"], n - 1) + ["again"]:
             if which == "again":  # half a round from an earlier session: its stored side in a process of this one
@@ -528,6 +532,19 @@ class SharedTrials:
         )
 
 
+def confirm_rounds(spec: StudySpec, per_process_s: float, spent_s: float, configs: int) -> int:
+    """The most rounds a confirmation of the search may take: the study's ``rounds``, then more (up to
+    ``max-rounds``) only under a budget and while they fit the search's share of it for this configuration
+    (``spent_s`` of it spent; a round is two processes of ``per_process_s``). A setting still undecided after them
+    is indistinguishable here, and the defaults are kept: more rounds could settle a difference that small, at a
+    cost no smaller than what it would decide."""
+    if spec.budget_s is None:
+        return spec.rounds
+    left = spec.budget_s * advise.SEARCH_SHARE / max(1, configs) - spent_s
+    extra = int(max(0.0, left) // max(2 * per_process_s, 1e-9))
+    return min(spec.max_rounds, spec.rounds + extra)
+
+
 def _confirmations(
     search: advise.Search,
     in_round: Callable[..., advise.Measurement],
@@ -538,25 +555,27 @@ def _confirmations(
     emit: Event,
     config: LlamaConfig,
     confirm_turn: bool = True,
+    max_rounds: int | None = None,
 ) -> tuple[Confirmation | None, Confirmation | None]:
     """The search's recommendation against the defaults in rounds of fresh processes (kept only if it wins there),
     (not with ``confirm_turn`` False: the study's own rounds compare it, as another of its configurations), then the
     second kind of turn's own setting against the kept one: cached turns with the search's tests
     (``in_round``), decode alone (``decode_only``, llama-bench -p 0: a setting that runs prompts on the CPU would
-    spend most of each round on prefill tests its comparison does not read)."""
+    spend most of each round on prefill tests its comparison does not read). ``max_rounds``: the most rounds each
+    may take (:func:`confirm_rounds`)."""
     confirmation = decode_confirmation = None
     if search.recommended and confirm_turn:
-        confirmation = confirm(in_round, search.recommended, work, spec, emit, config.name)
+        confirmation = confirm(in_round, search.recommended, work, spec, emit, config.name, max_rounds=max_rounds)
     if search.decode_recommended is not None:
         confirmed = confirmation.kept if confirmation is not None else not confirm_turn
         kept = search.recommended if confirmed else advise.DEFAULTS
         if search.decode_recommended != kept and turns is not None:
             decode_confirmation = confirm(
-                in_round, search.decode_recommended, turns, spec, emit, config.name, kept, "cached"
+                in_round, search.decode_recommended, turns, spec, emit, config.name, kept, "cached", max_rounds
             )
         elif search.decode_recommended != kept:
             decode_confirmation = confirm(
-                decode_only, search.decode_recommended, work, spec, emit, config.name, kept, "decode"
+                decode_only, search.decode_recommended, work, spec, emit, config.name, kept, "decode", max_rounds
             )
     return confirmation, decode_confirmation
 
@@ -661,8 +680,9 @@ def run_tune(
                 None,
                 None,
             )
+        rounds = confirm_rounds(spec, per_process, time.perf_counter() - t_base, len(todo))
         confirmation, decode_confirmation = _confirmations(
-            search, in_round, decode_only, work, turns, spec, emit, config, confirm_turn=same_as is None
+            search, in_round, decode_only, work, turns, spec, emit, config, same_as is None, rounds
         )
         body = _body(
             config, knobs, search, spec, model, backend, chunk_tokens, confirmation, decode_confirmation, skipped

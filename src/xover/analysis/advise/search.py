@@ -349,7 +349,7 @@ def coordinate_search(
     kept = {k: v for p, _, _ in passes for k, v in p.kept.items()}
     decode_kept = {k: v for p, _, _ in passes for k, v in p.decode_kept.items()}
     singles = {k: v for p, _, _ in passes for k, v in p.singles.items()}
-    combination = normalize(knobs, kept)
+    combination = normalize(knobs, {**dict(origin), **kept})
     run(combination, None)  # already measured unless two or more knobs were kept
     # The recommendation is chosen among settings made of kept values only: a single trial that beat the defaults
     # on one process and not on its second is no candidate.
@@ -361,7 +361,7 @@ def coordinate_search(
     recommended = DEFAULTS if within_noise(e, b, floor) else best_trial.setting
     decode_recommended = None
     if decode_kept:
-        decode_combination = normalize(knobs, decode_kept)
+        decode_combination = normalize(knobs, {**dict(origin), **decode_kept})
         run(decode_combination, None)  # the decode winners together
         allowed_decode = {DEFAULTS, recommended, decode_combination, *(singles[f"decode:{k}"] for k in decode_kept)}
         decode_recommended = _decode_choice(trials, allowed_decode, recommended, decode_drift or 0.0, second)
