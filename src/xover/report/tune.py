@@ -156,6 +156,13 @@ def _base_of(search: Any, knob: str) -> Setting:
     return DEFAULTS if knob in getattr(search, "first", ()) else _origin(search)
 
 
+def _against(search: Any) -> str:
+    """What the rows after the configuration's own knobs compare with, in words."""
+    if _origin(search) == DEFAULTS:
+        return "the defaults"
+    return next((t.label for t in search.trials if t.setting == _origin(search)), "the defaults") + " or the defaults"
+
+
 def _trials_of(search: Any, knob: str, value: str) -> list[Any]:
     """The value's llama-bench processes: its trial, and its second when a marginal gain was measured again."""
     return [t for t in search.trials if t.varied == knob and dict(t.setting).get(knob) == value]
@@ -513,7 +520,8 @@ def _record_blocks(r: TuneRecord, response: int, turns: Any | None = None, engin
         out.append(
             Block(
                 "p",
-                f"{r.config} sets {', '.join(r.search.first)} itself, so those were searched first: {moved} won "
+                f"{r.config} sets {', '.join(r.search.first)} itself, so "
+                f"{'it was' if len(r.search.first) == 1 else 'they were'} searched first: {moved} won "
                 f"beyond the noise, and every other knob was measured on top of {moved}; their rows compare with "
                 f"{moved}, not with the defaults.",
             )
@@ -523,7 +531,9 @@ def _record_blocks(r: TuneRecord, response: int, turns: Any | None = None, engin
     if no_effect:
         out.append(
             Block(
-                "p", f"No effect on this hardware (every value within noise of the defaults): {', '.join(no_effect)}."
+                "p",
+                f"No effect on this hardware (every value within noise of {_against(r.search)}): "
+                f"{', '.join(no_effect)}.",
             )
         )
     return out
