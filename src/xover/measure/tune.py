@@ -580,6 +580,31 @@ def _confirmations(
     return confirmation, decode_confirmation
 
 
+LEFT_TO_ROUNDS = (
+    "its recommendation runs {}'s command, which the study measures beside it in rounds of fresh servers: those "
+    "rounds confirm it, not llama-bench rounds here"
+)
+
+
+def _say_skipped(config: LlamaConfig, skipped: Sequence[tuple[str, str]], emit: Event) -> None:
+    """One line per knob (or some of its values: ``"ubatch-size 4096"``) the search leaves out, with its reason."""
+    for knob_name, why in skipped:
+        option, _, values = knob_name.partition(" ")
+        short = opts.option(option).short + (f" {values}" if values else "")
+        emit("info", f"{config.name}: not searching {short}: {why}", None, None)
+
+
+def _store_result(config: LlamaConfig, body: dict[str, Any], study_dir: Path, emit: Event) -> Tuned:
+    """The configuration's tuning stored (artifact ``tune``), said in a line, and returned."""
+    with Store(study_dir) as store:
+        store.add_artifact(None, ARTIFACT, body)
+    t = _from_record(config, TuneRecord.from_body(body), reused=False)
+    kept = "tuned " + t.label if t.changed else "no knob beat the noise between processes: defaults kept"
+    decode = f"; tuned for decode {t.decode_label}" if t.decode_variant is not None else ""
+    emit("info", f"{config.name}: {kept}{decode}", None, None)
+    return t
+
+
 def run_tune(
     spec: StudySpec,
     model: Path,
@@ -641,14 +666,7 @@ def run_tune(
         built_for = config.backend or opts.backend_of(backend)  # the record's backends say which build ran
         own_ub = int(config.get(opts.UBATCH_SIZE.name) or opts.UBATCH_SIZE.default)
         knobs, skipped = applicable(spec, own, context(config, tensors, gpu_build, placed, built_for), own_ub)
-        for knob_name, why in skipped:
-            option, _, values = knob_name.partition(" ")  # "ubatch-size 4096": some of a knob's values
-            emit(
-                "info",
-                f"{config.name}: not searching {opts.option(option).short}{' ' * bool(values)}{values}: {why}",
-                None,
-                None,
-            )
+        _say_skipped(config, skipped, emit)
         at = plan_depths(spec, knobs, base, per_process, len(todo))
         if at.left_out:
             emit("info", f"{config.name}: search {at.describe()}", None, None)
@@ -673,13 +691,7 @@ def run_tune(
         decode_only = functools.partial(_in_round, runner, config, dataclasses.replace(sweep, n_prompt=0), work, place)
         same_as = None if placed else shared.configuration_of(config, knobs, search.recommended, spec)
         if same_as is not None:  # its rounds follow anyway: the cold stage's, of fresh servers, beside this one
-            emit(
-                "info",
-                f"{config.name}: its recommendation runs {same_as}'s command, which the study measures beside it in "
-                "rounds of fresh servers: those rounds confirm it, not llama-bench rounds here",
-                None,
-                None,
-            )
+            emit("info", f"{config.name}: {LEFT_TO_ROUNDS.format(same_as)}", None, None)
         rounds = confirm_rounds(spec, per_process, time.perf_counter() - t_base, len(todo))
         confirmation, decode_confirmation = _confirmations(
             search, in_round, decode_only, work, turns, spec, emit, config, same_as is None, rounds
@@ -687,18 +699,7 @@ def run_tune(
         body = _body(
             config, knobs, search, spec, model, backend, chunk_tokens, confirmation, decode_confirmation, skipped
         )
-        body["placed_trials"] = placed
-        body["same_as"] = same_as
-        body["depths"] = list(at.depths)
+        body |= {"placed_trials": placed, "same_as": same_as, "depths": list(at.depths)}
         body["depths_left_out"] = [list(x) for x in at.left_out]
-        with Store(study_dir) as store:
-            store.add_artifact(None, ARTIFACT, body)
-        results[config.name] = t = _from_record(config, TuneRecord.from_body(body), reused=False)
-        emit(
-            "info",
-            f"{config.name}: {'tuned ' + t.label if t.changed else 'no knob beat the noise between processes: defaults kept'}"
-            + (f"; tuned for decode {t.decode_label}" if t.decode_variant is not None else ""),
-            None,
-            None,
-        )
+        results[config.name] = _store_result(config, body, study_dir, emit)
     return tuple(results[c.name] for c in spec.configs if c.name in results)
