@@ -176,6 +176,13 @@ def test_an_own_knob_that_does_not_win_leaves_the_search_at_the_defaults() -> No
     measure = fake(lambda s: 1.5 if s.get("ubatch-size") == "2048" else 1.0, calls=calls)
     search = advise.coordinate_search(KNOBS, measure, AGENTIC, first=("threads",))
     assert search.origin == DEFAULTS and dict(search.recommended) == {"ubatch-size": "2048"}
+    # the defaults again after the other knobs too: a third process, not the one measured after -t
+    third = advise.again(DEFAULTS, 2)
+    assert calls.count(advise.RECHECK) == 1 and third in calls and calls.index(third) > calls.index(advise.RECHECK) + 1
+    assert advise.setting_label(KNOBS, third) == "defaults (again 2)"
+    assert advise.apply_setting(advise.llama_config(KNOBS, DEFAULTS, None, "x"), KNOBS, third, "x").env == (
+        (advise.RECHECK_ENV, "2"),
+    )
     assert all("threads" not in dict(s) for s in calls if dict(advise.first_of(s)).get("ubatch-size"))
 
 

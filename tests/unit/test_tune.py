@@ -320,13 +320,14 @@ def test_a_trial_that_runs_another_configurations_command_shares_its_process() -
     defaults, t1 = LlamaConfig("defaults"), LlamaConfig("t=1", (("threads", "1"),))
     shared.learn(defaults, knobs, base)
     shared.learn(t1, knobs, Measurement(effective=(("n_threads", "1"),)))
-    assert shared.in_effect == {"threads": "2", "ubatch-size": "512"}  # t=1 sets -t: it teaches nothing of it
+    assert shared.in_effect(t1) == {"threads": "2", "ubatch-size": "512"}  # t=1 sets -t: it teaches nothing of it
+    assert shared.in_effect(dataclasses.replace(t1, backend="vulkan")) == {}  # another build: learned apart
     t2 = t1.with_values({"threads": "2"})
-    assert tune.same_run(t2, shared.in_effect) == tune.same_run(defaults, shared.in_effect)
-    assert tune.same_run(t1, shared.in_effect) != tune.same_run(defaults, shared.in_effect)
+    assert tune.same_run(t2, shared.in_effect(t1)) == tune.same_run(defaults, shared.in_effect(t1))
+    assert tune.same_run(t1, shared.in_effect(t1)) != tune.same_run(defaults, shared.in_effect(t1))
     ub = defaults.with_values({"ubatch-size": "2048", "threads": "2"})
-    assert tune.same_run(ub, shared.in_effect) == tune.same_run(
-        t1.with_values({"threads": "2", "ubatch-size": "2048"}), shared.in_effect
+    assert tune.same_run(ub, shared.in_effect(t1)) == tune.same_run(
+        t1.with_values({"threads": "2", "ubatch-size": "2048"}), shared.in_effect(t1)
     )
     sweep = dataclasses.make_dataclass("Sweep", ["depths", "n_prompt", "n_gen", "repetitions", "round"], frozen=True)
     tests = sweep((0,), 512, 32, 3, None)
@@ -421,7 +422,11 @@ def test_a_confirmation_goes_past_the_studys_rounds_only_within_the_searchs_shar
     spec = dataclasses.replace(_spec(tune_depths=()), rounds=3, max_rounds=8)
     assert tune.confirm_rounds(spec, per_process_s=3.0, spent_s=20.0, configs=2) == 3
     budget = dataclasses.replace(spec, budget_s=150.0)  # 37.5 s for each of 2 configurations
-    assert tune.confirm_rounds(budget, per_process_s=3.0, spent_s=20.0, configs=2) == 3 + 2  # 17.5 s: 2 rounds of 6 s
+    # 37.5 - 20 spent - 3 rounds of 6 s: nothing past the study's rounds; with 5 s spent, 12.5 s: 2 rounds more
+    assert tune.confirm_rounds(budget, per_process_s=3.0, spent_s=20.0, configs=2) == 3
+    assert tune.confirm_rounds(budget, per_process_s=3.0, spent_s=5.0, configs=2) == 3 + 2
+    assert tune.confirm_rounds(budget, per_process_s=3.0, spent_s=5.0, configs=2, confirmations=2) == 3  # shared
+    assert tune.confirm_rounds(budget, per_process_s=0.01, spent_s=0.0, configs=1, reused=True) == 3
     assert tune.confirm_rounds(budget, per_process_s=3.0, spent_s=60.0, configs=2) == 3  # spent: the study's rounds
     assert tune.confirm_rounds(budget, per_process_s=0.1, spent_s=0.0, configs=1) == 8  # never past max-rounds
     knobs = (advise.Knob("threads", "-t", "2", ("1",)),)

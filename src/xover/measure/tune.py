@@ -482,15 +482,21 @@ class SharedTrials:
     saved."""
 
     def __init__(self) -> None:
-        self.in_effect: dict[str, str] = {}  # option -> the value llama.cpp ran where no configuration set it
+        # (engine, backend) -> option -> the value that build ran where no configuration set it
+        self.by_build: dict[tuple[str, str | None], dict[str, str]] = {}
         self.done: dict[tuple[Any, ...], tuple[advise.Measurement, str]] = {}
 
     def learn(self, config: LlamaConfig, knobs: Sequence[advise.Knob], base: advise.Measurement) -> None:
         """The values in effect of the knobs ``config`` leaves at llama.cpp's defaults, from its defaults' record."""
         effective = dict(base.effective)
+        mine = self.by_build.setdefault((config.engine, config.backend), {})
         for k in knobs:
             if k.record_field and config.get(k.name) is None and k.record_field in effective:
-                self.in_effect.setdefault(k.name, effective[k.record_field])
+                mine.setdefault(k.name, effective[k.record_field])
+
+    def in_effect(self, config: LlamaConfig) -> dict[str, str]:
+        """What ``config``'s build runs where nothing sets it (learned from its configurations' defaults)."""
+        return self.by_build.get((config.engine, config.backend), {})
 
     def measure(
         self,
@@ -504,7 +510,7 @@ class SharedTrials:
         tests = (sweep.depths, sweep.n_prompt, sweep.n_gen, sweep.repetitions, sweep.round)
 
         def measure(setting: advise.Setting, fresh: bool = False) -> advise.Measurement:
-            key = (same_run(advise.apply_setting(config, knobs, setting, config.name), self.in_effect), tests)
+            key = (same_run(advise.apply_setting(config, knobs, setting, config.name), self.in_effect(config)), tests)
             label = f"{config.name} {advise.setting_label(knobs, setting)}"
             if not fresh and key in self.done:
                 m, first = self.done[key]
@@ -526,22 +532,24 @@ class SharedTrials:
         cold stage will measure both in its rounds of fresh servers; else None."""
         if not setting or "ttft" in spec.skip:
             return None
-        mine = same_run(advise.apply_setting(config, knobs, setting, config.name), self.in_effect)
-        return next(
-            (c.name for c in spec.configs if c.name != config.name and same_run(c, self.in_effect) == mine), None
-        )
+        known = self.in_effect(config)
+        mine = same_run(advise.apply_setting(config, knobs, setting, config.name), known)
+        return next((c.name for c in spec.configs if c.name != config.name and same_run(c, known) == mine), None)
 
 
-def confirm_rounds(spec: StudySpec, per_process_s: float, spent_s: float, configs: int) -> int:
+def confirm_rounds(
+    spec: StudySpec, per_process_s: float, spent_s: float, configs: int, confirmations: int = 1, reused: bool = False
+) -> int:
     """The most rounds a confirmation of the search may take: the study's ``rounds``, then more (up to
     ``max-rounds``) only under a budget and while they fit the search's share of it for this configuration
     (``spent_s`` of it spent; a round is two processes of ``per_process_s``). A setting still undecided after them
     is indistinguishable here, and the defaults are kept: more rounds could settle a difference that small, at a
     cost no smaller than what it would decide."""
-    if spec.budget_s is None:
+    if spec.budget_s is None or reused or confirmations < 1:  # reused: the process time is not known
         return spec.rounds
-    left = spec.budget_s * advise.SEARCH_SHARE / max(1, configs) - spent_s
-    extra = int(max(0.0, left) // max(2 * per_process_s, 1e-9))
+    n, round_s = confirmations, 2 * max(per_process_s, 1e-9)  # the study's rounds of each confirmation come first
+    left = spec.budget_s * advise.SEARCH_SHARE / max(1, configs) - spent_s - n * spec.rounds * round_s
+    extra = int(max(0.0, left) // (n * round_s))
     return min(spec.max_rounds, spec.rounds + extra)
 
 
@@ -692,7 +700,9 @@ def run_tune(
         same_as = None if placed else shared.configuration_of(config, knobs, search.recommended, spec)
         if same_as is not None:  # its rounds follow anyway: the cold stage's, of fresh servers, beside this one
             emit("info", f"{config.name}: {LEFT_TO_ROUNDS.format(same_as)}", None, None)
-        rounds = confirm_rounds(spec, per_process, time.perf_counter() - t_base, len(todo))
+        to_confirm = int(bool(search.recommended) and same_as is None) + int(search.decode_recommended is not None)
+        spent = time.perf_counter() - t_base
+        rounds = confirm_rounds(spec, per_process, spent, len(todo), to_confirm, base.reused)
         confirmation, decode_confirmation = _confirmations(
             search, in_round, decode_only, work, turns, spec, emit, config, same_as is None, rounds
         )

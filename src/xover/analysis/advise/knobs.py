@@ -23,19 +23,19 @@ spread within one llama-bench process cannot show (load that changed in the minu
 RECHECK_ENV = "XOVER_RECHECK"
 
 
-def again(setting: Setting) -> Setting:
-    """``setting`` measured a second time, in a fresh llama-bench process (the recheck marker added):
-    :data:`RECHECK` is ``again(DEFAULTS)``."""
-    return setting if is_again(setting) else (*setting, RECHECK[0])
+def again(setting: Setting, n: int = 1) -> Setting:
+    """``setting`` measured again, in a fresh llama-bench process (the recheck marker added; ``n`` 2 for a third
+    process): :data:`RECHECK` is ``again(DEFAULTS)``."""
+    return setting if is_again(setting) else (*setting, (RECHECK[0][0], str(n)))
 
 
 def is_again(setting: Setting) -> bool:
-    return RECHECK[0] in setting
+    return any(k == RECHECK[0][0] for k, _ in setting)
 
 
 def first_of(setting: Setting) -> Setting:
     """The setting a second measurement repeats (``setting`` itself when it is a first)."""
-    return tuple(kv for kv in setting if kv != RECHECK[0])
+    return tuple(kv for kv in setting if kv[0] != RECHECK[0][0])
 
 
 @dataclasses.dataclass(frozen=True)
@@ -144,7 +144,8 @@ def normalize(knobs: Sequence[Knob], values: Mapping[str, str]) -> Setting:
 def setting_label(knobs: Sequence[Knob], setting: Setting) -> str:
     """``lm=none ub=2048``; ``defaults`` for llama.cpp's defaults."""
     if is_again(setting):
-        return f"{setting_label(knobs, first_of(setting))} (again)"
+        n = dict(setting)[RECHECK[0][0]]
+        return f"{setting_label(knobs, first_of(setting))} (again{'' if n == '1' else ' ' + n})"
     short = {k.name: k.short for k in knobs} | {opts.BATCH_SIZE.name: opts.BATCH_SIZE.short}
     return " ".join(f"{short[n]}={v}" for n, v in setting) or "defaults"
 
@@ -166,7 +167,7 @@ def apply_setting(base: LlamaConfig, knobs: Sequence[Knob], setting: Setting, na
     values = dict(first_of(setting))
     config = base.with_values(values, name=name)
     if is_again(setting):
-        config = config.with_env({RECHECK_ENV: RECHECK[0][1]})
+        config = config.with_env({RECHECK_ENV: dict(setting)[RECHECK[0][0]]})
     return config
 
 

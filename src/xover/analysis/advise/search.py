@@ -252,15 +252,17 @@ def _pass(
     base = run(origin, None)
     b, b2 = base.estimate, _second(base, second)
     assert b is not None and b2 is not None
+    # the origin again after this pass's knobs: a new process where an earlier pass already measured it again
+    recheck_setting = again(origin, 2) if again(origin) in trials else again(origin)
     tried = [_try_knob(knobs, knob, dict(base.measurement.effective), run, origin) for knob in over]
     drift = decode_drift = None
     if recheck:
-        again_trial = run(again(origin), None)
+        again_trial = run(recheck_setting, None)
         b_again, b_again2 = again_trial.estimate, _second(again_trial, second)
         drift = abs(b_again.turn_s - b.turn_s) if b_again is not None else None
         decode_drift = abs(b_again2.turn_s - b2.turn_s) if b_again2 is not None else None
     floor, decode_floor = drift or 0.0, decode_drift or 0.0
-    origin_again = trials.get(again(origin)) if recheck else None
+    origin_again = trials.get(recheck_setting) if recheck else None
 
     def setting_of(knob: Knob, value: str) -> Setting:
         return normalize(knobs, {**dict(origin), knob.name: value})
