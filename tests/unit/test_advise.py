@@ -279,6 +279,33 @@ def test_a_marginal_winner_is_measured_again_in_a_fresh_process_and_dropped_when
     assert second.bench_argv() == first.bench_argv() and second.settings == first.settings
 
 
+def test_two_quiet_processes_of_a_value_that_cannot_act_are_weighed_against_the_defaults_own_spread() -> None:
+    """The failure seen in a fresh clone's suite: ``-b 4096`` (no effect on one sequence) measured faster on both its
+    processes, their mean 1.3 times the defaults' drift ahead. The defaults' two processes differ by that drift, the
+    value's two by a third of it: the spreads between each side's processes, added, cover the difference."""
+    min_batch = (("GGML_OP_OFFLOAD_MIN_BATCH", "1024"),)
+    # rates: the defaults' recheck 3 % faster than their first process, the value's two processes 4.7 % and 5.8 %
+    speed = {DEFAULTS: 1.0, advise.RECHECK: 1.03, min_batch: 1.047, advise.again(min_batch): 1.058}
+    inner = fake(lambda s: 1.0, jitter=0.001)
+
+    def measure(setting: Setting) -> Measurement:
+        m = inner(advise.first_of(setting))
+        f = speed.get(setting, 1.0)
+        scale = lambda rs: tuple(RateSamples(r.depth, r.tokens, tuple(x * f for x in r.samples_tps)) for r in rs)  # noqa: E731
+        return dataclasses.replace(m, prefill=scale(m.prefill), decode=scale(m.decode))
+
+    search = advise.coordinate_search(KNOBS, measure, AGENTIC, n_cpu_moe=18)
+    verdict = next(v for v in search.verdicts if v.knob == "GGML_OP_OFFLOAD_MIN_BATCH")
+    (effect,) = verdict.effects
+    assert search.drift_s is not None and effect.processes == 2
+    value_spread = search.trial(min_batch).estimate.turn_s - search.trial(advise.again(min_batch)).estimate.turn_s  # type: ignore[union-attr]
+    # the means differ by more than the drift and more than the value's own spread (the former rule kept it) ...
+    assert -effect.change_s > search.drift_s and -effect.change_s > value_spread > 0
+    # ... but not by more than the two spreads added
+    assert effect.noise_s == pytest.approx(search.drift_s + value_spread)
+    assert effect.within_noise and verdict.kept is None and search.recommended == DEFAULTS
+
+
 def test_a_marginal_winner_that_reproduces_is_kept_on_two_processes_and_a_clear_one_on_one() -> None:
     calls: list[Setting] = []
     # ub=2048 1.5 % faster every time: beyond the tight spreads, under three times them
