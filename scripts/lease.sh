@@ -200,6 +200,15 @@ study_into() {  # DIR SPEC [ARGS]: the study of SPEC into the store DIR (ARGS: m
 }
 study_once() { study_into \$ST \$J/study.toml "\$@"; }  # the study of \$J/study.toml into \$ST
 done_() { t "after: \$(nvidia-smi --query-gpu=memory.used --format=csv,noheader)"; touch $J/done; t done; }
+one_model_study() {  # PRESET [ARGS]: the one-model lease: PRESET synthesized into \$ST/models while the CUDA build is
+  # restored or made, then the study of \$J/study.toml into \$ST (ARGS: more for xover study), then done
+  local preset=\$1; shift
+  synth \$preset \$ST/models/\$preset.gguf &
+  build_cuda
+  wait; t synthesized; tail -qn1 \$ST/synth-*.log
+  study_once "\$@"
+  done_
+}
 nvidia-smi --query-gpu=name,memory.total,memory.free,pcie.link.gen.current,pcie.link.width.current --format=csv,noheader
 grep -m1 "^flags" /proc/cpuinfo > \$ST/cpu-flags.txt; grep -m1 "^model name" /proc/cpuinfo
 JOB

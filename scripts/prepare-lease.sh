@@ -19,7 +19,8 @@
 #                           loader, glslc and libshaderc need glibc 2.38 and libstdc++ of GCC 13 (GLIBCXX_3.4.32), which
 #                           the device's image has; the loader is trixie's so that it is the version of the headers
 #                           the build compiles against, and the only loader there (the build links the one in /)
-# STUDY=NAME keeps out/xsrc to src/ and studies/NAME (what travels with out/bins must stay under the 64 MiB cap).
+# STUDY=NAME keeps out/xsrc to src/, studies/NAME and the committed stores its run.sh seeds from (what travels with
+# out/bins must stay under the 64 MiB cap).
 # Then, with the device tool: `bash studies/<study>/run.sh`, carrying what its header names (usually out/llsrc,
 # out/xsrc and .whl; out/iksrc for engine studies; .gl and .vkdeps for Vulkan studies; out/bins instead of the trees
 # where builds are carried).
@@ -39,6 +40,11 @@ fi
 python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
   --platform manylinux2014_x86_64 -d .whl gguf==0.19.0 sniffio==1.3.1
 rm -rf out/xsrc && mkdir -p out/xsrc && git archive HEAD src "studies${STUDY:+/$STUDY}" | tar -x -C out/xsrc
+if [ -n "${STUDY:-}" ]; then  # the committed stores its run.sh seeds from (seed_store out/xsrc/studies/OTHER/...)
+  for seed in $(grep -o "out/xsrc/studies/[^ ]*\.sqlite" "studies/$STUDY/run.sh" | sort -u); do
+    git archive HEAD "${seed#out/xsrc/}" | tar -x -C out/xsrc && echo "out/xsrc: with ${seed#out/xsrc/}"
+  done
+fi
 if [ -n "${VK:-}" ]; then  # Vulkan's loader and libglvnd (.gl), the Vulkan build's dependencies (.vkdeps)
   apt_download() {  # SUITE DEST PACKAGE...: Debian SUITE's amd64 .debs of PACKAGE... into DEST (apt state of its own)
     local suite=$1 dest=$2 st=${XOVER_CACHE_DIR:-$HOME/.cache/xover}/apt/$1; shift 2

@@ -18,11 +18,6 @@ if [ ! -f $J/started ]; then
   seed_store out/xsrc/studies/h200-16gib-cached/results.sqlite prediction inspect model-terms
 fi
 lease_job <<'BODY'
-M=$ST/models/qwen3-30b-a3b.gguf
-synth qwen3-30b-a3b $M &
-build_cuda
-wait; t synthesized; tail -qn1 $ST/synth-*.log
-study_once
-done_
+one_model_study qwen3-30b-a3b
 BODY
 lease_wait
