@@ -209,6 +209,58 @@ def test_the_next_request_goes_over_the_spare_connection_the_proxy_opened(tmp_pa
     assert len(chats) == 2 and all(i > 0 and came[i - 1] == (conn, "/health") for conn, i in chats)
 
 
+def test_a_kept_alive_connection_after_a_whole_answer_is_used_again_without_a_spare(tmp_path: Path) -> None:
+    """A non-streamed answer leaves llama-server's connection open (only a stream's end closes it): the proxy sends
+    its next request over it, and opens no spare connection with a ``GET /health``. Injected: an upstream that keeps
+    every connection alive and notes which connection each request came on."""
+    import asyncio
+    import itertools
+
+    from aiohttp.test_utils import TestClient, TestServer
+
+    from xover.proxy.record import Proxy
+
+    ids = itertools.count()
+    came: list[tuple[int, str]] = []
+    answer = json.dumps({"choices": [{"index": 0, "message": {"role": "assistant", "content": "a"}}]}).encode()
+
+    async def upstream(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        conn = next(ids)
+        try:
+            while head := await reader.readuntil(b"\r\n\r\n"):
+                line = head.split(b"\r\n")[0].decode()
+                came.append((conn, line.split()[1]))
+                if line.startswith("GET /health"):
+                    writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok")
+                    await writer.drain()
+                    continue
+                n = next(int(x.split(b":")[1]) for x in head.lower().split(b"\r\n") if x.startswith(b"content-length"))
+                await reader.readexactly(n)
+                writer.write(
+                    b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: %d\r\n\r\n" % len(answer)
+                    + answer
+                )
+                await writer.drain()
+        except asyncio.IncompleteReadError:
+            writer.close()
+
+    async def run() -> None:
+        server = await asyncio.start_server(upstream, "127.0.0.1", 0)
+        url = f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}"
+        proxy = Proxy(url, Recording(tmp_path / "rec.jsonl", url))
+        async with TestClient(TestServer(proxy.app())) as client:
+            for _ in range(2):
+                await asyncio.sleep(0.2)  # the start's spare connection is in the pool; a later one would be too
+                r = await client.post("/v1/chat/completions", json={"messages": [], "stream": False})
+                assert (await r.json())["choices"][0]["message"]["content"] == "a"
+            await asyncio.sleep(0.2)
+        server.close()
+
+    asyncio.run(run())
+    # the spare connection the proxy opens as it starts, then both requests on it and nothing else
+    assert came == [(0, "/health"), (0, "/v1/chat/completions"), (0, "/v1/chat/completions")]
+
+
 def test_done_is_found_only_where_a_line_starts() -> None:
     from xover.proxy.record import _done_at
 

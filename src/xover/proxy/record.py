@@ -353,7 +353,8 @@ class Proxy:
             if held:
                 await _quietly(lambda: resp.write(held))
             await _quietly(resp.write_eof)
-        self._warm()
+        if stream:  # a whole answer leaves its connection open for the next request
+            self._warm()
         return resp
 
     def _warm(self) -> None:
