@@ -262,3 +262,25 @@ lease_wait() {  # until the job is done, a build is newly packed, or $WAIT secon
   done
   ls -la $OUT
 }
+
+resume_store() {  # DIR [DEST]: an earlier lease's committed store (DIR/results.sqlite with DIR/tune) into DEST (default
+  # $ST) to resume it, where it was measured on this machine's kind of card (never one study's numbers from two kinds);
+  # 1 where there is none or the card differs (said)
+  local dir=$1 dest=${2:-$ST} on gpu
+  [ -f $dir/results.sqlite ] || return 1
+  on=$(python3 - $dir/results.sqlite $dir/tune/results.sqlite <<'PY'
+import os, sqlite3, sys
+for path in sys.argv[1:]:
+    if os.path.isfile(path):
+        q = "select json_extract(provenance,'$.gpu_info') from runs where json_extract(provenance,'$.gpu_info') != ''"
+        row = sqlite3.connect(path).execute(q + " limit 1").fetchone()
+        if row:
+            print(row[0].split(",")[0])
+            break
+PY
+)
+  gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
+  if [ -n "$on" ] && [ "$on" != "$gpu" ]; then echo "$dir was measured on $on, this machine has $gpu: afresh"; return 1; fi
+  mkdir -p $dest && cp $dir/results.sqlite $dest/ && { [ ! -d $dir/tune ] || cp -r $dir/tune $dest/; }
+  echo "resuming $dir/results.sqlite${on:+ (measured on $on)}"
+}

@@ -10,12 +10,16 @@
 # `PER=2 bash scripts/bins-share.sh 1 out/keep` before the first call and `... 2 out/keep` before the second.
 # Call 1 carries out/xsrc out/bins .whl (or out/llsrc instead of out/bins); call 2 `STAGE=1 bash <this>` with the
 # second share; then the same call, WAIT=540, until job.log says done. Returns $OUT/q16p.tgz and job.log.
+# A lease that ended before the study did: commit its store (results.sqlite, tune/) here; the next lease on the same
+# kind of card resumes it (resume_store). BUDGET=12min replaces the spec's budget (rounds past the third).
 source scripts/lease.sh
 lease_init q16p
 if [ -n "${STAGE:-}" ]; then ls -la /tmp/q16p-stage; exit 0; fi
 if [ ! -f $J/started ]; then
-  cp out/xsrc/studies/h200-16gib-placed/study.toml $J/study.toml
-  seed_store out/xsrc/studies/h200-16gib-cached/results.sqlite prediction inspect model-terms
+  S=out/xsrc/studies/h200-16gib-placed
+  cp $S/study.toml $J/study.toml
+  if [ -n "${BUDGET:-}" ]; then sed -i "s/^budget = .*/budget = \"$BUDGET\"/" $J/study.toml; grep -H "^budget" $J/study.toml; fi
+  resume_store $S || seed_store out/xsrc/studies/h200-16gib-cached/results.sqlite prediction inspect model-terms
 fi
 lease_job <<'BODY'
 one_model_study qwen3-30b-a3b

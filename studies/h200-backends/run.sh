@@ -42,13 +42,8 @@ if [ ! -f $J/started ]; then
     mkdir -p $ST/$s/models
     cp $S/$s/study.toml $J/$s.toml
     if [ -n "${BUDGET:-}" ]; then sed -i "s/^budget = .*/budget = \"$BUDGET\"/" $J/$s.toml; grep -H "^budget" $J/$s.toml; fi
-    on=$(python3 -c "import sqlite3,sys; r=sqlite3.connect(sys.argv[1]).execute(\"select json_extract(provenance,'\$.gpu_info') from runs limit 1\").fetchone(); print((r and r[0] or '').split(',')[0])" $S/$s/tune/results.sqlite 2>/dev/null)
-    gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
-    if [ -n "$on" ] && [ "$on" != "$gpu" ]; then  # never one shape's numbers from two kinds of card
-      echo "$S/$s was measured on $on, this machine has $gpu: the shape starts afresh"
-    elif [ -f $S/$s/results.sqlite ]; then  # the shape's own store: resume it
-      cp $S/$s/results.sqlite $ST/$s/results.sqlite; [ -d $S/$s/tune ] && cp -r $S/$s/tune $ST/$s/
-      echo "resuming $S/$s/results.sqlite"
+    if [ -f $S/$s/results.sqlite ]; then  # the shape's own store: resumed on the card it was measured on, else afresh
+      resume_store $S/$s $ST/$s || true
     elif last=$(ls -d $S/$s/lease-*/ 2>/dev/null | sort | tail -1) && [ -f "${last}results.sqlite" ]; then
       # the newest lease's checks and tuning, rounds afresh: lease 1 warmed its servers up with 8 tokens and lease 2
       # with one ubatch, and either left ggml_vulkan's pipeline compilation in a Vulkan server's first prompt
