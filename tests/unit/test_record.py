@@ -159,6 +159,49 @@ def test_a_stream_passes_byte_for_byte_and_its_done_only_after_the_turn_is_on_di
     assert loads((tmp_path / "rec.jsonl").read_text(), "rec.jsonl").turns[0].assistant == "ab"
 
 
+def test_a_connection_that_breaks_after_the_stream_s_end_loses_nothing(tmp_path: Path) -> None:
+    """An upstream that sends the whole stream, ``data: [DONE]`` included, then drops the connection without ending
+    its chunked body: the answer was whole. The client gets every byte and no error event, and the recording keeps
+    the turn (an answer broken before [DONE] is an event with its error, above). Injected: such an upstream."""
+    import asyncio
+
+    from aiohttp.test_utils import TestClient, TestServer
+
+    from xover.proxy.record import Proxy
+
+    stream = (b'data: {"choices":[{"index":0,"delta":{"content":"ab"}}]}\n\n'
+              b'data: {"choices":[{"index":0,"finish_reason":"stop","delta":{}}]}\n\ndata: [DONE]\n\n')  # fmt: skip
+    received: list[bytes] = []
+
+    async def upstream(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        head = await reader.readuntil(b"\r\n\r\n")
+        if head.startswith(b"GET /health"):  # the proxy's spare connection
+            writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\nconnection: close\r\n\r\nok")
+        else:
+            length = next(int(x.split(b":")[1]) for x in head.lower().split(b"\r\n") if x.startswith(b"content-length"))
+            await reader.readexactly(length)
+            writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n")
+            writer.write(b"%x\r\n%s\r\n" % (len(stream), stream))  # no last chunk ("0"): the body never ends
+        await writer.drain()
+        writer.close()
+
+    async def run() -> None:
+        server = await asyncio.start_server(upstream, "127.0.0.1", 0)
+        url = f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}"
+        proxy = Proxy(url, Recording(tmp_path / "rec.jsonl", url))
+        async with TestClient(TestServer(proxy.app())) as client:
+            body = {"messages": [{"role": "user", "content": "hello"}], "stream": True}
+            r = await client.post("/v1/chat/completions", json=body)
+            while chunk := await r.content.readany():
+                received.append(chunk)
+        server.close()
+
+    asyncio.run(run())
+    assert b"".join(received) == stream
+    session = loads((tmp_path / "rec.jsonl").read_text(), "rec.jsonl")
+    assert [t.assistant for t in session.turns] == ["ab"]
+
+
 def test_the_next_request_goes_over_the_spare_connection_the_proxy_opened(tmp_path: Path) -> None:
     """llama-server closes a connection after a streamed answer; the proxy opens a spare one at once (``GET /health``,
     kept alive), so the next request does not pay a connect. Injected: an upstream that keeps a connection alive

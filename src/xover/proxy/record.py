@@ -402,6 +402,7 @@ class Proxy:
         line_start = True  # the next byte starts a line
         sse = "text/event-stream" in up.headers.get("content-type", "")
         error = await _to_client(resp.prepare(request))
+        broke_after_end = False
         try:
             while error is None and (chunk := await up.content.readany()):
                 chunks.append((time.perf_counter_ns(), chunk))
@@ -412,12 +413,14 @@ class Proxy:
                 line_start = chunk.endswith(b"\n") if chunk else line_start
                 if chunk:
                     error = await _to_client(resp.write(chunk))  # the client left: the upstream is dropped below
-        except (aiohttp.ClientPayloadError, aiohttp.ClientConnectionError) as e:  # the upstream died mid-answer:
-            # the client hears it, OpenAI-style
-            error = f"upstream broke after {sum(len(c) for _, c in chunks):,} bytes: {type(e).__name__}"
-            await _tell(resp, up, error)
+        except (aiohttp.ClientPayloadError, aiohttp.ClientConnectionError) as e:
+            if held:  # after the stream's end ([DONE] is in hand): the answer is whole, nothing of it was lost
+                broke_after_end = True
+            else:  # the upstream died mid-answer: the client hears it, OpenAI-style
+                error = f"upstream broke after {sum(len(c) for _, c in chunks):,} bytes: {type(e).__name__}"
+                await _tell(resp, up, error)
         finally:
-            if error is None:
+            if error is None and not broke_after_end:
                 up.release()  # read to its end: the connection goes back to the pool
             else:
                 up.close()  # the connection is dropped: llama-server stops generating for a closed one
