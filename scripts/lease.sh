@@ -272,10 +272,10 @@ resume_store() {  # DIR [DEST]: an earlier lease's committed store (DIR/results.
 import os, sqlite3, sys
 for path in sys.argv[1:]:
     if os.path.isfile(path):
-        q = "select json_extract(provenance,'$.gpu_info') from runs where json_extract(provenance,'$.gpu_info') != ''"
-        row = sqlite3.connect(path).execute(q + " limit 1").fetchone()
-        if row:
-            print(row[0].split(",")[0])
+        q = "select distinct json_extract(provenance,'$.gpu_info') from runs"
+        names = {r[0].split(",")[0] for r in sqlite3.connect(path).execute(q) if r[0]}
+        if names:
+            print(" and ".join(sorted(names)))  # two kinds never equal one card's name: afresh
             break
 PY
 )

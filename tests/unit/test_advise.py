@@ -303,6 +303,13 @@ def test_two_quiet_processes_of_a_value_that_cannot_act_are_weighed_against_the_
     assert -effect.change_s > search.drift_s and -effect.change_s > value_spread > 0
     # ... but not by more than the two spreads added
     assert effect.noise_s == pytest.approx(search.drift_s + value_spread)
+    # likewise on the decode part of the turn (the same processes, decode as much faster)
+    value_decode_spread = abs(
+        search.trial(min_batch).estimate.decode_s - search.trial(advise.again(min_batch)).estimate.decode_s
+    )  # type: ignore[union-attr]  # noqa: E501
+    assert search.decode_drift_s is not None
+    assert effect.decode_noise_s == pytest.approx(search.decode_drift_s + value_decode_spread)
+    assert effect.decode_within_noise and verdict.kept is None
     assert effect.within_noise and verdict.kept is None and search.recommended == DEFAULTS
 
 

@@ -7,6 +7,8 @@ import json
 import os
 from pathlib import Path
 
+import pytest
+
 from xover.domain.workload import loads
 from xover.proxy.record import CHAT, Recording, Seen, _seen
 
@@ -159,10 +161,12 @@ def test_a_stream_passes_byte_for_byte_and_its_done_only_after_the_turn_is_on_di
     assert loads((tmp_path / "rec.jsonl").read_text(), "rec.jsonl").turns[0].assistant == "ab"
 
 
-def test_a_connection_that_breaks_after_the_stream_s_end_loses_nothing(tmp_path: Path) -> None:
+@pytest.mark.parametrize("end", [b"\n\n", b""], ids=["whole-event", "before-its-blank-line"])
+def test_a_connection_that_breaks_after_the_stream_s_end_loses_nothing(tmp_path: Path, end: bytes) -> None:
     """An upstream that sends the whole stream, ``data: [DONE]`` included, then drops the connection without ending
     its chunked body: the answer was whole. The client gets every byte and no error event, and the recording keeps
-    the turn (an answer broken before [DONE] is an event with its error, above). Injected: such an upstream."""
+    the turn (an answer broken before [DONE] is an event with its error, above); a break before [DONE]'s blank line
+    gets it added, so that the client's SSE parser sees the event. Injected: such an upstream."""
     import asyncio
 
     from aiohttp.test_utils import TestClient, TestServer
@@ -170,7 +174,7 @@ def test_a_connection_that_breaks_after_the_stream_s_end_loses_nothing(tmp_path:
     from xover.proxy.record import Proxy
 
     stream = (b'data: {"choices":[{"index":0,"delta":{"content":"ab"}}]}\n\n'
-              b'data: {"choices":[{"index":0,"finish_reason":"stop","delta":{}}]}\n\ndata: [DONE]\n\n')  # fmt: skip
+              b'data: {"choices":[{"index":0,"finish_reason":"stop","delta":{}}]}\n\ndata: [DONE]')  # fmt: skip
     received: list[bytes] = []
 
     async def upstream(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -181,7 +185,8 @@ def test_a_connection_that_breaks_after_the_stream_s_end_loses_nothing(tmp_path:
             length = next(int(x.split(b":")[1]) for x in head.lower().split(b"\r\n") if x.startswith(b"content-length"))
             await reader.readexactly(length)
             writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n")
-            writer.write(b"%x\r\n%s\r\n" % (len(stream), stream))  # no last chunk ("0"): the body never ends
+            sent = stream + end
+            writer.write(b"%x\r\n%s\r\n" % (len(sent), sent))  # no last chunk ("0"): the body never ends
         await writer.drain()
         writer.close()
 
@@ -197,7 +202,7 @@ def test_a_connection_that_breaks_after_the_stream_s_end_loses_nothing(tmp_path:
         server.close()
 
     asyncio.run(run())
-    assert b"".join(received) == stream
+    assert b"".join(received) == stream + b"\n\n"
     session = loads((tmp_path / "rec.jsonl").read_text(), "rec.jsonl")
     assert [t.assistant for t in session.turns] == ["ab"]
 

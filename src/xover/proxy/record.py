@@ -414,8 +414,10 @@ class Proxy:
                 if chunk:
                     error = await _to_client(resp.write(chunk))  # the client left: the upstream is dropped below
         except (aiohttp.ClientPayloadError, aiohttp.ClientConnectionError) as e:
-            if held:  # after the stream's end ([DONE] is in hand): the answer is whole, nothing of it was lost
+            if held:  # after the stream's end ([DONE] is in hand): the answer is whole, nothing of it was lost; the
+                # event ends with its blank line, even where the break came before it
                 broke_after_end = True
+                held = held if held.endswith(b"\n\n") else held.rstrip(b"\r\n") + b"\n\n"
             else:  # the upstream died mid-answer: the client hears it, OpenAI-style
                 error = f"upstream broke after {sum(len(c) for _, c in chunks):,} bytes: {type(e).__name__}"
                 await _tell(resp, up, error)

@@ -32,7 +32,7 @@ lengths. From them:
 5. a best value whose gain is less than :data:`CLEAR_MARGIN` times its noise band is measured again in a fresh
    process (the process is the unit of evidence: one process can land on a quiet moment of the machine). It is
    kept only when the mean of its two processes beats the mean of the defaults' two by more than the noise,
-   which now includes the difference between its own two processes;
+   which then is at least the difference between its own two processes and the defaults' two, added;
 6. measure the kept values together when they change two knobs or more (one knob: already measured);
 7. recommend the fastest of the defaults, the kept values alone and together, or the defaults when that one
    is within noise of them.

@@ -32,7 +32,8 @@ class Effect:
 
     value: str
     change_s: float  # time per turn minus the defaults' (negative: faster)
-    noise_s: float  # the two spreads added (or the drift of the defaults, if larger)
+    noise_s: float  # the two spreads added (or the drift of the defaults, if larger); on two processes each, at
+    # least the differences between each side's two processes, added
     decode_change_s: float = 0.0  # the decode part of a turn minus the defaults' (a knob can trade one for the other)
     decode_noise_s: float = 0.0
     processes: int = 1  # llama-bench processes of this value: 2 when a marginal gain was measured again
