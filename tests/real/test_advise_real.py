@@ -197,11 +197,12 @@ def test_advise_searches_ranks_names_knobs_without_effect_and_stores_its_advice(
             if e.processes == 1:
                 assert e.noise_s == one_rule
                 assert e.within_noise == advise.within_noise(trial.estimate, base, search.drift_s)
-            else:  # a marginal winner measured again: the means of two processes each, its own difference as noise
+            else:  # a marginal winner measured again: the means of two processes each, against each side's
+                # difference between its two processes, added
                 t1, t2 = (t.estimate.turn_s for t in runs)  # type: ignore[union-attr]
                 d1, d2 = base.turn_s, search.trial(advise.RECHECK).estimate.turn_s  # type: ignore[union-attr]
                 assert e.change_s == pytest.approx((t1 + t2) / 2 - (d1 + d2) / 2)
-                assert e.noise_s == pytest.approx(max(one_rule, abs(t2 - t1)))
+                assert e.noise_s == pytest.approx(max(one_rule, abs(t2 - t1) + abs(d2 - d1)))
         assert v.no_effect == all(e.within_noise for e in v.effects)
         if v.kept is not None:
             assert v.best is not None and v.best.change_s < -v.best.noise_s
