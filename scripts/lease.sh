@@ -263,11 +263,9 @@ lease_wait() {  # until the job is done, a build is newly packed, or $WAIT secon
   ls -la $OUT
 }
 
-resume_store() {  # DIR [DEST]: an earlier lease's committed store (DIR/results.sqlite with DIR/tune) into DEST (default
-  # $ST) to resume it, where it was measured on this machine's kind of card (never one study's numbers from two kinds);
-  # 1 where there is none or the card differs (said)
-  local dir=$1 dest=${2:-$ST} on gpu
-  [ -f $dir/results.sqlite ] || return 1
+measured_here() {  # DIR: 0 where the store in DIR (results.sqlite, tune/results.sqlite) was measured on this machine's
+  # kind of card or names none; else 1, said (never one study's numbers from two kinds of card)
+  local dir=$1 on gpu
   on=$(python3 - $dir/results.sqlite $dir/tune/results.sqlite <<'PY'
 import os, sqlite3, sys
 for path in sys.argv[1:]:
@@ -281,6 +279,14 @@ PY
 )
   gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
   if [ -n "$on" ] && [ "$on" != "$gpu" ]; then echo "$dir was measured on $on, this machine has $gpu: afresh"; return 1; fi
+  [ -z "$on" ] || echo "$dir was measured on $on"
+}
+
+resume_store() {  # DIR [DEST]: an earlier lease's committed store (DIR/results.sqlite with DIR/tune) into DEST (default
+  # $ST) to resume it, where it was measured on this machine's kind of card (measured_here); 1 where there is none or
+  # the card differs
+  local dir=$1 dest=${2:-$ST}
+  [ -f $dir/results.sqlite ] && measured_here $dir || return 1
   mkdir -p $dest && cp $dir/results.sqlite $dest/ && { [ ! -d $dir/tune ] || cp -r $dir/tune $dest/; }
-  echo "resuming $dir/results.sqlite${on:+ (measured on $on)}"
+  echo "resuming $dir/results.sqlite"
 }

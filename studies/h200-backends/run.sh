@@ -44,7 +44,8 @@ if [ ! -f $J/started ]; then
     if [ -n "${BUDGET:-}" ]; then sed -i "s/^budget = .*/budget = \"$BUDGET\"/" $J/$s.toml; grep -H "^budget" $J/$s.toml; fi
     if [ -f $S/$s/results.sqlite ]; then  # the shape's own store: resumed on the card it was measured on, else afresh
       resume_store $S/$s $ST/$s || true
-    elif last=$(ls -d $S/$s/lease-*/ 2>/dev/null | sort | tail -1) && [ -f "${last}results.sqlite" ]; then
+    elif last=$(ls -d $S/$s/lease-*/ 2>/dev/null | sort | tail -1) && [ -f "${last}results.sqlite" ] \
+        && measured_here ${last%/}; then
       # the newest lease's checks and tuning, rounds afresh: lease 1 warmed its servers up with 8 tokens and lease 2
       # with one ubatch, and either left ggml_vulkan's pipeline compilation in a Vulkan server's first prompt
       # (README); the tuning (llama-bench warms each test up itself) stands
