@@ -161,12 +161,19 @@ def test_a_stream_passes_byte_for_byte_and_its_done_only_after_the_turn_is_on_di
     assert loads((tmp_path / "rec.jsonl").read_text(), "rec.jsonl").turns[0].assistant == "ab"
 
 
-@pytest.mark.parametrize("end", [b"\n\n", b""], ids=["whole-event", "before-its-blank-line"])
-def test_a_connection_that_breaks_after_the_stream_s_end_loses_nothing(tmp_path: Path, end: bytes) -> None:
+@pytest.mark.parametrize(
+    ("end", "split"),
+    [(b"\n\n", None), (b"", None), (b"\n\n", -6)],
+    ids=["whole-event", "before-its-blank-line", "done-split-across-reads"],
+)
+def test_a_connection_that_breaks_after_the_stream_s_end_loses_nothing(
+    tmp_path: Path, end: bytes, split: int | None
+) -> None:
     """An upstream that sends the whole stream, ``data: [DONE]`` included, then drops the connection without ending
     its chunked body: the answer was whole. The client gets every byte and no error event, and the recording keeps
     the turn (an answer broken before [DONE] is an event with its error, above); a break before [DONE]'s blank line
-    gets it added, so that the client's SSE parser sees the event. Injected: such an upstream."""
+    gets it added, so that the client's SSE parser sees the event; a ``data: [DONE]`` that arrives in two reads
+    (``data: [DO``, then ``NE]``) is still found. Injected: such an upstream."""
     import asyncio
 
     from aiohttp.test_utils import TestClient, TestServer
@@ -186,7 +193,10 @@ def test_a_connection_that_breaks_after_the_stream_s_end_loses_nothing(tmp_path:
             await reader.readexactly(length)
             writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n")
             sent = stream + end
-            writer.write(b"%x\r\n%s\r\n" % (len(sent), sent))  # no last chunk ("0"): the body never ends
+            for part in (sent[:split], sent[split:]) if split else (sent,):  # the split: two reads, apart
+                writer.write(b"%x\r\n%s\r\n" % (len(part), part))  # no last chunk ("0"): the body never ends
+                await writer.drain()
+                await asyncio.sleep(0.05)
         await writer.drain()
         writer.close()
 
@@ -318,3 +328,15 @@ def test_done_is_found_only_where_a_line_starts() -> None:
     assert _done_at(b"data: [DONE]\n\n", True) == 0
     assert _done_at(b"data: [DONE]\n\n", False) == -1  # the chunk goes on a line the previous one began
     assert _done_at(b"\r\ndata: [DONE]\r\n\r\n", False) == 2
+
+
+def test_a_line_that_may_begin_done_is_found_at_a_read_s_end() -> None:
+    from xover.proxy.record import _done_begins
+
+    event = b'data: {"choices":[]}\n\n'
+    assert _done_begins(event + b"data: [DO", True) == len(event)
+    assert _done_begins(event + b"d", True) == len(event)
+    assert _done_begins(b"data: [DON", True) == 0 and _done_begins(b"data: [DON", False) == -1  # mid-line
+    assert _done_begins(event, True) == -1  # ends a line: nothing to wait for
+    assert _done_begins(event + b"data: [DONE]", True) == -1  # whole: _done_at's
+    assert _done_begins(b'data: {"content":"data: [DO', True) == -1  # inside an event, not a line's start

@@ -403,17 +403,25 @@ class Proxy:
         sse = "text/event-stream" in up.headers.get("content-type", "")
         error = await _to_client(resp.prepare(request))
         broke_after_end = False
+        pending = b""  # a line's start that may be the start of [DONE]: it goes with the next read
         try:
-            while error is None and (chunk := await up.content.readany()):
-                chunks.append((time.perf_counter_ns(), chunk))
+            while error is None and (read := await up.content.readany()):
+                chunks.append((time.perf_counter_ns(), read))
+                chunk, pending = pending + read, b""
                 if sse and not held and (at := _done_at(chunk, line_start)) >= 0:  # what comes before it goes now
                     chunk, held = chunk[:at], chunk[at:]
+                elif sse and not held and (at := _done_begins(chunk, line_start)) >= 0:
+                    chunk, pending = chunk[:at], chunk[at:]
                 elif held:
                     held, chunk = held + chunk, b""
-                line_start = chunk.endswith(b"\n") if chunk else line_start
+                line_start = True if pending else chunk.endswith(b"\n") if chunk else line_start
                 if chunk:
                     error = await _to_client(resp.write(chunk))  # the client left: the upstream is dropped below
+            if pending and error is None:  # the stream ended on it: it was not [DONE]
+                error = await _to_client(resp.write(pending))
         except (aiohttp.ClientPayloadError, aiohttp.ClientConnectionError) as e:
+            if pending:
+                await _quietly(lambda: resp.write(pending))
             if held:  # after the stream's end ([DONE] is in hand): the answer is whole, nothing of it was lost; the
                 # event ends with its blank line, even where the break came before it
                 broke_after_end = True
@@ -441,6 +449,16 @@ def _done_at(chunk: bytes, line_start: bool) -> int:
         return 0
     at = chunk.find(b"\n" + _DONE)
     return at + 1 if at >= 0 else -1
+
+
+def _done_begins(chunk: bytes, line_start: bool) -> int:
+    """Where a line at the end of ``chunk`` starts that is the beginning of ``data: [DONE]`` but not all of it (the
+    rest may come in the next read), or -1."""
+    for n in range(min(len(_DONE) - 1, len(chunk)), 0, -1):
+        at = len(chunk) - n
+        if _DONE.startswith(chunk[at:]) and (chunk[at - 1 : at] == b"\n" if at else line_start):
+            return at
+    return -1
 
 
 async def _to_client(write: Awaitable[Any]) -> str | None:
