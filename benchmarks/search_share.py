@@ -32,6 +32,14 @@ configuration's search: 8 processes (each candidate once, the defaults twice) an
 a noise of 0.03 s is where the runs differ. The goal (at most half) is met in two runs of three. Not tried:
 screening several values of one knob in one llama-bench process (one load: decisive where a load takes minutes,
 nothing here, where a trial is its tests).
+
+Again on 2 cores (2026-12-06, second session, nothing else running), after a value measured in two processes is
+weighed against both sides' spreads between processes: default 56 of 142 s (39%), 15 processes, the same
+recommendations; second 54/85 s (64%, 26 processes), 65/99 s (65%, 18), 46/80 s (58%, 12), 38/71 s (54%, 10), every
+run `t=1: t=2` and the defaults kept. Over the seven runs of the second shape since the search's change: 50-71%, the
+goal met in one of seven. Its floor is the ``defaults`` configuration's 8 processes of about 4 s (each candidate once,
+the defaults twice) against about 35 s for the rest of the study; a noise of 0.08 s a turn here sends a value that
+won its first process by a little to a second process (``ub=1024 (again)`` in the 54% run).
 """
 
 from __future__ import annotations
