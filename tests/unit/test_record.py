@@ -3,16 +3,107 @@ the real one)."""
 
 from __future__ import annotations
 
+import asyncio
+import itertools
 import json
 import os
+from collections.abc import Awaitable, Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
+from aiohttp.test_utils import TestClient, TestServer
 
 from xover.domain.workload import loads
-from xover.proxy.record import CHAT, Recording, Seen, _seen
+from xover.proxy.record import CHAT, Proxy, Recording, Seen, _seen
 
 SEEN = Seen(CHAT, True, 200, 0, None, 10, 0, 2, 0.1, 50.0, 100.0, 60.0, None)
+Upstream = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
+
+
+def _through_proxy(
+    tmp_path: Path, upstream: Upstream, talk: Callable[[TestClient], Awaitable[Any]], recording: type = Recording
+) -> Any:
+    """``talk(client)``'s result, the client a recording proxy (into ``tmp_path/rec.jsonl``) in front of ``upstream``,
+    an asyncio server on a free port that stands in for llama-server."""
+
+    async def run() -> Any:
+        server = await asyncio.start_server(upstream, "127.0.0.1", 0)
+        url = f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}"
+        try:
+            async with TestClient(TestServer(Proxy(url, recording(tmp_path / "rec.jsonl", url)).app())) as client:
+                return await talk(client)
+        finally:
+            server.close()
+
+    return asyncio.run(run())
+
+
+async def _request_body(reader: asyncio.StreamReader, head: bytes) -> bytes:
+    """The body of the request whose head (up to its blank line) is ``head``, by its content-length."""
+    length = next(int(x.split(b":")[1]) for x in head.lower().split(b"\r\n") if x.startswith(b"content-length"))
+    return await reader.readexactly(length)
+
+
+def _answering(head: bytes, *parts: bytes) -> Upstream:
+    """An upstream that answers ``GET /health`` and reads one request, then writes the answer's ``head`` and each of
+    ``parts`` 50 ms apart (each its own read for the proxy), then closes the connection."""
+
+    async def upstream(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        request = await reader.readuntil(b"\r\n\r\n")
+        if request.startswith(b"GET /health"):  # the proxy's spare connection
+            writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\nconnection: close\r\n\r\nok")
+        else:
+            await _request_body(reader, request)
+            writer.write(head)
+            for part in parts:
+                writer.write(part)
+                await writer.drain()
+                await asyncio.sleep(0.05)
+        await writer.drain()
+        writer.close()
+
+    return upstream
+
+
+def _noting_connections(came: list[tuple[int, str]], reply: bytes, close: bool) -> Upstream:
+    """An upstream that notes which connection each request came on (``came``: connection number, path), answers
+    ``GET /health`` and keeps its connection alive, and answers a chat request with ``reply``, closing its connection
+    after it where ``close`` (as llama-server does after a stream)."""
+    ids = itertools.count()
+
+    async def upstream(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        conn = next(ids)
+        try:
+            while head := await reader.readuntil(b"\r\n\r\n"):
+                line = head.split(b"\r\n")[0].decode()
+                came.append((conn, line.split()[1]))
+                if line.startswith("GET /health"):
+                    writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok")
+                    await writer.drain()
+                    continue
+                await _request_body(reader, head)
+                writer.write(reply)
+                await writer.drain()
+                if close:
+                    break
+        except asyncio.IncompleteReadError:  # the proxy closed a kept-alive connection
+            pass
+        writer.close()
+
+    return upstream
+
+
+def _streamed(received: list[bytes]) -> Callable[[TestClient], Awaitable[None]]:
+    """A client's streamed chat request whose answer's reads go into ``received`` as they come."""
+
+    async def talk(client: TestClient) -> None:
+        body = {"messages": [{"role": "user", "content": "hello"}], "stream": True}
+        r = await client.post("/v1/chat/completions", json=body)
+        while chunk := await r.content.readany():
+            received.append(chunk)
+
+    return talk
 
 
 def test_a_second_proxy_drops_a_cut_line_appends_and_the_file_stays_a_session(tmp_path: Path) -> None:
@@ -62,13 +153,6 @@ def test_a_request_on_a_connection_the_server_dropped_is_sent_again(tmp_path: Pa
     request on it fails before the server has seen it (RemoteProtocolError: the benchmark met it as a 502 about once
     in 60 requests). Injected here: an upstream that reads the first request and hangs up without a word, then
     answers. The client gets the answer, the recording its turn, and the upstream saw the request twice."""
-    import asyncio
-    import json
-
-    from aiohttp.test_utils import TestClient, TestServer
-
-    from xover.proxy.record import Proxy, Recording
-
     seen: list[bytes] = []
     answer = json.dumps({"choices": [{"message": {"role": "assistant", "content": "hi"}}],
                          "usage": {"prompt_tokens": 5, "completion_tokens": 1}}).encode()  # fmt: skip
@@ -80,27 +164,18 @@ def test_a_request_on_a_connection_the_server_dropped_is_sent_again(tmp_path: Pa
             await writer.drain()
             writer.close()
             return
-        length = next(int(x.split(b":")[1]) for x in head.lower().split(b"\r\n") if x.startswith(b"content-length"))
-        seen.append(await reader.readexactly(length))
+        seen.append(await _request_body(reader, head))
         if len(seen) > 1:
             writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: %d\r\n\r\n%s"
                          % (len(answer), answer))  # fmt: skip
             await writer.drain()
         writer.close()
 
-    async def run() -> tuple[int, dict]:
-        server = await asyncio.start_server(upstream, "127.0.0.1", 0)
-        port = server.sockets[0].getsockname()[1]
-        url = f"http://127.0.0.1:{port}"
-        proxy = Proxy(url, Recording(tmp_path / "rec.jsonl", url))
-        async with TestClient(TestServer(proxy.app())) as client:
-            body = {"messages": [{"role": "user", "content": "hello"}]}
-            r = await client.post("/v1/chat/completions", json=body)
-            out = (r.status, await r.json())
-        server.close()
-        return out
+    async def talk(client: TestClient) -> tuple[int, dict]:
+        r = await client.post("/v1/chat/completions", json={"messages": [{"role": "user", "content": "hello"}]})
+        return r.status, await r.json()
 
-    status, got = asyncio.run(run())
+    status, got = _through_proxy(tmp_path, upstream, talk)
     assert status == 200 and got["choices"][0]["message"]["content"] == "hi"
     assert len(seen) == 2 and seen[0] == seen[1]  # the same bytes, sent again on a new connection
     lines = (tmp_path / "rec.jsonl").read_text().splitlines()
@@ -112,12 +187,6 @@ def test_a_stream_passes_byte_for_byte_and_its_done_only_after_the_turn_is_on_di
     OpenAI client stops reading) goes only after the turn's line is written, so a proxy killed the moment the client
     has its answer has recorded it. Injected: an upstream whose last chunk holds the last token, the timings and
     [DONE]."""
-    import asyncio
-
-    from aiohttp.test_utils import TestClient, TestServer
-
-    from xover.proxy.record import Proxy
-
     first = b'data: {"choices":[{"index":0,"delta":{"content":"a"}}]}\n\n'
     last = (b'data: {"choices":[{"index":0,"delta":{"content":"b"}}]}\n\n'
             b'data: {"choices":[{"index":0,"finish_reason":"length","delta":{}}],"usage":{"prompt_tokens":3,'
@@ -130,32 +199,10 @@ def test_a_stream_passes_byte_for_byte_and_its_done_only_after_the_turn_is_on_di
             at_turn.append(b"".join(received))
             super().turn(*args, **kwargs)
 
-    async def upstream(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        head = await reader.readuntil(b"\r\n\r\n")
-        if head.startswith(b"GET /health"):  # the proxy's spare connection
-            writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\nconnection: close\r\n\r\nok")
-        else:
-            length = next(int(x.split(b":")[1]) for x in head.lower().split(b"\r\n") if x.startswith(b"content-length"))
-            await reader.readexactly(length)
-            writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\nconnection: close\r\n\r\n" + first)
-            await writer.drain()
-            await asyncio.sleep(0.05)
-            writer.write(last)
-        await writer.drain()
-        writer.close()
-
-    async def run() -> None:
-        server = await asyncio.start_server(upstream, "127.0.0.1", 0)
-        url = f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}"
-        proxy = Proxy(url, Watched(tmp_path / "rec.jsonl", url))
-        async with TestClient(TestServer(proxy.app())) as client:
-            body = {"messages": [{"role": "user", "content": "hello"}], "stream": True}
-            r = await client.post("/v1/chat/completions", json=body)
-            while chunk := await r.content.readany():
-                received.append(chunk)
-        server.close()
-
-    asyncio.run(run())
+    upstream = _answering(
+        b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\nconnection: close\r\n\r\n", first, last
+    )
+    _through_proxy(tmp_path, upstream, _streamed(received), Watched)
     assert b"".join(received) == first + last  # every byte, in order
     assert len(at_turn) == 1 and b"[DONE]" not in at_turn[0]
     assert loads((tmp_path / "rec.jsonl").read_text(), "rec.jsonl").turns[0].assistant == "ab"
@@ -174,44 +221,17 @@ def test_a_connection_that_breaks_after_the_stream_s_end_loses_nothing(
     the turn (an answer broken before [DONE] is an event with its error, above); a break before [DONE]'s blank line
     gets it added, so that the client's SSE parser sees the event; a ``data: [DONE]`` that arrives in two reads
     (``data: [DO``, then ``NE]``) is still found. Injected: such an upstream."""
-    import asyncio
-
-    from aiohttp.test_utils import TestClient, TestServer
-
-    from xover.proxy.record import Proxy
-
     stream = (b'data: {"choices":[{"index":0,"delta":{"content":"ab"}}]}\n\n'
               b'data: {"choices":[{"index":0,"finish_reason":"stop","delta":{}}]}\n\ndata: [DONE]')  # fmt: skip
     received: list[bytes] = []
 
-    async def upstream(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        head = await reader.readuntil(b"\r\n\r\n")
-        if head.startswith(b"GET /health"):  # the proxy's spare connection
-            writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\nconnection: close\r\n\r\nok")
-        else:
-            length = next(int(x.split(b":")[1]) for x in head.lower().split(b"\r\n") if x.startswith(b"content-length"))
-            await reader.readexactly(length)
-            writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n")
-            sent = stream + end
-            for part in (sent[:split], sent[split:]) if split else (sent,):  # the split: two reads, apart
-                writer.write(b"%x\r\n%s\r\n" % (len(part), part))  # no last chunk ("0"): the body never ends
-                await writer.drain()
-                await asyncio.sleep(0.05)
-        await writer.drain()
-        writer.close()
-
-    async def run() -> None:
-        server = await asyncio.start_server(upstream, "127.0.0.1", 0)
-        url = f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}"
-        proxy = Proxy(url, Recording(tmp_path / "rec.jsonl", url))
-        async with TestClient(TestServer(proxy.app())) as client:
-            body = {"messages": [{"role": "user", "content": "hello"}], "stream": True}
-            r = await client.post("/v1/chat/completions", json=body)
-            while chunk := await r.content.readany():
-                received.append(chunk)
-        server.close()
-
-    asyncio.run(run())
+    sent = stream + end
+    upstream = _answering(
+        b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n",
+        # the split: two reads, apart; no last chunk ("0"): the body never ends
+        *(b"%x\r\n%s\r\n" % (len(part), part) for part in ((sent[:split], sent[split:]) if split else (sent,))),
+    )
+    _through_proxy(tmp_path, upstream, _streamed(received))
     assert b"".join(received) == stream + b"\n\n"
     session = loads((tmp_path / "rec.jsonl").read_text(), "rec.jsonl")
     assert [t.assistant for t in session.turns] == ["ab"]
@@ -222,46 +242,20 @@ def test_the_next_request_goes_over_the_spare_connection_the_proxy_opened(tmp_pa
     kept alive), so the next request does not pay a connect. Injected: an upstream that keeps a connection alive
     after /health and closes it after a chat answer, as llama-server does; it notes which connection each request
     came on."""
-    import asyncio
-    import itertools
-
-    from aiohttp.test_utils import TestClient, TestServer
-
-    from xover.proxy.record import Proxy
-
-    ids = itertools.count()
     came: list[tuple[int, str]] = []
     answer = b'data: {"choices":[{"index":0,"delta":{"content":"a"}}]}\n\ndata: [DONE]\n\n'
+    upstream = _noting_connections(
+        came, b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\nconnection: close\r\n\r\n" + answer, close=True
+    )
 
-    async def upstream(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        conn = next(ids)
-        while head := await reader.readuntil(b"\r\n\r\n"):
-            line = head.split(b"\r\n")[0].decode()
-            came.append((conn, line.split()[1]))
-            if line.startswith("GET /health"):
-                writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok")
-                await writer.drain()
-                continue
-            length = next(int(x.split(b":")[1]) for x in head.lower().split(b"\r\n") if x.startswith(b"content-length"))
-            await reader.readexactly(length)
-            writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\nconnection: close\r\n\r\n" + answer)
-            await writer.drain()
-            writer.close()
-            return
+    async def talk(client: TestClient) -> None:
+        for _ in range(2):
+            await asyncio.sleep(0.2)  # the spare connection's /health has gone and come back
+            r = await client.post("/v1/chat/completions", json={"messages": [], "stream": True})
+            await r.read()
+        await asyncio.sleep(0.2)
 
-    async def run() -> None:
-        server = await asyncio.start_server(upstream, "127.0.0.1", 0)
-        url = f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}"
-        proxy = Proxy(url, Recording(tmp_path / "rec.jsonl", url))
-        async with TestClient(TestServer(proxy.app())) as client:
-            for _ in range(2):
-                await asyncio.sleep(0.2)  # the spare connection's /health has gone and come back
-                r = await client.post("/v1/chat/completions", json={"messages": [], "stream": True})
-                await r.read()
-            await asyncio.sleep(0.2)
-        server.close()
-
-    asyncio.run(run())
+    _through_proxy(tmp_path, upstream, talk)
     chats = [(conn, i) for i, (conn, path) in enumerate(came) if path == "/v1/chat/completions"]
     # each chat request came on a connection that a /health opened just before it, never on a new one
     assert len(chats) == 2 and all(i > 0 and came[i - 1] == (conn, "/health") for conn, i in chats)
@@ -271,50 +265,22 @@ def test_a_kept_alive_connection_after_a_whole_answer_is_used_again_without_a_sp
     """A non-streamed answer leaves llama-server's connection open (only a stream's end closes it): the proxy sends
     its next request over it, and opens no spare connection with a ``GET /health``. Injected: an upstream that keeps
     every connection alive and notes which connection each request came on."""
-    import asyncio
-    import itertools
-
-    from aiohttp.test_utils import TestClient, TestServer
-
-    from xover.proxy.record import Proxy
-
-    ids = itertools.count()
     came: list[tuple[int, str]] = []
     answer = json.dumps({"choices": [{"index": 0, "message": {"role": "assistant", "content": "a"}}]}).encode()
+    upstream = _noting_connections(
+        came,
+        b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: %d\r\n\r\n" % len(answer) + answer,
+        close=False,
+    )
 
-    async def upstream(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        conn = next(ids)
-        try:
-            while head := await reader.readuntil(b"\r\n\r\n"):
-                line = head.split(b"\r\n")[0].decode()
-                came.append((conn, line.split()[1]))
-                if line.startswith("GET /health"):
-                    writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok")
-                    await writer.drain()
-                    continue
-                n = next(int(x.split(b":")[1]) for x in head.lower().split(b"\r\n") if x.startswith(b"content-length"))
-                await reader.readexactly(n)
-                writer.write(
-                    b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: %d\r\n\r\n" % len(answer)
-                    + answer
-                )
-                await writer.drain()
-        except asyncio.IncompleteReadError:
-            writer.close()
+    async def talk(client: TestClient) -> None:
+        for _ in range(2):
+            await asyncio.sleep(0.2)  # the start's spare connection is in the pool; a later one would be too
+            r = await client.post("/v1/chat/completions", json={"messages": [], "stream": False})
+            assert (await r.json())["choices"][0]["message"]["content"] == "a"
+        await asyncio.sleep(0.2)
 
-    async def run() -> None:
-        server = await asyncio.start_server(upstream, "127.0.0.1", 0)
-        url = f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}"
-        proxy = Proxy(url, Recording(tmp_path / "rec.jsonl", url))
-        async with TestClient(TestServer(proxy.app())) as client:
-            for _ in range(2):
-                await asyncio.sleep(0.2)  # the start's spare connection is in the pool; a later one would be too
-                r = await client.post("/v1/chat/completions", json={"messages": [], "stream": False})
-                assert (await r.json())["choices"][0]["message"]["content"] == "a"
-            await asyncio.sleep(0.2)
-        server.close()
-
-    asyncio.run(run())
+    _through_proxy(tmp_path, upstream, talk)
     # the spare connection the proxy opens as it starts, then both requests on it and nothing else
     assert came == [(0, "/health"), (0, "/v1/chat/completions"), (0, "/v1/chat/completions")]
 
