@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 46 on the H200, one lease of the one-GPU kind (prepared 2026-12-05, not yet run): the 16 GiB qwen3-30b-a3b
+# Issue 46, one lease of the one-GPU kind (run 2026-12-06 on the H100 that kind lent: README.md): the 16 GiB qwen3-30b-a3b
 # study with the tuned variant placed by its server (study.toml says what it measures).
 #   1. the CUDA build (restored from out/bins where carried, else built from out/llsrc) while qwen3-30b-a3b is
 #      synthesized;
