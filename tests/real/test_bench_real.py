@@ -88,6 +88,9 @@ def test_sweep_stores_raw_samples_with_provenance_and_renders_like_llama_bench(
             assert r.record["n_threads"] == by_config[r.config_key].int_value("threads")
             assert r.record["build_commit"] == "0c1e570"
         md_artifacts = {body["config_key"]: body["markdown"] for _, _, body in store.artifacts(benchrun.MD_ARTIFACT)}
+        # -fa auto reports -1 in every record; the CPU backend runs flash attention, and the log says auto chose it
+        assert {r.record["flash_attn"] for _, _, _, r in rows} == {-1}
+        assert benchrun.resolved_by_config(store) == {c.key: {"flash_attn": "1"} for c in outcome.configs}
 
     # xover's table, rendered from the store, against llama-bench's own -oe md of the same process
     table = export.render_markdown(bench_data(load(tmp_path)))

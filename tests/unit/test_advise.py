@@ -279,6 +279,30 @@ def test_a_marginal_winner_is_measured_again_in_a_fresh_process_and_dropped_when
     assert second.bench_argv() == first.bench_argv() and second.settings == first.settings
 
 
+def test_the_next_leader_is_measured_again_too_when_the_first_ones_second_process_demotes_it() -> None:
+    """A search over a 2-core machine kept a value on one process: its knob's leader, lucky once, was measured again
+    and demoted, which left another value, lucky by a little less, leading on its one process. No ubatch acts here:
+    each leader in turn gets its second process, and neither is kept."""
+    ub1024, ub2048 = (("ubatch-size", "1024"),), (("ubatch-size", "2048"),)
+    lucky = {ub1024: 1.012, ub2048: 1.009}  # each about 2 and 1.5 times its one-process noise band faster
+    inner = fake(lambda s: 1.0, jitter=0.001)
+    calls: list[Setting] = []
+
+    def measure(setting: Setting) -> Measurement:
+        calls.append(setting)
+        m, f = inner(advise.first_of(setting)), lucky.get(setting, 1.0)
+        scale = lambda rs: tuple(RateSamples(r.depth, r.tokens, tuple(x * f for x in r.samples_tps)) for r in rs)  # noqa: E731
+        return dataclasses.replace(m, prefill=scale(m.prefill), decode=scale(m.decode))
+
+    search = advise.coordinate_search(KNOBS, measure, AGENTIC, n_cpu_moe=18)
+    verdict = next(v for v in search.verdicts if v.knob == "ubatch-size")
+    effects = {e.value: e for e in verdict.effects}
+    assert effects["1024"].processes == 2 and effects["2048"].processes == 2
+    assert calls.index(advise.again(ub1024)) < calls.index(advise.again(ub2048))  # the first leader first
+    assert all(e.within_noise for e in effects.values()) and verdict.kept is None
+    assert search.recommended == DEFAULTS
+
+
 def test_two_quiet_processes_of_a_value_that_cannot_act_are_weighed_against_the_defaults_own_spread() -> None:
     """The failure seen in a fresh clone's suite: ``-b 4096`` (no effect on one sequence) measured faster on both its
     processes, their mean 1.3 times the defaults' drift ahead. The defaults' two processes differ by that drift, the
@@ -542,6 +566,62 @@ def test_renderers_show_the_recommendation_the_command_and_the_crossovers() -> N
     page = advise_section_html(advice)
     assert page.startswith('<section class="advise">') and "models/&lt;qwen&gt;.gguf" in page and "<qwen>" not in page
     assert page.count("<table>") == 4  # the confirmation, two levels, the crossovers
+
+
+def test_a_flash_attention_value_auto_ran_as_is_not_searched_again() -> None:
+    """llama-bench reports -fa auto as -1 in every record; where llama.cpp's log said what auto ran as (the store's
+    reading puts it in the record's terms), that value is the defaults' own and is not measured again."""
+
+    def searched(reported: str) -> advise.KnobVerdict:
+        inner = fake(lambda s: 1.0)
+
+        def measure(setting: Setting) -> Measurement:
+            m = inner(setting)
+            fa = dict(setting).get("flash-attn")
+            flash = {"on": "1", "off": "0"}.get(fa, reported) if fa else reported
+            return dataclasses.replace(m, effective=(*m.effective, ("flash_attn", flash)))
+
+        search = advise.coordinate_search((advise.FLASH_ATTN,), measure, AGENTIC)
+        (verdict,) = search.verdicts
+        return verdict
+
+    ran_on, unknown, ran_off = searched("1"), searched("-1"), searched("0")
+    assert ran_on.skipped == ("on",) and [e.value for e in ran_on.effects] == ["off"]
+    assert unknown.skipped == () and [e.value for e in unknown.effects] == ["on", "off"]
+    assert ran_off.skipped == ("off",) and [e.value for e in ran_off.effects] == ["on"]
+    assert advise.FLASH_ATTN.in_effect({"flash_attn": "1"}) == "on"
+    assert advise.FLASH_ATTN.in_effect({"flash_attn": "-1"}) == "auto"
+    assert advise.FLASH_ATTN.in_effect({"n_threads": "2"}) is None
+
+
+def test_the_store_reading_puts_what_auto_ran_as_in_the_record_terms(tmp_path: Path) -> None:
+    from xover.domain.config import LlamaConfig
+    from xover.domain.records import BenchResult, Provenance
+    from xover.measure import bench as benchrun
+    from xover.measure.advise import measurement_from_store
+    from xover.results.store import Store
+
+    sweep = benchrun.BenchTests(model=Path("m.gguf"), depths=(0,), n_prompt=512, n_gen=16, repetitions=2)
+    prov = Provenance(None, None, None, None, None, None, None, "h", "Linux", "0", None)
+    auto, off = LlamaConfig("auto"), LlamaConfig("off", (("flash-attn", "off"),))
+    with Store(tmp_path) as store:
+        run = store.begin_run("bench", ["test"], prov)
+        for config, fa in ((auto, -1), (off, 0)):
+            store.put_config(config)
+            record = {"n_threads": 2, "flash_attn": fa, "backends": "CPU"}
+            for n_prompt, n_gen in ((512, 0), (0, 16)):
+                store.add_bench_result(
+                    run, "mk", BenchResult(config.key, n_prompt, n_gen, 0, (1, 1), (9.0, 9.0), 9.0, 0.0, record)
+                )
+        unresolved = measurement_from_store(store, auto, "mk", sweep, None, False)
+        for config in (auto, off):  # a log line of -fa off's process is never read over its 0
+            body = {"config_key": config.key, "fields": {"flash_attn": "1"}}
+            store.add_artifact(run, benchrun.RESOLVED_ARTIFACT, body)
+        resolved = measurement_from_store(store, auto, "mk", sweep, None, False)
+        explicit = measurement_from_store(store, off, "mk", sweep, None, False)
+    assert dict(unresolved.effective)["flash_attn"] == "-1"
+    assert dict(resolved.effective)["flash_attn"] == "1"
+    assert dict(explicit.effective)["flash_attn"] == "0"
 
 
 # ---- reading measurements back from the store -----------------------------------------------------

@@ -67,6 +67,17 @@ NO_MODEL_STDERR = "llama_bench: error: failed to load model '/nonexist.gguf'"
 # ---- line parsing ---------------------------------------------------------------------------------
 
 
+def test_what_flash_attention_auto_ran_as_is_read_from_the_log() -> None:
+    # llama.cpp 0c1e570, llama-bench -v: resolve_fused_ops' lines when a context is made with -fa auto
+    assert bench.resolved_setting("resolve_fused_ops: Flash Attention enabled") == ("flash_attn", "1")
+    assert bench.resolved_setting("resolve_fused_ops: Flash Attention not supported, set to disabled\n") == (
+        "flash_attn",
+        "0",
+    )
+    assert bench.resolved_setting("llama_context: flash_attn            = auto") is None
+    assert bench.resolved_setting("resolve_fused_ops: resolving fused Gated Delta Net support:") is None
+
+
 def test_progress_lines_parse_into_phases() -> None:
     lines = [bench.parse_progress(ln) for ln in STDERR.splitlines()]
     got = [ln for ln in lines if ln is not None]

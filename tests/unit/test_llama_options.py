@@ -359,7 +359,7 @@ def test_advise_knobs_are_the_tables_options() -> None:
             option.gpu_only,
             option.env,
         )
-        assert k.record_field == (None if option.record_values else option.record_field)
+        assert (k.record_field, k.record_values) == (option.record_field, option.record_values)
     assert [k.name for k in advise.default_knobs(4)] == [o.name for o, _ in opts.searched(4)]
     assert dict((k.name, k.candidates) for k in knobs)["ubatch-size"] == ("1024", "2048", "4096", "8192")
     config = advise.llama_config(knobs, (("no-op-offload", "1"), ("GGML_OP_OFFLOAD_MIN_BATCH", "64")), 3, "x")

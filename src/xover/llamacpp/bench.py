@@ -211,6 +211,7 @@ class Exited:
     markdown: str  # llama-bench's own table for this process, as it printed it
     peak_rss_bytes: int | None = None  # VmHWM, last read while it ran
     buffer_lines: tuple[str, ...] = ()  # llama.cpp's "... buffer size = N MiB" lines (with -v)
+    resolved: tuple[tuple[str, str], ...] = ()  # record field -> what an ``auto`` resolved to (with -v)
     aborted: str | None = None  # ggml's abort line, where the process printed one and then hung (stopped by xover)
 
 
@@ -244,6 +245,22 @@ def parse_record(text: str, required: Sequence[str] = _REQUIRED) -> dict[str, An
     if not isinstance(obj, dict) or any(k not in obj for k in required) or not isinstance(obj["samples_ns"], list):
         return None
     return obj
+
+
+# With -v, llama.cpp logs what its flash attention ``auto`` resolved to when it made a context: "resolve_fused_ops:
+# Flash Attention enabled", or "... Flash Attention not supported, set to disabled" (a layer whose attention would
+# run on another device than the layer). llama-bench's record keeps -1 (auto) either way.
+_FA_RESOLVED = re.compile(r"Flash Attention (enabled|not supported, set to disabled)\s*$")
+
+
+def resolved_setting(text: str) -> tuple[str, str] | None:
+    """A log line's word on what an ``auto`` ran as, in the record's terms (``("flash_attn", "1")``), or None."""
+    m = _FA_RESOLVED.search(text)
+    if m is None:
+        return None
+    field = llama_options.FLASH_ATTN.record_field
+    assert field is not None
+    return field, str(llama_options.FLASH_ATTN.record_value("on" if m.group(1) == "enabled" else "off"))
 
 
 _IK_GP = re.compile(r"^tg(\d+)@pp(\d+)$")
@@ -435,6 +452,7 @@ def run(job: BenchJob, bench: Path, model: Path, timeout_s: float | None = None)
     tail: collections.deque[str] = collections.deque(maxlen=30)
     markdown: list[str] = []
     buffers: list[str] = []
+    resolved: dict[str, str] = {}
     peak_rss: int | None = None
     timed_out = False
     abort: tuple[str, int] | None = None  # ggml's abort line, and the time it has to exit by
@@ -466,6 +484,8 @@ def run(job: BenchJob, bench: Path, model: Path, timeout_s: float | None = None)
                     markdown.append(line.text)
                 elif stream == "stderr" and "buffer size" in text:
                     buffers.append(text)
+                elif stream == "stderr" and (found := resolved_setting(text)) is not None:
+                    resolved.setdefault(*found)
                 elif stream == "stderr" and text.strip():
                     tail.append(text)
             proc.wait(timeout=10)  # both pipes closed: the process is exiting; collect its real code
@@ -484,5 +504,6 @@ def run(job: BenchJob, bench: Path, model: Path, timeout_s: float | None = None)
         markdown="\n".join(markdown),
         peak_rss_bytes=peak_rss,
         buffer_lines=tuple(buffers),
+        resolved=tuple(resolved.items()),
         aborted=abort[0] if hung and abort else None,
     )

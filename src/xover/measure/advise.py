@@ -89,6 +89,11 @@ class AdviseSpec(AdviseSettings):
 # ---- reading measurements back from the store ------------------------------------------------------
 
 _EFFECTIVE_FIELDS = frozenset(llama_options.record_fields())  # the values in effect, as llama-bench reports them
+_AUTO = {  # record field -> what llama-bench reports for an option's "auto" (resolved only in llama.cpp's log)
+    o.record_field: str(dict(o.record_values)["auto"])
+    for o in llama_options.OPTIONS
+    if o.record_field and "auto" in dict(o.record_values)
+}
 
 
 def measurement_from_store(
@@ -108,6 +113,9 @@ def measurement_from_store(
     decode = [latest[p] for p in wanted if p[1]]
     record = (prefill or decode)[0].record
     effective = tuple((k, str(v)) for k, v in record.items() if k in _EFFECTIVE_FIELDS)
+    # an ``auto`` the record reports as given (-fa auto: -1), replaced by what llama.cpp logged it ran as
+    ran_as = benchrun.resolved_by_config(store).get(config.key, {})
+    effective = tuple((k, ran_as.get(k, v) if v == _AUTO.get(k) else v) for k, v in effective)
     use = benchrun.memory_by_config(store).get(config.key)
     return Measurement(
         prefill=tuple(RateSamples(r.n_depth, r.n_prompt, r.samples_ts) for r in prefill),

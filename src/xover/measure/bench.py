@@ -40,6 +40,7 @@ if TYPE_CHECKING:
     from xover.results.read_model import BenchData
 
 MD_ARTIFACT = "llama-bench-md"  # llama-bench's own markdown for a configuration's tests (-oe md)
+RESOLVED_ARTIFACT = "llama-bench-resolved"  # {config_key, fields: {record field: value}}: what an ``auto`` ran as
 
 
 @dataclasses.dataclass(frozen=True)
@@ -266,6 +267,12 @@ def _run_job(
             run.artifact(
                 MD_ARTIFACT, {"config_key": job.config.key, "markdown": exited.markdown}, build=job.config.build
             )
+        if seen and exited.resolved:
+            run.artifact(
+                RESOLVED_ARTIFACT,
+                {"config_key": job.config.key, "fields": dict(exited.resolved)},
+                build=job.config.build,
+            )
         use = memory.MemoryUse(exited.peak_rss_bytes, memory.parse_buffer_lines(exited.buffer_lines))
         if seen and (use.peak_rss_bytes is not None or use.buffers):
             run.artifact(
@@ -289,6 +296,12 @@ def memory_by_config(store: Store, source: str = "llama-bench") -> dict[str, mem
         for _, _, body in store.artifacts(memory.ARTIFACT)
         if body.get("source") == source
     }
+
+
+def resolved_by_config(store: Store) -> dict[str, dict[str, str]]:
+    """The latest values each configuration key's ``auto`` settings ran as (record field -> value in the record's
+    terms), from llama-bench's log."""
+    return {body["config_key"]: dict(body["fields"]) for _, _, body in store.artifacts(RESOLVED_ARTIFACT)}
 
 
 def describe_memory(use: memory.MemoryUse) -> str:

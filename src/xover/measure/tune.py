@@ -491,8 +491,9 @@ class SharedTrials:
         effective = dict(base.effective)
         mine = self.by_build.setdefault((config.engine, config.backend), {})
         for k in knobs:
-            if k.record_field and config.get(k.name) is None and k.record_field in effective:
-                mine.setdefault(k.name, effective[k.record_field])
+            value = k.in_effect(effective)
+            if value is not None and config.get(k.name) is None:
+                mine.setdefault(k.name, value)
 
     def in_effect(self, config: LlamaConfig) -> dict[str, str]:
         """What ``config``'s build runs where nothing sets it (learned from its configurations' defaults)."""

@@ -56,6 +56,15 @@ class Knob:
     record_field: str | None = None
     gpu_only: bool = False
     env: bool = False
+    record_values: tuple[tuple[str, int], ...] = ()  # value -> what the record field reports (``-fa on``: 1)
+
+    def in_effect(self, effective: Mapping[str, str]) -> str | None:
+        """The value of this knob that a run's record fields (``effective``) show in effect, in the knob's terms
+        (``flash_attn`` 1: ``on``), or None where the record does not say."""
+        reported = effective.get(self.record_field) if self.record_field else None
+        if reported is None or not self.record_values:
+            return reported
+        return next((v for v, n in self.record_values if str(n) == reported), None)
 
     @property
     def option(self) -> opts.LlamaOption:
@@ -69,18 +78,19 @@ class Knob:
 
 
 def option_knob(option: opts.LlamaOption, candidates: Sequence[str]) -> Knob:
-    """The knob that varies ``option`` (:mod:`xover.domain.llama_options`) over ``candidates``. The record field
-    is kept only where llama-bench reports the value as given (``-fa on`` reports ``1``), so that a candidate
-    equal to the value in effect can be skipped."""
+    """The knob that varies ``option`` (:mod:`xover.domain.llama_options`) over ``candidates``, with the record
+    field that shows the value in effect (and how it reports a value: ``-fa on`` as ``1``), so that a candidate
+    equal to it can be skipped."""
     assert option.bench_flag is not None
     return Knob(
         option.name,
         option.bench_flag,
         option.default,
         tuple(candidates),
-        None if option.record_values else option.record_field,
+        option.record_field,
         gpu_only=option.gpu_only,
         env=option.env,
+        record_values=option.record_values,
     )
 
 
@@ -92,7 +102,8 @@ def default_knobs(cpu_count: int) -> tuple[Knob, ...]:
 
 FLASH_ATTN = option_knob(opts.FLASH_ATTN, opts.FLASH_ATTN.tuned_values)
 """Flash attention (llama-bench and llama-server ``-fa on|off|auto``; llama.cpp's default ``auto`` enables it
-where the backend supports it). Its record field (``flash_attn``) reports -1 for auto, so no value is skipped."""
+where the backend supports it). Its record field (``flash_attn``) reports -1 for auto; what auto ran as comes from
+llama.cpp's log (:func:`xover.llamacpp.bench.resolved_setting`), and the value it ran as is not searched again."""
 
 
 def study_knobs(cpu_count: int, gpu_build: bool, longest: int, engine: str = opts.ENGINE) -> tuple[Knob, ...]:

@@ -143,7 +143,7 @@ def _try_knob(
     """Each candidate of ``knob`` alone on top of ``origin`` (the defaults, or the configuration's own knobs moved
     first; ``run``: one trial), but those llama.cpp already runs there (``effective``: the origin's record fields):
     (knob, skipped, measured, failed)."""
-    in_effect = effective.get(knob.record_field) if knob.record_field else None
+    in_effect = knob.in_effect(effective)
     values = [v for v in dict.fromkeys(knob.candidates) if v != knob.default]
     skipped = tuple(v for v in values if v == in_effect)
     measured: list[tuple[str, Estimate]] = []
@@ -251,8 +251,9 @@ def _pass(
     second: Workload | None,
 ) -> tuple[_Pass, float | None, float | None]:
     """Each knob of ``over`` alone on top of ``origin`` (its trial is the base of every effect), the origin measured
-    again after them (with ``recheck``), and a marginal leader measured again: the values kept, and the drift of the
-    origin between its two processes (turn, second kind of turn)."""
+    again after them (with ``recheck``), and a marginal leader measured again (and the next leader, where that
+    demotes it): the values kept, and the drift of the origin between its two processes (turn, second kind of
+    turn)."""
     base = run(origin, None)
     b, b2 = base.estimate, _second(base, second)
     assert b is not None and b2 is not None
@@ -277,15 +278,21 @@ def _pass(
     out = _Pass()
     for knob, skipped, measured, failed in tried:
         effects = [effect(knob, value) for value, _ in measured]
-        if recheck and effects:
+        retried: set[str] = set()
+        while recheck and effects:  # until each leader is clear or has had its second process (a leader that a
+            # second process demotes can leave another value, measured once, leading by a little)
             leaders = (min(effects, key=lambda x: x.change_s), min(effects, key=lambda x: x.decode_change_s))
-            retried = [
-                run(again(setting_of(knob, lead.value)), knob.name)
+            retry = {
+                lead.value
                 for lead, on_decode in zip(leaders, (False, True), strict=True)
-                if _marginal(lead, on_decode)
-            ]
-            if retried:
-                effects = [effect(knob, value) for value, _ in measured]
+                if _marginal(lead, on_decode) and lead.value not in retried
+            }
+            if not retry:
+                break
+            for value in sorted(retry):
+                run(again(setting_of(knob, value)), knob.name)
+            retried |= retry
+            effects = [effect(knob, value) for value, _ in measured]
         best = min(effects, key=lambda x: x.change_s) if effects else None
         if best is not None and best.change_s < 0 and not best.within_noise:
             out.kept[knob.name] = best.value
@@ -409,8 +416,9 @@ class DepthPlan:
 
 def depth_cost_s(depth: int, prefill_tps: float, processes: int) -> float:
     """What measuring at ``depth`` adds to a search of ``processes`` llama-bench processes: each prefills the depth
-    once for its pp test and once for its tg test (llama-bench caches it across repetitions, untimed but not free),
-    at ``prefill_tps`` (the defaults' prefill rate, measured)."""
+    once (untimed; its tg test at that depth restores the state llama-bench kept from the pp test, as repetitions
+    do), counted at half ``prefill_tps`` (the defaults' prefill rate, measured shallow): attention slows a deep
+    prefill, as :func:`~xover.analysis.advise.workload.measurement_seconds` counts it."""
     return processes * 2 * depth / prefill_tps
 
 
