@@ -212,11 +212,22 @@ def test_stored_result_round_trip_and_signature(tmp_path: Path) -> None:
     search = advise.coordinate_search(knobs, machine, tune.workload(spec), None)
     # a confirmation in rounds that lands within noise keeps nothing: no variant, llama.cpp's defaults
     within = tune.Confirmation(search.recommended, {1: 10.0, 2: 10.5, 3: 9.8}, {1: 9.9, 2: 10.6, 3: 9.7})
-    rejected = tune._body(BASE, knobs, search, spec, Path("/m/q.gguf"), "CUDA", tune.chunk(knobs), within)
+    rejected = tune._body(
+        BASE, knobs, search, spec, Path("/m/q.gguf"), "CUDA", tune.chunk(knobs), tune.Confirmed(DEFAULTS, within)
+    )
     assert not within.kept and rejected["variant"] is None and rejected["setting"] == []
     assert rejected["confirmation"]["kept"] is False and rejected["confirmation"]["n"] == 3
     faster = tune.Confirmation(search.recommended, {1: 10.0, 2: 10.5, 3: 9.8}, {1: 5.0, 2: 5.2, 3: 4.9})
-    body = tune._body(BASE, knobs, search, spec, Path("/m/q.gguf"), "CUDA", tune.chunk(knobs), faster)
+    body = tune._body(
+        BASE,
+        knobs,
+        search,
+        spec,
+        Path("/m/q.gguf"),
+        "CUDA",
+        tune.chunk(knobs),
+        tune.Confirmed(search.recommended, faster),
+    )
     assert faster.kept and body["confirmation"]["kept"] is True
     assert body["variant"] == "ncmoe=18 tuned" and body["setting_label"] == "lm=none ub=4096 b=4096"
     assert body["server_command"] == "llama-server -m q.gguf -ncmoe 18 -ngl 99 -lm none -ub 4096 -b 4096"
@@ -391,12 +402,64 @@ def test_a_recommendation_that_is_another_configuration_is_left_to_the_studys_ro
         raise AssertionError("no llama-bench rounds")
 
     work = tune.workload(spec)
-    c, d = tune._confirmations(search, never, never, work, None, spec, lambda *a: None, t1, confirm_turn=False)
-    assert c is None and d is None and not asked
-    body = tune._body(t1, knobs, search, spec, Path("m.gguf"), "CPU", 512, c)
+    confirmed = tune._confirmations(search, never, never, work, None, spec, lambda *a: None, t1, lambda s: "defaults")
+    assert confirmed == tune.Confirmed((("threads", "2"),), same_as="defaults") and not asked
+    body = tune._body(t1, knobs, search, spec, Path("m.gguf"), "CPU", 512, confirmed)
     assert body["variant"] == "t=1 tuned" and body["setting"] == [["threads", "2"]]
     text = blocks_markdown(_record_blocks(TuneRecord.from_body({**body, "same_as": "defaults"}), 200))
     assert "It runs the command of defaults, another configuration of this study" in text, text
+
+
+def test_what_a_search_adds_on_top_of_a_moved_own_knob_is_confirmed_against_that_knob() -> None:
+    """Seen on 2 cores: ``t=1``'s search moved its own ``-t 1`` to ``-t 2`` (1.6x faster), then kept ``-nr`` on top
+    of it by noise; confirmed against the defaults (``-t 1``), ``-nr -t 2`` won on the strength of ``-t 2`` alone.
+    What the recommendation adds is now confirmed against its origin: not confirmed there, the variant runs the
+    origin, and the origin, another configuration's command here, is left to the study's rounds; where it is no
+    other configuration's, the origin is confirmed against the defaults in its turn."""
+    spec = spec_from_dict(
+        {
+            "model": {"preset": "tiny-moe"},
+            "study": {"lengths": ["512"]},
+            "config": [{"name": "defaults"}, {"name": "t=1", "threads": 1}],
+        }
+    )
+    t1, work = spec.configs[1], tune.workload(spec)
+    origin, rider = (("threads", "2"),), (("repack", "0"), ("threads", "2"))
+    search = advise.Search(None, (), (), rider, rider, origin=origin, first=("threads",))
+    speed = {DEFAULTS: 1.0, origin: 1.6, rider: 1.6}  # -nr does nothing; -t 2 is 1.6x
+    pairs: list[tuple[object, object]] = []
+
+    def in_round(setting: advise.Setting, n: int, fresh: bool = False) -> Measurement:
+        pairs.append((setting, n))
+        wobble = (1.01 if n % 2 else 0.99) if setting == rider else 1.0  # the rider a little ahead, then behind
+        rate = speed[setting] * wobble
+        return Measurement(
+            (advise.RateSamples(0, 512, (3000.0 * rate, 3010.0 * rate)),),
+            (advise.RateSamples(0, 64, (60.0 * rate, 60.2 * rate)),),
+        )
+
+    def never(*a: object) -> Measurement:
+        raise AssertionError("no decode rounds")
+
+    left = tune._confirmations(
+        search, in_round, never, work, None, spec, lambda *a: None, t1, lambda s: "defaults" if s == origin else None
+    )
+    assert left.turn is not None and left.turn.against == origin and not left.turn.kept
+    assert {s for s, _ in pairs} == {origin, rider}  # never against -t 1: the origin's gain is not the rider's
+    assert left.setting == origin and left.same_as == "defaults" and left.origin is None
+    body = tune._body(t1, advise.default_knobs(2), search, spec, Path("m.gguf"), "CPU", 512, left)
+    assert body["setting"] == [["threads", "2"]] and body["variant"] == "t=1 tuned"
+    text = blocks_markdown(_record_blocks(TuneRecord.from_body({**body, "same_as": left.same_as}), 200))
+    assert "interleaved with threads=2" in text and "what it adds to threads=2 was not kept" in text, text
+    assert "It runs the command of defaults" in text, text
+    # the origin no other configuration runs: confirmed against the defaults in its turn
+    pairs.clear()
+    own = tune._confirmations(search, in_round, never, work, None, spec, lambda *a: None, t1, lambda s: None)
+    assert own.origin is not None and own.origin.against == DEFAULTS and own.origin.kept
+    assert own.setting == origin and {s for s, _ in pairs} == {origin, rider, DEFAULTS}
+    body = tune._body(t1, advise.default_knobs(2), search, spec, Path("m.gguf"), "CPU", 512, own)
+    text = blocks_markdown(_record_blocks(TuneRecord.from_body(body), 200))
+    assert "Confirmed in rounds of fresh llama-bench processes, interleaved with the defaults" in text, text
 
 
 def test_the_search_says_its_plan_and_cost_before_it_starts() -> None:

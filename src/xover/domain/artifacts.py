@@ -265,6 +265,9 @@ class TuneRecord:
     # the search's recommendation against the defaults in rounds of fresh processes (xover.measure.tune.Confirmation,
     # as stored: rounds, ratio, low, high, n, kept, failure); None: stored before rounds, or nothing to confirm
     confirmation: Mapping[str, Any] | None = None
+    # where the recommendation added knobs on top of the configuration's own knobs as the search moved them (its
+    # origin) and that was not confirmed against the origin: the origin against the defaults (None: not needed)
+    origin_confirmation: Mapping[str, Any] | None = None
     # The variant tuned for decode-heavy turns, where decode's best setting is not the whole turn's (None: none):
     # its label, setting, command, and its confirmation in rounds against the recommendation (or the defaults)
     decode_variant: str | None = None
@@ -319,6 +322,9 @@ class TuneRecord:
                 server_args=tuple(str(a) for a in b.get("server_args") or ()),
                 backend=str(b.get("backend") or ""),
                 confirmation=_mapping(b["confirmation"], TUNE) if b.get("confirmation") is not None else None,
+                origin_confirmation=(
+                    _mapping(b["origin_confirmation"], TUNE) if b.get("origin_confirmation") is not None else None
+                ),
                 decode_variant=_opt_str(b.get("decode_variant")),
                 decode_setting=tuple((str(k), str(v)) for k, v in b.get("decode_setting") or ()),
                 decode_setting_label=str(b.get("decode_setting_label", "")),

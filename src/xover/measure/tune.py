@@ -272,12 +272,10 @@ def _body(
     model: Path,
     backend: str,
     chunk_tokens: int,
-    confirmation: Confirmation | None,
-    decode_confirmation: Confirmation | None = None,
+    confirmed: Confirmed,
     skipped: Sequence[tuple[str, str]] = (),
 ) -> dict[str, Any]:
-    kept = confirmation is None or confirmation.kept
-    setting = search.recommended if kept else advise.DEFAULTS
+    setting, confirmation, decode_confirmation = confirmed.setting, confirmed.turn, confirmed.decode
     variant = advise.apply_setting(config, knobs, setting, variant_name(config.name)) if setting else None
     shown = variant or config
     decode: dict[str, Any] = {}
@@ -312,6 +310,7 @@ def _body(
         "knobs": [dataclasses.asdict(k) for k in knobs],
         "search": dataclasses.asdict(search),
         **({"confirmation": confirmation.to_body()} if confirmation is not None else {}),
+        **({"origin_confirmation": confirmed.origin.to_body()} if confirmed.origin is not None else {}),
         **decode,
         "skipped": [list(x) for x in skipped],
     }
@@ -554,6 +553,27 @@ def confirm_rounds(
     return min(spec.max_rounds, spec.rounds + extra)
 
 
+@dataclasses.dataclass(frozen=True)
+class Confirmed:
+    """What the confirmations in rounds decided: the setting the tuned variant runs (``setting``; the defaults: no
+    variant), the rounds behind it, and the study's configuration whose rounds confirm it instead (``same_as``)."""
+
+    setting: advise.Setting
+    turn: Confirmation | None = None  # the recommendation against the defaults, or against its origin
+    decode: Confirmation | None = None  # the second kind of turn's own setting against ``setting``
+    origin: Confirmation | None = None  # the origin against the defaults, where what the search added on top of it
+    # was not confirmed
+    same_as: str | None = None
+
+
+def _extends_origin(search: advise.Search) -> bool:
+    """The recommendation adds knobs on top of an origin the search moved first (``-t 1`` to ``-t 2``): what it adds
+    is confirmed against that origin, since a large gain of the origin's own would carry a rider of noise through a
+    confirmation against the defaults."""
+    origin = search.origin
+    return bool(origin) and search.recommended != origin and set(origin) <= set(search.recommended)
+
+
 def _confirmations(
     search: advise.Search,
     in_round: Callable[..., advise.Measurement],
@@ -563,30 +583,62 @@ def _confirmations(
     spec: StudySpec,
     emit: Event,
     config: LlamaConfig,
-    confirm_turn: bool = True,
+    same_as_of: Callable[[advise.Setting], str | None],
     max_rounds: int | None = None,
-) -> tuple[Confirmation | None, Confirmation | None]:
-    """The search's recommendation against the defaults in rounds of fresh processes (kept only if it wins there),
-    (not with ``confirm_turn`` False: the study's own rounds compare it, as another of its configurations), then the
-    second kind of turn's own setting against the kept one: cached turns with the search's tests
-    (``in_round``), decode alone (``decode_only``, llama-bench -p 0: a setting that runs prompts on the CPU would
-    spend most of each round on prefill tests its comparison does not read). ``max_rounds``: the most rounds each
-    may take (:func:`confirm_rounds`)."""
-    confirmation = decode_confirmation = None
-    if search.recommended and confirm_turn:
-        confirmation = confirm(in_round, search.recommended, work, spec, emit, config.name, max_rounds=max_rounds)
-    if search.decode_recommended is not None:
-        confirmed = confirmation.kept if confirmation is not None else not confirm_turn
-        kept = search.recommended if confirmed else advise.DEFAULTS
-        if search.decode_recommended != kept and turns is not None:
-            decode_confirmation = confirm(
+) -> Confirmed:
+    """The search's recommendation in rounds of fresh processes, kept only if it wins there: against the defaults,
+    or (:func:`_extends_origin`) against the origin, and where that is not confirmed the origin against the
+    defaults. A setting that runs another configuration's command (``same_as_of``) is left to the study's own rounds
+    of fresh servers, which compare the two. Then the second kind of turn's own setting against the one kept: cached
+    turns with the search's tests (``in_round``), decode alone (``decode_only``, llama-bench -p 0: a setting that
+    runs prompts on the CPU would spend most of each round on prefill tests its comparison does not read).
+    ``max_rounds``: the most rounds each may take (:func:`confirm_rounds`)."""
+
+    def decided(setting: advise.Setting, against: advise.Setting = advise.DEFAULTS) -> tuple[Confirmation | None, bool]:
+        if setting == against:
+            return None, True
+        c = confirm(in_round, setting, work, spec, emit, config.name, against, max_rounds=max_rounds)
+        return c, c.kept
+
+    turn = origin_check = None
+    kept, same_as = search.recommended, same_as_of(search.recommended) if search.recommended else None
+    if search.recommended and same_as is None:
+        against = search.origin if _extends_origin(search) else advise.DEFAULTS
+        turn, ok = decided(search.recommended, against)
+        if not ok:
+            kept = against
+            same_as = same_as_of(against) if against else None
+            if against and same_as is None:
+                origin_check, ok = decided(against)
+                kept = against if ok else advise.DEFAULTS
+    decode = None
+    if search.decode_recommended is not None and search.decode_recommended != kept:
+        if turns is not None:
+            decode = confirm(
                 in_round, search.decode_recommended, turns, spec, emit, config.name, kept, "cached", max_rounds
             )
-        elif search.decode_recommended != kept:
-            decode_confirmation = confirm(
+        else:
+            decode = confirm(
                 decode_only, search.decode_recommended, work, spec, emit, config.name, kept, "decode", max_rounds
             )
-    return confirmation, decode_confirmation
+    return Confirmed(kept, turn, decode, origin_check, same_as)
+
+
+def _same_as_of(
+    shared: SharedTrials,
+    config: LlamaConfig,
+    knobs: Sequence[advise.Knob],
+    spec: StudySpec,
+    emit: Event,
+    placed: bool,
+    setting: advise.Setting,
+) -> str | None:
+    """The study's other configuration whose command ``config`` with ``setting`` runs (said in a line), or None; a
+    placed trial's level follows its own settings, so it is never another configuration's."""
+    other = None if placed else shared.configuration_of(config, knobs, setting, spec)
+    if other is not None:  # its rounds follow anyway: the cold stage's, of fresh servers, beside this one
+        emit("info", f"{config.name}: {LEFT_TO_ROUNDS.format(other)}", None, None)
+    return other
 
 
 LEFT_TO_ROUNDS = (
@@ -698,19 +750,15 @@ def run_tune(
             continue
         in_round = functools.partial(_in_round, runner, config, sweep, work, place)
         decode_only = functools.partial(_in_round, runner, config, dataclasses.replace(sweep, n_prompt=0), work, place)
-        same_as = None if placed else shared.configuration_of(config, knobs, search.recommended, spec)
-        if same_as is not None:  # its rounds follow anyway: the cold stage's, of fresh servers, beside this one
-            emit("info", f"{config.name}: {LEFT_TO_ROUNDS.format(same_as)}", None, None)
-        to_confirm = int(bool(search.recommended) and same_as is None) + int(search.decode_recommended is not None)
+
+        same_as_of = functools.partial(_same_as_of, shared, config, knobs, spec, emit, placed)
+        leaves = not placed and shared.configuration_of(config, knobs, search.recommended, spec) is not None
+        to_confirm = int(bool(search.recommended) and not leaves) + int(search.decode_recommended is not None)
         spent = time.perf_counter() - t_base
         rounds = confirm_rounds(spec, per_process, spent, len(todo), to_confirm, base.reused)
-        confirmation, decode_confirmation = _confirmations(
-            search, in_round, decode_only, work, turns, spec, emit, config, same_as is None, rounds
-        )
-        body = _body(
-            config, knobs, search, spec, model, backend, chunk_tokens, confirmation, decode_confirmation, skipped
-        )
-        body |= {"placed_trials": placed, "same_as": same_as, "depths": list(at.depths)}
+        confirmed = _confirmations(search, in_round, decode_only, work, turns, spec, emit, config, same_as_of, rounds)
+        body = _body(config, knobs, search, spec, model, backend, chunk_tokens, confirmed, skipped)
+        body |= {"placed_trials": placed, "same_as": confirmed.same_as, "depths": list(at.depths)}
         body["depths_left_out"] = [list(x) for x in at.left_out]
         results[config.name] = _store_result(config, body, study_dir, emit)
     return tuple(results[c.name] for c in spec.configs if c.name in results)

@@ -392,11 +392,19 @@ def tradeoff_table(t: ServedTradeoff) -> tuple[list[str], list[list[str]]]:
 
 def _rounds_text(c: Mapping[str, Any], decode: bool) -> str:
     """How a setting fared in rounds of fresh llama-bench processes (a stored confirmation): the search's
-    recommendation against the defaults, or decode's own best setting (``decode``) against the recommendation."""
-    against = "the tuned setting" if c.get("against") else "the defaults"
+    recommendation against the defaults (or against its origin: the configuration's own knobs as the search moved
+    them), or decode's own best setting (``decode``) against the recommendation."""
+    origin = ", ".join(f"{k}={v}" for k, v in c.get("against") or ())
+    against = "the defaults" if not origin else "the tuned setting" if decode else origin
     cached = c.get("part") == "cached"
     kind = "cached turns" if cached else "decode"
-    outcome = f"no variant tuned for {kind}" if decode else "the defaults were kept"
+    outcome = (
+        f"no variant tuned for {kind}"
+        if decode
+        else f"what it adds to {origin} was not kept"
+        if origin
+        else "the defaults were kept"
+    )
     if c.get("failure"):
         return f"The confirmation in rounds failed ({c['failure']}): {outcome}."
     ratio, low, high, n = c.get("ratio"), c.get("low"), c.get("high"), c.get("n") or 0
@@ -472,6 +480,7 @@ def _record_blocks(r: TuneRecord, response: int, turns: Any | None = None, engin
                 if r.confirmation is not None
                 else "No knob value beat the defaults by more than the noise, so nothing was measured twice.",
             ),
+            *([Block("p", _rounds_text(r.origin_confirmation, decode=False))] if r.origin_confirmation else []),
         ]
     else:
         out = [
@@ -485,6 +494,8 @@ def _record_blocks(r: TuneRecord, response: int, turns: Any | None = None, engin
         ]
         if r.confirmation is not None:
             out.append(Block("p", _rounds_text(r.confirmation, decode=False)))
+        if r.origin_confirmation is not None:
+            out.append(Block("p", _rounds_text(r.origin_confirmation, decode=False)))
         elif r.same_as is not None:
             out.append(
                 Block(
