@@ -71,6 +71,7 @@ def second_spec(model: Path) -> StudySpec:
 
 
 def one(name: str, spec: StudySpec, out: Path) -> None:
+    shutil.rmtree(out, ignore_errors=True)  # a kept folder of an earlier run would lend it its stored trials
     t0 = time.perf_counter()
     outcome = run_study(spec, out, resolve(), fresh=True)
     total = time.perf_counter() - t0

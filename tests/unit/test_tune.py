@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -460,6 +461,46 @@ def test_what_a_search_adds_on_top_of_a_moved_own_knob_is_confirmed_against_that
     body = tune._body(t1, advise.default_knobs(2), search, spec, Path("m.gguf"), "CPU", 512, own)
     text = blocks_markdown(_record_blocks(TuneRecord.from_body(body), 200))
     assert "Confirmed in rounds of fresh llama-bench processes, interleaved with the defaults" in text, text
+
+
+def test_rounds_of_the_same_two_commands_are_run_once_for_the_configurations_that_ask_them() -> None:
+    """Seen on 2 cores: ``defaults`` confirmed ``-nr`` against the defaults in 6 processes, then ``t=1`` confirmed
+    ``-nr -t 2`` against ``-t 2``, the same two commands where llama.cpp runs 2 threads, in 6 more."""
+    spec = spec_from_dict(
+        {
+            "model": {"preset": "tiny-moe"},
+            "study": {"lengths": ["512"]},
+            "config": [{"name": "defaults"}, {"name": "t=1", "threads": 1}],
+        }
+    )
+    defaults, t1 = spec.configs
+    knobs = advise.study_knobs(cpu_count=2, gpu_build=False, longest=2048)
+    shared = tune.SharedTrials()
+    shared.learn(defaults, knobs, Measurement(effective=(("n_threads", "2"),)))
+    sweep = SimpleNamespace(depths=(0,), n_prompt=512, n_gen=16, repetitions=2)  # the search's tests
+    said: list[str] = []
+    ran: list[str] = []
+
+    def rounds_of(name: str) -> Callable[[], tune.Confirmation]:
+        def run() -> tune.Confirmation:
+            ran.append(name)
+            return tune.Confirmation((("repack", "0"),), {1: 1.0, 2: 1.1, 3: 0.9}, {1: 1.0, 2: 1.0, 3: 1.0})
+
+        return run
+
+    def emit(status: str, detail: str, *_: object) -> None:
+        said.append(detail)
+
+    nr, t2 = (("repack", "0"),), (("threads", "2"),)
+    first = shared.confirm_once(defaults, knobs, sweep, emit, nr, DEFAULTS, "turn", rounds_of("defaults"))
+    again = shared.confirm_once(t1, knobs, sweep, emit, (*nr, *t2), t2, "turn", rounds_of("t=1"))
+    assert ran == ["defaults"] and again.against_s == first.against_s and again.tuned_s == first.tuned_s
+    assert again.setting == (*nr, *t2) and again.against == t2  # its own names in its record
+    assert any("the same two llama-bench commands as defaults repack=0's rounds" in line for line in said), said
+    # another pair, or another kind of turn, is rounds of its own
+    shared.confirm_once(t1, knobs, sweep, emit, (("ubatch-size", "1024"), *t2), t2, "turn", rounds_of("ub"))
+    shared.confirm_once(t1, knobs, sweep, emit, (*nr, *t2), t2, "cached", rounds_of("cached"))
+    assert ran == ["defaults", "ub", "cached"]
 
 
 def test_the_search_says_its_plan_and_cost_before_it_starts() -> None:

@@ -478,12 +478,46 @@ class SharedTrials:
     """The search's llama-bench processes across the configurations of one tuning stage: a trial whose command in
     effect (:func:`same_run`) and tests (the sweep) another configuration's trial already ran is that process, not
     a new one of the same evidence. Each value is still one fresh process of its own; only its repetition is
-    saved."""
+    saved. Likewise a confirmation in rounds of the same two commands (:meth:`confirm_once`)."""
 
     def __init__(self) -> None:
         # (engine, backend) -> option -> the value that build ran where no configuration set it
         self.by_build: dict[tuple[str, str | None], dict[str, str]] = {}
         self.done: dict[tuple[Any, ...], tuple[advise.Measurement, str]] = {}
+        self.confirmed: dict[tuple[Any, ...], tuple[Confirmation, str]] = {}
+
+    def confirm_once(
+        self,
+        config: LlamaConfig,
+        knobs: Sequence[advise.Knob],
+        sweep: Any,
+        emit: Event,
+        setting: advise.Setting,
+        against: advise.Setting,
+        part: str,
+        rounds: Callable[[], Confirmation],
+    ) -> Confirmation:
+        """``rounds()`` (the confirmation of ``setting`` against ``against`` on ``config``), or the rounds another
+        configuration already ran of the same two commands in effect, kind of turn and tests: the same processes,
+        the same evidence (``-t 1``'s ``-nr -t 2`` against ``-t 2`` is the defaults' ``-nr`` against the defaults
+        on a machine whose llama.cpp runs 2 threads)."""
+        known = self.in_effect(config)
+        ran = [same_run(advise.apply_setting(config, knobs, x, config.name), known) for x in (setting, against)]
+        key = (*ran, part, sweep.depths, sweep.n_prompt, sweep.n_gen, sweep.repetitions)
+        label = f"{config.name} {advise.setting_label(knobs, setting)}"
+        if key in self.confirmed:
+            c, first = self.confirmed[key]
+            emit(
+                "info",
+                f"{label}: the same two llama-bench commands as {first}'s rounds: they count for both",
+                None,
+                None,
+            )
+            return dataclasses.replace(c, setting=setting, against=against)
+        c = rounds()
+        if c.failure is None:
+            self.confirmed.setdefault(key, (c, label))
+        return c
 
     def learn(self, config: LlamaConfig, knobs: Sequence[advise.Knob], base: advise.Measurement) -> None:
         """The values in effect of the knobs ``config`` leaves at llama.cpp's defaults, from its defaults' record."""
@@ -566,6 +600,10 @@ class Confirmed:
     same_as: str | None = None
 
 
+Once = Callable[[advise.Setting, advise.Setting, str, Callable[[], Confirmation]], Confirmation]
+"""``once(setting, against, part, rounds)``: ``rounds()``, or the same rounds another configuration already ran."""
+
+
 def _extends_origin(search: advise.Search) -> bool:
     """The recommendation adds knobs on top of an origin the search moved first (``-t 1`` to ``-t 2``): what it adds
     is confirmed against that origin, since a large gain of the origin's own would carry a rider of noise through a
@@ -585,6 +623,7 @@ def _confirmations(
     config: LlamaConfig,
     same_as_of: Callable[[advise.Setting], str | None],
     max_rounds: int | None = None,
+    once: Once | None = None,
 ) -> Confirmed:
     """The search's recommendation in rounds of fresh processes, kept only if it wins there: against the defaults,
     or (:func:`_extends_origin`) against the origin, and where that is not confirmed the origin against the
@@ -592,12 +631,25 @@ def _confirmations(
     of fresh servers, which compare the two. Then the second kind of turn's own setting against the one kept: cached
     turns with the search's tests (``in_round``), decode alone (``decode_only``, llama-bench -p 0: a setting that
     runs prompts on the CPU would spend most of each round on prefill tests its comparison does not read).
-    ``max_rounds``: the most rounds each may take (:func:`confirm_rounds`)."""
+    ``max_rounds``: the most rounds each may take (:func:`confirm_rounds`). ``once(setting, against, part, rounds)``
+    may answer with rounds another configuration ran of the same commands (:meth:`SharedTrials.confirm_once`)."""
+
+    def rounds(
+        measure: Callable[..., advise.Measurement],
+        setting: advise.Setting,
+        w: advise.Workload,
+        against: advise.Setting,
+        part: str,
+    ) -> Confirmation:
+        def run() -> Confirmation:
+            return confirm(measure, setting, w, spec, emit, config.name, against, part, max_rounds)
+
+        return run() if once is None else once(setting, against, part, run)
 
     def decided(setting: advise.Setting, against: advise.Setting = advise.DEFAULTS) -> tuple[Confirmation | None, bool]:
         if setting == against:
             return None, True
-        c = confirm(in_round, setting, work, spec, emit, config.name, against, max_rounds=max_rounds)
+        c = rounds(in_round, setting, work, against, "turn")
         return c, c.kept
 
     turn = origin_check = None
@@ -614,13 +666,9 @@ def _confirmations(
     decode = None
     if search.decode_recommended is not None and search.decode_recommended != kept:
         if turns is not None:
-            decode = confirm(
-                in_round, search.decode_recommended, turns, spec, emit, config.name, kept, "cached", max_rounds
-            )
+            decode = rounds(in_round, search.decode_recommended, turns, kept, "cached")
         else:
-            decode = confirm(
-                decode_only, search.decode_recommended, work, spec, emit, config.name, kept, "decode", max_rounds
-            )
+            decode = rounds(decode_only, search.decode_recommended, work, kept, "decode")
     return Confirmed(kept, turn, decode, origin_check, same_as)
 
 
@@ -756,7 +804,10 @@ def run_tune(
         to_confirm = int(bool(search.recommended) and not leaves) + int(search.decode_recommended is not None)
         spent = time.perf_counter() - t_base
         rounds = confirm_rounds(spec, per_process, spent, len(todo), to_confirm, base.reused)
-        confirmed = _confirmations(search, in_round, decode_only, work, turns, spec, emit, config, same_as_of, rounds)
+        once = None if placed else functools.partial(shared.confirm_once, config, knobs, sweep, emit)
+        confirmed = _confirmations(
+            search, in_round, decode_only, work, turns, spec, emit, config, same_as_of, rounds, once
+        )
         body = _body(config, knobs, search, spec, model, backend, chunk_tokens, confirmed, skipped)
         body |= {"placed_trials": placed, "same_as": confirmed.same_as, "depths": list(at.depths)}
         body["depths_left_out"] = [list(x) for x in at.left_out]
