@@ -284,7 +284,7 @@ def test_the_next_leader_is_measured_again_too_when_the_first_ones_second_proces
     and demoted, which left another value, lucky by a little less, leading on its one process. No ubatch acts here:
     each leader in turn gets its second process, and neither is kept."""
     ub1024, ub2048 = (("ubatch-size", "1024"),), (("ubatch-size", "2048"),)
-    lucky = {ub1024: 1.012, ub2048: 1.009}  # each about 2 and 1.5 times its one-process noise band faster
+    lucky = {ub2048: 1.012, ub1024: 1.009}  # each about 2 and 1.5 times its one-process noise band faster
     inner = fake(lambda s: 1.0, jitter=0.001)
     calls: list[Setting] = []
 
@@ -298,7 +298,7 @@ def test_the_next_leader_is_measured_again_too_when_the_first_ones_second_proces
     verdict = next(v for v in search.verdicts if v.knob == "ubatch-size")
     effects = {e.value: e for e in verdict.effects}
     assert effects["1024"].processes == 2 and effects["2048"].processes == 2
-    assert calls.index(advise.again(ub1024)) < calls.index(advise.again(ub2048))  # the first leader first
+    assert calls.index(advise.again(ub2048)) < calls.index(advise.again(ub1024))  # the first leader first
     assert all(e.within_noise for e in effects.values()) and verdict.kept is None
     assert search.recommended == DEFAULTS
 

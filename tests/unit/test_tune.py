@@ -460,7 +460,8 @@ def test_what_a_search_adds_on_top_of_a_moved_own_knob_is_confirmed_against_that
     assert own.setting == origin and {s for s, _ in pairs} == {origin, rider, DEFAULTS}
     body = tune._body(t1, advise.default_knobs(2), search, spec, Path("m.gguf"), "CPU", 512, own)
     text = blocks_markdown(_record_blocks(TuneRecord.from_body(body), 200))
-    assert "Confirmed in rounds of fresh llama-bench processes, interleaved with the defaults" in text, text
+    assert "threads=2: Confirmed in rounds of fresh llama-bench processes, interleaved with the defaults" in text, text
+    assert "repack=0, threads=2: Not confirmed" in text and "1.00x threads=2's time per turn" in text, text
 
 
 def test_rounds_of_the_same_two_commands_are_run_once_for_the_configurations_that_ask_them() -> None:
@@ -492,15 +493,29 @@ def test_rounds_of_the_same_two_commands_are_run_once_for_the_configurations_tha
         said.append(detail)
 
     nr, t2 = (("repack", "0"),), (("threads", "2"),)
-    first = shared.confirm_once(defaults, knobs, sweep, emit, nr, DEFAULTS, "turn", rounds_of("defaults"))
-    again = shared.confirm_once(t1, knobs, sweep, emit, (*nr, *t2), t2, "turn", rounds_of("t=1"))
+    first = shared.confirm_once(defaults, knobs, sweep, emit, None, nr, DEFAULTS, "turn", rounds_of("defaults"))
+    again = shared.confirm_once(t1, knobs, sweep, emit, None, (*nr, *t2), t2, "turn", rounds_of("t=1"))
     assert ran == ["defaults"] and again.against_s == first.against_s and again.tuned_s == first.tuned_s
     assert again.setting == (*nr, *t2) and again.against == t2  # its own names in its record
     assert any("the same two llama-bench commands as defaults repack=0's rounds" in line for line in said), said
     # another pair, or another kind of turn, is rounds of its own
-    shared.confirm_once(t1, knobs, sweep, emit, (("ubatch-size", "1024"), *t2), t2, "turn", rounds_of("ub"))
-    shared.confirm_once(t1, knobs, sweep, emit, (*nr, *t2), t2, "cached", rounds_of("cached"))
-    assert ran == ["defaults", "ub", "cached"]
+    shared.confirm_once(t1, knobs, sweep, emit, None, (("ubatch-size", "1024"), *t2), t2, "turn", rounds_of("ub"))
+    shared.confirm_once(t1, knobs, sweep, emit, None, (*nr, *t2), t2, "cached", rounds_of("cached"))
+    shared.confirm_once(t1, knobs, sweep, emit, 4, (*nr, *t2), t2, "turn", rounds_of("4 rounds"))  # more allowed
+    assert ran == ["defaults", "ub", "cached", "4 rounds"]
+    # rounds that failed are no one's answer
+    ub = (("ubatch-size", "2048"),)
+
+    def failing() -> tune.Confirmation:
+        ran.append("failed")
+        return tune.Confirmation(ub, {}, {}, "round 1: out of memory")
+
+    shared.confirm_once(defaults, knobs, sweep, emit, None, ub, DEFAULTS, "turn", failing)
+    shared.confirm_once(t1, knobs, sweep, emit, None, (*ub, *t2), t2, "turn", rounds_of("after a failure"))
+    assert ran[-2:] == ["failed", "after a failure"]
+    # what -fa auto ran as is one configuration's context, not the build's: not learned for the others
+    shared.learn(defaults, advise.study_knobs(2, False, 2048), Measurement(effective=(("flash_attn", "0"),)))
+    assert "flash-attn" not in shared.in_effect(t1)
 
 
 def test_the_search_says_its_plan_and_cost_before_it_starts() -> None:

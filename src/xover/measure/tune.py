@@ -413,7 +413,7 @@ def confirm(
         if n >= spec.rounds and r is not None and r.decided:
             break
     what = {"decode": "tuned for decode", "cached": "tuned for cached turns"}.get(part, "tuned")
-    base = "tuned" if against else "defaults"
+    base = "defaults" if not against else "tuned" if part != "turn" else ", ".join(f"{k}={v}" for k, v in against)
     emit(
         "info",
         f"{name}: checked in rounds of fresh llama-bench processes ({part}): {c.interval.describe(what, base)}"
@@ -492,6 +492,7 @@ class SharedTrials:
         knobs: Sequence[advise.Knob],
         sweep: Any,
         emit: Event,
+        max_rounds: int | None,
         setting: advise.Setting,
         against: advise.Setting,
         part: str,
@@ -500,10 +501,10 @@ class SharedTrials:
         """``rounds()`` (the confirmation of ``setting`` against ``against`` on ``config``), or the rounds another
         configuration already ran of the same two commands in effect, kind of turn and tests: the same processes,
         the same evidence (``-t 1``'s ``-nr -t 2`` against ``-t 2`` is the defaults' ``-nr`` against the defaults
-        on a machine whose llama.cpp runs 2 threads)."""
+        on a machine whose llama.cpp runs 2 threads), asked with the same most rounds (``max_rounds``)."""
         known = self.in_effect(config)
         ran = [same_run(advise.apply_setting(config, knobs, x, config.name), known) for x in (setting, against)]
-        key = (*ran, part, sweep.depths, sweep.n_prompt, sweep.n_gen, sweep.repetitions)
+        key = (*ran, part, sweep.depths, sweep.n_prompt, sweep.n_gen, sweep.repetitions, max_rounds)
         label = f"{config.name} {advise.setting_label(knobs, setting)}"
         if key in self.confirmed:
             c, first = self.confirmed[key]
@@ -524,7 +525,9 @@ class SharedTrials:
         effective = dict(base.effective)
         mine = self.by_build.setdefault((config.engine, config.backend), {})
         for k in knobs:
-            value = k.in_effect(effective)
+            # an ``auto`` that llama.cpp resolves per context (-fa: off where the op lands on another device than
+            # its layer) is not the build's: what one configuration's ran as is not taken for the others'
+            value = None if k.record_values else k.in_effect(effective)
             if value is not None and config.get(k.name) is None:
                 mine.setdefault(k.name, value)
 
@@ -801,10 +804,12 @@ def run_tune(
 
         same_as_of = functools.partial(_same_as_of, shared, config, knobs, spec, emit, placed)
         leaves = not placed and shared.configuration_of(config, knobs, search.recommended, spec) is not None
-        to_confirm = int(bool(search.recommended) and not leaves) + int(search.decode_recommended is not None)
+        # the recommendation, and where it extends its origin the origin as well (if the recommendation loses)
+        turn_checks = 0 if leaves or not search.recommended else 1 + int(_extends_origin(search))
+        to_confirm = turn_checks + int(search.decode_recommended is not None)
         spent = time.perf_counter() - t_base
         rounds = confirm_rounds(spec, per_process, spent, len(todo), to_confirm, base.reused)
-        once = None if placed else functools.partial(shared.confirm_once, config, knobs, sweep, emit)
+        once = None if placed else functools.partial(shared.confirm_once, config, knobs, sweep, emit, rounds)
         confirmed = _confirmations(
             search, in_round, decode_only, work, turns, spec, emit, config, same_as_of, rounds, once
         )

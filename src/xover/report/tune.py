@@ -396,6 +396,7 @@ def _rounds_text(c: Mapping[str, Any], decode: bool) -> str:
     them), or decode's own best setting (``decode``) against the recommendation."""
     origin = ", ".join(f"{k}={v}" for k, v in c.get("against") or ())
     against = "the defaults" if not origin else "the tuned setting" if decode else origin
+    whose = f"{against}'" if against.endswith("s") else f"{against}'s"
     cached = c.get("part") == "cached"
     kind = "cached turns" if cached else "decode"
     outcome = (
@@ -416,11 +417,14 @@ def _rounds_text(c: Mapping[str, Any], decode: bool) -> str:
         if isinstance(d, (int, float)) and isinstance(t, (int, float))
     )
     what = "decode time" if decode and not cached else "time"
-    span = f"{ratio:.2f}x {against}' {what} per {'cached turn' if cached else 'turn'} (95% interval {low:.2f}-{high:.2f}, {n} rounds: {told})"
+    span = f"{ratio:.2f}x {whose} {what} per {'cached turn' if cached else 'turn'} (95% interval {low:.2f}-{high:.2f}, {n} rounds: {told})"
+    named = ""  # a confirmation against an origin, and the origin's own, say which setting they weighed
+    if not decode and (origin or c.get("origin")):
+        named = ", ".join(f"{k}={v}" for k, v in c.get("setting") or ()) + ": "
     if c.get("kept"):
-        return f"Confirmed in rounds of fresh llama-bench processes, interleaved with {against}: {span}."
+        return f"{named}Confirmed in rounds of fresh llama-bench processes, interleaved with {against}: {span}."
     return (
-        f"Not confirmed in rounds of fresh llama-bench processes, interleaved with {against}: {span}; the interval "
+        f"{named}Not confirmed in rounds of fresh llama-bench processes, interleaved with {against}: {span}; the interval "
         f"includes 1, so it is indistinguishable from {against} here: {outcome}."
     )
 
@@ -480,7 +484,11 @@ def _record_blocks(r: TuneRecord, response: int, turns: Any | None = None, engin
                 if r.confirmation is not None
                 else "No knob value beat the defaults by more than the noise, so nothing was measured twice.",
             ),
-            *([Block("p", _rounds_text(r.origin_confirmation, decode=False))] if r.origin_confirmation else []),
+            *(
+                [Block("p", _rounds_text({**r.origin_confirmation, "origin": True}, decode=False))]
+                if r.origin_confirmation
+                else []
+            ),
         ]
     else:
         out = [
@@ -495,14 +503,14 @@ def _record_blocks(r: TuneRecord, response: int, turns: Any | None = None, engin
         if r.confirmation is not None:
             out.append(Block("p", _rounds_text(r.confirmation, decode=False)))
         if r.origin_confirmation is not None:
-            out.append(Block("p", _rounds_text(r.origin_confirmation, decode=False)))
+            out.append(Block("p", _rounds_text({**r.origin_confirmation, "origin": True}, decode=False)))
         elif r.same_as is not None:
             out.append(
                 Block(
                     "p",
                     f"It runs the command of {r.same_as}, another configuration of this study, which the rounds of "
                     f"fresh servers below measure beside {r.config}: those rounds are its confirmation, so no "
-                    "llama-bench rounds confirmed it here.",
+                    "llama-bench rounds compared it with the defaults here.",
                 )
             )
     if r.server_command:
