@@ -40,6 +40,33 @@ run `t=1: t=2` and the defaults kept. Over the seven runs of the second shape si
 goal met in one of seven. Its floor is the ``defaults`` configuration's 8 processes of about 4 s (each candidate once,
 the defaults twice) against about 35 s for the rest of the study; a noise of 0.08 s a turn here sends a value that
 won its first process by a little to a second process (``ub=1024 (again)`` in the 54% run).
+
+Third session of 2026-12-06 (2 cores, nothing else running; runs that shared the machine with other work are left
+out), after: ``-fa on`` is not measured where ``-fa auto`` already runs it (llama.cpp's log says what auto chose),
+the next marginal leader of a knob gets its second process too, what a search adds to a moved own knob is confirmed
+against that knob, and rounds of the same two commands are run once per tuning stage:
+
+| run | code | default | second |
+|---|---|---|---|
+| 1 | a2a02e1 (-fa, next leader) | 55 of 120 s (46%), 16 processes | 26 of 56 s (46%), 8 |
+| 2 | 2677899 (+ origin rule) | 53 of 116 s (46%), 14 | 30 of 59 s (50%), 9 |
+| 3 | 2677899 | 50 of 117 s (43%), 14 | — (a kept folder of an earlier run lent its trials: the script now clears it) |
+| 4 | 2677899 | 55 of 142 s (39%), 15 | 34 of 78 s (44%), 20; defaults: a variant for decode, fa=off (confirmed) |
+| 5 | 2677899 | — | 70 of 99 s (71%), 21: ``repack=0`` confirmed for ``defaults``, then the same two commands for ``t=1`` |
+| 6 | 0f1da33 (+ shared rounds) | 56 of 130 s (43%), 14 | 33 of 64 s (52%), 9 |
+| 7 | 167a4de (+ review) | 56 of 121 s (46%), 14 | 33 of 67 s (49%), 9 |
+| 8 | 167a4de | 78 of 154 s (50%), 21 | 56 of 87 s (64%), 17: ``repack=0`` won two processes, 6 more to reject it |
+
+Recommendations: ``fa=on`` and ``fa=off`` keep the defaults in every run; ``defaults`` keeps them and ``t=1`` moves
+to ``t=2`` in every run of the second shape (run 4 adds a decode variant ``fa=off``, which its rounds confirmed). An
+earlier run (before the origin rule) recommended ``repack=0 t=2`` for ``t=1``: ``-nr`` rode on ``-t 2``'s 1.6x
+through a confirmation against ``-t 1``; now it is confirmed against ``-t 2`` and was not kept (run 5, whose second
+confirmation the shared rounds of run 6 on would have saved). The default study stays at or under half in all seven
+runs; the second shape in four of seven (44-52% where no value wins its first two processes by a little, 64-71%
+where one does and its 6-process confirmation follows). Its floor is 9 processes of about 3 s (the ``defaults``
+configuration's 7 and ``t=1``'s own 2) against about 33 s for the rest of the study: llama-bench itself takes 3.0 s
+a process here (pp2048 and tg128 at depths 0 and 512, two repetitions and a warm-up each), so what is left to cut
+is tests, not processes.
 """
 
 from __future__ import annotations
