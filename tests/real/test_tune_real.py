@@ -123,7 +123,9 @@ def test_a_tuned_setting_is_measured_as_its_own_variant_through_the_whole_study(
     fake = advise.Search(None, (), (), setting, setting)
     with Store(out) as store:
         store.add_artifact(
-            None, tune.ARTIFACT, tune._body(spec.configs[0], knobs, fake, spec, tiny_model, "CPU", 512, None)
+            None,
+            tune.ARTIFACT,
+            tune._body(spec.configs[0], knobs, fake, spec, tiny_model, "CPU", 512, tune.Confirmed(setting)),
         )
     r = _study(spec_path, out, llama_bins.bin_dir, "--skip", "tune")
     assert r.returncode == 0, r.stderr
@@ -163,7 +165,8 @@ def test_a_variant_tuned_for_decode_goes_through_the_study_beside_the_tuned_one(
         for_decode, rounds, {n: 0.5 * v * (1 + n / 100) for n, v in rounds.items()}, against=turn, part="decode"
     )
     assert decode_check.kept
-    body = tune._body(spec.configs[0], knobs, search, spec, tiny_model, "CPU", 512, None, decode_check)
+    confirmed = tune.Confirmed(turn, decode=decode_check)
+    body = tune._body(spec.configs[0], knobs, search, spec, tiny_model, "CPU", 512, confirmed)
     with Store(out) as store:
         store.add_artifact(None, tune.ARTIFACT, body)
     r = _study(spec_path, out, llama_bins.bin_dir, "--skip", "tune")

@@ -615,6 +615,14 @@ def _extends_origin(search: advise.Search) -> bool:
     return bool(origin) and search.recommended != origin and set(origin) <= set(search.recommended)
 
 
+def _checks(search: advise.Search, leaves: bool) -> int:
+    """The confirmations in rounds a search may need: its recommendation (none where it ``leaves`` it to the
+    study's rounds, as another configuration's command), and where that extends its origin the origin as well
+    (should the recommendation lose), and the second kind of turn's own setting."""
+    turn = 0 if leaves or not search.recommended else 1 + int(_extends_origin(search))
+    return turn + int(search.decode_recommended is not None)
+
+
 def _confirmations(
     search: advise.Search,
     in_round: Callable[..., advise.Measurement],
@@ -801,12 +809,9 @@ def run_tune(
             continue
         in_round = functools.partial(_in_round, runner, config, sweep, work, place)
         decode_only = functools.partial(_in_round, runner, config, dataclasses.replace(sweep, n_prompt=0), work, place)
-
         same_as_of = functools.partial(_same_as_of, shared, config, knobs, spec, emit, placed)
         leaves = not placed and shared.configuration_of(config, knobs, search.recommended, spec) is not None
-        # the recommendation, and where it extends its origin the origin as well (if the recommendation loses)
-        turn_checks = 0 if leaves or not search.recommended else 1 + int(_extends_origin(search))
-        to_confirm = turn_checks + int(search.decode_recommended is not None)
+        to_confirm = _checks(search, leaves)
         spent = time.perf_counter() - t_base
         rounds = confirm_rounds(spec, per_process, spent, len(todo), to_confirm, base.reused)
         once = None if placed else functools.partial(shared.confirm_once, config, knobs, sweep, emit, rounds)
