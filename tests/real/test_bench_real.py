@@ -90,7 +90,8 @@ def test_sweep_stores_raw_samples_with_provenance_and_renders_like_llama_bench(
         md_artifacts = {body["config_key"]: body["markdown"] for _, _, body in store.artifacts(benchrun.MD_ARTIFACT)}
         # -fa auto reports -1 in every record; the CPU backend runs flash attention, and the log says auto chose it
         assert {r.record["flash_attn"] for _, _, _, r in rows} == {-1}
-        assert benchrun.resolved_by_config(store) == {c.key: {"flash_attn": "1"} for c in outcome.configs}
+        ran_as = benchrun.resolved_by_config(store, model_id(tiny_model).key)
+        assert ran_as == {c.key: {"flash_attn": "1"} for c in outcome.configs}
 
     # xover's table, rendered from the store, against llama-bench's own -oe md of the same process
     table = export.render_markdown(bench_data(load(tmp_path)))

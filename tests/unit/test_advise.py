@@ -614,12 +614,16 @@ def test_the_store_reading_puts_what_auto_ran_as_in_the_record_terms(tmp_path: P
                     run, "mk", BenchResult(config.key, n_prompt, n_gen, 0, (1, 1), (9.0, 9.0), 9.0, 0.0, record)
                 )
         unresolved = measurement_from_store(store, auto, "mk", sweep, None, False)
+        other_model = {"config_key": auto.key, "model_key": "other", "fields": {"flash_attn": "1"}}
+        store.add_artifact(run, benchrun.RESOLVED_ARTIFACT, other_model)
+        another_models = measurement_from_store(store, auto, "mk", sweep, None, False)
         for config in (auto, off):  # a log line of -fa off's process is never read over its 0
-            body = {"config_key": config.key, "fields": {"flash_attn": "1"}}
+            body = {"config_key": config.key, "model_key": "mk", "fields": {"flash_attn": "1"}}
             store.add_artifact(run, benchrun.RESOLVED_ARTIFACT, body)
         resolved = measurement_from_store(store, auto, "mk", sweep, None, False)
         explicit = measurement_from_store(store, off, "mk", sweep, None, False)
     assert dict(unresolved.effective)["flash_attn"] == "-1"
+    assert dict(another_models.effective)["flash_attn"] == "-1"  # another model's heads, another answer
     assert dict(resolved.effective)["flash_attn"] == "1"
     assert dict(explicit.effective)["flash_attn"] == "0"
 

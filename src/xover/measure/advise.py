@@ -114,7 +114,7 @@ def measurement_from_store(
     record = (prefill or decode)[0].record
     effective = tuple((k, str(v)) for k, v in record.items() if k in _EFFECTIVE_FIELDS)
     # an ``auto`` the record reports as given (-fa auto: -1), replaced by what llama.cpp logged it ran as
-    ran_as = benchrun.resolved_by_config(store).get(config.key, {})
+    ran_as = benchrun.resolved_by_config(store, model_key).get(config.key, {})
     effective = tuple((k, ran_as.get(k, v) if v == _AUTO.get(k) else v) for k, v in effective)
     use = benchrun.memory_by_config(store).get(config.key)
     return Measurement(

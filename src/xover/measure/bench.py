@@ -270,7 +270,7 @@ def _run_job(
         if seen and exited.resolved:
             run.artifact(
                 RESOLVED_ARTIFACT,
-                {"config_key": job.config.key, "fields": dict(exited.resolved)},
+                {"config_key": job.config.key, "model_key": model_key, "fields": dict(exited.resolved)},
                 build=job.config.build,
             )
         use = memory.MemoryUse(exited.peak_rss_bytes, memory.parse_buffer_lines(exited.buffer_lines))
@@ -298,10 +298,15 @@ def memory_by_config(store: Store, source: str = "llama-bench") -> dict[str, mem
     }
 
 
-def resolved_by_config(store: Store) -> dict[str, dict[str, str]]:
+def resolved_by_config(store: Store, model_key: str | None = None) -> dict[str, dict[str, str]]:
     """The latest values each configuration key's ``auto`` settings ran as (record field -> value in the record's
-    terms), from llama-bench's log."""
-    return {body["config_key"]: dict(body["fields"]) for _, _, body in store.artifacts(RESOLVED_ARTIFACT)}
+    terms), from llama-bench's log; with ``model_key``, on that model only (flash attention's support depends on
+    the model's heads)."""
+    return {
+        body["config_key"]: dict(body["fields"])
+        for _, _, body in store.artifacts(RESOLVED_ARTIFACT)
+        if model_key is None or body.get("model_key") == model_key
+    }
 
 
 def describe_memory(use: memory.MemoryUse) -> str:
