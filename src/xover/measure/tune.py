@@ -413,7 +413,7 @@ def confirm(
         if n >= spec.rounds and r is not None and r.decided:
             break
     what = {"decode": "tuned for decode", "cached": "tuned for cached turns"}.get(part, "tuned")
-    base = "defaults" if not against else "tuned" if part != "turn" else ", ".join(f"{k}={v}" for k, v in against)
+    base = "defaults" if not against else "tuned" if part != "turn" else advise.pairs_label(against)
     emit(
         "info",
         f"{name}: checked in rounds of fresh llama-bench processes ({part}): {c.interval.describe(what, base)}"
@@ -502,8 +502,7 @@ class SharedTrials:
         configuration already ran of the same two commands in effect, kind of turn and tests: the same processes,
         the same evidence (``-t 1``'s ``-nr -t 2`` against ``-t 2`` is the defaults' ``-nr`` against the defaults
         on a machine whose llama.cpp runs 2 threads), asked with the same most rounds (``max_rounds``)."""
-        known = self.in_effect(config)
-        ran = [same_run(advise.apply_setting(config, knobs, x, config.name), known) for x in (setting, against)]
+        ran = [self.command(config, knobs, x) for x in (setting, against)]
         key = (*ran, part, sweep.depths, sweep.n_prompt, sweep.n_gen, sweep.repetitions, max_rounds)
         label = f"{config.name} {advise.setting_label(knobs, setting)}"
         if key in self.confirmed:
@@ -535,6 +534,10 @@ class SharedTrials:
         """What ``config``'s build runs where nothing sets it (learned from its configurations' defaults)."""
         return self.by_build.get((config.engine, config.backend), {})
 
+    def command(self, config: LlamaConfig, knobs: Sequence[advise.Knob], setting: advise.Setting) -> str:
+        """The command in effect (:func:`same_run`) of ``config`` with ``setting``, as this build runs it."""
+        return same_run(advise.apply_setting(config, knobs, setting, config.name), self.in_effect(config))
+
     def measure(
         self,
         config: LlamaConfig,
@@ -547,7 +550,7 @@ class SharedTrials:
         tests = (sweep.depths, sweep.n_prompt, sweep.n_gen, sweep.repetitions, sweep.round)
 
         def measure(setting: advise.Setting, fresh: bool = False) -> advise.Measurement:
-            key = (same_run(advise.apply_setting(config, knobs, setting, config.name), self.in_effect(config)), tests)
+            key = (self.command(config, knobs, setting), tests)
             label = f"{config.name} {advise.setting_label(knobs, setting)}"
             if not fresh and key in self.done:
                 m, first = self.done[key]
@@ -569,8 +572,7 @@ class SharedTrials:
         cold stage will measure both in its rounds of fresh servers; else None."""
         if not setting or "ttft" in spec.skip:
             return None
-        known = self.in_effect(config)
-        mine = same_run(advise.apply_setting(config, knobs, setting, config.name), known)
+        known, mine = self.in_effect(config), self.command(config, knobs, setting)
         return next((c.name for c in spec.configs if c.name != config.name and same_run(c, known) == mine), None)
 
 

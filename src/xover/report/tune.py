@@ -22,7 +22,7 @@ from collections import defaultdict
 from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
-from xover.analysis.advise import DEFAULTS, Setting, again, estimate
+from xover.analysis.advise import DEFAULTS, Setting, again, estimate, pairs_label
 from xover.analysis.advise.objective import noise_between
 from xover.analysis.crossover import ConfigData, verdict
 from xover.analysis.tradeoff import Ratio, ServedTradeoff, Tradeoff, ratio, served_tradeoff, tradeoff
@@ -390,11 +390,12 @@ def tradeoff_table(t: ServedTradeoff) -> tuple[list[str], list[list[str]]]:
 # ---- the section ----------------------------------------------------------------------------------
 
 
-def _rounds_text(c: Mapping[str, Any], decode: bool) -> str:
+def _rounds_text(c: Mapping[str, Any], decode: bool, named: bool = False) -> str:
     """How a setting fared in rounds of fresh llama-bench processes (a stored confirmation): the search's
     recommendation against the defaults (or against its origin: the configuration's own knobs as the search moved
-    them), or decode's own best setting (``decode``) against the recommendation."""
-    origin = ", ".join(f"{k}={v}" for k, v in c.get("against") or ())
+    them), or decode's own best setting (``decode``) against the recommendation. A confirmation against an origin,
+    and (``named``) the origin's own, begin with the setting they weighed."""
+    origin = pairs_label(c.get("against") or ())
     against = "the defaults" if not origin else "the tuned setting" if decode else origin
     whose = f"{against}'" if against.endswith("s") else f"{against}'s"
     cached = c.get("part") == "cached"
@@ -418,13 +419,11 @@ def _rounds_text(c: Mapping[str, Any], decode: bool) -> str:
     )
     what = "decode time" if decode and not cached else "time"
     span = f"{ratio:.2f}x {whose} {what} per {'cached turn' if cached else 'turn'} (95% interval {low:.2f}-{high:.2f}, {n} rounds: {told})"
-    named = ""  # a confirmation against an origin, and the origin's own, say which setting they weighed
-    if not decode and (origin or c.get("origin")):
-        named = ", ".join(f"{k}={v}" for k, v in c.get("setting") or ()) + ": "
+    weighed = pairs_label(c.get("setting") or ()) + ": " if not decode and (origin or named) else ""
     if c.get("kept"):
-        return f"{named}Confirmed in rounds of fresh llama-bench processes, interleaved with {against}: {span}."
+        return f"{weighed}Confirmed in rounds of fresh llama-bench processes, interleaved with {against}: {span}."
     return (
-        f"{named}Not confirmed in rounds of fresh llama-bench processes, interleaved with {against}: {span}; the interval "
+        f"{weighed}Not confirmed in rounds of fresh llama-bench processes, interleaved with {against}: {span}; the interval "
         f"includes 1, so it is indistinguishable from {against} here: {outcome}."
     )
 
@@ -434,7 +433,7 @@ def _decode_blocks(r: TuneRecord) -> list[Block]:
     c = r.decode_confirmation
     if c is None:
         return []
-    label = ", ".join(f"{k}={v}" for k, v in c.get("setting") or ())
+    label = pairs_label(c.get("setting") or ())
     cached = c.get("part") == "cached"
     whose = "The cached turns' own best setting" if cached else "Decode's own best setting"
     if r.decode_variant is None:
@@ -475,6 +474,8 @@ def _kv_note(command: str) -> list[Block]:
 
 
 def _record_blocks(r: TuneRecord, response: int, turns: Any | None = None, engine: str = opts.ENGINE) -> list[Block]:
+    origin = r.origin_confirmation
+    origin_blocks = [Block("p", _rounds_text(origin, decode=False, named=True))] if origin is not None else []
     if r.variant is None:
         out = [
             Block("h3", f"{r.config}: {engine}'s defaults kept"),
@@ -484,11 +485,7 @@ def _record_blocks(r: TuneRecord, response: int, turns: Any | None = None, engin
                 if r.confirmation is not None
                 else "No knob value beat the defaults by more than the noise, so nothing was measured twice.",
             ),
-            *(
-                [Block("p", _rounds_text({**r.origin_confirmation, "origin": True}, decode=False))]
-                if r.origin_confirmation
-                else []
-            ),
+            *origin_blocks,
         ]
     else:
         out = [
@@ -502,9 +499,8 @@ def _record_blocks(r: TuneRecord, response: int, turns: Any | None = None, engin
         ]
         if r.confirmation is not None:
             out.append(Block("p", _rounds_text(r.confirmation, decode=False)))
-        if r.origin_confirmation is not None:
-            out.append(Block("p", _rounds_text({**r.origin_confirmation, "origin": True}, decode=False)))
-        elif r.same_as is not None:
+        out += origin_blocks
+        if not origin_blocks and r.same_as is not None:
             out.append(
                 Block(
                     "p",

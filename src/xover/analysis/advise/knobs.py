@@ -152,6 +152,12 @@ def normalize(knobs: Sequence[Knob], values: Mapping[str, str]) -> Setting:
     return tuple((name, values[name]) for name in dict.fromkeys(order) if name in values)
 
 
+def pairs_label(setting: Setting) -> str:
+    """``threads=2, repack=0``: a setting in its knobs' own names, where the knobs (and their short names) are not at
+    hand (a stored confirmation)."""
+    return ", ".join(f"{k}={v}" for k, v in setting)
+
+
 def setting_label(knobs: Sequence[Knob], setting: Setting) -> str:
     """``lm=none ub=2048``; ``defaults`` for llama.cpp's defaults."""
     if is_again(setting):
