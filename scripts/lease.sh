@@ -278,7 +278,7 @@ for path in sys.argv[1:]:
 PY
 )
   gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
-  if [ -n "$on" ] && [ "$on" != "$gpu" ]; then echo "$dir was measured on $on, this machine has $gpu: afresh"; return 1; fi
+  if [ -n "$on" ] && [ "$on" != "$gpu" ]; then echo "$dir was measured on $on, this machine has $gpu: not resumed"; return 1; fi
   [ -z "$on" ] || echo "$dir was measured on $on"
 }
 

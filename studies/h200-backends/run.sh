@@ -42,8 +42,9 @@ if [ ! -f $J/started ]; then
     mkdir -p $ST/$s/models
     cp $S/$s/study.toml $J/$s.toml
     if [ -n "${BUDGET:-}" ]; then sed -i "s/^budget = .*/budget = \"$BUDGET\"/" $J/$s.toml; grep -H "^budget" $J/$s.toml; fi
-    if [ -f $S/$s/results.sqlite ]; then  # the shape's own store: resumed on the card it was measured on, else afresh
-      resume_store $S/$s $ST/$s || true
+    if [ -f $S/$s/results.sqlite ]; then  # the shape's own store (the H200's), or one of another card's (on-h100/):
+      # resumed from the one measured on this machine's card, else afresh (never two cards' numbers in one verdict)
+      for d in $S/$s $S/$s/on-*; do [ -f $d/results.sqlite ] && resume_store $d $ST/$s && break; done || true
     elif last=$(ls -d $S/$s/lease-*/ 2>/dev/null | sort | tail -1) && [ -f "${last}results.sqlite" ] \
         && measured_here ${last%/}; then
       # the newest lease's checks and tuning, rounds afresh: lease 1 warmed its servers up with 8 tokens and lease 2

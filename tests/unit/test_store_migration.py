@@ -103,6 +103,24 @@ STUDIES = (
     ("h200-engines", "study.toml", ()),
     # lease e's rerun: the same checks and tuning, rounds 1-3 measured afresh in a store of their own
     ("h200-engines/rerun-2026-12-03e", "../study.toml", ()),
+    # lease 4 (an H100): the tuning and round 1, cut inside vk-cpu6 tuned's server; the rest of the rounds is left,
+    # counted by the planner (the tuning is not: a resume measures no llama-bench process again)
+    (
+        "h200-backends/gpt-oss-20b/on-h100",
+        "../study.toml",
+        tuple(
+            f"{name}: {n} cold TTFT samples and cached turns"
+            for name, n in (
+                ("cuda-gpu", 13),
+                ("vk-gpu", 13),
+                ("cuda-cpu6", 13),
+                ("vk-cpu6", 13),
+                ("vk-gpu tuned", 12),
+                ("cuda-cpu6 tuned", 12),
+                ("vk-cpu6 tuned", 15),
+            )
+        ),
+    ),
 )
 
 
@@ -130,7 +148,7 @@ def test_a_committed_study_resumes_without_measuring_again(
 REPORTS = ("h200-16gib-qwen3-30b-a3b", "h200-gpt-oss-120b-budgets/g24", "h200-gpt-oss-120b-budgets/g32",
            "h200-qwen3-30b-a3b", "h200-smoke", "h200-engines", "h200-engines/rerun-2026-12-03e",
            "h200-backends/qwen3-30b-a3b/lease-2026-12-04", "h200-backends/qwen3-30b-a3b/lease-2026-12-04b",
-           "h200-backends/qwen3-30b-a3b")  # fmt: skip
+           "h200-backends/qwen3-30b-a3b", "h200-backends/gpt-oss-20b/on-h100")  # fmt: skip
 
 
 @pytest.mark.parametrize("study", REPORTS)
