@@ -66,3 +66,45 @@ def test_a_cached_turn_confirmation_prices_the_new_tokens_prefill_too() -> None:
     )
     assert tune.decode_variant_name("pinned", c.part) == "pinned tuned for cached turns"
     assert tune.base_name("pinned tuned for cached turns") == "pinned"
+
+
+def _sequence(times: dict[int, tuple[float, float]], most: int) -> tuple[tune.Confirmation, list[str], list[str]]:
+    """A whole-turn confirmation whose round n measures (defaults' s, tuned's s) = ``times[n]`` (prefill of 1,024
+    tokens: the turn is prefill-bound), with at most ``most`` rounds; the processes run and the lines emitted."""
+    calls: list[str] = []
+    said: list[str] = []
+
+    def measure(setting: advise.Setting, n: int, fresh: bool = False) -> Measurement:
+        calls.append(f"{'tuned' if setting == NO_HOST else 'defaults'} {n}")
+        s = times[n][1 if setting == NO_HOST else 0]
+        return Measurement(
+            prefill=(RateSamples(0, 1024, (1024 / s, 1024 / s)),), decode=(RateSamples(0, 128, (1e6, 1e6)),)
+        )
+
+    spec = StudySpec(
+        configs=(LlamaConfig("pinned"),), model_preset="tiny-moe", lengths=(1024,), rounds=3, max_rounds=most
+    )
+    c = tune.confirm(measure, NO_HOST, tune.workload(spec), spec, lambda k, text, *a: said.append(text), "pinned")
+    return c, calls, said
+
+
+def test_a_confirmation_stops_where_no_round_left_could_call_the_setting_faster() -> None:
+    """Slower in round 1: no two (or three) more rounds could put the interval below 1, so the setting would not be
+    kept whatever they measured; the confirmation stops after one round's two processes instead of six, and says so.
+    Faster in round 1 and slower in round 2 by as much, out of at most 4 rounds: it stops after round 2. Faster in
+    every round: all 3 rounds, kept."""
+    c, calls, said = _sequence({1: (1.0, 1.04)}, most=3)
+    assert calls == ["defaults 1", "tuned 1"] and c.stopped == 3 and not c.kept
+    assert said[-1].endswith("stopped after 1 of at most 3 rounds: no result of the rest could confirm it")
+    assert "tuned took 1.04x" in said[-1]
+    c, calls, said = _sequence({1: (1.0, 0.96), 2: (1.0, 1.04)}, most=4)
+    assert len(calls) == 4 and c.stopped == 4 and not c.kept and c.interval is not None and c.interval.n == 2
+    c, calls, said = _sequence({n: (1.0, 0.9) for n in (1, 2, 3)}, most=4)
+    assert len(calls) == 6 and c.stopped is None and c.kept
+
+
+def test_a_confirmation_goes_on_while_the_rounds_left_could_still_call_it_faster() -> None:
+    """Faster by 5 % and then by 1 %: a third round could still confirm it, so it is measured (and round 4, allowed,
+    where the third leaves it open)."""
+    c, calls, _ = _sequence({1: (1.0, 0.95), 2: (1.0, 0.99), 3: (1.0, 0.97), 4: (1.0, 0.96)}, most=4)
+    assert len(calls) >= 6 and c.stopped is None

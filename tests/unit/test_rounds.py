@@ -3,11 +3,20 @@
 from __future__ import annotations
 
 import math
+import random
 import statistics
 
 import pytest
 
-from xover.analysis.rounds import RatioInterval, drifted, order, paired_ratio, summarize_rounds, t975
+from xover.analysis.rounds import (
+    RatioInterval,
+    can_still_fall_below_one,
+    drifted,
+    order,
+    paired_ratio,
+    summarize_rounds,
+    t975,
+)
 
 
 def test_student_t_quantiles() -> None:
@@ -61,6 +70,52 @@ def test_identical_ratios_in_three_rounds_decide() -> None:
     r = paired_ratio({1: 0.85, 2: 0.85, 3: 0.85}, {1: 1.0, 2: 1.0, 3: 1.0})
     assert r == RatioInterval(pytest.approx(0.85), pytest.approx(0.85), pytest.approx(0.85), 3)
     assert r is not None and r.sign == -1
+
+
+def _ratios(*logs: float) -> tuple[dict[int, float], dict[int, float]]:
+    """A's round times over B's as the given log-ratios (B takes 1 s every round)."""
+    return {i: math.exp(x) for i, x in enumerate(logs, 1)}, {i: 1.0 for i in range(1, len(logs) + 1)}
+
+
+def test_what_rounds_left_could_still_call_faster_by_hand() -> None:
+    """Two rounds 5 % and 3 % faster can still be confirmed in a third; one round slower never can be in 3 or 4
+    rounds: with one log-ratio x > 0 and k more rounds, the interval's upper end is lowest when the k are equal to
+    x (no spread), which leaves it at x > 0. With 5 rounds it could (four rounds far enough below). One faster and one
+    slower round (-5 %, +2 %) cannot be confirmed in 3 or 4 rounds; in 4 the best the next two can do is an upper
+    end of exp(0.0232) by hand: d = -0.5 sqrt(Q / (b (c^2 b - 1/4))) with Q = 0.00245, b = 1, c = 3.182 / sqrt 12."""
+    assert can_still_fall_below_one(*_ratios(-0.05, -0.03), most=3)
+    assert not can_still_fall_below_one(*_ratios(0.01), most=3)
+    assert not can_still_fall_below_one(*_ratios(0.01), most=4)
+    assert can_still_fall_below_one(*_ratios(0.01), most=5)
+    assert not can_still_fall_below_one(*_ratios(-0.05, 0.02), most=4)
+    a, b = _ratios(-0.05, 0.02, -0.05, -0.05)  # the two rounds the bound says are best: upper end exp(0.0232)
+    r = paired_ratio(a, b)
+    assert r is not None and math.log(r.high) == pytest.approx(0.0232, abs=3e-4)
+    assert can_still_fall_below_one({}, {}, most=3) and not can_still_fall_below_one({}, {}, most=2)
+    assert not can_still_fall_below_one(*_ratios(-0.05, -0.03, -0.04), most=3)  # no round left
+
+
+def test_no_rounds_the_bound_rules_out_could_have_called_it_faster() -> None:
+    """Against brute force: where the bound says no, no rounds left (random, spread or not, up to the most allowed)
+    put the interval below 1; where it says yes, some equal rounds do."""
+    rng = random.Random(7)
+    for _ in range(600):
+        n = rng.randint(1, 3)
+        most = rng.randint(max(n + 1, 3), 5)
+        logs = [rng.gauss(0.0, 0.05) for _ in range(n)]
+        a, b = _ratios(*logs)
+        ok = can_still_fall_below_one(a, b, most)
+        tries = [
+            logs + [rng.gauss(rng.uniform(-0.4, 0.1), rng.uniform(0.0, 0.05)) for _ in range(m - n)]
+            for m in range(max(n + 1, 3), most + 1)
+            for _ in range(40)
+        ] + [logs + [v / 200] * (m - n) for m in range(max(n + 1, 3), most + 1) for v in range(-120, 20)]
+        below = any((r := paired_ratio(*_ratios(*t))) is not None and r.high < 1 for t in tries)
+        if not ok:
+            assert not below, (logs, most)
+        elif below is False:  # the equal rounds that reach it may lie between the grid's steps: a finer look
+            fine = [logs + [v / 20000] * (m - n) for m in range(max(n + 1, 3), most + 1) for v in range(-12000, 2000)]
+            assert any((r := paired_ratio(*_ratios(*t))) is not None and r.high < 1 for t in fine), (logs, most)
 
 
 def test_drift_beyond_the_rounds_spread() -> None:

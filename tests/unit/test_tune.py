@@ -462,6 +462,10 @@ def test_what_a_search_adds_on_top_of_a_moved_own_knob_is_confirmed_against_that
     text = blocks_markdown(_record_blocks(TuneRecord.from_body(body), 200))
     assert "threads=2: Confirmed in rounds of fresh llama-bench processes, interleaved with the defaults" in text, text
     assert "repack=0, threads=2: Not confirmed" in text and "1.00x threads=2's time per turn" in text, text
+    # ahead by 1 % and behind by 1 % in turn, with up to 8 rounds under the budget: after 5 rounds no 3 more could
+    # have put the interval below 1 (after 2, 6 more still could), so they are not measured
+    assert "Stopped after 5 of at most 8 rounds: whatever the rounds left measured" in text, text
+    assert sum(1 for s, n in pairs if s == rider) == 5
 
 
 def test_rounds_of_the_same_two_commands_are_run_once_for_the_configurations_that_ask_them() -> None:

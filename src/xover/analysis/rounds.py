@@ -42,6 +42,11 @@ def t975(df: int) -> float:
     return _T975[max(k for k in _T975 if k <= df)] if df <= 120 else 1.96
 
 
+def possessive(name: str) -> str:
+    """``the defaults'``, ``t=2's``: the possessive of a configuration's or setting's name."""
+    return f"{name}'" if name.endswith("s") else f"{name}'s"
+
+
 def order(configs: Sequence[str], round_index: int, seed: int | None = None) -> list[str]:
     """The order of one round: forward in even rounds (0, 2, ...), reversed in odd ones (ABBA...), so linear drift
     falls on every configuration alike over two rounds; with ``seed``, a shuffle seeded per round instead."""
@@ -113,7 +118,7 @@ class RatioInterval:
     def describe(self, a: str, b: str) -> str:
         """``A faster than B: A takes 0.86x B's time (0.81-0.92, 3 rounds)``, ``B faster than A: A takes 1.2x ...``
         or ``A and B indistinguishable here (A takes ...)``."""
-        whose = f"{b}'" if b.endswith("s") else f"{b}'s"
+        whose = possessive(b)
         span = f"{a} takes {self.ratio:.2f}x {whose} time ({self.low:.2f}-{self.high:.2f}, {self.n} rounds)"
         if self.sign < 0:
             return f"{a} faster than {b}: {span}"
@@ -133,6 +138,35 @@ def paired_ratio(a: Mapping[int, float], b: Mapping[int, float]) -> RatioInterva
     mean = statistics.fmean(logs)
     half = t975(n - 1) * statistics.stdev(logs) / math.sqrt(n)
     return RatioInterval(math.exp(mean), math.exp(mean - half), math.exp(mean + half), n)
+
+
+def can_still_fall_below_one(a: Mapping[int, float], b: Mapping[int, float], most: int) -> bool:
+    """Whether rounds still to come (``most`` in all, counting the shared rounds measured) could put the interval of
+    :func:`paired_ratio` (A's over B's) wholly below 1, whatever they measure. False: no result of those rounds can
+    call A faster, so measuring them cannot change a decision that only keeps A when it is faster.
+
+    With n log-ratios measured (mean x̄, squared deviations Q) and k = m - n more, the interval's upper end over m
+    rounds is lowest, for a given sum of the new ones, when they are equal (that spreads them least); as a function
+    of their distance d from x̄ it is ``x̄ + (k/m) d + c √(Q + (n k/m) d²)`` with ``c = t(m-1) / √(m (m-1))``, which is
+    convex in d. Where ``c √(n k/m)`` exceeds ``k/m`` its minimum is at ``d = -(k/m) √(Q / (b (c² b - (k/m)²)))``,
+    b = n k/m; else it falls without bound (enough new rounds far enough below could always do it)."""
+    shared = sorted(set(a) & set(b))
+    logs = [math.log(a[r] / b[r]) for r in shared if a[r] > 0 and b[r] > 0]
+    n = len(logs)
+    if n == 0:
+        return most >= MIN_ROUNDS
+    mean = statistics.fmean(logs)
+    q = sum((x - mean) ** 2 for x in logs)
+    for m in range(max(n + 1, MIN_ROUNDS), most + 1):
+        k = m - n
+        slope, b_ = k / m, n * k / m
+        c = t975(m - 1) / math.sqrt(m * (m - 1))
+        if c * math.sqrt(b_) <= slope:
+            return True
+        d = -slope * math.sqrt(q / (b_ * (c * c * b_ - slope * slope)))
+        if mean + slope * d + c * math.sqrt(q + b_ * d * d) < 0:
+            return True
+    return False
 
 
 def paired_difference(a: Mapping[int, float], b: Mapping[int, float]) -> tuple[float, float, float, int] | None:

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from xover.analysis import advise
-from xover.analysis.rounds import RatioInterval, order, paired_ratio
+from xover.analysis.rounds import RatioInterval, can_still_fall_below_one, order, paired_ratio, possessive
 from xover.domain import artifacts
 from xover.domain import llama_options as opts
 from xover.domain.artifacts import TuneRecord
@@ -330,6 +330,7 @@ class Confirmation:
     failure: str | None = None
     against: advise.Setting = ()
     part: str = "turn"  # "turn": the whole expected turn; "decode": its decode part; "cached": a cached turn
+    stopped: int | None = None  # the most rounds allowed, where it stopped before them: none could call it faster
 
     @property
     def interval(self) -> RatioInterval | None:
@@ -353,6 +354,7 @@ class Confirmation:
             "failure": self.failure,
             "against": [list(x) for x in self.against],
             "part": self.part,
+            **({"stopped": self.stopped} if self.stopped is not None else {}),
         }
 
 
@@ -384,7 +386,9 @@ def confirm(
 ) -> Confirmation:
     """``setting`` against ``against`` (the defaults) in rounds (``measure(setting, round)`` is one fresh
     llama-bench process; ``measure(setting, round, True)`` a new one even if one is stored): ``spec.rounds`` of
-    them, then more while the interval straddles 1, up to ``max_rounds`` (default ``spec.max_rounds``). ``part``: compare whole expected
+    them, then more while the interval straddles 1, up to ``max_rounds`` (default ``spec.max_rounds``); it stops
+    sooner where no result of the rounds left could put the interval below 1 (:func:`can_still_fall_below_one`: the
+    setting would not be kept whatever they measured). ``part``: compare whole expected
     turns, their decode parts ("decode": ``work``'s) or cached agentic turns ("cached": ``work`` is those turns). A
     round is one session's pair: where an earlier, interrupted session stored only
     one side of a round, that side is measured again beside the other, so no round pairs two sessions' machines."""
@@ -393,7 +397,8 @@ def confirm(
         return advise.decode_turn_s(m, work) if part == "decode" else advise.estimate(m, work).turn_s
 
     times: dict[str, dict[int, float]] = {"against": {}, "tuned": {}}
-    for n in range(1, (spec.max_rounds if max_rounds is None else max(spec.rounds, max_rounds)) + 1):
+    most = spec.max_rounds if max_rounds is None else max(spec.rounds, max_rounds)
+    for n in range(1, most + 1):
         reused: dict[str, bool] = {}
         for which in order(["against", "tuned"], n - 1) + ["again"]:
             if which == "again":  # half a round from an earlier session: its stored side in a process of this one
@@ -412,16 +417,23 @@ def confirm(
         r = c.interval
         if n >= spec.rounds and r is not None and r.decided:
             break
+        if n < most and not can_still_fall_below_one(times["tuned"], times["against"], most):
+            c = dataclasses.replace(c, stopped=most)
+            break
     what = {"decode": "tuned for decode", "cached": "tuned for cached turns"}.get(part, "tuned")
     base = "defaults" if not against else "tuned" if part != "turn" else advise.pairs_label(against)
-    emit(
-        "info",
-        f"{name}: checked in rounds of fresh llama-bench processes ({part}): {c.interval.describe(what, base)}"
+    told = (
+        c.interval.describe(what, base)
         if c.interval is not None
-        else f"{name}: no rounds to confirm",
-        None,
-        None,
+        else f"{what} took {c.tuned_s[1] / c.against_s[1]:.2f}x {possessive(base)} time in round 1"
+        if c.stopped and 1 in c.tuned_s and 1 in c.against_s
+        else "no rounds to confirm"
     )
+    if c.stopped:
+        told += (
+            f"; stopped after {len(c.tuned_s)} of at most {c.stopped} rounds: no result of the rest could confirm it"
+        )
+    emit("info", f"{name}: checked in rounds of fresh llama-bench processes ({part}): {told}", None, None)
     return c
 
 

@@ -25,6 +25,7 @@ from typing import Any
 from xover.analysis.advise import DEFAULTS, Setting, again, estimate, pairs_label
 from xover.analysis.advise.objective import noise_between
 from xover.analysis.crossover import ConfigData, verdict
+from xover.analysis.rounds import MIN_ROUNDS, possessive
 from xover.analysis.tradeoff import Ratio, ServedTradeoff, Tradeoff, ratio, served_tradeoff, tradeoff
 from xover.domain import llama_options as opts
 from xover.domain.artifacts import TUNED, FitRecord, TuneRecord
@@ -397,7 +398,7 @@ def _rounds_text(c: Mapping[str, Any], decode: bool, named: bool = False) -> str
     and (``named``) the origin's own, begin with the setting they weighed."""
     origin = pairs_label(c.get("against") or ())
     against = "the defaults" if not origin else "the tuned setting" if decode else origin
-    whose = f"{against}'" if against.endswith("s") else f"{against}'s"
+    whose = possessive(against)
     cached = c.get("part") == "cached"
     kind = "cached turns" if cached else "decode"
     outcome = (
@@ -410,21 +411,38 @@ def _rounds_text(c: Mapping[str, Any], decode: bool, named: bool = False) -> str
     if c.get("failure"):
         return f"The confirmation in rounds failed ({c['failure']}): {outcome}."
     ratio, low, high, n = c.get("ratio"), c.get("low"), c.get("high"), c.get("n") or 0
-    if ratio is None:
-        return f"Too few rounds to confirm it: {outcome}."
     told = "; ".join(
         f"round {k}: {d:.3f} s vs {t:.3f} s"
         for k, d, t in c.get("rounds") or []
         if isinstance(d, (int, float)) and isinstance(t, (int, float))
     )
+    # stopped before the most rounds allowed: no result of the rounds left could have put the interval below 1
+    stopped = (
+        f" Stopped after {len(c.get('rounds') or [])} of at most {c['stopped']} rounds: whatever the rounds left"
+        " measured, the interval could not have fallen below 1."
+        if c.get("stopped")
+        else ""
+    )
+    weighed = pairs_label(c.get("setting") or ()) + ": " if not decode and (origin or named) else ""
+    if ratio is None:
+        if stopped and told:
+            return (
+                f"{weighed}Not confirmed in rounds of fresh llama-bench processes, interleaved with {against} "
+                f"({told}): {outcome}.{stopped}"
+            )
+        return f"Too few rounds to confirm it: {outcome}."
     what = "decode time" if decode and not cached else "time"
     span = f"{ratio:.2f}x {whose} {what} per {'cached turn' if cached else 'turn'} (95% interval {low:.2f}-{high:.2f}, {n} rounds: {told})"
-    weighed = pairs_label(c.get("setting") or ()) + ": " if not decode and (origin or named) else ""
     if c.get("kept"):
         return f"{weighed}Confirmed in rounds of fresh llama-bench processes, interleaved with {against}: {span}."
+    verdict_ = (
+        f"the interval lies above 1, so it is slower than {against} here"
+        if isinstance(low, (int, float)) and low > 1 and n >= MIN_ROUNDS
+        else f"the interval includes 1, so it is indistinguishable from {against} here"
+    )
     return (
-        f"{weighed}Not confirmed in rounds of fresh llama-bench processes, interleaved with {against}: {span}; the interval "
-        f"includes 1, so it is indistinguishable from {against} here: {outcome}."
+        f"{weighed}Not confirmed in rounds of fresh llama-bench processes, interleaved with {against}: {span}; "
+        f"{verdict_}: {outcome}.{stopped}"
     )
 
 
