@@ -84,6 +84,7 @@ from xover.domain.study_spec import StudySpec, default_spec
 from xover.gguf.synth import write_model
 from xover.llamacpp.binaries import resolve
 from xover.measure.study import run_study
+from xover.results.store import Store
 
 
 def second_spec(model: Path) -> StudySpec:
@@ -118,6 +119,21 @@ def one(name: str, spec: StudySpec, out: Path) -> None:
         label = t.label if t.changed else "defaults kept"
         decode = f"; for the second kind of turn {t.decode_label}" if t.decode_variant is not None else ""
         print(f"  {t.config.name}: {label}{decode}", flush=True)
+    if db.exists():  # each confirmation in rounds: how many it ran, and whether it stopped before the most allowed
+        with Store(db.parent) as st:
+            for _, _, body in st.artifacts():
+                if not (isinstance(body, dict) and body.get("schema") == "xover.tune/1"):
+                    continue
+                for key in ("origin_confirmation", "confirmation", "decode_confirmation"):
+                    c = body.get(key)
+                    if isinstance(c, dict):
+                        stop = f", stopped (at most {c['stopped']})" if c.get("stopped") else ""
+                        print(
+                            f"  {body.get('config', '?')} {key}: {c.get('setting')} against "
+                            f"{c.get('against') or 'defaults'}, {len(c.get('rounds') or [])} rounds{stop}, "
+                            f"kept: {c.get('kept')}",
+                            flush=True,
+                        )
 
 
 def main() -> None:
