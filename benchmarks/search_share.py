@@ -119,8 +119,8 @@ def one(name: str, spec: StudySpec, out: Path) -> None:
         label = t.label if t.changed else "defaults kept"
         decode = f"; for the second kind of turn {t.decode_label}" if t.decode_variant is not None else ""
         print(f"  {t.config.name}: {label}{decode}", flush=True)
-    if db.exists():  # each confirmation in rounds: how many it ran, and whether it stopped before the most allowed
-        with Store(db.parent) as st:
+    if (out / "results.sqlite").exists():  # each confirmation in rounds: how many, and whether it stopped early
+        with Store(out) as st:
             for _, _, body in st.artifacts():
                 if not (isinstance(body, dict) and body.get("schema") == "xover.tune/1"):
                     continue

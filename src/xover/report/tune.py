@@ -188,8 +188,8 @@ def knob_rows(search: Any, response: int) -> list[KnobRow]:
         for e in v.effects:
             if v.no_effect:
                 status = "no effect"
-            elif v.kept == e.value:
-                status = "kept"
+            elif v.kept == e.value:  # an own knob may move within the noise: each process beat each of the defaults'
+                status = "kept" + (", within noise: each process faster than each of the defaults'" * e.within_noise)
             else:
                 status = "not kept" + (
                     " (within noise)" if e.within_noise else " (slower per turn)" if e.change_s > 0 else ""

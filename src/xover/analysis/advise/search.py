@@ -37,6 +37,7 @@ class Effect:
     decode_change_s: float = 0.0  # the decode part of a turn minus the defaults' (a knob can trade one for the other)
     decode_noise_s: float = 0.0
     processes: int = 1  # llama-bench processes of this value: 2 when a marginal gain was measured again
+    separated: bool = False  # on two processes, each of the value's faster than each of the defaults' (turn)
 
     @property
     def within_noise(self) -> bool:
@@ -201,6 +202,7 @@ def _effect(
         mean(ests2) - mean(bs2),
         max(noise_between(one2, b2, decode_floor), spread(ests2) + spread(bs2)),
         processes=len(firsts),
+        separated=len(bs) > 1 and max(x.turn_s for x in ests) < min(x.turn_s for x in bs),  # type: ignore[union-attr]
     )
 
 
@@ -249,11 +251,19 @@ def _pass(
     trials: dict[Setting, Trial],
     recheck: bool,
     second: Workload | None,
+    own: bool = False,
 ) -> tuple[_Pass, float | None, float | None]:
     """Each knob of ``over`` alone on top of ``origin`` (its trial is the base of every effect), the origin measured
     again after them (with ``recheck``), and a marginal leader measured again (and the next leader, where that
     demotes it): the values kept, and the drift of the origin between its two processes (turn, second kind of
-    turn)."""
+    turn).
+
+    ``own``: the configuration's own knobs (``-t 1``). There a leader whose two processes each beat each of the
+    defaults' moves too, though the two sides' spreads added still cover its gain: a noisy machine (the defaults'
+    two processes 15 % apart, ``-t 2``'s 30 %) would otherwise keep ``-t 1`` against a 1.5x gain and search every
+    other knob on its own processes. Moving costs no more than a confirmation (the study's rounds, where the moved
+    command is another configuration's); staying costs a search. Other knobs keep the stricter rule: a value that
+    cannot act, on two quiet processes, separates from the defaults often enough to spend confirmations."""
     base = run(origin, None)
     b, b2 = base.estimate, _second(base, second)
     assert b is not None and b2 is not None
@@ -294,7 +304,7 @@ def _pass(
             retried |= retry
             effects = [effect(knob, value) for value, _ in measured]
         best = min(effects, key=lambda x: x.change_s) if effects else None
-        if best is not None and best.change_s < 0 and not best.within_noise:
+        if best is not None and best.change_s < 0 and (not best.within_noise or (own and best.separated)):
             out.kept[knob.name] = best.value
             out.singles[knob.name] = setting_of(knob, best.value)
         best_decode = min(effects, key=lambda x: x.decode_change_s) if effects else None
@@ -346,7 +356,7 @@ def coordinate_search(
     passes: list[tuple[_Pass, float | None, float | None]] = []
     origin = DEFAULTS
     if own:
-        passes.append(_pass(knobs, own, DEFAULTS, run, trials, recheck, second))
+        passes.append(_pass(knobs, own, DEFAULTS, run, trials, recheck, second, own=True))
         origin = normalize(knobs, passes[0][0].kept)
         if run(origin, None).estimate is None:  # the moved knobs together could not be measured: stay
             origin = DEFAULTS
@@ -371,7 +381,8 @@ def coordinate_search(
     best_trial = min(measured_trials, key=lambda t: t.estimate.turn_s)  # type: ignore[union-attr]
     assert best_trial.estimate is not None
     e = best_trial.estimate
-    recommended = DEFAULTS if within_noise(e, b, floor) else best_trial.setting
+    # within the noise of the defaults: the origin (the defaults, or own knobs that moved on their own evidence)
+    recommended = origin if within_noise(e, b, floor) else best_trial.setting
     decode_recommended = None
     if decode_kept:
         decode_combination = normalize(knobs, {**dict(origin), **decode_kept})
