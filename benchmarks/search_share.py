@@ -67,6 +67,22 @@ where one does and its 6-process confirmation follows). Its floor is 9 processes
 configuration's 7 and ``t=1``'s own 2) against about 33 s for the rest of the study: llama-bench itself takes 3.0 s
 a process here (pp2048 and tg128 at depths 0 and 512, two repetitions and a warm-up each), so what is left to cut
 is tests, not processes.
+
+Fourth session of 2026-12-06 (2 cores, nothing else running; the script now prints each confirmation in rounds,
+how many it ran and whether it stopped early):
+
+| code | second shape, each run | default |
+|---|---|---|
+| 60b4db1 (confirmations stop where the rounds left cannot keep the setting) | 52%, 52%, 48%, 77%, 53%, 40%, 53%, 52%, 44%, 46%, 79% | 38% |
+| + an own knob moves when each of its two processes beats each of the defaults' | 59%, 49%, 49%, 61%, 44%, 53% | 42%, 40% |
+
+On 60b4db1 two runs of eleven (77%, 79%: 16-19 processes) recommended nothing for ``t=1``: its defaults measured
+0.62 and 0.53 s a turn, ``-t 2`` (the ``defaults`` configuration's processes) 0.46 and 0.32 s. The two spreads
+added (0.23 s) covered the means' 0.19 s, so ``-t 1`` stayed and every other knob was searched on its own
+processes. Since the own-knob rule, ``t=1: t=2`` and ``defaults`` kept in all six runs. The stop rule cut two
+confirmations: ``repack=0 t=2`` against ``t=2`` after one round (2 processes, not 6), a decode variant ``ub=2048``
+after two. The share is 44-61%: at or under half in three of six, and at most 61% where a value leads by a little
+and a confirmation follows; the default study stays at 38-42%.
 """
 
 from __future__ import annotations
