@@ -517,6 +517,13 @@ def test_rounds_of_the_same_two_commands_are_run_once_for_the_configurations_tha
     shared.confirm_once(defaults, knobs, sweep, emit, None, ub, DEFAULTS, "turn", failing)
     shared.confirm_once(t1, knobs, sweep, emit, None, (*ub, *t2), t2, "turn", rounds_of("after a failure"))
     assert ran[-2:] == ["failed", "after a failure"]
+    # decode alone runs llama-bench -p 0: the search's prompt length, which differs between configurations, is not
+    # part of those rounds, so they are shared; rounds of whole turns at another prompt length are not
+    longer = SimpleNamespace(depths=(0,), n_prompt=2048, n_gen=16, repetitions=2)
+    shared.confirm_once(defaults, knobs, sweep, emit, None, nr, DEFAULTS, "decode", rounds_of("decode"))
+    shared.confirm_once(t1, knobs, longer, emit, None, (*nr, *t2), t2, "decode", rounds_of("decode, longer prompt"))
+    shared.confirm_once(t1, knobs, longer, emit, None, (*nr, *t2), t2, "turn", rounds_of("turn, longer prompt"))
+    assert ran[-2:] == ["decode", "turn, longer prompt"]
     # what -fa auto ran as is one configuration's context, not the build's: not learned for the others
     shared.learn(defaults, advise.study_knobs(2, False, 2048), Measurement(effective=(("flash_attn", "0"),)))
     assert "flash-attn" not in shared.in_effect(t1)

@@ -515,7 +515,8 @@ class SharedTrials:
         the same evidence (``-t 1``'s ``-nr -t 2`` against ``-t 2`` is the defaults' ``-nr`` against the defaults
         on a machine whose llama.cpp runs 2 threads), asked with the same most rounds (``max_rounds``)."""
         ran = [self.command(config, knobs, x) for x in (setting, against)]
-        key = (*ran, part, sweep.depths, sweep.n_prompt, sweep.n_gen, sweep.repetitions, max_rounds)
+        n_prompt = 0 if part == "decode" else sweep.n_prompt  # decode alone runs llama-bench -p 0 whatever the sweep
+        key = (*ran, part, sweep.depths, n_prompt, sweep.n_gen, sweep.repetitions, max_rounds)
         label = f"{config.name} {advise.setting_label(knobs, setting)}"
         if key in self.confirmed:
             c, first = self.confirmed[key]
