@@ -10,7 +10,13 @@ import subprocess
 from collections.abc import Iterator
 from typing import Any
 
+import matplotlib
 import pytest
+
+# matplotlib builds its font cache on first import by running fc-list, a process: in a venv that has never plotted,
+# the first unit test that renders a plot would trip the guard. Build it here, before any test runs.
+matplotlib.use("Agg")
+import matplotlib.font_manager  # noqa: E402, F401
 
 
 class StartedAProcess(AssertionError):
