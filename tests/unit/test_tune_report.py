@@ -313,3 +313,27 @@ def test_served_row_flags_only_a_bench_gain_beyond_noise():
     assert ServedRow(1024, gain, ratio([10.0, 10.1], [13.0, 13.1])).not_seen  # +30% < half of +100%
     assert not ServedRow(1024, gain, ratio([10.0, 10.1], [18.0, 18.1])).not_seen  # +80%
     assert not ServedRow(1024, ratio([100.0, 110.0], [105.0, 115.0]), ratio([10.0, 10.1], [10.0, 10.1])).not_seen
+
+
+def test_a_resumed_search_left_to_a_configuration_the_study_no_longer_measures_says_nothing_of_its_rounds(tmp_path):
+    """A search whose recommendation runs another configuration's command leaves it to that configuration's rounds
+    (``same_as``). Resumed by a run of a changed spec without that configuration, the stored record still named it:
+    the report would have called its rounds the variant's confirmation. The study record says what was measured."""
+    fill(tmp_path, tune=False, study_artifact=False)
+    with Store(tmp_path) as st:
+        st.add_artifact(None, "tune", {**tune_body("gpu", "gpu tuned", search(4000.0, 100.0)), "same_as": "removed"})
+        st.add_artifact(None, "tune", {**tune_body("cpu", "cpu tuned", search()), "same_as": "gpu"})
+        st.add_artifact(None, "tune", {**tune_body("old", "old tuned", search()), "same_as": "as-gpu"})
+        st.add_artifact(
+            None,
+            "study",
+            {
+                "configs": ["gpu", "cpu"],
+                "pairs": [],
+                "response_tokens": [200],
+                "band": [10000, 40000],
+                "same_as": [["as-gpu", "gpu"]],  # measured once, under gpu's name
+            },
+        )
+    by_config = {r.config: r.same_as for r in layout(load(tmp_path)).records}
+    assert by_config == {"gpu": None, "cpu": "gpu", "old": "as-gpu"}

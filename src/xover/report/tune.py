@@ -80,14 +80,25 @@ def layout(data: StudyData) -> Layout:
     """The layout from the study's ``study`` and ``tune`` artifacts; without a ``study`` artifact the bases are the
     labels (first-seen order) that are no configuration's tuned variant, and there are no stored pairs."""
     placed = {c.config: c for c in data.fit_records(TUNED, checked=True) or ()}
-    records = tuple(_placed(r, placed.get(str(r.variant))) for r in data.tune_results())
+    study = data.study_record()
+    # the configurations the study measured, and those measured once under another's name
+    names = {*study.configs, *(name for name, _ in study.same_as)} if study is not None else None
+    records = tuple(_rounds_of(_placed(r, placed.get(str(r.variant))), names) for r in data.tune_results())
     tuned = {r.config: r.variant for r in records if r.variant}
     for_decode = {r.config: r.decode_variant for r in records if r.decode_variant}
     variants = {*tuned.values(), *for_decode.values()}
-    study = data.study_record()
     spec_order = [c for c in study.configs if c not in variants] if study is not None else []
     bases = tuple(dict.fromkeys([*spec_order, *(lb for lb in data.config_labels() if lb not in variants)]))
     return Layout(bases, tuned, study.pairs if study is not None else (), records, for_decode)
+
+
+def _rounds_of(r: TuneRecord, configs: set[str] | None) -> TuneRecord:
+    """``r`` as the study last ran it (``configs``: its configurations): a search left its recommendation to the
+    rounds of another configuration (``same_as``), which a later run of a changed spec, resuming the stored search,
+    may no longer measure. Then the variant was measured as itself, and no other configuration's rounds confirm it."""
+    if r.same_as is None or configs is None or r.same_as in configs:
+        return r
+    return dataclasses.replace(r, same_as=None)
 
 
 def _placed(r: TuneRecord, entry: FitRecord | None) -> TuneRecord:
