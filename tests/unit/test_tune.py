@@ -403,7 +403,9 @@ def test_a_recommendation_that_is_another_configuration_is_left_to_the_studys_ro
         raise AssertionError("no llama-bench rounds")
 
     work = tune.workload(spec)
-    confirmed = tune._confirmations(search, never, never, work, None, spec, lambda *a: None, t1, lambda s: "defaults")
+    confirmed = tune._confirmations(
+        search, never, never, work, None, spec, lambda *a: None, t1, lambda s, say=True: "defaults"
+    )
     assert confirmed == tune.Confirmed((("threads", "2"),), same_as="defaults") and not asked
     body = tune._body(t1, knobs, search, spec, Path("m.gguf"), "CPU", 512, confirmed)
     assert body["variant"] == "t=1 tuned" and body["setting"] == [["threads", "2"]]
@@ -443,7 +445,15 @@ def test_what_a_search_adds_on_top_of_a_moved_own_knob_is_confirmed_against_that
         raise AssertionError("no decode rounds")
 
     left = tune._confirmations(
-        search, in_round, never, work, None, spec, lambda *a: None, t1, lambda s: "defaults" if s == origin else None
+        search,
+        in_round,
+        never,
+        work,
+        None,
+        spec,
+        lambda *a: None,
+        t1,
+        lambda s, say=True: "defaults" if s == origin else None,
     )
     assert left.turn is not None and left.turn.against == origin and not left.turn.kept
     assert {s for s, _ in pairs} == {origin, rider}  # never against -t 1: the origin's gain is not the rider's
@@ -455,7 +465,7 @@ def test_what_a_search_adds_on_top_of_a_moved_own_knob_is_confirmed_against_that
     assert "It runs the command of defaults" in text, text
     # the origin no other configuration runs: confirmed against the defaults in its turn
     pairs.clear()
-    own = tune._confirmations(search, in_round, never, work, None, spec, lambda *a: None, t1, lambda s: None)
+    own = tune._confirmations(search, in_round, never, work, None, spec, lambda *a: None, t1, lambda s, say=True: None)
     assert own.origin is not None and own.origin.against == DEFAULTS and own.origin.kept
     assert own.setting == origin and {s for s, _ in pairs} == {origin, rider, DEFAULTS}
     body = tune._body(t1, advise.default_knobs(2), search, spec, Path("m.gguf"), "CPU", 512, own)
@@ -466,6 +476,65 @@ def test_what_a_search_adds_on_top_of_a_moved_own_knob_is_confirmed_against_that
     # have put the interval below 1 (after 2, 6 more still could), so they are not measured
     assert "Stopped after 5 of at most 8 rounds: whatever the rounds left measured" in text, text
     assert sum(1 for s, n in pairs if s == rider) == 5
+
+
+def test_a_confirmed_addition_to_an_origin_no_configuration_runs_is_confirmed_against_the_defaults_too() -> None:
+    """An own knob moves on the search's two processes each (``Effect.separated``). Where what the search adds on top
+    is then confirmed against that origin, the origin's own gain would be kept on those processes alone, unless
+    another configuration's rounds measure it: the whole recommendation is confirmed against the defaults too."""
+    spec = spec_from_dict(
+        {
+            "model": {"preset": "tiny-moe"},
+            "study": {"lengths": ["512"]},
+            "config": [{"name": "defaults"}, {"name": "t=1", "threads": 1}],
+        }
+    )
+    t1, work = spec.configs[1], tune.workload(spec)
+    origin, whole = (("threads", "2"),), (("threads", "2"), ("ubatch-size", "1024"))
+    search = advise.Search(None, (), (), whole, whole, origin=origin, first=("threads",))
+    pairs: list[object] = []
+
+    def machine(speed: dict[advise.Setting, float]) -> Callable[..., Measurement]:
+        def in_round(setting: advise.Setting, n: int, fresh: bool = False) -> Measurement:
+            pairs.append(setting)
+            wobble = 1.0 + 0.002 * (n % 3)  # the same for both sides of a round
+            rate = speed[setting] * wobble
+            return Measurement(
+                (advise.RateSamples(0, 512, (3000.0 * rate, 3010.0 * rate)),),
+                (advise.RateSamples(0, 64, (60.0 * rate, 60.2 * rate)),),
+            )
+
+        return in_round
+
+    def never(*a: object) -> Measurement:
+        raise AssertionError("no decode rounds")
+
+    def run(speed: dict[advise.Setting, float], same_as: Callable[..., str | None]) -> tune.Confirmed:
+        pairs.clear()
+        return tune._confirmations(search, machine(speed), never, work, None, spec, lambda *a: None, t1, same_as)
+
+    # -t 2 truly 1.6x, -ub 1024 1.2x more: both confirmations keep it
+    real = run({DEFAULTS: 1.0, origin: 1.6, whole: 1.92}, lambda s, say=True: None)
+    assert real.setting == whole and real.turn is not None and real.turn.kept and real.turn.against == origin
+    assert real.origin is not None and real.origin.setting == whole and real.origin.against == DEFAULTS
+    assert real.origin.kept and set(pairs) == {DEFAULTS, origin, whole}
+    # -t 2 moved on two lucky processes and is in truth 0.7x: -ub 1024 is confirmed on top, the whole is not
+    lucky = run({DEFAULTS: 1.0, origin: 0.7, whole: 0.84}, lambda s, say=True: None)
+    assert lucky.turn is not None and lucky.turn.kept and lucky.origin is not None and not lucky.origin.kept
+    assert lucky.setting == DEFAULTS
+    body = tune._body(t1, advise.default_knobs(2), search, spec, Path("m.gguf"), "CPU", 512, lucky)
+    text = blocks_markdown(_record_blocks(TuneRecord.from_body(body), 200))
+    assert body["variant"] is None and "threads=2, ubatch-size=1024: Not confirmed" in text, text
+    # -t 2 is the defaults configuration's command: the study's rounds measure it beside t=1, no llama-bench rounds
+    said: list[bool] = []
+
+    def defaults_runs(s: advise.Setting, say: bool = True) -> str | None:
+        said.append(say)
+        return "defaults" if s == origin else None
+
+    left = run({DEFAULTS: 1.0, origin: 0.7, whole: 0.84}, defaults_runs)
+    assert left.setting == whole and left.origin is None and DEFAULTS not in pairs
+    assert said == [True, False]  # the origin asked quietly: it is not the recommendation
 
 
 def test_rounds_of_the_same_two_commands_are_run_once_for_the_configurations_that_ask_them() -> None:

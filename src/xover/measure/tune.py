@@ -613,8 +613,9 @@ class Confirmed:
     setting: advise.Setting
     turn: Confirmation | None = None  # the recommendation against the defaults, or against its origin
     decode: Confirmation | None = None  # the second kind of turn's own setting against ``setting``
-    origin: Confirmation | None = None  # the origin against the defaults, where what the search added on top of it
-    # was not confirmed
+    origin: Confirmation | None = None  # against the defaults after a confirmation against the origin: the origin,
+    # where what the search added on top of it was not confirmed; the whole recommendation, where it was and the
+    # origin is no other configuration's command
     same_as: str | None = None
 
 
@@ -647,14 +648,15 @@ def _confirmations(
     spec: StudySpec,
     emit: Event,
     config: LlamaConfig,
-    same_as_of: Callable[[advise.Setting], str | None],
+    same_as_of: Callable[..., str | None],
     max_rounds: int | None = None,
     once: Once | None = None,
 ) -> Confirmed:
     """The search's recommendation in rounds of fresh processes, kept only if it wins there: against the defaults,
-    or (:func:`_extends_origin`) against the origin, and where that is not confirmed the origin against the
-    defaults. A setting that runs another configuration's command (``same_as_of``) is left to the study's own rounds
-    of fresh servers, which compare the two. Then the second kind of turn's own setting against the one kept: cached
+    or (:func:`_extends_origin`) against the origin, and then against the defaults: where what it adds is not
+    confirmed, the origin; where it is, the whole recommendation, unless the origin is another configuration's
+    command. A setting that runs another configuration's command (``same_as_of(setting, say=True)``) is left to the
+    study's own rounds of fresh servers, which compare the two. Then the second kind of turn's own setting against the one kept: cached
     turns with the search's tests (``in_round``), decode alone (``decode_only``, llama-bench -p 0: a setting that
     runs prompts on the CPU would spend most of each round on prefill tests its comparison does not read).
     ``max_rounds``: the most rounds each may take (:func:`confirm_rounds`). ``once(setting, against, part, rounds)``
@@ -681,9 +683,16 @@ def _confirmations(
     turn = origin_check = None
     kept, same_as = search.recommended, same_as_of(search.recommended) if search.recommended else None
     if search.recommended and same_as is None:
-        against = search.origin if _extends_origin(search) else advise.DEFAULTS
+        extends = _extends_origin(search)
+        against = search.origin if extends else advise.DEFAULTS
         turn, ok = decided(search.recommended, against)
-        if not ok:
+        if ok and extends and same_as_of(search.origin, say=False) is None:
+            # what it adds is confirmed; the origin's own gain rests on the search's processes (an own knob moves on
+            # two processes that each beat the defaults'), and no other configuration's rounds measure it: the
+            # whole recommendation against the defaults, kept only if it wins there too
+            origin_check, ok = decided(search.recommended)
+            kept = search.recommended if ok else advise.DEFAULTS
+        elif not ok:
             kept = against
             same_as = same_as_of(against) if against else None
             if against and same_as is None:
@@ -706,11 +715,13 @@ def _same_as_of(
     emit: Event,
     placed: bool,
     setting: advise.Setting,
+    say: bool = True,
 ) -> str | None:
-    """The study's other configuration whose command ``config`` with ``setting`` runs (said in a line), or None; a
-    placed trial's level follows its own settings, so it is never another configuration's."""
+    """The study's other configuration whose command ``config`` with ``setting`` runs (with ``say``, said in a line:
+    the setting is the recommendation), or None; a placed trial's level follows its own settings, so it is never
+    another configuration's."""
     other = None if placed else shared.configuration_of(config, knobs, setting, spec)
-    if other is not None:  # its rounds follow anyway: the cold stage's, of fresh servers, beside this one
+    if other is not None and say:  # its rounds follow anyway: the cold stage's, of fresh servers, beside this one
         emit("info", f"{config.name}: {LEFT_TO_ROUNDS.format(other)}", None, None)
     return other
 
