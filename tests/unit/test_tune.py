@@ -292,6 +292,24 @@ def test_a_larger_batch_alone_is_not_searched_where_it_runs_the_same_ubatches() 
     assert [k.name for k in kept] == ["batch-size"]  # named in tune-knobs: searched whatever the theory says
 
 
+def test_a_configuration_whose_own_batch_is_below_its_ubatch_searches_the_batch_and_raises_it_with_the_ubatch() -> None:
+    """A configuration that runs ``-b 256`` runs 256-token ubatches whatever its ``-ub``: a larger ``-b`` alone
+    acts there (it was skipped, as if the configuration ran llama.cpp's default ``-b``), and a larger ``-ub`` acts
+    only with ``-b`` raised to it (its command kept ``-b 256``, a no-op trial)."""
+    assert advise.batch_reason(("4096",), 512, 256) is None and advise.batch_reason(("4096",), 512, 2048) is not None
+    knobs = advise.study_knobs(2, False, 2048)
+    spec = spec_from_dict(
+        {"model": {"preset": "tiny-moe"}, "study": {"lengths": ["1k"]}, "config": [{"name": "b256", "batch-size": 256}]}
+    )
+    (config,) = spec.configs
+    kept, skipped = tune.applicable(spec, knobs, advise.Context(gpu_build=False), 512, 256)
+    assert "batch-size" in {k.name for k in kept} and "batch-size" not in dict(skipped)
+    ub = advise.apply_setting(config, knobs, (("ubatch-size", "1024"),), "b256 ub")
+    assert ub.get("ubatch-size") == "1024" and ub.get("batch-size") == "1024"
+    small = advise.apply_setting(config, knobs, (("ubatch-size", "128"),), "b256 small ub")
+    assert small.get("batch-size") == "256"  # an ubatch within the configuration's own -b leaves it
+
+
 def test_ubatches_no_prompt_fills_are_not_searched_and_the_test_is_no_longer_than_a_prompt() -> None:
     """Issue 46 item 8: with prompts of at most 2K tokens, -ub 4096 runs each of them as the one 2048-token ubatch
     that -ub 2048 runs, so only 1024 and 2048 are tried, and the prefill test is 2048 tokens, not 4096 (on 2 cores a

@@ -197,22 +197,27 @@ def chunk(knobs: Sequence[advise.Knob], longest: int | None = None) -> int:
 
 
 def applicable(
-    spec: StudySpec, knobs: Sequence[advise.Knob], ctx: advise.Context, ubatch: int = advise.LLAMA_DEFAULT_UBATCH
+    spec: StudySpec,
+    knobs: Sequence[advise.Knob],
+    ctx: advise.Context,
+    ubatch: int = advise.LLAMA_DEFAULT_UBATCH,
+    batch: int | None = None,
 ) -> tuple[tuple[advise.Knob, ...], tuple[tuple[str, str], ...]]:
-    """The knobs that can act on this configuration (its own ``ubatch``) here
-    (:mod:`xover.analysis.advise.applicability`), and the others with their reasons; a knob the spec names in
-    ``tune-knobs`` is searched whatever the theory says."""
+    """The knobs that can act on this configuration (its own ``ubatch`` and logical ``batch``; llama.cpp's default
+    where None) here (:mod:`xover.analysis.advise.applicability`), and the others with their reasons; a knob the
+    spec names in ``tune-knobs`` is searched whatever the theory says."""
     if spec.tune_knobs is not None:  # the spec's knobs, less those of another backend
         other = tuple((k.name, why) for k in knobs if (why := advise.backend_reason(k.name, ctx.backend)) is not None)
         return tuple(k for k in knobs if k.name not in dict(other)), other
     keep, skipped = advise.split([k.name for k in knobs], ctx)
-    batch = next((k for k in knobs if k.name == opts.BATCH_SIZE.name and k.name in keep), None)
-    if batch is not None and (why := advise.batch_reason(batch.candidates, ubatch)) is not None:
-        keep, skipped = tuple(n for n in keep if n != batch.name), (*skipped, (batch.name, why))
+    b_knob = next((k for k in knobs if k.name == opts.BATCH_SIZE.name and k.name in keep), None)
+    if b_knob is not None and (why := advise.batch_reason(b_knob.candidates, ubatch, batch)) is not None:
+        keep, skipped = tuple(n for n in keep if n != b_knob.name), (*skipped, (b_knob.name, why))
     out = tuple(k for k in knobs if k.name in keep)
     ub = advise.knob_named(out, opts.UBATCH_SIZE.name)
     if ub is not None:  # ubatches no prompt of the study fills run as the smallest of them
-        left, why = advise.ubatch_reason(ub.candidates, spec.longest_prompt, ubatch)
+        runs = min(ubatch, batch if batch is not None else int(opts.BATCH_SIZE.default))  # ubatches of min(-ub, -b)
+        left, why = advise.ubatch_reason(ub.candidates, spec.longest_prompt, runs)
         if why is not None:
             gone = ", ".join(v for v in ub.candidates if v not in left)
             skipped = (*skipped, (f"{ub.name} {gone}", why))
@@ -811,7 +816,8 @@ def run_tune(
         own = knobs_for(spec, gpu_build, config.engine)
         built_for = config.backend or opts.backend_of(backend)  # the record's backends say which build ran
         own_ub = int(config.get(opts.UBATCH_SIZE.name) or opts.UBATCH_SIZE.default)
-        knobs, skipped = applicable(spec, own, context(config, tensors, gpu_build, placed, built_for), own_ub)
+        own_b = int(config.get(opts.BATCH_SIZE.name) or opts.BATCH_SIZE.default)
+        knobs, skipped = applicable(spec, own, context(config, tensors, gpu_build, placed, built_for), own_ub, own_b)
         _say_skipped(config, skipped, emit)
         at = plan_depths(spec, knobs, base, per_process, len(todo))
         if at.left_out:

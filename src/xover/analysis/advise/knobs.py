@@ -179,9 +179,13 @@ def llama_config(knobs: Sequence[Knob], setting: Setting, n_cpu_moe: int | None,
 
 def apply_setting(base: LlamaConfig, knobs: Sequence[Knob], setting: Setting, name: str) -> LlamaConfig:
     """``base`` (a study's configuration) with a setting's knob values on top: a setting the knobs name replaces
-    the base's value; the batch size raised with the ubatch is a setting too; the recheck marker is an environment
-    variable llama.cpp ignores."""
+    the base's value; the batch size raised with the ubatch is a setting too, and so is the base's own ``-b`` where
+    the ubatch exceeds it (llama.cpp would run ``-b``-token ubatches); the recheck marker is an environment variable
+    llama.cpp ignores."""
     values = dict(first_of(setting))
+    ub, own_b = values.get("ubatch-size"), base.get("batch-size")
+    if ub is not None and "batch-size" not in values and own_b is not None and int(ub) > int(own_b):
+        values["batch-size"] = ub
     config = base.with_values(values, name=name)
     if is_again(setting):
         config = config.with_env({RECHECK_ENV: dict(setting)[RECHECK[0][0]]})
