@@ -241,6 +241,35 @@ def test_an_own_knob_whose_two_processes_each_beat_the_defaults_moves_though_the
     assert drifting.drift_s is not None and drifting.origin == t2 and drifting.recommended == t2
 
 
+def test_the_report_says_an_own_knob_moved_within_the_noise_and_never_calls_it_no_effect() -> None:
+    """A value kept within the noise (each of its processes beat each of the defaults') is no "no effect" knob, and
+    the report says on what evidence it moved, not that it won beyond the noise."""
+    from xover.domain.artifacts import TuneRecord
+    from xover.domain.study_spec import spec_from_dict
+    from xover.measure import tune
+    from xover.report.blocks import blocks_markdown
+    from xover.report.tune import _record_blocks, knob_rows
+    from xover.results.read_model import _read_search
+
+    search = advise.coordinate_search(KNOBS, _noisy_own_threads(1.95), AGENTIC, first=("threads",))
+    (threads,) = [v for v in search.verdicts if v.knob == "threads"]
+    assert threads.kept == "2" and not threads.no_effect
+    (row,) = [r for r in knob_rows(search, 200) if r.knob == "threads" and r.value == "2"]
+    assert row.status.startswith("kept, within noise: each process faster than each of the defaults'"), row.status
+    spec = spec_from_dict(
+        {
+            "model": {"preset": "tiny-moe"},
+            "study": {"lengths": ["512"]},
+            "config": [{"name": "defaults"}, {"name": "t=1", "threads": 1}],
+        }
+    )
+    body = tune._body(spec.configs[1], KNOBS, search, spec, Path("m.gguf"), "CPU", 512, tune.Confirmed(search.origin))
+    text = blocks_markdown(_record_blocks(TuneRecord.from_body(body, _read_search), 200))
+    assert "t=2 won each of its two processes against each of the defaults'" in text, text
+    (no_effect,) = [line for line in text.splitlines() if line.startswith("No effect on this hardware")]
+    assert "won beyond the noise" not in text and "threads" not in no_effect, text
+
+
 def test_a_single_kept_knob_needs_no_combination_measurement() -> None:
     calls: list[Setting] = []
 

@@ -561,13 +561,19 @@ def _record_blocks(r: TuneRecord, response: int, turns: Any | None = None, engin
         return out
     if _origin(r.search) != DEFAULTS:
         moved = next((t.label for t in r.search.trials if t.setting == _origin(r.search)), "")
+        kept = [e for v in r.search.verdicts if v.knob in r.search.first for e in v.effects if e.value == v.kept]
+        how = (
+            "won each of its two processes against each of the defaults' (within the noise of the two sides' "
+            "spreads added: the confirmation decides)"
+            if any(e.within_noise for e in kept)
+            else "won beyond the noise"
+        )
         out.append(
             Block(
                 "p",
                 f"{r.config} sets {', '.join(r.search.first)} itself, so "
-                f"{'it was' if len(r.search.first) == 1 else 'they were'} searched first: {moved} won "
-                f"beyond the noise, and every other knob was measured on top of {moved}; their rows compare with "
-                f"{moved}, not with the defaults.",
+                f"{'it was' if len(r.search.first) == 1 else 'they were'} searched first: {moved} {how}, and every "
+                f"other knob was measured on top of {moved}; their rows compare with {moved}, not with the defaults.",
             )
         )
     out.append(table(*knob_table(r.search, response, turns)))

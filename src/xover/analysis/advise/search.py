@@ -63,8 +63,9 @@ class KnobVerdict:
 
     @property
     def no_effect(self) -> bool:
-        """Every value measured is within noise of the defaults (nothing measured: unknown, False)."""
-        return bool(self.effects) and all(e.within_noise for e in self.effects)
+        """Every value measured is within noise of the defaults and none kept (nothing measured: unknown, False; an own
+        knob's value can be kept within the noise, on two processes that each beat the defaults')."""
+        return bool(self.effects) and self.kept is None and all(e.within_noise for e in self.effects)
 
 
 @dataclasses.dataclass(frozen=True)
