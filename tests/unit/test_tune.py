@@ -689,3 +689,18 @@ def test_deep_depths_are_planned_from_what_the_defaults_measured() -> None:
     assert at.depths == ((0, 1024, 16384) if fits else (0, 1024))
     slow = tune.plan_depths(spec, knobs, base, per_process_s=200.0, configs=1)
     assert slow.depths == (0, 1024) and [d for d, _ in slow.left_out] == [16384]
+
+
+def test_a_failed_or_short_confirmation_names_its_setting_where_a_record_may_hold_two() -> None:
+    """A confirmation against the origin and one of the whole against the defaults can sit in one record: a failure or
+    too few rounds says which setting it was."""
+    from xover.report.tune import _rounds_text
+
+    against_origin = {"setting": [["threads", "2"], ["ubatch-size", "1024"]], "against": [["threads", "2"]]}
+    failed = _rounds_text({**against_origin, "failure": "round 1: out of memory"}, decode=False)
+    assert failed.startswith("threads=2, ubatch-size=1024: The confirmation in rounds failed (round 1"), failed
+    whole = {"setting": [["threads", "2"], ["ubatch-size", "1024"]], "against": [], "rounds": []}
+    short = _rounds_text(whole, decode=False, named=True)
+    assert short == "threads=2, ubatch-size=1024: Too few rounds to confirm it: the defaults were kept.", short
+    # against the defaults and not named (a record's only confirmation): as before
+    assert _rounds_text({**whole, "failure": "x"}, decode=False).startswith("The confirmation in rounds failed")

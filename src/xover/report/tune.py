@@ -419,8 +419,9 @@ def _rounds_text(c: Mapping[str, Any], decode: bool, named: bool = False) -> str
         if origin
         else "the defaults were kept"
     )
-    if c.get("failure"):
-        return f"The confirmation in rounds failed ({c['failure']}): {outcome}."
+    weighed = pairs_label(c.get("setting") or ()) + ": " if not decode and (origin or named) else ""
+    if c.get("failure"):  # named where a record may hold two confirmations: which one failed
+        return f"{weighed}The confirmation in rounds failed ({c['failure']}): {outcome}."
     ratio, low, high, n = c.get("ratio"), c.get("low"), c.get("high"), c.get("n") or 0
     told = "; ".join(
         f"round {k}: {d:.3f} s vs {t:.3f} s"
@@ -434,14 +435,13 @@ def _rounds_text(c: Mapping[str, Any], decode: bool, named: bool = False) -> str
         if c.get("stopped")
         else ""
     )
-    weighed = pairs_label(c.get("setting") or ()) + ": " if not decode and (origin or named) else ""
     if ratio is None:
         if stopped and told:
             return (
                 f"{weighed}Not confirmed in rounds of fresh llama-bench processes, interleaved with {against} "
                 f"({told}): {outcome}.{stopped}"
             )
-        return f"Too few rounds to confirm it: {outcome}."
+        return f"{weighed}Too few rounds to confirm it: {outcome}."
     what = "decode time" if decode and not cached else "time"
     span = f"{ratio:.2f}x {whose} {what} per {'cached turn' if cached else 'turn'} (95% interval {low:.2f}-{high:.2f}, {n} rounds: {told})"
     if c.get("kept"):
