@@ -201,11 +201,11 @@ def applicable(
     knobs: Sequence[advise.Knob],
     ctx: advise.Context,
     ubatch: int = advise.LLAMA_DEFAULT_UBATCH,
-    batch: int | None = None,
+    batch: int = advise.LLAMA_DEFAULT_BATCH,
 ) -> tuple[tuple[advise.Knob, ...], tuple[tuple[str, str], ...]]:
-    """The knobs that can act on this configuration (its own ``ubatch`` and logical ``batch``; llama.cpp's default
-    where None) here (:mod:`xover.analysis.advise.applicability`), and the others with their reasons; a knob the
-    spec names in ``tune-knobs`` is searched whatever the theory says."""
+    """The knobs that can act on this configuration (its own ``ubatch`` and logical ``batch``) here
+    (:mod:`xover.analysis.advise.applicability`), and the others with their reasons; a knob the spec names in
+    ``tune-knobs`` is searched whatever the theory says."""
     if spec.tune_knobs is not None:  # the spec's knobs, less those of another backend
         other = tuple((k.name, why) for k in knobs if (why := advise.backend_reason(k.name, ctx.backend)) is not None)
         return tuple(k for k in knobs if k.name not in dict(other)), other
@@ -216,8 +216,7 @@ def applicable(
     out = tuple(k for k in knobs if k.name in keep)
     ub = advise.knob_named(out, opts.UBATCH_SIZE.name)
     if ub is not None:  # ubatches no prompt of the study fills run as the smallest of them
-        runs = min(ubatch, batch if batch is not None else int(opts.BATCH_SIZE.default))  # ubatches of min(-ub, -b)
-        left, why = advise.ubatch_reason(ub.candidates, spec.longest_prompt, runs)
+        left, why = advise.ubatch_reason(ub.candidates, spec.longest_prompt, min(ubatch, batch))  # min(-ub, -b)
         if why is not None:
             gone = ", ".join(v for v in ub.candidates if v not in left)
             skipped = (*skipped, (f"{ub.name} {gone}", why))

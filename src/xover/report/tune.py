@@ -200,7 +200,9 @@ def knob_rows(search: Any, response: int) -> list[KnobRow]:
             if v.no_effect:
                 status = "no effect"
             elif v.kept == e.value:  # an own knob may move within the noise: each process beat each of the defaults'
-                status = "kept" + (", within noise: each process faster than each of the defaults'" * e.within_noise)
+                status = "kept" + (
+                    ", within noise: each process faster than each of the defaults'" if e.within_noise else ""
+                )
             else:
                 status = "not kept" + (
                     " (within noise)" if e.within_noise else " (slower per turn)" if e.change_s > 0 else ""

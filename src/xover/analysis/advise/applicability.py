@@ -136,15 +136,14 @@ def skip_reason(name: str, ctx: Context) -> str | None:
     return None
 
 
-def batch_reason(candidates: Sequence[str], ubatch: int, batch: int | None = None) -> str | None:
+def batch_reason(candidates: Sequence[str], ubatch: int, batch: int = int(opts.BATCH_SIZE.default)) -> str | None:
     """Why ``-b`` alone, at these candidate values, cannot change anything for a configuration that runs ``-ub
-    ubatch`` and ``-b batch`` (llama.cpp's default where None; one line), or None. llama.cpp runs ubatches of
+    ubatch`` and ``-b batch`` (one line), or None. llama.cpp runs ubatches of
     ``min(-ub, -b)``: while the ubatch is at most the configuration's logical batch and no candidate is below it,
     every candidate runs the same ubatches, only in fewer ``llama_decode`` calls (the ubatch knob raises ``-b`` with
     ``-ub`` where it must). A configuration whose own ``-b`` is below its ubatch runs ``-b``-token ubatches, which a
     larger ``-b`` alone would raise."""
-    own_b = int(opts.BATCH_SIZE.default) if batch is None else batch
-    if ubatch <= own_b and candidates and all(int(v) >= ubatch for v in candidates):
+    if ubatch <= batch and candidates and all(int(v) >= ubatch for v in candidates):
         return (
             f"llama.cpp runs ubatches of min(-ub, -b): with -ub {ubatch} a larger -b alone runs the same {ubatch}-token "
             "ubatches (the ubatch knob raises -b with it)"

@@ -141,13 +141,19 @@ def knob_named(knobs: Sequence[Knob], name: str) -> Knob | None:
     return next((k for k in knobs if k.name == name), None)
 
 
+def _raise_batch(values: dict[str, str], batch: str | None) -> None:
+    """llama.cpp runs ubatches of ``min(-ub, -b)``: a ubatch in ``values`` above ``batch`` (llama.cpp's default -b
+    where None) raises -b with it."""
+    ub = values.get("ubatch-size")
+    if ub is not None and int(ub) > int(batch or LLAMA_DEFAULT_BATCH):
+        values["batch-size"] = ub
+
+
 def normalize(knobs: Sequence[Knob], values: Mapping[str, str]) -> Setting:
     """A setting in knob order, defaults left out. llama.cpp runs ubatches of ``min(-ub, -b)``, so a
     ubatch above the batch size raises the batch with it."""
     values = {k: v for k, v in values.items() if (knob := knob_named(knobs, k)) is not None and v != knob.default}
-    ub, b = values.get("ubatch-size"), values.get("batch-size")
-    if ub is not None and int(ub) > int(b or LLAMA_DEFAULT_BATCH):
-        values["batch-size"] = ub
+    _raise_batch(values, values.get("batch-size"))
     order = [k.name for k in knobs] + ["batch-size"]
     return tuple((name, values[name]) for name in dict.fromkeys(order) if name in values)
 
@@ -183,9 +189,8 @@ def apply_setting(base: LlamaConfig, knobs: Sequence[Knob], setting: Setting, na
     the ubatch exceeds it (llama.cpp would run ``-b``-token ubatches); the recheck marker is an environment variable
     llama.cpp ignores."""
     values = dict(first_of(setting))
-    ub, own_b = values.get("ubatch-size"), base.get("batch-size")
-    if ub is not None and "batch-size" not in values and own_b is not None and int(ub) > int(own_b):
-        values["batch-size"] = ub
+    if "batch-size" not in values and (own_b := base.get("batch-size")) is not None:
+        _raise_batch(values, own_b)
     config = base.with_values(values, name=name)
     if is_again(setting):
         config = config.with_env({RECHECK_ENV: dict(setting)[RECHECK[0][0]]})
