@@ -317,9 +317,12 @@ def test_ubatches_no_prompt_fills_are_not_searched_and_the_test_is_no_longer_tha
     assert advise.ubatch_reason(("1024", "2048", "4096"), 2048, 512)[0] == ("1024", "2048")
     assert advise.ubatch_reason(("1024", "2048", "4096"), 3000, 512) == (("1024", "2048", "4096"), None)
     assert advise.ubatch_reason(("1024", "2048"), 512, 512)[0] == ()
-    assert "at most 512 tokens, one ubatch at -ub 512, the default" in (
+    assert "at most 512 tokens, one ubatch at the configuration's own 512-token ubatch" in (
         advise.ubatch_reason(("1024",), 512, 512)[1] or ""
     )
+    # a configuration of -ub 1024 -b 768 runs 768-token ubatches: that, not llama.cpp's default, is named
+    kept_768, why_768 = advise.ubatch_reason(("1024", "2048"), 512, 768)
+    assert kept_768 == () and "own 768-token ubatch" in (why_768 or "") and "default" not in (why_768 or "")
     knobs = advise.study_knobs(2, False, 2048)
     spec = spec_from_dict(
         {"model": {"preset": "tiny-moe"}, "study": {"lengths": ["512", "2k"]}, "config": [{"name": "a"}]}

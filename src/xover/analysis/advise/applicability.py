@@ -151,17 +151,18 @@ def batch_reason(candidates: Sequence[str], ubatch: int, batch: int = int(opts.B
     return None
 
 
-def ubatch_reason(candidates: Sequence[str], longest: int, default: int) -> tuple[tuple[str, ...], str | None]:
+def ubatch_reason(candidates: Sequence[str], longest: int, current: int) -> tuple[tuple[str, ...], str | None]:
     """The ``-ub`` candidates that can act on a study whose requests prefill at most ``longest`` tokens, and why the
     others cannot (one line), or None. A prompt of L tokens runs as ubatches of ``min(-ub, L)`` tokens, so every
     ubatch of at least ``longest`` runs each of the study's prompts as one ubatch, the same work (only its compute
-    buffer is larger): of those, only the smallest is kept, and none where llama.cpp's default ``default`` is one."""
+    buffer is larger): of those, only the smallest is kept, and none where the configuration's own ubatch
+    ``current`` (``min(-ub, -b)``, llama.cpp's default 512 where it sets neither) is one."""
     at_least = sorted((v for v in dict.fromkeys(candidates) if int(v) >= longest), key=int)
-    same = at_least if default >= longest else at_least[1:]
+    same = at_least if current >= longest else at_least[1:]
     if not same:
         return tuple(candidates), None
     kept = tuple(v for v in candidates if v not in same)
-    as_ = f"-ub {default}, the default" if default >= longest else f"-ub {at_least[0]}"
+    as_ = f"the configuration's own {current}-token ubatch" if current >= longest else f"-ub {at_least[0]}"
     return kept, (
         f"every request of this study prefills at most {longest:,} tokens, one ubatch at {as_}: "
         f"-ub {', '.join(same)} would run the same ubatches"
