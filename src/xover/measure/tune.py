@@ -24,7 +24,7 @@ import os
 import time
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from xover.analysis import advise
 from xover.analysis.rounds import RatioInterval, can_still_fall_below_one, order, paired_ratio, possessive
@@ -652,7 +652,7 @@ def _confirmations(
     spec: StudySpec,
     emit: Event,
     config: LlamaConfig,
-    same_as_of: Callable[..., str | None],
+    same_as_of: SameAsOf,
     max_rounds: int | None = None,
     once: Once | None = None,
 ) -> Confirmed:
@@ -709,6 +709,13 @@ def _confirmations(
         else:
             decode = rounds(decode_only, search.decode_recommended, work, kept, "decode")
     return Confirmed(kept, turn, decode, origin_check, same_as)
+
+
+class SameAsOf(Protocol):
+    """The study's other configuration whose command a setting of this configuration runs, or None
+    (``_same_as_of`` bound to its configuration; with ``say``, the line that says so)."""
+
+    def __call__(self, setting: advise.Setting, say: bool = True) -> str | None: ...
 
 
 def _same_as_of(
