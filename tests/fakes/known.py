@@ -1,9 +1,9 @@
-"""Known inputs shared by the unit and process tiers: a llama-bench -v log's buffer lines, and qwen3-30b-a3b's terms
-with the fit record of a configuration planned under a VRAM budget."""
+"""Known inputs shared by the unit and process tiers: a llama-bench -v log's buffer lines, qwen3-30b-a3b's terms
+with the fit record of a configuration planned under a VRAM budget, and a two-configuration study spec."""
 
 from __future__ import annotations
 
-from xover.domain.study_spec import spec_from_dict
+from xover.domain.study_spec import StudySpec, spec_from_dict
 from xover.measure.fit import resolve_fits
 
 VERBOSE_STDERR = """\
@@ -38,3 +38,14 @@ def qwen3_budget_records(budget: int, ctx: int) -> tuple[object, list[dict]]:
     )
     _, records = resolve_fits(spec, terms)
     return terms, records
+
+
+def defaults_and_t1() -> StudySpec:
+    """A study of llama.cpp's defaults and a configuration that runs ``-t 1``, on prompts of 512 tokens."""
+    return spec_from_dict(
+        {
+            "model": {"preset": "tiny-moe"},
+            "study": {"lengths": ["512"]},
+            "config": [{"name": "defaults"}, {"name": "t=1", "threads": 1}],
+        }
+    )

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from fakes.known import defaults_and_t1
 from xover.analysis import advise
 from xover.analysis.advise import DEFAULTS, Advice, Measurement, RateSamples, ServerPoint, Setting, Turn, Workload
 from xover.analysis.theory import model_terms
@@ -245,7 +246,6 @@ def test_the_report_says_an_own_knob_moved_within_the_noise_and_never_calls_it_n
     """A value kept within the noise (each of its processes beat each of the defaults') is no "no effect" knob, and
     the report says on what evidence it moved, not that it won beyond the noise."""
     from xover.domain.artifacts import TuneRecord
-    from xover.domain.study_spec import spec_from_dict
     from xover.measure import tune
     from xover.report.blocks import blocks_markdown
     from xover.report.tune import _record_blocks, knob_rows
@@ -256,13 +256,7 @@ def test_the_report_says_an_own_knob_moved_within_the_noise_and_never_calls_it_n
     assert threads.kept == "2" and not threads.no_effect
     (row,) = [r for r in knob_rows(search, 200) if r.knob == "threads" and r.value == "2"]
     assert row.status.startswith("kept, within noise: each process faster than each of the defaults'"), row.status
-    spec = spec_from_dict(
-        {
-            "model": {"preset": "tiny-moe"},
-            "study": {"lengths": ["512"]},
-            "config": [{"name": "defaults"}, {"name": "t=1", "threads": 1}],
-        }
-    )
+    spec = defaults_and_t1()
     body = tune._body(spec.configs[1], KNOBS, search, spec, Path("m.gguf"), "CPU", 512, tune.Confirmed(search.origin))
     text = blocks_markdown(_record_blocks(TuneRecord.from_body(body, _read_search), 200))
     assert "t=2 won each of its two processes against each of the defaults'" in text, text

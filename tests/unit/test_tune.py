@@ -11,6 +11,7 @@ from types import SimpleNamespace
 
 import pytest
 
+from fakes.known import defaults_and_t1
 from xover.analysis import advise
 from xover.analysis.advise import DEFAULTS, Measurement, RateSamples, Setting
 from xover.domain.artifacts import TuneRecord
@@ -395,17 +396,6 @@ def test_a_trial_that_runs_another_configurations_command_shares_its_process() -
     assert len(ran) == 6
 
 
-def _defaults_and_t1() -> StudySpec:
-    """A study of llama.cpp's defaults and a configuration that runs ``-t 1``, on prompts of 512 tokens."""
-    return spec_from_dict(
-        {
-            "model": {"preset": "tiny-moe"},
-            "study": {"lengths": ["512"]},
-            "config": [{"name": "defaults"}, {"name": "t=1", "threads": 1}],
-        }
-    )
-
-
 def test_a_recommendation_that_is_another_configuration_is_left_to_the_studys_rounds() -> None:
     """Issue 46 item 8: ``t=1`` tuned to ``-t 2`` is the ``defaults`` configuration, which the cold stage measures
     beside it in rounds of fresh servers: those rounds confirm it. Without the cold stage, or for a setting no
@@ -413,7 +403,7 @@ def test_a_recommendation_that_is_another_configuration_is_left_to_the_studys_ro
     knobs = advise.default_knobs(cpu_count=2)
     shared = tune.SharedTrials()
     shared.learn(LlamaConfig("defaults"), knobs, Measurement(effective=(("n_threads", "2"),)))
-    spec = _defaults_and_t1()
+    spec = defaults_and_t1()
     t1 = spec.configs[1]
     assert shared.configuration_of(t1, knobs, (("threads", "2"),), spec) == "defaults"
     assert shared.configuration_of(t1, knobs, (("threads", "2"), ("ubatch-size", "1024")), spec) is None
@@ -445,7 +435,7 @@ def test_what_a_search_adds_on_top_of_a_moved_own_knob_is_confirmed_against_that
     What the recommendation adds is now confirmed against its origin: not confirmed there, the variant runs the
     origin, and the origin, another configuration's command here, is left to the study's rounds; where it is no
     other configuration's, the origin is confirmed against the defaults in its turn."""
-    spec = _defaults_and_t1()
+    spec = defaults_and_t1()
     t1, work = spec.configs[1], tune.workload(spec)
     origin, rider = (("threads", "2"),), (("repack", "0"), ("threads", "2"))
     search = advise.Search(None, (), (), rider, rider, origin=origin, first=("threads",))
@@ -502,7 +492,7 @@ def test_a_confirmed_addition_to_an_origin_no_configuration_runs_is_confirmed_ag
     """An own knob moves on the search's two processes each (``Effect.separated``). Where what the search adds on top
     is then confirmed against that origin, the origin's own gain would be kept on those processes alone, unless
     another configuration's rounds measure it: the whole recommendation is confirmed against the defaults too."""
-    spec = _defaults_and_t1()
+    spec = defaults_and_t1()
     t1, work = spec.configs[1], tune.workload(spec)
     origin, whole = (("threads", "2"),), (("threads", "2"), ("ubatch-size", "1024"))
     search = advise.Search(None, (), (), whole, whole, origin=origin, first=("threads",))
@@ -554,7 +544,7 @@ def test_a_confirmed_addition_to_an_origin_no_configuration_runs_is_confirmed_ag
 def test_rounds_of_the_same_two_commands_are_run_once_for_the_configurations_that_ask_them() -> None:
     """Seen on 2 cores: ``defaults`` confirmed ``-nr`` against the defaults in 6 processes, then ``t=1`` confirmed
     ``-nr -t 2`` against ``-t 2``, the same two commands where llama.cpp runs 2 threads, in 6 more."""
-    spec = _defaults_and_t1()
+    spec = defaults_and_t1()
     defaults, t1 = spec.configs
     knobs = advise.study_knobs(cpu_count=2, gpu_build=False, longest=2048)
     shared = tune.SharedTrials()
