@@ -20,8 +20,8 @@ from xover.domain.study_spec import StudySpec, spec_from_dict
 from xover.errors import XoverError
 from xover.measure import tune
 from xover.report.blocks import blocks_markdown
-from xover.report.tune import _record_blocks
-from xover.results.read_model import load
+from xover.report.tune import _record_blocks, _rounds_of
+from xover.results.read_model import _read_search, load
 from xover.results.store import Store
 
 BASE = LlamaConfig("ncmoe=18", settings=(("n-cpu-moe", "18"), ("n-gpu-layers", "99"), ("ubatch-size", "512")))
@@ -539,6 +539,19 @@ def test_a_confirmed_addition_to_an_origin_no_configuration_runs_is_confirmed_ag
     left = run({DEFAULTS: 1.0, origin: 0.7, whole: 0.84}, defaults_runs)
     assert left.setting == whole and left.origin is None and DEFAULTS not in pairs
     assert said == [True, False]  # the origin asked quietly: it is not the recommendation
+    # and the report says whose rounds the origin's gain rests on, where the study still runs that configuration
+    assert left.origin_same_as == "defaults" and real.origin_same_as is None and lucky.origin_same_as is None
+    body = tune._body(t1, advise.default_knobs(2), search, spec, Path("m.gguf"), "CPU", 512, left)
+    record = TuneRecord.from_body({**body, "origin_same_as": left.origin_same_as}, _read_search)
+    text = blocks_markdown(_record_blocks(record, 200))
+    assert "threads=2 runs the command of defaults, another configuration of this study" in text, text
+    assert "confirmed only what t=1 tuned adds to it" in text, text
+    assert _rounds_of(record, {"defaults", "t=1"}).origin_same_as == "defaults"
+    assert _rounds_of(record, {"t=1"}).origin_same_as is None  # a later spec without it: no such rounds
+    real_body = tune._body(t1, advise.default_knobs(2), search, spec, Path("m.gguf"), "CPU", 512, real)
+    assert "runs the command of" not in blocks_markdown(
+        _record_blocks(TuneRecord.from_body(real_body, _read_search), 200)
+    )
 
 
 def test_rounds_of_the_same_two_commands_are_run_once_for_the_configurations_that_ask_them() -> None:

@@ -281,6 +281,10 @@ class TuneRecord:
     # the study's configuration whose command the recommendation runs: the study's rounds of fresh servers compare
     # the two, so no llama-bench rounds confirmed it (None: confirmed here, or nothing to confirm)
     same_as: str | None = None
+    # the study's configuration whose command the search's origin runs (an own knob it moved first), where the
+    # recommendation extends that origin and only what it adds was confirmed in llama-bench rounds: the origin's
+    # gain over this configuration rests on the study's rounds of that configuration (None: none such)
+    origin_same_as: str | None = None
 
     @property
     def variants(self) -> tuple[str, ...]:
@@ -335,6 +339,7 @@ class TuneRecord:
                 skipped=tuple((str(k), str(v)) for k, v in b.get("skipped") or ()),
                 depths_left_out=tuple((int(d), float(s)) for d, s in b.get("depths_left_out") or ()),
                 same_as=_opt_str(b.get("same_as")),
+                origin_same_as=_opt_str(b.get("origin_same_as")),
             )
 
         return _reading(TUNE, read)

@@ -621,6 +621,9 @@ class Confirmed:
     # where what the search added on top of it was not confirmed; the whole recommendation, where it was and the
     # origin is no other configuration's command
     same_as: str | None = None
+    # the study's configuration whose command the origin runs, where ``setting`` extends it and only what it adds was
+    # confirmed here: the origin's own gain over this configuration rests on the study's rounds of that one
+    origin_same_as: str | None = None
 
 
 Once = Callable[[advise.Setting, advise.Setting, str, Callable[[], Confirmation]], Confirmation]
@@ -684,18 +687,21 @@ def _confirmations(
         c = rounds(in_round, setting, work, against, "turn")
         return c, c.kept
 
-    turn = origin_check = None
+    turn = origin_check = origin_same_as = None
     kept, same_as = search.recommended, same_as_of(search.recommended) if search.recommended else None
     if search.recommended and same_as is None:
         extends = _extends_origin(search)
         against = search.origin if extends else advise.DEFAULTS
         turn, ok = decided(search.recommended, against)
-        if ok and extends and same_as_of(search.origin, say=False) is None:
+        if ok and extends:
             # what it adds is confirmed; the origin's own gain rests on the search's processes (an own knob moves on
-            # two processes that each beat the defaults'), and no other configuration's rounds measure it: the
-            # whole recommendation against the defaults, kept only if it wins there too
-            origin_check, ok = decided(search.recommended)
-            kept = search.recommended if ok else advise.DEFAULTS
+            # two processes that each beat the defaults'), unless another configuration runs the origin's command
+            # (the study's rounds measure it beside this one); if none does, the whole recommendation against the
+            # defaults, kept only if it wins there too
+            origin_same_as = same_as_of(search.origin, say=False)
+            if origin_same_as is None:
+                origin_check, ok = decided(search.recommended)
+                kept = search.recommended if ok else advise.DEFAULTS
         elif not ok:
             kept = against
             same_as = same_as_of(against) if against else None
@@ -708,7 +714,7 @@ def _confirmations(
             decode = rounds(in_round, search.decode_recommended, turns, kept, "cached")
         else:
             decode = rounds(decode_only, search.decode_recommended, work, kept, "decode")
-    return Confirmed(kept, turn, decode, origin_check, same_as)
+    return Confirmed(kept, turn, decode, origin_check, same_as, origin_same_as)
 
 
 class SameAsOf(Protocol):
@@ -857,7 +863,12 @@ def run_tune(
             search, in_round, decode_only, work, turns, spec, emit, config, same_as_of, rounds, once
         )
         body = _body(config, knobs, search, spec, model, backend, chunk_tokens, confirmed, skipped)
-        body |= {"placed_trials": placed, "same_as": confirmed.same_as, "depths": list(at.depths)}
+        body |= {
+            "placed_trials": placed,
+            "same_as": confirmed.same_as,
+            "origin_same_as": confirmed.origin_same_as,
+            "depths": list(at.depths),
+        }
         body["depths_left_out"] = [list(x) for x in at.left_out]
         results[config.name] = _store_result(config, body, study_dir, emit)
     return tuple(results[c.name] for c in spec.configs if c.name in results)

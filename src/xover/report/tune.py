@@ -95,10 +95,15 @@ def layout(data: StudyData) -> Layout:
 def _rounds_of(r: TuneRecord, configs: set[str] | None) -> TuneRecord:
     """``r`` as the study last ran it (``configs``: its configurations): a search left its recommendation to the
     rounds of another configuration (``same_as``), which a later run of a changed spec, resuming the stored search,
-    may no longer measure. Then the variant was measured as itself, and no other configuration's rounds confirm it."""
-    if r.same_as is None or configs is None or r.same_as in configs:
+    may no longer measure. Then the variant was measured as itself, and no other configuration's rounds confirm it
+    (nor, ``origin_same_as``, the gain of the origin it extends)."""
+    if configs is None:
         return r
-    return dataclasses.replace(r, same_as=None)
+    return dataclasses.replace(
+        r,
+        same_as=r.same_as if r.same_as in configs else None,
+        origin_same_as=r.origin_same_as if r.origin_same_as in configs else None,
+    )
 
 
 def _placed(r: TuneRecord, entry: FitRecord | None) -> TuneRecord:
@@ -562,7 +567,9 @@ def _record_blocks(r: TuneRecord, response: int, turns: Any | None = None, engin
         out.append(Block("p", r.note or "The search itself was not stored."))
         return out
     if _origin(r.search) != DEFAULTS:
-        moved = next((t.label for t in r.search.trials if t.setting == _origin(r.search)), "")
+        moved = next(
+            (t.label for t in r.search.trials if t.setting == _origin(r.search)), pairs_label(_origin(r.search))
+        )
         kept = [e for v in r.search.verdicts if v.knob in r.search.first for e in v.effects if e.value == v.kept]
         how = (
             "won each of its two processes against each of the defaults' (within the noise of the two sides' "
@@ -575,7 +582,14 @@ def _record_blocks(r: TuneRecord, response: int, turns: Any | None = None, engin
                 "p",
                 f"{r.config} sets {', '.join(r.search.first)} itself, so "
                 f"{'it was' if len(r.search.first) == 1 else 'they were'} searched first: {moved} {how}, and every "
-                f"other knob was measured on top of {moved}; their rows compare with {moved}, not with the defaults.",
+                f"other knob was measured on top of {moved}; their rows compare with {moved}, not with the defaults."
+                + (
+                    f" {moved} runs the command of {r.origin_same_as}, another configuration of this study: its gain "
+                    f"over {r.config}'s own setting rests on the rounds of fresh servers below, which measure the two "
+                    f"side by side; the llama-bench rounds confirmed only what {r.variant} adds to it."
+                    if r.origin_same_as is not None and r.variant is not None
+                    else ""
+                ),
             )
         )
     out.append(table(*knob_table(r.search, response, turns)))
