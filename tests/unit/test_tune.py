@@ -697,3 +697,17 @@ def test_a_failed_or_short_confirmation_names_its_setting_where_a_record_may_hol
     assert short == "threads=2, ubatch-size=1024: Too few rounds to confirm it: the defaults were kept.", short
     # against the defaults and not named (a record's only confirmation): as before
     assert _rounds_text({**whole, "failure": "x"}, decode=False).startswith("The confirmation in rounds failed")
+
+
+def test_the_rounds_planned_for_a_moved_origin_count_only_the_confirmations_that_can_run() -> None:
+    """A recommendation that extends a moved own knob needs two confirmations (what it adds against the origin, then
+    the whole or the origin against the defaults), unless the origin is another configuration's command, whose
+    rounds of fresh servers judge its gain: then one, and the rounds' budget is not split over a check that never
+    runs."""
+    origin, whole = (("threads", "2"),), (("threads", "2"), ("ubatch-size", "1024"))
+    extends = advise.Search(None, (), (), whole, whole, origin=origin, first=("threads",))
+    assert tune._checks(extends, leaves=False) == 2
+    assert tune._checks(extends, leaves=False, origin_leaves=True) == 1
+    assert tune._checks(extends, leaves=True, origin_leaves=True) == 0
+    plain = advise.Search(None, (), (), whole, whole)
+    assert tune._checks(plain, leaves=False, origin_leaves=False) == 1

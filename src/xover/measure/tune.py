@@ -638,11 +638,12 @@ def _extends_origin(search: advise.Search) -> bool:
     return bool(origin) and search.recommended != origin and set(origin) <= set(search.recommended)
 
 
-def _checks(search: advise.Search, leaves: bool) -> int:
+def _checks(search: advise.Search, leaves: bool, origin_leaves: bool = False) -> int:
     """The confirmations in rounds a search may need: its recommendation (none where it ``leaves`` it to the
-    study's rounds, as another configuration's command), and where that extends its origin the origin as well
-    (should the recommendation lose), and the second kind of turn's own setting."""
-    turn = 0 if leaves or not search.recommended else 1 + int(_extends_origin(search))
+    study's rounds, as another configuration's command), and where that extends its origin one more, against the
+    defaults (none where the origin ``origin_leaves`` its gain to the study's rounds, as another configuration's
+    command), and the second kind of turn's own setting."""
+    turn = 0 if leaves or not search.recommended else 1 + int(_extends_origin(search) and not origin_leaves)
     return turn + int(search.decode_recommended is not None)
 
 
@@ -854,8 +855,9 @@ def run_tune(
         in_round = functools.partial(_in_round, runner, config, sweep, work, place)
         decode_only = functools.partial(_in_round, runner, config, dataclasses.replace(sweep, n_prompt=0), work, place)
         same_as_of = functools.partial(_same_as_of, shared, config, knobs, spec, emit, placed)
-        leaves = not placed and shared.configuration_of(config, knobs, search.recommended, spec) is not None
-        to_confirm = _checks(search, leaves)
+        # another configuration's command, the recommendation or the origin it extends: the study's rounds judge it
+        leaves, origin_leaves = (same_as_of(s, say=False) is not None for s in (search.recommended, search.origin))
+        to_confirm = _checks(search, leaves, origin_leaves)
         spent = time.perf_counter() - t_base
         rounds = confirm_rounds(spec, per_process, spent, len(todo), to_confirm, base.reused)
         once = None if placed else functools.partial(shared.confirm_once, config, knobs, sweep, emit, rounds)
