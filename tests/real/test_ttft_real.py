@@ -74,8 +74,9 @@ def test_cold_samples_pass_the_cold_check_at_several_lengths(
             s.length,
         )  # no BOS on id prompts
         assert s.timings.predicted_n == 8  # ignore_eos: exactly n_predict
-        # random weights emit raw bytes; a last token that ends inside a UTF-8 character is never streamed
-        assert s.n_tokens_received in (7, 8)
+        # random weights emit raw bytes: a token that ends inside a UTF-8 character is held back and streamed with
+        # the next (one chunk for two tokens, anywhere in the answer), and a last one is never streamed (seen: 6 of 8)
+        assert 0 < s.n_tokens_received <= s.timings.predicted_n
         assert s.first_byte_ns is not None and s.first_token_ns is not None and s.end_ns is not None
         assert s.first_byte_ns <= s.first_token_ns <= s.end_ns
         assert s.first_token_ns > s.timings.prompt_ms * 1e6  # client TTFT contains the server's prefill
