@@ -89,6 +89,13 @@ def test_check_cache() -> None:
     assert check_cache("warm", 64, _t(0, 64)) is not None
     assert check_cache("cold", 64, None) == "no cache_n/prompt_n in the server's timings"
     assert check_cache("cold", 64, _t(None, 64)) is not None
+    # a cached turn served from an SWA model's context checkpoint at the depth processes its last token again (seen
+    # on gpt-oss-20b at -ub 512: cache_n 16383, prompt_n 2049 for a 2048-token turn on a 16K context)
+    assert check_cache("cached:16384", 2048, _t(16384, 2048)) is None
+    assert check_cache("cached:16384", 2048, _t(16383, 2049)) is None
+    assert check_cache("cached:16384", 2048, _t(16383, 2048)) is not None  # the counts must add up
+    assert check_cache("cached:16384", 2048, _t(14336, 4096)) is not None  # an earlier checkpoint: not cached
+    assert check_cache("cold", 64, _t(1, 65)) is not None and check_cache("warm", 64, _t(62, 2)) is not None
 
 
 def _sample(

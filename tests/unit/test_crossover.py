@@ -460,3 +460,44 @@ def test_the_fastest_is_told_with_every_configuration_the_rounds_cannot_part_fro
     assert open_questions([a, c, d], [], 100) == {"A": {1024, 2048}, "C": {1024}, "D": {1024, 2048}}
     # on the mixed store, rounds for the pairs measured in rounds only: one process opens no question
     assert open_questions([a, b, c, y], [], 100) == {"A": {1024}, "C": {1024}}
+
+
+def test_a_configuration_with_too_few_rounds_is_not_yet_compared_never_indistinguishable() -> None:
+    """Seen on gpt-oss-20b (studies/h200-backends, on-h100): a lease ran out inside round 3, so ``vk-cpu6 tuned`` had
+    2 rounds beside 3 for the rest. Its turns took 8.9 s against 0.9 s for the fastest, in both rounds, yet the lead
+    line named it "indistinguishable" from the fastest and "which to run" offered it, because no verdict needs fewer
+    than 3 rounds. Known answer (decode 100 t/s, 100-token responses add 1 s a turn): A and B tie over 3 rounds, C is
+    10x slower over 2: C is "not yet compared", apart from the tie, and stays an open question."""
+    from xover.analysis.cached import cached_verdict, work_line
+    from xover.analysis.crossover import Winner, open_questions, winners
+
+    def cfg(label: str, ttft: dict[int, tuple[float, ...]]) -> ConfigData:
+        rounds = {n: {r + 1: (t, 100.0) for r, t in enumerate(ts)} for n, ts in ttft.items()}
+        return ConfigData(label, {n: list(ts) for n, ts in ttft.items()}, {n: [100.0] for n in ttft}, rounds=rounds)
+
+    a = cfg("A", {1024: (0.50, 0.40, 0.60)})
+    b = cfg("B", {1024: (0.55, 0.45, 0.52)})
+    c = cfg("C", {1024: (9.0, 7.0)})
+    line = fastest([a, b, c], 100)
+    assert line == (
+        "Fastest total time per turn (100-token responses): 1K A and B indistinguishable here (1.50 s against 1.52 s,"
+        " 3 rounds; not yet compared with A (2 rounds shared, 3 needed): C at 9.00 s)."
+    ), line
+    assert winners([a, b, c], 100) == {1024: Winner("A", ("B",), unsettled=("C",))}
+    assert "1K A or B (indistinguishable here; C: too few rounds to compare)" in (
+        work_line([a, b, c], [a, b], 100, 16384) or ""
+    )
+    assert "C" in open_questions([a, b, c], (), 100)
+    told = verdict(compare_pair(a, c, 100, n_boot=0))
+    assert told.startswith("A vs C: not yet compared (") and "2 rounds of fresh servers, fewer than the 3" in told
+    assert "indistinguishable" not in told and "either serves" not in told, told
+    assert "not yet compared" in cached_verdict(compare_pair(a, c, 100, n_boot=0), 16384)
+    # the same C in 3 rounds is told as slower, not as unsettled
+    c3 = cfg("C", {1024: (9.0, 7.0, 8.0)})
+    assert winners([a, b, c3], 100) == {1024: Winner("A", ("B",))}
+    # with no tie, the next by median is the next the rounds compared, not one they could not
+    d = cfg("D", {1024: (3.0, 2.9, 3.1)})
+    assert fastest([a, c, d], 100) == (
+        "Fastest total time per turn (100-token responses): 1K A (1.50 s; next D, 2.67x; not yet compared with A "
+        "(2 rounds shared, 3 needed): C at 9.00 s)."
+    ), fastest([a, c, d], 100)

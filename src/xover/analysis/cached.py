@@ -25,6 +25,7 @@ from xover.analysis.crossover import (
     sides,
     winners,
 )
+from xover.analysis.rounds import MIN_ROUNDS
 from xover.domain.units import format_tokens
 
 _k = format_tokens
@@ -40,6 +41,8 @@ def cached_verdict(pair: PairResult, depth: int) -> str:
     if pair.in_rounds:
         span += f", {pair.rounds_told()} of fresh servers"
     noise = "indistinguishable here" if pair.in_rounds else "within noise"
+    if not s.clear and pair.too_few_rounds:
+        return head + f"not yet compared ({span}, fewer than the {MIN_ROUNDS} a verdict needs)."
     if not s.clear:
         hint = fitted_outside(pair, unit="new tokens", what="turns")
         return head + f"{noise} at every turn size measured ({span}){hint}."
@@ -81,10 +84,12 @@ def _runs(best: dict[int, Winner], unit: str) -> str:
     parts = []
     for lengths, w in groups:
         span = _k(lengths[0]) if len(lengths) == 1 else f"{_k(lengths[0])}-{_k(lengths[-1])}"
+        short = f"{', '.join(w.unsettled)}: too few rounds to compare" if w.unsettled else ""
         if w.ties:
-            who = f"{', '.join([w.best, *w.ties[:-1]])} or {w.ties[-1]} (indistinguishable here)"
+            who = f"{', '.join([w.best, *w.ties[:-1]])} or {w.ties[-1]} (indistinguishable here{'; ' + short if short else ''})"
         else:
             who = f"{w.best} (the only one placed for it)" if w.alone else w.best
+            who += f" ({short})" if short else ""
         parts.append(f"{span}{unit} {who}")
     return ", ".join(parts)
 

@@ -23,7 +23,7 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-from xover.analysis.rounds import RatioInterval, paired_ratio
+from xover.analysis.rounds import MIN_ROUNDS, RatioInterval, paired_ratio
 from xover.domain.units import format_tokens
 
 # Measurements of one configuration: raw TTFT samples (seconds) per prompt length, and raw decode
@@ -109,6 +109,12 @@ class PairResult:
     def in_rounds(self) -> bool:
         """Whether the pair is judged over rounds of fresh processes (else by the spread inside one process)."""
         return bool(self.intervals)
+
+    @property
+    def too_few_rounds(self) -> bool:
+        """Judged over rounds, but at no length over the :data:`~xover.analysis.rounds.MIN_ROUNDS` a verdict needs:
+        "not yet compared", never "indistinguishable" (two rounds cannot part even a 10x gap)."""
+        return self.in_rounds and all(i is None or i.n < MIN_ROUNDS for i in self.intervals)
 
     def rounds_told(self) -> str:
         """``3 rounds`` or ``3-5 rounds``: how many rounds the pair's comparisons rest on."""
@@ -559,6 +565,11 @@ def _verdict(pair: PairResult, band: tuple[int, int], told_beyond: bool) -> str:
     span = f"{lengths_span(pair)}, {pair.response}-token responses"
     if not s.clear:
         gap = max(abs(x - y) / min(x, y) for x, y in zip(pair.total_a, pair.total_b))
+        if pair.too_few_rounds:
+            return head + (
+                f"not yet compared ({span}; {pair.rounds_told()} of fresh servers, fewer than the {MIN_ROUNDS} a "
+                f"verdict needs; medians differ by at most {gap:.0%})."
+            )
         rule = (
             f"indistinguishable here at every measured length ({span}; over {pair.rounds_told()} of fresh servers "
             "the 95% interval of their ratio includes 1"
@@ -671,14 +682,17 @@ class Ranked:
     configurations that measured it by median total (``order``), and each one after the fastest compared with it
     once by :func:`separation` (rounds of fresh processes where both were measured in rounds, overlapping ranges
     before rounds): ``ties``, those the noise cannot part from the fastest, and ``slower``, those called slower,
-    each in median order (one the rounds call faster than the fastest by median is in neither); ``intervals``, the round-paired interval of each pair measured in rounds (None: fewer than
-    two shared rounds)."""
+    each in median order (one the rounds call faster than the fastest by median is in neither); ``unsettled``, those
+    that share fewer than :data:`~xover.analysis.rounds.MIN_ROUNDS` rounds with the fastest: too few to call them
+    either (a 10x gap over 2 rounds is not "indistinguishable"); ``intervals``, the round-paired interval of each
+    pair measured in rounds (None: fewer than two shared rounds)."""
 
     order: tuple[str, ...]
     totals: Mapping[str, float]
     ties: tuple[str, ...] = ()
     slower: tuple[str, ...] = ()
     intervals: Mapping[str, RatioInterval | None] = dataclasses.field(default_factory=dict)
+    unsettled: tuple[str, ...] = ()
 
     @property
     def best(self) -> str:
@@ -699,12 +713,14 @@ def rank(configs: Sequence[ConfigData], response: int) -> dict[int, Ranked]:
             for x in order[1:]
             if best.rounds.get(L) and by_label[x].rounds.get(L)
         }
+        short = {x for x, i in intervals.items() if called[x] == 0 and (i is None or i.n < MIN_ROUNDS)}
         out[L] = Ranked(
             order,
             {x: totals[x][L] for x in order},
-            tuple(x for x in order[1:] if called[x] == 0),
+            tuple(x for x in order[1:] if called[x] == 0 and x not in short),
             tuple(x for x in order[1:] if called[x] == -1),
             intervals,
+            tuple(x for x in order[1:] if x in short),
         )
     return out
 
@@ -714,11 +730,13 @@ class Winner:
     """The answer at one length: the fastest configuration; ``ties``, every other one the noise cannot part from it
     (each compared with the fastest, not only the next by median: a third can be within the noise of the first where
     the second is clearly slower); ``alone``, where no other configuration measured the length (its placement alone
-    holds it). A tie has no order: ``best`` and ``ties`` are then in alphabetical order."""
+    holds it); ``unsettled``, those with too few rounds beside the fastest to call either way (:class:`Ranked`). A
+    tie has no order: ``best`` and ``ties`` are then in alphabetical order."""
 
     best: str
     ties: tuple[str, ...] = ()
     alone: bool = False
+    unsettled: tuple[str, ...] = ()
 
 
 def winners(configs: Sequence[ConfigData], response: int) -> dict[int, Winner]:
@@ -730,9 +748,9 @@ def winners(configs: Sequence[ConfigData], response: int) -> dict[int, Winner]:
             out[L] = Winner(r.best, alone=True)
         elif r.ties:
             first, *rest = sorted([r.best, *r.ties])  # the same set reads the same at every length
-            out[L] = Winner(first, tuple(rest))
+            out[L] = Winner(first, tuple(rest), unsettled=r.unsettled)
         else:
-            out[L] = Winner(r.best)
+            out[L] = Winner(r.best, unsettled=r.unsettled)
     return out
 
 
@@ -766,11 +784,26 @@ def fastest(configs: Sequence[ConfigData], response: int) -> str | None:
             # pair by pair): named, or the reader takes it for one of the tied
             between = [x for x in r.slower if totals[x] < totals[r.ties[-1]]]
             called = "".join(f"; {x}, at {totals[x]:.2f} s, is slower than {best}" for x in between)
-            parts.append(f"{_k(L)} {who} indistinguishable here ({against}, {n}{called})")
+            parts.append(f"{_k(L)} {who} indistinguishable here ({against}, {n}{called}{_unsettled(r)})")
             continue
-        second = r.order[1]
-        parts.append(f"{_k(L)} {best} ({totals[best]:.2f} s; next {second}, {totals[second] / totals[best]:.2f}x)")
+        second = next((x for x in r.order[1:] if x not in r.unsettled), None)
+        after = f"; next {second}, {totals[second] / totals[best]:.2f}x" if second is not None else ""
+        parts.append(f"{_k(L)} {best} ({totals[best]:.2f} s{after}{_unsettled(r)})")
     return f"Fastest total time per turn ({response}-token responses): " + "; ".join(parts) + "."
+
+
+def _unsettled(r: Ranked) -> str:
+    """``; not yet compared with vk-gpu tuned (2 rounds shared, 3 needed): vk-cpu6 tuned at 8.87 s``: the
+    configurations of a ranking with too few rounds beside the fastest to be called tied or slower, by rounds."""
+    by_n: dict[int, list[str]] = {}
+    for x in r.unsettled:
+        i = r.intervals.get(x)
+        by_n.setdefault(i.n if i is not None else 1, []).append(f"{x} at {r.totals[x]:.2f} s")
+    return "".join(
+        f"; not yet compared with {r.best} ({n} round{'s' if n != 1 else ''} shared, {MIN_ROUNDS} needed): "
+        + ", ".join(who)
+        for n, who in sorted(by_n.items())
+    )
 
 
 def open_questions(
@@ -803,7 +836,7 @@ def open_questions(
     if len(configs) >= 3:  # the lead line's ranking (crossover.rank): the fastest and each one tied with it
         for L, r in rank(configs, response).items():
             if len(r.order) == len(configs):
-                for other in r.ties:  # every one the lead line names beside the fastest, not only the next by median
+                for other in (*r.ties, *r.unsettled):  # every one the lead line names beside the fastest
                     if other in r.intervals:  # both in rounds: more rounds can settle it
                         add((r.best, other), L)
     return out

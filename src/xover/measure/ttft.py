@@ -126,13 +126,21 @@ def expand(plan: TtftPlan) -> tuple[TtftPoint, ...]:
 
 
 def check_cache(mode: str, length: int, timings: ServerTimings | None) -> str | None:
-    """None when the declared cache state held, else why not (one line)."""
+    """None when the declared cache state held, else why not (one line).
+
+    A cached turn (``cached:DEPTH``) may also show ``cache_n = DEPTH - 1`` and ``prompt_n = L + 1``: where the turn
+    leaves the cached conversation at DEPTH and a sliding-window (SWA) cache no longer reaches back there (gpt-oss at
+    ``-ub 512``: the window plus one ubatch of cells), llama-server restores the context checkpoint taken at DEPTH and
+    resumes at its last position (``n_past = pos_max``), so that one token is processed again. The context came from
+    the cache; an earlier checkpoint (more tokens again) still fails."""
     if timings is None or timings.cache_n is None or timings.prompt_n is None:
         return "no cache_n/prompt_n in the server's timings"
     depth = cached_depth(mode)
     want = (0, length) if mode == "cold" else (depth, length) if depth is not None else (length - 1, 1)
     if (timings.cache_n, timings.prompt_n) == want:
         return None
+    if depth is not None and (timings.cache_n, timings.prompt_n) == (depth - 1, length + 1):
+        return None  # a checkpoint restored at the depth: its last token again
     return (
         f"{mode} check failed: cache_n={timings.cache_n} prompt_n={timings.prompt_n}, "
         f"expected cache_n={want[0]} prompt_n={want[1]}"
