@@ -638,11 +638,12 @@ def _verdict(pair: PairResult, band: tuple[int, int], told_beyond: bool) -> str:
 
 def relation(pair: PairResult) -> str:
     """A short cell for a configurations matrix, read as A (the row) against B (the column), under the
-    same rules as :func:`verdict`: ``faster``, ``slower``, ``within noise``, ``faster below ~8,000``
+    same rules as :func:`verdict`: ``faster``, ``slower``, ``within noise``, ``not yet compared`` (too few rounds),
+    ``faster below ~8,000``
     (then slower), ``slower below ~8,000`` or ``no consistent winner``; lengths within noise are named."""
     s = sides(pair)
     if not s.clear:
-        return "indistinguishable" if pair.in_rounds else "within noise"
+        return "not yet compared" if pair.too_few_rounds else "indistinguishable" if pair.in_rounds else "within noise"
     tie_word = "indistinguishable at" if pair.in_rounds else "noise at"
     ties = f" ({tie_word} {', '.join(_k(pair.lengths[i]) for i in s.ties)})" if s.ties else ""
     claim = claimed_crossing(pair)

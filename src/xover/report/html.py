@@ -33,6 +33,7 @@ from xover.analysis.crossover import (
     verdict,
 )
 from xover.analysis.pairs import headline
+from xover.analysis.rounds import MIN_ROUNDS
 from xover.analysis.stats import summarize
 from xover.analysis.theory import predicted_value
 from xover.domain.artifacts import FOR_CACHED_SUFFIX
@@ -427,8 +428,8 @@ _MATRIX_NOTE = (
 _MATRIX_NOTE_ROUNDS = (
     "Each cell reads the row's configuration against the column's, total time per turn: faster, slower, "
     "indistinguishable (over the rounds of fresh servers, the 95% interval of their ratio includes 1 at every "
-    "length), or where the faster one changes; lengths where they are indistinguishable are named. The same "
-    "rules as the verdicts."
+    f"length), not yet compared (fewer than {MIN_ROUNDS} rounds shared), or where the faster one changes; lengths where they "
+    "are indistinguishable are named. The same rules as the verdicts."
 )
 
 
