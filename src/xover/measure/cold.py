@@ -33,8 +33,8 @@ from xover.llamacpp.server import ServerLaunch, buffer_log_verbosity, context_si
 from xover.measure import ttft as ttftrun
 from xover.measure.context import StageEvent, Study, server_timeout
 from xover.measure.events import ConfigFailed, Rerun, SampleDone, ServerUp
-from xover.measure.provenance import cpu_shares, model_id, proc_stat
-from xover.measure.resume import TtftTodo, last_round, ttft_todo
+from xover.measure.provenance import boot_id, cpu_shares, model_id, proc_stat
+from xover.measure.resume import TtftTodo, last_round, rounds_of_other_sessions, ttft_todo
 from xover.results.read_model import TURN_INPUTS, load_if_any
 from xover.results.store import Store
 
@@ -159,9 +159,25 @@ def stage_ttft(st: Study, pairs: Sequence[tuple[str, str]]) -> int:
     told: set[str] = set()
     last_wall, last_measured = 0.0, 0
     n = base + 1
+    # rounds a former session of the machine began (another lease, a reboot): never finished here (their pairs
+    # would mix two machines); what they lack is measured in later rounds where a question stays open
+    closed = frozenset() if fresh else rounds_of_other_sessions(load_if_any(st.study_dir), rounds.mk, boot_id())
     while n <= base + spec.max_rounds:
         data = load_if_any(st.study_dir)
         todo = ttft_todo(spec, data.ttft_rows, rounds.mk, n, fresh)
+        if n in closed:
+            if any(t.anything for t in todo):
+                left = ", ".join(t.config.name for t in todo if t.anything)
+                emit(
+                    StageEvent(
+                        "ttft",
+                        "info",
+                        f"round {n - base}: begun in another session of this machine (another boot): left as it is "
+                        f"(unmeasured there: {left}); later rounds measure what the open questions still need",
+                    )
+                )
+            n += 1
+            continue
         for t in todo:
             for note in t.notes:
                 if note not in told:

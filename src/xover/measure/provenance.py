@@ -106,9 +106,23 @@ def collect(
         extra=(load if load is not None else machine_load())
         + _vram_budget()
         + _rpc_workers()
-        + _devices(backend, devices),
+        + _devices(backend, devices)
+        + ((("boot_id", boot),) if (boot := boot_id()) else ()),
         llama_engine=binaries.engine if binaries else engine,
     )
+
+
+BOOT_ID = Path("/proc/sys/kernel/random/boot_id")
+
+
+def boot_id() -> str | None:
+    """This boot of this machine (Linux's random boot id), or None where there is none: a run's machine session.
+    Two leases of a lent GPU are two boots, whatever their hostname; a round of fresh servers begun in one is not
+    finished in another (:func:`xover.measure.resume.rounds_of_other_sessions`)."""
+    try:
+        return BOOT_ID.read_text().strip() or None
+    except OSError:
+        return None
 
 
 def _devices(backend: str | None, devices: str | None) -> tuple[tuple[str, str], ...]:

@@ -87,6 +87,26 @@ def last_round(stored: Sequence[StoredSample]) -> int:
     return max((abs(row.sample.round) for row in stored if row.sample.round is not None), default=0)
 
 
+def rounds_of_other_sessions(data: StudyData, model_key: str, current: str | None) -> frozenset[int]:
+    """The rounds of fresh servers (of ``model_key``) begun in another session of the machine than ``current`` (its
+    boot id, :func:`xover.measure.provenance.boot_id`): a resume leaves them as they are. A round pairs processes
+    measured close together on one machine; one that a lease left unfinished and the next lease completes pairs
+    another host's processes (seen on two H100 hosts, 1.4-1.6x apart where experts ran on the CPU), so its missing
+    samples are measured in later rounds instead, where the open questions ask for them. A run stored without a boot
+    id (an older xover) counts as another session; with ``current`` None (no boot id here) nothing is closed."""
+    if current is None:
+        return frozenset()
+    boots = {r.id: dict(r.provenance.extra).get("boot_id") for r in data.runs}
+    return frozenset(
+        row.sample.round
+        for row in data.ttft_rows
+        if row.model_key == model_key
+        and row.sample.round is not None
+        and row.sample.round > 0
+        and boots.get(row.run_id) != current
+    )
+
+
 def distinct(spec: StudySpec) -> tuple[StudySpec, tuple[tuple[str, str], ...]]:
     """``spec`` with each configuration measured once: a configuration that asks llama.cpp the same as an earlier
     one (the same key: a fit level placed where another configuration already is, a tuned variant equal to another

@@ -1,0 +1,77 @@
+"""A round of fresh servers belongs to one session of the machine (one boot), on the fake llama-server and the study's
+real cold TTFT stage (xover.measure.cold).
+
+Seen on gpt-oss-20b (studies/h200-backends, on-h100): lease 4 ended inside round 1; lease 5, on another H100 host,
+completed round 1's missing samples, so round 1 paired one host's servers with another's (the hosts were 1.4-1.6x
+apart where the experts ran on the CPU). Now a resume in another boot leaves such a round as it is, and the open
+question its missing samples leave is measured in a later round, on one host. In the same boot the round is
+finished as before (a Ctrl-C and a resume).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from fakes.llama_server import fake_config
+from xover.domain.config import LlamaConfig
+from xover.domain.study_spec import StudySpec
+from xover.llamacpp.binaries import Binaries
+from xover.measure import provenance
+from xover.measure.cold import stage_ttft
+from xover.measure.study import StageEvent, Study
+from xover.results.read_model import load
+
+LENGTH, RESPONSE = 512, 16
+
+
+def _stage(configs: tuple[LlamaConfig, ...], study: Path, bins: Binaries, model: Path, **rounds: int) -> list[str]:
+    spec = StudySpec(
+        configs=configs,
+        model_preset="tiny-moe",
+        lengths=(LENGTH,),
+        response_tokens=(RESPONSE,),
+        repetitions=1,
+        **rounds,  # type: ignore[arg-type]
+    )
+    events: list[StageEvent] = []
+    st = Study(spec, model, bins, study, frozenset(), ("test",), events.append)
+    pairs = [(configs[0].name, configs[-1].name)] if len(configs) > 1 else []
+    assert stage_ttft(st, pairs) == 0, [e.detail for e in events if e.status == "fail"]
+    return [e.detail for e in events]
+
+
+def _rounds(study: Path) -> dict[str, list[int]]:
+    out: dict[str, set[int]] = {}
+    for label, s in load(study).ttft:
+        if s.round is not None and s.round > 0 and s.counted_cold:
+            out.setdefault(label, set()).add(s.round)
+    return {label: sorted(r) for label, r in out.items()}
+
+
+@pytest.mark.parametrize("next_boot", ["lease-2", "lease-1"])
+def test_a_round_begun_in_another_boot_is_left_and_a_later_round_pairs_its_missing_samples(
+    next_boot: str, tmp_path: Path, fake_bins: Binaries, tiny_model: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    boot = tmp_path / "boot_id"
+    monkeypatch.setattr(provenance, "BOOT_ID", boot)
+    a, b = fake_config("a", 2000, 100), fake_config("b", 1600, 100)
+    study = tmp_path / "study"
+    boot.write_text("lease-1\n")
+    _stage((a,), study, fake_bins, tiny_model, rounds=1, max_rounds=1)  # round 1 of a alone: the lease ended
+    assert _rounds(study) == {"a": [1]}
+    boot.write_text(f"{next_boot}\n")
+    told = _stage((a, b), study, fake_bins, tiny_model, rounds=3, max_rounds=4)
+    rounds = _rounds(study)
+    if next_boot == "lease-1":  # the same boot: round 1 is finished, and 3 shared rounds answer the pair
+        assert rounds == {"a": [1, 2, 3], "b": [1, 2, 3]}, rounds
+        assert not any("another session" in line for line in told)
+        return
+    # another boot: b is never measured in round 1; rounds 2-3 give the pair 2 shared rounds, too few, so round 4
+    # measures both, in this boot
+    assert rounds == {"a": [1, 2, 3, 4], "b": [2, 3, 4]}, rounds
+    (line,) = [line for line in told if "another session" in line]
+    assert line.startswith("round 1: begun in another session of this machine") and "unmeasured there: b" in line
+    boots = {r.id: dict(r.provenance.extra).get("boot_id") for r in load(study).runs}
+    assert sorted(set(boots.values())) == ["lease-1", "lease-2"]
