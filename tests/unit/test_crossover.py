@@ -469,7 +469,7 @@ def test_a_configuration_with_too_few_rounds_is_not_yet_compared_never_indisting
     than 3 rounds. Known answer (decode 100 t/s, 100-token responses add 1 s a turn): A and B tie over 3 rounds, C is
     10x slower over 2: C is "not yet compared", apart from the tie, and stays an open question."""
     from xover.analysis.cached import cached_verdict, work_line
-    from xover.analysis.crossover import Winner, open_questions, relation, winners
+    from xover.analysis.crossover import Winner, open_questions, relation, too_few_rounds, winners
 
     def cfg(label: str, ttft: dict[int, tuple[float, ...]]) -> ConfigData:
         rounds = {n: {r + 1: (t, 100.0) for r, t in enumerate(ts)} for n, ts in ttft.items()}
@@ -494,6 +494,7 @@ def test_a_configuration_with_too_few_rounds_is_not_yet_compared_never_indisting
     assert "not yet compared" in cached_verdict(compare_pair(a, c, 100, n_boot=0), 16384)
     assert relation(compare_pair(a, c, 100, n_boot=0)) == "not yet compared"
     assert relation(compare_pair(a, b, 100, n_boot=0)) == "indistinguishable"
+    assert too_few_rounds(a, c, 1024, 100) and not too_few_rounds(a, b, 1024, 100)
     # the same C in 3 rounds is told as slower, not as unsettled
     c3 = cfg("C", {1024: (9.0, 7.0, 8.0)})
     assert winners([a, b, c3], 100) == {1024: Winner("A", ("B",))}

@@ -74,8 +74,13 @@ def test_the_saving_is_an_interval_over_paired_rounds() -> None:
     line = saving_line(s)
     assert line.startswith("Over your 40 recorded turns, cpu12 would have kept you waiting 10.2 min and gpu 8.2 min")
     assert "gpu saves 2.1 min against cpu12 (95% interval" in line and sum(diffs) == 375
-    noisy = saving("x", {1: 100.0, 2: 200.0}, "y", {1: 150.0, 2: 140.0}, 5)
+    noisy = saving("x", {1: 100.0, 2: 200.0, 3: 120.0}, "y", {1: 150.0, 2: 140.0, 3: 150.0}, 5)
     assert noisy is not None and noisy.separated == 0 and "indistinguishable here" in saving_line(noisy)
+    # two rounds decide nothing, however far apart: "not yet compared", never "indistinguishable"
+    short = saving("x", {1: 100.0, 2: 200.0}, "y", {1: 1500.0, 2: 1400.0}, 5)
+    assert short is not None and short.separated == 0 and short.rounds == 2
+    assert "not yet compared (2 rounds of fresh servers, fewer than the 3" in saving_line(short)
+    assert "indistinguishable" not in saving_line(short)
     assert saving("x", {1: 1.0}, "y", {1: 2.0}, 1) is None  # one shared round: no interval
 
 

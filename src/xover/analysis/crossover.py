@@ -163,6 +163,15 @@ def round_interval(a: ConfigData, b: ConfigData, length: int, response: int) -> 
     return paired_ratio(round_totals(a, length, response), round_totals(b, length, response))
 
 
+def too_few_rounds(a: ConfigData, b: ConfigData, length: int, response: int) -> bool:
+    """Both measured ``length`` in rounds, but share fewer than :data:`~xover.analysis.rounds.MIN_ROUNDS` of them:
+    :func:`separation` says 0, and that is "not yet compared", not "within noise"."""
+    if not (a.rounds.get(length) and b.rounds.get(length)):
+        return False
+    interval = round_interval(a, b, length, response)
+    return interval is None or interval.n < MIN_ROUNDS
+
+
 def separation(a: ConfigData, b: ConfigData, length: int, response: int) -> int:
     """-1 when A is clearly faster at ``length``, +1 when B is, 0 when the difference is within the noise.
 

@@ -198,6 +198,11 @@ def saving_line(s: Saving) -> str:
         f"Over your {s.turns} recorded turns, {s.a} would have kept you waiting {format_wait(s.a_s)} and {s.b} "
         f"{format_wait(s.b_s)}"
     )
+    if s.separated == 0 and s.rounds < MIN_ROUNDS:
+        return (
+            f"{head}: not yet compared ({s.rounds} rounds of fresh servers, fewer than the {MIN_ROUNDS} a verdict "
+            f"needs; the difference so far {format_wait(s.diff_s)})."
+        )
     if s.separated == 0:
         return (
             f"{head}: indistinguishable here (the difference, {format_wait(s.diff_s)}, is within the noise between "

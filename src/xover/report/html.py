@@ -30,6 +30,7 @@ from xover.analysis.crossover import (
     relation,
     separation,
     swapped,
+    too_few_rounds,
     verdict,
 )
 from xover.analysis.pairs import headline
@@ -152,7 +153,14 @@ def penalty_line(
         when = f"with each at its best ({why(ref if br == ref else other)})"
 
     def cost(a: str, b: str, L: int) -> str:
-        noise = " (within noise)" if separation(by_label[a], by_label[b], L, response) == 0 else ""
+        x, y = by_label[a], by_label[b]
+        noise = (
+            ""
+            if separation(x, y, L, response) != 0
+            else " (not yet compared)"
+            if too_few_rounds(x, y, L, response)
+            else " (within noise)"
+        )
         return _times(totals[a][L] / totals[b][L]) + noise
 
     parts = [
