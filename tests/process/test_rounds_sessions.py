@@ -75,3 +75,24 @@ def test_a_round_begun_in_another_boot_is_left_and_a_later_round_pairs_its_missi
     assert line.startswith("round 1: begun in another session of this machine") and "unmeasured there: b" in line
     boots = {r.id: dict(r.provenance.extra).get("boot_id") for r in load(study).runs}
     assert sorted(set(boots.values())) == ["lease-1", "lease-2"]
+
+
+def test_a_configuration_new_in_another_boot_is_measured_in_rounds_with_every_other(
+    tmp_path: Path, fake_bins: Binaries, tiny_model: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Rounds 1-3 complete in one boot; in the next, the spec gains ``c``. Those rounds are left as they are, so ``c``
+    (no data there, so no open question yet) is measured in rounds 4-6 with ``a`` and ``b`` beside it, on one host.
+    (The first version skipped rounds 1-3 and then measured only open questions: ``c`` was never measured, and the
+    stage said every configuration's samples were stored.)"""
+    boot = tmp_path / "boot_id"
+    monkeypatch.setattr(provenance, "BOOT_ID", boot)
+    a, b, c = fake_config("a", 2000, 100), fake_config("b", 1600, 100), fake_config("c", 1800, 100)
+    study = tmp_path / "study"
+    boot.write_text("lease-1\n")
+    _stage((a, b), study, fake_bins, tiny_model, rounds=3, max_rounds=3)
+    assert _rounds(study) == {"a": [1, 2, 3], "b": [1, 2, 3]}
+    boot.write_text("lease-2\n")
+    told = _stage((a, b, c), study, fake_bins, tiny_model, rounds=3, max_rounds=6)
+    rounds = _rounds(study)
+    assert rounds["c"] == [4, 5, 6] and rounds["a"] == rounds["b"] == [1, 2, 3, 4, 5, 6], rounds
+    assert not any("nothing left to measure" in line for line in told)

@@ -504,3 +504,50 @@ def test_a_configuration_with_too_few_rounds_is_not_yet_compared_never_indisting
         "Fastest total time per turn (100-token responses): 1K A (1.50 s; next D, 2.67x; not yet compared with A "
         "(2 rounds shared, 3 needed): C at 9.00 s)."
     ), fastest([a, c, d], 100)
+
+
+def test_lengths_with_too_few_rounds_are_told_apart_from_the_ties() -> None:
+    """From the review of the first version: a pair with 3 rounds at 1K and 2 at 16K (twice as slow there) was
+    "indistinguishable here at every measured length ... either serves"; a configuration sharing no round with the
+    fastest was said to share 1; and a fastest compared with nobody yet was named fastest outright."""
+    from xover.analysis.cached import cached_verdict
+    from xover.analysis.crossover import relation
+
+    def cfg(label: str, ttft: dict[int, dict[int, float]]) -> ConfigData:
+        rounds = {n: {r: (t, 100.0) for r, t in by_round.items()} for n, by_round in ttft.items()}
+        return ConfigData(
+            label, {n: list(v.values()) for n, v in ttft.items()}, {n: [100.0] for n in ttft}, rounds=rounds
+        )
+
+    a = cfg("A", {1024: {1: 0.50, 2: 0.40, 3: 0.60}, 16384: {1: 4.0, 2: 4.2, 3: 4.1}})
+    b = cfg("B", {1024: {1: 0.55, 2: 0.45, 3: 0.52}, 16384: {1: 9.0, 2: 8.0}})
+    pair = compare_pair(a, b, 100, n_boot=0)
+    assert pair.short_at == {1} and not pair.too_few_rounds
+    told = verdict(pair)
+    assert told.startswith("A vs B: indistinguishable here at 1K and not yet compared at 16K ("), told
+    assert "either serves" not in told
+    assert relation(pair) == "indistinguishable (not yet compared at 16K)"
+    assert "indistinguishable here at 1K and not yet compared at 16K new tokens" in cached_verdict(pair, 16384)
+    # a clear winner elsewhere: the short length is named apart from the ties
+    c = cfg("C", {1024: {1: 2.0, 2: 2.1, 3: 2.05}, 4096: {1: 0.5, 2: 0.45, 3: 0.55}, 16384: {1: 9.0, 2: 8.0}})
+    a4 = cfg(
+        "A",
+        {
+            **{n: dict(v) for n, v in {1024: {1: 0.50, 2: 0.40, 3: 0.60}}.items()},
+            4096: {1: 0.52, 2: 0.43, 3: 0.5},
+            16384: {1: 4.0, 2: 4.2, 3: 4.1},
+        },
+    )
+    told = verdict(compare_pair(a4, c, 100, n_boot=0))
+    assert "A is faster at every length where they differ" in told, told
+    assert "indistinguishable here at 4K; not yet compared at 16K" in told, told
+    assert relation(compare_pair(a4, c, 100, n_boot=0)) == "faster (indistinguishable at 4K, not yet compared at 16K)"
+    # no shared round: 0, not 1; and a fastest compared with none is said to lead by median
+    d = cfg("D", {1024: {4: 0.30, 5: 0.32, 6: 0.31}})
+    e = cfg("E", {1024: {1: 0.50, 2: 0.40, 3: 0.60}})
+    f = cfg("F", {1024: {1: 0.70, 2: 0.60, 3: 0.80}})
+    line = fastest([d, e, f], 100)
+    assert line == (
+        "Fastest total time per turn (100-token responses): 1K D leads by median (1.31 s; not yet compared with D "
+        "(0 rounds shared, 3 needed): E at 1.50 s, F at 1.70 s)."
+    ), line

@@ -80,6 +80,7 @@ def test_the_saving_is_an_interval_over_paired_rounds() -> None:
     short = saving("x", {1: 100.0, 2: 200.0}, "y", {1: 1500.0, 2: 1400.0}, 5)
     assert short is not None and short.separated == 0 and short.rounds == 2
     assert "not yet compared (2 rounds of fresh servers, fewer than the 3" in saving_line(short)
+    assert "; x ahead by " in saving_line(short)  # x waits less in both rounds
     assert "indistinguishable" not in saving_line(short)
     assert saving("x", {1: 1.0}, "y", {1: 2.0}, 1) is None  # one shared round: no interval
 

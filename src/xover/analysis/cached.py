@@ -25,6 +25,7 @@ from xover.analysis.crossover import (
     sides,
     winners,
 )
+from xover.analysis.crossover import tie_note as told_ties
 from xover.analysis.rounds import MIN_ROUNDS
 from xover.domain.units import format_tokens
 
@@ -43,11 +44,18 @@ def cached_verdict(pair: PairResult, depth: int) -> str:
     noise = "indistinguishable here" if pair.in_rounds else "within noise"
     if not s.clear and pair.too_few_rounds:
         return head + f"not yet compared ({span}, fewer than the {MIN_ROUNDS} a verdict needs)."
+    if not s.clear and pair.short_at:
+        settled = ", ".join(_k(n) for i, n in enumerate(pair.lengths) if i not in pair.short_at)
+        short_at = ", ".join(_k(n) for i, n in enumerate(pair.lengths) if i in pair.short_at)
+        return head + (
+            f"{noise} at {settled} and not yet compared at {short_at} new tokens ({span}, fewer than the "
+            f"{MIN_ROUNDS} a verdict needs at {short_at})."
+        )
     if not s.clear:
         hint = fitted_outside(pair, unit="new tokens", what="turns")
         return head + f"{noise} at every turn size measured ({span}){hint}."
     ties = [_k(pair.lengths[i]) for i in s.ties]
-    tie_note = f"; {noise} at {', '.join(ties)}" if ties else ""
+    tie_note = told_ties(pair, s.ties, noise)
     claim = claimed_crossing(pair)
     if not s.changes:
         winner = s.clear[0][1]

@@ -104,11 +104,19 @@ class PairResult:
     # Per length, A's total time per turn over B's over the rounds both were measured in, with its 95 % interval
     # (xover.analysis.rounds); empty when either side was measured before rounds (the within-process rule decides).
     intervals: tuple[RatioInterval | None, ...] = ()
+    # Per length, the rounds the two share (with ``intervals``; an interval needs 2)
+    shared: tuple[int, ...] = ()
 
     @property
     def in_rounds(self) -> bool:
         """Whether the pair is judged over rounds of fresh processes (else by the spread inside one process)."""
         return bool(self.intervals)
+
+    @property
+    def short_at(self) -> frozenset[int]:
+        """The length indices judged over rounds where the two share fewer than
+        :data:`~xover.analysis.rounds.MIN_ROUNDS` rounds: "not yet compared" there, not "indistinguishable"."""
+        return frozenset(i for i, r in enumerate(self.intervals) if r is None or r.n < MIN_ROUNDS)
 
     @property
     def too_few_rounds(self) -> bool:
@@ -118,10 +126,12 @@ class PairResult:
 
     def rounds_told(self) -> str:
         """``3 rounds`` or ``3-5 rounds``: how many rounds the pair's comparisons rest on."""
-        ns = sorted({i.n for i in self.intervals if i is not None})
+        ns = sorted(set(self.shared) if self.shared else {i.n for i in self.intervals if i is not None})
         if not ns:
             return "no shared rounds"
-        return f"{ns[0]} rounds" if len(ns) == 1 else f"{ns[0]}-{ns[-1]} rounds"
+        if len(ns) > 1:
+            return f"{ns[0]}-{ns[-1]} rounds"
+        return f"{ns[0]} round" + ("s" if ns[0] != 1 else "")
 
     def faster_at(self, length_index: int) -> str:
         return self.a if self.total_a[length_index] < self.total_b[length_index] else self.b
@@ -353,6 +363,7 @@ def compare_pair(a: ConfigData, b: ConfigData, response: int, n_boot: int = 1000
         a.too_slow,
         b.too_slow,
         intervals,
+        tuple(len(set(a.rounds[L]) & set(b.rounds[L])) for L in lengths) if intervals else (),
     )
 
 
@@ -451,6 +462,16 @@ def claims_crossover(pair: PairResult) -> bool:
     return claimed_crossing(pair) is not None
 
 
+def tie_note(pair: PairResult, ties: Sequence[int], noise: str) -> str:
+    """``; indistinguishable here at 4K; not yet compared at 16K``: the lengths (indices ``ties``) where no side is
+    faster, those with too few shared rounds (:attr:`PairResult.short_at`) told apart."""
+    settled = [_k(pair.lengths[i]) for i in ties if i not in pair.short_at]
+    short = [_k(pair.lengths[i]) for i in ties if i in pair.short_at]
+    return (f"; {noise} at {', '.join(settled)}" if settled else "") + (
+        f"; not yet compared at {', '.join(short)}" if short else ""
+    )
+
+
 def _noise(pair: PairResult, of: str = "") -> str:
     """How a difference within the noise is told: over rounds, "indistinguishable here"; before them, "within noise"."""
     if pair.in_rounds:
@@ -523,9 +544,11 @@ def _band_held(pair: PairResult, band: tuple[int, int], beyond: str | None) -> s
     if not s.clear:
         within = f"{_noise(pair, 'of each other')} at every length both hold ({span})"
     elif not s.changes:
-        ties = [_k(pair.lengths[i]) for i in s.ties]
-        if ties:  # name where they do not differ, as the verdict over shared lengths does
-            within = f"{s.clear[0][1]} is faster at every length both hold where they differ ({span}; {_noise(pair)} at {', '.join(ties)})"
+        if s.ties:  # name where they do not differ, as the verdict over shared lengths does
+            within = (
+                f"{s.clear[0][1]} is faster at every length both hold where they differ "
+                f"({span}{tie_note(pair, s.ties, _noise(pair))})"
+            )
         else:
             within = f"{s.clear[0][1]} is faster at every length both hold ({span})"
     elif claim is None:
@@ -579,6 +602,14 @@ def _verdict(pair: PairResult, band: tuple[int, int], told_beyond: bool) -> str:
                 f"not yet compared ({span}; {pair.rounds_told()} of fresh servers, fewer than the {MIN_ROUNDS} a "
                 f"verdict needs; medians differ by at most {gap:.0%})."
             )
+        if pair.short_at:  # some lengths over enough rounds, some not: no "either serves"
+            settled = [_k(n) for i, n in enumerate(pair.lengths) if i not in pair.short_at]
+            unset = ", ".join(_k(n) for i, n in enumerate(pair.lengths) if i in pair.short_at)
+            return head + (
+                f"indistinguishable here at {', '.join(settled)} and not yet compared at {unset} ({span}; "
+                f"{pair.rounds_told()} of fresh servers, fewer than the {MIN_ROUNDS} a verdict needs at {unset}; "
+                f"medians differ by at most {gap:.0%})."
+            )
         rule = (
             f"indistinguishable here at every measured length ({span}; over {pair.rounds_told()} of fresh servers "
             "the 95% interval of their ratio includes 1"
@@ -594,14 +625,14 @@ def _verdict(pair: PairResult, band: tuple[int, int], told_beyond: bool) -> str:
         return head + f"{rule}, medians differ by at most {gap:.0%}){band_note}{fitted_outside(pair)}."
     winners = [w for _, w in s.clear]
     ties = [_k(pair.lengths[i]) for i in s.ties]
-    tie_note = f"; {_noise(pair)} at {', '.join(ties)}" if ties else ""
+    ties_told = tie_note(pair, s.ties, _noise(pair))
     if pair.in_rounds:
         span += f", {pair.rounds_told()} of fresh servers"
     claim = claimed_crossing(pair)
     if not s.changes:
         winner = winners[0]
         where = "every measured length" if not ties else "every length where they differ"
-        sentence = head + f"{winner} is faster at {where} ({span}{tie_note})"
+        sentence = head + f"{winner} is faster at {where} ({span}{ties_told})"
         if claim is not None:
             tag = "extrapolated" if claim.extrapolated else "fitted"
             sentence += f"; the fitted cost model puts a crossover at ~{_k(claim.length)} tokens ({tag})"
@@ -627,7 +658,7 @@ def _verdict(pair: PairResult, band: tuple[int, int], told_beyond: bool) -> str:
     if claim is None:
         runs = ", ".join(f"{w} at {_k(pair.lengths[i])}" for i, w in s.clear)
         return (
-            head + f"no consistent winner ({runs}{tie_note}; {pair.response}-token responses): the order flips more "
+            head + f"no consistent winner ({runs}{ties_told}; {pair.response}-token responses): the order flips more "
             "than once, so neither is preferred."
         )
     x = claim.length
@@ -640,7 +671,7 @@ def _verdict(pair: PairResult, band: tuple[int, int], told_beyond: bool) -> str:
     else:
         where = f"it falls inside the agentic band ({_k(lo_b)}-{_k(hi_b)}): {short} wins turns below it, {long_} above"
     return head + (
-        f"{short} is faster below ~{_k(x)} tokens and {long_} above ({ci}{pair.response}-token responses{tie_note}); "
+        f"{short} is faster below ~{_k(x)} tokens and {long_} above ({ci}{pair.response}-token responses{ties_told}); "
         f"{where}."
     )
 
@@ -651,10 +682,16 @@ def relation(pair: PairResult) -> str:
     ``faster below ~8,000``
     (then slower), ``slower below ~8,000`` or ``no consistent winner``; lengths within noise are named."""
     s = sides(pair)
+    short = [_k(pair.lengths[i]) for i in sorted(pair.short_at)]
     if not s.clear:
-        return "not yet compared" if pair.too_few_rounds else "indistinguishable" if pair.in_rounds else "within noise"
+        if pair.too_few_rounds:
+            return "not yet compared"
+        if short:
+            return f"indistinguishable (not yet compared at {', '.join(short)})"
+        return "indistinguishable" if pair.in_rounds else "within noise"
     tie_word = "indistinguishable at" if pair.in_rounds else "noise at"
-    ties = f" ({tie_word} {', '.join(_k(pair.lengths[i]) for i in s.ties)})" if s.ties else ""
+    told = tie_note(pair, s.ties, tie_word.removesuffix(" at"))
+    ties = f" ({told.removeprefix('; ').replace('; ', ', ')})" if told else ""
     claim = claimed_crossing(pair)
     if not s.changes:
         word = "faster" if s.clear[0][1] == pair.a else "slower"
@@ -694,8 +731,8 @@ class Ranked:
     before rounds): ``ties``, those the noise cannot part from the fastest, and ``slower``, those called slower,
     each in median order (one the rounds call faster than the fastest by median is in neither); ``unsettled``, those
     that share fewer than :data:`~xover.analysis.rounds.MIN_ROUNDS` rounds with the fastest: too few to call them
-    either (a 10x gap over 2 rounds is not "indistinguishable"); ``intervals``, the round-paired interval of each
-    pair measured in rounds (None: fewer than two shared rounds)."""
+    either (a 10x gap over 2 rounds is not "indistinguishable"), with ``shared``, the rounds each shares with it;
+    ``intervals``, the round-paired interval of each pair measured in rounds (None: fewer than two shared rounds)."""
 
     order: tuple[str, ...]
     totals: Mapping[str, float]
@@ -703,6 +740,7 @@ class Ranked:
     slower: tuple[str, ...] = ()
     intervals: Mapping[str, RatioInterval | None] = dataclasses.field(default_factory=dict)
     unsettled: tuple[str, ...] = ()
+    shared: Mapping[str, int] = dataclasses.field(default_factory=dict)
 
     @property
     def best(self) -> str:
@@ -731,6 +769,7 @@ def rank(configs: Sequence[ConfigData], response: int) -> dict[int, Ranked]:
             tuple(x for x in order[1:] if called[x] == -1),
             intervals,
             tuple(x for x in order[1:] if x in short),
+            {x: len(set(best.rounds.get(L, {})) & set(by_label[x].rounds.get(L, {}))) for x in short},
         )
     return out
 
@@ -758,9 +797,9 @@ def winners(configs: Sequence[ConfigData], response: int) -> dict[int, Winner]:
             out[L] = Winner(r.best, alone=True)
         elif r.ties:
             first, *rest = sorted([r.best, *r.ties])  # the same set reads the same at every length
-            out[L] = Winner(first, tuple(rest), unsettled=r.unsettled)
+            out[L] = Winner(first, tuple(rest), unsettled=tuple(sorted(r.unsettled)))
         else:
-            out[L] = Winner(r.best, unsettled=r.unsettled)
+            out[L] = Winner(r.best, unsettled=tuple(sorted(r.unsettled)))
     return out
 
 
@@ -798,7 +837,8 @@ def fastest(configs: Sequence[ConfigData], response: int) -> str | None:
             continue
         second = next((x for x in r.order[1:] if x not in r.unsettled), None)
         after = f"; next {second}, {totals[second] / totals[best]:.2f}x" if second is not None else ""
-        parts.append(f"{_k(L)} {best} ({totals[best]:.2f} s{after}{_unsettled(r)})")
+        lead = best if second is not None else f"{best} leads by median"  # compared with none of the others yet
+        parts.append(f"{_k(L)} {lead} ({totals[best]:.2f} s{after}{_unsettled(r)})")
     return f"Fastest total time per turn ({response}-token responses): " + "; ".join(parts) + "."
 
 
@@ -807,8 +847,7 @@ def _unsettled(r: Ranked) -> str:
     configurations of a ranking with too few rounds beside the fastest to be called tied or slower, by rounds."""
     by_n: dict[int, list[str]] = {}
     for x in r.unsettled:
-        i = r.intervals.get(x)
-        by_n.setdefault(i.n if i is not None else 1, []).append(f"{x} at {r.totals[x]:.2f} s")
+        by_n.setdefault(r.shared.get(x, 0), []).append(f"{x} at {r.totals[x]:.2f} s")
     return "".join(
         f"; not yet compared with {r.best} ({n} round{'s' if n != 1 else ''} shared, {MIN_ROUNDS} needed): "
         + ", ".join(who)

@@ -201,7 +201,7 @@ def saving_line(s: Saving) -> str:
     if s.separated == 0 and s.rounds < MIN_ROUNDS:
         return (
             f"{head}: not yet compared ({s.rounds} rounds of fresh servers, fewer than the {MIN_ROUNDS} a verdict "
-            f"needs; the difference so far {format_wait(s.diff_s)})."
+            f"needs; {s.b if s.diff_s > 0 else s.a} ahead by {format_wait(abs(s.diff_s))} so far)."
         )
     if s.separated == 0:
         return (

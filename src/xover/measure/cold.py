@@ -23,7 +23,7 @@ import asyncio
 import dataclasses
 import statistics
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from xover.analysis.crossover import open_questions
 from xover.analysis.rounds import order
@@ -34,7 +34,7 @@ from xover.measure import ttft as ttftrun
 from xover.measure.context import StageEvent, Study, server_timeout
 from xover.measure.events import ConfigFailed, Rerun, SampleDone, ServerUp
 from xover.measure.provenance import boot_id, cpu_shares, model_id, proc_stat
-from xover.measure.resume import TtftTodo, last_round, rounds_of_other_sessions, ttft_todo
+from xover.measure.resume import TtftTodo, lacking, last_round, rounds_of_other_sessions, ttft_todo
 from xover.results.read_model import TURN_INPUTS, load_if_any
 from xover.results.store import Store
 
@@ -142,6 +142,20 @@ class _Rounds:
         return wall
 
 
+def _keep(t: TtftTodo, open_: Mapping[str, Mapping[str, set[int]]], lack: frozenset[tuple[str, int]]) -> TtftTodo:
+    """What a round past the study's first ones measures of ``t``: the sizes its open questions name (``open_``: per
+    kind of turn, configuration -> sizes) and every point in ``lack`` (:func:`xover.measure.resume.lacking`)."""
+
+    def wanted(kind: str, size: int) -> bool:
+        return (kind, size) in lack or size in open_[kind].get(t.config.name, ())
+
+    return dataclasses.replace(
+        t,
+        missing={L: k for L, k in t.missing.items() if wanted(COLD.name, L)},
+        turns={kind: {x: k for x, k in sizes.items() if wanted(kind, x)} for kind, sizes in t.turns.items()},
+    )
+
+
 def _overruns(st: Study, cost_s: float) -> bool:
     """Whether something that takes ``cost_s`` (what it took last time), started now, would end past the study's
     budget."""
@@ -184,33 +198,27 @@ def stage_ttft(st: Study, pairs: Sequence[tuple[str, str]]) -> int:
                     told.add(note)
                     emit(StageEvent("ttft", "info", note))
         if n > base + spec.rounds:  # past the rounds every configuration gets: only where a question is open
-            open_ = {k.name: open_questions(TURN_INPUTS[k.name](data), pairs, response) for k in TURN_KINDS}
+            inputs = {k.name: TURN_INPUTS[k.name](data) for k in TURN_KINDS}
+            open_ = {k.name: open_questions(inputs[k.name], pairs, response) for k in TURN_KINDS}
             open_names = sorted({name for per in open_.values() for name in per})
-            if not open_names:
+            # after rounds left to another session: the points some configuration still has too few rounds of,
+            # with every configuration at them (a configuration new to the spec, or one that failed there)
+            lack = lacking(todo, inputs, COLD.name, spec.rounds) if closed else frozenset()
+            if not open_names and not lack:
                 break
             if _overruns(st, last_wall):
+                short = sorted(t.config.name for t in todo if _keep(t, open_, lack).anything)
                 emit(
                     StageEvent(
                         "ttft",
                         "info",
                         f"round {n - base}: not measured, the study's budget of {spec.budget_s:.0f} s would run out "
-                        f"(open: {', '.join(open_names)})",
+                        f"(open: {', '.join(short or open_names)})",
                     )
                 )
                 break
             # only the sizes still open, kind by kind: a round past the first ones costs what the open questions need
-            todo = [
-                dataclasses.replace(
-                    t,
-                    missing={L: k for L, k in t.missing.items() if L in open_[COLD.name].get(t.config.name, ())},
-                    turns={
-                        kind: {x: k for x, k in wanted.items() if x in open_[kind].get(t.config.name, ())}
-                        for kind, wanted in t.turns.items()
-                    },
-                )
-                for t in todo
-                if t.config.name in open_names
-            ]
+            todo = [_keep(t, open_, lack) for t in todo]
         pending = {t.config.name: t for t in todo if t.anything and t.config.name not in rounds.failed}
         if pending:
             emit(StageEvent("ttft", "info", f"round {n - base}: {', '.join(order(list(pending), n - base - 1))}"))

@@ -15,6 +15,7 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from xover.analysis.crossover import ConfigData
 from xover.domain.artifacts import TUNED
 from xover.domain.config import LlamaConfig
 from xover.domain.records import TtftSample
@@ -105,6 +106,25 @@ def rounds_of_other_sessions(data: StudyData, model_key: str, current: str | Non
         and row.sample.round > 0
         and boots.get(row.run_id) != current
     )
+
+
+def lacking(
+    todo: Sequence[TtftTodo], inputs: Mapping[str, Sequence[ConfigData]], cold: str, need: int
+) -> frozenset[tuple[str, int]]:
+    """The points, (kind of turn by name, tokens), that some configuration of ``todo`` would measure in a new round
+    and has fewer than ``need`` rounds of (``inputs``: each kind's per-round inputs, by kind name; ``cold``: the
+    kind of ``TtftTodo.missing``). After rounds left to another session (:func:`rounds_of_other_sessions`) these are
+    measured in the rounds past the study's first ones, with every configuration at them, so that they pair on
+    one host: a configuration added since, one that failed there, a length or turn size new to the spec."""
+    have = {
+        (kind, c.label, n): len(by_round) for kind, configs in inputs.items() for c in configs
+        for n, by_round in c.rounds.items()
+    }  # fmt: skip
+    out: set[tuple[str, int]] = set()
+    for t in todo:
+        wanted = [(cold, n) for n in t.missing] + [(k, n) for k, sizes in t.turns.items() for n in sizes]
+        out.update(p for p in wanted if have.get((p[0], t.config.name, p[1]), 0) < need)
+    return frozenset(out)
 
 
 def distinct(spec: StudySpec) -> tuple[StudySpec, tuple[tuple[str, str], ...]]:

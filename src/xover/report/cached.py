@@ -83,7 +83,8 @@ def cached_blocks(data: StudyData, response: int) -> list[Block]:
         Block(
             "p",
             f"A cached turn resends the conversation: the first {format_tokens(depth)} tokens come from the slot's "
-            "prompt cache (each sample's cache_n equals them, prompt_n its new tokens) and only the new tokens are "
+            "prompt cache (each sample's cache_n equals them, prompt_n its new tokens; or all but the one token a "
+            "restored sliding-window checkpoint processes again) and only the new tokens are "
             f"prefilled, then a {response}-token answer is decoded on top of both. Measured on the cold stage's "
             "fresh servers (-np 1 --cache-ram 0: the slot is the only cache), after their cold samples, in the same "
             "rounds; a turn's total is its TTFT plus the answer at the decode speed the same request measured. "

@@ -207,7 +207,8 @@ class StudyData:
         return [(row.label, row.sample) for row in self.cold_rows()]
 
     def cached_samples(self) -> dict[int, list[tuple[str, TtftSample]]]:
-        """Cached agentic turns' samples whose cached part was proven (``cache_n`` the depth), by depth."""
+        """Cached agentic turns' samples whose cached part was proven (``cache_n`` the depth, or one less after a
+        restored sliding-window checkpoint: :func:`xover.measure.ttft.check_cache`), by depth."""
         out: dict[int, list[tuple[str, TtftSample]]] = defaultdict(list)
         for row in self.ttft_rows:
             depth = cached_depth(row.sample.mode)
