@@ -865,12 +865,7 @@ def run_tune(
             search, in_round, decode_only, work, turns, spec, emit, config, same_as_of, rounds, once
         )
         body = _body(config, knobs, search, spec, model, backend, chunk_tokens, confirmed, skipped)
-        body |= {
-            "placed_trials": placed,
-            "same_as": confirmed.same_as,
-            "origin_same_as": confirmed.origin_same_as,
-            "depths": list(at.depths),
-        }
-        body["depths_left_out"] = [list(x) for x in at.left_out]
+        body |= {"placed_trials": placed, "depths": list(at.depths), "depths_left_out": [list(x) for x in at.left_out]}
+        body |= {"same_as": confirmed.same_as, "origin_same_as": confirmed.origin_same_as}
         results[config.name] = _store_result(config, body, study_dir, emit)
     return tuple(results[c.name] for c in spec.configs if c.name in results)
