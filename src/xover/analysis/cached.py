@@ -23,6 +23,7 @@ from xover.analysis.crossover import (
     fitted_outside,
     lengths_span,
     sides,
+    split_short,
     winners,
 )
 from xover.analysis.crossover import tie_note as told_ties
@@ -45,8 +46,7 @@ def cached_verdict(pair: PairResult, depth: int) -> str:
     if not s.clear and pair.too_few_rounds:
         return head + f"not yet compared ({span}, fewer than the {MIN_ROUNDS} a verdict needs)."
     if not s.clear and pair.short_at:
-        settled = ", ".join(_k(n) for i, n in enumerate(pair.lengths) if i not in pair.short_at)
-        short_at = ", ".join(_k(n) for i, n in enumerate(pair.lengths) if i in pair.short_at)
+        settled, short_at = split_short(pair)
         return head + (
             f"{noise} at {settled} and not yet compared at {short_at} new tokens ({span}, fewer than the "
             f"{MIN_ROUNDS} a verdict needs at {short_at})."

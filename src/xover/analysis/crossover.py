@@ -23,7 +23,7 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-from xover.analysis.rounds import MIN_ROUNDS, RatioInterval, paired_ratio
+from xover.analysis.rounds import MIN_ROUNDS, RatioInterval, paired_ratio, too_few
 from xover.domain.units import format_tokens
 
 # Measurements of one configuration: raw TTFT samples (seconds) per prompt length, and raw decode
@@ -116,13 +116,13 @@ class PairResult:
     def short_at(self) -> frozenset[int]:
         """The length indices judged over rounds where the two share fewer than
         :data:`~xover.analysis.rounds.MIN_ROUNDS` rounds: "not yet compared" there, not "indistinguishable"."""
-        return frozenset(i for i, r in enumerate(self.intervals) if r is None or r.n < MIN_ROUNDS)
+        return frozenset(i for i, r in enumerate(self.intervals) if too_few(r))
 
     @property
     def too_few_rounds(self) -> bool:
         """Judged over rounds, but at no length over the :data:`~xover.analysis.rounds.MIN_ROUNDS` a verdict needs:
         "not yet compared", never "indistinguishable" (two rounds cannot part even a 10x gap)."""
-        return self.in_rounds and all(i is None or i.n < MIN_ROUNDS for i in self.intervals)
+        return self.in_rounds and len(self.short_at) == len(self.intervals)
 
     def rounds_told(self) -> str:
         """``3 rounds`` or ``3-5 rounds``: how many rounds the pair's comparisons rest on."""
@@ -178,8 +178,7 @@ def too_few_rounds(a: ConfigData, b: ConfigData, length: int, response: int) -> 
     :func:`separation` says 0, and that is "not yet compared", not "within noise"."""
     if not (a.rounds.get(length) and b.rounds.get(length)):
         return False
-    interval = round_interval(a, b, length, response)
-    return interval is None or interval.n < MIN_ROUNDS
+    return too_few(round_interval(a, b, length, response))
 
 
 def separation(a: ConfigData, b: ConfigData, length: int, response: int) -> int:
@@ -462,14 +461,21 @@ def claims_crossover(pair: PairResult) -> bool:
     return claimed_crossing(pair) is not None
 
 
+def split_short(pair: PairResult, indices: Sequence[int] | None = None) -> tuple[str, str]:
+    """The lengths of ``indices`` (default: all), told: those over enough shared rounds, and those with too few
+    (:attr:`PairResult.short_at`), each as ``4K, 16K`` ("" for none)."""
+    at = range(len(pair.lengths)) if indices is None else indices
+    return (
+        ", ".join(_k(pair.lengths[i]) for i in at if i not in pair.short_at),
+        ", ".join(_k(pair.lengths[i]) for i in at if i in pair.short_at),
+    )
+
+
 def tie_note(pair: PairResult, ties: Sequence[int], noise: str) -> str:
     """``; indistinguishable here at 4K; not yet compared at 16K``: the lengths (indices ``ties``) where no side is
     faster, those with too few shared rounds (:attr:`PairResult.short_at`) told apart."""
-    settled = [_k(pair.lengths[i]) for i in ties if i not in pair.short_at]
-    short = [_k(pair.lengths[i]) for i in ties if i in pair.short_at]
-    return (f"; {noise} at {', '.join(settled)}" if settled else "") + (
-        f"; not yet compared at {', '.join(short)}" if short else ""
-    )
+    settled, short = split_short(pair, ties)
+    return (f"; {noise} at {settled}" if settled else "") + (f"; not yet compared at {short}" if short else "")
 
 
 def _noise(pair: PairResult, of: str = "") -> str:
@@ -603,10 +609,9 @@ def _verdict(pair: PairResult, band: tuple[int, int], told_beyond: bool) -> str:
                 f"verdict needs; medians differ by at most {gap:.0%})."
             )
         if pair.short_at:  # some lengths over enough rounds, some not: no "either serves"
-            settled = [_k(n) for i, n in enumerate(pair.lengths) if i not in pair.short_at]
-            unset = ", ".join(_k(n) for i, n in enumerate(pair.lengths) if i in pair.short_at)
+            settled, unset = split_short(pair)
             return head + (
-                f"indistinguishable here at {', '.join(settled)} and not yet compared at {unset} ({span}; "
+                f"indistinguishable here at {settled} and not yet compared at {unset} ({span}; "
                 f"{pair.rounds_told()} of fresh servers, fewer than the {MIN_ROUNDS} a verdict needs at {unset}; "
                 f"medians differ by at most {gap:.0%})."
             )
@@ -682,12 +687,11 @@ def relation(pair: PairResult) -> str:
     ``faster below ~8,000``
     (then slower), ``slower below ~8,000`` or ``no consistent winner``; lengths within noise are named."""
     s = sides(pair)
-    short = [_k(pair.lengths[i]) for i in sorted(pair.short_at)]
     if not s.clear:
         if pair.too_few_rounds:
             return "not yet compared"
-        if short:
-            return f"indistinguishable (not yet compared at {', '.join(short)})"
+        if pair.short_at:
+            return f"indistinguishable (not yet compared at {split_short(pair)[1]})"
         return "indistinguishable" if pair.in_rounds else "within noise"
     tie_word = "indistinguishable at" if pair.in_rounds else "noise at"
     told = tie_note(pair, s.ties, tie_word.removesuffix(" at"))
@@ -761,7 +765,7 @@ def rank(configs: Sequence[ConfigData], response: int) -> dict[int, Ranked]:
             for x in order[1:]
             if best.rounds.get(L) and by_label[x].rounds.get(L)
         }
-        short = {x for x, i in intervals.items() if called[x] == 0 and (i is None or i.n < MIN_ROUNDS)}
+        short = {x for x, i in intervals.items() if called[x] == 0 and too_few(i)}
         out[L] = Ranked(
             order,
             {x: totals[x][L] for x in order},

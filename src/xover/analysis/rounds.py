@@ -127,6 +127,12 @@ class RatioInterval:
         return f"{a} and {b} indistinguishable here ({span})"
 
 
+def too_few(interval: RatioInterval | None) -> bool:
+    """A comparison in rounds that shares fewer than :data:`MIN_ROUNDS` rounds (None: fewer than 2): "not yet
+    compared", whatever its numbers, never "indistinguishable"."""
+    return interval is None or interval.n < MIN_ROUNDS
+
+
 def paired_ratio(a: Mapping[int, float], b: Mapping[int, float]) -> RatioInterval | None:
     """A's round values over B's (round number -> value, e.g. the round's median total time per turn), paired by
     round: the t interval of their mean log-ratio, as a ratio. None with fewer than 2 shared rounds."""
