@@ -1,6 +1,7 @@
 """The read model: one load of a study directory gives every reader (report, export, audit, a resumed study)
 the stored records, typed, with their place in the store."""
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -11,7 +12,17 @@ from xover.domain.records import BenchResult, Failure, ModelId, Provenance, Serv
 from xover.domain.study_spec import StudySpec
 from xover.errors import XoverError
 from xover.measure.study import missing_ttft
-from xover.results.read_model import Artifact, StoredRun, bench_data, load
+from xover.report.rounds import left_out_line
+from xover.results.read_model import (
+    SESSION_GAP_S,
+    Artifact,
+    StoredRun,
+    StoredSample,
+    StudyData,
+    bench_data,
+    crossover_inputs,
+    load,
+)
 from xover.results.store import Store
 
 
@@ -231,3 +242,59 @@ def test_runs_that_found_part_of_the_vram_budget_taken_are_counted_and_reported(
         "2 runs found up to 524 MiB of the budget taken by another process (vram_shortfall in their provenance): "
         "they measured a smaller card than the budget."
     )
+
+
+def _round_data(runs: list[tuple[int, str | None, int]], rows: list[tuple[int, str, int, int]]) -> StudyData:
+    """A study measured in rounds: ``runs`` as (run id, boot id or None, start in s), ``rows`` as (run id, config,
+    length, round); every sample cold, counted, sent a second after its run's start."""
+    base = 1_796_000_000  # 2026-12 in unix s
+    start = {i: base + s for i, _, s in runs}
+    stored_runs = tuple(
+        StoredRun(i, "study", ("xover",), "2026-12-06T00:00:00+0000", start[i] * 10**9, None, "done",
+                  dataclasses.replace(_prov(), extra=(("boot_id", boot),) if boot else ()))
+        for i, boot, s in runs
+    )  # fmt: skip
+    samples = tuple(
+        StoredSample(
+            n,
+            run,
+            label,
+            dataclasses.replace(_sample(label, length, 0), round=r, sent_at_unix_ns=(start[run] + 1) * 10**9),
+            "mk",
+        )
+        for n, (run, label, length, r) in enumerate(rows, 1)
+    )
+    return StudyData("x", stored_runs, {}, (), tuple((s.label, s.sample) for s in samples), (), (), ttft_rows=samples)
+
+
+def test_a_round_pairs_the_servers_of_one_session_of_the_machine() -> None:
+    """A lease that ended mid-round and a later one that completed it (issue 45's leases 4 and 5): the samples of
+    another session than the one that began the round are left out of it, and the report names them."""
+    data = _round_data(
+        [(1, "boot-a", 0), (2, "boot-a", 60), (3, "boot-b", 7 * 3600), (4, "boot-b", 7 * 3600 + 60)],
+        [(1, "a", 1024, 1), (2, "b", 1024, 1), (1, "a", 4096, 1), (3, "b", 4096, 1), (3, "b", 1024, 2),
+         (4, "a", 1024, 2), (4, "a", 4096, 2), (3, "b", 4096, 2)],
+    )  # fmt: skip
+    assert data.off_session == {4}  # b at 4K in round 1, measured in the second boot
+    assert [(lb, s.length, s.round) for lb, s in data.cold_samples()] == [
+        ("a", 1024, 1), ("b", 1024, 1), ("a", 4096, 1), ("b", 1024, 2), ("a", 1024, 2), ("a", 4096, 2), ("b", 4096, 2)
+    ]  # fmt: skip
+    b = {c.label: c for c in crossover_inputs(data)}["b"]
+    assert sorted(b.rounds[1024]) == [1, 2] and sorted(b.rounds[4096]) == [2]  # the pair of round 1 at 4K is gone
+    line = left_out_line(data)
+    assert line is not None and line.startswith("Left out of the rounds: round 1: b (cold 4K).")
+
+
+def test_runs_stored_without_a_boot_id_are_one_session_until_an_hour_passes() -> None:
+    hour = SESSION_GAP_S
+    data = _round_data(
+        [(1, None, 0), (2, None, hour - 120), (3, None, 2 * hour + 60), (4, "boot-a", 2 * hour + 120)],
+        [(1, "a", 1024, 1), (2, "b", 1024, 1), (3, "b", 4096, 1), (4, "a", 4096, 1)],
+    )
+    sessions = data.run_sessions()
+    # run 2 starts 58 minutes after run 1 (its last request 1 s in): the same session; run 3 more than an hour after
+    # run 2's last request: another; a run with a boot id is its boot's
+    assert sessions[1] == sessions[2] != sessions[3] and sessions[4] == "boot-a"
+    assert data.off_session == {3, 4}
+    single = _round_data([(1, "boot-a", 0), (2, "boot-a", 9 * hour)], [(1, "a", 1024, 1), (2, "b", 1024, 1)])
+    assert single.off_session == frozenset() and left_out_line(single) is None  # one boot, however long

@@ -105,7 +105,8 @@ STUDIES = (
     ("h200-engines/rerun-2026-12-03e", "../study.toml", ()),
     # lease 4 (an H100): the tuning and round 1, cut inside vk-cpu6 tuned's server; lease 5 (an H100) rounds 2-3, cut
     # inside vk-cpu6 tuned's third server: its round 3 is left, and each default configuration's 2K cached turns of
-    # rounds 2-3 (stored as failed: a checkpoint restore re-processed one token, which the check now accepts)
+    # rounds 2-3 (stored as failed: a checkpoint restore re-processed one token, which the check now accepts); lease 6
+    # (an H100, another boot) left rounds 2-3 as they were and measured rounds 4-8, so these stay unmeasured there
     (
         "h200-backends/gpt-oss-20b/on-h100",
         "../study.toml",

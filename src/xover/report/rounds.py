@@ -222,6 +222,9 @@ def rounds_blocks(data: StudyData, configs: Sequence[ConfigData], response: int)
             rows,
         ),
     ]
+    left = left_out_line(data)
+    if left:
+        blocks.append(Block("p", left))
     machine = _machine_rows(data)
     if machine:
         blocks += [
@@ -233,3 +236,33 @@ def rounds_blocks(data: StudyData, configs: Sequence[ConfigData], response: int)
             table(["config", "load average at each start", "CPU stolen"], machine),
         ]
     return blocks
+
+
+def format_tokens_list(sizes: list[int]) -> str:
+    return ", ".join(format_tokens(x) for x in sorted(sizes))
+
+
+def left_out_line(data: StudyData) -> str | None:
+    """The samples :attr:`StudyData.off_session` leaves out of the rounds, per round and configuration; None where
+    every round was measured in one session of the machine."""
+    points: dict[tuple[int, str], dict[str, list[int]]] = defaultdict(lambda: defaultdict(list))
+    for row in data.off_session_rows():
+        s = row.sample
+        kind = "cold" if s.mode == "cold" else "cached turns of"
+        if s.length not in points[(s.round or 0, row.label)][kind]:
+            points[(s.round or 0, row.label)][kind].append(s.length)
+    if not points:
+        return None
+
+    def config(label: str, kinds: dict[str, list[int]]) -> str:
+        return f"{label} ({', '.join(f'{k} {format_tokens_list(v)}' for k, v in kinds.items())})"
+
+    where = "; ".join(
+        f"round {n}: " + ", ".join(config(label, kinds) for (m, label), kinds in sorted(points.items()) if m == n)
+        for n in sorted({n for n, _ in points})
+    )
+    return (
+        f"Left out of the rounds: {where}. They were measured in another session of the machine than the one that "
+        "began their round (another boot; for runs stored without a boot id, more than an hour later), and a round "
+        "pairs servers measured together on one machine."
+    )

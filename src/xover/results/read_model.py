@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
+import functools
 import statistics
 from collections import defaultdict
 from collections.abc import Callable, Collection, Iterable, Sequence
@@ -29,6 +30,10 @@ from xover.results.store import STORE_NAME, Store
 T = TypeVar("T")
 
 MODE_ORDER = ("default", "reuse", "off")  # the verdict's primary mode is the first one measured
+SESSION_GAP_S = 3600
+"""Runs stored without a boot id (xover before its provenance stored one) are of one session of the machine until
+more than this passes between one run's last request and the next run's start. A lease of a lent machine lasts at most
+30 minutes, and one study's servers follow each other within seconds."""
 WRITTEN_BY = "xover bench/ttft/study"
 
 
@@ -212,19 +217,67 @@ class StudyData:
         out: dict[int, list[tuple[str, TtftSample]]] = defaultdict(list)
         for row in self.ttft_rows:
             depth = cached_depth(row.sample.mode)
-            if depth is not None and row.sample.counted_cached:
+            if depth is not None and row.sample.counted_cached and row.row_id not in self.off_session:
                 out[depth].append((row.label, row.sample))
         return dict(out)
 
     def cold_rows(self) -> list[StoredSample]:
         """The rows of :meth:`cold_samples`, with their run and model."""
-        counted = [row for row in self.ttft_rows if row.sample.counted_cold]
+        off = self.off_session
+        counted = [row for row in self.ttft_rows if row.sample.counted_cold and row.row_id not in off]
         in_rounds = {(row.sample.config_key, row.sample.length) for row in counted if row.sample.round is not None}
         return [
             row
             for row in counted
             if row.sample.round is not None or (row.sample.config_key, row.sample.length) not in in_rounds
         ]
+
+    def run_sessions(self) -> dict[int, str]:
+        """Run id -> the session of the machine it ran in: its boot id where its provenance stored one; else the
+        runs stored without one, split where more than :data:`SESSION_GAP_S` passed between runs."""
+        last_seen: dict[int, int] = defaultdict(int)  # run id -> its last request's unix ns
+        for row in self.ttft_rows:
+            last_seen[row.run_id] = max(last_seen[row.run_id], row.sample.sent_at_unix_ns)
+        out: dict[int, str] = {}
+        legacy, last = 0, None
+        for run in sorted(self.runs, key=lambda r: r.start_ns):
+            boot = dict(run.provenance.extra).get("boot_id")
+            if boot:
+                out[run.id] = boot
+                continue
+            if last is not None and run.start_ns - last > SESSION_GAP_S * 1e9:
+                legacy += 1
+            out[run.id] = f"without a boot id, #{legacy}"
+            last = max(last or 0, run.start_ns, last_seen.get(run.id, 0))
+        return out
+
+    @functools.cached_property
+    def off_session(self) -> frozenset[int]:
+        """The rows (ids) of round samples measured in another session of the machine (:meth:`run_sessions`) than
+        the one that began their round (its first run, per model): left out of the rounds and of what is averaged.
+        A round pairs servers measured together on one machine; a lease that ended mid-round and a later one that
+        completed it paired two hosts (1.4-1.6x apart where experts ran on the CPU)."""
+        sessions = self.run_sessions()
+        start = {r.id: r.start_ns for r in self.runs}
+        first: dict[tuple[str, int], int] = {}  # (model, round) -> the run that began it
+        for row in self.ttft_rows:
+            n = row.sample.round
+            if n is not None and n > 0:
+                k = (row.model_key, n)
+                if k not in first or start.get(row.run_id, 0) < start.get(first[k], 0):
+                    first[k] = row.run_id
+        return frozenset(
+            row.row_id
+            for row in self.ttft_rows
+            if row.sample.round is not None
+            and row.sample.round > 0
+            and sessions.get(row.run_id) != sessions.get(first[(row.model_key, row.sample.round)])
+        )
+
+    def off_session_rows(self) -> list[StoredSample]:
+        """The counted samples :attr:`off_session` leaves out, for the report to name."""
+        off = self.off_session
+        return [r for r in self.ttft_rows if r.row_id in off and (r.sample.counted_cold or r.sample.counted_cached)]
 
     def drift_samples(self) -> list[tuple[str, TtftSample]]:
         """The counted cold samples of drift checks: the first configuration measured again, in a fresh server, at
