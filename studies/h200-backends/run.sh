@@ -27,6 +27,8 @@
 #   PHASE=tune: the studies with `--skip ttft` (placement checks and tuning only).
 #   BUDGET=12min: each study's budget, replacing its spec's (rounds past the first 3 and the drift check start only
 #     if they end within it).
+#   MAXR=10: each study's max-rounds, replacing its spec's 4. Round numbers count from the store's first round, so a
+#     store that already has rounds 1-8 measures nothing more without it (lease 6 raised it by hand).
 #
 # Run from the repository root on the GPU machine; repeat the call until job.log says done. Returns $OUT/bk.tgz ($ST:
 # both stores with their logs, the build logs and vk-devices.log; no models), job.log and the parts of builds packed
@@ -42,6 +44,7 @@ if [ ! -f $J/started ]; then
     mkdir -p $ST/$s/models
     cp $S/$s/study.toml $J/$s.toml
     if [ -n "${BUDGET:-}" ]; then sed -i "s/^budget = .*/budget = \"$BUDGET\"/" $J/$s.toml; grep -H "^budget" $J/$s.toml; fi
+    if [ -n "${MAXR:-}" ]; then sed -i "s/^max-rounds = .*/max-rounds = $MAXR/" $J/$s.toml; grep -H "^max-rounds" $J/$s.toml; fi
     if [ -f $S/$s/results.sqlite ]; then  # the shape's own store (the H200's), or one of another card's (on-h100/):
       # resumed from the one measured on this machine's card, else afresh (never two cards' numbers in one verdict)
       for d in $S/$s $S/$s/on-*; do [ -f $d/results.sqlite ] && resume_store $d $ST/$s && break; done || true

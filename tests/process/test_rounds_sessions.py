@@ -96,3 +96,23 @@ def test_a_configuration_new_in_another_boot_is_measured_in_rounds_with_every_ot
     rounds = _rounds(study)
     assert rounds["c"] == [4, 5, 6] and rounds["a"] == rounds["b"] == [1, 2, 3, 4, 5, 6], rounds
     assert not any("nothing left to measure" in line for line in told)
+
+
+def test_max_rounds_that_leave_points_open_say_so_and_what_raises_them(
+    tmp_path: Path, fake_bins: Binaries, tiny_model: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Round numbers count from the store's first round: a resume in another boot whose ``max-rounds`` the stored
+    rounds already reach measures nothing (lease 6 of studies/h200-backends found its spec's 4 reached after one
+    round). The stage says which configurations it left open and what to raise, not that every sample is stored."""
+    boot = tmp_path / "boot_id"
+    monkeypatch.setattr(provenance, "BOOT_ID", boot)
+    a, b, c = fake_config("a", 2000, 100), fake_config("b", 1600, 100), fake_config("c", 1800, 100)
+    study = tmp_path / "study"
+    boot.write_text("lease-1\n")
+    _stage((a, b), study, fake_bins, tiny_model, rounds=3, max_rounds=3)
+    boot.write_text("lease-2\n")
+    told = _stage((a, b, c), study, fake_bins, tiny_model, rounds=3, max_rounds=3)
+    assert _rounds(study) == {"a": [1, 2, 3], "b": [1, 2, 3]}  # nothing measured: rounds 1-3 are another boot's
+    (line,) = [line for line in told if line.startswith("max-rounds")]
+    assert line.startswith("max-rounds (3) reached with points still open (a, b, c)") and "raise max-rounds" in line
+    assert not any("nothing left to measure" in line for line in told)

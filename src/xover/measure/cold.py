@@ -28,6 +28,7 @@ from collections.abc import Mapping, Sequence
 from xover.analysis.crossover import open_questions
 from xover.analysis.rounds import order
 from xover.domain.artifacts import SkippedPoint
+from xover.domain.study_spec import StudySpec
 from xover.domain.turn_kinds import AFTER_COLD, COLD, TURN_KINDS
 from xover.llamacpp.server import ServerLaunch, buffer_log_verbosity, context_size
 from xover.measure import ttft as ttftrun
@@ -35,7 +36,7 @@ from xover.measure.context import StageEvent, Study, server_timeout
 from xover.measure.events import ConfigFailed, Rerun, SampleDone, ServerUp
 from xover.measure.provenance import boot_id, cpu_shares, model_id, proc_stat
 from xover.measure.resume import TtftTodo, lacking, last_round, rounds_of_other_sessions, ttft_todo
-from xover.results.read_model import TURN_INPUTS, load_if_any
+from xover.results.read_model import TURN_INPUTS, StudyData, load_if_any
 from xover.results.store import Store
 
 EFFICIENCY = "ttft-efficiency"
@@ -156,6 +157,18 @@ def _keep(t: TtftTodo, open_: Mapping[str, Mapping[str, set[int]]], lack: frozen
     )
 
 
+def _still_open(
+    spec: StudySpec, data: StudyData, todo: Sequence[TtftTodo], pairs: Sequence[tuple[str, str]], closed: frozenset[int]
+) -> tuple[dict[str, dict[str, set[int]]], frozenset[tuple[str, int]]]:
+    """What a round past the study's first ones would measure: per kind of turn, the configurations whose questions
+    are open with their sizes (``pairs``: the pairs the verdicts answer); and, after rounds left to another session
+    (``closed``), the points some configuration still has too few rounds of, with every configuration at them (a
+    configuration new to the spec, or one that failed there)."""
+    inputs = {k.name: TURN_INPUTS[k.name](data) for k in TURN_KINDS}
+    open_ = {k.name: open_questions(inputs[k.name], pairs, spec.response_tokens[0]) for k in TURN_KINDS}
+    return open_, lacking(todo, inputs, COLD.name, spec.rounds) if closed else frozenset()
+
+
 def _overruns(st: Study, cost_s: float) -> bool:
     """Whether something that takes ``cost_s`` (what it took last time), started now, would end past the study's
     budget."""
@@ -169,9 +182,9 @@ def stage_ttft(st: Study, pairs: Sequence[tuple[str, str]]) -> int:
     rounds = _Rounds(st)
     fresh = st.fresh_in("ttft")
     base = last_round(load_if_any(st.study_dir).ttft_rows) if fresh else 0  # --fresh: new rounds after every stored one
-    response = spec.response_tokens[0]
     told: set[str] = set()
     last_wall, last_measured = 0.0, 0
+    still: list[str] = []  # what max-rounds left open
     n = base + 1
     # rounds a former session of the machine began (another lease, a reboot): never finished here (their pairs
     # would mix two machines); what they lack is measured in later rounds where a question stays open
@@ -198,12 +211,8 @@ def stage_ttft(st: Study, pairs: Sequence[tuple[str, str]]) -> int:
                     told.add(note)
                     emit(StageEvent("ttft", "info", note))
         if n > base + spec.rounds:  # past the rounds every configuration gets: only where a question is open
-            inputs = {k.name: TURN_INPUTS[k.name](data) for k in TURN_KINDS}
-            open_ = {k.name: open_questions(inputs[k.name], pairs, response) for k in TURN_KINDS}
+            open_, lack = _still_open(spec, data, todo, pairs, closed)
             open_names = sorted({name for per in open_.values() for name in per})
-            # after rounds left to another session: the points some configuration still has too few rounds of,
-            # with every configuration at them (a configuration new to the spec, or one that failed there)
-            lack = lacking(todo, inputs, COLD.name, spec.rounds) if closed else frozenset()
             if not open_names and not lack:
                 break
             if _overruns(st, last_wall):
@@ -227,7 +236,21 @@ def stage_ttft(st: Study, pairs: Sequence[tuple[str, str]]) -> int:
                 rounds.measure(pending[name], n, f"round {n - base}")
             last_wall, last_measured = time.perf_counter() - t0, n
         n += 1
-    if not last_measured and not rounds.failed:
+    else:  # max-rounds reached: say what it leaves open (a resume counts rounds from the store's first)
+        data = load_if_any(st.study_dir)
+        todo = ttft_todo(spec, data.ttft_rows, rounds.mk, n, fresh)
+        open_, lack = _still_open(spec, data, todo, pairs, closed)
+        still = sorted(t.config.name for t in todo if _keep(t, open_, lack).anything)
+        if still:
+            emit(
+                StageEvent(
+                    "ttft",
+                    "info",
+                    f"max-rounds ({spec.max_rounds}) reached with points still open ({', '.join(still)}): rounds "
+                    "count from the store's first, so raise max-rounds to measure them",
+                )
+            )
+    if not last_measured and not rounds.failed and not still:
         emit(StageEvent("ttft", "info", "nothing left to measure: every configuration's cold samples are stored"))
     if rounds.failed:
         emit(
