@@ -296,5 +296,11 @@ def test_runs_stored_without_a_boot_id_are_one_session_until_an_hour_passes() ->
     # run 2's last request: another; a run with a boot id is its boot's
     assert sessions[1] == sessions[2] != sessions[3] and sessions[4] == "boot-a"
     assert data.off_session == {3, 4}
+    # a request that ran long (a CPU-only 32K prefill): its end, not its start, is when the run was last seen
+    slow = _round_data([(1, None, 0), (2, None, 2 * hour)], [(1, "a", 1024, 1), (2, "b", 1024, 1)])
+    (first, second) = slow.ttft_rows
+    long_one = dataclasses.replace(first, sample=dataclasses.replace(first.sample, end_ns=int(1.5 * hour * 10**9)))
+    assert dataclasses.replace(slow, ttft_rows=(long_one, second)).off_session == frozenset()
+    assert slow.off_session == {2}
     single = _round_data([(1, "boot-a", 0), (2, "boot-a", 9 * hour)], [(1, "a", 1024, 1), (2, "b", 1024, 1)])
     assert single.off_session == frozenset() and left_out_line(single) is None  # one boot, however long

@@ -235,9 +235,10 @@ class StudyData:
     def run_sessions(self) -> dict[int, str]:
         """Run id -> the session of the machine it ran in: its boot id where its provenance stored one; else the
         runs stored without one, split where more than :data:`SESSION_GAP_S` passed between runs."""
-        last_seen: dict[int, int] = defaultdict(int)  # run id -> its last request's unix ns
+        last_seen: dict[int, int] = defaultdict(int)  # run id -> when its last request ended (unix ns)
         for row in self.ttft_rows:
-            last_seen[row.run_id] = max(last_seen[row.run_id], row.sample.sent_at_unix_ns)
+            s = row.sample
+            last_seen[row.run_id] = max(last_seen[row.run_id], s.sent_at_unix_ns + (s.end_ns or 0))
         out: dict[int, str] = {}
         legacy, last = 0, None
         for run in sorted(self.runs, key=lambda r: r.start_ns):
