@@ -2,6 +2,7 @@
 the stored records, typed, with their place in the store."""
 
 import dataclasses
+import datetime
 import json
 from pathlib import Path
 
@@ -285,22 +286,59 @@ def test_a_round_pairs_the_servers_of_one_session_of_the_machine() -> None:
     assert line is not None and line.startswith("Left out of the rounds: round 1: b (cold 4K).")
 
 
-def test_runs_stored_without_a_boot_id_are_one_session_until_an_hour_passes() -> None:
-    hour = SESSION_GAP_S
+def test_runs_stored_without_a_boot_id_are_one_session_until_a_gap() -> None:
+    gap = SESSION_GAP_S
     data = _round_data(
-        [(1, None, 0), (2, None, hour - 120), (3, None, 2 * hour + 60), (4, "boot-a", 2 * hour + 120)],
+        [(1, None, 0), (2, None, gap - 60), (3, None, 2 * gap + 60), (4, "boot-a", 2 * gap + 120)],
         [(1, "a", 1024, 1), (2, "b", 1024, 1), (3, "b", 4096, 1), (4, "a", 4096, 1)],
     )
     sessions = data.run_sessions()
-    # run 2 starts 58 minutes after run 1 (its last request 1 s in): the same session; run 3 more than an hour after
-    # run 2's last request: another; a run with a boot id is its boot's
+    # run 2 starts gap - 61 s after run 1's last request ended (1 s in): the same session; run 3 more than the gap
+    # after run 2's: another; a run with a boot id is its boot's
     assert sessions[1] == sessions[2] != sessions[3] and sessions[4] == "boot-a"
     assert data.off_session == {3, 4}
     # a request that ran long (a CPU-only 32K prefill): its end, not its start, is when the run was last seen
-    slow = _round_data([(1, None, 0), (2, None, 2 * hour)], [(1, "a", 1024, 1), (2, "b", 1024, 1)])
+    slow = _round_data([(1, None, 0), (2, None, 3 * gap)], [(1, "a", 1024, 1), (2, "b", 1024, 1)])
     (first, second) = slow.ttft_rows
-    long_one = dataclasses.replace(first, sample=dataclasses.replace(first.sample, end_ns=int(1.5 * hour * 10**9)))
+    long_one = dataclasses.replace(first, sample=dataclasses.replace(first.sample, end_ns=int(2.5 * gap * 10**9)))
     assert dataclasses.replace(slow, ttft_rows=(long_one, second)).off_session == frozenset()
     assert slow.off_session == {2}
-    single = _round_data([(1, "boot-a", 0), (2, "boot-a", 9 * hour)], [(1, "a", 1024, 1), (2, "b", 1024, 1)])
+    # so is its stored finish
+    run1 = dataclasses.replace(
+        slow.runs[0],
+        finished_at=datetime.datetime.fromtimestamp(1_796_000_000 + 2.5 * gap, datetime.timezone.utc).strftime(
+            "%Y-%m-%dT%H:%M:%S%z"
+        ),
+    )
+    assert dataclasses.replace(slow, runs=(run1, slow.runs[1])).off_session == frozenset()
+    single = _round_data([(1, "boot-a", 0), (2, "boot-a", 9 * gap)], [(1, "a", 1024, 1), (2, "b", 1024, 1)])
     assert single.off_session == frozenset() and left_out_line(single) is None  # one boot, however long
+
+
+def test_a_point_left_out_of_its_round_neither_falls_back_nor_counts_as_a_cached_turn() -> None:
+    """b's 4K sample of round 1 is another boot's: its samples from before rounds stay superseded (the point was
+    measured in rounds), a cached turn of that session is left out too, and a row whose run is not stored leaves its
+    round as it is."""
+    data = _round_data(
+        [(1, "boot-a", 0), (2, "boot-b", 3 * 3600)],
+        [(1, "a", 4096, 1), (2, "b", 4096, 1), (1, "b", 4096, 0), (2, "b", 512, 1), (1, "a", 512, 1)],
+    )
+    before, cached_b, cached_a = data.ttft_rows[2], data.ttft_rows[3], data.ttft_rows[4]
+    rows = (
+        *data.ttft_rows[:2],
+        dataclasses.replace(before, sample=dataclasses.replace(before.sample, round=None)),
+        dataclasses.replace(cached_b, sample=dataclasses.replace(cached_b.sample, mode="cached:16384")),
+        dataclasses.replace(cached_a, sample=dataclasses.replace(cached_a.sample, mode="cached:16384")),
+    )
+    data = dataclasses.replace(data, ttft_rows=rows)
+    assert data.off_session == {2, 4}
+    assert [(lb, s.round) for lb, s in data.cold_samples()] == [("a", 1)]  # b's sample before rounds stays out
+    assert [lb for lb, _ in data.cached_samples()[16384]] == ["a"]
+    assert left_out_line(data) == (
+        "Left out of the rounds: round 1: b (cold 4K, cached turns on 16K, new tokens 512). They were measured in "
+        "another session of the machine than the one that began their round (its boot id; runs stored without one "
+        "are a session of their own, which ends where more than 10 minutes pass between runs), and a round pairs "
+        "servers measured together on one machine."
+    )
+    orphan = dataclasses.replace(rows[0], row_id=9, run_id=99)  # its run is not stored (a store cut mid-write)
+    assert dataclasses.replace(data, ttft_rows=(orphan, *rows)).off_session == {2, 4}

@@ -169,6 +169,34 @@ def _still_open(
     return open_, lacking(todo, inputs, COLD.name, spec.rounds) if closed else frozenset()
 
 
+def _capped(
+    st: Study, rounds: _Rounds, pairs: Sequence[tuple[str, str]], n: int, fresh: bool, closed: frozenset[int]
+) -> list[str]:
+    """After max-rounds: the configurations a round ``n`` would still measure (not those that failed: more rounds
+    would not help them), said in one line. Round numbers count from the store's first round, so a resume after
+    rounds left to another session (``closed``) can reach max-rounds before it measures anything."""
+    spec = st.spec
+    data = load_if_any(st.study_dir)
+    todo = ttft_todo(spec, data.ttft_rows, rounds.mk, n, fresh)
+    open_, lack = _still_open(spec, data, todo, pairs, closed)
+    still = sorted(t.config.name for t in todo if _keep(t, open_, lack).anything and t.config.name not in rounds.failed)
+    if still:
+        why = (
+            " (round numbers count from the store's first round, the rounds left to another session included)"
+            if closed
+            else ""
+        )
+        st.emit(
+            StageEvent(
+                "ttft",
+                "info",
+                f"max-rounds ({spec.max_rounds}) reached with questions still open ({', '.join(still)}): raise "
+                f"max-rounds to measure more{why}",
+            )
+        )
+    return still
+
+
 def _overruns(st: Study, cost_s: float) -> bool:
     """Whether something that takes ``cost_s`` (what it took last time), started now, would end past the study's
     budget."""
@@ -236,20 +264,8 @@ def stage_ttft(st: Study, pairs: Sequence[tuple[str, str]]) -> int:
                 rounds.measure(pending[name], n, f"round {n - base}")
             last_wall, last_measured = time.perf_counter() - t0, n
         n += 1
-    else:  # max-rounds reached: say what it leaves open (a resume counts rounds from the store's first)
-        data = load_if_any(st.study_dir)
-        todo = ttft_todo(spec, data.ttft_rows, rounds.mk, n, fresh)
-        open_, lack = _still_open(spec, data, todo, pairs, closed)
-        still = sorted(t.config.name for t in todo if _keep(t, open_, lack).anything)
-        if still:
-            emit(
-                StageEvent(
-                    "ttft",
-                    "info",
-                    f"max-rounds ({spec.max_rounds}) reached with points still open ({', '.join(still)}): rounds "
-                    "count from the store's first, so raise max-rounds to measure them",
-                )
-            )
+    else:  # max-rounds reached: say what it leaves open
+        still = _capped(st, rounds, pairs, n, fresh, closed)
     if not last_measured and not rounds.failed and not still:
         emit(StageEvent("ttft", "info", "nothing left to measure: every configuration's cold samples are stored"))
     if rounds.failed:

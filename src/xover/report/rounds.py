@@ -16,9 +16,10 @@ from collections.abc import Sequence
 
 from xover.analysis.crossover import ConfigData, PairResult, round_totals
 from xover.analysis.rounds import MIN_ROUNDS, RoundSummary, drifted, rounds_to_settle
+from xover.domain.records import cached_depth
 from xover.domain.units import format_tokens
 from xover.report.blocks import Block, table
-from xover.results.read_model import StudyData
+from xover.results.read_model import SESSION_GAP_S, StudyData
 
 LEGACY = (
     "Measured before xover measured in rounds: one server process per configuration. Its verdicts keep the "
@@ -248,7 +249,8 @@ def left_out_line(data: StudyData) -> str | None:
     points: dict[tuple[int, str], dict[str, list[int]]] = defaultdict(lambda: defaultdict(list))
     for row in data.off_session_rows():
         s = row.sample
-        kind = "cold" if s.mode == "cold" else "cached turns of"
+        depth = cached_depth(s.mode)
+        kind = "cold" if depth is None else f"cached turns on {format_tokens(depth)}, new tokens"
         if s.length not in points[(s.round or 0, row.label)][kind]:
             points[(s.round or 0, row.label)][kind].append(s.length)
     if not points:
@@ -263,6 +265,7 @@ def left_out_line(data: StudyData) -> str | None:
     )
     return (
         f"Left out of the rounds: {where}. They were measured in another session of the machine than the one that "
-        "began their round (another boot; for runs stored without a boot id, more than an hour later), and a round "
-        "pairs servers measured together on one machine."
+        f"began their round (its boot id; runs stored without one are a session of their own, which ends where more "
+        f"than {SESSION_GAP_S // 60} minutes pass between runs), and a round pairs servers measured together on one "
+        "machine."
     )

@@ -30,10 +30,12 @@ from xover.results.store import STORE_NAME, Store
 T = TypeVar("T")
 
 MODE_ORDER = ("default", "reuse", "off")  # the verdict's primary mode is the first one measured
-SESSION_GAP_S = 3600
+SESSION_GAP_S = 600
 """Runs stored without a boot id (xover before its provenance stored one) are of one session of the machine until
-more than this passes between one run's last request and the next run's start. A lease of a lent machine lasts at most
-30 minutes, and one study's servers follow each other within seconds."""
+more than this passes between one run's end (its last request, or its finish) and the next run's start. One study's
+servers follow each other within seconds (at most about 2 minutes apart in the committed studies); leases of a lent
+machine hold it at most 30 minutes and the committed ones were 1.9 hours apart or more. Too short a gap splits a
+round and leaves it "not yet compared"; too long a one pairs two hosts."""
 WRITTEN_BY = "xover bench/ttft/study"
 
 
@@ -223,22 +225,27 @@ class StudyData:
 
     def cold_rows(self) -> list[StoredSample]:
         """The rows of :meth:`cold_samples`, with their run and model."""
-        off = self.off_session
-        counted = [row for row in self.ttft_rows if row.sample.counted_cold and row.row_id not in off]
+        counted = [row for row in self.ttft_rows if row.sample.counted_cold]
         in_rounds = {(row.sample.config_key, row.sample.length) for row in counted if row.sample.round is not None}
+        off = self.off_session  # after in_rounds: a point measured in rounds never falls back to older samples
         return [
             row
             for row in counted
-            if row.sample.round is not None or (row.sample.config_key, row.sample.length) not in in_rounds
+            if (row.sample.round is not None or (row.sample.config_key, row.sample.length) not in in_rounds)
+            and row.row_id not in off
         ]
 
     def run_sessions(self) -> dict[int, str]:
         """Run id -> the session of the machine it ran in: its boot id where its provenance stored one; else the
         runs stored without one, split where more than :data:`SESSION_GAP_S` passed between runs."""
-        last_seen: dict[int, int] = defaultdict(int)  # run id -> when its last request ended (unix ns)
-        for row in self.ttft_rows:
+        last_seen: dict[int, int] = defaultdict(int)  # run id -> when it was last seen (unix ns)
+        for row in self.ttft_rows:  # its requests' ends
             s = row.sample
             last_seen[row.run_id] = max(last_seen[row.run_id], s.sent_at_unix_ns + (s.end_ns or 0))
+        for run in self.runs:  # its finish, where stored
+            if run.finished_at:
+                finished = datetime.datetime.strptime(run.finished_at, "%Y-%m-%dT%H:%M:%S%z").timestamp()
+                last_seen[run.id] = max(last_seen[run.id], int(finished * 1e9))
         out: dict[int, str] = {}
         legacy, last = 0, None
         for run in sorted(self.runs, key=lambda r: r.start_ns):
@@ -260,19 +267,20 @@ class StudyData:
         completed it paired two hosts (1.4-1.6x apart where experts ran on the CPU)."""
         sessions = self.run_sessions()
         start = {r.id: r.start_ns for r in self.runs}
+        rows = [  # a row whose run is not stored has no session to judge by: left as it is
+            row
+            for row in self.ttft_rows
+            if row.sample.round is not None and row.sample.round > 0 and row.run_id in start
+        ]
         first: dict[tuple[str, int], int] = {}  # (model, round) -> the run that began it
-        for row in self.ttft_rows:
-            n = row.sample.round
-            if n is not None and n > 0:
-                k = (row.model_key, n)
-                if k not in first or start.get(row.run_id, 0) < start.get(first[k], 0):
-                    first[k] = row.run_id
+        for row in rows:
+            k = (row.model_key, row.sample.round or 0)
+            if k not in first or start[row.run_id] < start[first[k]]:
+                first[k] = row.run_id
         return frozenset(
             row.row_id
-            for row in self.ttft_rows
-            if row.sample.round is not None
-            and row.sample.round > 0
-            and sessions.get(row.run_id) != sessions.get(first[(row.model_key, row.sample.round)])
+            for row in rows
+            if sessions[row.run_id] != sessions[first[(row.model_key, row.sample.round or 0)]]
         )
 
     def off_session_rows(self) -> list[StoredSample]:
