@@ -282,11 +282,12 @@ PY
   [ -z "$on" ] || echo "$dir was measured on $on"
 }
 
-resume_store() {  # DIR [DEST]: an earlier lease's committed store (DIR/results.sqlite with DIR/tune) into DEST (default
-  # $ST) to resume it, where it was measured on this machine's kind of card (measured_here); 1 where there is none or
-  # the card differs
+resume_store() {  # DIR [DEST]: an earlier lease's committed store (DIR/results.sqlite with DIR/tune and DIR/logs) into
+  # DEST (default $ST) to resume it, where it was measured on this machine's kind of card (measured_here); 1 where
+  # there is none or the card differs
   local dir=$1 dest=${2:-$ST}
   [ -f $dir/results.sqlite ] && measured_here $dir || return 1
-  mkdir -p $dest && cp $dir/results.sqlite $dest/ && { [ ! -d $dir/tune ] || cp -r $dir/tune $dest/; }
+  mkdir -p $dest && cp $dir/results.sqlite $dest/ && { [ ! -d $dir/tune ] || cp -r $dir/tune $dest/; } &&
+    { [ ! -d $dir/logs ] || cp -r $dir/logs $dest/; }  # the committed logs: the lease's servers take new names
   echo "resuming $dir/results.sqlite"
 }

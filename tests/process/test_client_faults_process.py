@@ -74,6 +74,10 @@ def test_server_spec_args_and_helpers(tmp_path: Path, fake_bins: Binaries) -> No
     (tmp_path / "server-ncmoe=12-1.log").touch()
     assert log_path_for(tmp_path, "ncmoe=12").name == "server-ncmoe=12-2.log"
     assert log_path_for(tmp_path, "a b/c").name == "server-a_b_c-1.log"
+    (tmp_path / "lease4").mkdir()  # a lent machine's logs kept per lease: their names are not given again
+    (tmp_path / "lease4" / "server-ncmoe=12-2.log").touch()
+    assert log_path_for(tmp_path, "ncmoe=12") == tmp_path / "server-ncmoe=12-3.log"
+    assert log_path_for(tmp_path / "absent", "x").name == "server-x-1.log"
 
 
 # ---- client on an injected transport --------------------------------------------------------------

@@ -195,9 +195,11 @@ def _slug(label: str) -> str:
 
 
 def next_log_path(log_dir: Path, stem: str) -> Path:
-    """``log_dir/<stem>-<n>.log``: the first n not taken, so every start of a llama process keeps its own log."""
+    """``log_dir/<stem>-<n>.log``: the first n whose name is taken nowhere under ``log_dir`` (its subfolders
+    included: a lent machine's logs kept per lease), so every start of a llama process keeps its own log and name."""
+    taken = {p.name for p in log_dir.rglob(f"{stem}-*.log")} if log_dir.is_dir() else set()
     n = 1
-    while (path := log_dir / f"{stem}-{n}.log").exists():
+    while (path := log_dir / f"{stem}-{n}.log").name in taken:
         n += 1
     return path
 
