@@ -27,6 +27,7 @@ FIT_CHECK = "fit-check"  # the same records with llama.cpp's word on each level
 FOR_CACHED_SUFFIX = " tuned for cached turns"  # a variant tuned for the study's cached agentic turns (its name's end)
 TUNED = "-tuned"  # the suffix of the fit artifacts of the tuned variants (placed again for their own settings)
 TTFT_SKIPPED = "ttft-skipped"  # one per cold TTFT point a max-ttft skipped
+TTFT_EFFICIENCY = "ttft-efficiency"  # one per round's server: its wall, load and request seconds, CPU shares
 WORKLOAD = "workload"  # a study of a recording (``[study] workload``): its turns, as the recording counted them
 
 TUNE_SCHEMA = "xover.tune/1"

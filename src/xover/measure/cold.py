@@ -27,6 +27,7 @@ from collections.abc import Mapping, Sequence
 
 from xover.analysis.crossover import open_questions
 from xover.analysis.rounds import order
+from xover.domain import artifacts as art
 from xover.domain.artifacts import SkippedPoint
 from xover.domain.study_spec import StudySpec
 from xover.domain.turn_kinds import AFTER_COLD, COLD, TURN_KINDS
@@ -35,11 +36,11 @@ from xover.measure import ttft as ttftrun
 from xover.measure.context import StageEvent, Study, server_timeout
 from xover.measure.events import ConfigFailed, Rerun, SampleDone, ServerUp
 from xover.measure.provenance import boot_id, cpu_shares, model_id, proc_stat
-from xover.measure.resume import TtftTodo, lacking, last_round, rounds_of_other_sessions, ttft_todo
+from xover.measure.resume import TtftTodo, lacking, last_round, round_cost, rounds_of_other_sessions, ttft_todo
 from xover.results.read_model import TURN_INPUTS, StudyData, load_if_any
 from xover.results.store import Store
 
-EFFICIENCY = "ttft-efficiency"
+EFFICIENCY = art.TTFT_EFFICIENCY
 
 
 class _Rounds:
@@ -243,8 +244,12 @@ def stage_ttft(st: Study, pairs: Sequence[tuple[str, str]]) -> int:
             open_names = sorted({name for per in open_.values() for name in per})
             if not open_names and not lack:
                 break
-            if _overruns(st, last_wall):
-                short = sorted(t.config.name for t in todo if _keep(t, open_, lack).anything)
+            # only the sizes still open, kind by kind: a round past the first ones costs what the open questions need
+            todo = [_keep(t, open_, lack) for t in todo]
+            live = [t for t in todo if t.config.name not in rounds.failed]
+            cost = round_cost(spec, data, live, rounds.mk)  # from the stored servers; else the last round's wall
+            if _overruns(st, last_wall if cost is None else cost):
+                short = sorted(t.config.name for t in live if t.anything)
                 emit(
                     StageEvent(
                         "ttft",
@@ -254,8 +259,6 @@ def stage_ttft(st: Study, pairs: Sequence[tuple[str, str]]) -> int:
                     )
                 )
                 break
-            # only the sizes still open, kind by kind: a round past the first ones costs what the open questions need
-            todo = [_keep(t, open_, lack) for t in todo]
         pending = {t.config.name: t for t in todo if t.anything and t.config.name not in rounds.failed}
         if pending:
             emit(StageEvent("ttft", "info", f"round {n - base}: {', '.join(order(list(pending), n - base - 1))}"))

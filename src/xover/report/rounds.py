@@ -16,6 +16,7 @@ from collections.abc import Sequence
 
 from xover.analysis.crossover import ConfigData, PairResult, round_totals
 from xover.analysis.rounds import MIN_ROUNDS, RoundSummary, drifted, rounds_to_settle
+from xover.domain.artifacts import TTFT_EFFICIENCY
 from xover.domain.records import cached_depth
 from xover.domain.units import format_tokens
 from xover.report.blocks import Block, table
@@ -164,7 +165,7 @@ def _machine_rows(data: StudyData) -> list[tuple[str, ...]]:
     steal: dict[str, list[float]] = defaultdict(list)
     for a in data.artifacts:
         body = a.body
-        if a.name != "ttft-efficiency" or not isinstance(body, dict) or body.get("round") is None:
+        if a.name != TTFT_EFFICIENCY or not isinstance(body, dict) or body.get("round") is None:
             continue
         label = str(body.get("label"))
         if a.run_id in load:
