@@ -50,6 +50,21 @@ def _rounds(study: Path) -> dict[str, list[int]]:
     return {label: sorted(r) for label, r in out.items()}
 
 
+def _c_joins_in_another_boot(
+    study: Path, bins: Binaries, model: Path, monkeypatch: pytest.MonkeyPatch, max_rounds: int
+) -> list[str]:
+    """Rounds 1-3 of ``a`` and ``b`` in one boot, then, in the next, the stage with ``c`` added and ``max_rounds``:
+    what the second stage said."""
+    boot = study.parent / "boot_id"
+    monkeypatch.setattr(provenance, "BOOT_ID", boot)
+    a, b, c = fake_config("a", 2000, 100), fake_config("b", 1600, 100), fake_config("c", 1800, 100)
+    boot.write_text("lease-1\n")
+    _stage((a, b), study, bins, model, rounds=3, max_rounds=3)
+    assert _rounds(study) == {"a": [1, 2, 3], "b": [1, 2, 3]}
+    boot.write_text("lease-2\n")
+    return _stage((a, b, c), study, bins, model, rounds=3, max_rounds=max_rounds)
+
+
 @pytest.mark.parametrize("next_boot", ["lease-2", "lease-1"])
 def test_a_round_begun_in_another_boot_is_left_and_a_later_round_pairs_its_missing_samples(
     next_boot: str, tmp_path: Path, fake_bins: Binaries, tiny_model: Path, monkeypatch: pytest.MonkeyPatch
@@ -84,15 +99,8 @@ def test_a_configuration_new_in_another_boot_is_measured_in_rounds_with_every_ot
     (no data there, so no open question yet) is measured in rounds 4-6 with ``a`` and ``b`` beside it, on one host.
     (The first version skipped rounds 1-3 and then measured only open questions: ``c`` was never measured, and the
     stage said every configuration's samples were stored.)"""
-    boot = tmp_path / "boot_id"
-    monkeypatch.setattr(provenance, "BOOT_ID", boot)
-    a, b, c = fake_config("a", 2000, 100), fake_config("b", 1600, 100), fake_config("c", 1800, 100)
     study = tmp_path / "study"
-    boot.write_text("lease-1\n")
-    _stage((a, b), study, fake_bins, tiny_model, rounds=3, max_rounds=3)
-    assert _rounds(study) == {"a": [1, 2, 3], "b": [1, 2, 3]}
-    boot.write_text("lease-2\n")
-    told = _stage((a, b, c), study, fake_bins, tiny_model, rounds=3, max_rounds=6)
+    told = _c_joins_in_another_boot(study, fake_bins, tiny_model, monkeypatch, max_rounds=6)
     rounds = _rounds(study)
     assert rounds["c"] == [4, 5, 6] and rounds["a"] == rounds["b"] == [1, 2, 3, 4, 5, 6], rounds
     assert not any("nothing left to measure" in line for line in told)
@@ -104,14 +112,8 @@ def test_max_rounds_that_leave_points_open_say_so_and_what_raises_them(
     """Round numbers count from the store's first round: a resume in another boot whose ``max-rounds`` the stored
     rounds already reach measures nothing (lease 6 of studies/h200-backends found its spec's 4 reached after one
     round). The stage says which configurations it left open and what to raise, not that every sample is stored."""
-    boot = tmp_path / "boot_id"
-    monkeypatch.setattr(provenance, "BOOT_ID", boot)
-    a, b, c = fake_config("a", 2000, 100), fake_config("b", 1600, 100), fake_config("c", 1800, 100)
     study = tmp_path / "study"
-    boot.write_text("lease-1\n")
-    _stage((a, b), study, fake_bins, tiny_model, rounds=3, max_rounds=3)
-    boot.write_text("lease-2\n")
-    told = _stage((a, b, c), study, fake_bins, tiny_model, rounds=3, max_rounds=3)
+    told = _c_joins_in_another_boot(study, fake_bins, tiny_model, monkeypatch, max_rounds=3)
     assert _rounds(study) == {"a": [1, 2, 3], "b": [1, 2, 3]}  # nothing measured: rounds 1-3 are another boot's
     (line,) = [line for line in told if line.startswith("max-rounds")]
     assert line.startswith("max-rounds (3) reached with questions still open (a, b, c): raise max-rounds to measure")

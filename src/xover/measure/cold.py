@@ -27,8 +27,7 @@ from collections.abc import Mapping, Sequence
 
 from xover.analysis.crossover import open_questions
 from xover.analysis.rounds import order
-from xover.domain import artifacts as art
-from xover.domain.artifacts import SkippedPoint
+from xover.domain.artifacts import TTFT_EFFICIENCY, SkippedPoint
 from xover.domain.study_spec import StudySpec
 from xover.domain.turn_kinds import AFTER_COLD, COLD, TURN_KINDS
 from xover.llamacpp.server import ServerLaunch, buffer_log_verbosity, context_size
@@ -39,8 +38,6 @@ from xover.measure.provenance import boot_id, cpu_shares, model_id, proc_stat
 from xover.measure.resume import TtftTodo, lacking, last_round, round_cost, rounds_of_other_sessions, ttft_todo
 from xover.results.read_model import TURN_INPUTS, StudyData, load_if_any
 from xover.results.store import Store
-
-EFFICIENCY = art.TTFT_EFFICIENCY
 
 
 class _Rounds:
@@ -127,7 +124,7 @@ class _Rounds:
             shares = cpu_shares(stat_start, proc_stat())
             store.add_artifact(
                 outcome.run_id,
-                EFFICIENCY,
+                TTFT_EFFICIENCY,
                 {
                     "label": c.name,
                     "config_key": c.key,

@@ -97,14 +97,14 @@ def rounds_of_other_sessions(data: StudyData, model_key: str, current: str | Non
     id (an older xover) counts as another session; with ``current`` None (no boot id here) nothing is closed."""
     if current is None:
         return frozenset()
-    boots = {r.id: dict(r.provenance.extra).get("boot_id") for r in data.runs}
+    sessions = data.run_sessions()
     return frozenset(
         row.sample.round
         for row in data.ttft_rows
         if row.model_key == model_key
         and row.sample.round is not None
         and row.sample.round > 0
-        and boots.get(row.run_id) != current
+        and sessions.get(row.run_id) != current
     )
 
 

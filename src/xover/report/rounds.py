@@ -240,25 +240,21 @@ def rounds_blocks(data: StudyData, configs: Sequence[ConfigData], response: int)
     return blocks
 
 
-def format_tokens_list(sizes: list[int]) -> str:
-    return ", ".join(format_tokens(x) for x in sorted(sizes))
-
-
 def left_out_line(data: StudyData) -> str | None:
     """The samples :attr:`StudyData.off_session` leaves out of the rounds, per round and configuration; None where
     every round was measured in one session of the machine."""
-    points: dict[tuple[int, str], dict[str, list[int]]] = defaultdict(lambda: defaultdict(list))
+    points: dict[tuple[int, str], dict[str, set[int]]] = defaultdict(lambda: defaultdict(set))
     for row in data.off_session_rows():
         s = row.sample
         depth = cached_depth(s.mode)
         kind = "cold" if depth is None else f"cached turns on {format_tokens(depth)}, new tokens"
-        if s.length not in points[(s.round or 0, row.label)][kind]:
-            points[(s.round or 0, row.label)][kind].append(s.length)
+        points[(s.round or 0, row.label)][kind].add(s.length)
     if not points:
         return None
 
-    def config(label: str, kinds: dict[str, list[int]]) -> str:
-        return f"{label} ({', '.join(f'{k} {format_tokens_list(v)}' for k, v in kinds.items())})"
+    def config(label: str, kinds: dict[str, set[int]]) -> str:
+        told = (f"{k} {', '.join(format_tokens(x) for x in sorted(sizes))}" for k, sizes in kinds.items())
+        return f"{label} ({', '.join(told)})"
 
     where = "; ".join(
         f"round {n}: " + ", ".join(config(label, kinds) for (m, label), kinds in sorted(points.items()) if m == n)

@@ -60,7 +60,17 @@ class StoredRun:
         """The run's start in unix ns: the precise column (schema v2), else its second-resolution timestamp."""
         if self.started_unix_ns:
             return int(self.started_unix_ns)
-        return int(datetime.datetime.strptime(self.started_at, "%Y-%m-%dT%H:%M:%S%z").timestamp() * 1e9)
+        return _unix_ns(self.started_at)
+
+    @property
+    def finish_ns(self) -> int | None:
+        """The run's finish in unix ns (second resolution); None where it never finished (killed, or running)."""
+        return _unix_ns(self.finished_at) if self.finished_at else None
+
+
+def _unix_ns(stamp: str) -> int:
+    """A store timestamp (``now_iso``: second resolution, with its offset) in unix ns."""
+    return int(datetime.datetime.strptime(stamp, "%Y-%m-%dT%H:%M:%S%z").timestamp() * 1e9)
 
 
 class Artifact(NamedTuple):
@@ -243,9 +253,7 @@ class StudyData:
             s = row.sample
             last_seen[row.run_id] = max(last_seen[row.run_id], s.sent_at_unix_ns + (s.end_ns or 0))
         for run in self.runs:  # its finish, where stored
-            if run.finished_at:
-                finished = datetime.datetime.strptime(run.finished_at, "%Y-%m-%dT%H:%M:%S%z").timestamp()
-                last_seen[run.id] = max(last_seen[run.id], int(finished * 1e9))
+            last_seen[run.id] = max(last_seen[run.id], run.finish_ns or 0)
         out: dict[int, str] = {}
         legacy, last = 0, None
         for run in sorted(self.runs, key=lambda r: r.start_ns):
