@@ -6,9 +6,10 @@ from pathlib import Path
 
 import pytest
 
+from fakes.records import provenance
 from xover.cli import main
 from xover.domain.config import LlamaConfig
-from xover.domain.records import ModelId, Provenance, ServerTimings, TtftSample
+from xover.domain.records import ServerTimings, TtftSample
 from xover.errors import XoverError
 from xover.measure.audit import StoredSample, audit, claim, load_samples
 from xover.results.store import Store
@@ -109,25 +110,9 @@ def test_a_directory_without_a_store_is_one_line(tmp_path: Path) -> None:
     assert not (tmp_path / "nothing").exists()  # the audit never creates a store
 
 
-def _prov() -> Provenance:
-    return Provenance(
-        llama_build_commit="0c1e570",
-        llama_build_number=0,
-        llama_backend="CPU",
-        llama_bin_dir="/x",
-        llama_bin_source="cache",
-        cpu_info="cpu",
-        gpu_info=None,
-        hostname="h",
-        os="Linux",
-        xover_version="0",
-        model=ModelId(path="/m.gguf", name="m.gguf", size_bytes=1, header_sha256="ab" * 32),
-    )
-
-
 def _write(study: Path, polluted: bool) -> None:
     with Store(study) as st:
-        run = st.begin_run("ttft", ["xover", "ttft"], _prov())
+        run = st.begin_run("ttft", ["xover", "ttft"], provenance())
         cfg = LlamaConfig(name="ncmoe=18", settings=(("n-cpu-moe", "18"),))
         st.put_config(cfg)
         for ms in (100.0, 120.0):

@@ -8,8 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from fakes.records import provenance
 from xover.domain.config import LlamaConfig, from_server_record
-from xover.domain.records import BenchResult, Failure, ModelId, Provenance, ServerTimings, TtftSample
+from xover.domain.records import BenchResult, Failure, ServerTimings, TtftSample
 from xover.domain.study_spec import StudySpec
 from xover.errors import XoverError
 from xover.measure.study import missing_ttft
@@ -25,22 +26,6 @@ from xover.results.read_model import (
     load,
 )
 from xover.results.store import Store
-
-
-def _prov(model: str = "m.gguf") -> Provenance:
-    return Provenance(
-        llama_build_commit="0c1e570",
-        llama_build_number=0,
-        llama_backend="CPU",
-        llama_bin_dir="/x",
-        llama_bin_source="cache",
-        cpu_info="cpu",
-        gpu_info=None,
-        hostname="h",
-        os="Linux",
-        xover_version="0.1.0",
-        model=ModelId(path=f"/{model}", name=model, size_bytes=10, header_sha256="ab" * 32),
-    )
 
 
 def _sample(key: str, length: int, rep: int, ok: bool = True) -> TtftSample:
@@ -62,7 +47,7 @@ def test_one_load_gives_typed_rows_and_the_views_of_every_reader(tmp_path):
     scfg = cfg  # measured by llama-server too: one configuration, one key
     res = BenchResult(cfg.key, 512, 0, 4000, (1_000_000,), (512.0,), 512.0, 0.0, {"avg_ts": 512.0})
     with Store(tmp_path) as st:
-        run = st.begin_run("bench", ["xover", "bench"], _prov())
+        run = st.begin_run("bench", ["xover", "bench"], provenance())
         for c in (cfg, other, scfg):
             st.put_config(c)
         st.add_bench_result(run, "mk", res)
@@ -77,7 +62,7 @@ def test_one_load_gives_typed_rows_and_the_views_of_every_reader(tmp_path):
     assert data.configs == (cfg, other) and data.labels == {cfg.key: "ncmoe=12", other.key: "ncmoe=18"}
     (r,) = data.runs
     assert isinstance(r, StoredRun) and (r.kind, r.status, r.command) == ("bench", "done", ("xover", "bench"))
-    assert r.start_ns == r.started_unix_ns and data.provenances == [_prov()]
+    assert r.start_ns == r.started_unix_ns and data.provenances == [provenance()]
     assert data.artifacts[0] == Artifact(None, "prediction", {"created_unix_ns": 1}) and data.artifacts[1].run_id == run
     assert data.artifact_bodies("prediction") == [{"created_unix_ns": 1}, {"created_unix_ns": 2}]
     assert data.prediction() == {"created_unix_ns": 1}
@@ -85,17 +70,17 @@ def test_one_load_gives_typed_rows_and_the_views_of_every_reader(tmp_path):
     assert [lb for lb, _ in data.ttft] == [s.label for s in data.ttft_rows] == ["ncmoe=12", "ncmoe=12"]
     assert [lb for lb, _ in data.failures] == ["ncmoe=18", "ffffffff"]  # an unknown configuration: its key's start
     assert [(s.row_id, s.run_id, s.model_key) for s in data.ttft_rows] == [(1, run, "mk"), (2, run, "mk")]
-    assert [f.model_key for f in data.failure_rows] == [_prov().model.key] * 2  # type: ignore[union-attr]
+    assert [f.model_key for f in data.failure_rows] == [provenance().model.key] * 2  # type: ignore[union-attr]
     bench = bench_data(data)
     assert bench.configs == (cfg, other) and [f.failure.stage for f in bench.failures] == ["bench"]
-    assert bench.model_names == {_prov().model.key: "m.gguf"}  # type: ignore[union-attr]
+    assert bench.model_names == {provenance().model.key: "m.gguf"}  # type: ignore[union-attr]
     assert bench_data(data, {cfg.key}).failures == () and bench_data(data, {other.key}).results == ()
 
 
 def test_a_resumed_study_counts_the_stored_cold_samples_of_its_model_and_configuration(tmp_path):
     scfg = LlamaConfig("a")
     with Store(tmp_path) as st:
-        run = st.begin_run("ttft", ["xover"], _prov())
+        run = st.begin_run("ttft", ["xover"], provenance())
         st.put_config(scfg)
         st.add_ttft_sample(run, "mk", _sample(scfg.key, 1024, 0))
         st.add_ttft_sample(run, "mk", _sample(scfg.key, 1024, 1, ok=False))  # failed its cold check: not counted
@@ -163,7 +148,7 @@ def test_lengths_a_max_ttft_skipped_reach_the_crossover_inputs_until_they_are_me
                 "from_length": 1024, "max_ttft_s": 60.0}  # fmt: skip
 
     with Store(tmp_path) as st:
-        run = st.begin_run("ttft", ["xover"], _prov())
+        run = st.begin_run("ttft", ["xover"], provenance())
         st.put_config(scfg)
         st.add_ttft_sample(run, "mk", _sample(scfg.key, 1024, 0))
         st.add_artifact(run, "ttft-skipped", skipped(4096, 230.0))
@@ -173,7 +158,7 @@ def test_lengths_a_max_ttft_skipped_reach_the_crossover_inputs_until_they_are_me
     (c,) = crossover_inputs(load(tmp_path))
     assert c.too_slow == ((4096, 230.0), (16384, 470.0))
     with Store(tmp_path) as st:  # measured after all (a larger max-ttft): no longer too slow
-        st.add_ttft_sample(st.begin_run("ttft", ["xover"], _prov()), "mk", _sample(scfg.key, 4096, 0))
+        st.add_ttft_sample(st.begin_run("ttft", ["xover"], provenance()), "mk", _sample(scfg.key, 4096, 0))
     (c,) = crossover_inputs(load(tmp_path))
     assert c.too_slow == ((16384, 470.0),)
 
@@ -182,7 +167,7 @@ def _store_v2_server(study: Path, label: str, args: list[str], key: str) -> None
     """A store of schema 2 holding one cold sample of a llama-server configuration stored as it was then: keyed by
     its whole argument list, xover's own flags (the model's path, -c, -ngl 99...) in it."""
     with Store(study) as st:
-        run = st.begin_run("ttft", ["xover"], _prov())
+        run = st.begin_run("ttft", ["xover"], provenance())
         spec = {"label": label, "args": args, "env": []}
         st.db.execute(
             "INSERT INTO configs(key, kind, label, spec) VALUES(?,?,?,?)", (key, "server", label, json.dumps(spec))
@@ -235,7 +220,9 @@ def test_runs_that_found_part_of_the_vram_budget_taken_are_counted_and_reported(
     with Store(tmp_path) as st:
         for short in (None, 524 * mib, 300 * mib):
             extra = hold + ((("vram_shortfall", str(short)),) if short else ())
-            st.end_run(st.begin_run("bench", ["xover", "study"], dataclasses.replace(_prov(), extra=extra)), "done")
+            st.end_run(
+                st.begin_run("bench", ["xover", "study"], dataclasses.replace(provenance(), extra=extra)), "done"
+            )
     (budget,) = vram_budgets(load(tmp_path))
     assert (budget.budget, budget.short_runs, budget.most_short) == (16 << 30, 2, 524 * mib)
     (line,) = budget_lines(load(tmp_path))
@@ -252,7 +239,7 @@ def _round_data(runs: list[tuple[int, str | None, int]], rows: list[tuple[int, s
     start = {i: base + s for i, _, s in runs}
     stored_runs = tuple(
         StoredRun(i, "study", ("xover",), "2026-12-06T00:00:00+0000", start[i] * 10**9, None, "done",
-                  dataclasses.replace(_prov(), extra=(("boot_id", boot),) if boot else ()))
+                  dataclasses.replace(provenance(), extra=(("boot_id", boot),) if boot else ()))
         for i, boot, s in runs
     )  # fmt: skip
     samples = tuple(

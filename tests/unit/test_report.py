@@ -2,8 +2,9 @@
 
 import pytest
 
+from fakes.records import provenance
 from xover.domain.config import LlamaConfig
-from xover.domain.records import BenchResult, ModelId, Provenance, ServerTimings, TtftSample
+from xover.domain.records import BenchResult, ServerTimings, TtftSample
 from xover.report.html import build_report, render_html, render_markdown, write_report
 from xover.results.read_model import crossover_inputs, load
 from xover.results.store import Store
@@ -11,27 +12,11 @@ from xover.results.store import Store
 LENGTHS = (1000, 4000, 16000, 32000)
 
 
-def _prov(name: str) -> Provenance:
-    return Provenance(
-        llama_build_commit="0c1e570",
-        llama_build_number=0,
-        llama_backend="CPU",
-        llama_bin_dir="/x",
-        llama_bin_source="cache",
-        cpu_info="cpu",
-        gpu_info=None,
-        hostname="h",
-        os="Linux",
-        xover_version="0.1.0",
-        model=ModelId(path="/m.gguf", name=name, size_bytes=10, header_sha256="ab" * 32),
-    )
-
-
 def _fill(study, model_name="m.gguf"):
     """Two configs with known rates: A prefills 2000 t/s and decodes 100 t/s, B 4000 t/s and 50 t/s.
     With R = 200, their totals cross at exactly 8000 tokens."""
     with Store(study) as st:
-        run = st.begin_run("ttft", ["xover", "ttft"], _prov(model_name))
+        run = st.begin_run("ttft", ["xover", "ttft"], provenance(model_name))
         for label, threads, prefill, decode in (("A", "1", 2000.0, 100.0), ("B", "2", 4000.0, 50.0)):
             cfg = LlamaConfig(name=label, settings=(("threads", threads),))
             st.put_config(cfg)

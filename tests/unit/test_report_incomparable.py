@@ -5,33 +5,18 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from fakes.records import provenance
 from xover.domain.config import LlamaConfig
-from xover.domain.records import ModelId, Provenance, ServerTimings, TtftSample
+from xover.domain.records import ServerTimings, TtftSample
 from xover.report.html import NOT_COMPARABLE, build_report, render_html, render_markdown
 from xover.results.read_model import load
 from xover.results.store import Store
 
 
-def _prov() -> Provenance:
-    return Provenance(
-        llama_build_commit="0c1e570",
-        llama_build_number=0,
-        llama_backend="CPU",
-        llama_bin_dir="/x",
-        llama_bin_source="cache",
-        cpu_info="cpu",
-        gpu_info=None,
-        hostname="h",
-        os="Linux",
-        xover_version="0.1.0",
-        model=ModelId(path="/m.gguf", name="m.gguf", size_bytes=10, header_sha256="ab" * 32),
-    )
-
-
 def _fill(study: Path, measured: dict[str, tuple[int, ...]]) -> None:
     """Cold samples of each configuration at its own lengths only (prefill 2000 t/s, decode 100 t/s)."""
     with Store(study) as st:
-        run = st.begin_run("ttft", ["xover", "ttft"], _prov())
+        run = st.begin_run("ttft", ["xover", "ttft"], provenance())
         for i, (label, lengths) in enumerate(measured.items()):
             cfg = LlamaConfig(name=label, settings=(("threads", str(i + 1)),))
             st.put_config(cfg)

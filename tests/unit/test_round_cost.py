@@ -5,21 +5,15 @@ from __future__ import annotations
 
 import dataclasses
 
+from fakes.records import provenance
 from xover.domain.artifacts import TTFT_EFFICIENCY
 from xover.domain.config import LlamaConfig
-from xover.domain.records import ModelId, Provenance, ServerTimings, TtftSample
+from xover.domain.records import ServerTimings, TtftSample
 from xover.domain.study_spec import StudySpec
 from xover.measure.resume import TtftTodo, round_cost
 from xover.results.read_model import Artifact, StoredRun, StoredSample, StudyData
 
 A, B = LlamaConfig("a", settings=(("n-cpu-moe", "2"),)), LlamaConfig("b", settings=(("n-cpu-moe", "4"),))
-
-
-def _prov(model: str) -> Provenance:
-    return Provenance(
-        "0c1e570", 0, "CPU", "/x", "cache", "cpu", None, "h", "Linux", "0.1.0",
-        ModelId(path=f"/{model}", name=model, size_bytes=10, header_sha256=model * 32),
-    )  # fmt: skip
 
 
 def _sample(key: str, mode: str, length: int, seconds: float) -> TtftSample:
@@ -29,10 +23,10 @@ def _sample(key: str, mode: str, length: int, seconds: float) -> TtftSample:
 
 def _data() -> tuple[StudySpec, StudyData, str]:
     runs = tuple(
-        StoredRun(i, "study", ("xover",), "2026-12-06T00:00:00+0000", None, None, "done", _prov(m))
+        StoredRun(i, "study", ("xover",), "2026-12-06T00:00:00+0000", None, None, "done", provenance(m))
         for i, m in ((1, "ab"), (2, "ab"), (3, "cd"))
     )
-    mk = _prov("ab").model.key  # type: ignore[union-attr]
+    mk = provenance("ab").model.key  # type: ignore[union-attr]
     server = {"config_key": A.key, "round": 1}
     artifacts = (
         Artifact(1, TTFT_EFFICIENCY, {**server, "wall_s": 20.0, "load_s": 4.0, "requests_s": 10.0}),

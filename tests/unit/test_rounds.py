@@ -152,11 +152,9 @@ def test_what_would_settle_a_pair_the_rounds_left_open() -> None:
 
 
 def _prov(cpu: str = "cpu", gpu: str | None = None, cores: str = "2"):  # type: ignore[no-untyped-def]
-    from xover.domain.records import ModelId, Provenance
+    from fakes.records import provenance
 
-    model = ModelId(path="/m.gguf", name="m.gguf", size_bytes=10, header_sha256="ab" * 32)
-    extra = (("cpu_count", cores),)
-    return Provenance("0c1e570", 1, "CPU", "/bin", "cache", cpu, gpu, "h", "Linux", "0.1.0", model, extra)
+    return provenance(cpu=cpu, gpu=gpu, extra=(("cpu_count", cores),))
 
 
 def _store_rounds(study, ttft_by_round: dict[int, float], name: str = "a", prov=None) -> None:  # type: ignore[no-untyped-def]

@@ -6,26 +6,11 @@ import sqlite3
 
 import pytest
 
+from fakes.records import provenance
 from xover.domain.config import LlamaConfig
-from xover.domain.records import BenchResult, Failure, ModelId, Provenance, ServerTimings, TtftSample
+from xover.domain.records import BenchResult, Failure, ServerTimings, TtftSample
 from xover.errors import XoverError
 from xover.results.store import SCHEMA_VERSION, Store, iter_rows
-
-
-def _prov() -> Provenance:
-    return Provenance(
-        llama_build_commit="0c1e570",
-        llama_build_number=0,
-        llama_backend="CPU",
-        llama_bin_dir="/x",
-        llama_bin_source="cache",
-        cpu_info="cpu",
-        gpu_info=None,
-        hostname="h",
-        os="Linux",
-        xover_version="0.1.0",
-        model=ModelId(path="/m.gguf", name="m.gguf", size_bytes=10, header_sha256="ab" * 32),
-    )
 
 
 def test_round_trip(tmp_path):
@@ -47,7 +32,7 @@ def test_round_trip(tmp_path):
         scfg.key, "cold", 1024, 0, "p0", 1, 100, 51_000_000, 60_000_000, (51_000_000, 51_500_000), 16, t, True
     )
     with Store(tmp_path) as st:
-        run = st.begin_run("bench", ["xover", "bench"], _prov())
+        run = st.begin_run("bench", ["xover", "bench"], provenance())
         st.put_config(cfg)
         st.put_config(scfg)
         st.put_config(cfg)  # measured by llama-server too: the same configuration, the same record
@@ -65,7 +50,7 @@ def test_round_trip(tmp_path):
         assert st.failures()[0][1].stderr_tail == "oom"
         assert st.artifacts("server-props")[0][2] == {"n_ctx": 4096}
         (r,) = st.runs()
-        assert r["status"] == "done" and r["provenance"] == _prov()
+        assert r["status"] == "done" and r["provenance"] == provenance()
         assert st.integrity_ok()
         assert [row["test"] for row in iter_rows(st, "bench_results")] == ["pp512 @ d4000"]
         with pytest.raises(ValueError):
@@ -114,7 +99,7 @@ def test_v1_store_is_migrated(tmp_path):
     )
     db.close()
     with Store(tmp_path) as st:
-        run = st.begin_run("bench", ["x"], _prov())
+        run = st.begin_run("bench", ["x"], provenance())
         (r,) = st.runs()
         assert r["id"] == run and r["started_unix_ns"] > 0
         assert st.db.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()[0] == str(SCHEMA_VERSION)
@@ -125,7 +110,7 @@ def test_v2_store_is_migrated_to_one_key_per_configuration(tmp_path):
     llama-bench's flags and one of llama-server's whole argument list (with xover's own flags in it): opening
     the store re-keys both, and every measurement, to the configuration's one key."""
     with Store(tmp_path) as st:
-        run = st.begin_run("study", ["xover"], _prov())
+        run = st.begin_run("study", ["xover"], provenance())
         rows = [
             ("bench-key", "bench", "ncmoe=12", {"label": "ncmoe=12", "fields": [["-ncmoe", "12"]], "env": []}),
             ("server-key", "server", "ncmoe=12", {"label": "ncmoe=12", "args": ["-m", "/x/m.gguf", "-c", "4096",
@@ -186,7 +171,7 @@ def test_raw_server_samples_export_as_csv_and_jsonl(tmp_path):
         for rep in range(2)
     ]
     with Store(tmp_path) as st:
-        run = st.begin_run("ttft", ["xover", "ttft"], _prov())
+        run = st.begin_run("ttft", ["xover", "ttft"], provenance())
         st.put_config(scfg)
         for s in samples:
             st.add_ttft_sample(run, "mk", s)

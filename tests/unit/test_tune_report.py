@@ -6,11 +6,12 @@ import dataclasses
 
 import pytest
 
+from fakes.records import provenance
 from xover.analysis import advise
 from xover.analysis.advise import Knob, Measurement, RateSamples
 from xover.analysis.tradeoff import ratio
 from xover.domain.config import LlamaConfig
-from xover.domain.records import BenchResult, ModelId, Provenance, ServerTimings, TtftSample
+from xover.domain.records import BenchResult, ServerTimings, TtftSample
 from xover.report.html import build_report, render_html, render_markdown
 from xover.report.tune import ServedRow, knob_rows, layout, pooled_rates
 from xover.results.read_model import load
@@ -38,22 +39,6 @@ BENCH_PP = {
 }
 # One configuration per label, told apart by a setting (the same label gets the same key in every fill).
 CONFIGS = {label: LlamaConfig(name=label, settings=(("threads", str(i + 1)),)) for i, label in enumerate(RATES)}
-
-
-def _prov() -> Provenance:
-    return Provenance(
-        llama_build_commit="0c1e570",
-        llama_build_number=0,
-        llama_backend="CUDA",
-        llama_bin_dir="/x",
-        llama_bin_source="cache",
-        cpu_info="cpu",
-        gpu_info="gpu",
-        hostname="h",
-        os="Linux",
-        xover_version="0.1.0",
-        model=ModelId(path="/m.gguf", name="m.gguf", size_bytes=10, header_sha256="ab" * 32),
-    )
 
 
 def _jitter(value: float, reps: int = 3, rel: float = 0.004) -> tuple[float, ...]:
@@ -102,7 +87,7 @@ def tune_body(config: str, variant: str | None, s: advise.Search) -> dict:
 
 def fill(study, rates=RATES, tune=True, study_artifact=True, sent_at=0):
     with Store(study) as st:
-        run = st.begin_run("study", ["xover", "study"], _prov())
+        run = st.begin_run("study", ["xover", "study"], provenance(backend="CUDA", gpu="gpu"))
         for label, (prefill, decode) in rates.items():
             cfg = CONFIGS[label]
             st.put_config(cfg)
