@@ -209,8 +209,6 @@ def test_runs_that_found_part_of_the_vram_budget_taken_are_counted_and_reported(
     """A run's provenance carries ``vram_shortfall`` when xover.hardware.vram.settle found part of the budget taken
     for good before its llama process started (the H200 study of 2026-12-03: 524 MiB, xover's own CUDA context):
     the budget's read model counts such runs and their largest shortfall, and the report's budget line says so."""
-    import dataclasses
-
     from xover.report.html import budget_lines
     from xover.results.read_model import vram_budgets
 
@@ -220,9 +218,7 @@ def test_runs_that_found_part_of_the_vram_budget_taken_are_counted_and_reported(
     with Store(tmp_path) as st:
         for short in (None, 524 * mib, 300 * mib):
             extra = hold + ((("vram_shortfall", str(short)),) if short else ())
-            st.end_run(
-                st.begin_run("bench", ["xover", "study"], dataclasses.replace(provenance(), extra=extra)), "done"
-            )
+            st.end_run(st.begin_run("bench", ["xover", "study"], provenance(extra=extra)), "done")
     (budget,) = vram_budgets(load(tmp_path))
     assert (budget.budget, budget.short_runs, budget.most_short) == (16 << 30, 2, 524 * mib)
     (line,) = budget_lines(load(tmp_path))
@@ -239,7 +235,7 @@ def _round_data(runs: list[tuple[int, str | None, int]], rows: list[tuple[int, s
     start = {i: base + s for i, _, s in runs}
     stored_runs = tuple(
         StoredRun(i, "study", ("xover",), "2026-12-06T00:00:00+0000", start[i] * 10**9, None, "done",
-                  dataclasses.replace(provenance(), extra=(("boot_id", boot),) if boot else ()))
+                  provenance(extra=(("boot_id", boot),) if boot else ()))
         for i, boot, s in runs
     )  # fmt: skip
     samples = tuple(
