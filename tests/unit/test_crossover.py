@@ -506,6 +506,33 @@ def test_a_configuration_with_too_few_rounds_is_not_yet_compared_never_indisting
     ), fastest([a, c, d], 100)
 
 
+def test_a_tuned_pair_with_too_few_shared_rounds_earns_rounds_until_compared() -> None:
+    """Seen on gpt-oss-20b (studies/h200-backends, on-h100, lease 7): the report told ``vk-cpu6`` against ``vk-cpu6
+    tuned`` at 32K as "not yet compared" (2 shared rounds: rounds 1 and 3 of one side were another session's, or
+    the other side's), yet no later round measured both, since the pair was none of the verdicts' headline pairs.
+    Known answer: B in rounds 1-4, T in rounds 2 and 4-8, so they share rounds 2 and 4. As a pair the report only
+    tells, it opens both at 32K until they share 3 rounds, and no further: once compared, "indistinguishable" is an
+    answer, not a question."""
+    from xover.analysis.crossover import open_questions
+
+    def cfg(label: str, by_round: dict[int, float]) -> ConfigData:
+        rounds = {32768: {r: (t, 30.0) for r, t in by_round.items()}}
+        return ConfigData(label, {32768: list(by_round.values())}, {32768: [30.0]}, rounds=rounds)
+
+    b = cfg("B", {1: 48.5, 2: 31.3, 3: 30.7, 4: 31.7})
+    t = cfg("T", {2: 11.6, 4: 11.2, 5: 10.6, 6: 10.5, 7: 10.7, 8: 11.3})
+    assert open_questions([b, t], [], 200) == {}  # today's rule: not a headline pair, never measured again
+    assert open_questions([b, t], [], 200, compared=[("B", "T")]) == {"B": {32768}, "T": {32768}}
+    # a third shared round (B's round 9 beside T's): compared, and T's 3x lead is no open question
+    b9, t9 = cfg("B", {**dict.fromkeys((1, 3), 40.0), 2: 31.3, 4: 31.7, 9: 31.0}), cfg("T", {2: 11.6, 4: 11.2, 9: 11.0})
+    assert open_questions([b9, t9], [], 200, compared=[("B", "T")]) == {}
+    # nor is a tie over 3 shared rounds: "indistinguishable here" is the answer, not a reason for more rounds
+    u = cfg("U", {2: 31.0, 4: 32.0, 9: 30.8})
+    assert open_questions([b9, u], [], 200, compared=[("B", "U")]) == {}
+    # while the same tie as a headline pair stays open
+    assert open_questions([b9, u], [("B", "U")], 200) == {"B": {32768}, "U": {32768}}
+
+
 def test_lengths_with_too_few_rounds_are_told_apart_from_the_ties() -> None:
     """From the review of the first version: a pair with 3 rounds at 1K and 2 at 16K (twice as slow there) was
     "indistinguishable here at every measured length ... either serves"; a configuration sharing no round with the

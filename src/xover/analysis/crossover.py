@@ -860,13 +860,18 @@ def _unsettled(r: Ranked) -> str:
 
 
 def open_questions(
-    configs: Sequence[ConfigData], pairs: Sequence[tuple[str, str]], response: int
+    configs: Sequence[ConfigData],
+    pairs: Sequence[tuple[str, str]],
+    response: int,
+    compared: Sequence[tuple[str, str]] = (),
 ) -> dict[str, set[int]]:
     """The configurations a decision still waits on, each with the prompt lengths it waits on: both sides of a pair
     whose ratio's interval straddles 1 at a length both measured in rounds, and, with three or more configurations,
     the fastest and every other not yet separated from it at a length (not only the next by median: a third can be
-    within the noise of the fastest where the second is called slower). Configurations measured before rounds open
-    no question."""
+    within the noise of the fastest where the second is called slower). ``compared``: pairs the report also tells
+    (a configuration against its tuned variant) whose rounds are only made up to the
+    :data:`~xover.analysis.rounds.MIN_ROUNDS` shared rounds a verdict needs: "not yet compared" is settled by more
+    rounds, "indistinguishable" is an answer. Configurations measured before rounds open no question."""
     by_label = {c.label: c for c in configs}
     out: dict[str, set[int]] = {}
 
@@ -885,6 +890,12 @@ def open_questions(
         if a is not None and b is not None:
             for L in set(a.rounds) & set(b.rounds):
                 if undecided(a, b, L):
+                    add((x, y), L)
+    for x, y in compared:
+        a, b = by_label.get(x), by_label.get(y)
+        if a is not None and b is not None:
+            for L in set(a.rounds) & set(b.rounds):
+                if too_few_rounds(a, b, L, response):
                     add((x, y), L)
     if len(configs) >= 3:  # the lead line's ranking (crossover.rank): the fastest and each one tied with it
         for L, r in rank(configs, response).items():

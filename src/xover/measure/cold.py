@@ -156,19 +156,32 @@ def _keep(t: TtftTodo, open_: Mapping[str, Mapping[str, set[int]]], lack: frozen
 
 
 def _still_open(
-    spec: StudySpec, data: StudyData, todo: Sequence[TtftTodo], pairs: Sequence[tuple[str, str]], closed: frozenset[int]
+    spec: StudySpec,
+    data: StudyData,
+    todo: Sequence[TtftTodo],
+    pairs: Sequence[tuple[str, str]],
+    closed: frozenset[int],
+    compared: Sequence[tuple[str, str]] = (),
 ) -> tuple[dict[str, dict[str, set[int]]], frozenset[tuple[str, int]]]:
     """What a round past the study's first ones would measure: per kind of turn, the configurations whose questions
-    are open with their sizes (``pairs``: the pairs the verdicts answer); and, after rounds left to another session
-    (``closed``), the points some configuration still has too few rounds of, with every configuration at them (a
-    configuration new to the spec, or one that failed there)."""
+    are open with their sizes (``pairs``: the pairs the verdicts answer; ``compared``: the pairs the report also
+    tells, each configuration against its tuned variant, open only while they share too few rounds); and, after
+    rounds left to another session (``closed``), the points some configuration still has too few rounds of, with
+    every configuration at them (a configuration new to the spec, or one that failed there)."""
     inputs = {k.name: TURN_INPUTS[k.name](data) for k in TURN_KINDS}
-    open_ = {k.name: open_questions(inputs[k.name], pairs, spec.response_tokens[0]) for k in TURN_KINDS}
+    response = spec.response_tokens[0]
+    open_ = {k.name: open_questions(inputs[k.name], pairs, response, compared) for k in TURN_KINDS}
     return open_, lacking(todo, inputs, COLD.name, spec.rounds) if closed else frozenset()
 
 
 def _capped(
-    st: Study, rounds: _Rounds, pairs: Sequence[tuple[str, str]], n: int, fresh: bool, closed: frozenset[int]
+    st: Study,
+    rounds: _Rounds,
+    pairs: Sequence[tuple[str, str]],
+    n: int,
+    fresh: bool,
+    closed: frozenset[int],
+    compared: Sequence[tuple[str, str]],
 ) -> list[str]:
     """After max-rounds: the configurations a round ``n`` would still measure (not those that failed: more rounds
     would not help them), said in one line. Round numbers count from the store's first round, so a resume after
@@ -176,7 +189,7 @@ def _capped(
     spec = st.spec
     data = load_if_any(st.study_dir)
     todo = ttft_todo(spec, data.ttft_rows, rounds.mk, n, fresh)
-    open_, lack = _still_open(spec, data, todo, pairs, closed)
+    open_, lack = _still_open(spec, data, todo, pairs, closed, compared)
     still = sorted(t.config.name for t in todo if _keep(t, open_, lack).anything and t.config.name not in rounds.failed)
     if still:
         why = (
@@ -201,9 +214,11 @@ def _overruns(st: Study, cost_s: float) -> bool:
     return st.spec.budget_s is not None and st.elapsed_s() + cost_s > st.spec.budget_s
 
 
-def stage_ttft(st: Study, pairs: Sequence[tuple[str, str]]) -> int:
+def stage_ttft(st: Study, pairs: Sequence[tuple[str, str]], compared: Sequence[tuple[str, str]] = ()) -> int:
     """Cold TTFT in rounds of fresh servers (see the module's doc); ``pairs``: the pairs the study's verdicts answer
-    (their open questions earn more rounds). Returns the failures."""
+    (their open questions earn more rounds); ``compared``: the pairs the report also tells (each configuration
+    against its tuned variant), which earn rounds only until they share enough to be compared. Returns the
+    failures."""
     spec, emit = st.spec, st.emit
     rounds = _Rounds(st)
     fresh = st.fresh_in("ttft")
@@ -237,7 +252,7 @@ def stage_ttft(st: Study, pairs: Sequence[tuple[str, str]]) -> int:
                     told.add(note)
                     emit(StageEvent("ttft", "info", note))
         if n > base + spec.rounds:  # past the rounds every configuration gets: only where a question is open
-            open_, lack = _still_open(spec, data, todo, pairs, closed)
+            open_, lack = _still_open(spec, data, todo, pairs, closed, compared)
             open_names = sorted({name for per in open_.values() for name in per})
             if not open_names and not lack:
                 break
@@ -265,7 +280,7 @@ def stage_ttft(st: Study, pairs: Sequence[tuple[str, str]]) -> int:
             last_wall, last_measured = time.perf_counter() - t0, n
         n += 1
     else:  # max-rounds reached: say what it leaves open
-        still = _capped(st, rounds, pairs, n, fresh, closed)
+        still = _capped(st, rounds, pairs, n, fresh, closed, compared)
     if not last_measured and not rounds.failed and not still:
         emit(StageEvent("ttft", "info", "nothing left to measure: every configuration's cold samples are stored"))
     if rounds.failed:

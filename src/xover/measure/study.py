@@ -517,12 +517,12 @@ class _Stages:
         measured, _ = self._distinct(st.with_configs(st.spec.configs + tuned_configs))
         failures = self.timed("bench", lambda: stage_bench(measured)) or 0
 
+        variants = {t.config.name: t.variant.name for t in tuned if t.variant is not None}
         pairs = verdict_pairs(
-            st.spec,
-            {t.config.name: t.variant.name for t in tuned if t.variant is not None},
-            {t.config.name: t.decode_variant.name for t in tuned if t.decode_variant is not None},
+            st.spec, variants, {t.config.name: t.decode_variant.name for t in tuned if t.decode_variant is not None}
         )
-        failures += self.timed("ttft", lambda: stage_ttft(measured, pairs)) or 0
+        # the report also tells each configuration against its tuned variant: rounds until they can be compared
+        failures += self.timed("ttft", lambda: stage_ttft(measured, pairs, list(variants.items()))) or 0
         failures += self.timed("cache", lambda: stage_cache(st)) or 0
         failures += self.timed("session", lambda: stage_session(st)) or 0
         with Store(self.study_dir) as store:
