@@ -26,7 +26,14 @@ from xover.results.read_model import load
 LENGTH, RESPONSE = 512, 16
 
 
-def _stage(configs: tuple[LlamaConfig, ...], study: Path, bins: Binaries, model: Path, **rounds: int) -> list[str]:
+def _stage(
+    configs: tuple[LlamaConfig, ...],
+    study: Path,
+    bins: Binaries,
+    model: Path,
+    compared: tuple[tuple[str, str], ...] | None = None,
+    **rounds: int,
+) -> list[str]:
     spec = StudySpec(
         configs=configs,
         model_preset="tiny-moe",
@@ -37,8 +44,8 @@ def _stage(configs: tuple[LlamaConfig, ...], study: Path, bins: Binaries, model:
     )
     events: list[StageEvent] = []
     st = Study(spec, model, bins, study, frozenset(), ("test",), events.append)
-    pairs = [(configs[0].name, configs[-1].name)] if len(configs) > 1 else []
-    assert stage_ttft(st, pairs) == 0, [e.detail for e in events if e.status == "fail"]
+    pairs = [(configs[0].name, configs[-1].name)] if len(configs) > 1 and compared is None else []
+    assert stage_ttft(st, pairs, compared or ()) == 0, [e.detail for e in events if e.status == "fail"]
     return [e.detail for e in events]
 
 
@@ -119,3 +126,28 @@ def test_max_rounds_that_leave_points_open_say_so_and_what_raises_them(
     assert line.startswith("max-rounds (3) reached with questions still open (a, b, c): raise max-rounds to measure")
     assert "round numbers count from the store's first round" in line
     assert not any("nothing left to measure" in line for line in told)
+
+
+@pytest.mark.parametrize("told", [True, False])
+def test_a_pair_the_report_tells_is_measured_together_until_it_shares_enough_rounds(
+    told: bool, tmp_path: Path, fake_bins: Binaries, tiny_model: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Lease 7 of studies/h200-backends: ``vk-cpu6`` had 4 rounds at 32K and ``vk-cpu6 tuned`` 6, but they shared 2
+    (the rest were other sessions'), and no round measured them together again: neither lacked rounds of its own,
+    and a configuration against its tuned variant was no headline pair. Here ``a`` has rounds 1-3 and ``b`` rounds
+    2-4 from three boots; in a fourth, with the pair among those the report tells (``compared``), round 5 measures
+    both, and then they share 3. Without it, nothing is measured."""
+    boot = tmp_path / "boot_id"
+    monkeypatch.setattr(provenance, "BOOT_ID", boot)
+    a, b = fake_config("a", 2000, 100), fake_config("b", 1600, 100)
+    study = tmp_path / "study"
+    for n, configs, first, most in ((1, (a,), 1, 1), (2, (a, b), 3, 3), (3, (b,), 3, 4)):
+        boot.write_text(f"lease-{n}\n")
+        _stage(configs, study, fake_bins, tiny_model, compared=(), rounds=first, max_rounds=most)
+    assert _rounds(study) == {"a": [1, 2, 3], "b": [2, 3, 4]}
+    boot.write_text("lease-4\n")
+    _stage((a, b), study, fake_bins, tiny_model, compared=(("a", "b"),) if told else (), rounds=3, max_rounds=6)
+    if told:
+        assert _rounds(study) == {"a": [1, 2, 3, 5], "b": [2, 3, 4, 5]}, _rounds(study)
+    else:
+        assert _rounds(study) == {"a": [1, 2, 3], "b": [2, 3, 4]}, _rounds(study)
