@@ -34,6 +34,8 @@ def _stage(
     compared: tuple[tuple[str, str], ...] | None = None,
     **rounds: int,
 ) -> list[str]:
+    """The cold stage on ``configs``: the first and the last as its verdicts' pair, or, given ``compared``, no
+    headline pair and ``compared`` as the pairs the report also tells. What the stage said."""
     spec = StudySpec(
         configs=configs,
         model_preset="tiny-moe",

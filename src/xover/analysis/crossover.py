@@ -885,18 +885,16 @@ def open_questions(
         r = round_interval(a, b, length, response)
         return r is None or not r.decided
 
-    for x, y in pairs:
-        a, b = by_label.get(x), by_label.get(y)
-        if a is not None and b is not None:
-            for L in set(a.rounds) & set(b.rounds):
-                if undecided(a, b, L):
-                    add((x, y), L)
-    for x, y in compared:
-        a, b = by_label.get(x), by_label.get(y)
-        if a is not None and b is not None:
-            for L in set(a.rounds) & set(b.rounds):
-                if too_few_rounds(a, b, L, response):
-                    add((x, y), L)
+    def uncompared(a: ConfigData, b: ConfigData, length: int) -> bool:
+        return too_few_rounds(a, b, length, response)
+
+    for told, still_open in ((pairs, undecided), (compared, uncompared)):
+        for x, y in told:
+            a, b = by_label.get(x), by_label.get(y)
+            if a is not None and b is not None:
+                for L in set(a.rounds) & set(b.rounds):
+                    if still_open(a, b, L):
+                        add((x, y), L)
     if len(configs) >= 3:  # the lead line's ranking (crossover.rank): the fastest and each one tied with it
         for L, r in rank(configs, response).items():
             if len(r.order) == len(configs):

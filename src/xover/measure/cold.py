@@ -161,7 +161,7 @@ def _still_open(
     todo: Sequence[TtftTodo],
     pairs: Sequence[tuple[str, str]],
     closed: frozenset[int],
-    compared: Sequence[tuple[str, str]] = (),
+    compared: Sequence[tuple[str, str]],
 ) -> tuple[dict[str, dict[str, set[int]]], frozenset[tuple[str, int]]]:
     """What a round past the study's first ones would measure: per kind of turn, the configurations whose questions
     are open with their sizes (``pairs``: the pairs the verdicts answer; ``compared``: the pairs the report also
