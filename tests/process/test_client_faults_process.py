@@ -93,12 +93,20 @@ def _spec(model: Path, *fake_args: str) -> ServerLaunch:
     return ServerLaunch(LlamaConfig("fake", server_args=fake_args), model, ctx_size=1024)
 
 
+# Long enough for the fake (a Python program) to start and listen on 2 busy cores, where it takes 10x its usual
+# tenth of a second: the last /health answer and the log's "listening" line are then the fake's own.
+NEVER_HEALTHY_S = 5.0
+
+
 def test_server_never_healthy_stops_it_and_quotes_the_log(
     tmp_path: Path, fake_bins: Binaries, tiny_model: Path
 ) -> None:
     async def go() -> None:
         async with LlamaServer(
-            fake_bins.server, _spec(tiny_model, "--fake-fault", "never-healthy"), tmp_path, startup_timeout_s=1.0
+            fake_bins.server,
+            _spec(tiny_model, "--fake-fault", "never-healthy"),
+            tmp_path,
+            startup_timeout_s=NEVER_HEALTHY_S,
         ):
             pass
 
@@ -107,7 +115,7 @@ def test_server_never_healthy_stops_it_and_quotes_the_log(
     msg = str(e.value)
     assert "\n" not in msg
     assert msg.startswith("llama-server (fake) http://127.0.0.1:")
-    assert "did not become healthy within 1 s (last /health: HTTP 503 Loading model)" in msg
+    assert f"did not become healthy within {NEVER_HEALTHY_S:g} s (last /health: HTTP 503 Loading model)" in msg
     assert "log tail: " in msg and "server is listening" in msg
     assert pid_gone(pid_from_log(tmp_path / "server-fake-1.log"))
 
@@ -151,10 +159,19 @@ def test_no_server_outlives_its_context(tmp_path: Path, fake_bins: Binaries, tin
 
 
 def test_managed_run_known_answers(tmp_path: Path, fake_bins: Binaries, tiny_model: Path) -> None:
-    """Fake rates: 20,000 tok/s prefill, 500 tok/s decode -> TTFT of 2,000 tokens is about 100 ms."""
+    """Fake rates: 20,000 tok/s prefill, 50 tok/s decode -> TTFT of 2,000 tokens is 100 ms and more, the 10 tokens
+    after the first take 200 ms and more.
+
+    A wait of the fake is never shorter than asked, so the bounds on that side are exact; on the other side a busy
+    2-core machine stretches the waits and stalls either process (100 ms and more), so those bounds only catch an
+    answer an order of magnitude off."""
     plan = TtftPlan(lengths=(500, 2000), reps=3, response_tokens=11, seed=5)
     specs = [
-        ServerLaunch(LlamaConfig(f"ncmoe={n}", (("n-cpu-moe", str(n)),)), tiny_model, context_size(2000, 11))
+        ServerLaunch(
+            LlamaConfig(f"ncmoe={n}", (("n-cpu-moe", str(n)),), server_args=("--fake-decode-tps", "50")),
+            tiny_model,
+            context_size(2000, 11),
+        )
         for n in (0, 2)
     ]
     with Store(tmp_path) as store:
@@ -172,14 +189,14 @@ def test_managed_run_known_answers(tmp_path: Path, fake_bins: Binaries, tiny_mod
     assert all(s.timings is not None and (s.timings.cache_n, s.timings.prompt_n) == (0, s.length) for s in out.samples)
     by_len = {(out.labels[p.config_key], p.length): p for p in summarize_points(out.samples)}
     p = by_len[("ncmoe=2", 2000)]
-    # lower bounds on time are exact (a sleep is never shorter); upper ones leave room for a busy machine
-    assert p.ttft_ns is not None and 100e6 <= p.ttft_ns.median < 250e6
-    assert p.prefill_tps_server is not None and 8_000 < p.prefill_tps_server.median <= 20_000
+    assert p.ttft_ns is not None and 100e6 <= p.ttft_ns.median < 1e9
+    assert p.prefill_tps_server is not None and 2_000 < p.prefill_tps_server.median <= 20_000
+    assert p.decode_tps_server is not None and 5 < p.decode_tps_server.median <= 11 / 0.2  # 11 tokens, 10 waits
     # the client's decode is timed from the first token's arrival: a first token read late on a busy machine shortens
-    # the 10 gaps of 2 ms it divides by, so it may exceed the fake's 500 t/s (530 seen on 2 loaded cores); the
-    # formula itself has its known answer in test_sample_metrics_known_answers
-    assert p.decode_tps_client is not None and 150 < p.decode_tps_client.median <= 650
-    assert p.gap_ns is not None and 0 < p.gap_ns.median < 50e6
+    # the 10 gaps of 20 ms it divides by (at 2 ms gaps, one read 5 ms late broke a bound of 650 t/s); read 100 ms late
+    # it still leaves 100 ms. The formula itself has its known answer in test_sample_metrics_known_answers.
+    assert p.decode_tps_client is not None and 5 < p.decode_tps_client.median <= 100
+    assert p.gap_ns is not None and 0 < p.gap_ns.median < 500e6  # the client's TTFT holds the server's prompt_ms
     assert (tmp_path / "logs" / "server-ncmoe=0-1.log").exists() and (
         tmp_path / "logs" / "server-ncmoe=2-1.log"
     ).exists()
@@ -238,7 +255,7 @@ def test_ctrl_c_stops_the_server_keeps_samples_and_exits_130(
     ]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
-        deadline = time.monotonic() + 60
+        deadline = time.monotonic() + 300  # the samples come within seconds; this only bounds a hang
         n = 0
         while time.monotonic() < deadline and n < 2:
             time.sleep(0.2)

@@ -2,9 +2,10 @@
 slow down with wall time, the same for every process: `--fake-drift-per-s`): the study's real cold TTFT stage
 (xover.measure.cold) and verdict rules (xover.analysis.crossover, xover.analysis.rounds).
 
-(a) Two identical configurations: measured the old way, one server each, one after the other, the within-process
-    rule names a winner (the drift); measured in interleaved rounds, they are indistinguishable.
-(b) A planted 15% difference under the same drift is named, with its interval.
+(a) Two identical configurations: measured the old way, one server each, one after the other, the drift shows as a
+    difference, which the within-process rule takes for a winner unless a stall of the machine hid it; measured in
+    interleaved rounds, they are indistinguishable.
+(b) A planted 15% difference under a drift (a gentler one) is named, with its interval.
 """
 
 from __future__ import annotations
@@ -27,14 +28,21 @@ from xover.results.read_model import crossover_inputs, load
 LENGTH = 512
 RESPONSE = 16
 DRIFT = 0.05  # the fake machine slows down by 5 % a second: a server started a second later is 5 % slower
-# a turn of about 0.4 s (512 tokens at 2,000 t/s, 16 at 100 t/s): long enough that a scheduling hiccup of this
-# 2-core machine is small beside it, and that one configuration's samples take long enough for the drift to show
+# (b): the rounds rule pairs A with B inside each round, so what the drift does between A's server and B's (started a
+# second or two later) is spread between rounds, alternating with the ABBA order: at 5 % a second it put the interval
+# of a planted 15 % within 5 % of 1. And with one sample a round, one stall of this 2-core machine (100 ms and more)
+# moved a round's ratio by 20 %, undoing the verdict. So (b) drifts at 2 % a second and takes 3 samples in each
+# server: a round's median is then what its server measured, whichever one sample a stall hit.
+PLANTED_DRIFT, PLANTED_REPETITIONS = 0.02, 3
+# a turn of about 0.4 s (512 tokens at 2,000 t/s, 16 at 100 t/s): long enough that the fake's own overheads are small
+# beside it, and that one configuration's samples take long enough for the drift to show (a stall of this 2-core
+# machine, 100 ms and more, is not small beside it: what a test asserts holds whichever sample one hits)
 PREFILL, DECODE = 2000, 100
 
 
-def _config(name: str, prefill_tps: float, decode_tps: float, epoch: float) -> LlamaConfig:
+def _config(name: str, prefill_tps: float, decode_tps: float, epoch: float, drift_per_s: float = DRIFT) -> LlamaConfig:
     """A configuration of the fake server that drifts from ``epoch`` on; ``name`` tags it apart."""
-    drift = ("--fake-drift-per-s", f"{DRIFT:g}", "--fake-drift-epoch", f"{epoch:.3f}")
+    drift = ("--fake-drift-per-s", f"{drift_per_s:g}", "--fake-drift-epoch", f"{epoch:.3f}")
     return fake_config(name, prefill_tps, decode_tps, *drift)
 
 
@@ -57,7 +65,13 @@ def test_identical_configurations_under_drift(tmp_path: Path, fake_bins: Binarie
     # the old design: one server per configuration, A's four samples then B's
     _stage((a, b), tmp_path / "old", fake_bins, tiny_model, repetitions=4, rounds=1, max_rounds=1)
     old = {c.label: dataclasses.replace(c, rounds={}) for c in crossover_inputs(load(tmp_path / "old"))}
-    assert separation(old["a"], old["b"], LENGTH, RESPONSE) == -1  # the within-process rule: "a is faster"
+    # The drift makes b, measured after a, slower: b's fastest sample (its first) is slower than a's fastest, since a
+    # stall of the machine only adds time and would have to hit every one of a's samples to undo it.
+    assert min(old["b"].ttft_s[LENGTH]) > min(old["a"].ttft_s[LENGTH])
+    # The within-process rule (every sample of one total beats every sample of the other's) takes that for "a is
+    # faster": the drift parts a's slowest sample from b's fastest by some 30 ms, so a stall of that much in one of
+    # a's samples leaves it "within noise" instead. It never names b, whose samples all come later.
+    assert separation(old["a"], old["b"], LENGTH, RESPONSE) in (-1, 0)
     # the new design: four interleaved rounds of fresh servers, one sample each
     _stage((a, b), tmp_path / "new", fake_bins, tiny_model, repetitions=1, rounds=4, max_rounds=4)
     data = load(tmp_path / "new")
@@ -79,8 +93,9 @@ def test_a_planted_difference_under_drift_is_named_with_its_interval(
     tmp_path: Path, fake_bins: Binaries, tiny_model: Path
 ) -> None:
     epoch = time.time()
-    fast, slow = _config("fast", PREFILL, DECODE, epoch), _config("slow", PREFILL * 0.85, DECODE * 0.85, epoch)
-    _stage((fast, slow), tmp_path, fake_bins, tiny_model, repetitions=1, rounds=4, max_rounds=4)
+    fast = _config("fast", PREFILL, DECODE, epoch, PLANTED_DRIFT)
+    slow = _config("slow", PREFILL * 0.85, DECODE * 0.85, epoch, PLANTED_DRIFT)
+    _stage((fast, slow), tmp_path, fake_bins, tiny_model, repetitions=PLANTED_REPETITIONS, rounds=4, max_rounds=4)
     configs = {c.label: c for c in crossover_inputs(load(tmp_path))}
     pair = compare_pair(configs["fast"], configs["slow"], RESPONSE, n_boot=0)
     (interval,) = pair.intervals

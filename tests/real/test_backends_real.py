@@ -14,6 +14,9 @@ from pathlib import Path
 
 import pytest
 
+from xover.analysis.crossover import measured_totals, round_interval
+from xover.results.read_model import cached_inputs, crossover_inputs, load
+
 pytestmark = pytest.mark.real
 EXAMPLE = Path(__file__).parents[2] / "examples" / "backends.toml"  # run as the README shows it
 
@@ -57,11 +60,40 @@ def test_the_example_compares_the_cpu_and_vulkan_builds_each_on_its_own(llama_bi
     # the verdicts compare the two builds, each at its own defaults
     report = (out / "report.md").read_text()
     assert "Builds: llama.cpp:cpu: cpu; llama.cpp:vulkan: vulkan." in report
-    # lavapipe prefills at tens of tokens a second where the CPU build does thousands: 3 rounds call it, both for
-    # cold prompts and for cached turns, and "which to run" names the CPU build for each kind of work
-    assert "- cpu vs vulkan: cpu is faster at every measured length" in report
-    assert "- cpu vs vulkan on cached turns (512-token context in the cache): cpu is faster" in report
-    assert "cold prompts: 128-512 cpu; cached turns on a 512-token context: 64 new tokens cpu." in report
+    # lavapipe prefills at tens of tokens a second where the CPU build does thousands: in every round cpu's turn
+    # takes a small fraction of vulkan's, so cpu leads by median at every size and no round interval calls vulkan
+    # faster. Whether 3 rounds *call* cpu faster is the spread's to decide (issue 64): t(2) = 4.3, so one round
+    # slowed ~10x by a busy core (llama.cpp's threads wait on each other) widens the interval past 1. The verdicts
+    # and "which to run" follow the stored round-paired intervals, whichever way they went.
+    data = load(out)
+    called: dict[tuple[str, int], bool] = {}  # (kind of turn, size) -> 3 rounds call cpu faster there
+    for kind, inputs, sizes in (("cold", crossover_inputs(data), (128, 512)), ("cached", cached_inputs(data), (64,))):
+        cpu, vk = (next(c for c in inputs if c.label == label) for label in ("cpu", "vulkan"))
+        for n in sizes:
+            r = round_interval(cpu, vk, n, 16)  # cpu's total time per turn over vulkan's, paired by round
+            assert r is not None and r.n == 3, (kind, n, r)
+            assert r.sign <= 0 and measured_totals(cpu, 16)[n] < measured_totals(vk, 16)[n], (kind, n, r)
+            called[kind, n] = r.sign < 0
+    cold = [called["cold", n] for n in (128, 512)]
+    told = (
+        "cpu is faster at every measured length ("
+        if all(cold)
+        else "cpu is faster at every length where they differ ("
+        if any(cold)
+        else "indistinguishable here at every measured length ("
+    )
+    assert f"- cpu vs vulkan: {told}" in report
+    told = (
+        "cpu is faster for every turn size measured ("
+        if called["cached", 64]
+        else "indistinguishable here at every turn size measured ("
+    )
+    assert f"- cpu vs vulkan on cached turns (512-token context in the cache): {told}" in report
+    # "which to run": cpu, alone where the rounds call it, else with vulkan (the rounds cannot part them)
+    which = {True: "cpu", False: "cpu or vulkan (indistinguishable here)"}
+    on_cold = f"128-512 {which[cold[0]]}" if cold[0] == cold[1] else f"128 {which[cold[0]]}, 512 {which[cold[1]]}"
+    on_cached = f"64 new tokens {which[called['cached', 64]]}"
+    assert f"cold prompts: {on_cold}; cached turns on a 512-token context: {on_cached}." in report
     # the Vulkan servers' warm-up prefilled past a whole ubatch, toward 4,096 positions, within the 1,024-token
     # context less room for its answer (its pipelines compiled before anything was measured)
     for logs in (sorted((out / "logs").glob(f"server-{name}-*.log")) for name in ("vulkan", "cpu")):

@@ -1,6 +1,7 @@
 """The prompt-cache lab on the real llama-server (CPU build, 0c1e570) with tiny-moe.
 
-What these establish, from cache_n/prompt_n alone (times only as loose ratios):
+What these establish, from cache_n/prompt_n alone (no time is asserted beyond what causality guarantees: a
+client's TTFT contains the server's prefill; how much faster a cached resend is belongs to the machine):
 * resending a prompt with cache_prompt true is served from the slot: cache_n == L-1, prompt_n == 1;
 * with --cache-reuse 256, dropping a chunk from the middle keeps the rest: cache_n rises above the
   common prefix by exactly the kept chunk; n_cache_reuse 0 in the request turns that off; a kept
@@ -75,10 +76,18 @@ def test_cached_resend_is_detected(lab: tuple[Path, CacheLabOutcome, list[int]])
     assert (t1.cache_n, t1.prompt_n) == (0, L)
     assert (t2.cache_n, t2.prompt_n) == (L - 1, 1)
     assert first.cache_ok and resend.cache_ok
+    # No ratio of the two TTFTs is asserted (~50x idle, but the resend's few ms are all overhead, and one stall on a
+    # loaded 2-core machine eats it): the prefill saved is prompt_n above. Each TTFT contains its own prefill ...
+    for s, t in ((first, t1), (resend, t2)):
+        assert s.first_token_ns is not None and t.prompt_ms is not None
+        assert s.first_token_ns >= t.prompt_ms * 1e6
+    # ... and the verdict and the headline state the ratio of the stored TTFTs, whatever it came out as (the wording
+    # at a known ratio: tests/unit/test_cachelab.py)
     assert first.first_token_ns is not None and resend.first_token_ns is not None
-    assert first.first_token_ns > 3 * resend.first_token_ns  # ~50x on an idle machine; loose for a shared one
+    ratio = f"{first.first_token_ns / resend.first_token_ns:,.0f}x"
     row = outcome.analysis.row("tiny", "resend", "resend")
-    assert row is not None and row.ok and row.verdict.startswith("from the slot (cache_n = L-1)")
+    assert row is not None and row.ok and row.verdict == f"from the slot (cache_n = L-1): {ratio} faster than cold"
+    assert any(f"({ratio}), cache_n {L - 1}, prompt_n 1" in h for h in outcome.analysis.headlines)
 
 
 def test_cache_reuse_after_an_edit_raises_cache_n_above_the_common_prefix(

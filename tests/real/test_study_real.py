@@ -103,7 +103,7 @@ def study_dir(tmp_path_factory, tiny_model: Path, llama_bins) -> Path:
         text=True,
     )
     llama_pids: set[int] = set()
-    deadline = time.monotonic() + 240
+    deadline = time.monotonic() + 600  # a hang guard, not a speed check: a busy core slows llama.cpp 10x
     while time.monotonic() < deadline and proc.poll() is None:
         llama_pids |= _children(proc.pid)
         if len(_ids(out / "results.sqlite")[1]) >= 2:
@@ -123,7 +123,7 @@ def study_dir(tmp_path_factory, tiny_model: Path, llama_bins) -> Path:
     con.close()
 
     done = subprocess.run(
-        _xover("study", str(spec), "-o", str(out), "-q"), env=env, capture_output=True, text=True, timeout=300
+        _xover("study", str(spec), "-o", str(out), "-q"), env=env, capture_output=True, text=True, timeout=900
     )
     assert done.returncode == 0, done.stderr
     after = _ids(out / "results.sqlite")

@@ -2,8 +2,8 @@
 
 1. A knob that cannot act on the build's backend (``GGML_OP_OFFLOAD_MIN_BATCH``: the CPU backend never reads it) is
    skipped with its reason even where ``tune-knobs`` names it; one that acts but changes nothing for one sequence
-   (``-b 4096`` over the default 2048, with prompts of at most 1K) is measured, reported as having no effect, and
-   leaves the defaults in place: no tuned variant is measured.
+   (``-b 4096`` over the default 2048, with prompts of at most 1K) is measured, judged by the noise rule (mostly: no
+   effect), and leaves the defaults in place: no tuned variant is measured.
 2. A stored tuned setting becomes a variant named "<config> tuned" that the rest of the study measures like any
    configuration: llama-bench at depth and cold TTFT through llama-server, every cold sample proven cold.
 """
@@ -84,20 +84,38 @@ def test_a_knob_without_effect_is_reported_as_none_and_keeps_the_defaults(
     ]
     (verdict,) = search.verdicts
     assert verdict.knob == "batch-size" and verdict.effects
-    # The knob changes nothing for one sequence: it is never kept. Mostly it measures within noise ("no effect"); a trial
-    # that lands on a slow moment of this 2-core machine can measure slower than the noise (about 1 run in 10 here,
-    # separate llama-bench processes vary more than one process's repetitions): slower, never kept, is honest too.
-    # One that lands on a quiet moment and measures faster, but by less than CLEAR_MARGIN times the noise (seen
-    # once in CI: 1.7 times), is measured again in a fresh process, and the two processes decide.
+    # The knob changes nothing for one sequence, but what one search makes of it is the noise's to decide (issue 64):
+    # mostly within the noise ("no effect"); a process that lands on a slow moment of a 2-core machine measures slower
+    # than the noise; one that lands on a quiet moment faster: by less than CLEAR_MARGIN times the noise (seen once in
+    # CI: 1.7 times) it is measured again in a fresh process and the two decide, by more it is kept on one process.
+    # Whichever way it went, the verdict is the noise rule applied to the effect the search stored, and the
+    # recommendation follows from the verdict (the known answers: tests/unit/test_advise.py, on fake measurements).
     (effect,) = verdict.effects
-    assert verdict.no_effect or effect.change_s > effect.noise_s, verdict
-    assert verdict.kept is None and search.recommended == advise.DEFAULTS
-    assert body["variant"] is None and body["backend"] == "CPU" and body["depths"] == [0, 256]
+    assert verdict.kept == ("4096" if effect.change_s < 0 and not effect.within_noise else None), verdict
+    assert verdict.no_effect == effect.within_noise, verdict
     # defaults, the knob's value, the defaults again (drift), and the value again when its first process measured a
     # marginal gain: the search's own store, not the study's
     labels_run = [t.label for t in search.trials]
     assert labels_run[:3] == ["defaults", "b=4096", "defaults (again)"]
     assert labels_run[3:] == (["b=4096 (again)"] if effect.processes == 2 else [])
+    if effect.processes == 1:  # measured once: its lead was no marginal one, on the turn or on its decode part
+        for change, noise in ((effect.change_s, effect.noise_s), (effect.decode_change_s, effect.decode_noise_s)):
+            assert not noise < -change < advise.CLEAR_MARGIN * noise, effect
+    tried = search.trials[1]  # b=4096's own (first) process
+    d, e = search.defaults.estimate, tried.estimate
+    assert d is not None and e is not None
+    if verdict.kept is None:
+        assert search.recommended == advise.DEFAULTS
+    else:  # kept: recommended where its process beats the defaults' beyond the noise (their drift included)
+        beats = e.turn_s < d.turn_s and not advise.within_noise(e, d, search.drift_s)
+        assert search.recommended == (tried.setting if beats else advise.DEFAULTS), search
+    # The defaults stay on every path: a recommendation that moved is confirmed in rounds of fresh llama-bench
+    # processes, and max-rounds = 2 is fewer than the 3 a verdict needs, so no confirmation keeps it (nor a setting
+    # for decode-heavy turns) and no tuned variant is measured.
+    assert ("confirmation" in body) == (search.recommended != advise.DEFAULTS)
+    assert not body.get("confirmation", {}).get("kept") and not body.get("decode_confirmation", {}).get("kept")
+    assert body["variant"] is None and "decode_variant" not in body
+    assert body["backend"] == "CPU" and body["depths"] == [0, 256]
     assert (out / "tune" / "results.sqlite").is_file() and labels == {"cpu"}
     assert "cpu: llama.cpp's defaults (no knob beat the noise)" in r.stdout
     assert "stage times: " in r.stdout and "tune " in r.stdout
@@ -293,14 +311,15 @@ def test_the_cached_depth_is_left_out_where_the_budget_cannot_pay_for_it(
 ) -> None:
     """Issue 46 item 3: a study with cached turns searches at their depth by default, but under a budget the
     search first measures the defaults at the cheap depths and keeps the deep one only where its cost (two depth
-    prefills a process, at the defaults' measured rate) fits the search's share of the budget. Here 10 s cannot pay
-    for it: the search runs at depths 0 and 256, says what it left out and what that would have cost, and the report
-    says so."""
+    prefills a process, at the defaults' measured rate) fits the search's share of the budget. Here 1 s cannot pay
+    for it on any machine: its share, 0.5 s, is less than the search's 6 llama-bench processes take with the two 8K
+    prefills each would add (98,304 tokens), whatever rates this CPU measures (10 s left a fast CPU within reach): the
+    search runs at depths 0 and 256, says what it left out and what that would have cost, and the report says so."""
     spec = tmp_path / "spec.toml"
     body = SPEC.format(model=tiny_model).replace('tune-knobs = ["GGML_OP_OFFLOAD_MIN_BATCH"]\n', "")
     narrow = (
         'tune-knobs = ["threads"]\ntune-values = { threads = ["1"] }\ncached-turns = ["64"]\ncached-depth = "8k"\n'
-        'budget = "10s"'
+        'budget = "1s"'
     )
     spec.write_text(body.replace("tune-repetitions = 3", "tune-repetitions = 2\n" + narrow))
     out = tmp_path / "out"
