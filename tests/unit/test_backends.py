@@ -203,21 +203,31 @@ def test_a_hip_build_says_what_rocm_lacks(tmp_path: Path, monkeypatch) -> None:
     assert os.environ["ROCM_PATH"] == str(tmp_path)
 
 
-def test_a_backend_that_compiles_pipelines_lazily_is_warmed_up_with_a_whole_ubatch() -> None:
-    """ggml_vulkan compiles a pipeline the first time a shape runs: on the H200 a fresh Vulkan server's first cold
-    1K prompt took 24.7 s after an 8-token warm-up (1.3 s in the next round), and 6.4 s after a 576-token one
-    (0.14 s later: flash attention's kernels change at 1,024 and 4,096 positions). Its warm-up prefills a whole
-    ubatch and more, past 4,096 positions; other backends keep the short warm-up; the context caps it."""
-    from xover.measure.server_session import WARMUP_LENGTH, warmup_length
+def test_every_server_is_warmed_through_its_prompt_path_then_at_its_shortest_length() -> None:
+    """Issue 66: after an 8-token warm-up a server's first measured prompt paid one-time costs (1.4-2.2x the same
+    prompt later, H200; about 1.4x on 2 CPU cores). Every backend's server now prefills its largest ubatch
+    (``min(-ub, -b)``), then the shortest length it measures, both discarded.
 
-    assert warmup_length(LlamaConfig("c", backend="cuda"), "cuda", 40000) == WARMUP_LENGTH
-    assert warmup_length(LlamaConfig("c"), None, 40000) == WARMUP_LENGTH
-    assert warmup_length(LlamaConfig("v", backend="vulkan"), "vulkan", 40000) == 4096 + 64
+    ggml_vulkan also compiles a pipeline the first time a shape runs: on the H200 a fresh Vulkan server's first cold
+    1K prompt took 24.7 s after an 8-token warm-up (1.3 s in the next round), and 6.4 s after a 576-token one
+    (0.14 s later: flash attention's kernels change at 1,024 and 4,096 positions). Its first warm-up prefills a
+    whole ubatch and more, past 4,096 positions. The context caps both, less room for the answer."""
+    from xover.measure.server_session import warmup_lengths
+
+    assert warmup_lengths(LlamaConfig("c", backend="cuda"), "cuda", 40000, 1024) == (512, 1024)
+    assert warmup_lengths(LlamaConfig("c"), None, 40000, None) == (512,)
+    assert warmup_lengths(LlamaConfig("c"), None, 40000, 512) == (512,)  # the shortest is the ubatch: once
+    wide = LlamaConfig("c", (("ubatch-size", "4096"), ("batch-size", "4096")), backend="cuda")
+    assert warmup_lengths(wide, "cuda", 40000, 1024) == (4096, 1024)
+    clamped = LlamaConfig("c", (("ubatch-size", "4096"),), backend="cuda")  # -b 2048 runs 2048-token ubatches
+    assert warmup_lengths(clamped, "cuda", 40000, 1024) == (2048, 1024)
+    assert warmup_lengths(LlamaConfig("c"), None, 300, 128) == (300 - 8, 128)  # within the context
+    assert warmup_lengths(LlamaConfig("v", backend="vulkan"), "vulkan", 40000, 1024) == (4096 + 64, 1024)
     big = LlamaConfig("v", (("ubatch-size", "8192"),), backend="vulkan")
-    assert warmup_length(big, "vulkan", 40000) == 8192 + 64  # a whole ubatch, past the positions
+    assert warmup_lengths(big, "vulkan", 40000, None) == (8192 + 64,)  # a whole ubatch, past the positions
     tuned = LlamaConfig("v", (("ubatch-size", "4096"),), backend="vulkan")
-    assert warmup_length(tuned, "vulkan", 1000) == 1000 - 8  # within the context, room for the answer
-    assert warmup_length(LlamaConfig("v", backend="vulkan"), "vulkan", 2048) == 2048 - 8
+    assert warmup_lengths(tuned, "vulkan", 1000, 512) == (1000 - 8, 512)  # within the context, room for the answer
+    assert warmup_lengths(LlamaConfig("v", backend="vulkan"), "vulkan", 2048, None) == (2048 - 8,)
 
 
 def test_one_list_of_backends_for_the_table_the_builds_and_the_command() -> None:

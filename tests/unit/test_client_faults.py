@@ -57,7 +57,7 @@ def stored(study: Path) -> list[TtftSample]:
 
 def test_plan_is_rep_major() -> None:
     pts = expand(TtftPlan(lengths=(64, 256), reps=2, response_tokens=4))
-    assert [(p.rep, p.length) for p in pts] == [(0, 64), (0, 256), (1, 64), (1, 256)]
+    assert [(p.rep, p.length) for p in pts] == [(0, 64), (0, 256), (1, 256), (1, 64)]  # no length always first
 
 
 def test_plan_with_explicit_points() -> None:
@@ -286,14 +286,15 @@ def test_never_healthy_times_out_with_a_clear_error(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("fault", "message"),
     [
-        ("cut", "L=32 rep 2: stream broke after 4 tokens: RemoteProtocolError"),
-        ("http500", "L=32 rep 2: HTTP 500: fake internal error"),
-        ("malformed", "L=32 rep 2: malformed event #5 after 4 tokens: "),
+        ("cut", "L=64 rep 2: stream broke after 4 tokens: RemoteProtocolError"),
+        ("http500", "L=64 rep 2: HTTP 500: fake internal error"),
+        ("malformed", "L=64 rep 2: malformed event #5 after 4 tokens: "),
     ],
 )
 def test_fault_mid_run_keeps_every_earlier_sample(tmp_path: Path, fault: str, message: str) -> None:
-    # warm-up + 2 good samples, then the fault on the third sample
-    with FakeLlamaServer(fault=fault, fault_after=3) as fake:
+    # two warm-ups (a ubatch, then the shortest length) + 2 good samples, then the fault on the third sample: the
+    # second repetition's first length, 64 (each repetition begins one length further on)
+    with FakeLlamaServer(fault=fault, fault_after=4) as fake:
         out = run_url(tmp_path, fake.url)
     (f,) = out.failures
     assert message in f.reason and "\n" not in f.reason
@@ -301,7 +302,7 @@ def test_fault_mid_run_keeps_every_earlier_sample(tmp_path: Path, fault: str, me
     assert [(s.length, s.rep, s.cache_ok, s.error is None) for s in rows] == [
         (32, 0, True, True),
         (64, 0, True, True),
-        (32, 1, False, False),
+        (64, 1, False, False),
     ]
     assert rows[2].error is not None and rows[2].error in f.reason
     with Store(tmp_path) as store:
@@ -319,7 +320,8 @@ def test_fault_mid_run_keeps_every_earlier_sample(tmp_path: Path, fault: str, me
 def test_fault_reaches_the_cli_as_one_line(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], fault: str, message: str
 ) -> None:
-    with FakeLlamaServer(fault=fault, fault_after=2) as fake, pytest.raises(SystemExit) as e:
+    # two warm-ups and one good sample, then the fault
+    with FakeLlamaServer(fault=fault, fault_after=3) as fake, pytest.raises(SystemExit) as e:
         main(
             ["ttft", "--url", fake.url, "--lengths", "32,64", "-r", "2", "--response-tokens", "4", "-o", str(tmp_path)]
         )

@@ -24,6 +24,9 @@ import math
 import random
 import statistics
 from collections.abc import Mapping, Sequence
+from typing import TypeVar
+
+T = TypeVar("T")
 
 CONFIDENCE = 0.95
 MIN_ROUNDS = 3  # rounds a comparison needs before it can name a winner
@@ -55,6 +58,17 @@ def order(configs: Sequence[str], round_index: int, seed: int | None = None) -> 
         random.Random(seed * 1_000_003 + round_index).shuffle(names)
         return names
     return names if round_index % 2 == 0 else names[::-1]
+
+
+def rotated(items: Sequence[T], index: int) -> list[T]:
+    """``items`` begun at position ``index`` (modulo their number): over as many rounds (or repetitions) as there
+    are items, each comes first once. The prompt lengths inside one server go in this order: the first prompt a
+    server measures pays what its warm-up did not catch, and no length should always be the one that pays it."""
+    items = list(items)
+    if not items:
+        return items
+    k = index % len(items)
+    return items[k:] + items[:k]
 
 
 @dataclasses.dataclass(frozen=True)

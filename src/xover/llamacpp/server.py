@@ -83,12 +83,21 @@ class ServerLaunch:
         a = ["-m", str(self.model), "-c", str(self.ctx_size)]
         if self.config.get(llama_options.N_GPU_LAYERS.name) is None and not _NGL.intersection(self.config.server_args):
             a += ["-ngl", str(self.n_gpu_layers)]
-        if self.cold_cache:
-            a += ["-np", "1", "--cache-ram", "0"]
+        for flag, value in self.controls():
+            a += [flag, value]
         engine = llama_options.traits(self.config.engine)
-        if self.fit_off and engine.server_fit:
-            a += ["-fit", "off"]
         return (*a, *engine.server_args, *self.own_args, *self.config.server_argv())
+
+    def controls(self) -> tuple[tuple[str, str], ...]:
+        """llama-server's own defaults that xover overrides for control, as (flag, value): one slot and no host
+        prompt cache for proven-cold samples (several slots and an 8 GiB cache otherwise hide warm caches), and
+        ``-fit off`` (its fitter would move layers and context that the configuration leaves at their defaults)."""
+        owned: list[tuple[str, str]] = []
+        if self.cold_cache:
+            owned += [("-np", "1"), ("--cache-ram", "0")]
+        if self.fit_off and llama_options.traits(self.config.engine).server_fit:
+            owned.append(("-fit", "off"))
+        return tuple(owned)
 
     def to_argv(self, binary: Path, port: int) -> list[str]:
         lv = self.log_verbosity is not None and llama_options.traits(self.config.engine).server_log_verbosity
@@ -127,6 +136,34 @@ def help_text(binary: Path) -> str:
     except (OSError, subprocess.SubprocessError) as e:
         raise XoverError(f"cannot run {binary} --help ({e}): check --llama-bin-dir") from None
     return out.stdout + out.stderr
+
+
+def help_default(help: str, flag: str) -> str | None:
+    """The default ``--help`` states for ``flag`` (``-np``: ``-1``, ``--cache-ram``: ``8192``, ``-fit``: ``on``):
+    the first ``default: X`` in the entry that names the flag; None where the help has no such entry or states
+    none. An entry begins at a line that starts, at most a few spaces in, with a flag (llama.cpp's help starts at
+    the margin, ik_llama.cpp's two spaces in) and runs on through the more deeply indented lines below it."""
+    entries: list[list[str]] = []
+    for line in help.splitlines():
+        text = line.lstrip()
+        if text.startswith("-") and len(line) - len(text) < 8:
+            entries.append([line])
+        elif entries and text and len(line) - len(text) >= 8:
+            entries[-1].append(line)
+    for entry in entries:
+        names = re.split(r"\s{2,}(?=[^-\s])", entry[0].strip(), maxsplit=1)[0]  # the flags, before the description
+        if flag in (n.strip().split(" ")[0] for n in names.split(",")):
+            found = re.search(r"default:\s*'?([^',)\s]+)", " ".join(entry))
+            return found.group(1) if found else None
+    return None
+
+
+def overridden_defaults(spec: ServerLaunch, binary: Path) -> list[dict[str, str | None]]:
+    """Each of llama-server's defaults that xover overrides for ``spec`` (:meth:`ServerLaunch.controls`), with the
+    value xover gives and the default ``binary --help`` states for it (None: the help states none): provenance that
+    says what a user's plain ``llama-server`` would have run instead."""
+    text = help_text(binary) if spec.controls() else ""
+    return [{"flag": f, "value": v, "default": help_default(text, f)} for f, v in spec.controls()]
 
 
 def has_flag(binary: Path, flag: str) -> bool:

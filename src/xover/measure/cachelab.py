@@ -60,7 +60,7 @@ from xover.llamacpp.binaries import Binaries, resolve
 from xover.llamacpp.server import ServerLaunch, check_explicit_context, context_size, has_flag
 from xover.measure.events import LabEvent, LabRequestDone, ServerUp
 from xover.measure.recorder import Recording
-from xover.measure.server_session import WARMUP_LENGTH, started_server, warm_up
+from xover.measure.server_session import started_server, warm_up, warmup_lengths
 from xover.measure.ttft import TtftPoint, build_sample, gguf_token_types
 from xover.results.store import Store
 
@@ -173,7 +173,7 @@ class _LabRun:
         self.store, self.binaries, self.model, self.config, self.label = store, binaries, model, config, config.name
         self.on_event, self.prompts = on_event, prompts
         self.rec = Recording(store, "cache", command, binaries=binaries, model=model, on_event=on_event)
-        self.ctx = lab_context(length)
+        self.ctx, self.length = lab_context(length), length
         self.samples: list[TtftSample] = []
         self.done = 0
         self.total = 0
@@ -254,7 +254,9 @@ class _LabRun:
     ) -> None:
         """Send every step; a failed request (or erase) raises _ScenarioFailedError with the requests left."""
         prompts = build_prompts(srv, self.prompts, lambda: next(self._index))
-        failed = await warm_up(client, self.prompts.make(next(self._index), WARMUP_LENGTH).prompt)
+        backend = self.binaries.for_config(self.config).expected_backend
+        warmup = warmup_lengths(self.config, backend, self.ctx, self.length)
+        failed = await warm_up(client, [self.prompts.make(next(self._index), n).prompt for n in warmup])
         remaining = len(srv.requests())
         if failed is not None:
             raise _ScenarioFailedError(f"{srv.scenario}: {failed}", remaining)

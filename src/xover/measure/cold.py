@@ -26,8 +26,10 @@ import time
 from collections.abc import Mapping, Sequence
 
 from xover.analysis.crossover import open_questions
-from xover.analysis.rounds import order
+from xover.analysis.rounds import order, rotated
 from xover.domain.artifacts import TTFT_EFFICIENCY, SkippedPoint
+from xover.domain.config import LlamaConfig
+from xover.domain.llama_options import BACKEND_TRAITS, build_name
 from xover.domain.study_spec import StudySpec
 from xover.domain.turn_kinds import AFTER_COLD, COLD, TURN_KINDS
 from xover.llamacpp.server import ServerLaunch, buffer_log_verbosity, context_size
@@ -38,6 +40,11 @@ from xover.measure.provenance import boot_id, cpu_shares, model_id, proc_stat
 from xover.measure.resume import TtftTodo, lacking, last_round, round_cost, rounds_of_other_sessions, ttft_todo
 from xover.results.read_model import TURN_INPUTS, StudyData, load_if_any
 from xover.results.store import Store
+
+
+def _lazy_pipelines(backend: str) -> bool:
+    traits = BACKEND_TRAITS.get(backend)
+    return traits is not None and traits.lazy_pipelines
 
 
 class _Rounds:
@@ -54,19 +61,52 @@ class _Rounds:
         # log level 4: the load log then names every buffer (CPU_Mapped, CUDA_Host, CPU_REPACK...) and its size
         self.verbosity = buffer_log_verbosity(st.binaries.server)
 
+    def prewarm(self, configs: Sequence[LlamaConfig]) -> None:
+        """The first server of each lazy-pipeline build among ``configs`` (in the order given), started, warmed and
+        stopped once before this run's first round, nothing stored. Such a backend (Vulkan) compiles its pipelines
+        through the driver, whose shader cache then serves later processes on the machine: the first server pays
+        what later ones do not (on the H100, Vulkan's first server took 17-18 s to warm up and its first 1K prompt
+        near 2x later rounds'), and no configuration's first round should carry it. Other backends' first-process
+        costs (the model's pages, the first large batch) are paid by each server's own warm-up prompts."""
+        st = self.st
+        lazy = [c for c in configs if (b := st.binaries.for_config(c).expected_backend) and _lazy_pipelines(b)]
+        firsts = {c.build: c for c in reversed(lazy)}
+        for c in (c for c in lazy if firsts.get(c.build) is c):
+            st.emit(
+                StageEvent("ttft", "info", f"warming {build_name(*c.build)}'s first server (not measured): {c.name}")
+            )
+            launch = ServerLaunch(
+                c, st.model, c.max_context or self.ctx, log_verbosity=self.verbosity, label=f"prewarm-{c.name}"
+            )
+            why = asyncio.run(
+                ttftrun.warm_only(
+                    st.binaries, launch, st.study_dir / "logs", min(st.spec.lengths), server_timeout(st.spec)
+                )
+            )
+            if why is not None:  # its round records the failure, if it is the configuration's own
+                st.emit(StageEvent("ttft", "info", f"warming {c.name}'s server failed (its round retries): {why}"))
+
     def measure(self, todo: TtftTodo, round_number: int, what: str) -> float:
         """One fresh server for ``todo.config`` in round ``round_number``: its missing samples; its wall time."""
         st, c = self.st, todo.config
         reps = max((*todo.missing.values(), *(k for wanted in todo.turns.values() for k in wanted.values())))
         lengths = tuple(sorted(todo.missing)) or (max(st.spec.lengths),)
-        cold = [ttftrun.TtftPoint(L, r) for r in range(reps) for L in sorted(todo.missing) if r < todo.missing[L]]
+        # the lengths in an order that turns from round to round (and repetition to repetition): whatever the
+        # warm-up leaves to the server's first prompt falls on each length in turn, never always on the shortest
+        first = abs(round_number) - 1
+        cold = [
+            ttftrun.TtftPoint(L, r)
+            for r in range(reps)
+            for L in rotated(sorted(todo.missing), first + r)
+            if r < todo.missing[L]
+        ]
         # the other kinds after the cold samples (a cached turn's priming would otherwise leave a context in the slot)
         after = [
             ttftrun.TtftPoint(n, r, kind.depth(st.spec) or 0)
             for kind in AFTER_COLD
             for wanted in (todo.turns.get(kind.name, {}),)
             for r in range(reps)
-            for n in sorted(wanted)
+            for n in rotated(sorted(wanted), first + r)
             if r < wanted[n]
         ]
         plan = ttftrun.TtftPlan(
@@ -273,6 +313,8 @@ def stage_ttft(st: Study, pairs: Sequence[tuple[str, str]], compared: Sequence[t
                 break
         pending = {t.config.name: t for t in todo if t.anything and t.config.name not in rounds.failed}
         if pending:
+            if not last_measured:  # this run's first round: each build's first server warmed first, not measured
+                rounds.prewarm([pending[name].config for name in order(list(pending), n - base - 1)])
             emit(StageEvent("ttft", "info", f"round {n - base}: {', '.join(order(list(pending), n - base - 1))}"))
             t0 = time.perf_counter()
             for name in order(list(pending), n - base - 1):

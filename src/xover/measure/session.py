@@ -41,6 +41,7 @@ from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 from xover.client.chat import ChatClient, chat_body
 from xover.domain.config import LlamaConfig, command_configs
 from xover.domain.llama_options import LlamaOption
+from xover.domain.prompts import WORDS
 from xover.domain.records import Failure, SessionTurn
 from xover.domain.turn_shape import (
     Block,
@@ -71,7 +72,7 @@ from xover.llamacpp.binaries import Binaries, resolve
 from xover.llamacpp.server import LlamaServer, ServerLaunch, check_explicit_context, context_size, has_flag
 from xover.measure.events import Note, ReplayDone, ServerUp, SessionEvent, Sized, TurnDone
 from xover.measure.recorder import Recording
-from xover.measure.server_session import started_server
+from xover.measure.server_session import props_n_ctx, started_server, warmup_lengths
 from xover.results.read_model import series_from_rows
 from xover.results.store import Store
 
@@ -358,12 +359,6 @@ def reply_allowance(growth: float | None, response_tokens: int) -> int:
     return math.ceil(max(growth or 1.0, 1.0) * response_tokens * REPLY_MARGIN) + 8
 
 
-def _n_ctx(props: Mapping[str, Any]) -> int | None:
-    settings = props.get("default_generation_settings")
-    n_ctx = settings.get("n_ctx") if isinstance(settings, dict) else None
-    return int(n_ctx) if isinstance(n_ctx, int) and not isinstance(n_ctx, bool) else None
-
-
 class _Replay:
     """One run: a run record, then every configuration x mode on its own server."""
 
@@ -460,20 +455,36 @@ class _Replay:
                         mode=mode,
                     )
                 )
-                n_ctx = _n_ctx(srv.props) or self.ctx_size
+                n_ctx = props_n_ctx(srv.props) or self.ctx_size
                 done = await self._turns(client, config, mode, settings.cache_prompt, n_ctx, run_id)
         except (_ReplayError, XoverError) as e:  # XoverError: start-up, or /apply-template, /tokenize between turns
             self._fail(config, mode, "replay", str(e), len(self.session.turns) - (len(self.turns) - before))
             return
         self.on_event(ReplayDone(label, mode, done))
 
+    async def _warm(self, client: ChatClient, config: LlamaConfig, n_ctx: int) -> None:
+        """The discarded warm-up chats: one whose prompt fills the server's largest ubatch (a few-token warm-up
+        leaves the first turn paying the prompt path's one-time costs: :func:`warmup_lengths`), then the short one
+        that warms the chat template's path. Plain words are at least a token each, so as many words as the ubatch
+        has tokens fill it; halved until they fit the context."""
+        backend = self.binaries.for_config(config).expected_backend
+        fill = warmup_lengths(config, backend, n_ctx, None)[0]
+        words = [WORDS[i % len(WORDS)] for i in range(fill)]
+        long = [{"role": "user", "content": " ".join(words)}]
+        while len(words) > 8 and len(await client.prompt_tokens(long)) > n_ctx - 16:
+            words = words[: len(words) // 2]
+            long = [{"role": "user", "content": " ".join(words)}]
+        for msgs in (long, WARMUP):
+            warm = await client.stream_chat(chat_body(msgs, 1, cache_prompt=False))
+            if warm.result.error is not None:
+                raise _ReplayError(f"warm-up request failed: {warm.result.error}")
+
     async def _turns(
         self, client: ChatClient, config: LlamaConfig, mode: str, cache_prompt: bool, n_ctx: int, run_id: int
     ) -> int:
-        """Every turn in order; returns the session time (sum of turn times, ns)."""
-        warm = await client.stream_chat(chat_body(WARMUP, 1, cache_prompt=False))
-        if warm.result.error is not None:
-            raise _ReplayError(f"warm-up request failed: {warm.result.error}")
+        """Every turn in order, after the discarded warm-ups (:meth:`_warm`); returns the session time (sum of turn
+        times, ns)."""
+        await self._warm(client, config, n_ctx)
         generated = self.feed == "generated"
         replies: list[str] = []
         prev: list[int] | None = None

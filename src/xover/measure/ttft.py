@@ -21,12 +21,14 @@ import asyncio
 import dataclasses
 import itertools
 import statistics
+import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import gguf
 
+from xover.analysis.rounds import rotated
 from xover.analysis.stats import Summary, summarize_present
 from xover.client.http import LlamaClient, StreamRecord, completion_body, wait_healthy
 from xover.domain.artifacts import TTFT_SKIPPED, SkippedPoint
@@ -51,7 +53,7 @@ from xover.measure.bench import describe_memory, memory_by_config
 from xover.measure.budget import planner_notes
 from xover.measure.events import Note, Rerun, SampleDone, ServerUp, TtftEvent
 from xover.measure.recorder import Recording
-from xover.measure.server_session import WARMUP_LENGTH, started_server, warm_up, warmup_length
+from xover.measure.server_session import props_n_ctx, started_server, warm_up, warmup_lengths
 from xover.results.store import Store
 
 MODES = TTFT_MODES
@@ -115,11 +117,17 @@ def linear_estimate(length: int, medians: Mapping[int, float], inclusive: bool =
     return medians[base] * length / base, base
 
 
+def _shortest(points: Sequence[TtftPoint]) -> int | None:
+    """The fewest new tokens a server's points send (its shortest cold prompt, or a cached turn's new tokens)."""
+    return min((p.length for p in points), default=None)
+
+
 def expand(plan: TtftPlan) -> tuple[TtftPoint, ...]:
-    """The points one server measures, in order: every length once per repetition, rep-major."""
+    """The points one server measures, in order: every length once per repetition, rep-major, each repetition
+    begun one length further on (:func:`xover.analysis.rounds.rotated`), so that no length is always first."""
     if plan.points is not None:
         return plan.points
-    return tuple(TtftPoint(length=L, rep=r) for r in range(plan.reps) for L in plan.lengths)
+    return tuple(TtftPoint(length=L, rep=r) for r in range(plan.reps) for L in rotated(plan.lengths, r))
 
 
 # ---- checks and per-sample metrics (pure) -----------------------------------------------------
@@ -404,7 +412,7 @@ class TtftRun:
                     backend = self.binaries.for_config(config).expected_backend
                     await self._measure(
                         srv.client, config, srv.props, srv.model_meta, points, srv.log_path,
-                        warmup_length(config, backend, spec.ctx_size),
+                        warmup_lengths(config, backend, spec.ctx_size, _shortest(points)),
                     )  # fmt: skip
                     self._record_memory(config, srv)
             except XoverError as e:
@@ -426,7 +434,10 @@ class TtftRun:
             data = models.get("data") if isinstance(models, dict) else None
             meta = dict(data[0].get("meta") or {}) if isinstance(data, list) and data else {}
             self.rec.server_props(config, props, meta, url=url)
-            await self._measure(client, config, props, meta, points, None)
+            # a server of the user's: its ubatch unknown here, llama.cpp's default is the guess
+            ctx = props_n_ctx(props) or max(p.length + p.depth for p in points) + 2 * self.plan.response_tokens
+            warmup = warmup_lengths(config, None, ctx, _shortest(points))
+            await self._measure(client, config, props, meta, points, None, warmup)
 
     # -- one server -----------------------------------------------------------------------------
 
@@ -454,9 +465,10 @@ class TtftRun:
         model_meta: Mapping[str, Any],
         points: Sequence[TtftPoint],
         log_path: Path | None,
-        warmup_tokens: int = WARMUP_LENGTH,
+        warmup: Sequence[int],
     ) -> None:
-        """Every point on a server whose props are stored (:meth:`Recording.server_props`)."""
+        """Every point on a server whose props are stored (:meth:`Recording.server_props`), after the discarded
+        warm-up prompts of ``warmup`` tokens (:func:`xover.measure.server_session.warmup_lengths`)."""
         run_id = self.rec.ensure(props=props, build=config.build)
         reported = props.get("total_slots")
         slots = reported if isinstance(reported, int) and not isinstance(reported, bool) and reported > 0 else None
@@ -474,7 +486,7 @@ class TtftRun:
         done, where = 0, "warm-up"
         self._contexts = {}  # a cached-turn context is primed once per server
         try:
-            failed = await warm_up(client, (await self._prompt(client, model_meta, warmup_tokens)).prompt)
+            failed = await warm_up(client, [(await self._prompt(client, model_meta, n)).prompt for n in warmup])
             if failed is not None:
                 raise _PointFailedError(failed, counted=False)
             for point in points:
@@ -591,20 +603,43 @@ class TtftRun:
         return self._token_prompts.make(index, length)
 
     async def _pool(self, client: LlamaClient, model_meta: Mapping[str, Any]) -> tuple[int, ...]:
-        """Ordinary token ids: from the GGUF's token types when the model file is here, else the
-        tokens the server itself makes of plain words (ordinary by construction)."""
-        types = await asyncio.to_thread(gguf_token_types, self.model) if self.model is not None else []
-        if types:
-            pool = token_pool(types)
-        else:
-            words = " ".join(WORDS) + " " + " ".join(w.upper() for w in WORDS)
-            pool = tuple(sorted(set(await client.tokenize(words, add_special=False))))
-        n_vocab = model_meta.get("n_vocab")
-        if isinstance(n_vocab, int):
-            pool = tuple(i for i in pool if i < n_vocab)
-        if len(pool) < 2:
-            raise XoverError("found fewer than 2 ordinary token ids for this model: try --text")
-        return pool
+        return await ordinary_tokens(client, self.model, model_meta)
+
+
+async def ordinary_tokens(client: LlamaClient, model: Path | None, model_meta: Mapping[str, Any]) -> tuple[int, ...]:
+    """Ordinary token ids: from the GGUF's token types when the model file is here, else the tokens the server
+    itself makes of plain words (ordinary by construction)."""
+    types = await asyncio.to_thread(gguf_token_types, model) if model is not None else []
+    if types:
+        pool = token_pool(types)
+    else:
+        words = " ".join(WORDS) + " " + " ".join(w.upper() for w in WORDS)
+        pool = tuple(sorted(set(await client.tokenize(words, add_special=False))))
+    n_vocab = model_meta.get("n_vocab")
+    if isinstance(n_vocab, int):
+        pool = tuple(i for i in pool if i < n_vocab)
+    if len(pool) < 2:
+        raise XoverError("found fewer than 2 ordinary token ids for this model: try --text")
+    return pool
+
+
+async def warm_only(
+    binaries: Binaries, spec: ServerLaunch, log_dir: Path, shortest: int | None, startup_timeout_s: float
+) -> str | None:
+    """A server of ``spec`` started, warmed as a measured one is (:func:`warmup_lengths`) and stopped, with nothing
+    stored: what the first process of a build pays once on a machine (a lazy-pipeline backend's shader compilation,
+    the model's pages read from disk, the driver's first context) kept out of the first round's numbers. Why it
+    failed, or None."""
+    bins = binaries.for_config(spec.config)
+    try:
+        async with LlamaServer(bins.server, spec, log_dir, startup_timeout_s=startup_timeout_s) as srv:
+            assert srv.client is not None
+            pool = await ordinary_tokens(srv.client, spec.model, srv.model_meta)
+            prompts = TokenPrompts(pool, time.time_ns() % 2**31)
+            lengths = warmup_lengths(spec.config, bins.expected_backend, spec.ctx_size, shortest)
+            return await warm_up(srv.client, [prompts.make(i, n).prompt for i, n in enumerate(lengths)])
+    except XoverError as e:
+        return str(e)
 
 
 def build_sample(
