@@ -8,6 +8,7 @@ rule, never which knob wins. Sizes are small (prompts of 512-1024 tokens, -r 2).
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 from pathlib import Path
 
@@ -324,3 +325,46 @@ def test_advise_searches_ranks_names_knobs_without_effect_and_stores_its_advice(
         again = advise.advice_from_dict(store.artifacts(advise.ARTIFACT)[-1][2])
     assert again.reused == again.measurements == search.measurements
     assert again.searches[0].recommended == search.recommended
+
+
+def test_a_budget_that_cannot_hold_the_defaults_ends_after_the_first_process_in_one_line(
+    llama_bins: Binaries, tiny_model: Path, tmp_path: Path
+) -> None:
+    """Issue 68: the plan is priced from the defaults' first llama-bench process (the probe); a budget that even the
+    defaults alone and their confirmation would overrun ends there, with one line naming the --budget to give, and
+    nothing else is measured."""
+    from procs import run_xover
+
+    r = run_xover(
+        "advise", "-m", str(tiny_model), "--ncmoe", "0", "--lengths", "512,1024", "--budget", "1",
+        "-o", str(tmp_path), "--llama-bin-dir", str(llama_bins.bin_dir),
+    )  # fmt: skip
+    assert r.returncode == 2, r.stderr
+    (line,) = [ln for ln in r.stderr.splitlines() if ln.startswith("xover: error:")]
+    assert "--budget 1 s" in line and "cannot hold even llama.cpp's defaults" in line
+    assert re.search(r"give --budget \d+m or more", line), line
+    with Store(tmp_path) as store:
+        labels = {c.label for c in store.configs()}
+        assert not store.artifacts(advise.ARTIFACT)
+    assert labels == {"ncmoe=0 defaults"}  # the probe alone
+
+
+def test_the_plan_is_printed_with_what_it_left_out_and_the_wait(
+    llama_bins: Binaries, tiny_model: Path, tmp_path: Path
+) -> None:
+    """Issue 68: before the search the plan says its values, depths, processes and minutes; each measurement says
+    its number of the planned ones and the minutes left. (Which values a tight budget leaves out is the machine's
+    speed to decide: tests/unit/test_advise_plan.py has the known answers.)"""
+    from procs import run_xover
+
+    r = run_xover(
+        "advise", "-m", str(tiny_model), "--ncmoe", "0", "--lengths", "512,1024", "--knobs", "ub,b,t",
+        "--ubatch", "256,1024", "-r", "2", "--pp", "512", "--tg", "16", "--no-confirm",
+        "-o", str(tmp_path), "--llama-bin-dir", str(llama_bins.bin_dir),
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    out = " ".join((r.stderr + r.stdout).split())  # the progress goes to stderr, the advice to stdout
+    plan = re.search(r"plan: (.*?); depths 0, 512, 1,024; up to (\d+) llama-bench processes", out)
+    assert plan is not None, out
+    planned = int(plan.group(2))
+    assert re.search(rf"\b1/{planned} ncmoe=0 defaults \.\.\. \(about [\d.]+ min left\)", out), out

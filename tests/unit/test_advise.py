@@ -507,18 +507,6 @@ def test_workload_files_lengths_and_representative_points() -> None:
     assert "uniform over 10K, 20K, 30K, 40K tokens, 200-token responses" in AGENTIC.describe()
 
 
-def test_the_default_workload_is_halved_until_a_measurement_fits_the_budget() -> None:
-    def seconds(w: Workload) -> float:
-        return advise.measurement_seconds(w.depths(), 4096, 64, 3, pp_tps=5000.0, tg_tps=100.0)
-
-    full = seconds(AGENTIC)
-    assert full == pytest.approx(4 * 102_400 / 5000 + 5 * 4 * (4096 / 5000 + 64 / 100))
-    scaled, factor = advise.fit_to_budget(AGENTIC, seconds, budget_s=full / 2, min_length=512)
-    assert factor == 1 / 4 and seconds(scaled) <= full / 2 < seconds(AGENTIC.scaled(1 / 2))
-    floor, f = advise.fit_to_budget(AGENTIC, seconds, budget_s=1.0, min_length=4096)  # never below one chunk
-    assert f == 1 / 2 and min(floor.lengths) == 5120
-
-
 # ---- theory ---------------------------------------------------------------------------------------
 
 

@@ -251,8 +251,8 @@ def test_a_file_edited_down_to_one_function_can_be_edited_again(spec: WorkloadSp
 
 
 def test_advise_time_estimate_grows_with_depth_as_the_probe_says() -> None:
-    """The default band is halved to fit --budget by an estimate from two probed depths: a model whose
-    prefill slows 20x by 28K tokens (tiny-moe on 2 cores) gets a smaller band than depth 0 alone says."""
+    """The plan prices a process by an estimate from two probed depths: a model whose prefill slows 20x by 28K
+    tokens (tiny-moe on 2 cores) gets a smaller band under the same budget than depth 0 alone says."""
     from xover.analysis import advise as adv
     from xover.measure.advise import _measurement_seconds
 
@@ -260,8 +260,12 @@ def test_advise_time_estimate_grows_with_depth_as_the_probe_says() -> None:
     steep = _measurement_seconds({0: 9500.0, 6912: 2000.0}, {0: 4800.0, 6912: 900.0}, 4096, 64, 3)
     band = adv.uniform_workload((6912, 14080, 20992, 28160), 200)
     depths = band.depths()
-    assert flat(band) == pytest.approx(sum(2 * d / 9500 + 4 * (4096 / 9500 + 64 / 4800) for d in depths))
-    assert steep(band) > 5 * flat(band)
-    _, factor_flat = adv.fit_to_budget(band, flat, 120.0, min_length=2048)
-    _, factor_steep = adv.fit_to_budget(band, steep, 120.0, min_length=2048)
-    assert factor_flat == 1.0 and factor_steep < 1.0
+    assert flat(depths) == pytest.approx(sum(2 * d / 9500 + 4 * (4096 / 9500 + 64 / 4800) for d in depths))
+    assert steep(depths) > 5 * flat(depths)
+
+    def planned(seconds):  # type: ignore[no-untyped-def]
+        return adv.plan_search(
+            band, (), lambda k, v: 1.0, lambda w, p: 1 + seconds(w.depths(p)), lambda w: 0.0, 60.0, scalable=True
+        )
+
+    assert max(planned(flat).depths) == 28160 and max(planned(steep).depths) < 28160

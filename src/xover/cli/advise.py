@@ -71,9 +71,11 @@ xover advise -m model.gguf --ncmoe 18 --lengths 8k,16k,32k --knobs lm,ub -r 3
 @click.option(
     "--budget",
     "budget_s",
-    type=float,
-    default=120.0,
-    help="Seconds one measurement may take: the agentic workload is scaled down to fit.",
+    default="4m",
+    callback=lambda ctx, param, value: _duration(value),
+    help="Wall time the whole run may take (240, 240s, 4m, 1h): priced from a first llama-bench process of the "
+    "defaults, the plan measures fewer depths, then halves the agentic band, then drops the values the theory "
+    "ranks lowest, and says what it left out; a budget too small for the defaults alone is refused.",
 )
 @click.option(
     "--confirm/--no-confirm", default=True, help="Confirm the winner against the defaults with llama-server cold TTFT."
@@ -117,6 +119,19 @@ def advise(study_dir: Path | None, lengths: str | None, vram_budget: str | None,
     )
 
 
+def _duration(value: str | float) -> float:
+    from xover.domain.study_spec import parse_duration
+    from xover.errors import XoverError
+
+    try:
+        seconds = parse_duration(value, "--budget")
+    except XoverError as e:
+        raise click.BadParameter(str(e).removeprefix("--budget: ")) from None
+    if seconds <= 0:
+        raise click.BadParameter("must be a positive duration, e.g. 4m")
+    return seconds
+
+
 def _show(event: object) -> None:
     """One event of the search: what it leaves out, each measurement and its estimate, the confirmation."""
     from rich.markup import escape
@@ -136,7 +151,9 @@ def _show(event: object) -> None:
     elif isinstance(event, Note) and event.label is None:  # the confirmation's notes on one point are not shown
         console.print(f"[dim]{escape(event.text)}[/]")
     elif isinstance(event, Measuring):
-        console.print(f"[bold]{event.number:>3}[/] {escape(event.label)} ...")
+        of = f"/{event.planned}" if event.planned else ""
+        eta = f" (about {event.left_s / 60:.1f} min left)" if event.left_s is not None else ""
+        console.print(f"[bold]{event.number:>3}{of}[/] {escape(event.label)} ...{eta}")
     elif isinstance(event, Measured):
         e, m = event.estimate, event.measurement
         stored = " (stored)" if m.reused else ""

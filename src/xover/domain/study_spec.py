@@ -166,14 +166,14 @@ def _k(value: Any, what: str) -> int:
     return parse_tokens(value, what, minimum=0)
 
 
-def _seconds(value: Any, what: str) -> float:
-    """``120``, ``"120s"``, ``"2min"`` -> seconds."""
+def parse_duration(value: Any, what: str) -> float:
+    """``120``, ``"120s"``, ``"2min"``, ``"4m"``, ``"1h"`` -> seconds."""
     if isinstance(value, (int, float)) and not isinstance(value, bool):
         return float(value)
-    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*(s|min|m)?\s*", str(value))
+    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*(s|min|m|h)?\s*", str(value))
     if not m:
-        raise XoverError(f"{what}: {value!r} is not a duration (use e.g. 120, '120s' or '2min')")
-    return float(m.group(1)) * (60 if m.group(2) in ("min", "m") else 1)
+        raise XoverError(f"{what}: {value!r} is not a duration (use e.g. 120, '120s', '2min' or '1h')")
+    return float(m.group(1)) * {"min": 60, "m": 60, "h": 3600}.get(m.group(2) or "s", 1)
 
 
 def validate_spec(spec: StudySpec) -> None:
@@ -419,9 +419,9 @@ def _measure_keys(study: Mapping[str, Any], base_dir: Path | None) -> dict[str, 
     if "timeout" in study:
         kwargs["timeout_s"] = float(study["timeout"])
     if "max-ttft" in study:
-        kwargs["max_ttft_s"] = _seconds(study["max-ttft"], "[study] max-ttft")
+        kwargs["max_ttft_s"] = parse_duration(study["max-ttft"], "[study] max-ttft")
     if "budget" in study:
-        kwargs["budget_s"] = _seconds(study["budget"], "[study] budget")
+        kwargs["budget_s"] = parse_duration(study["budget"], "[study] budget")
     for key in ("session-turns", "session-response-tokens", "decode-tokens"):
         if key in study:
             if not isinstance(study[key], int) or isinstance(study[key], bool) or study[key] < 1:

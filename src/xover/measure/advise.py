@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import math
 import os
 import time
 from collections.abc import Callable, Sequence
@@ -48,7 +47,7 @@ class AdviseSettings:
     repetitions: int = 3
     n_gen: int = 64  # T of tg{T} @ dN
     chunk: int | None = None  # P of pp{P} @ dN; None: the largest ubatch candidate, at least 512
-    budget_s: float = 120.0  # seconds one measurement may take when the default workload is scaled
+    budget_s: float = 240.0  # seconds the whole run may take: the plan shrinks to fit (xover.analysis.advise.plan)
     confirm: bool = True
     confirm_repetitions: int = 2
     timeout_s: float | None = None
@@ -66,7 +65,7 @@ class AdviseSpec(AdviseSettings):
     model: Path
     knobs: tuple[Knob, ...]
     ncmoe: tuple[int | None, ...] = (None,)
-    workload: Workload | None = None  # None: the agentic band, scaled down to fit budget_s
+    workload: Workload | None = None  # None: the agentic band, scaled to the model and then to fit budget_s
 
     def __post_init__(self) -> None:
         if self.repetitions < 2:
@@ -154,6 +153,7 @@ class _Runner:
         )
         self.model_key = model_id(spec.model).key
         self.count = 0
+        self.plan: advise.SearchPlan | None = None  # once planned: the processes and seconds the ETA counts down
         self.measured_here: set[tuple[str, int | None]] = set()  # (configuration key, round) this runner measured
 
     def sweep(self, depths: tuple[int, ...], n_prompt: int, n_gen: int, repetitions: int) -> benchrun.BenchTests:
@@ -197,7 +197,9 @@ class _Runner:
         def measure(setting: Setting, fresh: bool = False) -> Measurement:
             label = f"{base.name} {advise.setting_label(self.spec.knobs, setting)}"
             self.count += 1
-            self.on_event(Measuring(label, self.count))
+            plan = self.plan
+            left = (max(0, plan.processes - self.count + 1) * plan.per_process_s + plan.confirm_s) if plan else None
+            self.on_event(Measuring(label, self.count, plan.processes if plan else None, left))
             trial = advise.apply_setting(base, self.spec.knobs, setting, label)
             try:
                 placed = place(trial, base.name) if place is not None else trial
@@ -225,16 +227,25 @@ def run_advise(
 
     if not spec.model.is_file():
         raise XoverError(f"model {spec.model} does not exist: pass -m PATH to a .gguf file")
+    started = time.perf_counter()
     runner = _Runner(spec, binaries, study_dir, command, on_event)
     chunk = spec.chunk_tokens
-    workload, note = _workload(spec, runner, chunk)
+    table, _ = model_table(spec.model)
+    terms = model_terms(table)
+    hw, _ = resolve_hw(None, False)
+    workload, note, probe = _workload(spec, runner, chunk)
     on_event(Note(f"workload {workload.describe()}" + (f" ({note})" if note else "")))
-    sweep = runner.sweep(workload.depths(), chunk, spec.n_gen, spec.repetitions)
+    gpu_build = is_gpu_build(dict(probe.measurement.effective).get("backends", ""))
+    plan = _plan(spec, workload, chunk, probe, terms, hw, gpu_build, time.perf_counter() - started)
+    runner.plan = plan
+    on_event(Note(plan.describe()))
+    workload = plan.workload
+    sweep = runner.sweep(plan.depths, chunk, spec.n_gen, spec.repetitions)
     searches: list[Search] = []
     for level in spec.ncmoe:
         try:
             searches.append(
-                advise.coordinate_search(spec.knobs, runner.measure_fn(level, sweep, workload), workload, level)
+                advise.coordinate_search(plan.knobs, runner.measure_fn(level, sweep, workload), workload, level)
             )
         except XoverError as e:
             on_event(Note(f"{advise.level_label(level)} left out: {e}"))
@@ -242,12 +253,11 @@ def run_advise(
         raise XoverError("no offload level could be measured at llama.cpp's defaults: check -m and --ncmoe")
     backends = dict(searches[0].defaults.measurement.effective).get("backends", "")
     gpu_build = is_gpu_build(backends)
-    table, _ = model_table(spec.model)
-    terms = model_terms(table)
-    hw, _ = resolve_hw(None, False)
     expectations = tuple(
-        e for s in searches for e in advise.expectations(terms, hw, spec.knobs, s, workload, gpu_build)
+        e for s in searches for e in advise.expectations(terms, hw, plan.knobs, s, workload, gpu_build)
     )
+    if plan.left_out:
+        note = "; ".join(x for x in (note, "left out to fit --budget: " + "; ".join(plan.left_out)) if x)
     response = max(1, round(workload.mean_response))
     crossovers = (
         advise.revisit_crossovers(
@@ -267,7 +277,7 @@ def run_advise(
         chunk=chunk,
         n_gen=spec.n_gen,
         repetitions=spec.repetitions,
-        knobs=spec.knobs,
+        knobs=plan.knobs,
         searches=tuple(searches),
         expectations=expectations,
         crossovers=crossovers,
@@ -275,29 +285,52 @@ def run_advise(
     )
     if spec.confirm:
         advice = dataclasses.replace(
-            advice, confirmation=_confirm(spec, advice, binaries, study_dir, command, on_event)
+            advice, confirmation=_confirm(spec, advice, plan.points, binaries, study_dir, command, on_event)
         )
     with Store(study_dir) as store:
         store.add_artifact(None, advise.ARTIFACT, advice.to_dict())
     return advice
 
 
-def _workload(spec: AdviseSpec, runner: _Runner, chunk: int) -> tuple[Workload, str]:
-    """The spec's workload, or the agentic band scaled to the model's training context (each depth
-    plus the prefill test must fit it) and then halved until one measurement fits the budget, judged
-    from a probe of the defaults at depth 0 and at the band's shortest length (pp and tg, one
-    repetition, stored like the rest): time per token grows with depth, steeply on a small model."""
+@dataclasses.dataclass(frozen=True)
+class _Probe:
+    """The defaults' first llama-bench process, which the plan is priced from: its rates at depth 0 and at
+    ``depth`` (one repetition, sizes the search never uses so it is never reused for a trial) and its wall time."""
+
+    measurement: Measurement
+    depth: int
+    wall_s: float
+    seconds: Callable[[Sequence[int]], float]  # a process's test time at these depths, at the probed rates
+    pp: dict[int, float]
+    tg: dict[int, float]
+    own_s: float  # the probe's own tests, at its rates
+
+    @property
+    def start_s(self) -> float:
+        """What a process costs beyond its tests (start-up, model load): the probe's wall time less its own tests',
+        at least half a second."""
+        return max(0.5, self.wall_s - self.own_s)
+
+
+def _workload(spec: AdviseSpec, runner: _Runner, chunk: int) -> tuple[Workload, str, _Probe]:
+    """The spec's workload, or the agentic band scaled to the model's training context (each depth plus the prefill
+    test must fit it; the plan may then halve it to fit the budget), with a line about it, and the probe of the
+    defaults at depth 0 and at the workload's shortest length (pp and tg, one repetition, stored like the rest)."""
+    fitted = ""
     if spec.workload is not None:
-        return spec.workload, ""
-    agentic, fitted = _agentic_for_context(spec, chunk)
+        workload = spec.workload
+    else:
+        workload, fitted = _agentic_for_context(spec, chunk)
     level = max(spec.ncmoe, key=lambda n: -1 if n is None else n)  # most experts in host memory: the slowest
     probe_gen = spec.n_gen // 2  # sizes the search never uses, so the probe's single repetition is never reused
     label = f"{advise.level_label(level)} defaults"
-    probe_depth = min(agentic.lengths)
+    probe_depth = min(workload.lengths)
+    t0 = time.perf_counter()
     probe = runner.bench(
         runner.sweep((0, probe_depth), chunk // 2, probe_gen, 1),
         advise.llama_config(spec.knobs, advise.DEFAULTS, level, label),
     )
+    wall = time.perf_counter() - t0
     if not probe.ok:
         raise XoverError(
             f"llama.cpp's defaults could not run at {advise.level_label(level)} ({probe.failure}): "
@@ -306,31 +339,79 @@ def _workload(spec: AdviseSpec, runner: _Runner, chunk: int) -> tuple[Workload, 
     pp = {r.depth: r.median_tps for r in probe.prefill}
     tg = {r.depth: r.median_tps for r in probe.decode}
     seconds = _measurement_seconds(pp, tg, chunk, spec.n_gen, spec.repetitions)
-    workload, factor = advise.fit_to_budget(agentic, seconds, spec.budget_s, min_length=chunk)
+    own = _measurement_seconds(pp, tg, chunk // 2, probe_gen, 1)((0, probe_depth))
     estimate = (
-        f"~{seconds(workload):.0f} s per measurement at {pp[0]:,.0f} prefill and {tg[0]:,.0f} decode tok/s, "
-        f"{pp[probe_depth]:,.0f} and {tg[probe_depth]:,.0f} at depth {probe_depth:,}"
+        f"{pp[0]:,.0f} prefill and {tg[0]:,.0f} decode tok/s, {pp[probe_depth]:,.0f} and {tg[probe_depth]:,.0f} at "
+        f"depth {probe_depth:,}"
     )
-    notes = [fitted] if fitted else []
-    if factor != 1.0:
-        notes.append(
-            f"the band halved {round(math.log2(1 / factor))} time(s) to keep one measurement within --budget "
-            f"{spec.budget_s:g} s"
-        )
-    if seconds(workload) > spec.budget_s:
-        notes.append(
-            f"over --budget {spec.budget_s:g} s: halving the band again would take its shortest prompt below "
-            f"the {chunk}-token prefill test"
-        )
-    if not notes:
-        return workload, estimate
-    return workload, f"{'; '.join(notes)}: {estimate}; give --lengths to choose"
+    note = f"{fitted}: {estimate}" if fitted else estimate
+    return workload, note, _Probe(probe, probe_depth, 0.0 if probe.reused else wall, seconds, pp, tg, own)
+
+
+def _plan(
+    spec: AdviseSpec,
+    workload: Workload,
+    chunk: int,
+    probe: _Probe,
+    terms: Any,
+    hw: Any,
+    gpu_build: bool,
+    spent_s: float,
+) -> advise.SearchPlan:
+    """The search within what is left of ``spec.budget_s`` (:func:`xover.analysis.advise.plan_search`), priced from
+    the probe: a process is its start-up and its tests; the confirmation two servers, each prefilling and answering
+    every representative length ``confirm_repetitions`` times after its warm-ups. Values are ranked by what the
+    theory expects of them at the slowest level (a ubatch longer than every prompt of the workload lowest: nothing
+    fills it)."""
+    level = max(spec.ncmoe, key=lambda n: -1 if n is None else n) or 0
+    response = max(16, round(workload.mean_response))
+    turn_s = advise.expected_turn_s(terms, hw, spec.knobs, level, workload, gpu_build)
+    base_s = turn_s(advise.DEFAULTS)
+
+    def rank(knob: Knob, value: str) -> float:
+        if knob.name == "ubatch-size" and int(value) > max(workload.lengths):
+            return -1.0
+        try:
+            return base_s / turn_s(advise.normalize(spec.knobs, {knob.name: value}))
+        except (XoverError, ValueError, ZeroDivisionError):
+            return 1.0
+
+    def per_process(w: Workload, points: int) -> float:
+        return probe.start_s + probe.seconds(w.depths(points))
+
+    def confirm(w: Workload) -> float:
+        if not spec.confirm:
+            return 0.0
+        d0, d1 = sorted(probe.pp)  # the probe's rates, linear in depth between its two depths
+
+        def at(rates: dict[int, float], depth: float) -> float:
+            t0, t1 = 1 / rates[d0], 1 / rates[d1]
+            return max(t0, t0 + (t1 - t0) * (depth - d0) / max(1, d1 - d0))
+
+        def turn(L: int) -> float:
+            return L * at(probe.pp, L / 2) + response * at(probe.tg, L)
+
+        lengths = w.representative()
+        warm = turn(min(advise.LLAMA_DEFAULT_UBATCH, max(lengths))) + turn(min(lengths))
+        return 2 * (probe.start_s + warm + spec.confirm_repetitions * sum(turn(L) for L in lengths))
+
+    return advise.plan_search(
+        workload,
+        [k for k in spec.knobs if k.candidates],
+        rank,
+        per_process,
+        confirm,
+        spec.budget_s - spent_s,
+        levels=len(spec.ncmoe),
+        scalable=spec.workload is None,
+        spent_s=spent_s,
+    )
 
 
 def _measurement_seconds(
     pp: dict[int, float], tg: dict[int, float], chunk: int, n_gen: int, repetitions: int
-) -> Callable[[Workload], float]:
-    """Rough wall time of one measurement of a workload, from probed speeds at two depths: time per
+) -> Callable[[Sequence[int]], float]:
+    """Rough wall time of one measurement at some depths, from probed speeds at two depths: time per
     token taken as linear in depth (attention reads the whole context), each test prefilling its depth
     once (untimed by llama-bench, but waited for), warming up, then repeating."""
     (d0, d1) = sorted(pp)
@@ -339,10 +420,10 @@ def _measurement_seconds(
         t0, t1 = 1 / rates[d0], 1 / rates[d1]
         return max(t0, t0 + (t1 - t0) * (depth - d0) / max(1, d1 - d0))
 
-    def seconds(w: Workload) -> float:
+    def seconds(depths: Sequence[int]) -> float:
         return sum(
             2 * d * per_token(pp, d / 2) + (repetitions + 1) * (chunk * per_token(pp, d) + n_gen * per_token(tg, d))
-            for d in w.depths()
+            for d in depths
         )
 
     return seconds
@@ -381,20 +462,21 @@ def _agentic_for_context(spec: AdviseSpec, chunk: int) -> tuple[Workload, str]:
 def _confirm(
     spec: AdviseSpec,
     advice: Advice,
+    depth_points: int,
     binaries: Binaries,
     study_dir: Path,
     command: Sequence[str],
     on_event: Callable[[object], None],
 ) -> advise.Confirmation | None:
     """Cold TTFT and decode through llama-server: the defaults against the recommendation, at the best
-    offload level and the workload's representative lengths."""
+    offload level and the workload's representative lengths (as many as the plan measured)."""
 
     best = advice.best
     if best.recommended == advise.DEFAULTS:
         on_event(Note(f"nothing to confirm: llama.cpp's defaults are the recommendation at {best.label}"))
         return None
     workload = advice.workload
-    lengths = workload.representative()
+    lengths = workload.representative(depth_points)
     response = max(16, round(workload.mean_response))
     ctx = context_size(max(lengths), response)
     fit_off, verbosity = has_flag(binaries.server, "-fit"), buffer_log_verbosity(binaries.server)

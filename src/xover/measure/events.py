@@ -168,6 +168,8 @@ SweepEvent = SweepPlanned | ConfigStarted | Progressed | ResultStored | ConfigFa
 class Measuring:
     label: str
     number: int  # 1-based, across the whole run
+    planned: int | None = None  # the processes the plan counts (a search may start fewer, or a few more)
+    left_s: float | None = None  # the plan's estimate of what is left from this process on, confirmation included
 
 
 @dataclasses.dataclass(frozen=True)

@@ -209,7 +209,8 @@ def blocks(advice: Advice) -> list[Block]:
     best = advice.best
     b, d = best.best.estimate, best.defaults.estimate
     assert b is not None and d is not None
-    depths = ", ".join(format_tokens(x) for x in advice.workload.depths())
+    measured = sorted({r.depth for r in best.defaults.measurement.prefill}) or list(advice.workload.depths())
+    depths = ", ".join(format_tokens(x) for x in measured)  # the depths measured (the plan may measure fewer)
     out = [
         Block("h2", "Shrinking the prefill penalty: llama.cpp settings (xover advise)"),
         Block(

@@ -104,6 +104,7 @@ from xover.analysis.advise.objective import (
     ttft_s,
     within_noise,
 )
+from xover.analysis.advise.plan import SearchPlan, plan_search
 from xover.analysis.advise.search import (
     CLEAR_MARGIN,
     SEARCH_SHARE,
@@ -116,7 +117,7 @@ from xover.analysis.advise.search import (
     depth_cost_s,
     plan_depths,
 )
-from xover.analysis.advise.theory_notes import THEORY_NO_EFFECT, Expectation, expectations
+from xover.analysis.advise.theory_notes import THEORY_NO_EFFECT, Expectation, expectations, expected_turn_s
 from xover.analysis.advise.workload import (
     AGENTIC_LENGTHS,
     REPRESENTATIVE_POINTS,
@@ -124,7 +125,6 @@ from xover.analysis.advise.workload import (
     Workload,
     agentic_workload,
     cached_workload,
-    fit_to_budget,
     measurement_seconds,
     parse_workload,
     uniform_workload,
@@ -188,7 +188,9 @@ __all__ = [
     "default_knobs",
     "estimate",
     "expectations",
-    "fit_to_budget",
+    "SearchPlan",
+    "plan_search",
+    "expected_turn_s",
     "knob_named",
     "level_label",
     "llama_config",

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from xover.analysis import theory
@@ -41,21 +41,8 @@ def expectations(
     if not gpu_build and hw.gpu is not None:
         hw = without_gpu(hw, "llama.cpp build without a GPU backend")
     n = search.n_cpu_moe or 0
-
-    def offload(setting: Setting) -> Offload:
-        config = llama_config(knobs, setting, n, "theory")
-        cfg = theory.offload_of(config)
-        batch = int(dict(setting).get("batch-size", LLAMA_DEFAULT_BATCH))
-        return dataclasses.replace(cfg, ubatch=min(cfg.ubatch, batch))
-
-    def turn_s(setting: Setting) -> float:
-        cfg = offload(setting)
-
-        def one(t: Turn) -> float:
-            p = theory.predict_point(terms, hw, cfg, t.length, t.response)
-            return p.ttft_s + t.response / p.decode_tps
-
-        return workload.expected(one)
+    offload = _offload(knobs, n)
+    turn_s = expected_turn_s(terms, hw, knobs, n, workload, gpu_build)
 
     base_cfg, base_s = offload(DEFAULTS), turn_s(DEFAULTS)
     out = []
@@ -73,6 +60,37 @@ def expectations(
         ]
         out.append(Expectation(search.n_cpu_moe, trial.setting, change, "; ".join(notes)))
     return tuple(out)
+
+
+def _offload(knobs: Sequence[Knob], n: int) -> Callable[[Setting], Offload]:
+    def offload(setting: Setting) -> Offload:
+        config = llama_config(knobs, setting, n, "theory")
+        cfg = theory.offload_of(config)
+        batch = int(dict(setting).get("batch-size", LLAMA_DEFAULT_BATCH))
+        return dataclasses.replace(cfg, ubatch=min(cfg.ubatch, batch))
+
+    return offload
+
+
+def expected_turn_s(
+    terms: ModelTerms, hw: Hardware, knobs: Sequence[Knob], n_cpu_moe: int, workload: Workload, gpu_build: bool
+) -> Callable[[Setting], float]:
+    """The theory's expected time per turn of a setting over ``workload`` at offload level ``n_cpu_moe``: what a
+    search's trial is held against, and how a plan ranks the values it may leave out."""
+    if not gpu_build and hw.gpu is not None:
+        hw = without_gpu(hw, "llama.cpp build without a GPU backend")
+    offload = _offload(knobs, n_cpu_moe)
+
+    def turn_s(setting: Setting) -> float:
+        cfg = offload(setting)
+
+        def one(t: Turn) -> float:
+            p = theory.predict_point(terms, hw, cfg, t.length, t.response)
+            return p.ttft_s + t.response / p.decode_tps
+
+        return workload.expected(one)
+
+    return turn_s
 
 
 def _knob_note(

@@ -141,15 +141,3 @@ def measurement_seconds(
     """Rough wall time of one measurement from a shallow probe's speeds: both tests at a depth prefill
     it once (counted at half the probe's speed: attention slows deep prefill), warm up, then repeat."""
     return sum(2 * 2 * d / pp_tps + (repetitions + 1) * (chunk / pp_tps + n_gen / tg_tps) for d in depths)
-
-
-def fit_to_budget(
-    workload: Workload, seconds: Callable[[Workload], float], budget_s: float, min_length: int
-) -> tuple[Workload, float]:
-    """The workload halved until one measurement fits ``budget_s`` (or its shortest prompt would fall
-    below ``min_length``), and the factor applied."""
-    factor, scaled = 1.0, workload
-    while seconds(scaled) > budget_s and min(scaled.lengths) / 2 >= min_length:
-        factor /= 2
-        scaled = workload.scaled(factor)
-    return scaled, factor

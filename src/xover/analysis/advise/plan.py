@@ -1,0 +1,169 @@
+"""What ``xover advise`` measures within its budget, planned before the search's first measurement. Pure.
+
+A search costs its llama-bench processes (the defaults, one per candidate value, the defaults again, the kept
+values together, and up to :data:`MARGINAL_RESERVE` second processes of a value that leads by a little) and the
+confirmation's two llama-server processes; each process costs what the probe of the defaults measured (the
+rates at two depths, and the process's own start-up). The plan starts from everything the user asked and, while
+it does not fit the budget, shrinks it in this order, saying what each step left out:
+
+1. **fewer depths**: the workload measured at fewer of its representative lengths (the deepest costs most and is
+   kept: the representative lengths end at the longest), then, for the default agentic workload only, the band
+   halved: the largest depths that fit (on a CPU build an agentic prompt takes minutes);
+2. **fewer candidates**: the values the ranking (applicability, then the theory's expected gain) puts lowest
+   leave first, down to none: the defaults measured and confirmed alone.
+
+A budget that even the defaults alone at the shallowest band do not fit ends before anything more is measured,
+with one line that says what to give. Screening a knob's values in one llama-bench process (issue 68's second
+step) is not planned: llama-bench reloads nothing between a knob's values but prefills each test's depth again, so
+on the builds where depth dominates (a CPU build) it saves only the start-ups.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Sequence
+
+from xover.analysis.advise.knobs import Knob, with_candidates
+from xover.analysis.advise.workload import REPRESENTATIVE_POINTS, Workload
+from xover.errors import XoverError
+
+MARGINAL_RESERVE = 2
+"""Second processes planned for: a value whose lead is within :data:`CLEAR_MARGIN` of the noise is measured again
+(the noise decides how many; two is what a search of the default knobs has mostly needed)."""
+
+MIN_LENGTH = 512  # the band is never halved below llama.cpp's default ubatch
+
+
+def processes(candidates: int) -> int:
+    """llama-bench processes a search of ``candidates`` values plans for at one offload level: the defaults, each
+    value, the defaults again (the drift), the kept values together, and :data:`MARGINAL_RESERVE` second
+    processes (as many as there are values, if fewer)."""
+    return 3 + candidates + min(MARGINAL_RESERVE, candidates)
+
+
+@dataclasses.dataclass(frozen=True)
+class SearchPlan:
+    """The search as planned: its workload and representative depths, the knobs with the candidates kept, the
+    offload levels, what one process and the confirmation are expected to take, and what was left out."""
+
+    workload: Workload
+    points: int  # representative lengths measured (besides depth 0)
+    knobs: tuple[Knob, ...]
+    levels: int
+    per_process_s: float
+    confirm_s: float
+    budget_s: float
+    left_out: tuple[str, ...] = ()
+
+    @property
+    def candidates(self) -> int:
+        return sum(len(k.candidates) for k in self.knobs)
+
+    @property
+    def processes(self) -> int:
+        return self.levels * processes(self.candidates)
+
+    @property
+    def seconds(self) -> float:
+        return self.processes * self.per_process_s + self.confirm_s
+
+    @property
+    def depths(self) -> tuple[int, ...]:
+        return self.workload.depths(self.points)
+
+    def describe(self) -> str:
+        values = ", ".join(f"{k.short}={'/'.join(k.candidates)}" for k in self.knobs if k.candidates) or "none"
+        text = (
+            f"plan: {values}; depths {_tokens(self.depths)}; up to {self.processes} llama-bench "
+            f"processes of ~{self.per_process_s:.0f} s and the llama-server confirmation (~{self.confirm_s:.0f} s): "
+            f"~{self.seconds / 60:.1f} min of the --budget {self.budget_s / 60:.1f} min"
+        )
+        if self.left_out:
+            text += "; left out to fit it: " + "; ".join(self.left_out)
+        return text
+
+
+def plan_search(
+    workload: Workload,
+    knobs: Sequence[Knob],
+    rank: Callable[[Knob, str], float],
+    per_process_s: Callable[[Workload, int], float],
+    confirm_s: Callable[[Workload], float],
+    budget_s: float,
+    levels: int = 1,
+    scalable: bool = False,
+    spent_s: float = 0.0,
+) -> SearchPlan:
+    """The plan of the module docstring. ``rank(knob, value)``: higher is kept longer; ``per_process_s(workload,
+    points)``: one llama-bench process at that workload's representative depths; ``confirm_s(workload)``: the
+    confirmation; ``scalable``: the workload is the default band, which may be halved (a workload the user gave is
+    measured as given, at fewer depths at most); ``budget_s``: what is left of the budget after ``spent_s`` (the
+    first process, which priced the plan)."""
+    budget_s = max(0.0, budget_s)
+    plan = SearchPlan(
+        workload,
+        min(REPRESENTATIVE_POINTS, len(workload.lengths)),
+        tuple(knobs),
+        levels,
+        per_process_s(workload, min(REPRESENTATIVE_POINTS, len(workload.lengths))),
+        confirm_s(workload),
+        budget_s,
+    )
+
+    def at(w: Workload, points: int) -> SearchPlan:
+        return dataclasses.replace(plan, workload=w, points=points, per_process_s=per_process_s(w, points),
+                                   confirm_s=confirm_s(w))  # fmt: skip
+
+    first = plan
+    # 1. fewer depths: fewer representative lengths (time per token is linear in depth: depth 0 and the longest
+    # carry it), then (the default band only) the band halved
+    while plan.seconds > budget_s and plan.points > 1:
+        plan = at(plan.workload, plan.points - 1)
+    halved = 0
+    while scalable and plan.seconds > budget_s and min(workload.scaled(0.5 ** (halved + 1)).lengths) >= MIN_LENGTH:
+        halved += 1
+        smaller = workload.scaled(0.5**halved)
+        plan = at(smaller, min(plan.points, len(smaller.lengths)))
+    if plan.depths != first.depths:
+        how = "fewer depths" + (f", the band halved {halved} time(s) to {plan.workload.describe()}" if halved else "")
+        plan = dataclasses.replace(
+            plan, left_out=(f"depths {_tokens(first.depths)} measured at {_tokens(plan.depths)} ({how})",)
+        )
+    # 2. fewer candidates: the lowest ranked value first
+    dropped: list[str] = []
+    while plan.seconds > budget_s and plan.candidates:
+        knob, value = min(
+            ((k, v) for k in plan.knobs for v in k.candidates), key=lambda kv: (rank(*kv), -_position(plan, kv))
+        )
+        kept = tuple(v for v in knob.candidates if v != value)
+        knobs = with_candidates(plan.knobs, knob.name, kept)
+        plan = dataclasses.replace(plan, knobs=tuple(k for k in knobs if k.candidates))
+        dropped.append(f"{knob.short}={value}")
+    if dropped:
+        plan = dataclasses.replace(plan, left_out=(*plan.left_out, f"values {', '.join(dropped)} (ranked lowest)"))
+    if plan.seconds > budget_s:
+        spent = f" ({spent_s:.0f} s of it spent on the defaults' first process)" if spent_s else ""
+        raise XoverError(
+            f"--budget {_duration(budget_s + spent_s)}{spent} cannot hold even llama.cpp's defaults at depths "
+            f"{_tokens(plan.depths)} and their confirmation (about {_duration(plan.seconds)} more here): give "
+            f"--budget {_minutes((plan.seconds + spent_s) * 1.25)} or more, or shorter --lengths"
+        )
+    return plan
+
+
+def _position(plan: SearchPlan, kv: tuple[Knob, str]) -> int:
+    """Where a value stands in the knob list: among equal ranks, the later knob's later value leaves first."""
+    flat = [(k.name, v) for k in plan.knobs for v in k.candidates]
+    return flat.index((kv[0].name, kv[1]))
+
+
+def _tokens(depths: Sequence[int]) -> str:
+    return ", ".join(f"{d:,}" for d in depths)
+
+
+def _duration(seconds: float) -> str:
+    return f"{seconds:.0f} s" if seconds < 120 else f"{seconds / 60:.1f} min"
+
+
+def _minutes(seconds: float) -> str:
+    return f"{max(1, -(-int(seconds) // 60))}m"

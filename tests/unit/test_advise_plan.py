@@ -1,0 +1,78 @@
+"""Issue 68: `xover advise` plans its measurements within its budget before the first one, from rates it measured,
+and shrinks the plan in a stated order: fewer depths, then the default band halved, then the values ranked lowest;
+a budget that even the defaults alone cannot meet is refused before anything more is measured.
+
+Known answers on constructed prices (a process costs 1 s plus 1 s per 1,000 tokens of depth it measures at, the
+confirmation 10 s), on slow rates: the default agentic band at 10-40K tokens."""
+
+from __future__ import annotations
+
+import pytest
+
+from xover.analysis import advise
+from xover.analysis.advise import Knob, Workload
+from xover.errors import XoverError
+
+AGENTIC = advise.agentic_workload(200)  # 10K, 20K, 30K, 40K (10,240-40,960 tokens)
+KNOBS = (
+    Knob("ubatch-size", "-ub", "512", ("1024", "2048", "4096")),
+    Knob("batch-size", "-b", "2048", ("4096",)),
+    Knob("threads", "-t", "auto", ("1",)),
+)
+RANK = {("ubatch-size", "1024"): 1.2, ("ubatch-size", "2048"): 1.1, ("ubatch-size", "4096"): 1.05}
+
+
+def rank(knob: Knob, value: str) -> float:
+    return RANK.get((knob.name, value), 1.0)  # the theory expects nothing of -b and -t
+
+
+def per_process(w: Workload, points: int) -> float:
+    return 1 + sum(w.depths(points)) / 1000
+
+
+def confirm(w: Workload) -> float:
+    return 10.0
+
+
+def plan(budget_s: float, scalable: bool = True) -> advise.SearchPlan:
+    return advise.plan_search(AGENTIC, KNOBS, rank, per_process, confirm, budget_s, scalable=scalable)
+
+
+def test_a_budget_that_holds_everything_leaves_nothing_out() -> None:
+    p = plan(3600)
+    assert p.points == 4 and p.depths == (0, 10240, 20480, 30720, 40960) and p.knobs == KNOBS and not p.left_out
+    assert p.processes == 3 + 5 + 2  # defaults, 5 values, defaults again, kept together, 2 second processes
+    assert p.seconds == pytest.approx(10 * (1 + 102.4) + 10) and p.seconds <= 3600
+
+
+def test_the_plan_shrinks_depths_first_then_the_band_then_the_values_ranked_lowest() -> None:
+    full = plan(3600)
+    # 1. fewer depths: the longest stays (time per token is linear in depth: 0 and the longest carry it)
+    fewer = plan(600)
+    assert fewer.depths == (0, 40960) and fewer.knobs == KNOBS and fewer.seconds <= 600 < full.seconds
+    assert fewer.left_out == ("depths 0, 10,240, 20,480, 30,720, 40,960 measured at 0, 40,960 (fewer depths)",)
+    # then the band halved, the values all kept
+    halved = plan(150)
+    assert halved.depths == (0, 10240) and halved.knobs == KNOBS and halved.seconds <= 150
+    assert "the band halved 2 time(s) to agentic: uniform over 2,560, 5K, 7,680, 10K tokens" in halved.left_out[0]
+    # 2. fewer values: the band at its floor (never below 512 tokens), the lowest ranked leave first: -t 1 and
+    # -b 4096 (nothing expected of them; the later knob first), then the ubatches from the least expected gain
+    tight = plan(30)
+    assert min(tight.workload.lengths) >= 512 and tight.seconds <= 30
+    assert tight.left_out[-1].startswith("values t=1, b=4096, ub=4096") and "(ranked lowest)" in tight.left_out[-1]
+    kept = {k.name: k.candidates for k in tight.knobs}
+    assert "threads" not in kept and "batch-size" not in kept and kept["ubatch-size"][0] == "1024"
+
+
+def test_a_workload_the_user_gave_is_measured_as_given_at_fewer_depths_at_most() -> None:
+    p = plan(150, scalable=False)
+    assert p.workload == AGENTIC and p.depths == (0, 40960) and p.seconds <= 150
+    assert p.left_out[-1].endswith("(ranked lowest)")  # values left out, the band never halved
+
+
+def test_a_budget_the_defaults_alone_cannot_meet_is_refused_in_one_line() -> None:
+    with pytest.raises(XoverError) as e:
+        plan(12)  # the defaults' 3 processes at the floor take more, with the 10 s confirmation
+    msg = str(e.value)
+    assert "\n" not in msg and msg.startswith("--budget 12 s cannot hold even llama.cpp's defaults at depths 0, ")
+    assert msg.endswith("or more, or shorter --lengths") and "give --budget 1m" in msg
