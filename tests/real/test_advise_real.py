@@ -364,7 +364,8 @@ def test_the_plan_is_printed_with_what_it_left_out_and_the_wait(
     )  # fmt: skip
     assert r.returncode == 0, r.stderr
     out = " ".join((r.stderr + r.stdout).split())  # the progress goes to stderr, the advice to stdout
-    plan = re.search(r"plan: (.*?); depths 0, 512, 1,024; up to (\d+) llama-bench processes", out)
+    # the depths and values the plan keeps are the machine's speed to decide (a busy machine drops some): its shape
+    plan = re.search(r"plan: (.*?); depths 0(, [\d,]+)+; up to (\d+) llama-bench processes of ~\d+ s and", out)
     assert plan is not None, out
-    planned = int(plan.group(2))
+    planned = int(plan.group(3))
     assert re.search(rf"\b1/{planned} ncmoe=0 defaults \.\.\. \(about [\d.]+ min left\)", out), out

@@ -15,6 +15,8 @@ import dataclasses
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, TypeVar
 
+from xover.domain.records import interrupted
+
 T = TypeVar("T")
 
 # ---- names -----------------------------------------------------------------------------------------
@@ -286,6 +288,10 @@ class TuneRecord:
     # recommendation extends that origin and only what it adds was confirmed in llama-bench rounds: the origin's
     # gain over this configuration rests on the study's rounds of that configuration (None: none such)
     origin_same_as: str | None = None
+    # the reasons of the search's and its confirmations' llama-bench processes that were interrupted (killed by a
+    # signal xover did not send, and again in the fresh process that retried them): the tuning is incomplete, and a
+    # rerun searches again, reusing what was measured (xover.domain.records.interrupted)
+    interrupted: tuple[str, ...] = ()
 
     @property
     def variants(self) -> tuple[str, ...]:
@@ -341,6 +347,7 @@ class TuneRecord:
                 depths_left_out=tuple((int(d), float(s)) for d, s in b.get("depths_left_out") or ()),
                 same_as=_opt_str(b.get("same_as")),
                 origin_same_as=_opt_str(b.get("origin_same_as")),
+                interrupted=_interrupted_in(b),
             )
 
         return _reading(TUNE, read)
@@ -593,3 +600,18 @@ class WorkloadRecord:
             raise UnreadableArtifact("a workload artifact's turns must be [prompt, cached, answer] lists")
         return cls(str(b.get("file", "")), str(b.get("session_id", "")), str(b.get("kind", "")),
                    tuple((t[0], t[1], t[2]) for t in turns))  # fmt: skip
+
+
+def _interrupted_in(body: Mapping[str, Any]) -> tuple[str, ...]:
+    """The interrupted measurements a ``tune`` body holds: failed trials of its search and failed confirmations
+    whose reason is :func:`xover.domain.records.interrupted`, each reason once."""
+    reasons: list[str] = []
+    search = body.get("search")
+    trials = search.get("trials") if isinstance(search, Mapping) else None
+    for t in trials if isinstance(trials, list) else ():
+        m = t.get("measurement") if isinstance(t, Mapping) else None
+        reasons.append(str(m.get("failure") or "") if isinstance(m, Mapping) else "")
+    for key in ("confirmation", "origin_confirmation", "decode_confirmation"):
+        c = body.get(key)
+        reasons.append(str(c.get("failure") or "") if isinstance(c, Mapping) else "")
+    return tuple(dict.fromkeys(r for r in reasons if interrupted(r)))

@@ -8,6 +8,7 @@ Times are integer nanoseconds (``_ns``) unless a name says otherwise; missing is
 from __future__ import annotations
 
 import dataclasses
+import re
 from typing import Any
 
 
@@ -178,6 +179,26 @@ class Failure:
     point: str  # human description of what was being measured
     reason: str
     stderr_tail: str = ""
+
+
+INTERRUPTED = "a signal xover did not send: an interrupted measurement"
+"""What a llama-bench failure's reason says when the process died by a signal xover did not send (SIGKILL from the
+OOM killer or a stray ``kill``, SIGSEGV): not a result of the configuration, so it is retried once in a fresh
+process, and a resume retries it again (:func:`interrupted`)."""
+
+RETRY_HINT = "run the study again to retry"
+
+
+def interrupted(reason: str | None) -> bool:
+    """Whether a stored failure's reason is an interrupted measurement (:data:`INTERRUPTED`), which a resume retries;
+    a failure that is the configuration's own (a value llama.cpp rejects, out of memory at load, a timeout) is not."""
+    return bool(reason) and INTERRUPTED in str(reason)
+
+
+def failure_round(point: str) -> int | None:
+    """The round a llama-bench failure's point names (``... in round 2``); None: measured outside rounds."""
+    m = re.search(r" in round (-?\d+)$", point)
+    return int(m.group(1)) if m else None
 
 
 @dataclasses.dataclass(frozen=True)

@@ -14,6 +14,7 @@ that its peak memory (the buffers llama.cpp logs, and VmHWM) is stored beside it
 from __future__ import annotations
 
 import dataclasses
+import os
 import re
 import signal
 from collections.abc import Callable, Sequence
@@ -23,14 +24,14 @@ from typing import TYPE_CHECKING
 
 from xover.domain.config import LlamaConfig, command_configs
 from xover.domain.llama_options import LlamaOption
-from xover.domain.records import Failure
+from xover.domain.records import INTERRUPTED, Failure, failure_round, interrupted
 from xover.errors import XoverError
 from xover.gguf.inspect import check_offload_and_context
 from xover.hardware.vram import holding
 from xover.llamacpp import bench, memory, process
 from xover.llamacpp.bench import BenchJob, Exited, Plan, Point, ProgressLine, RecordLine
 from xover.llamacpp.binaries import Binaries, resolve
-from xover.measure.events import ConfigStarted, Note, Progressed, ResultStored, SweepEvent, SweepPlanned
+from xover.measure.events import ConfigStarted, Note, Progressed, ResultStored, Retrying, SweepEvent, SweepPlanned
 from xover.measure.provenance import machine_load, model_id
 from xover.measure.recorder import Recording
 from xover.results.read_model import bench_data, load
@@ -41,6 +42,7 @@ if TYPE_CHECKING:
 
 MD_ARTIFACT = "llama-bench-md"  # llama-bench's own markdown for a configuration's tests (-oe md)
 RESOLVED_ARTIFACT = "llama-bench-resolved"  # {config_key, fields: {record field: value}}: what an ``auto`` ran as
+RETRIED_ARTIFACT = "llama-bench-retried"  # {config_key, point, reason}: a process killed by a signal xover did not send
 
 
 @dataclasses.dataclass(frozen=True)
@@ -125,8 +127,11 @@ def exit_problem(exited: Exited, measured: int, expected: int, timeout_s: float 
             name = signal.Signals(-exited.returncode).name
         except ValueError:
             name = f"signal {-exited.returncode}"
-        # a crash leaves whatever llama-bench was logging last: only an error line says anything
-        return f"llama-bench was killed by {name} {done}" + (f": {errors[-1].strip()}" if errors else "")
+        # a crash leaves whatever llama-bench was logging last: only an error line says anything; xover's own stops
+        # (a timeout, a hung abort, a record it refused) are told above or by the caller, so this signal is not its
+        # SIGINT is the user's Ctrl-C, which stops the run: not a measurement to retry
+        why = "" if -exited.returncode == signal.SIGINT else f" ({INTERRUPTED})"
+        return f"llama-bench was killed by {name} {done}{why}" + (f": {errors[-1].strip()}" if errors else "")
     if exited.returncode:
         return f"llama-bench exited with code {exited.returncode} {done}{detail}"
     if measured < expected:
@@ -187,9 +192,15 @@ def run_sweep(
     model_key = model_id(spec.model).key
     configs = list(configs)
     with Store(study_dir) as store:
+        again = _interrupted_last(store, configs, model_key, spec.round)
 
         def measured(config: LlamaConfig, p: Point) -> bool:
-            return not fresh and store.has_bench_point(config.key, model_key, *p, round=spec.round)
+            # a configuration whose last process here was interrupted runs every test again, in one fresh process
+            return (
+                not fresh
+                and config.key not in again
+                and store.has_bench_point(config.key, model_key, *p, round=spec.round)
+            )
 
         the_plan = plan(spec, configs, measured)
         on_event(SweepPlanned(the_plan, study_dir))
@@ -208,6 +219,14 @@ def run_sweep(
                 n_stored, failure = _run_job(
                     job, spec, binaries, store, run, model_key, done_tests, the_plan.total_tests, on_event
                 )
+                if failure is not None and interrupted(failure.reason):  # not a result: once more, every test
+                    on_event(Retrying(job.config, failure.reason))
+                    run.artifact(RETRIED_ARTIFACT, {"config_key": job.config.key, "point": failure.point,
+                                                    "reason": failure.reason}, build=job.config.build)  # fmt: skip
+                    more, failure = _run_job(
+                        job, spec, binaries, store, run, model_key, done_tests, the_plan.total_tests, on_event
+                    )
+                    n_stored += more
                 stored += n_stored
                 done_tests += len(job.points())
                 on_event(Progressed(done_tests, the_plan.total_tests))
@@ -257,6 +276,8 @@ def _run_job(
                 if problem is not None:
                     break  # closing() stops llama-bench
                 store.add_bench_result(run.ensure(event.record, build=job.config.build), model_key, result)
+                if not seen:
+                    _fault_hook(job, spec.round)
                 seen.add(point)
                 on_event(ResultStored(job.config, result))
                 on_event(Progressed(done_before + len(seen), total))
@@ -284,9 +305,49 @@ def _run_job(
     if problem is None:
         return len(seen), None
     tail = exited.stderr_tail if exited is not None else ""
-    return len(seen), Failure(
-        config_key=job.config.key, stage="bench", point=describe_job(job), reason=problem, stderr_tail=tail
-    )
+    where = describe_job(job) + (f" in round {spec.round}" if spec.round is not None else "")
+    return len(seen), Failure(config_key=job.config.key, stage="bench", point=where, reason=problem, stderr_tail=tail)
+
+
+KILL_HOOK = "XOVER_TEST_KILL_BENCH"
+"""A test hook (issue 69's fault tests): ``ROUND:LABEL:COUNT``, ROUND a round number or ``search`` (a process outside
+rounds), LABEL a regular expression searched in the configuration's label. The first COUNT llama-bench processes of
+this xover process that match are killed with SIGKILL after their first stored test, as the OOM killer or a stray
+``kill`` would: a signal xover did not send. Unset, it does nothing."""
+_killed: list[int] = []
+
+
+def _fault_hook(job: BenchJob, round: int | None) -> None:
+    hook = os.environ.get(KILL_HOOK)
+    if not hook:
+        return
+    where, rest = hook.split(":", 1)
+    label, count = rest.rsplit(":", 1)
+    if where != ("search" if round is None else str(round)):
+        return
+    if not re.search(label, job.config.label) or len(_killed) >= int(count):
+        return
+    for pid in process.live_pids():
+        os.kill(pid, signal.SIGKILL)
+        _killed.append(pid)
+
+
+def _interrupted_last(
+    store: Store, configs: Sequence[LlamaConfig], model_key: str, round: int | None
+) -> frozenset[str]:
+    """The configurations whose last llama-bench process in ``round`` was interrupted (:func:`interrupted`: killed by
+    a signal xover did not send, and its retry too): no process of theirs in this round has stored a test since."""
+    keys = {c.key for c in configs}
+    failed: dict[str, int] = {}
+    for run_id, f in store.failures():
+        if f.config_key in keys and f.stage == "bench" and interrupted(f.reason) and failure_round(f.point) == round:
+            failed[f.config_key] = max(run_id, failed.get(f.config_key, 0))
+    out = set()
+    for key, run_id in failed.items():
+        runs = [r for _, r, mk, res in store.bench_results(key) if mk == model_key and res.round == round]
+        if not runs or max(runs) <= run_id:
+            out.add(key)
+    return frozenset(out)
 
 
 def memory_by_config(store: Store, source: str = "llama-bench") -> dict[str, memory.MemoryUse]:

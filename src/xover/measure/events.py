@@ -158,7 +158,15 @@ class ResultStored:
     result: BenchResult
 
 
-SweepEvent = SweepPlanned | ConfigStarted | Progressed | ResultStored | ConfigFailed
+@dataclasses.dataclass(frozen=True)
+class Retrying:
+    """A llama-bench process died by a signal xover did not send: its job runs again, once, in a fresh process."""
+
+    config: LlamaConfig
+    reason: str
+
+
+SweepEvent = SweepPlanned | ConfigStarted | Progressed | ResultStored | ConfigFailed | Retrying
 
 
 # ---- advise -------------------------------------------------------------------------------------------

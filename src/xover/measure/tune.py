@@ -461,14 +461,26 @@ def _from_record(config: LlamaConfig, record: TuneRecord, reused: bool) -> Tuned
 
 
 def stored(data: StudyData, configs: Sequence[LlamaConfig]) -> dict[str, Tuned]:
-    """The latest stored tuning result of each configuration that is unchanged since (the same key)."""
+    """The latest stored tuning result of each configuration that is unchanged since (the same key) and complete: a
+    search or confirmation with an interrupted process (:attr:`TuneRecord.interrupted`) is searched again, reusing
+    every measurement stored, so that its interrupted processes run again (:func:`xover.measure.bench.run_sweep`)."""
     latest = {r.config: r for r in data.tune_results()}
     out = {}
     for c in configs:
         record = latest.get(c.name)
-        if record is not None and record.signature == c.key:
+        if record is not None and record.signature == c.key and not record.interrupted:
             out[c.name] = _from_record(c, record, reused=True)
     return out
+
+
+def incomplete(data: StudyData, configs: Sequence[LlamaConfig]) -> dict[str, str]:
+    """Each unchanged configuration whose latest tuning was interrupted, with the first interrupted reason."""
+    latest = {r.config: r for r in data.tune_results()}
+    return {
+        c.name: r.interrupted[0]
+        for c in configs
+        if (r := latest.get(c.name)) is not None and r.signature == c.key and r.interrupted
+    }
 
 
 def variants(results: Iterable[Tuned]) -> tuple[LlamaConfig, ...]:
@@ -781,9 +793,14 @@ def run_tune(
 ) -> tuple[Tuned, ...]:
     """Search every configuration of ``spec`` still without a stored result (all of them when ``fresh``)."""
 
-    done = {} if fresh else stored(load_if_any(study_dir), spec.configs)
+    data = load_if_any(study_dir)
+    done = {} if fresh else stored(data, spec.configs)
     for name, t in done.items():
         emit("info", f"{name}: tuned settings already stored ({t.label})", None, None)
+    for name, why in ({} if fresh else incomplete(data, spec.configs)).items():
+        emit(
+            "info", f"{name}: its tuning was interrupted ({why}): searched again, what was measured reused", None, None
+        )
     todo = [c for c in spec.configs if c.name not in done]
     if not todo:
         return tuple(done[c.name] for c in spec.configs)

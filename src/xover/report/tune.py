@@ -29,7 +29,7 @@ from xover.analysis.rounds import MIN_ROUNDS, possessive
 from xover.analysis.tradeoff import Ratio, ServedTradeoff, Tradeoff, ratio, served_tradeoff, tradeoff
 from xover.domain import llama_options as opts
 from xover.domain.artifacts import TUNED, FitRecord, TuneRecord
-from xover.domain.records import BenchResult, TtftSample
+from xover.domain.records import RETRY_HINT, BenchResult, TtftSample, interrupted
 from xover.domain.units import format_tokens
 from xover.report.blocks import Block, blocks_html, blocks_markdown, table
 from xover.results.read_model import StudyData
@@ -61,6 +61,8 @@ class Layout:
         record = next((r for r in self.records if r.config == base), None)
         if record is None:
             return f"{base} was not tuned"
+        if record.interrupted:
+            return f"{base}'s tuning is incomplete: {record.interrupted[0]}; {RETRY_HINT}"
         if record.variant is None:
             return f"{base} keeps llama.cpp's defaults"
         if record.variant not in measured:
@@ -185,8 +187,9 @@ def _trials_of(search: Any, knob: str, value: str) -> list[Any]:
     return [t for t in search.trials if t.varied == knob and dict(t.setting).get(knob) == value]
 
 
-def knob_rows(search: Any, response: int) -> list[KnobRow]:
-    """One row per knob value the search tried (or skipped, or failed on), then the recommendation."""
+def knob_rows(search: Any, response: int, record: TuneRecord | None = None) -> list[KnobRow]:
+    """One row per knob value the search tried (or skipped, or failed on, with why), then the recommendation: the
+    tuned variant, unless its confirmation (in ``record``) failed."""
 
     rates = {}
     for base in {DEFAULTS, _origin(search)}:
@@ -227,12 +230,45 @@ def knob_rows(search: Any, response: int) -> list[KnobRow]:
         rows += [
             KnobRow(v.knob, s, "not measured: llama.cpp runs it by default here", None, None, None) for s in v.skipped
         ]
-        rows += [KnobRow(v.knob, f, "failed", None, None, None) for f in v.failed]
+        rows += [KnobRow(v.knob, f, _failed(search, v.knob, f), None, None, None) for f in v.failed]
     if search.recommended != DEFAULTS:
         best = next((t for t in search.trials if t.setting == search.recommended), None)
         if best is not None:
-            rows.append(KnobRow("recommended", best.label, "the tuned variant", effect([best], best.label), None, None))
+            rows.append(
+                KnobRow(
+                    "recommended",
+                    best.label,
+                    _recommended(record, search.recommended),
+                    effect([best], best.label),
+                    None,
+                    None,
+                )
+            )
     return rows
+
+
+def _failed(search: Any, knob: str, value: str) -> str:
+    """A failed value's status: "failed", and why in one line (a retry hint where its process was interrupted)."""
+    why = next((t.measurement.failure for t in _trials_of(search, knob, value) if t.measurement.failure), None)
+    if not why:
+        return "failed"
+    return f"failed: {why}" + (f"; {RETRY_HINT}" if interrupted(why) else "")
+
+
+def _recommended(record: TuneRecord | None, recommended: Setting) -> str:
+    """The search's recommendation's status: the tuned variant, or why it is not (its confirmation failed, or the
+    rounds of fresh processes kept less of it: told below the table)."""
+    c = record.confirmation if record is not None else None
+    failure = c.get("failure") if c is not None else None
+    if not failure:
+        if record is None or tuple(record.setting) == tuple(recommended):
+            return "the tuned variant"
+        if record.variant:
+            return f"not kept whole: the tuned variant runs {record.setting_label} (the rounds below)"
+        return "not kept: the rounds of fresh processes below kept the defaults"
+    if interrupted(str(failure)):
+        return f"not confirmed: the confirmation process was interrupted ({failure}); {RETRY_HINT}"
+    return f"not confirmed: the confirmation failed ({failure})"
 
 
 def _change(r: Ratio) -> str:
@@ -268,7 +304,9 @@ def cached_change(search: Any, trial: Any | None, turns: Any) -> str:
     return f"{change:+.3g} s" + (" (noise)" if abs(change) <= noise_between(a, b, search.drift_s) else "")
 
 
-def knob_table(search: Any, response: int, turns: Any | None = None) -> tuple[list[str], list[list[str]]]:
+def knob_table(
+    search: Any, response: int, turns: Any | None = None, record: TuneRecord | None = None
+) -> tuple[list[str], list[list[str]]]:
     """The search's table; with ``turns`` (the study's cached agentic turns as a workload) each value is also
     scored per cached turn."""
     header = [
@@ -282,7 +320,7 @@ def knob_table(search: Any, response: int, turns: Any | None = None) -> tuple[li
         f"break-even ({response}-token responses{'; prompt or new tokens a turn' if turns is not None else ''})",
     ]
     rows = []
-    for r in knob_rows(search, response):
+    for r in knob_rows(search, response, record):
         cached = (
             [cached_change(search, next(iter(_trials_of(search, r.knob, r.value)), None) if r.effect else None, turns)]
             if turns is not None
@@ -592,7 +630,7 @@ def _record_blocks(r: TuneRecord, response: int, turns: Any | None = None, engin
                 ),
             )
         )
-    out.append(table(*knob_table(r.search, response, turns)))
+    out.append(table(*knob_table(r.search, response, turns, r)))
     no_effect = [v.knob for v in r.search.verdicts if v.no_effect]
     if no_effect:
         out.append(

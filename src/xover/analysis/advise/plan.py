@@ -99,7 +99,7 @@ def plan_search(
     confirmation; ``scalable``: the workload is the default band, which may be halved (a workload the user gave is
     measured as given, at fewer depths at most); ``budget_s``: what is left of the budget after ``spent_s`` (the
     first process, which priced the plan)."""
-    budget_s = max(0.0, budget_s)
+    given_s, budget_s = budget_s + spent_s, max(0.0, budget_s)
     plan = SearchPlan(
         workload,
         min(REPRESENTATIVE_POINTS, len(workload.lengths)),
@@ -144,7 +144,7 @@ def plan_search(
     if plan.seconds > budget_s:
         spent = f" ({spent_s:.0f} s of it spent on the defaults' first process)" if spent_s else ""
         raise XoverError(
-            f"--budget {_duration(budget_s + spent_s)}{spent} cannot hold even llama.cpp's defaults at depths "
+            f"--budget {_duration(given_s)}{spent} cannot hold even llama.cpp's defaults at depths "
             f"{_tokens(plan.depths)} and their confirmation (about {_duration(plan.seconds)} more here): give "
             f"--budget {_minutes((plan.seconds + spent_s) * 1.25)} or more, or shorter --lengths"
         )
