@@ -435,6 +435,17 @@ def load_if_any(study_dir: Path | str) -> StudyData:
     return load(path)
 
 
+def _latest_tests(rows: Sequence[tuple[int, int, str, BenchResult]]) -> list[tuple[int, int, str, BenchResult]]:
+    """The latest record of each llama-bench test (configuration, model, pp/tg/depth, round), in stored order: a
+    test measured again (``--fresh``, or the fresh process that retried one killed from outside after it had stored
+    some tests) supersedes the earlier record, which stays in the store as raw data."""
+    latest: dict[tuple[object, ...], int] = {}
+    for i, (_, _, mk, r) in enumerate(rows):
+        latest[(r.config_key, mk, r.n_prompt, r.n_gen, r.n_depth, r.round)] = i
+    keep = set(latest.values())
+    return [row for i, row in enumerate(rows) if i in keep]
+
+
 def load(study_dir: Path | str, written_by: str = WRITTEN_BY) -> StudyData:
     """The read model of a study directory; ``written_by`` names, in the error where there is no store,
     the commands that write one."""
@@ -462,7 +473,7 @@ def load(study_dir: Path | str, written_by: str = WRITTEN_BY) -> StudyData:
         study_dir=str(path),
         runs=runs,
         labels=labels,
-        bench=tuple((label(r.config_key), r) for _, _, _, r in bench),
+        bench=tuple((label(r.config_key), r) for _, _, _, r in _latest_tests(bench)),
         ttft=tuple((s.label, s.sample) for s in ttft_rows),
         failures=tuple((label(f.config_key), f) for _, f in failures),
         artifacts=artifacts,
