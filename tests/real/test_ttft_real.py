@@ -200,10 +200,10 @@ def test_the_first_measured_prompt_costs_what_the_same_prompt_costs_later(
     llama_bins: Binaries, tiny_model: Path, tmp_path: Path
 ) -> None:
     """Issue 66: after an 8-token warm-up, a fresh server's first large prompt paid one-time costs: about 1.4x the
-    same length later in the same server here (512 tokens, tiny-moe, one thread), 1.4-2.2x on the H200. The warm-up
+    same length later in the same server here (256-512 tokens, tiny-moe, one thread), 1.4-2.2x on the H200. The warm-up
     now prefills the server's largest ubatch, then its shortest length, both discarded.
 
-    Eight fresh servers each measure six cold 512-token prompts. Were the first no different from the later ones,
+    Eight fresh servers each measure six cold 256-token prompts. Were the first no different from the later ones,
     each of a server's six would be its slowest one time in six, and the first would be slowest in 6 or more of 8
     servers about 4 times in 10,000; with the one-time cost it was the slowest in every server. The server's own
     prefill time (``prompt_ms``) is compared, not the client's clock."""

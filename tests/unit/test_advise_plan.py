@@ -30,7 +30,7 @@ def per_process(w: Workload, points: int) -> float:
     return 1 + sum(w.depths(points)) / 1000
 
 
-def confirm(w: Workload) -> float:
+def confirm(w: Workload, points: int) -> float:
     return 10.0
 
 
@@ -41,6 +41,7 @@ def plan(budget_s: float, scalable: bool = True) -> advise.SearchPlan:
 def test_a_budget_that_holds_everything_leaves_nothing_out() -> None:
     p = plan(3600)
     assert p.points == 4 and p.depths == (0, 10240, 20480, 30720, 40960) and p.knobs == KNOBS and not p.left_out
+    assert p.describe().startswith("plan: ub=1024/2048/4096, b=4096, t=1; depths 0, 10,240, 20,480, 30,720, 40,960;")
     assert p.processes == 3 + 5 + 2  # defaults, 5 values, defaults again, kept together, 2 second processes
     assert p.seconds == pytest.approx(10 * (1 + 102.4) + 10) and p.seconds <= 3600
 
@@ -55,13 +56,14 @@ def test_the_plan_shrinks_depths_first_then_the_band_then_the_values_ranked_lowe
     halved = plan(150)
     assert halved.depths == (0, 10240) and halved.knobs == KNOBS and halved.seconds <= 150
     assert "the band halved 2 time(s) to agentic: uniform over 2,560, 5K, 7,680, 10K tokens" in halved.left_out[0]
-    # 2. fewer values: the band at its floor (never below 512 tokens), the lowest ranked leave first: -t 1 and
-    # -b 4096 (nothing expected of them; the later knob first), then the ubatches from the least expected gain
+    # the band at its floor (never below 512 tokens): a ubatch above its longest prompt is filled by none
     tight = plan(30)
     assert min(tight.workload.lengths) >= 512 and tight.seconds <= 30
-    assert tight.left_out[-1].startswith("values t=1, b=4096, ub=4096") and "(ranked lowest)" in tight.left_out[-1]
-    kept = {k.name: k.candidates for k in tight.knobs}
-    assert "threads" not in kept and "batch-size" not in kept and kept["ubatch-size"][0] == "1024"
+    assert max(tight.workload.lengths) < 4096 and "ub=4096 (no prompt of the band fills it)" in tight.left_out
+    # 2. fewer values: the lowest ranked leave first: -t 1 and -b 4096 (nothing expected of them; the later knob
+    # first), then the ubatches from the least expected gain
+    assert tight.left_out[-1] == "values t=1, b=4096, ub=2048 (ranked lowest)"
+    assert tight.knobs == (Knob("ubatch-size", "-ub", "512", ("1024",)),)
 
 
 def test_a_workload_the_user_gave_is_measured_as_given_at_fewer_depths_at_most() -> None:

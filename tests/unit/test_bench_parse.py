@@ -279,7 +279,8 @@ def test_exit_problems_name_the_cause() -> None:
     assert benchrun.exit_problem(_exited(-9), 1, 4, None) == (
         "llama-bench was killed by SIGKILL after 1 of 4 tests (a signal xover did not send: an interrupted measurement)"
     )  # issue 69: retried once in a fresh process, and by a resume
-    assert benchrun.exit_problem(_exited(-2), 1, 4, None) == "llama-bench was killed by SIGINT after 1 of 4 tests"
+    # xover's Ctrl-C never reaches llama-bench (a session of its own): a SIGINT there came from elsewhere too
+    assert "SIGINT after 1 of 4 tests (a signal xover did not send" in benchrun.exit_problem(_exited(-2), 1, 4, None)
     assert benchrun.exit_problem(_exited(-15, timed_out=True), 2, 4, 30.0) == (
         "timed out after 2 of 4 tests (--timeout 30 s; raise it for long depths)"
     )

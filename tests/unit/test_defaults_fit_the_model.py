@@ -265,7 +265,7 @@ def test_advise_time_estimate_grows_with_depth_as_the_probe_says() -> None:
 
     def planned(seconds):  # type: ignore[no-untyped-def]
         return adv.plan_search(
-            band, (), lambda k, v: 1.0, lambda w, p: 1 + seconds(w.depths(p)), lambda w: 0.0, 60.0, scalable=True
+            band, (), lambda k, v: 1.0, lambda w, p: 1 + seconds(w.depths(p)), lambda w, p: 0.0, 60.0, scalable=True
         )
 
     assert max(planned(flat).depths) == 28160 and max(planned(steep).depths) < 28160

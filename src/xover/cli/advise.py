@@ -151,7 +151,7 @@ def _show(event: object) -> None:
     elif isinstance(event, Note) and event.label is None:  # the confirmation's notes on one point are not shown
         console.print(f"[dim]{escape(event.text)}[/]")
     elif isinstance(event, Measuring):
-        of = f"/{event.planned}" if event.planned else ""
+        of = f"/~{event.planned}" if event.planned else ""  # the plan's estimate: the noise may ask a few more
         eta = f" (about {event.left_s / 60:.1f} min left)" if event.left_s is not None else ""
         console.print(f"[bold]{event.number:>3}{of}[/] {escape(event.label)} ...{eta}")
     elif isinstance(event, Measured):

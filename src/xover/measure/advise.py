@@ -31,7 +31,7 @@ from xover.llamacpp.binaries import Binaries, resolve
 from xover.llamacpp.server import ServerLaunch, buffer_log_verbosity, context_size, has_flag
 from xover.measure import bench as benchrun
 from xover.measure import ttft as ttftrun
-from xover.measure.events import Measured, Measuring, Note
+from xover.measure.events import Measured, Measuring, Note, Retrying
 from xover.measure.provenance import model_id
 from xover.results.store import Store
 
@@ -154,7 +154,8 @@ class _Runner:
         self.model_key = model_id(spec.model).key
         self.count = 0
         self.plan: advise.SearchPlan | None = None  # once planned: the processes and seconds the ETA counts down
-        self.measured_here: set[tuple[str, int | None]] = set()  # (configuration key, round) this runner measured
+        # (configuration key, round, tests) this runner measured: the plan's probe of the defaults runs other tests
+        self.measured_here: set[tuple[object, ...]] = set()
 
     def sweep(self, depths: tuple[int, ...], n_prompt: int, n_gen: int, repetitions: int) -> benchrun.BenchTests:
         return benchrun.BenchTests(
@@ -167,9 +168,15 @@ class _Runner:
         )
 
     def bench(self, sweep: benchrun.BenchTests, config: LlamaConfig, fresh: bool = False) -> Measurement:
-        outcome = benchrun.run_sweep(sweep, [config], self.binaries, self.study_dir, fresh=fresh, command=self.command)
+        def told(ev: object) -> None:  # a process killed from outside, retried: said, never silent
+            if isinstance(ev, Retrying):
+                self.on_event(Note(f"{config.label}: {ev.reason}; retried once in a fresh process"))
+
+        outcome = benchrun.run_sweep(
+            sweep, [config], self.binaries, self.study_dir, fresh=fresh, command=self.command, on_event=told
+        )
         failure = outcome.failures[0].reason if outcome.failures else None
-        here = (config.key, sweep.round)
+        here = (config.key, sweep.round, sweep.n_prompt, sweep.n_gen, tuple(sweep.depths), sweep.repetitions)
         if outcome.stored:
             self.measured_here.add(here)
         reused = outcome.stored == 0 and not failure and here not in self.measured_here  # stored by another session
@@ -240,6 +247,9 @@ def run_advise(
     runner.plan = plan
     on_event(Note(plan.describe()))
     workload = plan.workload
+    if spec.chunk is None:  # the prefill test is the largest ubatch the plan still tries, at least llama.cpp's default
+        ubs = [int(v) for k in plan.knobs if k.name == "ubatch-size" for v in k.candidates]
+        chunk = min(chunk, max([advise.LLAMA_DEFAULT_UBATCH, *ubs]))
     sweep = runner.sweep(plan.depths, chunk, spec.n_gen, spec.repetitions)
     searches: list[Search] = []
     for level in spec.ncmoe:
@@ -326,9 +336,10 @@ def _workload(spec: AdviseSpec, runner: _Runner, chunk: int) -> tuple[Workload, 
     label = f"{advise.level_label(level)} defaults"
     probe_depth = min(workload.lengths)
     t0 = time.perf_counter()
-    probe = runner.bench(
+    probe = runner.bench(  # always a fresh process: its wall time prices the plan
         runner.sweep((0, probe_depth), chunk // 2, probe_gen, 1),
         advise.llama_config(spec.knobs, advise.DEFAULTS, level, label),
+        fresh=True,
     )
     wall = time.perf_counter() - t0
     if not probe.ok:
@@ -345,7 +356,7 @@ def _workload(spec: AdviseSpec, runner: _Runner, chunk: int) -> tuple[Workload, 
         f"depth {probe_depth:,}"
     )
     note = f"{fitted}: {estimate}" if fitted else estimate
-    return workload, note, _Probe(probe, probe_depth, 0.0 if probe.reused else wall, seconds, pp, tg, own)
+    return workload, note, _Probe(probe, probe_depth, wall, seconds, pp, tg, own)
 
 
 def _plan(
@@ -369,8 +380,6 @@ def _plan(
     base_s = turn_s(advise.DEFAULTS)
 
     def rank(knob: Knob, value: str) -> float:
-        if knob.name == "ubatch-size" and int(value) > max(workload.lengths):
-            return -1.0
         try:
             return base_s / turn_s(advise.normalize(spec.knobs, {knob.name: value}))
         except (XoverError, ValueError, ZeroDivisionError):
@@ -379,19 +388,14 @@ def _plan(
     def per_process(w: Workload, points: int) -> float:
         return probe.start_s + probe.seconds(w.depths(points))
 
-    def confirm(w: Workload) -> float:
+    def confirm(w: Workload, points: int) -> float:
         if not spec.confirm:
             return 0.0
-        d0, d1 = sorted(probe.pp)  # the probe's rates, linear in depth between its two depths
-
-        def at(rates: dict[int, float], depth: float) -> float:
-            t0, t1 = 1 / rates[d0], 1 / rates[d1]
-            return max(t0, t0 + (t1 - t0) * (depth - d0) / max(1, d1 - d0))
 
         def turn(L: int) -> float:
-            return L * at(probe.pp, L / 2) + response * at(probe.tg, L)
+            return L * advise.per_token_s(probe.pp, L / 2) + response * advise.per_token_s(probe.tg, L)
 
-        lengths = w.representative()
+        lengths = w.representative(points)
         warm = turn(min(advise.LLAMA_DEFAULT_UBATCH, max(lengths))) + turn(min(lengths))
         return 2 * (probe.start_s + warm + spec.confirm_repetitions * sum(turn(L) for L in lengths))
 
@@ -414,11 +418,7 @@ def _measurement_seconds(
     """Rough wall time of one measurement at some depths, from probed speeds at two depths: time per
     token taken as linear in depth (attention reads the whole context), each test prefilling its depth
     once (untimed by llama-bench, but waited for), warming up, then repeating."""
-    (d0, d1) = sorted(pp)
-
-    def per_token(rates: dict[int, float], depth: float) -> float:
-        t0, t1 = 1 / rates[d0], 1 / rates[d1]
-        return max(t0, t0 + (t1 - t0) * (depth - d0) / max(1, d1 - d0))
+    per_token = advise.per_token_s
 
     def seconds(depths: Sequence[int]) -> float:
         return sum(

@@ -127,11 +127,12 @@ def exit_problem(exited: Exited, measured: int, expected: int, timeout_s: float 
             name = signal.Signals(-exited.returncode).name
         except ValueError:
             name = f"signal {-exited.returncode}"
-        # a crash leaves whatever llama-bench was logging last: only an error line says anything; xover's own stops
-        # (a timeout, a hung abort, a record it refused) are told above or by the caller, so this signal is not its
-        # SIGINT is the user's Ctrl-C, which stops the run: not a measurement to retry
-        why = "" if -exited.returncode == signal.SIGINT else f" ({INTERRUPTED})"
-        return f"llama-bench was killed by {name} {done}{why}" + (f": {errors[-1].strip()}" if errors else "")
+        # a crash leaves whatever llama-bench was logging last: only an error line says anything. xover's own stops
+        # (a timeout, a hung abort, a record it refused) are told above or by the caller, and its Ctrl-C never reaches
+        # llama-bench (a session of its own): this signal came from elsewhere
+        return f"llama-bench was killed by {name} {done} ({INTERRUPTED})" + (
+            f": {errors[-1].strip()}" if errors else ""
+        )
     if exited.returncode:
         return f"llama-bench exited with code {exited.returncode} {done}{detail}"
     if measured < expected:
@@ -180,7 +181,9 @@ def run_sweep(
 ) -> SweepOutcome:
     """Measure every test of ``configs`` not yet in ``study_dir``'s store (all with ``fresh``).
 
-    Each test is stored the moment llama-bench prints its record. A configuration that fails is
+    Each test is stored the moment llama-bench prints its record. A process killed by a signal xover did not send is
+    run again once, every test of it, in a fresh process (:func:`xover.domain.records.interrupted`); a configuration
+    whose last process here was interrupted has every test measured again. A configuration that fails is
     stored as a failure and the sweep moves on; Ctrl-C stops llama-bench, marks the run
     interrupted and re-raises :class:`KeyboardInterrupt`.
     """
@@ -321,15 +324,23 @@ def _fault_hook(job: BenchJob, round: int | None) -> None:
     hook = os.environ.get(KILL_HOOK)
     if not hook:
         return
-    where, rest = hook.split(":", 1)
-    label, count = rest.rsplit(":", 1)
-    if where != ("search" if round is None else str(round)):
+    m = re.fullmatch(r"(search|-?\d+):(.*):(\d+)", hook)
+    if m is None:
+        raise XoverError(f"{KILL_HOOK}={hook!r}: give ROUND:LABEL:COUNT, e.g. 1:slow:2 or search:ub=256:1")
+    where, label, count = m.group(1), m.group(2), int(m.group(3))
+    if where != ("search" if round is None else str(round)) or not re.search(label, job.config.label):
         return
-    if not re.search(label, job.config.label) or len(_killed) >= int(count):
+    if len(_killed) >= count:
         return
-    for pid in process.live_pids():
-        os.kill(pid, signal.SIGKILL)
-        _killed.append(pid)
+    for pid in process.live_pids():  # the sweep's one llama-bench process (never a server or a worker)
+        try:
+            comm = Path(f"/proc/{pid}/comm").read_text().strip()
+        except OSError:
+            continue
+        if comm == "llama-bench":
+            os.kill(pid, signal.SIGKILL)
+            _killed.append(pid)
+            return
 
 
 def _interrupted_last(

@@ -173,7 +173,7 @@ class _LabRun:
         self.store, self.binaries, self.model, self.config, self.label = store, binaries, model, config, config.name
         self.on_event, self.prompts = on_event, prompts
         self.rec = Recording(store, "cache", command, binaries=binaries, model=model, on_event=on_event)
-        self.ctx, self.length = lab_context(length), length
+        self.ctx = lab_context(length)
         self.samples: list[TtftSample] = []
         self.done = 0
         self.total = 0
@@ -255,7 +255,7 @@ class _LabRun:
         """Send every step; a failed request (or erase) raises _ScenarioFailedError with the requests left."""
         prompts = build_prompts(srv, self.prompts, lambda: next(self._index))
         backend = self.binaries.for_config(self.config).expected_backend
-        warmup = warmup_lengths(self.config, backend, self.ctx, self.length)
+        warmup = warmup_lengths(self.config, backend, self.ctx, None)  # a whole lab prompt more would cost minutes
         failed = await warm_up(client, [self.prompts.make(next(self._index), n).prompt for n in warmup])
         remaining = len(srv.requests())
         if failed is not None:

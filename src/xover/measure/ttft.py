@@ -638,7 +638,7 @@ async def warm_only(
             prompts = TokenPrompts(pool, time.time_ns() % 2**31)
             lengths = warmup_lengths(spec.config, bins.expected_backend, spec.ctx_size, shortest)
             return await warm_up(srv.client, [prompts.make(i, n).prompt for i, n in enumerate(lengths)])
-    except XoverError as e:
+    except (XoverError, OSError) as e:  # its round starts the server again and records what is the configuration's
         return str(e)
 
 

@@ -40,7 +40,7 @@ from xover.gguf.inspect import model_table
 from xover.hardware.detect import cpu_flags
 from xover.llamacpp.binaries import Binaries
 from xover.measure.advise import AdviseSpec, _Runner, is_gpu_build
-from xover.measure.events import Measured, Measuring
+from xover.measure.events import Measured, Measuring, Note
 from xover.results.read_model import StudyData, load_if_any
 from xover.results.store import Store
 
@@ -812,6 +812,8 @@ def run_tune(
         nonlocal measured
         if isinstance(ev, Measuring):
             emit("progress", f"llama-bench {ev.label}", None, None)
+        elif isinstance(ev, Note):  # a process killed from outside and retried, said
+            emit("info", ev.text, None, None)
         elif isinstance(ev, Measured):
             measured += 1
             if ev.estimate is None and ev.measurement.failure is not None:

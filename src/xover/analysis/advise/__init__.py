@@ -104,7 +104,7 @@ from xover.analysis.advise.objective import (
     ttft_s,
     within_noise,
 )
-from xover.analysis.advise.plan import SearchPlan, plan_search
+from xover.analysis.advise.plan import SearchPlan, per_token_s, plan_search
 from xover.analysis.advise.search import (
     CLEAR_MARGIN,
     SEARCH_SHARE,
@@ -190,6 +190,7 @@ __all__ = [
     "expectations",
     "SearchPlan",
     "plan_search",
+    "per_token_s",
     "expected_turn_s",
     "knob_named",
     "level_label",

@@ -29,9 +29,18 @@ from xover.errors import XoverError
 
 MARGINAL_RESERVE = 2
 """Second processes planned for: a value whose lead is within :data:`CLEAR_MARGIN` of the noise is measured again
-(the noise decides how many; two is what a search of the default knobs has mostly needed)."""
+(the noise decides how many, up to two a knob; two in all is what a search of the default knobs has mostly needed,
+so the plan is an estimate: a search may start a few more processes)."""
 
 MIN_LENGTH = 512  # the band is never halved below llama.cpp's default ubatch
+
+
+def per_token_s(rates: dict[int, float], depth: float) -> float:
+    """Seconds a token costs at ``depth``, from tokens per second measured at two depths: linear in depth between
+    and past them (attention reads the whole context), never below the shallower one's."""
+    d0, d1 = sorted(rates)[0], sorted(rates)[-1]
+    t0, t1 = 1 / rates[d0], 1 / rates[d1]
+    return max(t0, t0 + (t1 - t0) * (depth - d0) / max(1, d1 - d0))
 
 
 def processes(candidates: int) -> int:
@@ -74,7 +83,7 @@ class SearchPlan:
     def describe(self) -> str:
         values = ", ".join(f"{k.short}={'/'.join(k.candidates)}" for k in self.knobs if k.candidates) or "none"
         text = (
-            f"plan: {values}; depths {_tokens(self.depths)}; up to {self.processes} llama-bench "
+            f"plan: {values}; depths {_tokens(self.depths)}; about {self.processes} llama-bench "
             f"processes of ~{self.per_process_s:.0f} s and the llama-server confirmation (~{self.confirm_s:.0f} s): "
             f"~{self.seconds / 60:.1f} min of the --budget {self.budget_s / 60:.1f} min"
         )
@@ -88,15 +97,15 @@ def plan_search(
     knobs: Sequence[Knob],
     rank: Callable[[Knob, str], float],
     per_process_s: Callable[[Workload, int], float],
-    confirm_s: Callable[[Workload], float],
+    confirm_s: Callable[[Workload, int], float],
     budget_s: float,
     levels: int = 1,
     scalable: bool = False,
     spent_s: float = 0.0,
 ) -> SearchPlan:
     """The plan of the module docstring. ``rank(knob, value)``: higher is kept longer; ``per_process_s(workload,
-    points)``: one llama-bench process at that workload's representative depths; ``confirm_s(workload)``: the
-    confirmation; ``scalable``: the workload is the default band, which may be halved (a workload the user gave is
+    points)``: one llama-bench process at that workload's representative depths; ``confirm_s(workload, points)``: the
+    confirmation at as many representative lengths; ``scalable``: the workload is the default band, which may be halved (a workload the user gave is
     measured as given, at fewer depths at most); ``budget_s``: what is left of the budget after ``spent_s`` (the
     first process, which priced the plan)."""
     given_s, budget_s = budget_s + spent_s, max(0.0, budget_s)
@@ -106,13 +115,13 @@ def plan_search(
         tuple(knobs),
         levels,
         per_process_s(workload, min(REPRESENTATIVE_POINTS, len(workload.lengths))),
-        confirm_s(workload),
+        confirm_s(workload, min(REPRESENTATIVE_POINTS, len(workload.lengths))),
         budget_s,
     )
 
     def at(w: Workload, points: int) -> SearchPlan:
         return dataclasses.replace(plan, workload=w, points=points, per_process_s=per_process_s(w, points),
-                                   confirm_s=confirm_s(w))  # fmt: skip
+                                   confirm_s=confirm_s(w, points))  # fmt: skip
 
     first = plan
     # 1. fewer depths: fewer representative lengths (time per token is linear in depth: depth 0 and the longest
@@ -129,6 +138,17 @@ def plan_search(
         plan = dataclasses.replace(
             plan, left_out=(f"depths {_tokens(first.depths)} measured at {_tokens(plan.depths)} ({how})",)
         )
+    # a ubatch above every prompt of the band left is filled by none: it runs as the longest prompt does
+    longest = max(plan.workload.lengths)
+    unfilled = [(k, v) for k in plan.knobs if k.name == "ubatch-size" for v in k.candidates if int(v) > longest]
+    for knob, value in unfilled:
+        kept = tuple(v for v in next(k for k in plan.knobs if k.name == knob.name).candidates if v != value)
+        plan = dataclasses.replace(
+            plan, knobs=tuple(k for k in with_candidates(plan.knobs, knob.name, kept) if k.candidates)
+        )
+    if unfilled:
+        gone = ", ".join(f"{k.short}={v}" for k, v in unfilled)
+        plan = dataclasses.replace(plan, left_out=(*plan.left_out, f"{gone} (no prompt of the band fills it)"))
     # 2. fewer candidates: the lowest ranked value first
     dropped: list[str] = []
     while plan.seconds > budget_s and plan.candidates:
