@@ -203,11 +203,12 @@ def test_the_first_measured_prompt_costs_what_the_same_prompt_costs_later(
     same length later in the same server here (256-512 tokens, tiny-moe, one thread), 1.4-2.2x on the H200. The warm-up
     now prefills the server's largest ubatch, then its shortest length, both discarded.
 
-    Eight fresh servers each measure six cold 256-token prompts. Were the first no different from the later ones,
-    each of a server's six would be its slowest one time in six, and the first would be slowest in 6 or more of 8
-    servers about 4 times in 10,000; with the one-time cost it was the slowest in every server. The server's own
-    prefill time (``prompt_ms``) is compared, not the client's clock."""
-    servers = 8
+    Sixteen fresh servers each measure six cold 256-token prompts. Were the first no different from the later ones,
+    each of a server's six would be its slowest one time in six, and the first would be slowest in 9 or more of 16
+    servers about 4 times in 10,000; with the one-time cost (here about 2-10 ms on a 22 ms prompt, idle) it was the
+    slowest in 6 of 8 servers, a rate at which 9 or more of 16 come about 97 times in 100. The server's own prefill
+    time (``prompt_ms``) is compared, not the client's clock."""
+    servers = 16
     specs = [ServerLaunch(LlamaConfig(f"s{i}", settings=(("threads", "1"),)), tiny_model, 4096) for i in range(servers)]
     plan = TtftPlan(lengths=(256,), reps=6, response_tokens=4)
     out, _, _ = _run(tmp_path, llama_bins, tiny_model, plan, specs)
@@ -220,7 +221,7 @@ def test_the_first_measured_prompt_costs_what_the_same_prompt_costs_later(
         ms = [s.timings.prompt_ms for s in mine if s.timings is not None and s.timings.prompt_ms is not None]
         assert len(ms) == 6
         slowest_first += ms[0] > max(ms[1:])
-    assert slowest_first <= 5, f"the first prompt was the slowest of its server in {slowest_first} of {servers}"
+    assert slowest_first <= 8, f"the first prompt was the slowest of its server in {slowest_first} of {servers}"
     # each server's provenance says which of llama-server's own defaults xover overrode, and what they were
     with Store(tmp_path) as store:
         bodies = [body for _, _, body in store.artifacts("server-props")]
