@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from xover.analysis.crossover import measured_totals, round_interval
+from xover.analysis.crossover import round_interval
 from xover.results.read_model import cached_inputs, crossover_inputs, load
 
 pytestmark = pytest.mark.real
@@ -60,11 +60,10 @@ def test_the_example_compares_the_cpu_and_vulkan_builds_each_on_its_own(llama_bi
     # the verdicts compare the two builds, each at its own defaults
     report = (out / "report.md").read_text()
     assert "Builds: llama.cpp:cpu: cpu; llama.cpp:vulkan: vulkan." in report
-    # lavapipe prefills at tens of tokens a second where the CPU build does thousands: in every round cpu's turn
-    # takes a small fraction of vulkan's, so cpu leads by median at every size and no round interval calls vulkan
-    # faster. Whether 3 rounds *call* cpu faster is the spread's to decide (issue 64): t(2) = 4.3, so one round
-    # slowed ~10x by a busy core (llama.cpp's threads wait on each other) widens the interval past 1. The verdicts
-    # and "which to run" follow the stored round-paired intervals, whichever way they went.
+    # lavapipe prefills at tens of tokens a second where the CPU build does thousands: no round interval calls vulkan
+    # faster. Whether 3 rounds *call* cpu faster is the spread's to decide (issue 64): t(2) = 4.3, so one round slowed
+    # ~10x by a busy core (llama.cpp's threads wait on each other) widens the interval past 1. The verdicts and
+    # "which to run" follow the stored round-paired intervals, whichever way they went.
     data = load(out)
     called: dict[tuple[str, int], bool] = {}  # (kind of turn, size) -> 3 rounds call cpu faster there
     for kind, inputs, sizes in (("cold", crossover_inputs(data), (128, 512)), ("cached", cached_inputs(data), (64,))):
@@ -72,7 +71,8 @@ def test_the_example_compares_the_cpu_and_vulkan_builds_each_on_its_own(llama_bi
         for n in sizes:
             r = round_interval(cpu, vk, n, 16)  # cpu's total time per turn over vulkan's, paired by round
             assert r is not None and r.n == 3, (kind, n, r)
-            assert r.sign <= 0 and measured_totals(cpu, 16)[n] < measured_totals(vk, 16)[n], (kind, n, r)
+            assert r.sign <= 0, (kind, n, r)  # never vulkan faster (a round of a cpu server starved by another
+            # program can put even cpu's median above lavapipe's: seen with the machine far oversubscribed)
             called[kind, n] = r.sign < 0
     cold = [called["cold", n] for n in (128, 512)]
     told = (

@@ -118,8 +118,9 @@ def linear_estimate(length: int, medians: Mapping[int, float], inclusive: bool =
 
 
 def _shortest(points: Sequence[TtftPoint]) -> int | None:
-    """The fewest new tokens a server's points send (its shortest cold prompt, or a cached turn's new tokens)."""
-    return min((p.length for p in points), default=None)
+    """The shortest cold prompt a server's points send (they come first), else its fewest cached-turn new tokens."""
+    cold = [p.length for p in points if not p.depth]
+    return min(cold or [p.length for p in points], default=None)
 
 
 def expand(plan: TtftPlan) -> tuple[TtftPoint, ...]:

@@ -781,6 +781,22 @@ def _store_result(config: LlamaConfig, body: dict[str, Any], study_dir: Path, em
     return t
 
 
+def _reused(spec: StudySpec, study_dir: Path, fresh: bool, emit: Event) -> dict[str, Tuned]:
+    """The stored tunings a run reuses (none when ``fresh``), each said in a line, and those searched again because a
+    process of theirs was interrupted, said too."""
+    if fresh:
+        return {}
+    data = load_if_any(study_dir)
+    done = stored(data, spec.configs)
+    for name, t in done.items():
+        emit("info", f"{name}: tuned settings already stored ({t.label})", None, None)
+    for name, why in incomplete(data, spec.configs).items():
+        emit(
+            "info", f"{name}: its tuning was interrupted ({why}): searched again, what was measured reused", None, None
+        )
+    return done
+
+
 def run_tune(
     spec: StudySpec,
     model: Path,
@@ -793,14 +809,7 @@ def run_tune(
 ) -> tuple[Tuned, ...]:
     """Search every configuration of ``spec`` still without a stored result (all of them when ``fresh``)."""
 
-    data = load_if_any(study_dir)
-    done = {} if fresh else stored(data, spec.configs)
-    for name, t in done.items():
-        emit("info", f"{name}: tuned settings already stored ({t.label})", None, None)
-    for name, why in ({} if fresh else incomplete(data, spec.configs)).items():
-        emit(
-            "info", f"{name}: its tuning was interrupted ({why}): searched again, what was measured reused", None, None
-        )
+    done = _reused(spec, study_dir, fresh, emit)
     todo = [c for c in spec.configs if c.name not in done]
     if not todo:
         return tuple(done[c.name] for c in spec.configs)
