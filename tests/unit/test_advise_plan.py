@@ -56,14 +56,27 @@ def test_the_plan_shrinks_depths_first_then_the_band_then_the_values_ranked_lowe
     halved = plan(150)
     assert halved.depths == (0, 10240) and halved.knobs == KNOBS and halved.seconds <= 150
     assert "the band halved 2 time(s) to agentic: uniform over 2,560, 5K, 7,680, 10K tokens" in halved.left_out[0]
-    # the band at its floor (never below 512 tokens): a ubatch above its longest prompt is filled by none
+    # the band at its floor (never below 512 tokens, here 512-2,560): -ub 4096 still acts (one ubatch a prompt
+    # where 2048 runs two), so no ubatch leaves as running the same work
     tight = plan(30)
-    assert min(tight.workload.lengths) >= 512 and tight.seconds <= 30
-    assert max(tight.workload.lengths) < 4096 and "ub=4096 (no prompt of the band fills it)" in tight.left_out
+    assert min(tight.workload.lengths) >= 512 and max(tight.workload.lengths) == 2560 and tight.seconds <= 30
+    assert len(tight.left_out) == 2
     # 2. fewer values: the lowest ranked leave first: -t 1 and -b 4096 (nothing expected of them; the later knob
     # first), then the ubatches from the least expected gain
-    assert tight.left_out[-1] == "values t=1, b=4096, ub=2048 (ranked lowest)"
+    assert tight.left_out[-1] == "values t=1, b=4096, ub=4096, ub=2048 (ranked lowest)"
     assert tight.knobs == (Knob("ubatch-size", "-ub", "512", ("1024",)),)
+
+
+def test_ubatches_that_run_every_prompt_as_one_ubatch_keep_only_the_smallest() -> None:
+    """The tuning stage's rule (:func:`advise.ubatch_reason`): prompts of at most 1,024 tokens run as one ubatch at
+    -ub 1024, 2048 and 4096 alike, so 2048 and 4096 leave and 1024 stays, whatever the budget."""
+    short = advise.uniform_workload((512, 1024), 200)
+    p = advise.plan_search(short, KNOBS, rank, per_process, confirm, 3600)
+    assert {k.name: k.candidates for k in p.knobs}["ubatch-size"] == ("1024",)
+    assert p.left_out == (
+        "every request of this study prefills at most 1,024 tokens, one ubatch at -ub 1024: -ub 2048, 4096 would run "
+        "the same ubatches",
+    )
 
 
 def test_a_workload_the_user_gave_is_measured_as_given_at_fewer_depths_at_most() -> None:

@@ -247,9 +247,9 @@ def run_advise(
     runner.plan = plan
     on_event(Note(plan.describe()))
     workload = plan.workload
-    if spec.chunk is None:  # the prefill test is the largest ubatch the plan still tries, at least llama.cpp's default
+    if spec.chunk is None:  # the largest ubatch the plan still tries, no longer than the longest prompt (as tuning)
         ubs = [int(v) for k in plan.knobs if k.name == "ubatch-size" for v in k.candidates]
-        chunk = min(chunk, max([advise.LLAMA_DEFAULT_UBATCH, *ubs]))
+        chunk = min(chunk, max([advise.LLAMA_DEFAULT_UBATCH, *ubs]), max(workload.lengths))
     sweep = runner.sweep(plan.depths, chunk, spec.n_gen, spec.repetitions)
     searches: list[Search] = []
     for level in spec.ncmoe:

@@ -8,7 +8,8 @@ it does not fit the budget, shrinks it in this order, saying what each step left
 
 1. **fewer depths**: the workload measured at fewer of its representative lengths (the deepest costs most and is
    kept: the representative lengths end at the longest), then, for the default agentic workload only, the band
-   halved: the largest depths that fit (on a CPU build an agentic prompt takes minutes);
+   halved: the largest depths that fit (on a CPU build an agentic prompt takes minutes); of the ubatches that run
+   every prompt left as one ubatch, only the smallest stays;
 2. **fewer candidates**: the values the ranking (applicability, then the theory's expected gain) puts lowest
    leave first, down to none: the defaults measured and confirmed alone.
 
@@ -23,7 +24,8 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Sequence
 
-from xover.analysis.advise.knobs import Knob, with_candidates
+from xover.analysis.advise.applicability import ubatch_reason
+from xover.analysis.advise.knobs import LLAMA_DEFAULT_UBATCH, Knob, with_candidates
 from xover.analysis.advise.workload import REPRESENTATIVE_POINTS, Workload
 from xover.errors import XoverError
 
@@ -138,26 +140,21 @@ def plan_search(
         plan = dataclasses.replace(
             plan, left_out=(f"depths {_tokens(first.depths)} measured at {_tokens(plan.depths)} ({how})",)
         )
-    # a ubatch above every prompt of the band left is filled by none: it runs as the longest prompt does
-    longest = max(plan.workload.lengths)
-    unfilled = [(k, v) for k in plan.knobs if k.name == "ubatch-size" for v in k.candidates if int(v) > longest]
-    for knob, value in unfilled:
-        kept = tuple(v for v in next(k for k in plan.knobs if k.name == knob.name).candidates if v != value)
-        plan = dataclasses.replace(
-            plan, knobs=tuple(k for k in with_candidates(plan.knobs, knob.name, kept) if k.candidates)
-        )
-    if unfilled:
-        gone = ", ".join(f"{k.short}={v}" for k, v in unfilled)
-        plan = dataclasses.replace(plan, left_out=(*plan.left_out, f"{gone} (no prompt of the band fills it)"))
-    # 2. fewer candidates: the lowest ranked value first
+    # ubatches that run every prompt of the band left as one ubatch run the same work: the smallest of them stays
+    # (:func:`ubatch_reason`, the tuning stage's rule)
+    ub = next((k for k in plan.knobs if k.name == "ubatch-size"), None)
+    if ub is not None:
+        kept, why = ubatch_reason(ub.candidates, max(plan.workload.lengths), LLAMA_DEFAULT_UBATCH)
+        if why is not None:
+            plan = dataclasses.replace(plan, knobs=_with(plan.knobs, ub.name, kept), left_out=(*plan.left_out, why))
+    # 2. fewer candidates: the lowest ranked value first (among equal ranks, the later knob's later value)
+    ranks = {(k.name, v): rank(k, v) for k in plan.knobs for v in k.candidates}
     dropped: list[str] = []
     while plan.seconds > budget_s and plan.candidates:
-        knob, value = min(
-            ((k, v) for k in plan.knobs for v in k.candidates), key=lambda kv: (rank(*kv), -_position(plan, kv))
-        )
-        kept = tuple(v for v in knob.candidates if v != value)
-        knobs = with_candidates(plan.knobs, knob.name, kept)
-        plan = dataclasses.replace(plan, knobs=tuple(k for k in knobs if k.candidates))
+        flat = [(k, v) for k in plan.knobs for v in k.candidates]
+        i = min(range(len(flat)), key=lambda j: (ranks[flat[j][0].name, flat[j][1]], -j))
+        knob, value = flat[i]
+        plan = dataclasses.replace(plan, knobs=_with(plan.knobs, knob.name, [v for v in knob.candidates if v != value]))
         dropped.append(f"{knob.short}={value}")
     if dropped:
         plan = dataclasses.replace(plan, left_out=(*plan.left_out, f"values {', '.join(dropped)} (ranked lowest)"))
@@ -171,10 +168,9 @@ def plan_search(
     return plan
 
 
-def _position(plan: SearchPlan, kv: tuple[Knob, str]) -> int:
-    """Where a value stands in the knob list: among equal ranks, the later knob's later value leaves first."""
-    flat = [(k.name, v) for k in plan.knobs for v in k.candidates]
-    return flat.index((kv[0].name, kv[1]))
+def _with(knobs: Sequence[Knob], name: str, candidates: Sequence[str]) -> tuple[Knob, ...]:
+    """``knobs`` with one knob's candidates replaced, and a knob left with none gone."""
+    return tuple(k for k in with_candidates(knobs, name, candidates) if k.candidates)
 
 
 def _tokens(depths: Sequence[int]) -> str:
