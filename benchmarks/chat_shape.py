@@ -5,10 +5,10 @@ prompt, tool results and many user/assistant turns. This benchmark measures both
 the same fresh llama-server, in rounds of fresh servers, configurations interleaved (the order alternates from round
 to round), and says whether the difference exceeds the noise between servers:
 
-- **chat**: the last turn of a session from xover's agentic session generator (a Cline-like system prompt, tool
-  results, user/assistant turns; ``--messages-per-1k`` messages per 1,024 tokens), cut to the length; its token count
-  is what the server's ``/apply-template`` and ``/tokenize`` give for it;
-- **blob**: that many unique token ids on ``/completion``, so both shapes prefill the same number of tokens.
+- **chat**: the study's own chat-shaped prompt (:mod:`xover.domain.chat_prompts`): the last turn of a session from
+  xover's agentic session generator (a Cline-like system prompt, tool results, user/assistant turns;
+  ``--messages-per-1k`` messages per 1,024 tokens), exactly the length as the server counts it with its template;
+- **blob**: as many unique token ids on ``/completion``, so both shapes prefill the same number of tokens.
 
 Every server is warmed through the prompt path first (a prompt that fills its largest ubatch, then one of the
 shortest length; both discarded). Each request is cold (``cache_prompt: false``, one slot, no host prompt cache) and
@@ -41,7 +41,6 @@ import shlex
 import statistics
 import sys
 import time
-import zlib
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -51,10 +50,10 @@ from xover.analysis.crossover import ConfigData, compare_pair
 from xover.client.chat import ChatClient, ChatStream, chat_body
 from xover.client.http import completion_body
 from xover.domain import llama_options as opts
+from xover.domain.chat_prompts import ChatPrompts
 from xover.domain.config import LlamaConfig
 from xover.domain.prompts import TokenPrompts, parse_lengths, token_pool
 from xover.domain.sse import CompletionStream
-from xover.domain.workload import WorkloadSpec, generate, messages_for_turn
 from xover.llamacpp.binaries import resolve
 from xover.llamacpp.server import LlamaServer, ServerLaunch, context_size, device_problem, has_flag
 from xover.measure.server_session import warm_up, warmup_lengths
@@ -72,40 +71,6 @@ def parse_config(text: str, backend: str | None) -> LlamaConfig:
     return LlamaConfig(name=name.strip(), backend=backend, server_args=tuple(rest)).with_values(known)
 
 
-async def chat_messages(length: int, seed: int, per_1k: float, client: ChatClient) -> tuple[list[dict[str, Any]], int]:
-    """The last turn of a generated agentic session with about ``per_1k`` messages per 1,024 tokens, cut to at most
-    ``length`` tokens in the server's count (its chat template applied): the messages and their token count.
-
-    The generator's turns hold at least ``MIN_TURN_CHARS`` characters each, and a synthetic vocabulary takes more
-    tokens per character than a real one, so the session is generated long and each message after the system
-    prompt is then cut to its share of the length (its first tokens kept), which keeps the number of messages."""
-    turns = max(2, round(per_1k * length / 1024 / 2))  # a turn adds an assistant and a user message
-    system = max(256, min(10_240, length // 4))
-
-    async def count(msgs: list[dict[str, Any]]) -> int:
-        return len(await client.prompt_tokens(msgs))
-
-    target = max(length, system + 64 * turns + 1)
-    session = generate(WorkloadSpec(seed=seed, turns=turns, system_tokens=system, target_tokens=target))
-    msgs = messages_for_turn(session, len(session.turns) - 1, None)
-    ids = [await client.tokenize(m["content"], add_special=False) for m in msgs]
-    framing = await count(msgs) - sum(map(len, ids))  # the template's own tokens
-    keep_sys = min(len(ids[0]), system)
-    rest = sum(len(t) for t in ids[1:])
-    for _ in range(4):
-        room = length - framing - keep_sys
-        if room < 4 * (len(msgs) - 1):
-            raise SystemExit(f"{len(msgs)} messages do not fit {length} tokens: lower --messages-per-1k")
-        share = min(1.0, room / max(rest, 1))
-        cut = [ids[0][:keep_sys], *(t[: max(1, math.floor(len(t) * share))] for t in ids[1:])]
-        out = [dict(m, content=await client.detokenize(t)) for m, t in zip(msgs, cut)]
-        n = await count(out)
-        if n <= length:
-            return out, n
-        framing += n - length + 8  # detokenized text can re-tokenize longer: leave more room
-    raise SystemExit(f"could not cut a chat prompt to {length} tokens (last try: {n})")
-
-
 def _log(line: str) -> None:
     print(f"[{time.strftime('%H:%M:%S')}] {line}", flush=True)
 
@@ -115,6 +80,7 @@ async def one_server(
     config: LlamaConfig,
     round_no: int,
     prompts: TokenPrompts,
+    chats: ChatPrompts,
     out: Path,
     rows: list[dict[str, Any]],
 ) -> None:
@@ -160,8 +126,8 @@ async def one_server(
         )
 
         for li, length in enumerate(rounds_rule.rotated(args.lengths, round_no - 1)):
-            seed = zlib.crc32(f"{args.seed}:{round_no}:{config.name}:{length}".encode())
-            msgs, n = await chat_messages(length, seed, args.messages_per_1k, client)
+            chat = await chats.make(10_000 * round_no + li, length, client)
+            msgs, n = list(chat.messages), chat.length
             blob = prompts.make(10_000 * round_no + li, n).prompt
             order = SHAPES if (round_no + li) % 2 else SHAPES[::-1]
             for shape in order:
@@ -301,13 +267,15 @@ async def main_async(args: argparse.Namespace) -> None:
         raise SystemExit("--config: give each configuration its own name")
     out: Path = args.out
     (out / "logs").mkdir(parents=True, exist_ok=True)
-    prompts = TokenPrompts(token_pool(gguf_token_types(args.model)), seed=args.seed)
+    pool = token_pool(gguf_token_types(args.model))
+    prompts = TokenPrompts(pool, seed=args.seed)
+    chats = ChatPrompts(pool, seed=args.seed, per_1k=args.messages_per_1k)
     rows: list[dict[str, Any]] = []
     t0 = time.perf_counter()
     try:
         for r in range(1, args.rounds + 1):
             for name in rounds_rule.order(names, r - 1):
-                await one_server(args, configs[names.index(name)], r, prompts, out, rows)
+                await one_server(args, configs[names.index(name)], r, prompts, chats, out, rows)
             done = r / args.rounds
             _log(
                 f"round {r}/{args.rounds} done; about {(time.perf_counter() - t0) * (1 - done) / done / 60:.1f} min left"

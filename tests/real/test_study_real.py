@@ -185,6 +185,27 @@ def test_cached_turns_are_proven_cached_by_the_real_server_and_answered_per_turn
     assert len([ln for ln in section.splitlines() if ln.startswith("| t=")]) == 4  # 2 configs x 2 turn sizes
 
 
+def test_chat_shaped_prompts_are_proven_cold_at_their_length_beside_the_blobs(study_dir: Path) -> None:
+    """Issue 66: at one length (no length is in the 10K-40K band here, so the longest, 1K) each server also sends the
+    prompt as chat on /v1/chat/completions, exactly as long as the server counts it with its chat template, cold
+    (cache_n 0) like the blob of that length; the report compares the two shapes, and with 2 rounds calls nothing."""
+    con = sqlite3.connect(study_dir / "results.sqlite")
+    labels = dict(con.execute("SELECT key, label FROM configs"))
+    rows = con.execute(
+        "SELECT config_key, length, round, cache_n, prompt_n, prompt_id FROM ttft_samples "
+        "WHERE mode='chat' AND cache_ok=1 AND error IS NULL"
+    ).fetchall()
+    con.close()
+    assert rows and all((cache_n, prompt_n) == (0, 1024) for _, _, _, cache_n, prompt_n, _ in rows), rows
+    assert all(pid.startswith("chat:") for *_, pid in rows) and len({pid for *_, pid in rows}) == len(rows)
+    assert Counter((labels[k], n, r) for k, n, r, *_ in rows) == {
+        (c, 1024, r): 2 for c in ("t=1", "t=2") for r in (1, 2)
+    }
+    section = (study_dir / "report.md").read_text().split("## Chat-shaped prompts", 1)[1].split("## ", 1)[0]
+    assert "not yet compared with blobs: fewer than 3 shared rounds" in section
+    assert len([ln for ln in section.splitlines() if ln.startswith("| t=")]) == 2
+
+
 def test_cold_requests_generate_decode_tokens_and_the_totals_assume_the_response(study_dir: Path) -> None:
     """decode-tokens = 4: every cold request (the cached turns generate the whole response) asked for 4 tokens (llama-server's n_predict) and the server decoded
     4; the report reads their decode speed and the verdict prices 16-token responses. (The client may see fewer
@@ -277,7 +298,7 @@ def test_a_moved_study_of_a_preset_resumes_without_measuring_again(tmp_path: Pat
     moved = tmp_path / "moved"
     shutil.copytree(first, moved, symlinks=False)
     before = _ids(moved / "results.sqlite")[1]
-    assert len(before) == 2  # round 1's sample and the drift check's
+    assert len(before) == 3  # round 1's cold sample and its chat-shaped one (the one length), the drift check's
     r = subprocess.run(_xover("study", str(spec), "-o", str(moved)), env=env, capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
     assert _ids(moved / "results.sqlite")[1] == before

@@ -6,7 +6,7 @@ from __future__ import annotations
 from xover.domain.config import LlamaConfig
 from xover.domain.records import ServerTimings, TtftSample
 from xover.domain.study_spec import STUDY_KEYS, StudySpec
-from xover.domain.turn_kinds import AFTER_COLD, CACHED, COLD, TURN_KINDS, by_name, kind_of
+from xover.domain.turn_kinds import AFTER_COLD, CACHED, CHAT, COLD, TURN_KINDS, by_name, kind_of
 from xover.measure.resume import ttft_todo
 from xover.report.html import TURN_SECTIONS
 from xover.results.read_model import TURN_INPUTS, StoredSample
@@ -25,7 +25,7 @@ def test_every_kind_has_its_spec_keys_inputs_and_section() -> None:
 
 
 def test_a_stored_mode_belongs_to_one_kind() -> None:
-    assert kind_of("cold") is COLD
+    assert kind_of("cold") is COLD and kind_of("chat") is CHAT
     assert kind_of(CACHED.mode(16384)) is CACHED and CACHED.mode(16384) == "cached:16384"
     assert kind_of("warm") is None and kind_of("cache:reuse") is None
     for kind in TURN_KINDS:
@@ -50,18 +50,25 @@ def test_the_plan_asks_each_kind_for_what_its_context_holds() -> None:
     a, small = spec.configs
     assert CACHED.wanted(spec, a) == (512, 2048) and CACHED.wanted(spec, small) == (512,)
     assert COLD.wanted(spec, a) == (1024, 2048)
+    # chat at one length: no length in the band (10K-40K), so the longest each configuration holds
+    assert CHAT.wanted(spec, a) == (2048,) and CHAT.wanted(spec, small) == (2048,)
     todo = {t.config.name: t for t in ttft_todo(spec, [], "mk", 1)}
-    assert todo["a"].missing == {1024: 1, 2048: 1} and todo["a"].turns == {"cached": {512: 1, 2048: 1}}
-    assert todo["small"].turns == {"cached": {512: 1}}
-    # no cached turns asked for: the kind plans nothing
-    assert CACHED.wanted(_spec(), a) == ()
-    assert all(t.turns == {"cached": {}} for t in ttft_todo(_spec(), [], "mk", 1))
+    assert todo["a"].missing == {1024: 1, 2048: 1}
+    assert todo["a"].turns == {"chat": {2048: 1}, "cached": {512: 1, 2048: 1}}
+    assert todo["small"].turns == {"chat": {2048: 1}, "cached": {512: 1}}
+    # no cached turns asked for, chat off: neither kind plans anything
+    off = _spec(chat_length=0)
+    assert CACHED.wanted(off, a) == () and CHAT.wanted(off, a) == ()
+    assert all(t.turns == {"chat": {}, "cached": {}} for t in ttft_todo(off, [], "mk", 1))
+    # a length in the band: the shortest of them
+    assert CHAT.wanted(_spec(band=(1000, 4000)), a) == (1024,)
 
 
 def test_stored_samples_of_a_kind_count_in_its_round_only() -> None:
     spec = _spec(cached_new_tokens=(512,), cached_depth=2048)
     timings = ServerTimings(2048, 512, 100.0, 5.12, 8, 100.0, 80.0)
     s = TtftSample(spec.configs[0].key, CACHED.mode(2048), 512, 0, "p", 0, None, 10**8, 2 * 10**8, (), 1, timings, True, round=1)  # fmt: skip
-    stored = [StoredSample(1, 1, "a", s, "mk")]
-    assert ttft_todo(spec, stored, "mk", 1)[0].turns == {"cached": {}}
-    assert ttft_todo(spec, stored, "mk", 2)[0].turns == {"cached": {512: 1}}
+    c = TtftSample(spec.configs[0].key, CHAT.mode(0), 2048, 0, "c", 0, None, 10**8, 2 * 10**8, (), 1, timings, True, round=1)  # fmt: skip
+    stored = [StoredSample(1, 1, "a", s, "mk"), StoredSample(2, 1, "a", c, "mk")]
+    assert ttft_todo(spec, stored, "mk", 1)[0].turns == {"chat": {}, "cached": {}}
+    assert ttft_todo(spec, stored, "mk", 2)[0].turns == {"chat": {2048: 1}, "cached": {512: 1}}

@@ -74,7 +74,7 @@ class Prompt:
     prompt_id: str  # seed, index and a hash of the content: equal ids mean equal prompts
 
 
-def _content_hash(content: tuple[int, ...] | str) -> str:
+def content_hash(content: tuple[int, ...] | str) -> str:
     raw = content.encode() if isinstance(content, str) else ",".join(map(str, content)).encode()
     return hashlib.sha256(raw).hexdigest()[:12]
 
@@ -97,7 +97,7 @@ class TokenPrompts:
         lead = [self._lead[index % n], self._lead[(index // n) % n]][:length]
         rest = random.Random(f"body:{self.seed}:{index}").choices(self.pool, k=length - len(lead))
         ids = tuple(lead + rest)
-        return Prompt(prompt=ids, length=length, prompt_id=f"ids:s{self.seed}:i{index}:{_content_hash(ids)}")
+        return Prompt(prompt=ids, length=length, prompt_id=f"ids:s{self.seed}:i{index}:{content_hash(ids)}")
 
 
 # Plain words: every tokenizer splits them into ordinary tokens, and their order is drawn at random,
@@ -132,7 +132,7 @@ class TextPrompts:
     async def make(self, index: int, length: int, count: Callable[[str], Awaitable[int]]) -> Prompt:
         """A text that ``count`` (the server's token count, BOS included) says is exactly ``length`` tokens."""
         text = await fit_text(lambda n_words: self.draft(index, n_words), length, count)
-        return Prompt(prompt=text, length=length, prompt_id=f"text:s{self.seed}:i{index}:{_content_hash(text)}")
+        return Prompt(prompt=text, length=length, prompt_id=f"text:s{self.seed}:i{index}:{content_hash(text)}")
 
 
 # Appended one at a time when no cut of the draft counts exactly: characters that rarely merge with

@@ -57,6 +57,11 @@ TTFT_MODES = ("cold", "warm")
 or ``warm`` (the same prompt again, served from the slot's cache). The one list: ``xover ttft --mode``, its plan,
 the audit and the report read it."""
 
+CHAT_MODE = "chat"
+"""A chat-shaped cold prompt's sample ``mode``: ``length`` tokens sent as many chat messages on
+``/v1/chat/completions`` (:mod:`xover.domain.chat_prompts`), not one token array; cold as ``cold`` is
+(``cache_n == 0`` and ``prompt_n == length`` prove it). Compared with the cold samples of the same length and server."""
+
 CACHED_MODE = "cached:"
 """A cached agentic turn's sample ``mode``: ``cached:<depth>``. Its ``length`` is the turn's new tokens, sent after the
 ``depth`` tokens the slot's cache already holds (``cache_n == depth`` and ``prompt_n == length`` prove it)."""
@@ -261,8 +266,9 @@ class TtftPoint:
     length: int
     rep: int
     depth: int = 0  # a cached agentic turn's context in the slot's cache (``length`` new tokens after it); 0: cold
+    chat: bool = False  # a cold prompt sent as chat messages (CHAT_MODE), not one token array
 
     @property
     def mode(self) -> str:
-        """The mode its sample is stored with: the plan's, or ``cached:<depth>``."""
-        return cached_mode(self.depth) if self.depth else "cold"
+        """The mode its sample is stored with: ``cold``, ``chat`` or ``cached:<depth>``."""
+        return cached_mode(self.depth) if self.depth else CHAT_MODE if self.chat else "cold"

@@ -20,6 +20,7 @@ from xover.domain.config import LlamaConfig
 from xover.domain.option_values import FIT, fit_context, placed_overrides  # noqa: F401 (FIT, fit_context re-exported)
 from xover.domain.profiles import builtin, parse_bytes
 from xover.domain.prompts import parse_lengths, parse_tokens
+from xover.domain.units import format_tokens
 from xover.errors import XoverError
 
 if sys.version_info >= (3, 11):
@@ -85,6 +86,10 @@ class StudySpec:
     # defaults to the replayed session's last cached context (its final size less one turn's new tokens).
     cached_new_tokens: tuple[int, ...] = ()
     cached_depth: int | None = None
+    # Chat-shaped prompts (xover.domain.chat_prompts): at this one cold length, each server also sends the prompt as
+    # an agent does, many chat messages, so the report can compare the two shapes (None: the shortest length in the
+    # band, else the longest; 0: none).
+    chat_length: int | None = None
     # A recording of the user's own turns (xover record: full, shape-only or --from-log): the study measures what
     # they need (lengths, cached turns and their depth, the answer length, from the recording), replays it as its
     # session and answers in minutes of waiting over its turns (xover.analysis.your_turns).
@@ -153,6 +158,17 @@ class StudySpec:
         turn (without the response)."""
         depth = self.turns_depth
         return max(max(self.lengths), (depth + max(self.cached_new_tokens)) if depth is not None else 0)
+
+    def chat_lengths_for(self, config: LlamaConfig) -> tuple[int, ...]:
+        """The length at which ``config``'s servers also send a chat-shaped prompt: ``chat_length``, else the
+        shortest of its lengths in the band, else its longest; () with ``chat_length`` 0 or no length it holds."""
+        lengths = self.lengths_for(config)
+        if self.chat_length == 0 or not lengths:
+            return ()
+        if self.chat_length is not None:
+            return (self.chat_length,) if self.chat_length in lengths else ()
+        in_band = [L for L in lengths if L >= self.band[0]]
+        return (min(in_band) if in_band else max(lengths),)
 
     def bench_depths_for(self, config: LlamaConfig) -> tuple[int, ...]:
         """llama-bench depths for ``config``: those its context holds with the longer of the pp and tg tests."""
@@ -223,6 +239,12 @@ def validate_spec(spec: StudySpec) -> None:
         raise XoverError("tune-repetitions must be at least 2: telling an effect from noise needs a spread")
     if any(n < 1 for n in spec.cached_new_tokens) or len(set(spec.cached_new_tokens)) != len(spec.cached_new_tokens):
         raise XoverError("[study] cached-turns must be distinct positive token counts, e.g. ['512', '2k', '8k']")
+    if spec.chat_length and spec.chat_length not in spec.lengths:
+        lengths = ", ".join(format_tokens(L) for L in spec.lengths)
+        raise XoverError(
+            f"[study] chat-length {format_tokens(spec.chat_length)} is compared with the cold prompt of that length: "
+            f"give one of the lengths ({lengths}), or 'off'"
+        )
     if spec.cached_depth is not None and spec.cached_depth < 1:
         raise XoverError("[study] cached-depth must be a positive token count, e.g. '16k'")
     if spec.tune_depths is not None and any(d < 0 for d in spec.tune_depths):
@@ -362,6 +384,7 @@ STUDY_KEYS = frozenset(
         "budget",
         "cached-turns",
         "cached-depth",
+        "chat-length",
         "workload",
     }
 )  # the [study] table's keys
@@ -406,6 +429,9 @@ def _measure_keys(study: Mapping[str, Any], base_dir: Path | None) -> dict[str, 
         kwargs["band"] = (_k(band[0], "band"), _k(band[1], "band"))
     if "cache-length" in study:
         kwargs["cache_length"] = _k(study["cache-length"], "[study] cache-length")
+    if "chat-length" in study:
+        v = study["chat-length"]
+        kwargs["chat_length"] = 0 if v in ("off", 0, False) else _k(v, "[study] chat-length")
     if "workload" in study:
         w = study["workload"]
         if not isinstance(w, str) or not w.strip():

@@ -1,7 +1,8 @@
 """The kinds of turn a study measures on its fresh servers, one entry each. Pure.
 
 A kind of turn is what a request asks of a server: a **cold** prompt (the whole prompt prefilled, nothing cached),
-or a **cached** agentic turn (new tokens after a context the slot's cache already holds, as Cline and Roo send once
+the same sent as **chat** (many messages, as agents send them; one length per configuration, beside the cold prompt of
+that length, so that the report can say whether the shape changes the rate), or a **cached** agentic turn (new tokens after a context the slot's cache already holds, as Cline and Roo send once
 a session is under way). Each entry says which ``[study]`` keys ask for it, how many tokens per turn it measures on
 a configuration, what the cache holds before each turn, and the ``mode`` its samples are stored under. The layers
 above hold one function per kind, keyed by its name, and a test checks that every kind has each of them:
@@ -20,7 +21,7 @@ import dataclasses
 from collections.abc import Callable
 
 from xover.domain.config import LlamaConfig
-from xover.domain.records import TTFT_MODES, cached_depth, cached_mode
+from xover.domain.records import CHAT_MODE, TTFT_MODES, cached_depth, cached_mode
 from xover.domain.study_spec import StudySpec
 
 
@@ -37,6 +38,7 @@ class TurnKind:
     depth: Callable[[StudySpec], int | None]
     mode: Callable[[int], str]
     owns: Callable[[str], bool]
+    chat: bool = False  # sent as chat messages (xover.domain.chat_prompts), not one token array
 
     def wanted(self, spec: StudySpec, config: LlamaConfig) -> tuple[int, ...]:
         """The sizes ``spec`` measures of this kind on ``config``: none where the spec asks for none."""
@@ -53,6 +55,17 @@ COLD = TurnKind(
     owns=lambda mode: mode == TTFT_MODES[0],
 )
 
+CHAT = TurnKind(
+    name="chat",
+    title="Chat-shaped prompts",
+    spec_keys=("chat-length",),
+    sizes=lambda spec, config: spec.chat_lengths_for(config),
+    depth=lambda spec: 0 if spec.chat_length != 0 else None,
+    mode=lambda depth: CHAT_MODE,
+    owns=lambda mode: mode == CHAT_MODE,
+    chat=True,
+)
+
 CACHED = TurnKind(
     name="cached",
     title="Cached agentic turns",
@@ -63,7 +76,7 @@ CACHED = TurnKind(
     owns=lambda mode: cached_depth(mode) is not None,
 )
 
-TURN_KINDS: tuple[TurnKind, ...] = (COLD, CACHED)
+TURN_KINDS: tuple[TurnKind, ...] = (COLD, CHAT, CACHED)
 """Every kind, in the order a server measures them."""
 
 AFTER_COLD: tuple[TurnKind, ...] = TURN_KINDS[1:]

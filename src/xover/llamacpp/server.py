@@ -28,6 +28,7 @@ import time
 from pathlib import Path
 from typing import Any, Generic, TypeVar
 
+from xover.client.chat import ChatClient
 from xover.client.http import LlamaClient, wait_healthy
 from xover.domain import llama_options
 from xover.domain.config import LlamaConfig
@@ -333,14 +334,14 @@ class LlamaProcess(Generic[S]):
 class LlamaServer(LlamaProcess[ServerLaunch]):
     """A running llama-server for one :class:`ServerLaunch`: ``async with LlamaServer(...) as srv``.
 
-    Inside: ``srv.url``, ``srv.client`` (a :class:`LlamaClient`), ``srv.props`` (``/props``),
+    Inside: ``srv.url``, ``srv.client`` (a :class:`ChatClient`: a :class:`LlamaClient` that also speaks chat), ``srv.props`` (``/props``),
     ``srv.model_meta`` (``/v1/models`` ``meta``: ``n_vocab``, ``n_ctx_train``...), ``srv.pid``,
     ``srv.log_path``.
     """
 
     def __init__(self, binary: Path, spec: ServerLaunch, log_dir: Path, *, startup_timeout_s: float = 600.0) -> None:
         super().__init__(binary, spec, log_dir, startup_timeout_s)
-        self.client: LlamaClient | None = None
+        self.client: ChatClient | None = None
         self.url = ""
         self.props: dict[str, Any] = {}
         self.model_meta: dict[str, Any] = {}
@@ -377,7 +378,7 @@ class LlamaServer(LlamaProcess[ServerLaunch]):
     async def __aexit__(self, *exc: object) -> None:
         await self._stop()
 
-    def _start(self, port: int) -> LlamaClient:
+    def _start(self, port: int) -> ChatClient:
         process.ready_to_start()  # under a VRAM budget: the previous llama process's memory is back first
         argv = self.spec.to_argv(self.binary, port)
         self.log_path = log_path_for(self.log_dir, self.spec.name)
@@ -386,7 +387,7 @@ class LlamaServer(LlamaProcess[ServerLaunch]):
         self.crash = None
         self._watch = asyncio.ensure_future(self._watch_log(self.proc, self.log_path))
         self.url = f"http://{HOST}:{port}"
-        self.client = LlamaClient(self.url, explain=self._crash_note)
+        self.client = ChatClient(self.url, explain=self._crash_note)
         return self.client
 
     async def _watch_log(self, proc: subprocess.Popen[Any], log: Path) -> None:

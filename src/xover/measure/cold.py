@@ -102,7 +102,7 @@ class _Rounds:
         ]
         # the other kinds after the cold samples (a cached turn's priming would otherwise leave a context in the slot)
         after = [
-            ttftrun.TtftPoint(n, r, kind.depth(st.spec) or 0)
+            ttftrun.TtftPoint(n, r, kind.depth(st.spec) or 0, chat=kind.chat)
             for kind in AFTER_COLD
             for wanted in (todo.turns.get(kind.name, {}),)
             for r in range(reps)

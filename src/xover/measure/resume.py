@@ -29,15 +29,19 @@ from xover.results.read_model import StoredSample, StudyData
 def _counted(
     stored: Sequence[StoredSample], model_key: str, config_key: str, round: int | None | bool = True, mode: str = "cold"
 ) -> list[TtftSample]:
-    """One configuration's stored samples that count, cold (:attr:`TtftSample.counted_cold`) or of a cached turn's
-    ``mode`` (:attr:`TtftSample.counted_cached`): of round ``round`` (None: those measured before rounds), or of
+    """One configuration's stored samples that count, cold (:attr:`TtftSample.counted_cold`) or of another kind's
+    ``mode`` (a cached turn's ``cached:<depth>``, ``chat``; counted and not a drift check): of round ``round`` (None: those measured before rounds), or of
     every round (True)."""
     return [
         row.sample
         for row in stored
         if row.sample.config_key == config_key
         and row.model_key == model_key
-        and (row.sample.counted_cold if mode == "cold" else row.sample.mode == mode and row.sample.counted_cached)
+        and (
+            row.sample.counted_cold
+            if mode == "cold"
+            else row.sample.mode == mode and row.sample.counted and not row.sample.drift_check
+        )
         and (round is True or row.sample.round == round)
     ]
 
@@ -162,7 +166,7 @@ def round_cost(spec: StudySpec, data: StudyData, todo: Sequence[TtftTodo], model
             depth = kind.depth(spec) or 0
             points += [(kind.mode(depth), n, k) for n, k in sizes.items()]
             cold = sorted(n for (k, m, n) in seconds if k == key and m == COLD.mode(0))
-            if cold:  # the priming request: a cold prompt of the cached depth
+            if cold and depth:  # the priming request: a cold prompt of the cached depth
                 points.append((COLD.mode(0), next((n for n in cold if n >= depth), cold[-1]), 1))
         for mode, n, k in points:
             measured = seconds.get((key, mode, n))

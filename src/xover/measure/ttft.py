@@ -30,12 +30,14 @@ import gguf
 
 from xover.analysis.rounds import rotated
 from xover.analysis.stats import Summary, summarize_present
+from xover.client.chat import ChatClient, ChatRecord, chat_body
 from xover.client.http import LlamaClient, StreamRecord, completion_body, wait_healthy
 from xover.domain.artifacts import TTFT_SKIPPED, SkippedPoint
+from xover.domain.chat_prompts import ChatPrompt, ChatPrompts
 from xover.domain.config import LlamaConfig, command_configs
 from xover.domain.llama_options import LlamaOption
 from xover.domain.prompts import WORDS, Prompt, TextPrompts, TokenPrompts, token_pool
-from xover.domain.records import TTFT_MODES, Failure, ServerTimings, TtftPoint, TtftSample, cached_depth, cached_mode  # noqa: F401 (TtftPoint re-exported)
+from xover.domain.records import CHAT_MODE, TTFT_MODES, Failure, ServerTimings, TtftPoint, TtftSample, cached_depth
 from xover.errors import XoverError
 from xover.gguf.inspect import check_offload_and_context
 from xover.hardware.vram import holding
@@ -100,10 +102,10 @@ class TtftPlan:
             raise XoverError("--response-tokens must be at least 1")
         if self.max_retries < 0:
             raise XoverError("retries must be >= 0")
-        if self.points is not None and not {p.length for p in self.points if not p.depth} <= set(self.lengths):
+        if self.points is not None and not {p.length for p in self.points if p.mode == "cold"} <= set(self.lengths):
             raise XoverError("every planned point's length must be one of the plan's lengths")
-        if any(p.depth for p in self.points or ()) and (self.mode != "cold" or self.text):
-            raise XoverError("cached turns are measured beside cold samples, on token-id prompts")
+        if any(p.depth or p.chat for p in self.points or ()) and (self.mode != "cold" or self.text):
+            raise XoverError("cached turns and chat prompts are measured beside cold samples, on token-id prompts")
 
 
 def linear_estimate(length: int, medians: Mapping[int, float], inclusive: bool = False) -> tuple[float, int] | None:
@@ -145,7 +147,7 @@ def check_cache(mode: str, length: int, timings: ServerTimings | None) -> str | 
     if timings is None or timings.cache_n is None or timings.prompt_n is None:
         return "no cache_n/prompt_n in the server's timings"
     depth = cached_depth(mode)
-    want = (0, length) if mode == "cold" else (depth, length) if depth is not None else (length - 1, 1)
+    want = (0, length) if mode in ("cold", CHAT_MODE) else (depth, length) if depth is not None else (length - 1, 1)
     if (timings.cache_n, timings.prompt_n) == want:
         return None
     if depth is not None and (timings.cache_n, timings.prompt_n) == (depth - 1, length + 1):
@@ -369,6 +371,7 @@ class TtftRun:
         self.slots: dict[str, int | None] = {}
         self._index = itertools.count()  # prompt index: every request of the run gets its own prompt
         self._token_prompts: TokenPrompts | None = None
+        self._chat_prompts: ChatPrompts | None = None
         self._contexts: dict[int, Prompt] = {}  # depth -> this server's primed cached-turn context
         self._text_prompts = TextPrompts(plan.seed)
 
@@ -424,7 +427,7 @@ class TtftRun:
         self.labels[config.key] = url
         self.cold_cache[config.key] = None
         points = expand(self.plan)
-        async with LlamaClient(url, api_key=api_key) as client:
+        async with ChatClient(url, api_key=api_key) as client:
             try:
                 await wait_healthy(client, startup_timeout_s)
                 props = await client.get_json("/props")
@@ -460,7 +463,7 @@ class TtftRun:
 
     async def _measure(
         self,
-        client: LlamaClient,
+        client: ChatClient,
         config: LlamaConfig,
         props: Mapping[str, Any],
         model_meta: Mapping[str, Any],
@@ -534,32 +537,20 @@ class TtftRun:
         return True
 
     async def _point(
-        self, client: LlamaClient, config: LlamaConfig, model_meta: Mapping[str, Any], point: TtftPoint, run_id: int
+        self, client: ChatClient, config: LlamaConfig, model_meta: Mapping[str, Any], point: TtftPoint, run_id: int
     ) -> None:
         plan = self.plan
         mode = point.mode if plan.mode == "cold" else plan.mode
         for attempt in range(1, plan.max_retries + 2):
-            prompt = await self._prompt(client, model_meta, point.length)
-            if point.depth:  # the cached context, then this turn's new tokens
-                prompt = await self._cached_turn(client, model_meta, point, prompt)
-            elif plan.mode == "warm":
-                prime = await client.stream_completion(completion_body(prompt.prompt, 1, cache_prompt=True))
-                if prime.result.error is not None:
-                    raise _PointFailedError(
-                        f"L={point.length}: priming request for the warm sample failed: {prime.result.error}",
-                        counted=False,
-                    )
-            generate = plan.response_tokens
-            if point.depth and plan.cached_response_tokens is not None:
-                generate = plan.cached_response_tokens
-            rec = await client.stream_completion(completion_body(prompt.prompt, generate, cache_prompt=mode != "cold"))
-            check = None if rec.result.error else check_cache(mode, point.length, rec.result.timings)
-            sample = build_sample(config.key, mode, point, prompt, rec, check, plan.round)
+            if point.chat:
+                sample, check = await self._send_chat(client, config, model_meta, point)
+            else:
+                sample, check = await self._send(client, config, model_meta, point, mode)
             self.store.add_ttft_sample(run_id, self.rec.model_key, sample)
             self.samples.append(sample)
             self.on_event(SampleDone(label=config.label, sample=sample, attempt=attempt, check=check))
-            if rec.result.error is not None:
-                raise _PointFailedError(f"L={point.length} rep {point.rep + 1}: {rec.result.error}", counted=True)
+            if sample.error is not None:
+                raise _PointFailedError(f"L={point.length} rep {point.rep + 1}: {sample.error}", counted=True)
             if check is None:
                 return
             if attempt <= plan.max_retries:
@@ -571,6 +562,38 @@ class TtftRun:
                 label=config.label,
             )
         )
+
+    async def _send(
+        self, client: ChatClient, config: LlamaConfig, model_meta: Mapping[str, Any], point: TtftPoint, mode: str
+    ) -> tuple[TtftSample, str | None]:
+        """One request on ``/completion``: a cold prompt, a warm one (primed first) or a cached turn."""
+        plan = self.plan
+        prompt = await self._prompt(client, model_meta, point.length)
+        if point.depth:  # the cached context, then this turn's new tokens
+            prompt = await self._cached_turn(client, model_meta, point, prompt)
+        elif plan.mode == "warm":
+            prime = await client.stream_completion(completion_body(prompt.prompt, 1, cache_prompt=True))
+            if prime.result.error is not None:
+                raise _PointFailedError(
+                    f"L={point.length}: priming request for the warm sample failed: {prime.result.error}", counted=False
+                )
+        generate = plan.response_tokens
+        if point.depth and plan.cached_response_tokens is not None:
+            generate = plan.cached_response_tokens
+        rec = await client.stream_completion(completion_body(prompt.prompt, generate, cache_prompt=mode != "cold"))
+        check = None if rec.result.error else check_cache(mode, point.length, rec.result.timings)
+        return build_sample(config.key, mode, point, prompt, rec, check, plan.round), check
+
+    async def _send_chat(
+        self, client: ChatClient, config: LlamaConfig, model_meta: Mapping[str, Any], point: TtftPoint
+    ) -> tuple[TtftSample, str | None]:
+        """One cold request of ``point.length`` tokens as many chat messages on ``/v1/chat/completions``."""
+        if self._chat_prompts is None:
+            self._chat_prompts = ChatPrompts(await self._pool(client, model_meta), self.plan.seed)
+        chat = await self._chat_prompts.make(next(self._index), point.length, client)
+        rec = await client.stream_chat(chat_body(chat.messages, self.plan.response_tokens, cache_prompt=False))
+        check = None if rec.result.error else check_cache(CHAT_MODE, point.length, rec.result.timings)
+        return chat_sample(config.key, point, chat, rec, check, self.plan.round), check
 
     async def _cached_turn(
         self, client: LlamaClient, model_meta: Mapping[str, Any], point: TtftPoint, turn: Prompt
@@ -667,6 +690,31 @@ def build_sample(
         end_ns=r.end_ns,
         token_times_ns=r.token_times_ns,
         n_tokens_received=len(r.token_times_ns),
+        timings=r.timings,
+        cache_ok=r.error is None and check is None,
+        error=r.error,
+        round=round,
+    )
+
+
+def chat_sample(
+    config_key: str, point: TtftPoint, prompt: ChatPrompt, rec: ChatRecord, check: str | None, round: int | None = None
+) -> TtftSample:
+    """The stored record of one chat request (mode ``chat``): the chat stream carries no per-token clock, so its
+    decode is the server's ``predicted_per_second`` and its token count the usage's."""
+    r = rec.result
+    return TtftSample(
+        config_key=config_key,
+        mode=CHAT_MODE,
+        length=point.length,
+        rep=point.rep,
+        prompt_id=prompt.prompt_id,
+        sent_at_unix_ns=rec.sent_at_unix_ns,
+        first_byte_ns=r.first_byte_ns,
+        first_token_ns=r.first_token_ns,
+        end_ns=r.end_ns,
+        token_times_ns=(),
+        n_tokens_received=r.completion_tokens or 0,
         timings=r.timings,
         cache_ok=r.error is None and check is None,
         error=r.error,

@@ -45,6 +45,7 @@ from xover.domain.units import format_tokens
 from xover.report import advise, cache, plots, session, your_turns
 from xover.report.blocks import html_table, plain_md_table
 from xover.report.cached import cached_blocks, cached_ttft, cached_verdicts, turns_workload
+from xover.report.chat import chat_blocks
 from xover.report.decode import decode_blocks
 from xover.report.fa import fa_findings, fa_table, fa_tests
 from xover.report.fit import fit_blocks
@@ -462,7 +463,11 @@ def _cached_blocks(report: Report) -> list[Block]:
     return cached_blocks(report.data, report.response)
 
 
-TURN_SECTIONS: dict[str, Callable[[Report], list[Block]]] = {"cached": _cached_blocks}
+def _chat_blocks(report: Report) -> list[Block]:
+    return chat_blocks(report.data, [(p.a, p.b) for p in report.headline])
+
+
+TURN_SECTIONS: dict[str, Callable[[Report], list[Block]]] = {"chat": _chat_blocks, "cached": _cached_blocks}
 """The report's section of each kind of turn measured after the cold prompts (:data:`xover.domain.turn_kinds.
 AFTER_COLD`, by name), after the tuning and decode sections; the cold prompts are the report's main body."""
 

@@ -23,7 +23,7 @@ from xover.domain import artifacts as art
 from xover.domain.artifacts import FitRecord, Prediction, SkippedPoint, StudyRecord, TuneRecord
 from xover.domain.codec import decode
 from xover.domain.config import LlamaConfig
-from xover.domain.records import BenchResult, Failure, Provenance, SessionTurn, TtftSample, cached_depth
+from xover.domain.records import CHAT_MODE, BenchResult, Failure, Provenance, SessionTurn, TtftSample, cached_depth
 from xover.errors import XoverError
 from xover.results.store import STORE_NAME, Store
 
@@ -232,6 +232,18 @@ class StudyData:
             if depth is not None and row.sample.counted_cached and row.row_id not in self.off_session:
                 out[depth].append((row.label, row.sample))
         return dict(out)
+
+    def chat_samples(self) -> list[tuple[str, TtftSample]]:
+        """Chat-shaped cold samples (mode ``chat``) that passed their cold check and completed, of a round (not a
+        drift check)."""
+        return [
+            (row.label, row.sample)
+            for row in self.ttft_rows
+            if row.sample.mode == CHAT_MODE
+            and row.sample.counted
+            and not row.sample.drift_check
+            and row.row_id not in self.off_session
+        ]
 
     def cold_rows(self) -> list[StoredSample]:
         """The rows of :meth:`cold_samples`, with their run and model."""
@@ -537,6 +549,17 @@ def cached_inputs(data: StudyData, depth: int | None = None) -> list[ConfigData]
     ]
 
 
+def chat_inputs(data: StudyData) -> list[ConfigData]:
+    """Per configuration, its chat-shaped cold prompts as the crossover's inputs (TTFT samples and the same requests'
+    decode, per length; per round): beside the cold inputs of the same lengths, the shape's effect."""
+    ttft, dec, rounds = _per_length(data.chat_samples())
+    return [
+        ConfigData(label, dict(ttft[label]), dict(dec[label]), None, (), {n: dict(v) for n, v in rounds[label].items()})
+        for label in data.config_labels()
+        if ttft.get(label) and dec.get(label)
+    ]
+
+
 def _per_length(
     samples: Sequence[tuple[str, TtftSample]],
 ) -> tuple[
@@ -589,6 +612,7 @@ def crossover_inputs(data: StudyData) -> list[ConfigData]:
 
 TURN_INPUTS: dict[str, Callable[[StudyData], list[ConfigData]]] = {
     "cold": crossover_inputs,
+    "chat": chat_inputs,
     "cached": lambda data: cached_inputs(data),
 }
 """Per kind of turn (:data:`xover.domain.turn_kinds.TURN_KINDS`, by name): its samples as the crossover's inputs, per
