@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import pytest
@@ -124,6 +124,26 @@ def test_coordinate_search_finds_the_planted_optimum_in_eleven_measurements() ->
     # prefill 3x faster: most of a turn is prefill at these lengths
     assert 2.0 < search.gain < 3.0
     assert advise.setting_label(KNOBS, search.recommended) == "lm=none ub=2048"
+
+
+def test_a_screened_knob_measures_its_values_in_one_call_and_decides_as_before() -> None:
+    """Issue 68's screening: -ub's three values come through ``screen`` in one call (one llama-bench process), the
+    other knobs one process each; the search keeps what it keeps without screening, from the same measurements."""
+    calls: list[Setting] = []
+    screens: list[list[Setting]] = []
+    measure = fake(planted, calls=calls)
+
+    def screen(settings: Sequence[Setting]) -> list[Measurement]:
+        screens.append(list(settings))
+        return [measure(s) for s in settings]
+
+    search = advise.coordinate_search(
+        KNOBS, measure, AGENTIC, n_cpu_moe=18, screen=screen, screened=frozenset({"ubatch-size"})
+    )
+    plain = advise.coordinate_search(KNOBS, fake(planted), AGENTIC, n_cpu_moe=18)
+    assert [[dict(s)["ubatch-size"] for s in sc] for sc in screens] == [["1024", "2048", "4096"]]
+    assert search.recommended == plain.recommended and len(calls) == plain.measurements
+    assert {v.knob: v.kept for v in search.verdicts} == {v.knob: v.kept for v in plain.verdicts}
 
 
 def _own_threads(calls: list[Setting]) -> Callable[[Setting], Measurement]:

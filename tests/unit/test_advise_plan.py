@@ -91,3 +91,51 @@ def test_a_budget_the_defaults_alone_cannot_meet_is_refused_in_one_line() -> Non
     msg = str(e.value)
     assert "\n" not in msg and msg.startswith("--budget 12 s cannot hold even llama.cpp's defaults at depths 0, ")
     assert msg.endswith("or more, or shorter --lengths") and "give --budget 1m" in msg
+
+
+SCREENABLE = (
+    Knob("ubatch-size", "-ub", "512", ("1024", "2048", "4096"), record_field="n_ubatch"),
+    Knob("batch-size", "-b", "2048", ("4096",), record_field="n_batch"),
+    Knob("threads", "-t", "auto", ("1",), record_field="n_threads"),
+)
+
+
+def gpu_process(w: Workload, points: int) -> float:
+    """A large model on a GPU build: 30 s of start-up and load a process, then its tests."""
+    return 30 + sum(w.depths(points)) / 1000
+
+
+def test_screening_comes_after_the_depths_and_before_any_value_leaves() -> None:
+    """Step 2: where a process is mostly its start-up, each knob's values in one process keep every value that the
+    ranking would otherwise drop. 300 s holds the band at its floor with -ub's three values screened in one
+    process (8 processes, 276 s) where one process each leaves -t 1 and -b 4096 out (270 s)."""
+
+    def at(budget: float, screen: bool) -> advise.SearchPlan:
+        return advise.plan_search(AGENTIC, SCREENABLE, rank, gpu_process, confirm, budget, scalable=True,
+                                  start_s=30, screenable=lambda k: screen and advise.screenable(k))  # fmt: skip
+
+    roomy = at(3600, True)
+    assert not roomy.screened and roomy.processes == 10  # screening only where the plan does not fit
+    single, screened = at(300, False), at(300, True)
+    assert [k.candidates for k in single.knobs] == [("1024", "2048", "4096")]
+    assert single.left_out[-1] == "values t=1, b=4096 (ranked lowest)"
+    assert screened.knobs == SCREENABLE and screened.screened == {
+        "ubatch-size"
+    }  # a knob of one value has nothing to share
+    assert screened.left_out[0].startswith("depths 0, 10,240, 20,480, 30,720, 40,960 measured at 0, 2,560")
+    assert screened.left_out[1] == "ub=1024/2048/4096 screened, each knob's values in one llama-bench process"
+    # 3 defaults' processes, 1 screen of the 3 ubatches, b and t one each, 2 second processes: 8; the screen costs
+    # one start-up and three values' tests
+    assert screened.processes == 8 and screened.seconds == pytest.approx(7 * 32.56 + 30 + 3 * 2.56 + 10)
+    # tighter still: screening first, then the lowest ranked value
+    tight = at(250, True)
+    assert tight.left_out[1:] == (
+        "ub=1024/2048/4096 screened, each knob's values in one llama-bench process",
+        "values t=1 (ranked lowest)",
+    )
+
+
+def test_only_a_knob_whose_records_tell_its_values_apart_is_screened() -> None:
+    assert advise.screenable(SCREENABLE[0]) and advise.screenable(SCREENABLE[2])
+    env = Knob("GGML_OP_OFFLOAD_MIN_BATCH", "GGML_OP_OFFLOAD_MIN_BATCH", "32", ("1024",), env=True)
+    assert not advise.screenable(env)  # one process has one environment

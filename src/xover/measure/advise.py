@@ -219,6 +219,37 @@ class _Runner:
 
         return measure
 
+    def screen_fn(
+        self, level: int | None, sweep: benchrun.BenchTests, workload: Workload
+    ) -> Callable[[Sequence[Setting]], list[Measurement]]:
+        """``screen(settings)``: settings that differ in one knob's value, in ONE llama-bench process
+        (:func:`xover.measure.bench.run_screen`), each labelled as :meth:`measure_fn` labels it; where one process
+        cannot tell them apart (they differ in more than that option), each in its own process."""
+        base = LlamaConfig(advise.level_label(level), (("n-cpu-moe", str(level)),) if level is not None else ())
+        measure = self.measure_config_fn(base, sweep, workload)
+
+        def screen(settings: Sequence[Setting]) -> list[Measurement]:
+            labels = [f"{base.name} {advise.setting_label(self.spec.knobs, s)}" for s in settings]
+            configs = [advise.apply_setting(base, self.spec.knobs, s, lb) for s, lb in zip(settings, labels)]
+            if benchrun.screened_option(configs) is None:
+                return [measure(s) for s in settings]
+            self.count += 1
+            plan = self.plan
+            left = (max(0, plan.processes - self.count + 1) * plan.per_process_s + plan.confirm_s) if plan else None
+            what = f"{base.name} {' / '.join(lb.removeprefix(base.name + ' ') for lb in labels)} (one process)"
+            self.on_event(Measuring(what, self.count, plan.processes if plan else None, left))
+            outcome = benchrun.run_screen(sweep, configs, self.binaries, self.study_dir, command=self.command)
+            failed = {f.config_key: f.reason for f in outcome.failures}
+            out = []
+            with Store(self.study_dir) as store:
+                for c in configs:
+                    m = measurement_from_store(store, c, self.model_key, sweep, failed.get(c.key), reused=False)
+                    self.on_event(Measured(c.label, m, advise.estimate(m, workload) if m.ok else None))
+                    out.append(m)
+            return out
+
+        return screen
+
 
 def run_advise(
     spec: AdviseSpec,
@@ -255,7 +286,14 @@ def run_advise(
     for level in spec.ncmoe:
         try:
             searches.append(
-                advise.coordinate_search(plan.knobs, runner.measure_fn(level, sweep, workload), workload, level)
+                advise.coordinate_search(
+                    plan.knobs,
+                    runner.measure_fn(level, sweep, workload),
+                    workload,
+                    level,
+                    screen=runner.screen_fn(level, sweep, workload),
+                    screened=plan.screened,
+                )
             )
         except XoverError as e:
             on_event(Note(f"{advise.level_label(level)} left out: {e}"))
@@ -267,7 +305,7 @@ def run_advise(
         e for s in searches for e in advise.expectations(terms, hw, plan.knobs, s, workload, gpu_build)
     )
     if plan.left_out:
-        note = "; ".join(x for x in (note, "left out to fit --budget: " + "; ".join(plan.left_out)) if x)
+        note = "; ".join(x for x in (note, "to fit --budget: " + "; ".join(plan.left_out)) if x)
     response = max(1, round(workload.mean_response))
     crossovers = (
         advise.revisit_crossovers(
@@ -409,6 +447,8 @@ def _plan(
         levels=len(spec.ncmoe),
         scalable=spec.workload is None,
         spent_s=spent_s,
+        start_s=probe.start_s,
+        screenable=advise.screenable,
     )
 
 

@@ -22,6 +22,7 @@ from contextlib import closing
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from xover.domain import llama_options
 from xover.domain.config import LlamaConfig, command_configs
 from xover.domain.llama_options import LlamaOption
 from xover.domain.records import INTERRUPTED, Failure, failure_round, interrupted
@@ -245,6 +246,74 @@ def run_sweep(
         )
 
 
+def screened_option(configs: Sequence[LlamaConfig]) -> str | None:
+    """The one option whose values ``configs`` differ in, where one llama-bench process can run them all and its
+    records tell them apart (llama-bench takes a repeated flag as more values, keeps the model loaded across values
+    that leave the model's parameters alone, and echoes the option's record field); None where they differ in more
+    than that, in anything else (environment, engine, pass-through arguments), or the option is not echoed."""
+    first = configs[0]
+    names = {n for c in configs for n, _ in c.settings}
+    differ = [n for n in sorted(names) if len({c.get(n) for c in configs}) > 1]
+    same = all(
+        (c.engine, c.backend, c.env, c.bench_args, c.rpc_local) == (first.engine, first.backend, first.env,
+                                                                     first.bench_args, first.rpc_local)
+        for c in configs
+    )  # fmt: skip
+    if len(configs) < 2 or len(differ) != 1 or not same or any(c.get(differ[0]) is None for c in configs):
+        return None
+    option = llama_options.BY_NAME[differ[0]].for_engine(first.engine)
+    return differ[0] if option.checked and option.record_field is not None and option.bench_args("1") else None
+
+
+def screen_job(configs: Sequence[LlamaConfig], spec: BenchTests, verbose: bool = True) -> BenchJob:
+    """One llama-bench process for ``configs`` (:func:`screened_option` names what they differ in): the first one's
+    arguments without that option, then the option's flag once per value."""
+    name = screened_option(configs)
+    if name is None:
+        raise XoverError("these configurations differ in more than one option llama-bench can sweep in one process")
+    values = [c.get(name) for c in configs]
+    option = llama_options.BY_NAME[name].for_engine(configs[0].engine)
+    flags = tuple(a for v in values if v is not None for a in option.bench_args(v))
+    base = configs[0].with_values({name: None}, name=f"{configs[0].name} [{name}: {', '.join(map(str, values))}]")
+    screen = dataclasses.replace(base, bench_args=(*flags, *base.bench_args))
+    return BenchJob(screen, spec.n_prompt, spec.n_gen, spec.depths, spec.repetitions, verbose=verbose)
+
+
+def run_screen(
+    spec: BenchTests,
+    configs: Sequence[LlamaConfig],
+    binaries: Binaries,
+    study_dir: Path,
+    *,
+    command: Sequence[str] = (),
+    on_event: Callable[[SweepEvent], None] = lambda e: None,
+) -> SweepOutcome:
+    """Every test of ``configs``, which differ in one option's value (:func:`screened_option`), in ONE llama-bench
+    process (:func:`screen_job`): each record stored under the configuration whose value it echoes. A screen saves
+    the start-up (and the model's load) of each value after the first; it is one process's evidence for them all,
+    so a value that leads by a little is measured again in a process of its own (advise's search), and only
+    what reaches the confirmation counts. A value that failed is stored as failed; the others keep their records."""
+    model_key = model_id(spec.model).key
+    job = screen_job(configs, spec)
+    with Store(study_dir) as store:
+        load = machine_load()
+        run = Recording(store, "bench", command, binaries=binaries, model=spec.model, always=False,
+                        on_event=on_event, load=load)  # fmt: skip
+        total = len(job.points()) * len(configs)
+        with run:
+            on_event(ConfigStarted(job, 0, 1))
+            for c in configs:
+                store.put_config(c)
+            stored, failure = _run_job(job, spec, binaries, store, run, model_key, 0, total, on_event, configs)
+            on_event(Progressed(total, total))
+            for c in configs:  # the values it did not finish, where it failed
+                done = all(store.has_bench_point(c.key, model_key, *p, round=spec.round) for p in job.points())
+                if failure is not None and not done:
+                    run.fail(c, dataclasses.replace(failure, config_key=c.key))
+        return SweepOutcome(study_dir=study_dir, configs=tuple(configs), skipped=(), stored=stored,
+                            failures=tuple(run.failures), run_id=run.run_id)  # fmt: skip
+
+
 def _run_job(
     job: BenchJob,
     spec: BenchTests,
@@ -255,10 +324,14 @@ def _run_job(
     done_before: int,
     total: int,
     on_event: Callable[[SweepEvent], None],
+    members: Sequence[LlamaConfig] = (),
 ) -> tuple[int, Failure | None]:
-    """One llama-bench process: store its records as they come; return (tests stored, failure or None)."""
+    """One llama-bench process: store its records as they come; return (tests stored, failure or None).
+    ``members``: a screen's configurations (:func:`run_screen`), each record stored under the one it echoes."""
     expected = job.points()
-    seen: set[Point] = set()
+    owners = tuple(members) or (job.config,)
+    seen_by: dict[str, set[Point]] = {c.key: set() for c in owners}
+    seen: set[tuple[str, Point]] = set()  # of the process (a screen: every value's tests)
     problem: str | None = None
     exited: Exited | None = None
     bins = binaries.for_config(job.config)
@@ -268,10 +341,12 @@ def _run_job(
             if isinstance(event, ProgressLine):
                 on_event(Progressed(done_before + max(_within_job(event), len(seen)), total))
             elif isinstance(event, RecordLine):
-                result = dataclasses.replace(bench.result_from_record(job.config.key, event.record), round=spec.round)
+                owner = next((c for c in owners if bench.record_mismatch(c, event.record, backend) is None), None)
+                problem = bench.record_mismatch(owner or owners[0], event.record, backend)
+                owner = owner or owners[0]
+                result = dataclasses.replace(bench.result_from_record(owner.key, event.record), round=spec.round)
                 point = (result.n_prompt, result.n_gen, result.n_depth)
-                problem = bench.record_mismatch(job.config, event.record, backend)
-                if problem is None and (point not in expected or point in seen):
+                if problem is None and (point not in expected or point in seen_by[owner.key]):
                     problem = (
                         f"llama-bench measured {result.test_name}, which this configuration did not ask for or already "
                         "measured: an argument after `--` sweeps a value (e.g. -b 256,512); sweep with xover's options"
@@ -279,10 +354,11 @@ def _run_job(
                 if problem is not None:
                     break  # closing() stops llama-bench
                 store.add_bench_result(run.ensure(event.record, build=job.config.build), model_key, result)
-                if not seen:
+                if not any(seen_by.values()):
                     _fault_hook(job, spec.round)
-                seen.add(point)
-                on_event(ResultStored(job.config, result))
+                seen_by[owner.key].add(point)
+                seen.add((owner.key, point))
+                on_event(ResultStored(owner, result))
                 on_event(Progressed(done_before + len(seen), total))
             else:
                 exited = event
@@ -304,7 +380,7 @@ def _run_job(
                 {"config_key": job.config.key, "label": job.config.label, "source": "llama-bench", **use.to_dict()},
                 build=job.config.build,
             )
-        problem = problem or exit_problem(exited, len(seen), len(expected), spec.timeout_s)
+        problem = problem or exit_problem(exited, len(seen), len(expected) * len(owners), spec.timeout_s)
     if problem is None:
         return len(seen), None
     tail = exited.stderr_tail if exited is not None else ""

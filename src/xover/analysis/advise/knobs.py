@@ -77,6 +77,13 @@ class Knob:
         return self.option.short
 
 
+def screenable(knob: Knob) -> bool:
+    """Whether one llama-bench process can run this knob's values and tell their records apart: a flag llama-bench
+    takes again as more values, whose value its records echo (an environment knob is one process's environment)."""
+    option = opts.BY_NAME.get(knob.name)
+    return not knob.env and knob.record_field is not None and option is not None and option.checked
+
+
 def option_knob(option: opts.LlamaOption, candidates: Sequence[str]) -> Knob:
     """The knob that varies ``option`` (:mod:`xover.domain.llama_options`) over ``candidates``, with the record
     field that shows the value in effect (and how it reports a value: ``-fa on`` as ``1``), so that a candidate

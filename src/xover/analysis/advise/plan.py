@@ -10,13 +10,16 @@ it does not fit the budget, shrinks it in this order, saying what each step left
    kept: the representative lengths end at the longest), then, for the default agentic workload only, the band
    halved: the largest depths that fit (on a CPU build an agentic prompt takes minutes); of the ubatches that run
    every prompt left as one ubatch, only the smallest stays;
-2. **fewer candidates**: the values the ranking (applicability, then the theory's expected gain) puts lowest
+2. **screening**: each knob whose values one llama-bench process can run and tell apart (``screenable``: its flag
+   repeated, its value echoed in the records) has its values measured together in one process, which saves the
+   start-up and model load of every value after the first (most of a process on a GPU build of a large model;
+   little on a CPU build, where the tests' depths dominate). It is one process's evidence for all of them: a value
+   that leads by a little still gets a process of its own, and the confirmation decides;
+3. **fewer candidates**: the values the ranking (applicability, then the theory's expected gain) puts lowest
    leave first, down to none: the defaults measured and confirmed alone.
 
 A budget that even the defaults alone at the shallowest band do not fit ends before anything more is measured,
-with one line that says what to give. Screening a knob's values in one llama-bench process (issue 68's second
-step) is not planned: llama-bench reloads nothing between a knob's values but prefills each test's depth again, so
-on the builds where depth dominates (a CPU build) it saves only the start-ups.
+with one line that says what to give.
 """
 
 from __future__ import annotations
@@ -45,11 +48,11 @@ def per_token_s(rates: dict[int, float], depth: float) -> float:
     return max(t0, t0 + (t1 - t0) * (depth - d0) / max(1, d1 - d0))
 
 
-def processes(candidates: int) -> int:
+def processes(candidates: int, screens: int = 0, screened_values: int = 0) -> int:
     """llama-bench processes a search of ``candidates`` values plans for at one offload level: the defaults, each
-    value, the defaults again (the drift), the kept values together, and :data:`MARGINAL_RESERVE` second
-    processes (as many as there are values, if fewer)."""
-    return 3 + candidates + min(MARGINAL_RESERVE, candidates)
+    value (``screened_values`` of them in ``screens`` processes, one a knob), the defaults again (the drift), the
+    kept values together, and :data:`MARGINAL_RESERVE` second processes (as many as there are values, if fewer)."""
+    return 3 + candidates - screened_values + screens + min(MARGINAL_RESERVE, candidates)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -65,18 +68,29 @@ class SearchPlan:
     confirm_s: float
     budget_s: float
     left_out: tuple[str, ...] = ()
+    start_s: float = 0.0  # what a process costs beyond its tests (start-up, model load): what a screen saves
+    screened: frozenset[str] = frozenset()  # knobs whose values are measured together in one process
 
     @property
     def candidates(self) -> int:
         return sum(len(k.candidates) for k in self.knobs)
 
+    def _screens(self) -> list[int]:
+        """The values of each screened knob (those with two or more left)."""
+        return [len(k.candidates) for k in self.knobs if k.name in self.screened and len(k.candidates) > 1]
+
     @property
     def processes(self) -> int:
-        return self.levels * processes(self.candidates)
+        screens = self._screens()
+        return self.levels * processes(self.candidates, len(screens), sum(screens))
 
     @property
     def seconds(self) -> float:
-        return self.processes * self.per_process_s + self.confirm_s
+        screens = self._screens()
+        singles = self.processes - self.levels * len(screens)
+        tests_s = max(0.0, self.per_process_s - self.start_s)  # one value's tests
+        screen_s = sum(self.start_s + n * tests_s for n in screens)
+        return singles * self.per_process_s + self.levels * screen_s + self.confirm_s
 
     @property
     def depths(self) -> tuple[int, ...]:
@@ -90,7 +104,7 @@ class SearchPlan:
             f"~{self.seconds / 60:.1f} min of the --budget {self.budget_s / 60:.1f} min"
         )
         if self.left_out:
-            text += "; left out to fit it: " + "; ".join(self.left_out)
+            text += "; to fit it: " + "; ".join(self.left_out)
         return text
 
 
@@ -104,6 +118,8 @@ def plan_search(
     levels: int = 1,
     scalable: bool = False,
     spent_s: float = 0.0,
+    start_s: float = 0.0,
+    screenable: Callable[[Knob], bool] = lambda knob: False,
 ) -> SearchPlan:
     """The plan of the module docstring. ``rank(knob, value)``: higher is kept longer; ``per_process_s(workload,
     points)``: one llama-bench process at that workload's representative depths; ``confirm_s(workload, points)``: the
@@ -119,6 +135,7 @@ def plan_search(
         per_process_s(workload, min(REPRESENTATIVE_POINTS, len(workload.lengths))),
         confirm_s(workload, min(REPRESENTATIVE_POINTS, len(workload.lengths))),
         budget_s,
+        start_s=start_s,
     )
 
     def at(w: Workload, points: int) -> SearchPlan:
@@ -147,7 +164,15 @@ def plan_search(
         kept, why = ubatch_reason(ub.candidates, max(plan.workload.lengths), LLAMA_DEFAULT_UBATCH)
         if why is not None:
             plan = dataclasses.replace(plan, knobs=_with(plan.knobs, ub.name, kept), left_out=(*plan.left_out, why))
-    # 2. fewer candidates: the lowest ranked value first (among equal ranks, the later knob's later value)
+    # 2. screening: each screenable knob's values in one process
+    together = frozenset(k.name for k in plan.knobs if len(k.candidates) > 1 and screenable(k))
+    if plan.seconds > budget_s and together:
+        plan = dataclasses.replace(plan, screened=together)
+        names = ", ".join(f"{k.short}={'/'.join(k.candidates)}" for k in plan.knobs if k.name in together)
+        plan = dataclasses.replace(
+            plan, left_out=(*plan.left_out, f"{names} screened, each knob's values in one llama-bench process")
+        )
+    # 3. fewer candidates: the lowest ranked value first (among equal ranks, the later knob's later value)
     ranks = {(k.name, v): rank(k, v) for k in plan.knobs for v in k.candidates}
     dropped: list[str] = []
     while plan.seconds > budget_s and plan.candidates:

@@ -141,16 +141,20 @@ def _try_knob(
     effective: Mapping[str, str],
     run: Callable[[Setting, str | None], Trial],
     origin: Setting = DEFAULTS,
+    screen: Callable[[Sequence[Setting], str], object] | None = None,
 ) -> tuple[Knob, tuple[str, ...], list[tuple[str, Estimate]], list[str]]:
     """Each candidate of ``knob`` alone on top of ``origin`` (the defaults, or the configuration's own knobs moved
     first; ``run``: one trial), but those llama.cpp already runs there (``effective``: the origin's record fields):
-    (knob, skipped, measured, failed)."""
+    (knob, skipped, measured, failed). ``screen``: the candidates are measured together first, in one process."""
     in_effect = knob.in_effect(effective)
     values = [v for v in dict.fromkeys(knob.candidates) if v != knob.default]
     skipped = tuple(v for v in values if v == in_effect)
     measured: list[tuple[str, Estimate]] = []
     failed: list[str] = []
-    for value in (v for v in values if v not in skipped):
+    todo = [v for v in values if v not in skipped]
+    if screen is not None and len(todo) > 1:
+        screen([normalize(knobs, {**dict(origin), knob.name: v}) for v in todo], knob.name)
+    for value in todo:
         e = run(normalize(knobs, {**dict(origin), knob.name: value}), knob.name).estimate
         if e is None:
             failed.append(value)
@@ -253,6 +257,8 @@ def _pass(
     recheck: bool,
     second: Workload | None,
     own: bool = False,
+    screen: Callable[[Sequence[Setting], str], object] | None = None,
+    screened: frozenset[str] = frozenset(),
 ) -> tuple[_Pass, float | None, float | None]:
     """Each knob of ``over`` alone on top of ``origin`` (its trial is the base of every effect), the origin measured
     again after them (with ``recheck``), and a marginal leader measured again (and the next leader, where that
@@ -270,7 +276,10 @@ def _pass(
     assert b is not None and b2 is not None
     # the origin again after this pass's knobs: a new process where an earlier pass already measured it again
     recheck_setting = again(origin, 2) if again(origin) in trials else again(origin)
-    tried = [_try_knob(knobs, knob, dict(base.measurement.effective), run, origin) for knob in over]
+    tried = [
+        _try_knob(knobs, knob, dict(base.measurement.effective), run, origin, screen if knob.name in screened else None)
+        for knob in over
+    ]
     drift = decode_drift = None
     if recheck:
         again_trial = run(recheck_setting, None)
@@ -324,6 +333,8 @@ def coordinate_search(
     recheck: bool = True,
     second: Workload | None = None,
     first: Sequence[str] = (),
+    screen: Callable[[Sequence[Setting]], Sequence[Measurement]] | None = None,
+    screened: frozenset[str] = frozenset(),
 ) -> Search:
     """The search of the module docstring; ``measure`` runs one configuration. With ``recheck`` the
     defaults are measured again after every knob (:data:`RECHECK`) and the drift between the two
@@ -346,6 +357,16 @@ def coordinate_search(
             )
         return trials[setting]
 
+    def run_together(settings: Sequence[Setting], varied: str) -> None:
+        """``settings`` not yet measured, in one process (``screen``): their trials, as ``run`` makes them."""
+        assert screen is not None
+        new = [s for s in settings if s not in trials]
+        for setting, m in zip(new, screen(new) if len(new) > 1 else [measure(s) for s in new], strict=True):
+            trials[setting] = Trial(
+                setting, setting_label(knobs, setting), varied, m, estimate(m, workload) if m.ok else None
+            )
+
+    together = run_together if screen is not None and screened else None
     base = run(DEFAULTS, None)
     if base.estimate is None:
         raise XoverError(
@@ -357,13 +378,13 @@ def coordinate_search(
     passes: list[tuple[_Pass, float | None, float | None]] = []
     origin = DEFAULTS
     if own:
-        passes.append(_pass(knobs, own, DEFAULTS, run, trials, recheck, second, own=True))
+        passes.append(_pass(knobs, own, DEFAULTS, run, trials, recheck, second, True, together, screened))
         origin = normalize(knobs, passes[0][0].kept)
         if run(origin, None).estimate is None:  # the moved knobs together could not be measured: stay
             origin = DEFAULTS
     rest = [k for k in knobs if k not in own]
     if rest or not own:
-        passes.append(_pass(knobs, rest, origin, run, trials, recheck, second))
+        passes.append(_pass(knobs, rest, origin, run, trials, recheck, second, False, together, screened))
     drifts = [d for _, d, _ in passes if d is not None]
     decode_drifts = [d for _, _, d in passes if d is not None]
     drift = max(drifts) if drifts else None
