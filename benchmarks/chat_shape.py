@@ -55,7 +55,14 @@ from xover.domain.config import LlamaConfig
 from xover.domain.prompts import TokenPrompts, parse_lengths, token_pool
 from xover.domain.sse import CompletionStream
 from xover.llamacpp.binaries import resolve
-from xover.llamacpp.server import LlamaServer, ServerLaunch, context_size, device_problem, has_flag
+from xover.llamacpp.server import (
+    LlamaServer,
+    ServerLaunch,
+    buffer_log_verbosity,
+    context_size,
+    device_problem,
+    has_flag,
+)
 from xover.measure.server_session import warm_up, warmup_lengths
 from xover.measure.ttft import gguf_token_types
 
@@ -92,6 +99,7 @@ async def one_server(
         context_size(longest, args.decode_tokens + 64),
         fit_off=has_flag(bins.server, "-fit"),
         label=f"{config.name}-r{round_no}",
+        log_verbosity=buffer_log_verbosity(bins.server),  # the load log names the devices it ran on
     )
     sink = out / "samples.jsonl"
 

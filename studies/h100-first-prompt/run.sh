@@ -6,14 +6,17 @@
 #   3. blob against chat (benchmarks/chat_shape.py, CUDA) at 16K and 32K, 3 rounds of fresh servers, on qwen3-30b-a3b
 #      and gpt-oss-20b, each with the whole model on the GPU and with experts on the CPU (pinned, -ub 4096): chat-*/.
 #      CHAT=0 leaves it out; CHAT_ONLY=1 runs it alone.
-# Here first, once committed:  VK=1 STUDY=h200-first-prompt bash scripts/prepare-lease.sh
+# Here first, once committed:  VK=1 STUDY=h100-first-prompt bash scripts/prepare-lease.sh
 # Carry: out/llsrc out/xsrc .whl .gl .vkdeps (or out/bins instead of out/llsrc and .vkdeps, where a lease packed the
 # builds). Repeat the call until job.log says done; it returns $OUT/fp.tgz and the packed builds' parts.
+# Run on 2026-12-08 on an H100 (README.md). The job's step 3 failed at once: the benchmark started its servers
+# without -lv, so their logs named no device and its own check took the CUDA build for one running on the CPU (fixed
+# since); the two models' runs, and a --swa-full check, were then made by hand in the same lease (README).
 source scripts/lease.sh
 lease_init fp
-S=out/xsrc/studies/h200-first-prompt
+S=out/xsrc/studies/h100-first-prompt
 if [ ! -f $J/started ]; then
-  [ -f $S/study.toml ] || { echo "no $S/study.toml: carry out/xsrc (STUDY=h200-first-prompt, committed)"; exit 1; }
+  [ -f $S/study.toml ] || { echo "no $S/study.toml: carry out/xsrc (STUDY=h100-first-prompt, committed)"; exit 1; }
   mkdir -p $ST/qwen3-30b-a3b/models $ST/models $ST/bench; cp $S/study.toml $J/study.toml
   echo ${CHAT:-1} > $J/chat; echo ${CHAT_ONLY:-0} > $J/chat-only; cp benchmarks/chat_shape.py $J/chat_shape.py
 fi
