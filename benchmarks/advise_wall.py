@@ -56,7 +56,7 @@ def main() -> None:
         bench = sum(1 for r in runs if r["kind"] == "bench")
         servers = len(list((out / "logs").glob("server-*.log"))) if (out / "logs").is_dir() else 0
     flat = " ".join(text.split())
-    plan = re.search(r"(plan: .*? of the --budget [\d.]+ min(?:; left out to fit it: [^|]*?)?) (?=\s*1/)", flat)
+    plan = re.search(r"(plan: .*? of the --budget [\d.]+ min(?:; (?:left out )?to fit it: [^|]*?)?) (?=\s*1/)", flat)
     rec = re.search(r"Recommendation: (.*?)(?: ```|$)", flat)
     print(f"src {args.src}; xover advise -m tiny-moe.gguf --ncmoe 0 {' '.join(args.extra)}".rstrip())
     print(f"  {ended}: {wall / 60:.1f} min wall, {bench} llama-bench processes, {servers} llama-server processes")

@@ -369,7 +369,67 @@ def test_the_plan_is_printed_with_what_it_left_out_and_the_wait(
     assert r.returncode == 0, r.stderr
     out = " ".join((r.stderr + r.stdout).split())  # the progress goes to stderr, the advice to stdout
     # the depths and values the plan keeps are the machine's speed to decide (a busy machine drops some): its shape
-    plan = re.search(r"plan: (.*?); depths 0(, [\d,]+)+; about (\d+) llama-bench processes of ~\d+ s and", out)
+    plan = re.search(r"plan: (.*?); depths 0(, [\d,]+)+; about (\d+) llama-bench processes of ~\d+ s(?: and|:)", out)
     assert plan is not None, out
     planned = int(plan.group(3))
     assert re.search(rf"\b1/~{planned} ncmoe=0 defaults \.\.\. \(about [\d.]+ min left\)", out), out
+
+
+def _slow_bins(llama_bins: Binaries, tmp_path: Path) -> Path:
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+    from fakes.slow_bench import write_bin_dir
+
+    return write_bin_dir(tmp_path / "slowbin", llama_bins.bin_dir)
+
+
+def test_on_slow_rates_the_plan_shrinks_in_its_stated_order_and_refuses_what_it_cannot_hold(
+    llama_bins: Binaries, tiny_model: Path, tmp_path: Path
+) -> None:
+    """Issue 68 on a llama-bench whose records report slow rates (tests/fakes/slow_bench.py: the real llama-bench,
+    its rates replaced by 40 prefill and 4 decode tokens/s): the plan, priced from the probe, prints before the first
+    measurement of the search what it did to fit, in the stated order: (1) fewer depths, the default band halved to its
+    floor (and the ubatch that runs the same work as a smaller one out); (2) the ubatches screened in one llama-bench
+    process; (3) the values ranked lowest out. Stopped there (Ctrl-C), nothing is left running. A budget that cannot
+    hold even the defaults' processes ends after the probe with one line naming the --budget to give."""
+    import signal
+    import subprocess
+    import sys
+
+    slow = _slow_bins(llama_bins, tmp_path)
+    argv = [sys.executable, "-m", "xover", "advise", "-m", str(tiny_model), "--ncmoe", "0", "--knobs", "ub,b",
+            "--no-confirm", "--llama-bin-dir", str(slow)]  # fmt: skip
+    proc = subprocess.Popen([*argv, "--budget", "1h", "-o", str(tmp_path / "a")], stderr=subprocess.PIPE, text=True)
+    assert proc.stderr is not None
+    lines: list[str] = []
+    for line in proc.stderr:  # the plan comes before the search's first measurement
+        lines.append(line)
+        if re.search(r"\b1/~\d+ ", line):
+            break
+    proc.send_signal(signal.SIGINT)
+    proc.communicate(timeout=120)
+    text = " ".join("".join(lines).split())
+    plan = re.search(
+        r"plan: (.*?); depths 0, ([\d,]+); about (\d+) llama-bench processes .*?; to fit it: (.*?) 1/~", text
+    )
+    assert plan is not None, text
+    steps = plan.group(4).split("; ")
+    # 1. fewer depths: the band halved to its floor (512 tokens)
+    assert steps[0].startswith("depths 0, 6,912, 14,080, 20,992, 28,160 measured at 0, 1,792 (fewer depths, the band")
+    assert "agentic: uniform over 512, 768, 1,280, 1,792 tokens" in steps[0]
+    assert steps[1].endswith("-ub 4096 would run the same ubatches")
+    # 2. screening, before any value leaves
+    assert steps[2] == "ub=1024/2048 screened, each knob's values in one llama-bench process"
+    # 3. the values ranked lowest: here every one (an hour holds the defaults' three processes alone)
+    assert steps[3] == "values ub=2048, ub=1024, b=4096 (ranked lowest)"
+    assert plan.group(1) == "none" and plan.group(3) == "3"
+    # a budget that cannot hold even that: one line, after the probe alone
+    r = subprocess.run([*argv, "--budget", "10m", "-o", str(tmp_path / "b")], capture_output=True, text=True,
+                       timeout=600)  # fmt: skip
+    assert r.returncode == 2, r.stderr
+    (line,) = [ln for ln in r.stderr.splitlines() if ln.startswith("xover: error:")]
+    assert "--budget 10.0 min" in line and "cannot hold even llama.cpp's defaults at depths 0, 1,792" in line
+    assert re.search(r"give --budget \d+m or more", line), line
+    with Store(tmp_path / "b") as store:
+        assert {c.label for c in store.configs()} == {"ncmoe=0 defaults"}  # the probe alone

@@ -100,8 +100,9 @@ class SearchPlan:
         values = ", ".join(f"{k.short}={'/'.join(k.candidates)}" for k in self.knobs if k.candidates) or "none"
         text = (
             f"plan: {values}; depths {_tokens(self.depths)}; about {self.processes} llama-bench "
-            f"processes of ~{self.per_process_s:.0f} s and the llama-server confirmation (~{self.confirm_s:.0f} s): "
-            f"~{self.seconds / 60:.1f} min of the --budget {self.budget_s / 60:.1f} min"
+            f"processes of ~{self.per_process_s:.0f} s"
+            + (f" and the llama-server confirmation (~{self.confirm_s:.0f} s)" if self.confirm_s else "")
+            + f": ~{self.seconds / 60:.1f} min of the --budget {self.budget_s / 60:.1f} min"
         )
         if self.left_out:
             text += "; to fit it: " + "; ".join(self.left_out)
