@@ -116,6 +116,14 @@ def test_zero_and_negative_counts(command: tuple[str, ...], needle: str, model: 
         ('[model]\npreset = "tiny-moe"\n', "at least one configuration"),
         ('[model\npreset = "tiny-moe"\n', "spec"),  # not TOML at all
         ('[model]\npreset = "tiny-moe"\n[[config]]\nname = "a"\nn-cpu-moe = 9\n', "--n-cpu-moe 9 is beyond"),
+        (
+            '[model]\npreset = "tiny-moe"\n[[config]]\nname = "mine"\ncommand = "llama-server -m m.gguf -ub x"\n',
+            "[[config]] 'mine' command -ub: ubatch-size must be an integer",
+        ),
+        (
+            '[model]\npreset = "tiny-moe"\n[[config]]\nname = "mine"\ncommand = "llama-server -m m.gguf"\nthreads = 2\n',
+            "'threads' beside command: give its flag in the command instead",
+        ),
     ],
 )
 def test_malformed_study_specs(text: str, needle: str, tmp_path: Path) -> None:
@@ -126,3 +134,20 @@ def test_malformed_study_specs(text: str, needle: str, tmp_path: Path) -> None:
 
 
 # ---- no shell strings ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("command", "needle"),
+    [
+        ("llama-server -m m.gguf -rtr", "--baseline: -rtr is a flag of ik_llama.cpp's llama-server"),
+        ("llama-server -ngl 99", "--baseline: the command names no model: add -m FILE.gguf"),
+        ("llama-server -m m.gguf -ub 0", "--baseline -ub: ubatch-size must be an integer of at least 1"),
+    ],
+)
+def test_a_baseline_command_xover_cannot_run_is_refused_before_anything_runs(
+    command: str, needle: str, tmp_path: Path
+) -> None:
+    """Issue 67: `xover study --baseline "..."` reads the user's command before anything runs; one it cannot run is
+    refused in one line that names the flag, and nothing is stored."""
+    one_line_error(run_xover("study", "--baseline", command, "-o", str(tmp_path / "out"), "-q"), needle)
+    assert not (tmp_path / "out" / "results.sqlite").exists()

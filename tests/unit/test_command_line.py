@@ -91,3 +91,18 @@ def test_ik_llama_cpp_commands_read_with_its_own_flags() -> None:
 
 def test_flag_equals_forms_split_only_long_flags() -> None:
     assert split_command("--model=a=b.gguf -c 4") == ["--model", "a=b.gguf", "-c", "4"]
+
+
+def test_a_baseline_leads_the_study_and_a_spec_config_can_be_a_command() -> None:
+    from xover.domain.study_spec import default_spec, spec_from_dict, with_baseline
+
+    spec = with_baseline(default_spec(), "llama-server -m tiny.gguf -ngl 99 -ub 64 --jinja")
+    yours = spec.configs[0]
+    assert yours.name == "yours" and dict(yours.settings) == {"n-gpu-layers": "99", "ubatch-size": "64"}
+    assert yours.server_args == ("--jinja",) and spec.pairs[0] == ("yours", "fa=on")
+    with pytest.raises(XoverError, match="already has a configuration named 'yours'"):
+        with_baseline(spec, "llama-server -m m.gguf")
+    doc = {"model": {"preset": "tiny-moe"},
+           "config": [{"name": "mine", "command": "llama-server -m x.gguf -t 1 -fa off"}, {"name": "b", "threads": 2}]}  # fmt: skip
+    mine = spec_from_dict(doc).configs[0]
+    assert mine.name == "mine" and dict(mine.settings) == {"threads": "1", "flash-attn": "off"}

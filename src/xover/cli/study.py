@@ -61,6 +61,15 @@ if TYPE_CHECKING:
     "cached turns, depth and answer length they need, replays them on every configuration, and answers in minutes "
     "of waiting over them. Replaces the spec's lengths, cached-turns, cached-depth and response-tokens.",
 )
+@click.option(
+    "--baseline",
+    default=None,
+    metavar='"llama-server ..."',
+    help="Your own llama-server command line, measured as the configuration 'yours' beside the spec's and first in "
+    "the verdict: the flags the option table knows become settings (checked), -m and -c are the study's, --port, "
+    "--host and --log-file are xover's, anything else passes through as given. A flag xover cannot run is refused "
+    "before anything runs.",
+)
 @click.option("-q", "--quiet", is_flag=True, help="No progress bars; only the verdict and errors (for CI).")
 @click.option(
     "--progress-jsonl",
@@ -79,6 +88,7 @@ def study(
     only_configs: str,
     vram_budget: str | None,
     workload: Path | None,
+    baseline: str | None,
     quiet: bool,
     progress_jsonl: IO[str] | None,
 ) -> None:
@@ -102,6 +112,10 @@ def study(
     loaded = load_spec(spec_file) if spec_file is not None else None
     binaries = resolve_chosen(llama_bin_dirs)
     spec, intro = (loaded, None) if loaded is not None else _default_for_this_machine(binaries)
+    if baseline is not None:
+        from xover.domain.study_spec import with_baseline
+
+        spec = with_baseline(spec, baseline)
     spec = narrow(spec, skip, only_configs)
     if vram_budget is not None:
         import dataclasses

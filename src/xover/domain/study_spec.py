@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from xover.domain import llama_options
+from xover.domain.command_line import BASELINE, parse_command
 from xover.domain.config import LlamaConfig
 from xover.domain.option_values import FIT, fit_context, placed_overrides  # noqa: F401 (FIT, fit_context re-exported)
 from xover.domain.profiles import builtin, parse_bytes
@@ -273,6 +274,8 @@ def config_from_table(table: Mapping[str, Any], index: int) -> LlamaConfig:
     if not isinstance(name, str) or not name.strip():
         raise XoverError(f"{where}: give it a name = '...' (used as the column label)")
     where = f"[[config]] {name!r}"
+    if "command" in table:
+        return _config_from_command(table, name.strip(), where)
     keyed = {o.name: o for o in llama_options.OPTIONS if not o.env}
     known = set(keyed) | {"name", "engine", "backend", "env", "bench-args", "server-args", *_RPC_LOCAL_KEYS}
     values: dict[str, str] = {}
@@ -326,6 +329,32 @@ def config_from_table(table: Mapping[str, Any], index: int) -> LlamaConfig:
 
 
 _RPC_LOCAL_KEYS = ("rpc-local", "rpc-threads")
+
+
+def _config_from_command(table: Mapping[str, Any], name: str, where: str) -> LlamaConfig:
+    """``[[config]] command = "llama-server -m ... -ngl 99 ..."``: the user's own command line as a configuration
+    (:func:`xover.domain.command_line.parse_command`); beside it only ``name``, ``engine`` and ``backend``."""
+    extra = sorted(set(table) - {"name", "command", "engine", "backend"})
+    if extra:
+        raise XoverError(f"{where}: {extra[0]!r} beside command: give its flag in the command instead")
+    text, engine, backend = table["command"], table.get("engine", llama_options.ENGINE), table.get("backend")
+    if not isinstance(text, str):
+        raise XoverError(f"{where}: command must be a string, e.g. 'llama-server -m model.gguf -ngl 99'")
+    if engine not in llama_options.ENGINES:
+        raise XoverError(f"{where}: engine must be one of {', '.join(llama_options.ENGINES)}, got {engine!r}")
+    if backend is not None and backend not in llama_options.BACKENDS:
+        raise XoverError(f"{where}: backend must be one of {', '.join(llama_options.BACKENDS)}, got {backend!r}")
+    return parse_command(text, engine, where=f"{where} command").config(name, backend)
+
+
+def with_baseline(spec: StudySpec, text: str, engine: str = llama_options.ENGINE) -> StudySpec:
+    """``spec`` with the user's own command (``--baseline "llama-server ..."``) as its first configuration, named
+    ``yours``, and the verdict's first pair that command against the spec's first configuration."""
+    if any(c.name == BASELINE for c in spec.configs):
+        raise XoverError(f"--baseline: the spec already has a configuration named {BASELINE!r}: rename it")
+    yours = parse_command(text, engine).config(BASELINE)
+    first = spec.pairs[0][0] if spec.pairs else spec.configs[0].name
+    return dataclasses.replace(spec, configs=(yours, *spec.configs), pairs=((BASELINE, first), *spec.pairs))
 
 
 def _rpc_local(table: Mapping[str, Any], where: str) -> tuple[int, int | None]:
