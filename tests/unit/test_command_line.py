@@ -106,3 +106,11 @@ def test_a_baseline_leads_the_study_and_a_spec_config_can_be_a_command() -> None
            "config": [{"name": "mine", "command": "llama-server -m x.gguf -t 1 -fa off"}, {"name": "b", "threads": 2}]}  # fmt: skip
     mine = spec_from_dict(doc).configs[0]
     assert mine.name == "mine" and dict(mine.settings) == {"threads": "1", "flash-attn": "off"}
+
+
+def test_the_study_record_keeps_the_commands_as_given() -> None:
+    from xover.domain.artifacts import StudyRecord
+
+    rec = StudyRecord(("yours", "a"), (("yours", "a"),), (200,), (10_000, 40_000), commands=(("yours", DOCS[3]),))
+    assert StudyRecord.from_body(rec.to_body()) == rec
+    assert StudyRecord.from_body({**rec.to_body(), "commands": []}).commands == ()  # an older store: none

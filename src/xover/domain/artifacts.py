@@ -378,6 +378,8 @@ class StudyRecord:
     decode_tokens: int | None = None
     # configurations that asked llama.cpp the same as an earlier one, measured once under its name: (name, as)
     same_as: tuple[tuple[str, str], ...] = ()
+    # configurations given as the user's own command line: (name, the command as given)
+    commands: tuple[tuple[str, str], ...] = ()
 
     @property
     def turns(self) -> tuple[tuple[int, ...], tuple[int, int]] | None:
@@ -398,6 +400,8 @@ class StudyRecord:
             body["decode_tokens"] = self.decode_tokens
         if self.same_as:
             body["same_as"] = [list(p) for p in self.same_as]
+        if self.commands:
+            body["commands"] = [list(p) for p in self.commands]
         return body
 
     @classmethod
@@ -413,6 +417,7 @@ class StudyRecord:
                 band=(band[0], band[1]) if len(band) == 2 else None,
                 decode_tokens=_opt_int(b.get("decode_tokens")),
                 same_as=tuple((str(p[0]), str(p[1])) for p in b.get("same_as") or () if len(p) == 2),
+                commands=tuple((str(p[0]), str(p[1])) for p in b.get("commands") or () if len(p) == 2),
             )
 
         return _reading(STUDY, read)

@@ -91,6 +91,9 @@ class StudySpec:
     # an agent does, many chat messages, so the report can compare the two shapes (None: the shortest length in the
     # band, else the longest; 0: none).
     chat_length: int | None = None
+    # The configurations given as a user's own command line (``--baseline``, ``[[config]] command``): (name, the
+    # command as given), so the report can show what xover ran of it.
+    commands: tuple[tuple[str, str], ...] = ()
     # A recording of the user's own turns (xover record: full, shape-only or --from-log): the study measures what
     # they need (lengths, cached turns and their depth, the answer length, from the recording), replays it as its
     # session and answers in minutes of waiting over its turns (xover.analysis.your_turns).
@@ -354,7 +357,12 @@ def with_baseline(spec: StudySpec, text: str, engine: str = llama_options.ENGINE
         raise XoverError(f"--baseline: the spec already has a configuration named {BASELINE!r}: rename it")
     yours = parse_command(text, engine).config(BASELINE)
     first = spec.pairs[0][0] if spec.pairs else spec.configs[0].name
-    return dataclasses.replace(spec, configs=(yours, *spec.configs), pairs=((BASELINE, first), *spec.pairs))
+    return dataclasses.replace(
+        spec,
+        configs=(yours, *spec.configs),
+        pairs=((BASELINE, first), *spec.pairs),
+        commands=((BASELINE, text), *spec.commands),
+    )
 
 
 def _rpc_local(table: Mapping[str, Any], where: str) -> tuple[int, int | None]:
@@ -513,12 +521,11 @@ def spec_from_dict(doc: Mapping[str, Any], base_dir: Path | None = None) -> Stud
         if key in study:
             kwargs[key.replace("-", "_")] = _k(study[key], f"[study] {key}")
     kwargs.update(_cached_keys(study))
-    spec = StudySpec(
-        configs=tuple(config_from_table(t, i) for i, t in enumerate(tables)),
-        model_path=model_path,
-        model_preset=preset,
-        **kwargs,
+    configs = tuple(config_from_table(t, i) for i, t in enumerate(tables))
+    commands = tuple(
+        (c.name, str(t["command"])) for c, t in zip(configs, tables) if isinstance(t, dict) and "command" in t
     )
+    spec = StudySpec(configs=configs, model_path=model_path, model_preset=preset, commands=commands, **kwargs)
     if study.get("cached-turns") == "session":  # around the replayed session's turn
         spec = dataclasses.replace(spec, cached_new_tokens=default_new_tokens(spec.session_step))
     return spec

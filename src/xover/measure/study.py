@@ -151,6 +151,7 @@ def record_spec(spec: StudySpec, study_dir: Path, same_as: tuple[tuple[str, str]
         band=(spec.band[0], spec.band[1]),
         decode_tokens=spec.decode_tokens,
         same_as=same_as,
+        commands=tuple(spec.commands) or (before.commands if before is not None else ()),
     )
     if record != before:
         with Store(study_dir) as store:

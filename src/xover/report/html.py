@@ -46,6 +46,7 @@ from xover.report import advise, cache, plots, session, your_turns
 from xover.report.blocks import html_table, plain_md_table
 from xover.report.cached import cached_blocks, cached_ttft, cached_verdicts, turns_workload
 from xover.report.chat import chat_blocks
+from xover.report.command import command_blocks
 from xover.report.decode import decode_blocks
 from xover.report.fa import fa_findings, fa_table, fa_tests
 from xover.report.fit import fit_blocks
@@ -776,6 +777,9 @@ def render_html(report: Report) -> str:
         parts.append(
             f"<h2>{_e(caption)}</h2><img id='plot-{_e(img_id)}' alt='{_e(caption)}' src='data:image/png;base64,{b64}'>"
         )
+    commands = command_blocks(d)
+    if commands:
+        parts.append(section_html(commands))
     rounds = rounds_blocks(d, report.configs, report.response)
     if rounds:
         parts.append(section_html(rounds))
@@ -862,7 +866,12 @@ def render_markdown(report: Report) -> str:
             _matrix_note(report.pairs) + "\n",
             _matrix_markdown(report.matrix),
         ]
-    for section in (rounds_blocks(d, report.configs, report.response), fit_blocks(d), rpc_link_blocks(d)):
+    for section in (
+        command_blocks(d),
+        rounds_blocks(d, report.configs, report.response),
+        fit_blocks(d),
+        rpc_link_blocks(d),
+    ):
         text = section_markdown(section)
         if text:
             out += ["", text]
