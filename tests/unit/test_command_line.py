@@ -114,3 +114,20 @@ def test_the_study_record_keeps_the_commands_as_given() -> None:
     rec = StudyRecord(("yours", "a"), (("yours", "a"),), (200,), (10_000, 40_000), commands=(("yours", DOCS[3]),))
     assert StudyRecord.from_body(rec.to_body()) == rec
     assert StudyRecord.from_body({**rec.to_body(), "commands": []}).commands == ()  # an older store: none
+
+
+def test_what_to_change_is_the_tuned_settings_against_the_command_and_a_command_to_paste() -> None:
+    from xover.domain.command_line import diff
+    from xover.domain.config import LlamaConfig
+
+    cmd = parse_command("llama-server -m m.gguf -c 32768 -ngl 99 --n-cpu-moe 20 -t 8 -ub 2048 --jinja")
+    tuned = LlamaConfig(
+        "yours tuned",
+        (("n-cpu-moe", "20"), ("n-gpu-layers", "99"), ("load-mode", "none"), ("ubatch-size", "4096")),
+        server_args=("--jinja",),
+    )
+    d = diff(cmd, tuned)
+    assert d.added == ("-lm none",) and d.removed == ("-t 8",) and d.changed == ("-ub 2048 -> -ub 4096",)
+    assert d.command == "llama-server -m m.gguf -c 32768 -ncmoe 20 -ngl 99 -lm none -ub 4096 --jinja"
+    assert parse_command(d.command).config("yours tuned") == tuned  # what is pasted runs the tuned settings
+    assert diff(cmd, cmd.config()).empty

@@ -166,3 +166,36 @@ def listed(command: UserCommand) -> Sequence[str]:
     if command.replaced:
         out.append(f"replaced by xover's own: {shlex.join(command.replaced)}")
     return out
+
+
+@dataclasses.dataclass(frozen=True)
+class CommandDiff:
+    """What to change in a command to run another configuration: flags added, removed and changed (each as
+    llama-server takes it), and the whole command, ready to paste."""
+
+    added: tuple[str, ...]
+    removed: tuple[str, ...]
+    changed: tuple[str, ...]
+    command: str
+
+    @property
+    def empty(self) -> bool:
+        return not (self.added or self.removed or self.changed)
+
+
+def diff(command: UserCommand, target: LlamaConfig) -> CommandDiff:
+    """``command`` changed into ``target`` (a configuration of the same engine: its settings and pass-through
+    arguments), keeping the command's model, context and binary."""
+    before, after = dict(command.settings), dict(target.settings)
+
+    def flags(name: str, value: str) -> str:
+        return shlex.join(opts.BY_NAME[name].for_engine(command.engine).server_args(value)) or f"{name}={value}"
+
+    added = tuple(flags(n, v) for n, v in after.items() if n not in before)
+    removed = tuple(flags(n, v) for n, v in before.items() if n not in after)
+    changed = tuple(
+        f"{flags(n, before[n])} -> {flags(n, v)}" for n, v in after.items() if n in before and before[n] != v
+    )
+    moved = dataclasses.replace(command, settings=tuple(sorted(after.items(), key=lambda kv: opts.order(kv[0]))),
+                                passthrough=target.server_args)  # fmt: skip
+    return CommandDiff(added, removed, changed, shlex.join(moved.argv()))

@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import shlex
 
-from xover.domain.command_line import listed, parse_command
+from xover.domain.command_line import UserCommand, diff, listed, parse_command
+from xover.domain.config import LlamaConfig
 from xover.errors import XoverError
 from xover.report.blocks import Block
 from xover.results.read_model import StudyData
 
 TITLE = "Your command"
+TUNED = " tuned"  # a tuned variant's name: its base's and this (measure.tune.SUFFIX)
 
 
 def command_blocks(data: StudyData) -> list[Block]:
@@ -37,4 +39,21 @@ def command_blocks(data: StudyData) -> list[Block]:
             continue
         ran = shlex.join(cmd.config(name).server_argv()) or "(no flags: llama-server's defaults)"
         out.append(Block("ul", items=(f"{name}, as given: {text}", f"as measured: {ran}", *listed(cmd))))
+        tuned = next((c for c in data.configs if c.name == f"{name}{TUNED}"), None)
+        if tuned is not None:
+            out += _what_to_change(name, cmd, tuned)
     return out
+
+
+def _what_to_change(name: str, cmd: UserCommand, tuned: LlamaConfig) -> list[Block]:
+    """The tuned variant of the command as a diff against it, then the whole command (the verdicts above say
+    whether the tuned variant is faster in the rounds)."""
+    d = diff(cmd, tuned)
+    if d.empty:
+        return [Block("p", f"What to change: nothing. The tuning stage kept {name} as it is.")]
+    items = [*(f"add {f}" for f in d.added), *(f"change {f}" for f in d.changed), *(f"remove {f}" for f in d.removed)]
+    return [
+        Block("p", f"What to change to run {tuned.name} (the verdicts above say whether it is faster here):"),
+        Block("ul", items=tuple(items)),
+        Block("code", d.command),
+    ]
