@@ -38,6 +38,7 @@ from xover.domain.config import LlamaConfig, command_configs
 from xover.domain.llama_options import LlamaOption
 from xover.domain.prompts import WORDS, Prompt, TextPrompts, TokenPrompts, token_pool
 from xover.domain.records import CHAT_MODE, TTFT_MODES, Failure, ServerTimings, TtftPoint, TtftSample, cached_depth
+from xover.domain.sse import CompletionStream
 from xover.errors import XoverError
 from xover.gguf.inspect import check_offload_and_context
 from xover.hardware.vram import holding
@@ -703,23 +704,10 @@ def chat_sample(
     """The stored record of one chat request (mode ``chat``): the chat stream carries no per-token clock, so its
     decode is the server's ``predicted_per_second`` and its token count the usage's."""
     r = rec.result
-    return TtftSample(
-        config_key=config_key,
-        mode=CHAT_MODE,
-        length=point.length,
-        rep=point.rep,
-        prompt_id=prompt.prompt_id,
-        sent_at_unix_ns=rec.sent_at_unix_ns,
-        first_byte_ns=r.first_byte_ns,
-        first_token_ns=r.first_token_ns,
-        end_ns=r.end_ns,
-        token_times_ns=(),
-        n_tokens_received=r.completion_tokens or 0,
-        timings=r.timings,
-        cache_ok=r.error is None and check is None,
-        error=r.error,
-        round=round,
-    )
+    stream = CompletionStream(r.first_byte_ns, r.first_token_ns, r.end_ns, (), None, r.timings, r.error)
+    as_completion = StreamRecord(rec.sent_at_unix_ns, rec.t0_ns, rec.status, rec.chunks, stream)
+    sample = build_sample(config_key, CHAT_MODE, point, prompt, as_completion, check, round)
+    return dataclasses.replace(sample, n_tokens_received=r.completion_tokens or 0)
 
 
 # ---- `xover ttft`: from its options to its summaries ----------------------------------------------------
