@@ -69,3 +69,19 @@ def chat_blocks(data: StudyData, pairs: Sequence[tuple[str, str]]) -> list[Block
             Block("ul", items=tuple(lines)),
         ]
     return out
+
+
+def shape_line(data: StudyData) -> str | None:
+    """The verdict's line where chat-shaped prompts differ from blobs beyond the noise on some configuration (the
+    cold verdicts, of blobs, then understate or overstate what an agent's prompts cost); None where they do not."""
+    effects = [e for e in shape_effects(crossover_inputs(data), chat_inputs(data)) if e.differs]
+    if not effects:
+        return None
+    return (
+        "Prompt shape: "
+        + "; ".join(e.describe() for e in effects)
+        + (
+            ". The cold verdicts above are of one-blob prompts: where chat is slower, an agent's prompts cost that much "
+            "more (the report's 'Chat-shaped prompts' section)."
+        )
+    )

@@ -45,7 +45,7 @@ from xover.domain.units import format_tokens
 from xover.report import advise, cache, plots, session, your_turns
 from xover.report.blocks import html_table, plain_md_table
 from xover.report.cached import cached_blocks, cached_ttft, cached_verdicts, turns_workload
-from xover.report.chat import chat_blocks
+from xover.report.chat import chat_blocks, shape_line
 from xover.report.command import command_blocks
 from xover.report.decode import decode_blocks
 from xover.report.fa import fa_findings, fa_table, fa_tests
@@ -315,7 +315,7 @@ def build_report(
     # takes part in every told pair (a placement for a short context), that is the only comparison they allow
     lines += cached_verdicts(data, [*told, *((_TUNED, b, v) for b, v in best.items())], response, configs)
     lines += your_turns.verdicts(data, configs, [*((a, b) for _, a, b in told), *best.items()])
-    lines += [drift_line(data, configs, response), *open_lines(tuple(full.values()))]
+    lines += [shape_line(data), drift_line(data, configs, response), *open_lines(tuple(full.values()))]
     if lines[1] is not None:  # builds compared: each runs at its own build's defaults
         own = "each build's defaults" if lines[1].startswith("Builds") else "each engine's defaults"
         lines = [v.replace("llama.cpp's defaults", own) if v else v for v in lines]
