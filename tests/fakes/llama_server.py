@@ -8,7 +8,9 @@ Two ways to use it:
   ``--host``, ``--port``, ``-np``, ``--cache-ram``, prints a ``--help`` that lists ``-fit``, and
   writes its pid as its first log line.
 
-Token ids are bytes: text tokenizes to its UTF-8 bytes, ``n_vocab`` is 512. Like llama-server,
+Token ids are characters: text tokenizes to its characters' code points (ASCII: its bytes; a character past
+``n_vocab``, 512: its UTF-8 bytes), ``/detokenize`` back; ``/apply-template`` renders ChatML, and
+``/v1/chat/completions`` streams OpenAI-style deltas, then the usage with the timings and ``[DONE]``. Like llama-server,
 it closes the connection after every streamed response without announcing it. Generated tokens are
 ``a``..``z`` (one event each). Cache semantics follow llama-server: with ``cache_prompt`` the
 longest common prefix with the slot's cache is reused (a full hit still evaluates one token); with
@@ -113,8 +115,20 @@ class FakeState:
 
 def _tokens(prompt: Any) -> list[int]:
     if isinstance(prompt, str):
-        return list(prompt.encode())
+        return [t for c in prompt for t in ((ord(c),) if ord(c) < N_VOCAB else c.encode())]
     return [int(t) for t in prompt]
+
+
+def _text(tokens: Any) -> str:
+    """What ``/detokenize`` gives: each id its character (ASCII as the bytes it tokenizes to), so that text made
+    of ids tokenizes back to them."""
+    return "".join(chr(int(t)) for t in tokens)
+
+
+def _template(messages: Any) -> str:
+    """A ChatML rendering, the generation prompt opened (what llama-server applies where a model has no template)."""
+    parts = [f"<|im_start|>{m.get('role', 'user')}\n{m.get('content') or ''}<|im_end|>\n" for m in messages]
+    return "".join(parts) + "<|im_start|>assistant\n"
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -160,8 +174,15 @@ class _Handler(BaseHTTPRequestHandler):
         body = self._body()
         if self.path == "/tokenize":
             self._json(200, {"tokens": _tokens(body.get("content", ""))})
+        elif self.path == "/detokenize":
+            self._json(200, {"content": _text(body.get("tokens", []))})
+        elif self.path == "/apply-template":
+            self._json(200, {"prompt": _template(body.get("messages", []))})
         elif self.path == "/completion":
             self._completion(st, body)
+        elif self.path == "/v1/chat/completions":
+            self._completion(st, {**body, "prompt": _template(body.get("messages", [])),
+                                  "n_predict": body.get("max_tokens", 16)}, chat=True)  # fmt: skip
         else:
             self._json(404, {"error": {"code": 404, "message": "File Not Found", "type": "not_found_error"}})
 
@@ -169,7 +190,7 @@ class _Handler(BaseHTTPRequestHandler):
         self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
         self.wfile.flush()
 
-    def _completion(self, st: FakeState, body: dict[str, Any]) -> None:
+    def _completion(self, st: FakeState, body: dict[str, Any], chat: bool = False) -> None:
         prompt = _tokens(body["prompt"])
         n_predict = int(body.get("n_predict", 16))
         with st.lock:
@@ -220,6 +241,8 @@ class _Handler(BaseHTTPRequestHandler):
                 "tokens_predicted": i + 1,
                 "tokens_evaluated": len(prompt),
             }
+            if chat:  # the OpenAI-style delta llama-server streams on /v1/chat/completions
+                ev = {"choices": [{"index": 0, "delta": {"content": chr(97 + i % 26)}, "finish_reason": None}]}
             self._chunk(b"data: " + json.dumps(ev).encode() + b"\n\n")
         predicted_ms = (time.perf_counter() - t_gen) * 1e3
         timings = {
@@ -243,7 +266,15 @@ class _Handler(BaseHTTPRequestHandler):
             "tokens_predicted": n_predict,
             "tokens_evaluated": len(prompt),
         }
-        self._chunk(b"data: " + json.dumps(final).encode() + b"\n\n")
+        if chat:  # the finish, then the usage with llama-server's timings, then [DONE]
+            end = {"choices": [{"index": 0, "delta": {}, "finish_reason": "length"}]}
+            usage = {"prompt_tokens": len(prompt), "completion_tokens": n_predict,
+                     "prompt_tokens_details": {"cached_tokens": cache_n}}  # fmt: skip
+            for obj in (end, {"choices": [], "usage": usage, "timings": timings}):
+                self._chunk(b"data: " + json.dumps(obj).encode() + b"\n\n")
+            self._chunk(b"data: [DONE]\n\n")
+        else:
+            self._chunk(b"data: " + json.dumps(final).encode() + b"\n\n")
         self.wfile.write(b"0\r\n\r\n")
         self.wfile.flush()
         self.close_connection = True  # as llama-server does after a stream, without a Connection: close header

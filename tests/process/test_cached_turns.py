@@ -206,5 +206,5 @@ def test_cached_turns_the_cold_samples_put_over_max_ttft_are_planned_out_with_a_
         return StoredSample(1, 1, "slow", s, "mk")
 
     (todo,) = ttft_todo(spec, [sample(1)], "mk", 2)
-    assert todo.missing == {1024: 1} and todo.turns == {"cached": {512: 1, 1024: 1}}
+    assert todo.missing == {1024: 1} and todo.turns == {"chat": {1024: 1}, "cached": {512: 1, 1024: 1}}
     assert any("cached turns of 8,192 new tokens not measured" in n and "about 160 s" in n for n in todo.notes)

@@ -777,18 +777,10 @@ def render_html(report: Report) -> str:
         parts.append(
             f"<h2>{_e(caption)}</h2><img id='plot-{_e(img_id)}' alt='{_e(caption)}' src='data:image/png;base64,{b64}'>"
         )
-    commands = command_blocks(d)
-    if commands:
-        parts.append(section_html(commands))
-    rounds = rounds_blocks(d, report.configs, report.response)
-    if rounds:
-        parts.append(section_html(rounds))
-    fits = fit_blocks(d)
-    if fits:
-        parts.append(section_html(fits))
-    link = rpc_link_blocks(d)
-    if link:
-        parts.append(section_html(link))
+    for section in (command_blocks(d), rounds_blocks(d, report.configs, report.response), fit_blocks(d),
+                    rpc_link_blocks(d)):  # fmt: skip
+        if section:
+            parts.append(section_html(section))
     parts.append(section_html(_tune_blocks(report)))
     parts.append(section_html(_decode_blocks(report)))
     for turns in (*_turn_sections(report), your_turns.blocks(d, report.configs)):
