@@ -4,8 +4,8 @@ if the retry dies too, told as such by the report, and retried by a resume. Real
 
 The known point is xover's test hook (``XOVER_TEST_KILL_BENCH``, :data:`xover.measure.bench.KILL_HOOK`): the first
 processes of a round (or of the search) whose label matches are killed after their first stored test. The
-configuration ``slow`` runs ``-ub 16``: its search tries ``-ub 256``, which prefills several times faster (16 tokens a
-ubatch against 256), so its recommendation and its confirmation in rounds happen. One thread (``-t 1``): another
+configuration ``slow`` runs ``-ub 16``: its search tries ``-ub 256``, which prefills several times faster on 1K-token
+prompts (64 ubatches against 4), so its recommendation and its confirmation in rounds happen. One thread (``-t 1``): another
 program on a core slows it in proportion, where two threads would wait on each other and swing tenfold.
 """
 
@@ -29,7 +29,7 @@ SPEC = """
 path = "{model}"
 
 [study]
-lengths = [256]
+lengths = [1024]  # 64 ubatches of 16 against 4 of 256: at 256 tokens the gain was small enough for noise to hide
 response-tokens = [8]
 repetitions = 1
 rounds = 3
