@@ -753,6 +753,9 @@ def render_html(report: Report) -> str:
         f"<h1>xover report <span class='muted'>{_e(Path(d.study_dir).name)}</span></h1>",
     ]
     parts += [f"<p class='budget'><strong>{_e(line)}</strong></p>" for line in budget_lines(d)]
+    commands = command_blocks(d)  # the user's own command and what to change in it, first
+    if commands:
+        parts.append(section_html(commands))
     parts.append("<h2>Verdict</h2>")
     evidence = evidence_line(d)
     if evidence is not None:
@@ -777,8 +780,7 @@ def render_html(report: Report) -> str:
         parts.append(
             f"<h2>{_e(caption)}</h2><img id='plot-{_e(img_id)}' alt='{_e(caption)}' src='data:image/png;base64,{b64}'>"
         )
-    for section in (command_blocks(d), rounds_blocks(d, report.configs, report.response), fit_blocks(d),
-                    rpc_link_blocks(d)):  # fmt: skip
+    for section in (rounds_blocks(d, report.configs, report.response), fit_blocks(d), rpc_link_blocks(d)):
         if section:
             parts.append(section_html(section))
     parts.append(section_html(_tune_blocks(report)))
@@ -845,6 +847,7 @@ def render_markdown(report: Report) -> str:
     out = [
         f"# xover report: {Path(d.study_dir).name}\n",
         *(f"**{line}**\n" for line in budget_lines(d)),
+        *([f"{commands}\n"] if (commands := section_markdown(command_blocks(d))) else []),
         "## Verdict\n",
     ]
     evidence = evidence_line(d)
@@ -858,12 +861,7 @@ def render_markdown(report: Report) -> str:
             _matrix_note(report.pairs) + "\n",
             _matrix_markdown(report.matrix),
         ]
-    for section in (
-        command_blocks(d),
-        rounds_blocks(d, report.configs, report.response),
-        fit_blocks(d),
-        rpc_link_blocks(d),
-    ):
+    for section in (rounds_blocks(d, report.configs, report.response), fit_blocks(d), rpc_link_blocks(d)):
         text = section_markdown(section)
         if text:
             out += ["", text]
