@@ -62,6 +62,8 @@ def test_the_plan_asks_each_kind_for_what_its_context_holds() -> None:
     assert all(t.turns == {"chat": {}, "cached": {}} for t in ttft_todo(off, [], "mk", 1))
     # a length in the band: the shortest of them
     assert CHAT.wanted(_spec(band=(1000, 4000)), a) == (1024,)
+    # ik_llama.cpp's server cannot make one (its /detokenize refuses a cut UTF-8 character): none there
+    assert CHAT.wanted(spec, LlamaConfig("ik", engine="ik_llama.cpp")) == ()
 
 
 def test_stored_samples_of_a_kind_count_in_its_round_only() -> None:

@@ -54,8 +54,10 @@ class EngineTraits:
     experts ``-ncmoe`` (or an override to the CPU) keeps on the CPU are loaded into the GPU's pinned host buffer
     whatever the load mode, so op offload copies them at the pinned rate (ik_llama.cpp's
     ``src/llama-load-tensors.cpp`` gives them ``llama_default_buffer_type_cpu(true)``, logged ``buffer type overriden
-    to CUDA_Host``; mainline maps them from the file unless ``-lm none``). The build of each engine is its entry in
-    :data:`xover.llamacpp.build.ENGINE_SOURCES`."""
+    to CUDA_Host``; mainline maps them from the file unless ``-lm none``). ``chat_prompts``: the study's chat-shaped
+    prompt can be made on its server (ik_llama.cpp's ``/detokenize`` answers HTTP 500 to tokens that end inside a
+    UTF-8 character, which cutting a chat prompt to an exact length produces). The build of each engine is its entry
+    in :data:`xover.llamacpp.build.ENGINE_SOURCES`."""
 
     name: str
     server_fit: bool = True
@@ -63,6 +65,7 @@ class EngineTraits:
     bench_depth: bool = True
     server_args: tuple[str, ...] = ()
     pins_cpu_experts: bool = False
+    chat_prompts: bool = True
 
 
 ENGINE_TRAITS: Mapping[str, EngineTraits] = {
@@ -74,6 +77,7 @@ ENGINE_TRAITS: Mapping[str, EngineTraits] = {
         bench_depth=False,
         server_args=("--log-disable",),
         pins_cpu_experts=True,
+        chat_prompts=False,
     ),
 }
 

@@ -165,9 +165,10 @@ class StudySpec:
 
     def chat_lengths_for(self, config: LlamaConfig) -> tuple[int, ...]:
         """The length at which ``config``'s servers also send a chat-shaped prompt: ``chat_length``, else the
-        shortest of its lengths in the band, else its longest; () with ``chat_length`` 0 or no length it holds."""
+        shortest of its lengths in the band, else its longest; () with ``chat_length`` 0, no length it holds, or an
+        engine whose server cannot make one (:attr:`EngineTraits.chat_prompts`)."""
         lengths = self.lengths_for(config)
-        if self.chat_length == 0 or not lengths:
+        if self.chat_length == 0 or not lengths or not llama_options.traits(config.engine).chat_prompts:
             return ()
         if self.chat_length is not None:
             return (self.chat_length,) if self.chat_length in lengths else ()
